@@ -1,0 +1,127 @@
+// The engine program: ISA instructions bound to engines over access patterns, loops kept rolled.
+// This is what both executors (runtime/sim and the native backend) consume.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "neuron/ir/ir.hpp"
+
+namespace neuron {
+
+#define NEURON_ENGINES(X) \
+  X(tensor, "tensor") X(vector, "vector") X(scalar, "scalar") X(gpsimd, "gpsimd") X(dma, "dma") \
+  X(none, "none")
+
+enum class Engine {
+#define X(e, name) e,
+  NEURON_ENGINES(X)
+#undef X
+};
+std::string_view engine_name(Engine e);
+
+// A rotating slot: the pattern's offset advances by `bytes` per iteration of loop `var`,
+// wrapping after `count` slots: offset += (var mod count) * bytes.
+struct Rotation {
+  std::string var;
+  int64_t count = 1;
+  int64_t bytes = 0;
+  bool operator==(const Rotation&) const = default;
+};
+
+// Where an operand lives and how it is walked.
+//  - On chip (sbuf/psum): dims[0] is {partition step (1, or 0 to broadcast one partition),
+//    partition count}; `partition` is the first partition; `offset` is the byte offset inside
+//    each partition; further dims are {stride in elements, count}, outermost first.
+//  - HBM: `tensor` indexes Program::tensors; `offset` is an element offset; every dim is
+//    {stride in elements, count}.
+// Offsets are affine in loop variables and program ids ("pid<axis>", "npid<axis>").
+struct AccessPattern {
+  struct Dim {
+    int64_t stride = 1;
+    int64_t size = 1;
+    bool operator==(const Dim&) const = default;
+  };
+  Memory memory = Memory::sbuf;
+  int tensor = -1;
+  DType dtype = DType::float32;
+  Affine partition;
+  Affine offset;
+  std::vector<Dim> dims;
+  Rotation rotation;
+
+  int64_t elements() const;
+  std::vector<int64_t> shape() const;  // sizes of dims
+  bool operator==(const AccessPattern&) const = default;
+};
+
+// Typed instruction arguments; which fields matter depends on the opcode (see Instr).
+struct InstrArgs {
+  AluOp op0 = AluOp::bypass, op1 = AluOp::bypass;  // tensor_tensor uses op0
+  bool reverse0 = false, reverse1 = false;
+  double imm0 = 0, imm1 = 0;           // tensor_scalar operands / memset value / on_false value
+  bool operand0_tile = false, operand1_tile = false;  // tensor_scalar operand is a [P,1] tile
+  ActFunc func = ActFunc::copy;        // activation
+  double scale = 1.0;                  // activation scale immediate
+  bool bias_tile = false, scale_tile = false;
+  AluOp reduce_op = AluOp::bypass;     // activation reduce / tensor_reduce op
+  std::vector<int> axes;               // tensor_reduce: reduced free axes (dims of the pattern)
+  bool negate = false;
+  int accumulate = -1;                 // nc_matmul: 0 overwrite, 1 accumulate, -1 auto
+  std::vector<int64_t> pattern;        // iota/affine_select: [stride, count] pairs, flattened
+  int64_t offset = 0, channel_multiplier = 0;
+  AluOp cmp_op = AluOp::equal;         // affine_select comparison against 0
+  std::string prefix;                  // device_print
+  bool operator==(const InstrArgs&) const = default;
+};
+
+// One instruction. Source operand order per opcode:
+//   nc_matmul: stationary, moving          nc_transpose, tensor_copy, tensor_reduce, dma_copy,
+//   activation: data [, bias] [, scale]      device_print: data
+//   tensor_tensor: data1, data2            tensor_scalar: data [, operand0] [, operand1]
+//   tensor_copy_predicated: data, predicate   affine_select: on_true
+//   memset, iota: none
+struct Instr {
+  Opcode op = Opcode::tensor_copy;
+  Engine engine = Engine::vector;
+  AccessPattern dst;
+  std::vector<AccessPattern> src;
+  bool has_reduce_res = false;  // activation with reduce_res
+  AccessPattern reduce_res;
+  InstrArgs args;
+  int id = 0;  // position in program order (profiles and timing refer to it)
+  Span span;
+};
+
+// A program node: an instruction or a rolled loop (var = 0 .. extent-1).
+struct ProgNode {
+  enum class Kind { instr, loop } kind = Kind::instr;
+  Instr instr;
+  std::string var;
+  int64_t extent = 0;
+  LoopKind loop_kind = LoopKind::affine;
+  std::vector<ProgNode> body;
+};
+
+struct TensorDecl {
+  enum class Role { input, output, scratch };
+  std::string name;
+  Memory memory = Memory::shared_hbm;
+  std::vector<int64_t> shape;
+  DType dtype = DType::float32;
+  Role role = Role::input;
+};
+
+struct Program {
+  std::string name;
+  std::string target;
+  std::vector<TensorDecl> tensors;  // inputs, then outputs, then private HBM scratch
+  int64_t sbuf_bytes = 0;           // per-partition high-water mark of the allocation
+  int64_t psum_bytes = 0;
+  int num_instrs = 0;
+  std::vector<ProgNode> body;
+};
+
+std::string print(const Program& p);
+
+}  // namespace neuron

@@ -1,0 +1,92 @@
+// Element types of tensors and tiles: one X-macro list drives names, sizes and predicates.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace neuron {
+
+// X(enumerator, printed name, bytes, is_float, is_signed)
+#define NEURON_DTYPES(X)                  \
+  X(float32, "float32", 4, true, true)     \
+  X(bfloat16, "bfloat16", 2, true, true)   \
+  X(float16, "float16", 2, true, true)     \
+  X(float8_e4m3, "float8_e4m3", 1, true, true) \
+  X(float8_e5m2, "float8_e5m2", 1, true, true) \
+  X(int8, "int8", 1, false, true)          \
+  X(int16, "int16", 2, false, true)        \
+  X(int32, "int32", 4, false, true)        \
+  X(uint8, "uint8", 1, false, false)       \
+  X(uint16, "uint16", 2, false, false)     \
+  X(uint32, "uint32", 4, false, false)     \
+  X(bool_, "bool", 1, false, false)
+
+enum class DType : uint8_t {
+#define X(e, name, bytes, is_float, is_signed) e,
+  NEURON_DTYPES(X)
+#undef X
+};
+
+constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+#define X(e, name, bytes, is_float, is_signed) \
+  case DType::e:                                \
+    return name;
+    NEURON_DTYPES(X)
+#undef X
+  }
+  return "?";
+}
+
+constexpr int dtype_bytes(DType t) {
+  switch (t) {
+#define X(e, name, bytes, is_float, is_signed) \
+  case DType::e:                                \
+    return bytes;
+    NEURON_DTYPES(X)
+#undef X
+  }
+  return 0;
+}
+
+constexpr bool dtype_is_float(DType t) {
+  switch (t) {
+#define X(e, name, bytes, is_float, is_signed) \
+  case DType::e:                                \
+    return is_float;
+    NEURON_DTYPES(X)
+#undef X
+  }
+  return false;
+}
+
+constexpr bool dtype_is_signed(DType t) {
+  switch (t) {
+#define X(e, name, bytes, is_float, is_signed) \
+  case DType::e:                                \
+    return is_signed;
+    NEURON_DTYPES(X)
+#undef X
+  }
+  return false;
+}
+
+inline std::optional<DType> dtype_from_name(std::string_view s) {
+#define X(e, name, bytes, is_float, is_signed) \
+  if (s == name) return DType::e;
+  NEURON_DTYPES(X)
+#undef X
+  if (s == "bool_") return DType::bool_;
+  return std::nullopt;
+}
+
+// Short aliases for C++ kernels (nl::f32 reads better than DType::float32 in a kernel body).
+namespace dtypes {
+inline constexpr DType float32 = DType::float32, bfloat16 = DType::bfloat16,
+                       float16 = DType::float16, float8_e4m3 = DType::float8_e4m3,
+                       float8_e5m2 = DType::float8_e5m2, int8 = DType::int8, int16 = DType::int16,
+                       int32 = DType::int32, uint8 = DType::uint8, uint16 = DType::uint16,
+                       uint32 = DType::uint32, bool_ = DType::bool_;
+}  // namespace dtypes
+
+}  // namespace neuron

@@ -1,0 +1,147 @@
+// Kernel IR nodes: buffers, access views, and the statement kinds (one X-macro list).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "neuron/error.hpp"
+#include "neuron/ir/affine.hpp"
+#include "neuron/ir/dtype.hpp"
+#include "neuron/ir/ops.hpp"
+
+namespace neuron {
+
+// A named storage: a kernel input/output in HBM, or a tile in SBUF/PSUM. For on-chip buffers
+// dim 0 is the partition dimension.
+struct Buffer {
+  std::string name;
+  Memory memory = Memory::sbuf;
+  std::vector<int64_t> shape;
+  DType dtype = DType::float32;
+  // Set by the allocate pass for on-chip buffers: byte offset within each partition, and the
+  // number of rotating slots (slot_bytes apart) indexed by loop variable slot_var, so that a
+  // buffer allocated inside an affine_range body can be live in several iterations at once.
+  int64_t offset = -1;
+  int64_t slots = 1;
+  std::string slot_var;
+  Span span;
+
+  int64_t elements() const;
+  int64_t slot_bytes() const { return free_elements() * dtype_bytes(dtype); }
+  int64_t free_elements() const;  // product of dims 1.. (elements per partition on chip)
+};
+using BufferPtr = std::shared_ptr<const Buffer>;
+
+// One dimension of a view: elements start, start+step, ..., size of them. step 0 broadcasts
+// one element `size` times. keep=false means the dimension was indexed by a scalar and is
+// dropped from the view's shape (size is then 1).
+struct DimSlice {
+  Affine start;
+  int64_t size = 1;
+  int64_t step = 1;
+  bool keep = true;
+  bool operator==(const DimSlice&) const = default;
+};
+
+// A view of a buffer: one DimSlice per buffer dimension. Its shape is the sizes of the kept dims.
+struct Access {
+  BufferPtr buffer;
+  std::vector<DimSlice> dims;
+  std::vector<int64_t> shape() const;
+  static Access whole(BufferPtr b);  // the full buffer
+};
+
+// Op arguments are keyword values: a tile/tensor view, an integer (also bools and enum-like
+// flags), a float immediate, a name (ALU op, activation function, prefix), or an int list.
+using Value = std::variant<Access, int64_t, double, std::string, std::vector<int64_t>>;
+struct Arg {
+  std::string name;
+  Value value;
+};
+
+// X(kind) for every statement node. Adding a kind here makes the visitor, mutator, printer,
+// equality and hashing fail to compile until they handle it.
+#define NEURON_STMT_KINDS(X) X(Block) X(For) X(Alloc) X(Op)
+
+enum class StmtKind {
+#define X(k) k,
+  NEURON_STMT_KINDS(X)
+#undef X
+};
+
+struct Stmt;
+using StmtPtr = std::shared_ptr<const Stmt>;
+
+struct Stmt {
+  explicit Stmt(StmtKind k) : kind(k) {}
+  virtual ~Stmt() = default;
+  const StmtKind kind;
+  Span span;
+  template <typename T>
+  const T* as() const {
+    return kind == T::static_kind ? static_cast<const T*>(this) : nullptr;
+  }
+};
+
+struct Block : Stmt {
+  static constexpr StmtKind static_kind = StmtKind::Block;
+  Block() : Stmt(static_kind) {}
+  std::vector<StmtPtr> stmts;
+  static StmtPtr make(std::vector<StmtPtr> stmts, Span span = {});
+};
+
+// affine_range: iterations are independent (the allocator may rotate buffers across them);
+// sequential_range: iterations carry dependences. Loops always run var = 0 .. extent-1; the
+// front ends fold start/step into the index expressions.
+enum class LoopKind { affine, sequential };
+
+struct For : Stmt {
+  static constexpr StmtKind static_kind = StmtKind::For;
+  For() : Stmt(static_kind) {}
+  std::string var;
+  int64_t extent = 0;
+  LoopKind loop_kind = LoopKind::affine;
+  StmtPtr body;
+  static StmtPtr make(std::string var, int64_t extent, LoopKind kind, StmtPtr body,
+                      Span span = {});
+};
+
+// Declares a buffer; it lives until the end of the enclosing block.
+struct Alloc : Stmt {
+  static constexpr StmtKind static_kind = StmtKind::Alloc;
+  Alloc() : Stmt(static_kind) {}
+  BufferPtr buffer;
+  static StmtPtr make(BufferPtr buffer, Span span = {});
+};
+
+// One operation: an nl helper or an ISA instruction with keyword arguments ("dst", "data", ...).
+struct Op : Stmt {
+  static constexpr StmtKind static_kind = StmtKind::Op;
+  Op() : Stmt(static_kind) {}
+  Opcode code = Opcode::tensor_copy;
+  std::vector<Arg> args;
+  static StmtPtr make(Opcode code, std::vector<Arg> args, Span span = {});
+
+  const Value* find(std::string_view name) const;
+  bool has(std::string_view name) const { return find(name) != nullptr; }
+  const Access* access(std::string_view name) const;  // null when absent or not a view
+  int64_t get_int(std::string_view name, int64_t fallback) const;
+  double get_float(std::string_view name, double fallback) const;  // ints convert
+  std::string get_string(std::string_view name, const std::string& fallback = "") const;
+  std::vector<int64_t> get_ints(std::string_view name) const;
+};
+
+std::string_view loop_kind_name(LoopKind k);  // "affine_range" / "sequential_range"
+
+// A traced kernel. Inputs and outputs are shared_hbm tensors; the body allocates everything else.
+struct Kernel {
+  std::string name;
+  std::vector<BufferPtr> inputs;
+  std::vector<BufferPtr> outputs;
+  StmtPtr body;
+  Span span;
+};
+
+}  // namespace neuron

@@ -1,0 +1,110 @@
+// Factories and accessors of the Kernel IR nodes.
+#include "neuron/ir/ir.hpp"
+
+namespace neuron {
+
+int64_t Buffer::elements() const {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+int64_t Buffer::free_elements() const {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+std::vector<int64_t> Access::shape() const {
+  std::vector<int64_t> s;
+  for (auto& d : dims)
+    if (d.keep) s.push_back(d.size);
+  return s;
+}
+
+Access Access::whole(BufferPtr b) {
+  Access a;
+  for (auto d : b->shape) a.dims.push_back(DimSlice{Affine(0), d, 1, true});
+  a.buffer = std::move(b);
+  return a;
+}
+
+StmtPtr Block::make(std::vector<StmtPtr> stmts, Span span) {
+  auto n = std::make_shared<Block>();
+  n->stmts = std::move(stmts);
+  n->span = std::move(span);
+  return n;
+}
+
+StmtPtr For::make(std::string var, int64_t extent, LoopKind kind, StmtPtr body, Span span) {
+  auto n = std::make_shared<For>();
+  n->var = std::move(var);
+  n->extent = extent;
+  n->loop_kind = kind;
+  n->body = std::move(body);
+  n->span = std::move(span);
+  return n;
+}
+
+StmtPtr Alloc::make(BufferPtr buffer, Span span) {
+  auto n = std::make_shared<Alloc>();
+  n->buffer = std::move(buffer);
+  n->span = std::move(span);
+  return n;
+}
+
+StmtPtr Op::make(Opcode code, std::vector<Arg> args, Span span) {
+  auto n = std::make_shared<Op>();
+  n->code = code;
+  n->args = std::move(args);
+  n->span = std::move(span);
+  return n;
+}
+
+const Value* Op::find(std::string_view name) const {
+  for (auto& a : args)
+    if (a.name == name) return &a.value;
+  return nullptr;
+}
+
+const Access* Op::access(std::string_view name) const {
+  auto v = find(name);
+  return v ? std::get_if<Access>(v) : nullptr;
+}
+
+int64_t Op::get_int(std::string_view name, int64_t fallback) const {
+  auto v = find(name);
+  if (!v) return fallback;
+  if (auto i = std::get_if<int64_t>(v)) return *i;
+  if (auto d = std::get_if<double>(v)) return static_cast<int64_t>(*d);
+  return fallback;
+}
+
+double Op::get_float(std::string_view name, double fallback) const {
+  auto v = find(name);
+  if (!v) return fallback;
+  if (auto d = std::get_if<double>(v)) return *d;
+  if (auto i = std::get_if<int64_t>(v)) return static_cast<double>(*i);
+  return fallback;
+}
+
+std::string Op::get_string(std::string_view name, const std::string& fallback) const {
+  auto v = find(name);
+  if (!v) return fallback;
+  if (auto s = std::get_if<std::string>(v)) return *s;
+  return fallback;
+}
+
+std::vector<int64_t> Op::get_ints(std::string_view name) const {
+  auto v = find(name);
+  if (!v) return {};
+  if (auto l = std::get_if<std::vector<int64_t>>(v)) return *l;
+  if (auto i = std::get_if<int64_t>(v)) return {*i};
+  return {};
+}
+
+std::string_view loop_kind_name(LoopKind k) {
+  return k == LoopKind::affine ? "affine_range" : "sequential_range";
+}
+
+}  // namespace neuron

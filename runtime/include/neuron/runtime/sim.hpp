@@ -1,0 +1,23 @@
+// The functional NeuronCore simulator: executes an engine program over an SPMD grid.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <vector>
+
+#include "neuron/codegen/program.hpp"
+#include "neuron/runtime/tensor.hpp"
+
+namespace neuron {
+
+struct SimOptions {
+  std::ostream* print = nullptr;  // device_print output; null means std::cout
+};
+
+// `tensors` holds the program's inputs then its outputs (Program::tensors order, shapes and
+// dtypes must match: a mismatch is a UserError with rule "call-signature"). The grid has 1 to
+// 4 dims; every program id runs with its own SBUF/PSUM. An access outside a tensor or tile is a
+// UserError (rule "out-of-bounds") naming the instruction's source line.
+void simulate(const Program& p, const std::vector<Tensor>& tensors,
+              const std::vector<int64_t>& grid = {1}, const SimOptions& opts = {});
+
+}  // namespace neuron
