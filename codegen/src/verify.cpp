@@ -1,0 +1,601 @@
+// The verifier: every rule of TRAINIUM.md "Rules a kernel must obey" and NKI_API.md section 7,
+// for nl helpers and ISA instructions alike (the pipeline runs it before and after legalize).
+#include <algorithm>
+#include <optional>
+#include <set>
+
+#include "neuron/codegen/pipeline.hpp"
+#include "neuron/runtime/target.hpp"
+#include "op_args.hpp"
+#include "view_util.hpp"
+
+namespace neuron {
+
+namespace {
+
+using namespace passes;
+
+bool is_hbm(Memory m) {
+  return m == Memory::hbm || m == Memory::shared_hbm;
+}
+
+bool is_bitwise(AluOp op) {
+  return op == AluOp::bitwise_and || op == AluOp::bitwise_or || op == AluOp::bitwise_xor ||
+         op == AluOp::left_shift || op == AluOp::right_shift;
+}
+
+bool is_reduction(AluOp op) {
+  switch (op) {
+    case AluOp::add:
+    case AluOp::subtract:
+    case AluOp::multiply:
+    case AluOp::maximum:
+    case AluOp::minimum:
+    case AluOp::bitwise_and:
+    case AluOp::bitwise_or:
+    case AluOp::bitwise_xor:
+    case AluOp::logical_and:
+    case AluOp::logical_or:
+    case AluOp::logical_xor:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Ops that run on a compute engine (everything but DMA and prints); their operands must be
+// on chip and partition-aligned.
+bool is_compute(Opcode c) {
+  switch (c) {
+    case Opcode::nl_load:
+    case Opcode::nl_store:
+    case Opcode::nl_copy:
+    case Opcode::dma_copy:
+    case Opcode::device_print:
+      return false;
+    default:
+      return true;
+  }
+}
+
+class Verifier {
+ public:
+  Verifier(const Kernel& k, const Target& t) : target_(t) {
+    scopes_.emplace_back();
+    for (auto& b : k.inputs) scopes_.back().push_back(b->name);
+    for (auto& b : k.outputs) scopes_.back().push_back(b->name);
+  }
+
+  void walk(const StmtPtr& s) {
+    if (!s) return;
+    if (auto b = s->as<Block>()) {
+      scopes_.emplace_back();
+      for (auto& st : b->stmts) walk(st);
+      scopes_.pop_back();
+    } else if (auto f = s->as<For>()) {
+      loops_.emplace_back(f->var, f->extent);
+      walk(f->body);
+      loops_.pop_back();
+    } else if (auto a = s->as<Alloc>()) {
+      check_alloc(*a);
+      scopes_.back().push_back(a->buffer->name);
+    } else if (auto op = s->as<Op>()) {
+      check_op(*op);
+    }
+  }
+
+ private:
+  const Target& target_;
+  std::vector<std::vector<std::string>> scopes_;
+  std::vector<std::pair<std::string, int64_t>> loops_;
+
+  bool in_scope(const std::string& name) const {
+    for (auto& sc : scopes_)
+      if (std::find(sc.begin(), sc.end(), name) != sc.end()) return true;
+    return false;
+  }
+
+  std::optional<int64_t> loop_extent(const std::string& var) const {
+    for (auto it = loops_.rbegin(); it != loops_.rend(); ++it)
+      if (it->first == var) return it->second;
+    return std::nullopt;
+  }
+
+  void check_alloc(const Alloc& a) {
+    NEURON_ASSERT(a.buffer, "Alloc without a buffer");
+    const Buffer& b = *a.buffer;
+    for (auto d : b.shape)
+      if (d < 1)
+        user_error(a.span, "shape-mismatch", "buffer {} has a dimension of size {}", buffer_str(b),
+                   d);
+    if (!is_on_chip(b.memory)) return;
+    if (b.shape.size() < 2)
+      user_error(a.span, "tile-rank",
+                 "on-chip buffer {} has {} dimension(s); SBUF/PSUM tiles need at least 2 "
+                 "(partition dim first, e.g. [{}, 1])",
+                 buffer_str(b), b.shape.size(), b.shape.empty() ? 1 : b.shape[0]);
+    if (b.shape[0] > target_.partitions)
+      user_error(a.span, "partition-size",
+                 "buffer {} has {} partitions; the partition dimension (dim 0) is at most {}",
+                 buffer_str(b), b.shape[0], target_.partitions);
+    if (b.memory == Memory::psum && b.slot_bytes() > target_.psum_bank_bytes)
+      user_error(a.span, "psum-bank",
+                 "PSUM buffer {} needs {} bytes per partition but a PSUM bank holds {}",
+                 buffer_str(b), b.slot_bytes(), target_.psum_bank_bytes);
+  }
+
+  // ---- arguments -------------------------------------------------------------------------
+
+  void check_args(const Op& op, std::string_view name) {
+    auto& specs = op_arg_specs(op.code);
+    for (auto& a : op.args) {
+      auto it = std::find_if(specs.begin(), specs.end(),
+                             [&](const ArgSpec& s) { return a.name == s.name; });
+      if (it == specs.end())
+        user_error(op.span, "unknown-arg", "{} has no argument '{}'", name, a.name);
+      if (!value_has_kind(a.value, it->kind))
+        user_error(op.span, "unknown-arg", "{} argument '{}' must be {}", name, a.name,
+                   arg_kind_name(it->kind));
+    }
+    for (auto& s : specs)
+      if (s.required && !op.has(s.name))
+        user_error(op.span, "unknown-arg", "{} is missing its required argument '{}'", name,
+                   s.name);
+  }
+
+  AluOp alu(const Op& op, std::string_view opname, const char* arg, int need_arity = 0) {
+    std::string s = op.get_string(arg);
+    auto a = alu_op_from_name(s);
+    if (!a)
+      user_error(op.span, "unknown-arg", "{}: {}=\"{}\" is not an ALU operator", opname, arg, s);
+    if (need_arity && alu_op_arity(*a) != need_arity)
+      user_error(op.span, "unknown-arg", "{}: {}=\"{}\" is not a binary operator", opname, arg, s);
+    return *a;
+  }
+
+  void act_func(const Op& op, std::string_view opname, const char* arg) {
+    std::string s = op.get_string(arg);
+    if (!act_func_from_name(s))
+      user_error(op.span, "unknown-arg", "{}: {}=\"{}\" is not an activation function", opname, arg,
+                 s);
+  }
+
+  // ---- views -----------------------------------------------------------------------------
+
+  void check_view(const Op& op, std::string_view opname, const std::string& arg, const Access& a) {
+    if (!a.buffer)
+      user_error(op.span, "unknown-arg", "{} argument '{}' views no buffer", opname, arg);
+    const Buffer& b = *a.buffer;
+    if (!in_scope(b.name))
+      user_error(op.span, "buffer-scope",
+                 "{} argument '{}' uses buffer '{}' outside the block that allocates it", opname,
+                 arg, b.name);
+    if (a.dims.size() != b.shape.size())
+      user_error(op.span, "shape-mismatch",
+                 "{} argument '{}' indexes {} dimension(s) of {} which has {}", opname, arg,
+                 a.dims.size(), buffer_str(b), b.shape.size());
+    for (size_t d = 0; d < a.dims.size(); ++d) check_bounds(op, opname, arg, a, d);
+    if (!is_on_chip(b.memory)) return;
+    if (a.dims[0].size > target_.partitions)
+      user_error(op.span, "partition-size",
+                 "{} argument '{}' spans {} partitions of '{}'; at most {}", opname, arg,
+                 a.dims[0].size, b.name, target_.partitions);
+    if (opcode_level(op.code) == OpLevel::Isa) {
+      size_t free = 0;
+      for (size_t d = 1; d < a.dims.size(); ++d) free += a.dims[d].keep;
+      if (free > 4)
+        user_error(op.span, "free-dims",
+                   "{} argument '{}' has {} free dimensions; an access pattern has at most 4",
+                   opname, arg, free);
+    }
+    if (is_compute(op.code)) check_start_partition(op, opname, arg, a);
+  }
+
+  void check_bounds(const Op& op, std::string_view opname, const std::string& arg, const Access& a,
+                    size_t d) {
+    const DimSlice& s = a.dims[d];
+    int64_t dim = a.buffer->shape[d];
+    if (s.size < 1)
+      user_error(op.span, "shape-mismatch", "{} argument '{}' has size {} in dim {}", opname, arg,
+                 s.size, d);
+    // Loop variables range over 0..extent-1; program ids (and anything unknown) are unbounded,
+    // so a side of the range that depends on them is not checked.
+    int64_t lo = s.start.constant, hi = s.start.constant;
+    bool lo_known = true, hi_known = true;
+    for (auto& t : s.start.terms) {
+      auto ext = loop_extent(t.var);
+      if (!ext) {
+        (t.coeff > 0 ? hi_known : lo_known) = false;
+        continue;
+      }
+      int64_t top = t.coeff * std::max<int64_t>(*ext - 1, 0);
+      lo += std::min<int64_t>(0, top);
+      hi += std::max<int64_t>(0, top);
+    }
+    int64_t span = s.step * (s.size - 1);
+    lo += std::min<int64_t>(0, span);
+    hi += std::max<int64_t>(0, span);
+    if ((lo_known && lo < 0) || (hi_known && hi >= dim))
+      user_error(op.span, "out-of-bounds",
+                 "{} argument '{}' reads indices {}..{} of dim {} of {} (start {}, size {}, "
+                 "step {}), outside 0..{}",
+                 opname, arg, lo_known ? fmt::to_string(lo) : "?",
+                 hi_known ? fmt::to_string(hi) : "?", d, buffer_str(*a.buffer), s.start.str(),
+                 s.size, s.step, dim - 1);
+  }
+
+  void check_start_partition(const Op& op, std::string_view opname, const std::string& arg,
+                             const Access& a) {
+    const DimSlice& p = a.dims[0];
+    if (p.step == 0) return;  // one partition broadcast: legalize moves it with a DMA
+    int64_t n = p.size;
+    int64_t align = n > 64 ? 128 : n > 32 ? 64 : 32;
+    const char* allowed = n > 64 ? "0" : n > 32 ? "0 or 64" : "0, 32, 64 or 96";
+    // An affine start stays aligned for every value of its variables exactly when the
+    // constant and every coefficient are multiples of the alignment.
+    bool ok = p.start.constant % align == 0;
+    for (auto& t : p.start.terms) ok = ok && t.coeff % align == 0;
+    if (!ok)
+      user_error(op.span, "start-partition",
+                 "{} argument '{}' covers {} partitions of '{}' starting at partition {}; a "
+                 "view of {} partitions must start at {}",
+                 opname, arg, n, a.buffer->name, p.start.str(), n, allowed);
+  }
+
+  // ---- per-opcode rules ------------------------------------------------------------------
+
+  const Access& view(const Op& op, const char* name) {
+    auto a = op.access(name);
+    NEURON_ASSERT(a, "argument {} checked but missing", name);
+    return *a;
+  }
+
+  void require_memory(const Op& op, std::string_view opname, const char* arg, bool ok,
+                      const char* rule, const char* want) {
+    if (ok) return;
+    auto& a = view(op, arg);
+    user_error(op.span, rule, "{} argument '{}' is in {} (buffer '{}'); it must be in {}", opname,
+               arg, memory_name(a.buffer->memory), a.buffer->name, want);
+  }
+
+  void same_layout(const Op& op, std::string_view opname, const char* a_name, const char* b_name) {
+    auto a = op.access(a_name);
+    auto b = op.access(b_name);
+    if (!a || !b) return;
+    if (partitions(*a) != partitions(*b) || free_elements(*a) != free_elements(*b))
+      user_error(op.span, "shape-mismatch",
+                 "{}: '{}' {} and '{}' {} need the same partition count and elements per "
+                 "partition",
+                 opname, a_name, shape_str(pattern_shape(*a)), b_name,
+                 shape_str(pattern_shape(*b)));
+  }
+
+  void same_shape(const Op& op, std::string_view opname, const char* a_name, const char* b_name) {
+    auto a = op.access(a_name);
+    auto b = op.access(b_name);
+    if (!a || !b) return;
+    if (pattern_shape(*a) != pattern_shape(*b))
+      user_error(op.span, "shape-mismatch", "{}: '{}' has shape {} but '{}' has shape {}", opname,
+                 a_name, shape_str(pattern_shape(*a)), b_name, shape_str(pattern_shape(*b)));
+  }
+
+  void same_elements(const Op& op, std::string_view opname) {
+    auto& d = view(op, "dst");
+    auto& s = view(op, "src");
+    if (view_elements(d) != view_elements(s))
+      user_error(op.span, "shape-mismatch", "{}: dst {} has {} elements but src {} has {}", opname,
+                 shape_str(pattern_shape(d)), view_elements(d), shape_str(pattern_shape(s)),
+                 view_elements(s));
+  }
+
+  // A per-partition scalar operand: [P, 1] with P the partitions of `data`.
+  void column(const Op& op, std::string_view opname, const char* arg, const char* data) {
+    auto a = op.access(arg);
+    if (!a) return;
+    auto& d = view(op, data);
+    if (partitions(*a) != partitions(d) || free_elements(*a) != 1)
+      user_error(op.span, "shape-mismatch", "{}: '{}' has shape {}; it must be [{}, 1]", opname,
+                 arg, shape_str(pattern_shape(*a)), partitions(d));
+  }
+
+  void float_operands(const Op& op, std::string_view opname,
+                      std::initializer_list<const char*> args) {
+    for (auto n : args) {
+      auto a = op.access(n);
+      if (a && !dtype_is_float(a->buffer->dtype))
+        user_error(op.span, "dtype",
+                   "{}: '{}' is {}; matmul operands must be float8_e4m3, float8_e5m2, bfloat16, "
+                   "float16 or float32",
+                   opname, n, dtype_name(a->buffer->dtype));
+    }
+  }
+
+  void integer_operands(const Op& op, std::string_view opname, AluOp alu_op,
+                        std::initializer_list<const char*> args) {
+    if (!is_bitwise(alu_op)) return;
+    for (auto n : args) {
+      auto a = op.access(n);
+      if (a && dtype_is_float(a->buffer->dtype))
+        user_error(op.span, "dtype", "{}: bitwise operator '{}' needs integer tiles but '{}' is {}",
+                   opname, alu_op_name(alu_op), n, dtype_name(a->buffer->dtype));
+    }
+  }
+
+  void matmul_shape(const Op& op, std::string_view opname, int64_t k1, int64_t m, int64_t k2,
+                    int64_t n, const Access& dst) {
+    if (k1 != k2)
+      user_error(op.span, "matmul-shape",
+                 "{}: contraction sizes differ: stationary has K={} partitions, moving K={}",
+                 opname, k1, k2);
+    if (k1 > target_.partitions)
+      user_error(op.span, "matmul-shape", "{}: K={} exceeds {}", opname, k1, target_.partitions);
+    if (m > target_.gemm_stationary_fmax)
+      user_error(op.span, "matmul-shape", "{}: stationary free size M={} exceeds {}", opname, m,
+                 target_.gemm_stationary_fmax);
+    if (n > target_.gemm_moving_fmax)
+      user_error(op.span, "matmul-shape", "{}: moving free size N={} exceeds {}", opname, n,
+                 target_.gemm_moving_fmax);
+    if (partitions(dst) != m || free_elements(dst) != n)
+      user_error(op.span, "matmul-shape", "{}: dst has shape {} but the product is [{}, {}]",
+                 opname, shape_str(pattern_shape(dst)), m, n);
+    if (dst.buffer->dtype != DType::float32)
+      user_error(op.span, "psum-dtype", "{}: dst '{}' is {}; matmul results in PSUM are float32",
+                 opname, dst.buffer->name, dtype_name(dst.buffer->dtype));
+  }
+
+  void reduce_axes(const Op& op, std::string_view opname, const Access& x, const Access& dst) {
+    auto shape = pattern_shape(x);
+    auto axes = op.get_ints("axes");
+    if (axes.empty()) user_error(op.span, "reduce-axis", "{}: no axes given to reduce", opname);
+    std::set<int64_t> seen;
+    for (auto ax : axes) {
+      if (ax == 0)
+        user_error(op.span, "reduce-axis",
+                   "{}: axis 0 is the partition dimension; only free axes 1..{} can be reduced",
+                   opname, shape.size() - 1);
+      if (ax < 0 || ax >= static_cast<int64_t>(shape.size()))
+        user_error(op.span, "reduce-axis", "{}: axis {} is out of range for a view of shape {}",
+                   opname, ax, shape_str(shape));
+      if (!seen.insert(ax).second)
+        user_error(op.span, "reduce-axis", "{}: axis {} is listed twice", opname, ax);
+    }
+    // dst is the input with the reduced axes set to 1; size-1 dims may be dropped.
+    auto expect = shape;
+    for (auto ax : axes) expect[ax] = 1;
+    auto squeeze = [](std::vector<int64_t> s) {
+      std::vector<int64_t> out{s.empty() ? 1 : s[0]};
+      for (size_t i = 1; i < s.size(); ++i)
+        if (s[i] != 1) out.push_back(s[i]);
+      return out;
+    };
+    if (squeeze(expect) != squeeze(pattern_shape(dst)))
+      user_error(op.span, "shape-mismatch",
+                 "{}: dst has shape {} but reducing {} over axes [{}] gives {}", opname,
+                 shape_str(pattern_shape(dst)), shape_str(shape), fmt::join(axes, ", "),
+                 shape_str(expect));
+  }
+
+  void check_pattern(const Op& op, std::string_view opname, const Access& dst) {
+    auto pat = op.get_ints("pattern");
+    if (pat.empty() || pat.size() % 2 != 0 || pat.size() > 8)
+      user_error(op.span, "unknown-arg",
+                 "{}: pattern must be 1 to 4 [stride, count] pairs, got {} integers", opname,
+                 pat.size());
+    int64_t count = 1;
+    for (size_t i = 1; i < pat.size(); i += 2) count *= pat[i];
+    if (count != free_elements(dst))
+      user_error(op.span, "shape-mismatch",
+                 "{}: pattern covers {} elements per partition but dst {} has {}", opname, count,
+                 shape_str(pattern_shape(dst)), free_elements(dst));
+  }
+
+  void check_op(const Op& op) {
+    std::string_view opname = opcode_name(op.code);
+    check_args(op, opname);
+    for (auto& a : op.args)
+      if (auto v = std::get_if<Access>(&a.value)) check_view(op, opname, a.name, *v);
+
+    // Engines compute only on SBUF/PSUM.
+    if (is_compute(op.code))
+      for (auto& a : op.args)
+        if (auto v = std::get_if<Access>(&a.value); v && is_hbm(v->buffer->memory))
+          user_error(op.span, "engine-memory",
+                     "{} argument '{}' is the {} buffer '{}'; engines compute only on SBUF/PSUM "
+                     "(move it on chip with nl.load or dma_copy)",
+                     opname, a.name, memory_name(v->buffer->memory), v->buffer->name);
+
+    auto mem = [&](const char* n) { return view(op, n).buffer->memory; };
+    switch (op.code) {
+      case Opcode::nl_load:
+        require_memory(op, opname, "src", is_hbm(mem("src")), "engine-memory", "HBM");
+        require_memory(op, opname, "dst", mem("dst") == Memory::sbuf, "engine-memory", "SBUF");
+        same_elements(op, opname);
+        break;
+      case Opcode::nl_store:
+        require_memory(op, opname, "dst", is_hbm(mem("dst")), "engine-memory", "HBM");
+        require_memory(op, opname, "src", is_on_chip(mem("src")), "engine-memory", "SBUF or PSUM");
+        same_elements(op, opname);
+        break;
+      case Opcode::nl_copy:
+        if (is_hbm(mem("dst")) || is_hbm(mem("src"))) {
+          require_memory(op, opname, "dst", mem("dst") != Memory::psum, "engine-memory",
+                         "SBUF or HBM when the other side is in HBM (a DMA)");
+          require_memory(op, opname, "src", mem("src") != Memory::psum, "engine-memory",
+                         "SBUF or HBM when the other side is in HBM (a DMA)");
+        }
+        same_elements(op, opname);
+        break;
+      case Opcode::dma_copy:
+        require_memory(op, opname, "dst", mem("dst") != Memory::psum, "engine-memory",
+                       "HBM or SBUF (DMA cannot reach PSUM)");
+        require_memory(op, opname, "src", mem("src") != Memory::psum, "engine-memory",
+                       "HBM or SBUF (DMA cannot reach PSUM)");
+        same_elements(op, opname);
+        break;
+      case Opcode::tensor_copy:
+        same_layout(op, opname, "dst", "src");
+        break;
+      case Opcode::nl_matmul: {
+        require_memory(op, opname, "x", mem("x") == Memory::sbuf, "matmul-memory", "SBUF");
+        require_memory(op, opname, "y", mem("y") == Memory::sbuf, "matmul-memory", "SBUF");
+        require_memory(op, opname, "dst", mem("dst") == Memory::psum, "matmul-memory", "PSUM");
+        float_operands(op, opname, {"x", "y"});
+        auto &x = view(op, "x"), &y = view(op, "y");
+        bool tx = op.get_int("transpose_x", 0) != 0;
+        // transpose_x=0: x is [M, K] and is transposed through PSUM first, so M is its
+        // partition count and K (its free size) becomes the contraction partitions.
+        int64_t k = tx ? partitions(x) : free_elements(x);
+        int64_t m = tx ? free_elements(x) : partitions(x);
+        matmul_shape(op, opname, k, m, partitions(y), free_elements(y), view(op, "dst"));
+        break;
+      }
+      case Opcode::nc_matmul: {
+        require_memory(op, opname, "stationary", mem("stationary") == Memory::sbuf, "matmul-memory",
+                       "SBUF");
+        require_memory(op, opname, "moving", mem("moving") == Memory::sbuf, "matmul-memory",
+                       "SBUF");
+        require_memory(op, opname, "dst", mem("dst") == Memory::psum, "matmul-memory", "PSUM");
+        float_operands(op, opname, {"stationary", "moving"});
+        auto &s = view(op, "stationary"), &m = view(op, "moving");
+        matmul_shape(op, opname, partitions(s), free_elements(s), partitions(m), free_elements(m),
+                     view(op, "dst"));
+        break;
+      }
+      case Opcode::nl_transpose:
+      case Opcode::nc_transpose: {
+        const char* src = op.code == Opcode::nl_transpose ? "src" : "data";
+        require_memory(op, opname, src, mem(src) == Memory::sbuf, "matmul-memory", "SBUF");
+        require_memory(op, opname, "dst", mem("dst") == Memory::psum, "matmul-memory", "PSUM");
+        auto &d = view(op, "dst"), &s = view(op, src);
+        if (free_elements(s) > target_.partitions)
+          user_error(op.span, "shape-mismatch",
+                     "{}: '{}' has {} elements per partition; a transpose takes at most {}", opname,
+                     src, free_elements(s), target_.partitions);
+        if (partitions(d) != free_elements(s) || free_elements(d) != partitions(s))
+          user_error(op.span, "shape-mismatch",
+                     "{}: dst has shape {} but transposing {} gives [{}, {}]", opname,
+                     shape_str(pattern_shape(d)), shape_str(pattern_shape(s)), free_elements(s),
+                     partitions(s));
+        break;
+      }
+      case Opcode::nl_unary: {
+        act_func(op, opname, "func");
+        auto& x = view(op, "x");
+        if (!dtype_is_float(x.buffer->dtype))
+          user_error(op.span, "dtype", "{}: '{}' is {}; activation functions take float tiles",
+                     opname, x.buffer->name, dtype_name(x.buffer->dtype));
+        same_shape(op, opname, "dst", "x");
+        break;
+      }
+      case Opcode::nl_binary: {
+        AluOp a = alu(op, opname, "op", 2);
+        if (!op.access("x") && !op.access("y"))
+          user_error(op.span, "unknown-arg", "{}: at least one of 'x' and 'y' must be a tile",
+                     opname);
+        integer_operands(op, opname, a, {"dst", "x", "y"});
+        same_shape(op, opname, "dst", "x");
+        same_shape(op, opname, "dst", "y");
+        break;
+      }
+      case Opcode::nl_reduce: {
+        std::string r = op.get_string("op");
+        if (r != "add" && r != "maximum" && r != "minimum" && r != "mean")
+          user_error(op.span, "unknown-arg",
+                     "{}: op=\"{}\" is not a reduction (add, maximum, minimum, mean)", opname, r);
+        reduce_axes(op, opname, view(op, "x"), view(op, "dst"));
+        break;
+      }
+      case Opcode::nl_where:
+        same_shape(op, opname, "dst", "cond");
+        same_shape(op, opname, "dst", "x");
+        same_shape(op, opname, "dst", "y");
+        break;
+      case Opcode::activation: {
+        act_func(op, opname, "func");
+        if (op.has("reduce_op") && op.get_string("reduce_op") != "add")
+          user_error(op.span, "unknown-arg",
+                     "{}: reduce_op=\"{}\"; activation reduces with add only", opname,
+                     op.get_string("reduce_op"));
+        same_layout(op, opname, "dst", "data");
+        column(op, opname, "bias", "data");
+        column(op, opname, "scale", "data");
+        column(op, opname, "reduce_res", "data");
+        break;
+      }
+      case Opcode::tensor_tensor: {
+        AluOp a = alu(op, opname, "op", 2);
+        if (mem("data1") == Memory::psum && mem("data2") == Memory::psum)
+          user_error(op.span, "engine-memory",
+                     "{}: 'data1' and 'data2' are both in PSUM; at most one input may be", opname);
+        integer_operands(op, opname, a, {"dst", "data1", "data2"});
+        same_layout(op, opname, "dst", "data1");
+        same_layout(op, opname, "dst", "data2");
+        break;
+      }
+      case Opcode::tensor_scalar: {
+        AluOp a0 = alu(op, opname, "op0");
+        integer_operands(op, opname, a0, {"dst", "data"});
+        if (op.has("op1")) integer_operands(op, opname, alu(op, opname, "op1"), {"dst", "data"});
+        same_layout(op, opname, "dst", "data");
+        column(op, opname, "operand0", "data");
+        column(op, opname, "operand1", "data");
+        break;
+      }
+      case Opcode::tensor_reduce: {
+        AluOp a = alu(op, opname, "op");
+        if (!is_reduction(a))
+          user_error(op.span, "unknown-arg", "{}: op=\"{}\" cannot be used as a reduction", opname,
+                     alu_op_name(a));
+        reduce_axes(op, opname, view(op, "data"), view(op, "dst"));
+        break;
+      }
+      case Opcode::tensor_copy_predicated:
+        if (mem("src") == Memory::psum && mem("predicate") == Memory::psum)
+          user_error(op.span, "engine-memory",
+                     "{}: 'src' and 'predicate' are both in PSUM; at most one may be", opname);
+        same_layout(op, opname, "dst", "src");
+        same_layout(op, opname, "dst", "predicate");
+        break;
+      case Opcode::memset:
+        break;
+      case Opcode::iota: {
+        require_memory(op, opname, "dst", mem("dst") == Memory::sbuf, "engine-memory", "SBUF");
+        auto& d = view(op, "dst");
+        if (d.buffer->dtype == DType::bool_)
+          user_error(op.span, "dtype", "{}: dst '{}' is bool; iota writes integer or float tiles",
+                     opname, d.buffer->name);
+        check_pattern(op, opname, d);
+        break;
+      }
+      case Opcode::affine_select: {
+        require_memory(op, opname, "dst", mem("dst") == Memory::sbuf, "engine-memory", "SBUF");
+        require_memory(op, opname, "on_true", mem("on_true") == Memory::sbuf, "engine-memory",
+                       "SBUF");
+        if (op.has("cmp_op")) alu(op, opname, "cmp_op", 2);
+        same_layout(op, opname, "dst", "on_true");
+        check_pattern(op, opname, view(op, "dst"));
+        break;
+      }
+      case Opcode::device_print:
+        break;
+    }
+  }
+};
+
+}  // namespace
+
+void verify(const Kernel& k, const std::string& target) {
+  const Target& t = target_by_name(target);
+  Verifier v(k, t);
+  for (auto& io : {&k.inputs, &k.outputs})
+    for (auto& b : *io) {
+      NEURON_ASSERT(b, "kernel {} has a null input/output buffer", k.name);
+      if (is_on_chip(b->memory))
+        user_error(b->span, "engine-memory",
+                   "kernel argument '{}' is in {}; kernel inputs and outputs live in HBM", b->name,
+                   memory_name(b->memory));
+    }
+  v.walk(k.body);
+}
+
+}  // namespace neuron

@@ -1,0 +1,74 @@
+// Shape helpers for views shared by the passes (verify, legalize, allocate, lower).
+#pragma once
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "neuron/ir/ir.hpp"
+
+namespace neuron::passes {
+
+// The shape an engine sees: for an on-chip view the partition count followed by the kept free
+// dims (the partition dim is always walked, even when indexed by a scalar); for HBM the kept
+// dims. Reduction axes and matmul shapes are counted in this shape.
+inline std::vector<int64_t> pattern_shape(const Access& a) {
+  if (!a.buffer || !is_on_chip(a.buffer->memory) || a.dims.empty()) return a.shape();
+  std::vector<int64_t> s{a.dims[0].size};
+  for (size_t d = 1; d < a.dims.size(); ++d)
+    if (a.dims[d].keep) s.push_back(a.dims[d].size);
+  return s;
+}
+
+inline int64_t product(const std::vector<int64_t>& v, size_t from = 0) {
+  int64_t n = 1;
+  for (size_t i = from; i < v.size(); ++i) n *= v[i];
+  return n;
+}
+
+inline int64_t partitions(const Access& a) {
+  return a.dims.empty() ? 1 : a.dims[0].size;
+}
+
+// Elements per partition of an on-chip view (product of its free sizes).
+inline int64_t free_elements(const Access& a) {
+  return product(pattern_shape(a), 1);
+}
+
+inline int64_t view_elements(const Access& a) {
+  return product(pattern_shape(a));
+}
+
+// A view reading one partition for every partition of the result (dim 0 step 0).
+inline bool broadcasts_partitions(const Access& a) {
+  return a.buffer && is_on_chip(a.buffer->memory) && !a.dims.empty() && a.dims[0].step == 0 &&
+         a.dims[0].size > 1;
+}
+
+// A view whose every free dim repeats one element: a per-partition scalar column.
+inline bool is_column(const Access& a) {
+  bool any = false;
+  for (size_t d = 1; d < a.dims.size(); ++d) {
+    if (a.dims[d].size == 1) continue;
+    if (a.dims[d].step != 0) return false;
+    any = true;
+  }
+  return any || free_elements(a) == 1;
+}
+
+inline bool broadcasts_free(const Access& a) {
+  for (size_t d = 1; d < a.dims.size(); ++d)
+    if (a.dims[d].step == 0 && a.dims[d].size > 1) return true;
+  return false;
+}
+
+inline std::string shape_str(const std::vector<int64_t>& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
+
+inline std::string buffer_str(const Buffer& b) {
+  return fmt::format("{} {}{}", b.name, dtype_name(b.dtype), shape_str(b.shape));
+}
+
+}  // namespace neuron::passes

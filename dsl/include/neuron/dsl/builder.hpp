@@ -1,0 +1,62 @@
+// The tracing state behind the DSL: one per thread, holding the open blocks, loop and tile
+// counters, and the kernel's inputs and outputs. DSL functions call these; kernels never do.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "neuron/dsl/tensor.hpp"
+#include "neuron/ir/ir.hpp"
+
+namespace neuron {
+
+// One kernel argument for neuron::trace: its shape, dtype and (optionally) its name.
+struct TensorSpec {
+  std::vector<int64_t> shape;
+  DType dtype = DType::float32;
+  std::string name = {};  // empty: "in0", "in1", ...
+};
+
+namespace dsl {
+
+// Throws UserError rule "no-trace" when no trace is running on this thread.
+void require_trace(const Span& span);
+bool tracing();
+
+// Creates a buffer. sbuf/psum/hbm buffers are declared (Alloc) in the innermost open block;
+// shared_hbm buffers become kernel outputs. `name` empty: "t0", "t1", ...; user names are kept
+// and made unique with a suffix.
+BufferPtr new_buffer(const std::string& name, Memory memory, std::vector<int64_t> shape,
+                     DType dtype, const Span& span);
+
+// Appends an Op to the innermost open block.
+void emit(Opcode code, std::vector<Arg> args, const Span& span);
+
+// Opens a For; returns its loop variable ("i0", "i1", ... in the order loops are opened) and an
+// id that close_loop must be given.
+std::pair<std::string, int> open_loop(int64_t extent, LoopKind kind, const Span& span);
+// Closes the innermost loop if it is `id`. Never throws (called from destructors).
+void close_loop(int id) noexcept;
+
+// A running trace. Constructing one starts tracing on this thread (nested traces are a
+// UserError "nested-trace"); destroying it without finish() discards everything.
+class TraceScope {
+ public:
+  TraceScope(std::string name, Span span);
+  ~TraceScope();
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+  // Declares the kernel inputs and returns their handles.
+  std::vector<nl::tensor> inputs(const std::vector<TensorSpec>& specs);
+  // Ends the trace. `outputs`: the tensors the kernel returned, or nullopt when it returned
+  // nothing (then every shared_hbm tensor it created is an output, in creation order).
+  Kernel finish(const std::optional<std::vector<nl::tensor>>& outputs);
+
+ private:
+  bool active_ = false;
+};
+
+}  // namespace dsl
+}  // namespace neuron

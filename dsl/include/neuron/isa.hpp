@@ -1,0 +1,101 @@
+// neuron::isa — the NKI `nki.isa` instructions (current generation): the destination comes
+// first, nothing is returned, and the output dtype is the destination's.
+#pragma once
+#include <concepts>
+#include <cstdint>
+#include <type_traits>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "neuron/language.hpp"
+
+namespace neuron::isa {
+
+using nl::operand;
+using nl::tensor;
+
+// An ALU operator argument: pass the nl function (`nl::add`, `nl::maximum`, `nl::sum`,
+// `nl::rsqrt`) or an AluOp (`nl::bypass`). A function with no ALU form (`nl::exp`) is a
+// UserError "alu-op" when the instruction is traced.
+class alu {
+ public:
+  alu(AluOp op) : op_(op) {}                                  // NOLINT: implicit on purpose
+  alu(const nl::binary_fn& f) : op_(f.alu) {}                 // NOLINT
+  alu(const nl::unary_fn& f) : op_(f.alu), what_(f.act) {}    // NOLINT
+  alu(const nl::reduce_fn& f) : op_(f.alu), reduce_(f.op) {}  // NOLINT
+  AluOp get(const Span& span) const;
+
+ private:
+  std::optional<AluOp> op_;
+  std::optional<ActFunc> what_;
+  const char* reduce_ = nullptr;
+};
+
+// An activation function argument: `nl::exp`, `nl::copy`, ... or an ActFunc.
+class act {
+ public:
+  act(ActFunc f) : f_(f) {}                       // NOLINT: implicit on purpose
+  act(const nl::unary_fn& f) : f_(f.act) {}       // NOLINT
+  act(const nl::copy_fn& f) : f_(f.act) {}        // NOLINT
+  ActFunc get() const { return f_; }
+
+ private:
+  ActFunc f_;
+};
+
+// nc_matmul's accumulate flag: -1 (default) lets the compiler decide (first write to a PSUM
+// location overwrites, later ones add), false/0 overwrites, true/1 adds.
+class accumulate_flag {
+ public:
+  accumulate_flag() = default;
+  template <std::integral I>
+  accumulate_flag(I v) : v_(std::is_same_v<I, bool> ? (v ? 1 : 0) : static_cast<int64_t>(v)) {}  // NOLINT
+  int64_t get() const { return v_; }
+
+ private:
+  int64_t v_ = -1;
+};
+
+// iota / affine_select patterns: [[stride, count], ...] over the free dims.
+using pattern = std::vector<std::pair<int64_t, int64_t>>;
+
+// dst[M,N] (PSUM) = stationary[K,M].T @ moving[K,N], accumulated in fp32.
+void nc_matmul(const tensor& dst, const tensor& stationary, const tensor& moving,
+               accumulate_flag accumulate = {}, Span span = Span::current());
+// dst[F,P] = data[P,F].T on the Tensor engine.
+void nc_transpose(const tensor& dst, const tensor& data, Span span = Span::current());
+// dst = op(data * scale + bias) on the Scalar engine; with reduce_op, reduce_res[P,1] gets the
+// reduction of the result over the free axes. scale is a float or a [P,1] tile.
+void activation(const tensor& dst, act op, const tensor& data,
+                std::optional<tensor> bias = std::nullopt, operand scale = 1.0,
+                std::optional<alu> reduce_op = std::nullopt,
+                std::optional<tensor> reduce_res = std::nullopt, Span span = Span::current());
+// dst = op(data1, data2), same shapes (no broadcasting at the ISA level).
+void tensor_tensor(const tensor& dst, const tensor& data1, const tensor& data2, alu op,
+                   Span span = Span::current());
+// dst = (data op0 operand0) op1 operand1; operands are floats or [P,1] tiles; reverse swaps
+// the two sides of a stage.
+void tensor_scalar(const tensor& dst, const tensor& data, alu op0, operand operand0,
+                   bool reverse0 = false, std::optional<alu> op1 = std::nullopt,
+                   std::optional<operand> operand1 = std::nullopt, bool reverse1 = false,
+                   Span span = Span::current());
+// dst = op-reduction of data over the given free axes (kept as size 1); negate multiplies by -1.
+void tensor_reduce(const tensor& dst, alu op, const tensor& data, nl::axes axis,
+                   bool negate = false, Span span = Span::current());
+void tensor_copy(const tensor& dst, const tensor& src, Span span = Span::current());
+// dst = src where predicate != 0; other elements of dst are left unchanged.
+void tensor_copy_predicated(const tensor& dst, const tensor& src, const tensor& predicate,
+                            Span span = Span::current());
+void memset(const tensor& dst, double value, Span span = Span::current());
+// dst[p, f...] = offset + p * channel_multiplier + sum(stride_i * f_i).
+void iota(const tensor& dst, const pattern& pattern, int64_t offset = 0,
+          int64_t channel_multiplier = 0, Span span = Span::current());
+// dst = cmp_op(affine value, 0) ? on_true : on_false, the affine value built like iota's.
+void affine_select(const tensor& dst, const pattern& pattern, int64_t channel_multiplier,
+                   const tensor& on_true, double on_false, alu cmp_op = nl::equal,
+                   int64_t offset = 0, Span span = Span::current());
+// DMA copy between HBM and SBUF (either direction, or SBUF to SBUF).
+void dma_copy(const tensor& dst, const tensor& src, Span span = Span::current());
+
+}  // namespace neuron::isa

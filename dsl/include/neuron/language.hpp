@@ -1,0 +1,157 @@
+// neuron::nl — the NKI `nki.language` surface in C++: allocation, data movement, element-wise
+// math, reductions, loops and program ids. Each call records IR into the running trace.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "neuron/dsl/range.hpp"
+#include "neuron/dsl/tensor.hpp"
+#include "neuron/error.hpp"
+#include "neuron/ir/ir.hpp"
+
+namespace neuron::nl {
+
+// ---- dtypes and buffers ---------------------------------------------------------------------
+
+inline constexpr DType float32 = DType::float32, bfloat16 = DType::bfloat16,
+                       float16 = DType::float16, float8_e4m3 = DType::float8_e4m3,
+                       float8_e5m2 = DType::float8_e5m2, int8 = DType::int8, int16 = DType::int16,
+                       int32 = DType::int32, uint8 = DType::uint8, uint16 = DType::uint16,
+                       uint32 = DType::uint32, bool_ = DType::bool_;
+
+inline constexpr Memory sbuf = Memory::sbuf, psum = Memory::psum, hbm = Memory::hbm,
+                        shared_hbm = Memory::shared_hbm;
+
+namespace tile_size {
+inline constexpr int64_t pmax = 128;                 // partitions of any SBUF/PSUM tile
+inline constexpr int64_t psum_fmax = 512;            // fp32 elements per partition in a PSUM bank
+inline constexpr int64_t gemm_stationary_fmax = 128;  // matmul stationary free size (M)
+inline constexpr int64_t gemm_moving_fmax = 512;      // matmul moving free size (N)
+}  // namespace tile_size
+
+// The result dtype of a binary operation on two tiles (NKI's promotion table): float with int
+// gives the float, two floats the wider (fp16 with bf16: fp32; the two fp8s: bf16), two ints
+// the wider or the smallest signed type holding both (int32 with uint32: fp32).
+DType promote(DType a, DType b);
+
+// ---- allocation ------------------------------------------------------------------------------
+
+// An uninitialised tensor. buffer nl::shared_hbm makes a kernel output.
+tensor ndarray(std::vector<int64_t> shape, DType dtype, Memory buffer = sbuf,
+               const std::string& name = "", Span span = Span::current());
+// On-chip tensors filled by memset. HBM tensors cannot be created with a value (rule "hbm-init").
+tensor zeros(std::vector<int64_t> shape, DType dtype, Memory buffer = sbuf,
+             const std::string& name = "", Span span = Span::current());
+tensor ones(std::vector<int64_t> shape, DType dtype, Memory buffer = sbuf,
+            const std::string& name = "", Span span = Span::current());
+tensor full(std::vector<int64_t> shape, double fill_value, DType dtype, Memory buffer = sbuf,
+            const std::string& name = "", Span span = Span::current());
+// Shape (and dtype unless given) of x; buffer defaults to x's.
+tensor zeros_like(const tensor& x, std::optional<DType> dtype = std::nullopt,
+                  std::optional<Memory> buffer = std::nullopt, const std::string& name = "",
+                  Span span = Span::current());
+
+// ---- data movement ---------------------------------------------------------------------------
+
+tensor load(const tensor& src, std::optional<DType> dtype = std::nullopt,
+            Span span = Span::current());
+void store(const tensor& dst, const tensor& value, Span span = Span::current());
+tensor broadcast_to(const tensor& x, std::vector<int64_t> shape, Span span = Span::current());
+void device_print(const std::string& prefix, const tensor& x, Span span = Span::current());
+
+// ---- matrix operations (Tensor engine, result in PSUM) ---------------------------------------
+
+// x @ y with x [M,K] (or [K,M] with transpose_x) and y [K,N]; result [M,N] fp32 in PSUM.
+tensor matmul(const tensor& x, const tensor& y, bool transpose_x = false,
+              Span span = Span::current());
+// x.T for a 2-D tile, in PSUM.
+tensor transpose(const tensor& x, std::optional<DType> dtype = std::nullopt,
+                 Span span = Span::current());
+
+// ---- element-wise functions ------------------------------------------------------------------
+// NKI passes a function itself as an ISA op (`op=nl.add`). Here every element-wise function is
+// a constant object: call it to compute (`nl::exp(x)`), pass it to say which operator an ISA
+// instruction applies (`isa::activation(dst, nl::exp, x)`, `isa::tensor_tensor(d, a, b, nl::add)`).
+
+// nl::copy: a fresh SBUF copy (nl.copy); as an activation function, the identity.
+struct copy_fn {
+  ActFunc act = ActFunc::copy;
+  tensor operator()(const tensor& x, std::optional<DType> dtype = std::nullopt,
+                    Span span = Span::current()) const;
+};
+
+// Unary math on the Scalar engine (nl.unary). `alu` is set where the Vector ALU has the same
+// operator (abs, rsqrt, reciprocal), so it can also be a tensor_scalar op.
+struct unary_fn {
+  ActFunc act;
+  std::optional<AluOp> alu = std::nullopt;
+  tensor operator()(const tensor& x, std::optional<DType> dtype = std::nullopt,
+                    Span span = Span::current()) const;
+};
+
+// Binary math (nl.binary) with numpy broadcasting. Result dtype: the promoted dtype of the two
+// tiles, or the tile's dtype when the other operand is a scalar; comparisons and logical ops
+// return 1.0 / 0.0 in that dtype.
+struct binary_fn {
+  AluOp alu;
+  tensor operator()(operand x, operand y, std::optional<DType> dtype = std::nullopt,
+                    Span span = Span::current()) const;
+};
+
+// Reduction axes: one axis (`1`, `-1`) or several (`{1, 2}`); never axis 0 (partitions).
+struct axes {
+  std::vector<int64_t> list;
+  axes(int64_t a) : list{a} {}  // NOLINT: implicit on purpose
+  axes(std::initializer_list<int64_t> l) : list(l) {}
+  axes(std::vector<int64_t> l) : list(std::move(l)) {}  // NOLINT
+};
+
+// Reductions over free axes (nl.reduce). keepdims=false drops the reduced dims from the
+// returned view unless that leaves fewer than 2 dims: a [P,F] tile reduces to [P,1].
+struct reduce_fn {
+  const char* op;                   // nl.reduce op: add, maximum, minimum, mean
+  std::optional<AluOp> alu;         // the ALU operator (none for mean)
+  tensor operator()(const tensor& x, axes axis, std::optional<DType> dtype = std::nullopt,
+                    bool keepdims = false, Span span = Span::current()) const;
+};
+
+inline constexpr copy_fn copy{};
+
+inline constexpr unary_fn exp{ActFunc::exp}, log{ActFunc::log}, tanh{ActFunc::tanh},
+    sqrt{ActFunc::sqrt}, rsqrt{ActFunc::rsqrt, AluOp::rsqrt}, sigmoid{ActFunc::sigmoid},
+    silu{ActFunc::silu}, gelu{ActFunc::gelu}, gelu_apprx_tanh{ActFunc::gelu_apprx_tanh},
+    relu{ActFunc::relu}, abs{ActFunc::abs, AluOp::abs}, negative{ActFunc::negative},
+    reciprocal{ActFunc::reciprocal, AluOp::reciprocal}, square{ActFunc::square},
+    sin{ActFunc::sin}, cos{ActFunc::cos}, erf{ActFunc::erf}, softplus{ActFunc::softplus},
+    sign{ActFunc::sign};
+
+inline constexpr binary_fn add{AluOp::add}, subtract{AluOp::subtract},
+    multiply{AluOp::multiply}, divide{AluOp::divide}, maximum{AluOp::maximum},
+    minimum{AluOp::minimum}, power{AluOp::power}, equal{AluOp::equal},
+    not_equal{AluOp::not_equal}, greater{AluOp::greater}, greater_equal{AluOp::greater_equal},
+    less{AluOp::less}, less_equal{AluOp::less_equal}, logical_and{AluOp::logical_and},
+    logical_or{AluOp::logical_or}, logical_xor{AluOp::logical_xor},
+    bitwise_and{AluOp::bitwise_and}, bitwise_or{AluOp::bitwise_or},
+    bitwise_xor{AluOp::bitwise_xor}, left_shift{AluOp::left_shift},
+    right_shift{AluOp::right_shift};
+
+inline constexpr reduce_fn sum{"add", AluOp::add}, max{"maximum", AluOp::maximum},
+    min{"minimum", AluOp::minimum}, mean{"mean", std::nullopt};
+
+// The no-op ALU stage (an ISA operand only).
+inline constexpr AluOp bypass = AluOp::bypass;
+
+// cond != 0 ? x : y, element-wise with broadcasting; x and y may be scalars.
+tensor where(const tensor& cond, operand x, operand y, std::optional<DType> dtype = std::nullopt,
+             Span span = Span::current());
+
+// ---- SPMD programs ---------------------------------------------------------------------------
+
+// This program's index along grid axis `axis` (0..3), and the grid size along it.
+index program_id(int axis = 0, Span span = Span::current());
+index num_programs(int axis = 0, Span span = Span::current());
+
+}  // namespace neuron::nl

@@ -1,0 +1,93 @@
+// neuron::trace: runs an ordinary C++ function once with symbolic tensors and records the
+// Kernel IR it describes.
+#pragma once
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "neuron/dsl/builder.hpp"
+#include "neuron/dsl/tensor.hpp"
+#include "neuron/ir/ir.hpp"
+
+namespace neuron {
+
+namespace dsl {
+
+inline constexpr size_t max_kernel_args = 12;
+
+template <typename T>
+struct is_tuple : std::false_type {};
+template <typename... T>
+struct is_tuple<std::tuple<T...>> : std::true_type {};
+
+// The kernel's return value as a list of outputs; nullopt for void.
+template <typename R>
+std::vector<nl::tensor> outputs_of(R&& r) {
+  using T = std::remove_cvref_t<R>;
+  if constexpr (std::is_same_v<T, nl::tensor>) {
+    return {r};
+  } else if constexpr (std::is_same_v<T, std::vector<nl::tensor>>) {
+    return r;
+  } else if constexpr (is_tuple<T>::value) {
+    std::vector<nl::tensor> out;
+    std::apply([&](const auto&... t) { (out.push_back(t), ...); }, r);
+    return out;
+  } else {
+    static_assert(!sizeof(T*), "a kernel returns void, nl::tensor, std::vector<nl::tensor> or "
+                               "std::tuple of nl::tensor");
+  }
+}
+
+template <typename Fn, size_t... I>
+std::optional<std::vector<nl::tensor>> call_n(Fn& fn, const std::vector<nl::tensor>& in,
+                                              std::index_sequence<I...>) {
+  using R = std::invoke_result_t<Fn&, decltype((void)I, std::declval<nl::tensor>())...>;
+  if constexpr (std::is_void_v<R>) {
+    fn(in[I]...);
+    return std::nullopt;
+  } else {
+    return outputs_of(fn(in[I]...));
+  }
+}
+
+template <typename Fn, size_t... I>
+constexpr bool invocable_n(std::index_sequence<I...>) {
+  return std::is_invocable_v<Fn&, decltype((void)I, std::declval<nl::tensor>())...>;
+}
+
+// Calls fn with as many tensors as it takes; the count must match the specs.
+template <typename Fn, size_t N = 0>
+std::optional<std::vector<nl::tensor>> call_kernel(Fn& fn, const std::vector<nl::tensor>& in,
+                                                   const Span& span) {
+  if constexpr (N > max_kernel_args) {
+    user_error(span, "call-signature",
+               "the kernel function cannot be called with {} nl::tensor arguments (one per "
+               "TensorSpec)",
+               in.size());
+  } else if constexpr (invocable_n<Fn>(std::make_index_sequence<N>{})) {
+    if (in.size() == N) return call_n(fn, in, std::make_index_sequence<N>{});
+    return call_kernel<Fn, N + 1>(fn, in, span);
+  } else {
+    return call_kernel<Fn, N + 1>(fn, in, span);
+  }
+}
+
+}  // namespace dsl
+
+// Traces `fn` into a Kernel. fn takes one nl::tensor per spec (kernel inputs, shared_hbm,
+// named by TensorSpec::name or "in0", "in1", ...) and returns its outputs: an nl::tensor, a
+// std::vector or std::tuple of them, or nothing (then every nl::shared_hbm tensor it created is
+// an output, in creation order). Outputs are created with nl::ndarray(..., nl::shared_hbm).
+template <typename Fn>
+Kernel trace(std::string name, Fn&& fn, const std::vector<TensorSpec>& specs,
+             Span span = Span::current()) {
+  dsl::TraceScope scope(std::move(name), span);
+  std::vector<nl::tensor> inputs = scope.inputs(specs);
+  auto outputs = dsl::call_kernel(fn, inputs, span);
+  return scope.finish(outputs);
+}
+
+}  // namespace neuron

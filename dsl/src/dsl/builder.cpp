@@ -1,0 +1,199 @@
+// The per-thread tracing state: open blocks, counters, buffer naming, kernel inputs/outputs.
+#include "neuron/dsl/builder.hpp"
+
+#include <set>
+
+namespace neuron::dsl {
+
+namespace {
+
+struct Frame {
+  std::vector<StmtPtr> stmts;
+  // Set for loop frames; the kernel body frame has id -1.
+  int id = -1;
+  std::string var;
+  int64_t extent = 0;
+  LoopKind kind = LoopKind::affine;
+  Span span;
+};
+
+struct TraceState {
+  std::string name;
+  Span span;
+  std::vector<BufferPtr> inputs;
+  std::vector<BufferPtr> shared;  // shared_hbm tensors created by the kernel, in order
+  std::vector<Frame> frames;      // frames[0] is the kernel body
+  int next_loop = 0, next_tile = 0, next_out = 0, next_loop_id = 0;
+  std::set<std::string> names;
+};
+
+thread_local TraceState* current = nullptr;
+
+TraceState& state(const Span& span) {
+  if (!current)
+    user_error(span, "no-trace",
+               "DSL functions can only be called while a kernel is traced (inside the function "
+               "given to neuron::trace)");
+  return *current;
+}
+
+std::string unique_name(TraceState& st, const std::string& wanted) {
+  std::string name = wanted;
+  for (int k = 1; st.names.count(name); ++k) name = fmt::format("{}_{}", wanted, k);
+  st.names.insert(name);
+  return name;
+}
+
+void check_shape(const std::vector<int64_t>& shape, const Span& span) {
+  if (shape.empty()) user_error(span, "shape", "a tensor needs at least one dimension");
+  for (auto d : shape)
+    if (d <= 0)
+      user_error(span, "shape", "tensor dimensions must be positive, got [{}]",
+                 fmt::join(shape, ", "));
+}
+
+}  // namespace
+
+bool tracing() { return current != nullptr; }
+
+void require_trace(const Span& span) { state(span); }
+
+BufferPtr new_buffer(const std::string& name, Memory memory, std::vector<int64_t> shape,
+                     DType dtype, const Span& span) {
+  TraceState& st = state(span);
+  check_shape(shape, span);
+  auto b = std::make_shared<Buffer>();
+  if (!name.empty())
+    b->name = unique_name(st, name);
+  else if (memory == Memory::shared_hbm)
+    b->name = unique_name(st, fmt::format("out{}", st.next_out++));
+  else
+    b->name = unique_name(st, fmt::format("t{}", st.next_tile++));
+  b->memory = memory;
+  b->shape = std::move(shape);
+  b->dtype = dtype;
+  b->span = span;
+  BufferPtr ptr = b;
+  if (memory == Memory::shared_hbm)
+    st.shared.push_back(ptr);
+  else
+    st.frames.back().stmts.push_back(Alloc::make(ptr, span));
+  return ptr;
+}
+
+void emit(Opcode code, std::vector<Arg> args, const Span& span) {
+  TraceState& st = state(span);
+  st.frames.back().stmts.push_back(Op::make(code, std::move(args), span));
+}
+
+std::pair<std::string, int> open_loop(int64_t extent, LoopKind kind, const Span& span) {
+  TraceState& st = state(span);
+  Frame f;
+  f.id = st.next_loop_id++;
+  f.var = fmt::format("i{}", st.next_loop++);
+  f.extent = extent;
+  f.kind = kind;
+  f.span = span;
+  st.frames.push_back(std::move(f));
+  return {st.frames.back().var, st.frames.back().id};
+}
+
+void close_loop(int id) noexcept {
+  if (!current || current->frames.size() < 2 || current->frames.back().id != id) return;
+  Frame f = std::move(current->frames.back());
+  current->frames.pop_back();
+  auto body = Block::make(std::move(f.stmts), f.span);
+  current->frames.back().stmts.push_back(For::make(f.var, f.extent, f.kind, body, f.span));
+}
+
+TraceScope::TraceScope(std::string name, Span span) {
+  if (current)
+    user_error(span, "nested-trace",
+               "neuron::trace called while tracing kernel '{}' (started at {}); kernels cannot "
+               "be traced from inside another kernel",
+               current->name, current->span.str());
+  current = new TraceState();
+  current->name = std::move(name);
+  current->span = std::move(span);
+  current->frames.emplace_back();
+  active_ = true;
+}
+
+TraceScope::~TraceScope() {
+  if (active_) {
+    delete current;
+    current = nullptr;
+  }
+}
+
+std::vector<nl::tensor> TraceScope::inputs(const std::vector<TensorSpec>& specs) {
+  TraceState& st = *current;
+  std::vector<nl::tensor> out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& spec = specs[i];
+    check_shape(spec.shape, st.span);
+    auto b = std::make_shared<Buffer>();
+    b->name = unique_name(st, spec.name.empty() ? fmt::format("in{}", i) : spec.name);
+    b->memory = Memory::shared_hbm;
+    b->shape = spec.shape;
+    b->dtype = spec.dtype;
+    b->span = st.span;
+    st.inputs.push_back(b);
+    out.emplace_back(Access::whole(b));
+  }
+  return out;
+}
+
+Kernel TraceScope::finish(const std::optional<std::vector<nl::tensor>>& outputs) {
+  TraceState& st = *current;
+  if (st.frames.size() != 1)
+    user_error(st.frames.back().span, "loop-nesting",
+               "loop '{}' is still open when kernel '{}' returns (a range object outlived its "
+               "for statement)",
+               st.frames.back().var, st.name);
+  Kernel k;
+  k.name = st.name;
+  k.span = st.span;
+  k.inputs = st.inputs;
+  if (outputs) {
+    for (auto& t : *outputs) {
+      if (!t.valid()) user_error(st.span, "kernel-output", "kernel returned an empty tensor handle");
+      const BufferPtr& b = t.access().buffer;
+      if (b->memory != Memory::shared_hbm)
+        user_error(st.span, "kernel-output",
+                   "kernel outputs must be created with nl::ndarray(..., nl::shared_hbm); '{}' "
+                   "lives in {}",
+                   b->name, memory_name(b->memory));
+      for (auto& in : st.inputs)
+        if (in == b)
+          user_error(st.span, "kernel-output", "kernel input '{}' cannot be returned as an output",
+                     b->name);
+      if (!(t.access().dims == Access::whole(b).dims))
+        user_error(st.span, "kernel-output",
+                   "kernel outputs must be whole tensors, not a view of '{}'", b->name);
+      for (auto& o : k.outputs)
+        if (o == b) user_error(st.span, "kernel-output", "'{}' is returned twice", b->name);
+      k.outputs.push_back(b);
+    }
+    for (auto& b : st.shared) {
+      bool returned = false;
+      for (auto& o : k.outputs) returned |= o == b;
+      if (!returned)
+        user_error(b->span, "kernel-output",
+                   "shared_hbm tensor '{}' is not returned by the kernel (return it, or use "
+                   "nl::hbm for scratch)",
+                   b->name);
+    }
+  } else {
+    k.outputs = st.shared;
+  }
+  if (k.outputs.empty())
+    user_error(st.span, "kernel-output",
+               "kernel '{}' has no outputs: create them with nl::ndarray(shape, dtype, "
+               "nl::shared_hbm) and return them",
+               st.name);
+  k.body = Block::make(std::move(st.frames[0].stmts), st.span);
+  return k;
+}
+
+}  // namespace neuron::dsl

@@ -1,0 +1,185 @@
+// neuron::isa: each call appends one ISA Op with the keyword arguments of docs/ir.md.
+#include "neuron/isa.hpp"
+
+#include <algorithm>
+
+#include "neuron/dsl/emit.hpp"
+
+namespace neuron::isa {
+
+using dsl::view_of;
+
+namespace {
+
+Value op_name(AluOp op) { return std::string(alu_op_name(op)); }
+
+Value operand_arg(const operand& x, const Span& span) {
+  if (!x.is_tile()) return x.scalar();
+  return view_of(x.tile(), span);
+}
+
+}  // namespace
+
+AluOp alu::get(const Span& span) const {
+  if (op_) return *op_;
+  if (what_)
+    user_error(span, "alu-op", "nl::{} is an activation function, not an ALU operator",
+               act_func_name(*what_));
+  user_error(span, "alu-op", "nl::{} has no ALU operator", reduce_ ? reduce_ : "?");
+}
+
+void nc_matmul(const tensor& dst, const tensor& stationary, const tensor& moving,
+               accumulate_flag accumulate, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::nc_matmul,
+            {{"dst", view_of(dst, span)},
+             {"stationary", view_of(stationary, span)},
+             {"moving", view_of(moving, span)},
+             {"accumulate", accumulate.get()}},
+            span);
+}
+
+void nc_transpose(const tensor& dst, const tensor& data, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::nc_transpose, {{"dst", view_of(dst, span)}, {"data", view_of(data, span)}},
+            span);
+}
+
+void activation(const tensor& dst, act op, const tensor& data, std::optional<tensor> bias,
+                operand scale, std::optional<alu> reduce_op, std::optional<tensor> reduce_res,
+                Span span) {
+  dsl::require_trace(span);
+  std::vector<Arg> args{{"dst", view_of(dst, span)},
+                        {"data", view_of(data, span)},
+                        {"func", std::string(act_func_name(op.get()))}};
+  if (bias) args.push_back({"bias", view_of(*bias, span)});
+  args.push_back({"scale", operand_arg(scale, span)});
+  if (reduce_op) args.push_back({"reduce_op", op_name(reduce_op->get(span))});
+  if (reduce_res) args.push_back({"reduce_res", view_of(*reduce_res, span)});
+  dsl::emit(Opcode::activation, std::move(args), span);
+}
+
+void tensor_tensor(const tensor& dst, const tensor& data1, const tensor& data2, alu op,
+                   Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::tensor_tensor,
+            {{"dst", view_of(dst, span)},
+             {"data1", view_of(data1, span)},
+             {"data2", view_of(data2, span)},
+             {"op", op_name(op.get(span))}},
+            span);
+}
+
+void tensor_scalar(const tensor& dst, const tensor& data, alu op0, operand operand0,
+                   bool reverse0, std::optional<alu> op1, std::optional<operand> operand1,
+                   bool reverse1, Span span) {
+  dsl::require_trace(span);
+  std::vector<Arg> args{{"dst", view_of(dst, span)},
+                        {"data", view_of(data, span)},
+                        {"op0", op_name(op0.get(span))},
+                        {"operand0", operand_arg(operand0, span)},
+                        {"reverse0", int64_t{reverse0}}};
+  if (op1.has_value() != operand1.has_value())
+    user_error(span, "tensor-scalar", "op1 and operand1 must be given together");
+  if (op1) {
+    args.push_back({"op1", op_name(op1->get(span))});
+    args.push_back({"operand1", operand_arg(*operand1, span)});
+    args.push_back({"reverse1", int64_t{reverse1}});
+  }
+  dsl::emit(Opcode::tensor_scalar, std::move(args), span);
+}
+
+void tensor_reduce(const tensor& dst, alu op, const tensor& data, nl::axes axis, bool negate,
+                   Span span) {
+  dsl::require_trace(span);
+  const int64_t rank = static_cast<int64_t>(view_of(data, span).shape().size());
+  std::vector<int64_t> ax;
+  for (int64_t a : axis.list) {
+    int64_t n = a < 0 ? a + rank : a;
+    if (n == 0)
+      user_error(span, "reduce-axis",
+                 "cannot reduce over axis 0: it is the partition dimension; reductions run over "
+                 "free axes only");
+    if (n < 0 || n >= rank)
+      user_error(span, "reduce-axis", "axis {} is out of range for a {}-D tile", a, rank);
+    if (std::find(ax.begin(), ax.end(), n) != ax.end())
+      user_error(span, "reduce-axis", "axis {} is listed twice", a);
+    ax.push_back(n);
+  }
+  std::sort(ax.begin(), ax.end());
+  dsl::emit(Opcode::tensor_reduce,
+            {{"dst", view_of(dst, span)},
+             {"data", data.access()},
+             {"op", op_name(op.get(span))},
+             {"axes", ax},
+             {"negate", int64_t{negate}}},
+            span);
+}
+
+void tensor_copy(const tensor& dst, const tensor& src, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::tensor_copy, {{"dst", view_of(dst, span)}, {"src", view_of(src, span)}},
+            span);
+}
+
+void tensor_copy_predicated(const tensor& dst, const tensor& src, const tensor& predicate,
+                            Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::tensor_copy_predicated,
+            {{"dst", view_of(dst, span)},
+             {"src", view_of(src, span)},
+             {"predicate", view_of(predicate, span)}},
+            span);
+}
+
+void memset(const tensor& dst, double value, Span span) {
+  dsl::require_trace(span);
+  const Access& d = view_of(dst, span);
+  dsl::emit(Opcode::memset, {{"dst", d}, {"value", dsl::fill_value(value, dst.dtype())}}, span);
+}
+
+namespace {
+
+std::vector<int64_t> flatten(const pattern& p) {
+  std::vector<int64_t> out;
+  for (auto& [stride, count] : p) {
+    out.push_back(stride);
+    out.push_back(count);
+  }
+  return out;
+}
+
+}  // namespace
+
+void iota(const tensor& dst, const pattern& pattern, int64_t offset, int64_t channel_multiplier,
+          Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::iota,
+            {{"dst", view_of(dst, span)},
+             {"pattern", flatten(pattern)},
+             {"offset", offset},
+             {"channel_multiplier", channel_multiplier}},
+            span);
+}
+
+void affine_select(const tensor& dst, const pattern& pattern, int64_t channel_multiplier,
+                   const tensor& on_true, double on_false, alu cmp_op, int64_t offset,
+                   Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::affine_select,
+            {{"dst", view_of(dst, span)},
+             {"on_true", view_of(on_true, span)},
+             {"pattern", flatten(pattern)},
+             {"offset", offset},
+             {"channel_multiplier", channel_multiplier},
+             {"cmp_op", op_name(cmp_op.get(span))},
+             {"on_false", on_false}},
+            span);
+}
+
+void dma_copy(const tensor& dst, const tensor& src, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::dma_copy, {{"dst", view_of(dst, span)}, {"src", view_of(src, span)}}, span);
+}
+
+}  // namespace neuron::isa

@@ -1,0 +1,61 @@
+// Rolled loops: opening and closing For statements in the tracing state.
+#include "neuron/dsl/range.hpp"
+
+#include "neuron/dsl/builder.hpp"
+
+namespace neuron::nl {
+
+namespace {
+
+int64_t trip_count(int64_t start, int64_t stop, int64_t step, const Span& span) {
+  if (step == 0) user_error(span, "range", "range step must not be 0");
+  if (step > 0) return stop > start ? (stop - start + step - 1) / step : 0;
+  return start > stop ? (start - stop - step - 1) / -step : 0;
+}
+
+}  // namespace
+
+loop_range::loop_range(int64_t start, int64_t stop, int64_t step, LoopKind kind, Span span)
+    : start_(start), step_(step), extent_(trip_count(start, stop, step, span)), kind_(kind),
+      span_(std::move(span)) {
+  dsl::require_trace(span_);
+}
+
+loop_range::iterator loop_range::begin() {
+  if (used_)
+    user_error(span_, "range", "a loop range can be iterated only once");
+  used_ = true;
+  if (extent_ > 0) {
+    auto [var, id] = dsl::open_loop(extent_, kind_, span_);
+    id_ = id;
+    value_ = index(start_) + index::var(var, step_);
+    open_ = true;
+  }
+  return iterator(this);
+}
+
+void loop_range::close() noexcept {
+  if (!open_) return;
+  open_ = false;
+  dsl::close_loop(id_);
+}
+
+loop_range affine_range(int64_t stop, Span span) {
+  return loop_range(0, stop, 1, LoopKind::affine, std::move(span));
+}
+loop_range affine_range(int64_t start, int64_t stop, int64_t step, Span span) {
+  return loop_range(start, stop, step, LoopKind::affine, std::move(span));
+}
+loop_range sequential_range(int64_t stop, Span span) {
+  return loop_range(0, stop, 1, LoopKind::sequential, std::move(span));
+}
+loop_range sequential_range(int64_t start, int64_t stop, int64_t step, Span span) {
+  return loop_range(start, stop, step, LoopKind::sequential, std::move(span));
+}
+
+static_range::static_range(int64_t start, int64_t stop, int64_t step, Span span)
+    : start_(start), stop_(stop), step_(step) {
+  if (step == 0) user_error(span, "range", "static_range step must not be 0");
+}
+
+}  // namespace neuron::nl

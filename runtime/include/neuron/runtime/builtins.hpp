@@ -1,0 +1,509 @@
+// Instruction semantics shared by the simulator and the native backend: dtype conversions, ALU ops,
+// activations.
+//
+// This header is also compiled to LLVM bitcode with clang-14 for the native backend, so it
+// depends only on <cmath>, <cstdint>, <cstring>, <limits> and the dtype/ops enums.
+//
+// Numeric rules (mirrored in docs/numerics.md; change both together):
+//  - Arithmetic: every input is converted to fp32, the op is evaluated in fp32, and the result
+//    is converted once to the output dtype. Activation functions evaluate in double and round
+//    to fp32 once ("exact math"), so both executors agree with <cmath>.
+//  - fp32 -> bf16 / fp16 / fp8 e4m3 / fp8 e5m2: round to nearest, ties to even, on every write
+//    to a narrower type. A value whose rounded magnitude exceeds the largest finite value
+//    becomes +-inf (all four types have inf, IEEE style). NaN stays NaN (quiet, sign kept).
+//    Subnormals of the narrow type are produced and read (no flush to zero).
+//      bf16 1-8-7 bias 127, fp16 1-5-10 bias 15 (max 65504),
+//      fp8 e4m3 1-4-3 bias 7 (max 240, like ml_dtypes.float8_e4m3),
+//      fp8 e5m2 1-5-2 bias 15 (max 57344, like ml_dtypes.float8_e5m2).
+//  - fp32 -> int8/16/32, uint8/16/32: round to nearest, ties to even, saturate to the range;
+//    NaN -> 0; +-inf saturate. bool: 1 for any nonzero non-NaN value, else 0.
+//  - Integer -> fp32 is the nearest fp32 (int32 above 2^24 may round).
+//  - Bitwise ops and shifts act on the two's-complement bit patterns of the integer values
+//    (fp32 operands are first rounded to int64 as above); right_shift is logical on 32 bits.
+//  - Matmul: products accumulate into fp32 PSUM with a fused multiply-add per k in
+//    increasing k: acc = fma(stationary[k,m], moving[k,n], acc), acc starting at the old PSUM
+//    value (accumulate) or 0 (overwrite).
+//  - Same-dtype copies (tensor_copy, dma_copy, nc_transpose) are bit-exact.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "neuron/ir/dtype.hpp"
+#include "neuron/ir/ops.hpp"
+
+namespace neuron::builtins {
+
+inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float bits_f32(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ---- narrow floats: E exponent bits, M mantissa bits, IEEE layout with inf and NaN ----------
+
+// Rounds fp32 to the narrow format (nearest, ties to even) and returns its code.
+template <int E, int M>
+inline uint32_t f32_to_narrow(float f) {
+  const uint32_t u = f32_bits(f);
+  const uint32_t sign = (u >> 31) << (E + M);
+  const uint32_t a = u & 0x7fffffffu;
+  const uint32_t inf_code = ((1u << E) - 1) << M;
+  if (a > 0x7f800000u) return sign | inf_code | (1u << (M - 1));  // quiet NaN
+  if (a == 0x7f800000u) return sign | inf_code;
+  const int bias = (1 << (E - 1)) - 1;
+  const int emin = 1 - bias;
+  const int e32 = static_cast<int>(a >> 23);
+  const uint32_t sig = e32 ? ((a & 0x7fffffu) | 0x800000u) : (a & 0x7fffffu);
+  const int e = e32 ? e32 - 127 : -126;
+  const int drop = 23 - M + (e < emin ? emin - e : 0);
+  uint32_t q;
+  if (drop > 25) {
+    q = 0;  // below half the smallest subnormal
+  } else {
+    q = sig >> drop;
+    const uint32_t rem = sig & ((1u << drop) - 1);
+    const uint32_t half = 1u << (drop - 1);
+    if (rem > half || (rem == half && (q & 1u))) ++q;
+  }
+  // Normal: biased exponent field (e - emin + 1) plus mantissa q - 2^M; a carry out of the
+  // mantissa bumps the exponent. Subnormal: q itself (q == 2^M is the smallest normal).
+  uint32_t code = e >= emin ? (static_cast<uint32_t>(e - emin) << M) + q : q;
+  if (code >= inf_code) code = inf_code;
+  return sign | code;
+}
+
+template <int E, int M>
+inline float narrow_to_f32(uint32_t code) {
+  const uint32_t sign = (code >> (E + M)) & 1u;
+  const uint32_t exp = (code >> M) & ((1u << E) - 1);
+  const uint32_t mant = code & ((1u << M) - 1);
+  const int bias = (1 << (E - 1)) - 1;
+  uint32_t bits;
+  if (exp == (1u << E) - 1) {
+    bits = 0x7f800000u | (mant << (23 - M)) | (mant ? 0x400000u : 0u);
+  } else if (exp == 0) {
+    // mant * 2^(1 - bias - M): exact in fp32 for every format here.
+    float v = std::ldexp(static_cast<float>(mant), 1 - bias - M);
+    return sign ? -v : v;
+  } else {
+    bits = (static_cast<uint32_t>(static_cast<int>(exp) - bias + 127) << 23) | (mant << (23 - M));
+  }
+  return bits_f32(bits | (sign << 31));
+}
+
+inline uint16_t f32_to_bf16(float f) {
+  return static_cast<uint16_t>(f32_to_narrow<8, 7>(f));
+}
+inline float bf16_to_f32(uint16_t h) {
+  return bits_f32(static_cast<uint32_t>(h) << 16);
+}
+inline uint16_t f32_to_fp16(float f) {
+  return static_cast<uint16_t>(f32_to_narrow<5, 10>(f));
+}
+inline float fp16_to_f32(uint16_t h) {
+  return narrow_to_f32<5, 10>(h);
+}
+inline uint8_t f32_to_fp8e4m3(float f) {
+  return static_cast<uint8_t>(f32_to_narrow<4, 3>(f));
+}
+inline float fp8e4m3_to_f32(uint8_t b) {
+  return narrow_to_f32<4, 3>(b);
+}
+inline uint8_t f32_to_fp8e5m2(float f) {
+  return static_cast<uint8_t>(f32_to_narrow<5, 2>(f));
+}
+inline float fp8e5m2_to_f32(uint8_t b) {
+  return narrow_to_f32<5, 2>(b);
+}
+
+// ---- integers ---------------------------------------------------------------------------------
+
+// Round to nearest, ties to even, saturate to [lo, hi]; NaN -> 0.
+inline int64_t f64_to_int_sat(double v, int64_t lo, int64_t hi) {
+  if (v != v) return 0;
+  double r = std::nearbyint(v);
+  if (r <= static_cast<double>(lo)) return lo;
+  if (r >= static_cast<double>(hi)) return hi;
+  return static_cast<int64_t>(r);
+}
+
+inline int64_t dtype_int_min(DType t) {
+  switch (t) {
+    case DType::int8:
+      return -128;
+    case DType::int16:
+      return -32768;
+    case DType::int32:
+      return -2147483648LL;
+    default:
+      return 0;
+  }
+}
+inline int64_t dtype_int_max(DType t) {
+  switch (t) {
+    case DType::int8:
+      return 127;
+    case DType::int16:
+      return 32767;
+    case DType::int32:
+      return 2147483647LL;
+    case DType::uint8:
+      return 255;
+    case DType::uint16:
+      return 65535;
+    case DType::uint32:
+      return 4294967295LL;
+    case DType::bool_:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+// ---- one element at a byte pointer --------------------------------------------------------------
+
+inline float load_f32(const void* p, DType t) {
+  switch (t) {
+    case DType::float32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::bfloat16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return bf16_to_f32(v);
+    }
+    case DType::float16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return fp16_to_f32(v);
+    }
+    case DType::float8_e4m3:
+      return fp8e4m3_to_f32(*static_cast<const uint8_t*>(p));
+    case DType::float8_e5m2:
+      return fp8e5m2_to_f32(*static_cast<const uint8_t*>(p));
+    case DType::int8:
+      return static_cast<float>(*static_cast<const int8_t*>(p));
+    case DType::int16: {
+      int16_t v;
+      std::memcpy(&v, p, 2);
+      return static_cast<float>(v);
+    }
+    case DType::int32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return static_cast<float>(v);
+    }
+    case DType::uint8:
+      return static_cast<float>(*static_cast<const uint8_t*>(p));
+    case DType::uint16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return static_cast<float>(v);
+    }
+    case DType::uint32: {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      return static_cast<float>(v);
+    }
+    case DType::bool_:
+      return *static_cast<const uint8_t*>(p) ? 1.0f : 0.0f;
+  }
+  return 0.0f;
+}
+
+// Stores an integer value of an integer dtype's bit width (callers saturate or wrap first).
+inline void store_int_bits(void* p, DType t, int64_t v) {
+  switch (dtype_bytes(t)) {
+    case 1: {
+      uint8_t b = static_cast<uint8_t>(v);
+      std::memcpy(p, &b, 1);
+      break;
+    }
+    case 2: {
+      uint16_t b = static_cast<uint16_t>(v);
+      std::memcpy(p, &b, 2);
+      break;
+    }
+    default: {
+      uint32_t b = static_cast<uint32_t>(v);
+      std::memcpy(p, &b, 4);
+      break;
+    }
+  }
+}
+
+inline void store_f32(void* p, DType t, float v) {
+  switch (t) {
+    case DType::float32:
+      std::memcpy(p, &v, 4);
+      return;
+    case DType::bfloat16: {
+      uint16_t b = f32_to_bf16(v);
+      std::memcpy(p, &b, 2);
+      return;
+    }
+    case DType::float16: {
+      uint16_t b = f32_to_fp16(v);
+      std::memcpy(p, &b, 2);
+      return;
+    }
+    case DType::float8_e4m3:
+      *static_cast<uint8_t*>(p) = f32_to_fp8e4m3(v);
+      return;
+    case DType::float8_e5m2:
+      *static_cast<uint8_t*>(p) = f32_to_fp8e5m2(v);
+      return;
+    case DType::bool_:
+      *static_cast<uint8_t*>(p) = (v != 0.0f && v == v) ? 1 : 0;
+      return;
+    default:
+      store_int_bits(p, t, f64_to_int_sat(v, dtype_int_min(t), dtype_int_max(t)));
+      return;
+  }
+}
+
+// Integer value of an integer-typed element, exactly (no trip through fp32).
+inline int64_t load_int(const void* p, DType t) {
+  switch (t) {
+    case DType::int8:
+      return *static_cast<const int8_t*>(p);
+    case DType::int16: {
+      int16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case DType::int32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::uint8:
+    case DType::bool_:
+      return *static_cast<const uint8_t*>(p);
+    case DType::uint16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case DType::uint32: {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    default:
+      return f64_to_int_sat(load_f32(p, t), INT64_MIN / 2, INT64_MAX / 2);
+  }
+}
+
+// Stores an exact integer: integer dtypes saturate (no fp32 rounding), floats round via fp32.
+inline void store_int(void* p, DType t, int64_t v) {
+  if (dtype_is_float(t)) return store_f32(p, t, static_cast<float>(v));
+  if (t == DType::bool_) return store_int_bits(p, t, v != 0 ? 1 : 0);
+  int64_t lo = dtype_int_min(t), hi = dtype_int_max(t);
+  store_int_bits(p, t, v < lo ? lo : v > hi ? hi : v);
+}
+
+// A double immediate (memset value, ...) stored to dtype t: integer dtypes round and saturate
+// directly from double (exact for all int32 values); float dtypes round to fp32 first.
+inline void store_f64(void* p, DType t, double v) {
+  if (dtype_is_float(t) || t == DType::bool_) return store_f32(p, t, static_cast<float>(v));
+  store_int_bits(p, t, f64_to_int_sat(v, dtype_int_min(t), dtype_int_max(t)));
+}
+
+// ---- ALU operators ------------------------------------------------------------------------------
+
+inline bool alu_is_bitvec(AluOp op) {
+  return op == AluOp::bitwise_and || op == AluOp::bitwise_or || op == AluOp::bitwise_xor ||
+         op == AluOp::left_shift || op == AluOp::right_shift;
+}
+
+// Bitwise ops on two's-complement integer bit patterns. Shifts use 32-bit patterns; a shift
+// count outside [0, 31] gives 0.
+inline int64_t alu_bits(AluOp op, int64_t a, int64_t b) {
+  switch (op) {
+    case AluOp::bitwise_and:
+      return a & b;
+    case AluOp::bitwise_or:
+      return a | b;
+    case AluOp::bitwise_xor:
+      return a ^ b;
+    case AluOp::left_shift:
+      return (b < 0 || b > 31)
+                 ? 0
+                 : static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(a) << b));
+    case AluOp::right_shift:
+      return (b < 0 || b > 31) ? 0 : static_cast<int64_t>(static_cast<uint32_t>(a) >> b);
+    default:
+      return a;
+  }
+}
+
+inline int64_t f32_to_i64_for_bits(float v) {
+  return f64_to_int_sat(v, -(int64_t(1) << 62), int64_t(1) << 62);
+}
+
+// a op b in fp32. Unary operators ignore b; bypass returns a. Comparisons and logical ops give
+// 1.0 / 0.0. mod is floored (the result takes the divisor's sign, like numpy). maximum/minimum
+// return the non-NaN operand when one is NaN (fmax/fmin).
+inline float alu(AluOp op, float a, float b) {
+  switch (op) {
+    case AluOp::bypass:
+      return a;
+    case AluOp::add:
+      return a + b;
+    case AluOp::subtract:
+      return a - b;
+    case AluOp::multiply:
+      return a * b;
+    case AluOp::divide:
+      return a / b;
+    case AluOp::maximum:
+      return std::fmax(a, b);
+    case AluOp::minimum:
+      return std::fmin(a, b);
+    case AluOp::power:
+      return std::pow(a, b);
+    case AluOp::mod: {
+      float r = std::fmod(a, b);
+      if (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) r += b;
+      return r;
+    }
+    case AluOp::equal:
+      return a == b ? 1.0f : 0.0f;
+    case AluOp::not_equal:
+      return a != b ? 1.0f : 0.0f;
+    case AluOp::greater:
+      return a > b ? 1.0f : 0.0f;
+    case AluOp::greater_equal:
+      return a >= b ? 1.0f : 0.0f;
+    case AluOp::less:
+      return a < b ? 1.0f : 0.0f;
+    case AluOp::less_equal:
+      return a <= b ? 1.0f : 0.0f;
+    case AluOp::logical_and:
+      return (a != 0.0f && b != 0.0f) ? 1.0f : 0.0f;
+    case AluOp::logical_or:
+      return (a != 0.0f || b != 0.0f) ? 1.0f : 0.0f;
+    case AluOp::logical_xor:
+      return ((a != 0.0f) != (b != 0.0f)) ? 1.0f : 0.0f;
+    case AluOp::bitwise_and:
+    case AluOp::bitwise_or:
+    case AluOp::bitwise_xor:
+    case AluOp::left_shift:
+    case AluOp::right_shift:
+      return static_cast<float>(alu_bits(op, f32_to_i64_for_bits(a), f32_to_i64_for_bits(b)));
+    case AluOp::abs:
+      return std::fabs(a);
+    case AluOp::rsqrt:
+      return static_cast<float>(1.0 / std::sqrt(static_cast<double>(a)));
+    case AluOp::reciprocal:
+      return 1.0f / a;
+    case AluOp::logical_not:
+      return a == 0.0f ? 1.0f : 0.0f;
+  }
+  return a;
+}
+
+// The value a reduction starts from: x == alu(op, identity, x) for every x.
+inline float reduce_identity(AluOp op) {
+  switch (op) {
+    case AluOp::multiply:
+    case AluOp::logical_and:
+      return 1.0f;
+    case AluOp::maximum:
+      return -std::numeric_limits<float>::infinity();
+    case AluOp::minimum:
+      return std::numeric_limits<float>::infinity();
+    case AluOp::bitwise_and:
+      return -1.0f;  // all ones
+    default:
+      return 0.0f;  // add, subtract, logical_or/xor, bitwise_or/xor
+  }
+}
+
+// ---- activation functions
+// ------------------------------------------------------------------------
+
+// Evaluated in double, rounded to fp32 once. gelu is the exact erf form; gelu_apprx_tanh the
+// tanh approximation; sign(NaN) is NaN; relu(NaN) is 0.
+inline float activate(ActFunc f, float xf) {
+  const double x = xf;
+  const double kInvSqrt2 = 0.70710678118654752440;
+  const double kSqrt2OverPi = 0.79788456080286535588;
+  double r = x;
+  switch (f) {
+    case ActFunc::copy:
+      return xf;
+    case ActFunc::exp:
+      r = std::exp(x);
+      break;
+    case ActFunc::log:
+      r = std::log(x);
+      break;
+    case ActFunc::tanh:
+      r = std::tanh(x);
+      break;
+    case ActFunc::sqrt:
+      r = std::sqrt(x);
+      break;
+    case ActFunc::rsqrt:
+      r = 1.0 / std::sqrt(x);
+      break;
+    case ActFunc::sigmoid:
+      r = 1.0 / (1.0 + std::exp(-x));
+      break;
+    case ActFunc::silu:
+      r = x / (1.0 + std::exp(-x));
+      break;
+    // Written so negative x does not cancel: 1 + erf(x/sqrt2) = erfc(-x/sqrt2) and
+    // 1 + tanh(z) = 2 / (1 + exp(-2z)).
+    case ActFunc::gelu:
+      r = 0.5 * x * std::erfc(-x * kInvSqrt2);
+      break;
+    case ActFunc::gelu_apprx_tanh:
+      r = x / (1.0 + std::exp(-2.0 * kSqrt2OverPi * (x + 0.044715 * x * x * x)));
+      break;
+    case ActFunc::relu:
+      r = x > 0.0 ? x : 0.0;
+      break;
+    case ActFunc::abs:
+      r = std::fabs(x);
+      break;
+    case ActFunc::reciprocal:
+      r = 1.0 / x;
+      break;
+    case ActFunc::square:
+      r = x * x;
+      break;
+    case ActFunc::sign:
+      r = x > 0.0 ? 1.0 : x < 0.0 ? -1.0 : x;
+      break;  // keeps +-0 and NaN
+    case ActFunc::softplus:
+      // log1p(exp(x)) rewritten so large x does not overflow.
+      r = x > 0.0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+      break;
+    case ActFunc::sin:
+      r = std::sin(x);
+      break;
+    case ActFunc::cos:
+      r = std::cos(x);
+      break;
+    case ActFunc::erf:
+      r = std::erf(x);
+      break;
+    case ActFunc::negative:
+      return -xf;
+  }
+  return static_cast<float>(r);
+}
+
+}  // namespace neuron::builtins

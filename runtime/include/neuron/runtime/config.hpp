@@ -1,0 +1,29 @@
+// The one place for the toolkit's knobs: every NEURON_* environment variable is read here.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace neuron {
+
+// NEURON_CACHE: off (memory level only, no disk access), on (default), must-hit (a miss is an
+// error: for deployments that must never compile).
+enum class CacheMode { off, on, must_hit };
+
+struct Config {
+  // NEURON_DUMP_IR=1: print the IR after each pass ("unchanged" when a pass did nothing) and
+  // per-pass times, on stderr.
+  bool dump_ir = false;
+  // NEURON_TARGET: trn1, trn2 (default) or trn3. Decides legality (SBUF size) and timing.
+  std::string target = "trn2";
+  // Compile cache (runtime/cache.hpp, docs/cache.md). NEURON_CACHE_DIR, else
+  // $XDG_CACHE_HOME/neuron, else ~/.cache/neuron.
+  std::string cache_dir;
+  // NEURON_CACHE_MAX_BYTES: bound on the disk cache; accepts K, M, G suffixes (powers of 1024).
+  std::uint64_t cache_max_bytes = std::uint64_t(1) << 30;
+  CacheMode cache_mode = CacheMode::on;
+};
+
+// Reads the environment each call, so tests and long-lived processes see changes.
+Config config();
+
+}  // namespace neuron

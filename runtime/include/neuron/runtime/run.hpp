@@ -1,0 +1,23 @@
+// One-call execution of a traced kernel: compile it and run it on the simulator.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "neuron/codegen/pipeline.hpp"
+#include "neuron/runtime/sim.hpp"
+#include "neuron/runtime/tensor.hpp"
+
+namespace neuron {
+
+// Compile options filled from the environment (runtime/include/neuron/runtime/config.hpp).
+CompileOptions default_compile_options();
+
+// Allocates the program's outputs (zero-filled) and simulates it over `grid`.
+std::vector<Tensor> simulate(const Compiled& c, const std::vector<Tensor>& inputs,
+                             const std::vector<int64_t>& grid = {1}, const SimOptions& opts = {});
+
+// compile() with default_compile_options(), then simulate.
+std::vector<Tensor> simulate(const Kernel& k, const std::vector<Tensor>& inputs,
+                             const std::vector<int64_t>& grid = {1}, const SimOptions& opts = {});
+
+}  // namespace neuron

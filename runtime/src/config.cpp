@@ -1,0 +1,68 @@
+// Reading NEURON_* environment variables into Config.
+#include "neuron/runtime/config.hpp"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <string_view>
+
+#include "neuron/error.hpp"
+
+namespace neuron {
+
+static bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return false;
+  std::string_view s(v);
+  return !(s.empty() || s == "0" || s == "false" || s == "off" || s == "no");
+}
+
+static std::string default_cache_dir() {
+  // XDG: a relative $XDG_CACHE_HOME is invalid and must be ignored.
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && x[0] == '/')
+    return std::string(x) + "/neuron";
+  const char* home = std::getenv("HOME");
+  if (!home || !*home) {
+    if (const passwd* pw = getpwuid(getuid()); pw && pw->pw_dir) home = pw->pw_dir;
+  }
+  if (home && *home) return std::string(home) + "/.cache/neuron";
+  return "/tmp/neuron-cache-" + std::to_string(getuid());
+}
+
+static std::uint64_t parse_bytes(const char* name, std::string_view s) {
+  std::uint64_t value = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  std::string_view unit(end, s.data() + s.size() - end);
+  int shift = -1;
+  if (unit.empty() || unit == "B") shift = 0;
+  else if (unit == "K" || unit == "KiB") shift = 10;
+  else if (unit == "M" || unit == "MiB") shift = 20;
+  else if (unit == "G" || unit == "GiB") shift = 30;
+  if (ec != std::errc() || shift < 0 || value > (UINT64_MAX >> shift))
+    user_error(Span{}, "config",
+               "{}='{}' is not a byte count (digits with an optional K, M or G suffix)", name, s);
+  return value << shift;
+}
+
+static CacheMode parse_cache_mode(std::string_view s) {
+  if (s == "on" || s == "1") return CacheMode::on;
+  if (s == "off" || s == "0") return CacheMode::off;
+  if (s == "must-hit") return CacheMode::must_hit;
+  user_error(Span{}, "config", "NEURON_CACHE='{}' is not one of off, on, must-hit", s);
+}
+
+Config config() {
+  Config c;
+  c.dump_ir = env_flag("NEURON_DUMP_IR");
+  if (const char* t = std::getenv("NEURON_TARGET"); t && *t) c.target = t;
+  const char* dir = std::getenv("NEURON_CACHE_DIR");
+  c.cache_dir = dir && *dir ? std::string(dir) : default_cache_dir();
+  if (const char* m = std::getenv("NEURON_CACHE_MAX_BYTES"); m && *m)
+    c.cache_max_bytes = parse_bytes("NEURON_CACHE_MAX_BYTES", m);
+  if (const char* m = std::getenv("NEURON_CACHE"); m && *m) c.cache_mode = parse_cache_mode(m);
+  return c;
+}
+
+}  // namespace neuron

@@ -1,0 +1,407 @@
+// The functional simulator's driver: call checks, SPMD grid, memories, loop walk and bounds checks.
+#include "neuron/runtime/sim.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include "neuron/error.hpp"
+#include "neuron/runtime/target.hpp"
+#include "sim_state.hpp"
+
+namespace neuron {
+namespace sim {
+
+std::vector<int64_t> row_major_map(const std::vector<int64_t>& sizes,
+                                   const std::vector<int64_t>& coef) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  std::vector<int64_t> out(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  if (n <= 0) return out;
+  const int nd = static_cast<int>(sizes.size());
+  if (nd == 0) {
+    out[0] = 0;
+    return out;
+  }
+  // Odometer over the outer dims; the innermost dim is a tight loop.
+  std::vector<int64_t> idx(nd, 0);
+  const int64_t inner = sizes[nd - 1], ic = coef[nd - 1];
+  int64_t base = 0, k = 0;
+  while (true) {
+    for (int64_t i = 0; i < inner; ++i) out[k++] = base + i * ic;
+    int d = nd - 2;
+    for (; d >= 0; --d) {
+      base += coef[d];
+      if (++idx[d] < sizes[d]) break;
+      base -= coef[d] * sizes[d];
+      idx[d] = 0;
+    }
+    if (d < 0) break;
+  }
+  return out;
+}
+
+std::vector<int64_t> View::offsets() const {
+  return row_major_map(sizes, strides);
+}
+
+namespace {
+
+// Variable slots: pid0..3, npid0..3, then loop variables by name.
+constexpr int kPidSlot = 0, kNpidSlot = 4, kFirstLoopSlot = 8;
+
+struct CAffine {
+  int64_t constant = 0;
+  std::vector<std::pair<int, int64_t>> terms;
+  int64_t eval(const std::vector<int64_t>& env) const {
+    int64_t v = constant;
+    for (auto& [slot, c] : terms) v += c * env[static_cast<size_t>(slot)];
+    return v;
+  }
+};
+
+struct CPattern {
+  const AccessPattern* ap = nullptr;
+  CAffine partition, offset;
+  int rot_slot = -1;
+};
+
+struct CInstr {
+  const Instr* in = nullptr;
+  CPattern dst, reduce_res;
+  std::vector<CPattern> src;
+};
+
+struct CNode {
+  bool loop = false;
+  int slot = -1;
+  int64_t extent = 0;
+  std::vector<CNode> body;
+  CInstr instr;
+};
+
+class Slots {
+ public:
+  Slots() {
+    for (int a = 0; a < 4; ++a) {
+      by_name_[program_id_var(a)] = kPidSlot + a;
+      by_name_[num_programs_var(a)] = kNpidSlot + a;
+    }
+    names_.resize(kFirstLoopSlot);
+    for (int a = 0; a < 4; ++a) {
+      names_[kPidSlot + a] = program_id_var(a);
+      names_[kNpidSlot + a] = num_programs_var(a);
+    }
+  }
+  int get_or_add(const std::string& name) {
+    auto it = by_name_.find(name);
+    if (it != by_name_.end()) return it->second;
+    int s = static_cast<int>(names_.size());
+    by_name_[name] = s;
+    names_.push_back(name);
+    return s;
+  }
+  int lookup(const std::string& name, const Span& span) const {
+    auto it = by_name_.find(name);
+    NEURON_ASSERT(it != by_name_.end(), "engine program uses unknown variable '{}' at {}", name,
+                  span.str());
+    return it->second;
+  }
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  std::map<std::string, int> by_name_;
+  std::vector<std::string> names_;
+};
+
+CAffine compile_affine(const Affine& a, const Slots& slots, const Span& span) {
+  CAffine c;
+  c.constant = a.constant;
+  for (auto& t : a.terms) c.terms.emplace_back(slots.lookup(t.var, span), t.coeff);
+  return c;
+}
+
+CPattern compile_pattern(const AccessPattern& ap, const Slots& slots, const Span& span) {
+  CPattern c;
+  c.ap = &ap;
+  c.partition = compile_affine(ap.partition, slots, span);
+  c.offset = compile_affine(ap.offset, slots, span);
+  if (!ap.rotation.var.empty() && ap.rotation.count > 1)
+    c.rot_slot = slots.lookup(ap.rotation.var, span);
+  return c;
+}
+
+std::vector<CNode> compile_body(const std::vector<ProgNode>& body, Slots& slots) {
+  std::vector<CNode> out;
+  for (auto& n : body) {
+    CNode c;
+    if (n.kind == ProgNode::Kind::loop) {
+      c.loop = true;
+      c.slot = slots.get_or_add(n.var);
+      c.extent = n.extent;
+      c.body = compile_body(n.body, slots);
+    } else {
+      const Instr& in = n.instr;
+      c.instr.in = &in;
+      if (in.op != Opcode::device_print) c.instr.dst = compile_pattern(in.dst, slots, in.span);
+      if (in.has_reduce_res) c.instr.reduce_res = compile_pattern(in.reduce_res, slots, in.span);
+      for (auto& s : in.src) c.instr.src.push_back(compile_pattern(s, slots, in.span));
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+class ZeroedBytes {
+ public:
+  void allocate(size_t n) {
+    mem_.reset(static_cast<std::byte*>(std::calloc(n == 0 ? 1 : n, 1)));
+    if (!mem_) throw std::bad_alloc();
+  }
+  std::byte* data() const { return mem_.get(); }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, Free> mem_;
+};
+
+// The memories of one SPMD program and everything needed to resolve patterns against them.
+struct Machine {
+  const Program* prog = nullptr;
+  int partitions = 128;
+  int64_t sbuf_pb = 0, psum_pb = 0;  // bytes per partition
+  // calloc: the OS hands out zero pages lazily, so a 27 MiB SBUF costs nothing until touched.
+  ZeroedBytes sbuf, psum, psum_flags;
+  int64_t sbuf_dirty = 0, psum_dirty = 0;  // bytes per partition written since the last reset
+  std::vector<Tensor> hbm;                 // Program::tensors order
+  std::vector<int64_t> env;
+  const Slots* slots = nullptr;
+  size_t grid_dims = 1;
+  ExecState exec;
+
+  void reset_on_chip() {
+    for (int p = 0; p < partitions; ++p) {
+      std::memset(sbuf.data() + p * sbuf_pb, 0, static_cast<size_t>(sbuf_dirty));
+      std::memset(psum.data() + p * psum_pb, 0, static_cast<size_t>(psum_dirty));
+      std::memset(psum_flags.data() + p * psum_pb, 0, static_cast<size_t>(psum_dirty));
+    }
+    sbuf_dirty = psum_dirty = 0;
+  }
+
+  std::string env_str() const {
+    std::string s;
+    auto& names = slots->names();
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (i < static_cast<size_t>(kFirstLoopSlot) && i >= grid_dims) continue;  // npid, unused pid
+      if (!s.empty()) s += ", ";
+      s += fmt::format("{}={}", names[i], env[i]);
+    }
+    return s;
+  }
+
+  // Resolves a pattern and checks every element it touches. `what` names the operand.
+  View resolve(const CPattern& cp, const Instr& in, const char* what, bool writes) {
+    const AccessPattern& ap = *cp.ap;
+    View v;
+    v.memory = ap.memory;
+    v.dtype = ap.dtype;
+    v.esize = dtype_bytes(ap.dtype);
+    v.count = 1;
+    for (auto& d : ap.dims) {
+      if (d.size < 0)
+        user_error(in.span, "out-of-bounds", "{} of {} has a negative dimension size {}", what,
+                   opcode_name(in.op), d.size);
+      v.count *= d.size;
+    }
+    // Smallest and largest value of sum(stride * idx) over the given dims.
+    auto extent = [&](size_t first) {
+      int64_t lo = 0, hi = 0;
+      for (size_t i = first; i < ap.dims.size(); ++i) {
+        int64_t span = ap.dims[i].stride * (ap.dims[i].size - 1);
+        (span < 0 ? lo : hi) += span;
+      }
+      return std::pair{lo, hi};
+    };
+    if (is_on_chip(ap.memory)) {
+      NEURON_ASSERT(!ap.dims.empty(), "on-chip pattern without a partition dim at {}",
+                    in.span.str());
+      const bool sb = ap.memory == Memory::sbuf;
+      const int64_t pb = sb ? sbuf_pb : psum_pb;
+      int64_t p0 = cp.partition.eval(env);
+      int64_t off = cp.offset.eval(env);
+      if (cp.rot_slot >= 0) {
+        int64_t r = env[static_cast<size_t>(cp.rot_slot)] % ap.rotation.count;
+        if (r < 0) r += ap.rotation.count;
+        off += r * ap.rotation.bytes;
+      }
+      const int64_t pstep = ap.dims[0].stride, pcount = ap.dims[0].size;
+      auto [flo, fhi] = extent(1);
+      if (v.count > 0) {
+        int64_t plo = p0 + std::min<int64_t>(0, pstep * (pcount - 1));
+        int64_t phi = p0 + std::max<int64_t>(0, pstep * (pcount - 1));
+        if (plo < 0 || phi >= partitions)
+          user_error(in.span, "out-of-bounds",
+                     "{} of {} touches partitions {}..{}, outside the {} partitions of {} "
+                     "(start partition {}, step {}, count {}; {})",
+                     what, opcode_name(in.op), plo, phi, partitions, memory_name(ap.memory), p0,
+                     pstep, pcount, env_str());
+        int64_t blo = off + flo * v.esize, bhi = off + fhi * v.esize + v.esize;
+        if (blo < 0 || bhi > pb)
+          user_error(in.span, "out-of-bounds",
+                     "{} of {} touches bytes [{}, {}) of each partition, outside the {} bytes of "
+                     "a {} partition (byte offset {}, element indices {}..{}; {})",
+                     what, opcode_name(in.op), blo, bhi, pb, memory_name(ap.memory), off, flo, fhi,
+                     env_str());
+        if (writes) (sb ? sbuf_dirty : psum_dirty) = std::max(sb ? sbuf_dirty : psum_dirty, bhi);
+      }
+      std::byte* mem = sb ? sbuf.data() : psum.data();
+      int64_t base = p0 * pb + off;
+      v.base = mem + base;
+      if (!sb) v.flags = reinterpret_cast<uint8_t*>(psum_flags.data()) + base;
+      v.sizes.push_back(pcount);
+      v.strides.push_back(pstep * pb);
+      for (size_t i = 1; i < ap.dims.size(); ++i) {
+        v.sizes.push_back(ap.dims[i].size);
+        v.strides.push_back(ap.dims[i].stride * v.esize);
+      }
+    } else {
+      NEURON_ASSERT(ap.tensor >= 0 && ap.tensor < static_cast<int>(hbm.size()),
+                    "pattern names tensor {} of {} at {}", ap.tensor, hbm.size(), in.span.str());
+      Tensor& t = hbm[static_cast<size_t>(ap.tensor)];
+      const TensorDecl& decl = prog->tensors[static_cast<size_t>(ap.tensor)];
+      NEURON_ASSERT(t.dtype() == ap.dtype, "pattern dtype {} differs from tensor '{}' dtype {}",
+                    dtype_name(ap.dtype), decl.name, dtype_name(t.dtype()));
+      int64_t off = cp.offset.eval(env);
+      auto [lo, hi] = extent(0);
+      if (v.count > 0 && (off + lo < 0 || off + hi >= t.elements()))
+        user_error(in.span, "out-of-bounds",
+                   "{} of {} touches elements {}..{} of tensor '{}' (shape [{}], {} elements) at "
+                   "element offset {} ({})",
+                   what, opcode_name(in.op), off + lo, off + hi, decl.name,
+                   fmt::join(t.shape(), ", "), t.elements(), off, env_str());
+      v.base = static_cast<std::byte*>(t.data()) + off * v.esize;
+      for (auto& d : ap.dims) {
+        v.sizes.push_back(d.size);
+        v.strides.push_back(d.stride * v.esize);
+      }
+    }
+    return v;
+  }
+
+  void run_instr(const CInstr& ci) {
+    const Instr& in = *ci.in;
+    std::vector<View> src;
+    src.reserve(ci.src.size());
+    for (size_t i = 0; i < ci.src.size(); ++i)
+      src.push_back(resolve(ci.src[i], in, "source", false));
+    // device_print has no destination.
+    View dst;
+    if (in.op != Opcode::device_print) dst = resolve(ci.dst, in, "destination", true);
+    View rr;
+    if (in.has_reduce_res) rr = resolve(ci.reduce_res, in, "reduce_res", true);
+    execute(in, dst, src, in.has_reduce_res ? &rr : nullptr, exec);
+  }
+
+  void run(const std::vector<CNode>& body) {
+    for (auto& n : body) {
+      if (!n.loop) {
+        run_instr(n.instr);
+        continue;
+      }
+      int64_t& var = env[static_cast<size_t>(n.slot)];
+      for (var = 0; var < n.extent; ++var) run(n.body);
+      var = 0;
+    }
+  }
+};
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
+
+}  // namespace
+}  // namespace sim
+
+void simulate(const Program& p, const std::vector<Tensor>& tensors,
+              const std::vector<int64_t>& grid, const SimOptions& opts) {
+  using namespace sim;
+  // The caller passes inputs then outputs; scratch tensors are ours.
+  std::vector<const TensorDecl*> params;
+  for (auto& t : p.tensors)
+    if (t.role != TensorDecl::Role::scratch) params.push_back(&t);
+  if (tensors.size() != params.size()) {
+    std::vector<std::string> names;
+    for (auto* d : params) names.push_back(d->name);
+    user_error(Span{}, "call-signature", "kernel '{}' takes {} tensors ({}) but was called with {}",
+               p.name, params.size(), fmt::join(names, ", "), tensors.size());
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const TensorDecl& d = *params[i];
+    const Tensor& t = tensors[i];
+    if (t.shape() != d.shape || t.dtype() != d.dtype)
+      user_error(Span{}, "call-signature",
+                 "tensor '{}' (argument {}) of kernel '{}': expected {} {}, got {} {}", d.name, i,
+                 p.name, shape_str(d.shape), dtype_name(d.dtype), shape_str(t.shape()),
+                 dtype_name(t.dtype()));
+    if (t.elements() > 0 && t.data() == nullptr)
+      user_error(Span{}, "call-signature", "tensor '{}' (argument {}) has no data", d.name, i);
+  }
+  if (grid.empty() || grid.size() > 4)
+    user_error(Span{}, "grid", "launch grid must have 1 to 4 dims, got {}", grid.size());
+  for (int64_t g : grid)
+    if (g < 1) user_error(Span{}, "grid", "launch grid dims must be >= 1, got {}", shape_str(grid));
+
+  const Target& target = p.target.empty() ? default_target() : target_by_name(p.target);
+  Slots slots;
+  std::vector<CNode> body = compile_body(p.body, slots);
+
+  Machine m;
+  m.prog = &p;
+  m.partitions = target.partitions;
+  m.sbuf_pb = target.sbuf_bytes_per_partition;
+  m.psum_pb = target.psum_bytes_per_partition;
+  m.sbuf.allocate(static_cast<size_t>(m.partitions * m.sbuf_pb));
+  m.psum.allocate(static_cast<size_t>(m.partitions * m.psum_pb));
+  m.psum_flags.allocate(static_cast<size_t>(m.partitions * m.psum_pb));
+  m.slots = &slots;
+  m.grid_dims = grid.size();
+  m.exec.print = opts.print ? opts.print : &std::cout;
+  m.env.assign(slots.names().size(), 0);
+  size_t next = 0;
+  for (auto& d : p.tensors) {
+    if (d.role == TensorDecl::Role::scratch)
+      m.hbm.push_back(Tensor::empty(d.shape, d.dtype));
+    else
+      m.hbm.push_back(tensors[next++]);
+  }
+
+  int64_t total = 1;
+  for (int64_t g : grid) total *= g;
+  for (size_t a = 0; a < 4; ++a) m.env[kNpidSlot + a] = a < grid.size() ? grid[a] : 1;
+  for (int64_t flat = 0; flat < total; ++flat) {
+    // Row-major: the last grid dim varies fastest.
+    int64_t rest = flat;
+    for (int a = static_cast<int>(grid.size()) - 1; a >= 0; --a) {
+      m.env[static_cast<size_t>(kPidSlot + a)] = rest % grid[static_cast<size_t>(a)];
+      rest /= grid[static_cast<size_t>(a)];
+    }
+    if (flat > 0) {
+      m.reset_on_chip();
+      for (size_t i = 0; i < p.tensors.size(); ++i)
+        if (p.tensors[i].role == TensorDecl::Role::scratch)
+          std::memset(m.hbm[i].data(), 0, m.hbm[i].bytes());
+    }
+    m.run(body);
+  }
+}
+
+}  // namespace neuron

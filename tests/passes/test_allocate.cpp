@@ -1,0 +1,113 @@
+// allocate: offsets, rotating slots, scoping and capacity, checked against hand-computed values.
+#include <doctest/doctest.h>
+
+#include <map>
+
+#include "neuron/codegen/pipeline.hpp"
+#include "neuron/ir/visitor.hpp"
+#include "passes/kernel_builder.hpp"
+
+using namespace neuron;
+using namespace neuron::tb;
+
+namespace {
+
+// Every allocated buffer by name, and every buffer an op refers to.
+struct Collect : IRVisitor {
+  std::map<std::string, BufferPtr> allocs;
+  std::vector<BufferPtr> used;
+  void visit_Alloc(const Alloc& a) override { allocs[a.buffer->name] = a.buffer; }
+  void visit_Op(const Op& o) override {
+    for (auto& arg : o.args)
+      if (auto v = std::get_if<Access>(&arg.value)) used.push_back(v->buffer);
+  }
+};
+
+Collect collect(const Kernel& k) {
+  Collect c;
+  c.visit(k.body);
+  return c;
+}
+
+StmtPtr touch(BufferPtr b) {
+  return op(Opcode::memset, {{"dst", whole(std::move(b))}, {"value", 0.0}});
+}
+
+}  // namespace
+
+TEST_CASE("allocate: SBUF offsets are 64-byte aligned and stack-scoped") {
+  auto a = sbuf("a", {128, 100});               // 400 B per partition
+  auto b = sbuf("b", {128, 10}, DType::bfloat16);  // 20 B
+  auto c = sbuf("c", {64, 256});                // 1024 B
+  auto d = sbuf("d", {128, 8});                 // 32 B
+  Kernel k = kernel({}, {},
+                    {alloc(a), alloc(b), touch(a), touch(b),
+                     seq_for("i0", 3, {alloc(c), touch(c)}),
+                     seq_for("i1", 3, {alloc(d), touch(d)})});
+  Kernel out = allocate(k, "trn2");
+  auto c_ = collect(out);
+  CHECK(c_.allocs["a"]->offset == 0);
+  CHECK(c_.allocs["b"]->offset == 448);  // align64(400)
+  // b ends at 468; c starts at align64(468) = 512; after its loop ends d reuses the space.
+  CHECK(c_.allocs["c"]->offset == 512);
+  CHECK(c_.allocs["d"]->offset == 512);
+  for (auto& [name, buf] : c_.allocs) {
+    CHECK(buf->slots == 1);
+    CHECK(buf->slot_var.empty());
+  }
+  // Every op now refers to the allocated buffers, not the originals.
+  for (auto& u : c_.used) CHECK(u == c_.allocs[u->name]);
+  // The input kernel's buffers are untouched (buffers are shared and immutable).
+  CHECK(a->offset == -1);
+}
+
+TEST_CASE("allocate: buffers directly in an affine_range body rotate over two slots") {
+  auto outer = sbuf("outer", {128, 16});  // 64 B
+  auto t = sbuf("t", {128, 256});         // 1024 B per slot
+  auto u = sbuf("u", {128, 4});           // nested one block deeper: no rotation
+  auto one = sbuf("one", {128, 4});       // loop of extent 1: nothing to overlap
+  Kernel k = kernel({}, {},
+                    {alloc(outer), touch(outer),
+                     affine_for("i0", 4,
+                                {alloc(t), touch(t), block({alloc(u), touch(u)})}),
+                     affine_for("i1", 1, {alloc(one), touch(one)})});
+  auto c = collect(allocate(k, "trn2"));
+  CHECK(c.allocs["t"]->offset == 64);
+  CHECK(c.allocs["t"]->slots == 2);
+  CHECK(c.allocs["t"]->slot_var == "i0");
+  CHECK(c.allocs["u"]->offset == 64 + 2 * 1024);
+  CHECK(c.allocs["u"]->slots == 1);
+  CHECK(c.allocs["one"]->slots == 1);
+  CHECK(c.allocs["one"]->offset == 64);
+}
+
+TEST_CASE("allocate: PSUM buffers take whole banks, slots included") {
+  auto p0 = psum("p0", {128, 512});  // one full bank
+  auto p1 = psum("p1", {128, 100});  // 400 B: still a whole bank
+  auto p2 = psum("p2", {128, 128});  // in an affine loop: 2 slots of one bank each
+  auto p3 = psum("p3", {128, 8});
+  Kernel k = kernel({}, {},
+                    {alloc(p0), alloc(p1), touch(p0), touch(p1),
+                     affine_for("i0", 8, {alloc(p2), touch(p2), block({alloc(p3), touch(p3)})})});
+  auto c = collect(allocate(k, "trn2"));
+  CHECK(c.allocs["p0"]->offset == 0);
+  CHECK(c.allocs["p1"]->offset == 2048);
+  CHECK(c.allocs["p2"]->offset == 4096);
+  CHECK(c.allocs["p2"]->slots == 2);
+  CHECK(c.allocs["p3"]->offset == 4096 + 2 * 2048);
+}
+
+TEST_CASE("allocate: rotation falls back to one slot when two do not fit") {
+  auto big = sbuf("big", {128, 40000});  // 160000 B: two slots exceed trn2's 212984
+  Kernel k = kernel({}, {}, {affine_for("i0", 4, {alloc(big), touch(big)})});
+  auto c = collect(allocate(k, "trn2"));
+  CHECK(c.allocs["big"]->slots == 1);
+  CHECK(c.allocs["big"]->offset == 0);
+}
+
+TEST_CASE("allocate: capacity depends on the target") {
+  auto t = sbuf("t", {128, 50000});  // 200000 B: fits trn2 (212984), not trn1 (180224)
+  Kernel k = kernel({}, {}, {alloc(t), touch(t)});
+  CHECK_NOTHROW(allocate(k, "trn2"));
+  CHECK_THROWS_AS(allocate(k, "trn1"), UserError);
+}

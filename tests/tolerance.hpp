@@ -1,0 +1,49 @@
+// Per-dtype tolerances for comparing kernel results with a reference: the one place they live.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "neuron/ir/dtype.hpp"
+
+namespace neuron::testing {
+
+// |got - ref| <= atol + rtol * |ref|. rtol is about one unit in the last place of the output
+// dtype (results are rounded once to it); atol covers fp32 accumulation of long sums and
+// values near zero.
+struct Tolerance {
+  double rtol, atol;
+};
+
+inline Tolerance tolerance_for(DType t) {
+  switch (t) {
+    case DType::float32: return {1e-5, 1e-5};
+    case DType::bfloat16: return {1.0 / 128, 1e-2};   // 8 significand bits
+    case DType::float16: return {1.0 / 1024, 1e-3};   // 11 significand bits
+    case DType::float8_e4m3: return {1.0 / 8, 1.0 / 16};
+    case DType::float8_e5m2: return {1.0 / 4, 1.0 / 8};
+    default: return {0, 0};  // integers are exact
+  }
+}
+
+// The worst violation over all elements: 0 when everything is within tolerance; otherwise a
+// message naming the first bad element.
+struct Comparison {
+  int64_t bad = 0;
+  std::string first;
+};
+
+template <typename Got, typename Ref>
+Comparison compare(int64_t n, Got got, Ref ref, Tolerance tol) {
+  Comparison c;
+  for (int64_t i = 0; i < n; ++i) {
+    double g = got(i), r = ref(i);
+    bool ok = std::fabs(g - r) <= tol.atol + tol.rtol * std::fabs(r) || (std::isnan(g) && std::isnan(r));
+    if (!ok && c.bad++ == 0) c.first = fmt::format("element {}: got {} want {}", i, g, r);
+  }
+  return c;
+}
+
+}  // namespace neuron::testing
