@@ -33,9 +33,12 @@ std::string human_bytes(std::uint64_t n) {
 
 std::string_view mode_name(CacheMode m) {
   switch (m) {
-    case CacheMode::off: return "off";
-    case CacheMode::on: return "on";
-    case CacheMode::must_hit: return "must-hit";
+    case CacheMode::off:
+      return "off";
+    case CacheMode::on:
+      return "on";
+    case CacheMode::must_hit:
+      return "must-hit";
   }
   return "?";
 }
@@ -74,7 +77,9 @@ int main(int argc, char** argv) {
     }
     if (cmd == "list" && i + 1 == argc) {
       for (auto& e : cache.list()) {
-        std::string_view state = !e.header_ok ? "unreadable" : e.current_build ? "current" : "stale";
+        std::string_view state = !e.header_ok      ? "unreadable"
+                                 : e.current_build ? "current"
+                                                   : "stale";
         fmt::print("{}  {:>10}  {:%Y-%m-%d %H:%M:%S}  {}\n", e.key, human_bytes(e.file_bytes),
                    std::chrono::floor<std::chrono::seconds>(e.last_used), state);
       }

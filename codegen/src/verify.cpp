@@ -270,11 +270,20 @@ class Verifier {
                  shape_str(pattern_shape(*b)));
   }
 
+  // The partition dim and the free dims other than size-1 ones: [128, 1, 8] and [128, 8] (a
+  // dropped dim) describe the same elements in the same order.
+  static std::vector<int64_t> squeezed(const std::vector<int64_t>& s) {
+    std::vector<int64_t> out{s.empty() ? 1 : s[0]};
+    for (size_t i = 1; i < s.size(); ++i)
+      if (s[i] != 1) out.push_back(s[i]);
+    return out;
+  }
+
   void same_shape(const Op& op, std::string_view opname, const char* a_name, const char* b_name) {
     auto a = op.access(a_name);
     auto b = op.access(b_name);
     if (!a || !b) return;
-    if (pattern_shape(*a) != pattern_shape(*b))
+    if (squeezed(pattern_shape(*a)) != squeezed(pattern_shape(*b)))
       user_error(op.span, "shape-mismatch", "{}: '{}' has shape {} but '{}' has shape {}", opname,
                  a_name, shape_str(pattern_shape(*a)), b_name, shape_str(pattern_shape(*b)));
   }
@@ -362,13 +371,7 @@ class Verifier {
     // dst is the input with the reduced axes set to 1; size-1 dims may be dropped.
     auto expect = shape;
     for (auto ax : axes) expect[ax] = 1;
-    auto squeeze = [](std::vector<int64_t> s) {
-      std::vector<int64_t> out{s.empty() ? 1 : s[0]};
-      for (size_t i = 1; i < s.size(); ++i)
-        if (s[i] != 1) out.push_back(s[i]);
-      return out;
-    };
-    if (squeeze(expect) != squeeze(pattern_shape(dst)))
+    if (squeezed(expect) != squeezed(pattern_shape(dst)))
       user_error(op.span, "shape-mismatch",
                  "{}: dst has shape {} but reducing {} over axes [{}] gives {}", opname,
                  shape_str(pattern_shape(dst)), shape_str(shape), fmt::join(axes, ", "),
@@ -433,7 +436,8 @@ class Verifier {
         same_elements(op, opname);
         break;
       case Opcode::tensor_copy:
-        same_layout(op, opname, "dst", "src");
+        // Only dma_copy may reshape; an engine copy walks both sides in the same shape.
+        same_shape(op, opname, "dst", "src");
         break;
       case Opcode::nl_matmul: {
         require_memory(op, opname, "x", mem("x") == Memory::sbuf, "matmul-memory", "SBUF");

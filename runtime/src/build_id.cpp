@@ -11,6 +11,8 @@
 
 namespace neuron {
 
-std::string_view toolkit_build_id() { return NEURON_BUILD_ID; }
+std::string_view toolkit_build_id() {
+  return NEURON_BUILD_ID;
+}
 
 }  // namespace neuron

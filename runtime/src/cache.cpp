@@ -21,16 +21,18 @@ std::string cache_key(std::string_view ir_text, std::string_view target, std::st
   return to_hex(h.digest());
 }
 
-std::string cache_key(std::string_view ir_text, std::string_view target,
-                      std::string_view options) {
+std::string cache_key(std::string_view ir_text, std::string_view target, std::string_view options) {
   return cache_key(ir_text, target, options, toolkit_build_id());
 }
 
 std::string_view to_string(CacheLevel level) {
   switch (level) {
-    case CacheLevel::none: return "none";
-    case CacheLevel::memory: return "memory";
-    case CacheLevel::disk: return "disk";
+    case CacheLevel::none:
+      return "none";
+    case CacheLevel::memory:
+      return "memory";
+    case CacheLevel::disk:
+      return "disk";
   }
   return "?";
 }
@@ -68,8 +70,8 @@ void CompileCache::reconfigure(CacheOptions options) {
   std::lock_guard lock(mutex_);
   if (!options.warn) options.warn = options_.warn;
   options_ = std::move(options);
-  while (!lru_.empty() && (lru_.size() > options_.max_memory_entries ||
-                           memory_bytes_ > options_.max_memory_bytes)) {
+  while (!lru_.empty() &&
+         (lru_.size() > options_.max_memory_entries || memory_bytes_ > options_.max_memory_bytes)) {
     memory_bytes_ -= lru_.back().blob->size();
     index_.erase(lru_.back().key);
     lru_.pop_back();
@@ -92,9 +94,12 @@ std::optional<Blob> CompileCache::lookup(const std::string& key, CacheLevel* hit
   }
   {
     std::lock_guard lock(mutex_);
-    if (level == CacheLevel::memory) ++stats_.memory_hits;
-    else if (level == CacheLevel::disk) ++stats_.disk_hits;
-    else ++stats_.misses;
+    if (level == CacheLevel::memory)
+      ++stats_.memory_hits;
+    else if (level == CacheLevel::disk)
+      ++stats_.disk_hits;
+    else
+      ++stats_.misses;
   }
   if (hit_level) *hit_level = level;
   return found;
@@ -133,8 +138,7 @@ Blob CompileCache::get_or_compile(const std::string& key, const std::function<Bl
   return blob;
 }
 
-std::optional<Blob> CompileCache::lookup_memory(const std::string& key,
-                                                const CacheOptions& opts) {
+std::optional<Blob> CompileCache::lookup_memory(const std::string& key, const CacheOptions& opts) {
   std::shared_ptr<const Blob> blob;
   bool touch = false;
   {
@@ -196,8 +200,10 @@ void CompileCache::warn_once(const CacheOptions& opts, const std::string& what,
     if (!warned_.insert(what).second) return;
   }
   std::string line = fmt::format("neuron: warning: compile cache: {}", message);
-  if (opts.warn) opts.warn(line);
-  else fmt::print(stderr, "{}\n", line);
+  if (opts.warn)
+    opts.warn(line);
+  else
+    fmt::print(stderr, "{}\n", line);
 }
 
 void CompileCache::forget_warning(const std::string& what) {

@@ -2,10 +2,9 @@
 // Several processes may share a directory; only rename() publishes a file, so readers see a
 // complete old entry, a complete new one, or none.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
@@ -179,8 +178,7 @@ std::optional<Blob> CompileCache::lookup_disk(const std::string& key, const Cach
     return Blob(data.begin() + std::ptrdiff_t(h.size), data.end());
   }
   std::string id = "corrupt:" + path;
-  warn_once(opts, id,
-            fmt::format("ignoring {}: {}; removing it and compiling again", path, *bad));
+  warn_once(opts, id, fmt::format("ignoring {}: {}; removing it and compiling again", path, *bad));
   {
     std::lock_guard lock(mutex_);
     ++stats_.corrupt_entries;
@@ -221,12 +219,11 @@ bool CompileCache::store_disk(const std::string& key, const Blob& blob, const Ca
   std::memcpy(header.data() + kFixedHeader + key.size(), id.data(), id.size());
 
   // Unique per process and call, in the same directory so rename() is atomic.
-  std::string temp = fmt::format("{}/{}{}.{}.{}", opts.dir, kTempPrefix, key, ::getpid(),
-                                 counter.fetch_add(1));
+  std::string temp =
+      fmt::format("{}/{}{}.{}.{}", opts.dir, kTempPrefix, key, ::getpid(), counter.fetch_add(1));
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return fail("creating a temporary file", errno);
-  bool ok = write_all(fd, header.data(), header.size()) &&
-            write_all(fd, blob.data(), blob.size());
+  bool ok = write_all(fd, header.data(), header.size()) && write_all(fd, blob.data(), blob.size());
   int err = errno;
   if (ok) set_mtime_now(fd);
   if (::close(fd) != 0 && ok) {
@@ -277,8 +274,8 @@ void CompileCache::evict_disk(const std::string& keep_key, const CacheOptions& o
       continue;
     }
     total += std::uint64_t(st.st_size);
-    files.push_back({it->path().string(), std::uint64_t(st.st_size), to_system(st),
-                     name == keep_name});
+    files.push_back(
+        {it->path().string(), std::uint64_t(st.st_size), to_system(st), name == keep_name});
   }
   if (total <= opts.max_disk_bytes) return;
   // Oldest first; the entry just stored goes last (it is only dropped if it alone is too big).

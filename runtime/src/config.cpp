@@ -36,10 +36,14 @@ static std::uint64_t parse_bytes(const char* name, std::string_view s) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   std::string_view unit(end, s.data() + s.size() - end);
   int shift = -1;
-  if (unit.empty() || unit == "B") shift = 0;
-  else if (unit == "K" || unit == "KiB") shift = 10;
-  else if (unit == "M" || unit == "MiB") shift = 20;
-  else if (unit == "G" || unit == "GiB") shift = 30;
+  if (unit.empty() || unit == "B")
+    shift = 0;
+  else if (unit == "K" || unit == "KiB")
+    shift = 10;
+  else if (unit == "M" || unit == "MiB")
+    shift = 20;
+  else if (unit == "G" || unit == "GiB")
+    shift = 30;
   if (ec != std::errc() || shift < 0 || value > (UINT64_MAX >> shift))
     user_error(Span{}, "config",
                "{}='{}' is not a byte count (digits with an optional K, M or G suffix)", name, s);

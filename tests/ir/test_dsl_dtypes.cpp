@@ -26,22 +26,23 @@ TEST_CASE("dsl dtypes: promotion follows NKI's table") {
 }
 
 TEST_CASE("dsl dtypes: scalar operands keep the tile dtype; mirrored comparisons; where") {
-  Kernel k = trace("dt", [](nl::tensor a) {
-        nl::tensor out = nl::ndarray({128, 64}, nl::bfloat16, nl::shared_hbm);
-        nl::tensor x = nl::load(a);          // bf16
-        nl::tensor h = x * 0.5;              // stays bf16
-        nl::tensor c = 2.0 < h;              // becomes h > 2.0
-        nl::tensor m = nl::less(h, 1.0, nl::uint8);
-        nl::tensor w = nl::where(m, 3.0, h);
-        nl::tensor n = -w;
-        nl::store(out, n);
-        CHECK(h.dtype() == DType::bfloat16);
-        CHECK(c.dtype() == DType::bfloat16);
-        CHECK(m.dtype() == DType::uint8);
-        CHECK(w.dtype() == DType::bfloat16);
-        return out;
-      },
-      {TensorSpec{{128, 64}, DType::bfloat16}});
+  Kernel k = trace("dt",
+                   [](nl::tensor a) {
+                     nl::tensor out = nl::ndarray({128, 64}, nl::bfloat16, nl::shared_hbm);
+                     nl::tensor x = nl::load(a);  // bf16
+                     nl::tensor h = x * 0.5;      // stays bf16
+                     nl::tensor c = 2.0 < h;      // becomes h > 2.0
+                     nl::tensor m = nl::less(h, 1.0, nl::uint8);
+                     nl::tensor w = nl::where(m, 3.0, h);
+                     nl::tensor n = -w;
+                     nl::store(out, n);
+                     CHECK(h.dtype() == DType::bfloat16);
+                     CHECK(c.dtype() == DType::bfloat16);
+                     CHECK(m.dtype() == DType::uint8);
+                     CHECK(w.dtype() == DType::bfloat16);
+                     return out;
+                   },
+                   {TensorSpec{{128, 64}, DType::bfloat16}});
   std::vector<const Op*> ops;
   for (auto& s : k.body->as<Block>()->stmts)
     if (auto op = s->as<Op>()) ops.push_back(op);

@@ -13,12 +13,13 @@ namespace {
 template <typename Body>
 UserError trace_error(Body body, std::vector<int64_t> shape = {128, 512}) {
   try {
-    trace("bad", [&](nl::tensor a) {
-          nl::tensor out = nl::ndarray({128, 512}, nl::float32, nl::shared_hbm);
-          body(a, out);
-          return out;
-        },
-        {TensorSpec{shape, DType::float32}});
+    trace("bad",
+          [&](nl::tensor a) {
+            nl::tensor out = nl::ndarray({128, 512}, nl::float32, nl::shared_hbm);
+            body(a, out);
+            return out;
+          },
+          {TensorSpec{shape, DType::float32}});
   } catch (const UserError& e) {
     return e;
   }
@@ -135,12 +136,13 @@ TEST_CASE("dsl errors: allocation, outputs, nesting") {
   CHECK(e.rule() == "nested-trace");
 
   // The failed traces above left no state behind: tracing works again.
-  CHECK_NOTHROW(trace("ok", [](nl::tensor a) {
-        nl::tensor o = nl::ndarray({128, 4}, nl::float32, nl::shared_hbm);
-        nl::store(o, nl::load(a));
-        return o;
-      },
-      {TensorSpec{{128, 4}, DType::float32}}));
+  CHECK_NOTHROW(trace("ok",
+                      [](nl::tensor a) {
+                        nl::tensor o = nl::ndarray({128, 4}, nl::float32, nl::shared_hbm);
+                        nl::store(o, nl::load(a));
+                        return o;
+                      },
+                      {TensorSpec{{128, 4}, DType::float32}}));
 
   try {
     trace("sbuf-out", [](nl::tensor a) { return nl::load(a); },
@@ -150,14 +152,15 @@ TEST_CASE("dsl errors: allocation, outputs, nesting") {
     CHECK(e2.rule() == "kernel-output");
   }
   try {
-    trace("unreturned", [](nl::tensor a) {
-          nl::tensor o = nl::ndarray({128, 4}, nl::float32, nl::shared_hbm);
-          nl::tensor p = nl::ndarray({128, 4}, nl::float32, nl::shared_hbm, "forgotten");
-          (void)p;
-          nl::store(o, nl::load(a));
-          return o;
-        },
-        {TensorSpec{{128, 4}, DType::float32}});
+    trace("unreturned",
+          [](nl::tensor a) {
+            nl::tensor o = nl::ndarray({128, 4}, nl::float32, nl::shared_hbm);
+            nl::tensor p = nl::ndarray({128, 4}, nl::float32, nl::shared_hbm, "forgotten");
+            (void)p;
+            nl::store(o, nl::load(a));
+            return o;
+          },
+          {TensorSpec{{128, 4}, DType::float32}});
     FAIL("expected an error");
   } catch (const UserError& e2) {
     CHECK(e2.rule() == "kernel-output");
@@ -183,4 +186,14 @@ TEST_CASE("dsl errors: ISA operator arguments") {
     (void)nl::add(1.0, 2.0);
   });
   CHECK(e.rule() == "operand");
+}
+
+TEST_CASE("dsl errors: ranges") {
+  CHECK_THROWS_AS(nl::static_range(0, 4, 0), UserError);
+  UserError e = trace_error([&](nl::tensor, nl::tensor) {
+    for (nl::index i : nl::affine_range(0, 8, 0)) (void)i;
+  });
+  CHECK(e.rule() == "range");
+  e = trace_error([&](nl::tensor, nl::tensor) { (void)nl::program_id(4); });
+  CHECK(e.rule() == "program-axis");
 }

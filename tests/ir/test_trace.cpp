@@ -42,14 +42,18 @@ DimSlice dim(Affine start, int64_t size, int64_t step = 1, bool keep = true) {
   return DimSlice{std::move(start), size, step, keep};
 }
 
-Affine var(const char* name, int64_t coeff = 1) { return Affine::var(name, coeff); }
+Affine var(const char* name, int64_t coeff = 1) {
+  return Affine::var(name, coeff);
+}
 
 }  // namespace
 
 TEST_CASE("trace: load, add, store into a returned shared_hbm output") {
   int line_load = 0, line_add = 0, line_store = 0, line_trace = 0;
   line_trace = __LINE__ + 1;
-  Kernel k = trace("add", [&](nl::tensor a, nl::tensor b) {
+  Kernel k = trace(
+      "add",
+      [&](nl::tensor a, nl::tensor b) {
         nl::tensor out = nl::ndarray({128, 512}, nl::float32, nl::shared_hbm);
         line_load = __LINE__ + 1;
         nl::tensor x = nl::load(a);
@@ -106,22 +110,23 @@ TEST_CASE("trace: load, add, store into a returned shared_hbm output") {
 
 TEST_CASE("trace: affine_range is rolled and traced once; static_range unrolls") {
   int rolled = 0, unrolled = 0, line_loop = 0;
-  Kernel k = trace("loops", [&](nl::tensor a) {
-        nl::tensor out = nl::ndarray({1024, 128}, nl::float32, nl::shared_hbm);
-        line_loop = __LINE__ + 1;
-        for (nl::index i : nl::affine_range(8)) {
-          ++rolled;
-          nl::tensor t = nl::load(a(nl::ds(i * 128, 128), nl::all));
-          nl::store(out(nl::ds(i * 128, 128), nl::all), t);
-        }
-        for (int64_t j : nl::static_range(3)) {
-          ++unrolled;
-          nl::tensor t = nl::load(a(nl::ds(j * 128, 128), nl::slice(0, 64, 2)));
-          (void)t;
-        }
-        return out;
-      },
-      {TensorSpec{{1024, 128}, DType::bfloat16}});
+  Kernel k = trace("loops",
+                   [&](nl::tensor a) {
+                     nl::tensor out = nl::ndarray({1024, 128}, nl::float32, nl::shared_hbm);
+                     line_loop = __LINE__ + 1;
+                     for (nl::index i : nl::affine_range(8)) {
+                       ++rolled;
+                       nl::tensor t = nl::load(a(nl::ds(i * 128, 128), nl::all));
+                       nl::store(out(nl::ds(i * 128, 128), nl::all), t);
+                     }
+                     for (int64_t j : nl::static_range(3)) {
+                       ++unrolled;
+                       nl::tensor t = nl::load(a(nl::ds(j * 128, 128), nl::slice(0, 64, 2)));
+                       (void)t;
+                     }
+                     return out;
+                   },
+                   {TensorSpec{{1024, 128}, DType::bfloat16}});
 
   CHECK(rolled == 1);
   CHECK(unrolled == 3);
@@ -154,21 +159,22 @@ TEST_CASE("trace: affine_range is rolled and traced once; static_range unrolls")
 }
 
 TEST_CASE("trace: nested loops number their variables in opening order; ranges with start/step") {
-  Kernel k = trace("nest", [&](nl::tensor a) {
-        nl::tensor out = nl::ndarray({512, 512}, nl::float32, nl::shared_hbm);
-        for (nl::index i : nl::sequential_range(4)) {
-          for (nl::index j : nl::affine_range(1, 5, 2)) {
-            nl::tensor t = nl::load(a(nl::ds(i * 128, 128), nl::ds(j * 64 + 8, 64)));
-            nl::store(out(nl::ds(i * 128, 128), nl::ds(j * 64, 64)), t);
-          }
-        }
-        for (nl::index m : nl::affine_range(2)) {
-          nl::tensor t = nl::load(a(nl::ds(m * 128, 128), nl::ds(0, 512)));
-          nl::store(out(nl::ds(m * 128, 128), nl::all), t);
-        }
-        return out;
-      },
-      {TensorSpec{{512, 1024}, DType::float32}});
+  Kernel k = trace("nest",
+                   [&](nl::tensor a) {
+                     nl::tensor out = nl::ndarray({512, 512}, nl::float32, nl::shared_hbm);
+                     for (nl::index i : nl::sequential_range(4)) {
+                       for (nl::index j : nl::affine_range(1, 5, 2)) {
+                         nl::tensor t = nl::load(a(nl::ds(i * 128, 128), nl::ds(j * 64 + 8, 64)));
+                         nl::store(out(nl::ds(i * 128, 128), nl::ds(j * 64, 64)), t);
+                       }
+                     }
+                     for (nl::index m : nl::affine_range(2)) {
+                       nl::tensor t = nl::load(a(nl::ds(m * 128, 128), nl::ds(0, 512)));
+                       nl::store(out(nl::ds(m * 128, 128), nl::all), t);
+                     }
+                     return out;
+                   },
+                   {TensorSpec{{512, 1024}, DType::float32}});
 
   const Block& body = block_of(k.body);
   REQUIRE(body.stmts.size() == 2);
@@ -187,18 +193,19 @@ TEST_CASE("trace: nested loops number their variables in opening order; ranges w
 }
 
 TEST_CASE("trace: break inside affine_range closes the loop and keeps the IR well formed") {
-  Kernel k = trace("brk", [&](nl::tensor a) {
-        nl::tensor out = nl::ndarray({128, 64}, nl::float32, nl::shared_hbm);
-        for (nl::index i : nl::affine_range(4)) {
-          nl::tensor t = nl::load(a(nl::ds(i * 128, 128), nl::all));
-          nl::store(out, t);
-          break;
-        }
-        nl::tensor u = nl::load(a(nl::ds(0, 128), nl::all));
-        nl::store(out, u);
-        return out;
-      },
-      {TensorSpec{{512, 64}, DType::float32}});
+  Kernel k = trace("brk",
+                   [&](nl::tensor a) {
+                     nl::tensor out = nl::ndarray({128, 64}, nl::float32, nl::shared_hbm);
+                     for (nl::index i : nl::affine_range(4)) {
+                       nl::tensor t = nl::load(a(nl::ds(i * 128, 128), nl::all));
+                       nl::store(out, t);
+                       break;
+                     }
+                     nl::tensor u = nl::load(a(nl::ds(0, 128), nl::all));
+                     nl::store(out, u);
+                     return out;
+                   },
+                   {TensorSpec{{512, 64}, DType::float32}});
   const Block& body = block_of(k.body);
   REQUIRE(body.stmts.size() == 4);
   const For& loop = for_at(body, 0);
@@ -210,63 +217,66 @@ TEST_CASE("trace: break inside affine_range closes the loop and keeps the IR wel
 
 TEST_CASE("trace: empty affine_range traces no body and emits no loop") {
   int count = 0;
-  Kernel k = trace("empty", [&](nl::tensor a) {
-        nl::tensor out = nl::ndarray({128, 64}, nl::float32, nl::shared_hbm);
-        for (nl::index i : nl::affine_range(3, 3)) {
-          (void)i;
-          ++count;
-        }
-        nl::store(out, nl::load(a));
-        return out;
-      },
-      {TensorSpec{{128, 64}, DType::float32}});
+  Kernel k = trace("empty",
+                   [&](nl::tensor a) {
+                     nl::tensor out = nl::ndarray({128, 64}, nl::float32, nl::shared_hbm);
+                     for (nl::index i : nl::affine_range(3, 3)) {
+                       (void)i;
+                       ++count;
+                     }
+                     nl::store(out, nl::load(a));
+                     return out;
+                   },
+                   {TensorSpec{{128, 64}, DType::float32}});
   CHECK(count == 0);
   CHECK(block_of(k.body).stmts.size() == 3);
 }
 
 TEST_CASE("trace: on-chip and HBM scalar subscripts follow NKI's rank rules") {
-  Kernel k = trace("idx", [&](nl::tensor a) {
-        nl::tensor out = nl::ndarray({4, 128, 64}, nl::float32, nl::shared_hbm);
-        nl::tensor t = nl::ndarray({128, 4, 64}, nl::float32);
-        CHECK(t(nl::all, 0, 10).shape() == std::vector<int64_t>{128, 1});
-        CHECK(t(0, 0, 10).shape() == std::vector<int64_t>{1, 1});
-        CHECK(t(nl::all, 2).shape() == std::vector<int64_t>{128, 64});
-        CHECK(t[5].shape() == std::vector<int64_t>{1, 4, 64});
-        CHECK(a[2].shape() == std::vector<int64_t>{128, 64});
-        CHECK(a(1, 2, 3).shape() == std::vector<int64_t>{1});
-        // A view of a view: indices compose.
-        nl::tensor v = a(1, nl::ds(8, 64));
-        CHECK(v.shape() == std::vector<int64_t>{64, 64});
-        nl::tensor w = v(nl::slice(4, 12, 2), nl::ds(1, 3));
-        CHECK(w.shape() == std::vector<int64_t>{4, 3});
-        const Access& acc = w.access();
-        CHECK(acc.dims[0] == dim(1, 1, 1, false));
-        CHECK(acc.dims[1] == dim(12, 4, 2));
-        CHECK(acc.dims[2] == dim(1, 3));
-        nl::tensor x = t(nl::all, 3, nl::all);
-        CHECK(x.access().dims[1] == dim(3, 1, 1, false));
-        nl::store(out, a);
-        return out;
-      },
-      {TensorSpec{{4, 128, 64}, DType::float32}});
+  Kernel k = trace("idx",
+                   [&](nl::tensor a) {
+                     nl::tensor out = nl::ndarray({4, 128, 64}, nl::float32, nl::shared_hbm);
+                     nl::tensor t = nl::ndarray({128, 4, 64}, nl::float32);
+                     CHECK(t(nl::all, 0, 10).shape() == std::vector<int64_t>{128, 1});
+                     CHECK(t(0, 0, 10).shape() == std::vector<int64_t>{1, 1});
+                     CHECK(t(nl::all, 2).shape() == std::vector<int64_t>{128, 64});
+                     CHECK(t[5].shape() == std::vector<int64_t>{1, 4, 64});
+                     CHECK(a[2].shape() == std::vector<int64_t>{128, 64});
+                     CHECK(a(1, 2, 3).shape() == std::vector<int64_t>{1});
+                     // A view of a view: indices compose.
+                     nl::tensor v = a(1, nl::ds(8, 64));
+                     CHECK(v.shape() == std::vector<int64_t>{64, 64});
+                     nl::tensor w = v(nl::slice(4, 12, 2), nl::ds(1, 3));
+                     CHECK(w.shape() == std::vector<int64_t>{4, 3});
+                     const Access& acc = w.access();
+                     CHECK(acc.dims[0] == dim(1, 1, 1, false));
+                     CHECK(acc.dims[1] == dim(12, 4, 2));
+                     CHECK(acc.dims[2] == dim(1, 3));
+                     nl::tensor x = t(nl::all, 3, nl::all);
+                     CHECK(x.access().dims[1] == dim(3, 1, 1, false));
+                     nl::store(out, a);
+                     return out;
+                   },
+                   {TensorSpec{{4, 128, 64}, DType::float32}});
   (void)k;
 }
 
 TEST_CASE("trace: broadcasting becomes step-0 views and scalars stay floats") {
-  Kernel k = trace("bc", [&](nl::tensor a, nl::tensor b) {
-        nl::tensor out = nl::ndarray({128, 512}, nl::bfloat16, nl::shared_hbm);
-        nl::tensor x = nl::load(a);                 // [128,512] bf16
-        nl::tensor m = nl::max(x, 1);               // [128,1]
-        nl::tensor y = nl::subtract(x, m);          // m broadcast along free axis
-        nl::tensor r = nl::load(b);                 // [1,512] fp32
-        nl::tensor z = y * r;                       // r broadcast across partitions; promoted
-        nl::tensor s = 2.0f * z;                    // scalar stays a float
-        nl::tensor q = 1.0 - s;                     // non-commutative: memset tile
-        nl::tensor c = s > 0.5;                     // comparison in the input dtype
-        nl::store(out, nl::where(c, q, 0.0));
-        return out;
-      },
-      {TensorSpec{{128, 512}, DType::bfloat16}, TensorSpec{{1, 512}, DType::float32}});
+  Kernel k = trace("bc",
+                   [&](nl::tensor a, nl::tensor b) {
+                     nl::tensor out = nl::ndarray({128, 512}, nl::bfloat16, nl::shared_hbm);
+                     nl::tensor x = nl::load(a);         // [128,512] bf16
+                     nl::tensor m = nl::max(x, 1);       // [128,1]
+                     nl::tensor y = nl::subtract(x, m);  // m broadcast along free axis
+                     nl::tensor r = nl::load(b);         // [1,512] fp32
+                     nl::tensor z = y * r;               // r broadcast across partitions; promoted
+                     nl::tensor s = 2.0f * z;            // scalar stays a float
+                     nl::tensor q = 1.0 - s;             // non-commutative: memset tile
+                     nl::tensor c = s > 0.5;             // comparison in the input dtype
+                     nl::store(out, nl::where(c, q, 0.0));
+                     return out;
+                   },
+                   {TensorSpec{{128, 512}, DType::bfloat16}, TensorSpec{{1, 512}, DType::float32}});
 
   const Block& body = block_of(k.body);
   std::vector<const Op*> ops;
@@ -307,18 +317,20 @@ TEST_CASE("trace: broadcasting becomes step-0 views and scalars stay floats") {
 }
 
 TEST_CASE("trace: reductions keep or drop dims, mean of ints is fp32") {
-  Kernel k = trace("red", [&](nl::tensor a) {
-        nl::tensor out = nl::ndarray({128, 1}, nl::float32, nl::shared_hbm);
-        nl::tensor t = nl::ndarray({128, 4, 64}, nl::int32);
-        CHECK(nl::sum(t, 2).shape() == std::vector<int64_t>{128, 4});
-        CHECK(nl::sum(t, 2, std::nullopt, true).shape() == std::vector<int64_t>{128, 4, 1});
-        CHECK(nl::sum(t, {1, 2}).shape() == std::vector<int64_t>{128, 1});
-        nl::tensor m = nl::mean(t, -1);
-        CHECK(m.dtype() == DType::float32);
-        nl::store(out, nl::min(nl::load(a), 1));
-        return out;
-      },
-      {TensorSpec{{128, 64}, DType::float32}});
+  Kernel k =
+      trace("red",
+            [&](nl::tensor a) {
+              nl::tensor out = nl::ndarray({128, 1}, nl::float32, nl::shared_hbm);
+              nl::tensor t = nl::ndarray({128, 4, 64}, nl::int32);
+              CHECK(nl::sum(t, 2).shape() == std::vector<int64_t>{128, 4});
+              CHECK(nl::sum(t, 2, std::nullopt, true).shape() == std::vector<int64_t>{128, 4, 1});
+              CHECK(nl::sum(t, {1, 2}).shape() == std::vector<int64_t>{128, 1});
+              nl::tensor m = nl::mean(t, -1);
+              CHECK(m.dtype() == DType::float32);
+              nl::store(out, nl::min(nl::load(a), 1));
+              return out;
+            },
+            {TensorSpec{{128, 64}, DType::float32}});
   const Block& body = block_of(k.body);
   const Op& r = op_at(body, 2);
   CHECK(r.code == Opcode::nl_reduce);
@@ -327,22 +339,24 @@ TEST_CASE("trace: reductions keep or drop dims, mean of ints is fp32") {
 }
 
 TEST_CASE("trace: matmul, transpose, unary functions and in-place accumulation") {
-  Kernel k = trace("mm", [&](nl::tensor a, nl::tensor b) {
-        nl::tensor out = nl::ndarray({128, 512}, nl::float32, nl::shared_hbm);
-        nl::tensor acc = nl::zeros({128, 512}, nl::float32, nl::sbuf, "acc");
-        for (nl::index kk : nl::affine_range(4)) {
-          nl::tensor x = nl::load(a(nl::ds(kk * 128, 128), nl::all));  // [K=128, M=128]
-          nl::tensor y = nl::load(b(nl::ds(kk * 128, 128), nl::all));  // [K=128, N=512]
-          nl::tensor p = nl::matmul(x, y, true);
-          acc += p;
-        }
-        nl::tensor e = nl::exp(acc);
-        nl::tensor tt = nl::transpose(nl::copy(e(nl::all, nl::ds(0, 128)), nl::bfloat16));
-        (void)tt;
-        nl::store(out, e);
-        return out;
-      },
-      {TensorSpec{{512, 128}, DType::bfloat16}, TensorSpec{{512, 512}, DType::bfloat16}});
+  Kernel k =
+      trace("mm",
+            [&](nl::tensor a, nl::tensor b) {
+              nl::tensor out = nl::ndarray({128, 512}, nl::float32, nl::shared_hbm);
+              nl::tensor acc = nl::zeros({128, 512}, nl::float32, nl::sbuf, "acc");
+              for (nl::index kk : nl::affine_range(4)) {
+                nl::tensor x = nl::load(a(nl::ds(kk * 128, 128), nl::all));  // [K=128, M=128]
+                nl::tensor y = nl::load(b(nl::ds(kk * 128, 128), nl::all));  // [K=128, N=512]
+                nl::tensor p = nl::matmul(x, y, true);
+                acc += p;
+              }
+              nl::tensor e = nl::exp(acc);
+              nl::tensor tt = nl::transpose(nl::copy(e(nl::all, nl::ds(0, 128)), nl::bfloat16));
+              (void)tt;
+              nl::store(out, e);
+              return out;
+            },
+            {TensorSpec{{512, 128}, DType::bfloat16}, TensorSpec{{512, 512}, DType::bfloat16}});
   const Block& body = block_of(k.body);
   CHECK(alloc_at(body, 0).name == "acc");
   const Op& ms = op_at(body, 1);
@@ -374,15 +388,16 @@ TEST_CASE("trace: matmul, transpose, unary functions and in-place accumulation")
 }
 
 TEST_CASE("trace: program ids, void kernels and multiple outputs") {
-  Kernel k = trace("spmd", [&](nl::tensor a) {
-        nl::tensor o1 = nl::ndarray({256, 64}, nl::float32, nl::shared_hbm, "first");
-        nl::tensor o2 = nl::ndarray({256, 64}, nl::float32, nl::shared_hbm);
-        nl::index p = nl::program_id(0);
-        nl::tensor t = nl::load(a(nl::ds(p * 128, 128), nl::all));
-        nl::store(o1(nl::ds(p * 128, 128), nl::all), t);
-        nl::store(o2(nl::ds(nl::num_programs(0) - p - 1, 128), nl::all), t);
-      },
-      {TensorSpec{{256, 64}, DType::float32}});
+  Kernel k = trace("spmd",
+                   [&](nl::tensor a) {
+                     nl::tensor o1 = nl::ndarray({256, 64}, nl::float32, nl::shared_hbm, "first");
+                     nl::tensor o2 = nl::ndarray({256, 64}, nl::float32, nl::shared_hbm);
+                     nl::index p = nl::program_id(0);
+                     nl::tensor t = nl::load(a(nl::ds(p * 128, 128), nl::all));
+                     nl::store(o1(nl::ds(p * 128, 128), nl::all), t);
+                     nl::store(o2(nl::ds(nl::num_programs(0) - p - 1, 128), nl::all), t);
+                   },
+                   {TensorSpec{{256, 64}, DType::float32}});
   REQUIRE(k.outputs.size() == 2);
   CHECK(k.outputs[0]->name == "first");
   CHECK(k.outputs[1]->name == "out0");
@@ -391,31 +406,33 @@ TEST_CASE("trace: program ids, void kernels and multiple outputs") {
   const Op& st = op_at(block_of(k.body), 3);
   CHECK(st.access("dst")->dims[0].start == Affine::var("npid0") - Affine::var("pid0") - 1);
 
-  Kernel k2 = trace("tuple", [&](nl::tensor a) {
-        nl::tensor o1 = nl::ndarray({128, 64}, nl::float32, nl::shared_hbm);
-        nl::tensor o2 = nl::ndarray({128, 64}, nl::float32, nl::shared_hbm);
-        nl::tensor t = nl::load(a);
-        nl::store(o1, t);
-        nl::store(o2, t);
-        return std::make_tuple(o2, o1);
-      },
-      {TensorSpec{{128, 64}, DType::float32}});
+  Kernel k2 = trace("tuple",
+                    [&](nl::tensor a) {
+                      nl::tensor o1 = nl::ndarray({128, 64}, nl::float32, nl::shared_hbm);
+                      nl::tensor o2 = nl::ndarray({128, 64}, nl::float32, nl::shared_hbm);
+                      nl::tensor t = nl::load(a);
+                      nl::store(o1, t);
+                      nl::store(o2, t);
+                      return std::make_tuple(o2, o1);
+                    },
+                    {TensorSpec{{128, 64}, DType::float32}});
   REQUIRE(k2.outputs.size() == 2);
   CHECK(k2.outputs[0]->name == "out1");
   CHECK(k2.outputs[1]->name == "out0");
 }
 
 TEST_CASE("trace: printed text of a traced kernel, and it parses back equal") {
-  Kernel k = trace("scale", [](nl::tensor a) {
-        nl::tensor out = nl::ndarray({512, 64}, nl::float32, nl::shared_hbm);
-        for (nl::index i : nl::affine_range(4)) {
-          nl::tensor t = nl::load(a(nl::ds(i * 128, 128), nl::all));
-          nl::tensor s = nl::sum(t, 1);
-          nl::store(out(nl::ds(i * 128, 128), nl::all), t * s);
-        }
-        return out;
-      },
-      {TensorSpec{{512, 64}, DType::bfloat16}});
+  Kernel k = trace("scale",
+                   [](nl::tensor a) {
+                     nl::tensor out = nl::ndarray({512, 64}, nl::float32, nl::shared_hbm);
+                     for (nl::index i : nl::affine_range(4)) {
+                       nl::tensor t = nl::load(a(nl::ds(i * 128, 128), nl::all));
+                       nl::tensor s = nl::sum(t, 1);
+                       nl::store(out(nl::ds(i * 128, 128), nl::all), t * s);
+                     }
+                     return out;
+                   },
+                   {TensorSpec{{512, 64}, DType::bfloat16}});
   const char* expected =
       "kernel scale(in0: bfloat16[512, 64] shared_hbm) -> (out0: float32[512, 64] shared_hbm) {\n"
       "  for i0 in affine_range(4) {\n"
@@ -436,35 +453,37 @@ TEST_CASE("trace: printed text of a traced kernel, and it parses back equal") {
 
 TEST_CASE("trace: isa instructions carry the documented keyword arguments") {
   int line_mm = 0;
-  Kernel k = trace("isa", [&](nl::tensor a, nl::tensor b) {
-        nl::tensor out = nl::ndarray({128, 512}, nl::float32, nl::shared_hbm);
-        nl::tensor x = nl::ndarray({128, 128}, nl::bfloat16);
-        nl::tensor y = nl::ndarray({128, 512}, nl::bfloat16);
-        isa::dma_copy(x, a);
-        isa::dma_copy(y, b);
-        nl::tensor p = nl::ndarray({128, 512}, nl::float32, nl::psum);
-        line_mm = __LINE__ + 1;
-        isa::nc_matmul(p, x, y);
-        isa::nc_matmul(p, x, y, true);
-        isa::nc_matmul(p, x, y, int64_t{0});
-        nl::tensor s = nl::ndarray({128, 512}, nl::float32);
-        nl::tensor r = nl::ndarray({128, 1}, nl::float32);
-        isa::activation(s, nl::exp, p, std::nullopt, 0.5, nl::add, r);
-        isa::tensor_scalar(s, s, nl::subtract, r, true, nl::multiply, 2.0);
-        isa::tensor_tensor(s, s, p, nl::maximum);
-        isa::tensor_reduce(r, nl::max, s, -1, true);
-        isa::memset(x, 0.0);
-        nl::tensor idx = nl::ndarray({128, 512}, nl::int32);
-        isa::iota(idx, {{1, 512}}, 0, -1);
-        isa::affine_select(s, {{-1, 512}}, 1, s, -1e9, nl::greater_equal);
-        isa::tensor_copy_predicated(s, p, idx);
-        isa::nc_transpose(p(nl::ds(0, 128), nl::ds(0, 128)), x);
-        isa::tensor_copy(s, p);
-        nl::device_print("s=", s);
-        isa::dma_copy(out, s);
-        return out;
-      },
-      {TensorSpec{{128, 128}, DType::bfloat16}, TensorSpec{{128, 512}, DType::bfloat16}});
+  Kernel k =
+      trace("isa",
+            [&](nl::tensor a, nl::tensor b) {
+              nl::tensor out = nl::ndarray({128, 512}, nl::float32, nl::shared_hbm);
+              nl::tensor x = nl::ndarray({128, 128}, nl::bfloat16);
+              nl::tensor y = nl::ndarray({128, 512}, nl::bfloat16);
+              isa::dma_copy(x, a);
+              isa::dma_copy(y, b);
+              nl::tensor p = nl::ndarray({128, 512}, nl::float32, nl::psum);
+              line_mm = __LINE__ + 1;
+              isa::nc_matmul(p, x, y);
+              isa::nc_matmul(p, x, y, true);
+              isa::nc_matmul(p, x, y, int64_t{0});
+              nl::tensor s = nl::ndarray({128, 512}, nl::float32);
+              nl::tensor r = nl::ndarray({128, 1}, nl::float32);
+              isa::activation(s, nl::exp, p, std::nullopt, 0.5, nl::add, r);
+              isa::tensor_scalar(s, s, nl::subtract, r, true, nl::multiply, 2.0);
+              isa::tensor_tensor(s, s, p, nl::maximum);
+              isa::tensor_reduce(r, nl::max, s, -1, true);
+              isa::memset(x, 0.0);
+              nl::tensor idx = nl::ndarray({128, 512}, nl::int32);
+              isa::iota(idx, {{1, 512}}, 0, -1);
+              isa::affine_select(s, {{-1, 512}}, 1, s, -1e9, nl::greater_equal);
+              isa::tensor_copy_predicated(s, p, idx);
+              isa::nc_transpose(p(nl::ds(0, 128), nl::ds(0, 128)), x);
+              isa::tensor_copy(s, p);
+              nl::device_print("s=", s);
+              isa::dma_copy(out, s);
+              return out;
+            },
+            {TensorSpec{{128, 128}, DType::bfloat16}, TensorSpec{{128, 512}, DType::bfloat16}});
   std::vector<const Op*> ops;
   for (auto& s : block_of(k.body).stmts)
     if (auto op = s->as<Op>()) ops.push_back(op);
@@ -511,4 +530,41 @@ TEST_CASE("trace: isa instructions carry the documented keyword arguments") {
   CHECK(names(ops[14]) == S{"src", "prefix"});
   CHECK(ops[14]->get_string("prefix") == "s=");
   CHECK(ops[15]->code == Opcode::dma_copy);
+}
+
+TEST_CASE("trace: user names are kept and made unique; in-place updates carry their line") {
+  int line_update = 0;
+  Kernel k = trace(
+      "names",
+      [&](nl::tensor a) {
+        nl::tensor out = nl::ndarray({128, 64}, nl::float32, nl::shared_hbm, "result");
+        nl::tensor acc = nl::zeros({128, 64}, nl::float32, nl::sbuf, "acc");
+        nl::tensor acc2 = nl::zeros({128, 64}, nl::float32, nl::sbuf, "acc");
+        nl::tensor t = nl::ndarray({128, 64}, nl::float32, nl::sbuf, "t1");
+        nl::tensor u = nl::load(a);  // unnamed: t0
+        nl::tensor v = nl::load(a);  // unnamed: t1 is taken by the user's tile
+        line_update = __LINE__ + 1;
+        acc += nl::max(u, 1);
+        acc2 *= 3.0;
+        (void)t;
+        (void)v;
+        nl::store(out, acc);
+        return out;
+      },
+      {TensorSpec{{128, 64}, DType::float32, "x"}});
+  CHECK(k.inputs[0]->name == "x");
+  CHECK(k.outputs[0]->name == "result");
+  const Block& body = block_of(k.body);
+  CHECK(alloc_at(body, 0).name == "acc");
+  CHECK(alloc_at(body, 2).name == "acc_1");
+  CHECK(alloc_at(body, 4).name == "t1");
+  CHECK(alloc_at(body, 5).name == "t0");
+  CHECK(alloc_at(body, 7).name == "t1_1");
+  const Op& upd = op_at(body, 11);
+  CHECK(upd.code == Opcode::nl_binary);
+  CHECK(upd.span.line == line_update);
+  CHECK(upd.access("y")->dims[1] == dim(0, 64, 0));  // the [128,1] max broadcast over acc
+  const Op& mul = op_at(body, 12);
+  CHECK(mul.access("dst")->buffer->name == "acc_1");
+  CHECK(mul.get_float("y", 0) == 3.0);
 }

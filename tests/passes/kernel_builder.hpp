@@ -33,7 +33,9 @@ inline DimSlice ds(Affine start, int64_t size, int64_t step = 1, bool keep = tru
   return DimSlice{std::move(start), size, step, keep};
 }
 
-inline Access whole(BufferPtr b) { return Access::whole(std::move(b)); }
+inline Access whole(BufferPtr b) {
+  return Access::whole(std::move(b));
+}
 inline Access view(BufferPtr b, std::vector<DimSlice> dims) {
   Access a;
   a.buffer = std::move(b);
@@ -41,11 +43,15 @@ inline Access view(BufferPtr b, std::vector<DimSlice> dims) {
   return a;
 }
 
-inline StmtPtr alloc(BufferPtr b, Span s = {}) { return Alloc::make(std::move(b), std::move(s)); }
+inline StmtPtr alloc(BufferPtr b, Span s = {}) {
+  return Alloc::make(std::move(b), std::move(s));
+}
 inline StmtPtr op(Opcode c, std::vector<Arg> args, Span s = {}) {
   return Op::make(c, std::move(args), std::move(s));
 }
-inline StmtPtr block(std::vector<StmtPtr> stmts) { return Block::make(std::move(stmts)); }
+inline StmtPtr block(std::vector<StmtPtr> stmts) {
+  return Block::make(std::move(stmts));
+}
 inline StmtPtr affine_for(std::string var, int64_t extent, std::vector<StmtPtr> body) {
   return For::make(std::move(var), extent, LoopKind::affine, Block::make(std::move(body)));
 }
@@ -63,7 +69,11 @@ inline Kernel kernel(std::vector<BufferPtr> inputs, std::vector<BufferPtr> outpu
   return k;
 }
 
-inline std::string s(const char* v) { return std::string(v); }
-inline int64_t i(int64_t v) { return v; }
+inline std::string s(const char* v) {
+  return std::string(v);
+}
+inline int64_t i(int64_t v) {
+  return v;
+}
 
 }  // namespace neuron::tb

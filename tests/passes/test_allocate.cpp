@@ -36,13 +36,12 @@ StmtPtr touch(BufferPtr b) {
 }  // namespace
 
 TEST_CASE("allocate: SBUF offsets are 64-byte aligned and stack-scoped") {
-  auto a = sbuf("a", {128, 100});               // 400 B per partition
+  auto a = sbuf("a", {128, 100});                  // 400 B per partition
   auto b = sbuf("b", {128, 10}, DType::bfloat16);  // 20 B
-  auto c = sbuf("c", {64, 256});                // 1024 B
-  auto d = sbuf("d", {128, 8});                 // 32 B
+  auto c = sbuf("c", {64, 256});                   // 1024 B
+  auto d = sbuf("d", {128, 8});                    // 32 B
   Kernel k = kernel({}, {},
-                    {alloc(a), alloc(b), touch(a), touch(b),
-                     seq_for("i0", 3, {alloc(c), touch(c)}),
+                    {alloc(a), alloc(b), touch(a), touch(b), seq_for("i0", 3, {alloc(c), touch(c)}),
                      seq_for("i1", 3, {alloc(d), touch(d)})});
   Kernel out = allocate(k, "trn2");
   auto c_ = collect(out);
@@ -68,8 +67,7 @@ TEST_CASE("allocate: buffers directly in an affine_range body rotate over two sl
   auto one = sbuf("one", {128, 4});       // loop of extent 1: nothing to overlap
   Kernel k = kernel({}, {},
                     {alloc(outer), touch(outer),
-                     affine_for("i0", 4,
-                                {alloc(t), touch(t), block({alloc(u), touch(u)})}),
+                     affine_for("i0", 4, {alloc(t), touch(t), block({alloc(u), touch(u)})}),
                      affine_for("i1", 1, {alloc(one), touch(one)})});
   auto c = collect(allocate(k, "trn2"));
   CHECK(c.allocs["t"]->offset == 64);

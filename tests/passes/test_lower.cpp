@@ -15,12 +15,13 @@ TEST_CASE("lower: a tiled exp kernel keeps its loop and rotates its tile") {
   Affine i0 = Affine::var("i0");
   Access rows_a = view(a, {ds(i0 * 128, 128), ds(0, 64)});
   Access rows_o = view(o, {ds(i0 * 128, 128), ds(0, 64)});
-  Kernel k = kernel({a}, {o},
-                    {affine_for("i0", 2,
-                                {alloc(t), op(Opcode::nl_load, {{"dst", whole(t)}, {"src", rows_a}}),
-                                 op(Opcode::nl_unary, {{"dst", whole(t)}, {"x", whole(t)}, {"func", s("exp")}}),
-                                 op(Opcode::nl_store, {{"dst", rows_o}, {"src", whole(t)}})})},
-                    "exp_kernel");
+  Kernel k = kernel(
+      {a}, {o},
+      {affine_for("i0", 2,
+                  {alloc(t), op(Opcode::nl_load, {{"dst", whole(t)}, {"src", rows_a}}),
+                   op(Opcode::nl_unary, {{"dst", whole(t)}, {"x", whole(t)}, {"func", s("exp")}}),
+                   op(Opcode::nl_store, {{"dst", rows_o}, {"src", whole(t)}})})},
+      "exp_kernel");
   Compiled c = compile(k);
   const Program& p = c.program;
   CHECK(p.name == "exp_kernel");
@@ -73,14 +74,14 @@ TEST_CASE("lower: a tiled exp kernel keeps its loop and rotates its tile") {
 }
 
 TEST_CASE("lower: sliced on-chip views fold starts and dropped dims into the offset") {
-  auto pad = sbuf("pad", {128, 16});                  // 64 B at offset 0
+  auto pad = sbuf("pad", {128, 16});                    // 64 B at offset 0
   auto s3 = sbuf("s3", {128, 4, 32}, DType::bfloat16);  // at offset 64
   auto d = sbuf("d", {32, 8}, DType::bfloat16);
   // s3[32:64, 2, 8:24:2]: partitions 32..63, dim 1 dropped at index 2, every other element.
   Access v = view(s3, {ds(32, 32), ds(2, 1, 1, false), ds(8, 8, 2)});
-  Kernel k = kernel({}, {},
-                    {alloc(pad), alloc(s3), alloc(d),
-                     op(Opcode::tensor_copy, {{"dst", whole(d)}, {"src", v}})});
+  Kernel k = kernel(
+      {}, {},
+      {alloc(pad), alloc(s3), alloc(d), op(Opcode::tensor_copy, {{"dst", whole(d)}, {"src", v}})});
   Program p = lower(allocate(k, "trn2"), "trn2");
   REQUIRE(p.body.size() == 1);
   const Instr& in = p.body[0].instr;
@@ -105,18 +106,30 @@ TEST_CASE("lower: typed arguments and source operand order") {
   auto scratch = buf("scratch", Memory::hbm, {128, 16});
   Kernel k = kernel({}, {},
                     {alloc(x), alloc(c), alloc(o), alloc(pr), alloc(scratch),
-                     op(Opcode::tensor_scalar, {{"dst", whole(o)}, {"data", whole(x)},
-                                                {"op0", s("subtract")}, {"operand0", whole(c)},
-                                                {"reverse0", i(1)}, {"op1", s("multiply")},
+                     op(Opcode::tensor_scalar, {{"dst", whole(o)},
+                                                {"data", whole(x)},
+                                                {"op0", s("subtract")},
+                                                {"operand0", whole(c)},
+                                                {"reverse0", i(1)},
+                                                {"op1", s("multiply")},
                                                 {"operand1", 0.5}}),
-                     op(Opcode::tensor_reduce, {{"dst", whole(c)}, {"data", whole(x)}, {"op", s("maximum")},
-                                                {"axes", std::vector<int64_t>{1}}, {"negate", i(1)}}),
-                     op(Opcode::activation, {{"dst", whole(o)}, {"data", whole(pr)}, {"func", s("gelu")},
-                                             {"bias", whole(c)}, {"scale", 2.0},
-                                             {"reduce_op", s("add")}, {"reduce_res", whole(c)}}),
+                     op(Opcode::tensor_reduce, {{"dst", whole(c)},
+                                                {"data", whole(x)},
+                                                {"op", s("maximum")},
+                                                {"axes", std::vector<int64_t>{1}},
+                                                {"negate", i(1)}}),
+                     op(Opcode::activation, {{"dst", whole(o)},
+                                             {"data", whole(pr)},
+                                             {"func", s("gelu")},
+                                             {"bias", whole(c)},
+                                             {"scale", 2.0},
+                                             {"reduce_op", s("add")},
+                                             {"reduce_res", whole(c)}}),
                      op(Opcode::dma_copy, {{"dst", whole(scratch)}, {"src", whole(o)}}),
-                     op(Opcode::iota, {{"dst", whole(o)}, {"pattern", std::vector<int64_t>{1, 16}},
-                                       {"offset", i(3)}, {"channel_multiplier", i(16)}})});
+                     op(Opcode::iota, {{"dst", whole(o)},
+                                       {"pattern", std::vector<int64_t>{1, 16}},
+                                       {"offset", i(3)},
+                                       {"channel_multiplier", i(16)}})});
   Program p = lower(allocate(k, "trn2"), "trn2");
   REQUIRE(p.tensors.size() == 1);
   CHECK(p.tensors[0].role == TensorDecl::Role::scratch);
@@ -167,7 +180,8 @@ TEST_CASE("lower: typed arguments and source operand order") {
 
 TEST_CASE("lower: an nl helper that skipped legalize is an internal error") {
   auto a = sbuf("a", {128, 4});
-  Kernel k = kernel({}, {}, {alloc(a), op(Opcode::nl_copy, {{"dst", whole(a)}, {"src", whole(a)}})});
+  Kernel k =
+      kernel({}, {}, {alloc(a), op(Opcode::nl_copy, {{"dst", whole(a)}, {"src", whole(a)}})});
   CHECK_THROWS_AS(lower(allocate(k, "trn2"), "trn2"), InternalError);
 }
 

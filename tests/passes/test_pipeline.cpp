@@ -27,35 +27,41 @@ TEST_CASE("compile: every nl helper legalizes into verified ISA instructions") {
   auto ta = sbuf("ta", {128, 64}), tb = sbuf("tb", {1, 64}), t1 = sbuf("t1", {128, 64});
   auto r = sbuf("r", {128, 1}), t2 = sbuf("t2", {128, 64}), t3 = sbuf("t3", {128, 64});
   auto t4 = sbuf("t4", {128, 64}), p = psum("p", {64, 128});
-  Access b_rows = view(tb, {ds(0, 128, 0), ds(0, 64)});   // tb broadcast over partitions
-  Access r_cols = view(r, {ds(0, 128), ds(0, 64, 0)});     // r broadcast along the free dim
-  Kernel k = kernel(
-      {a, b}, {o, ot},
-      {alloc(ta), alloc(tb), alloc(t1), alloc(r), alloc(t2), alloc(t3), alloc(t4), alloc(p),
-       op(Opcode::nl_load, {{"dst", whole(ta)}, {"src", whole(a)}}),
-       op(Opcode::nl_load, {{"dst", whole(tb)}, {"src", whole(b)}}),
-       op(Opcode::nl_binary, {{"dst", whole(t1)}, {"x", whole(ta)}, {"y", b_rows}, {"op", s("add")}}),
-       op(Opcode::nl_reduce, {{"dst", whole(r)}, {"x", whole(t1)}, {"op", s("mean")}, {"axes", std::vector<int64_t>{1}}}),
-       op(Opcode::nl_binary, {{"dst", whole(t2)}, {"x", whole(t1)}, {"y", r_cols}, {"op", s("subtract")}}),
-       op(Opcode::nl_where, {{"dst", whole(t3)}, {"cond", whole(t2)}, {"x", 1.0}, {"y", whole(t1)}}),
-       op(Opcode::nl_unary, {{"dst", whole(t4)}, {"x", whole(t3)}, {"func", s("exp")}}),
-       op(Opcode::nl_transpose, {{"dst", whole(p)}, {"src", whole(t4)}}),
-       op(Opcode::nl_store, {{"dst", whole(ot)}, {"src", whole(p)}}),
-       op(Opcode::nl_store, {{"dst", whole(o)}, {"src", whole(t4)}})});
+  Access b_rows = view(tb, {ds(0, 128, 0), ds(0, 64)});  // tb broadcast over partitions
+  Access r_cols = view(r, {ds(0, 128), ds(0, 64, 0)});   // r broadcast along the free dim
+  Kernel k =
+      kernel({a, b}, {o, ot},
+             {alloc(ta), alloc(tb), alloc(t1), alloc(r), alloc(t2), alloc(t3), alloc(t4), alloc(p),
+              op(Opcode::nl_load, {{"dst", whole(ta)}, {"src", whole(a)}}),
+              op(Opcode::nl_load, {{"dst", whole(tb)}, {"src", whole(b)}}),
+              op(Opcode::nl_binary,
+                 {{"dst", whole(t1)}, {"x", whole(ta)}, {"y", b_rows}, {"op", s("add")}}),
+              op(Opcode::nl_reduce, {{"dst", whole(r)},
+                                     {"x", whole(t1)},
+                                     {"op", s("mean")},
+                                     {"axes", std::vector<int64_t>{1}}}),
+              op(Opcode::nl_binary,
+                 {{"dst", whole(t2)}, {"x", whole(t1)}, {"y", r_cols}, {"op", s("subtract")}}),
+              op(Opcode::nl_where,
+                 {{"dst", whole(t3)}, {"cond", whole(t2)}, {"x", 1.0}, {"y", whole(t1)}}),
+              op(Opcode::nl_unary, {{"dst", whole(t4)}, {"x", whole(t3)}, {"func", s("exp")}}),
+              op(Opcode::nl_transpose, {{"dst", whole(p)}, {"src", whole(t4)}}),
+              op(Opcode::nl_store, {{"dst", whole(ot)}, {"src", whole(p)}}),
+              op(Opcode::nl_store, {{"dst", whole(o)}, {"src", whole(t4)}})});
   CompileOptions opts;
   opts.target = "trn1";
   Compiled c = compile(k, opts);
   std::vector<const Instr*> instrs;
   flatten(c.program.body, instrs);
   std::vector<Opcode> want = {
-      Opcode::dma_copy,      Opcode::dma_copy,                                   // loads
-      Opcode::dma_copy,      Opcode::tensor_tensor,                              // row broadcast add
-      Opcode::tensor_reduce, Opcode::tensor_scalar,                              // mean
-      Opcode::tensor_scalar,                                                     // minus column
-      Opcode::tensor_copy,   Opcode::memset, Opcode::tensor_copy_predicated,     // where
-      Opcode::activation,    Opcode::nc_transpose,                               // exp, transpose
-      Opcode::tensor_copy,   Opcode::dma_copy,                                   // store from PSUM
-      Opcode::dma_copy};                                                         // store
+      Opcode::dma_copy,      Opcode::dma_copy,       // loads
+      Opcode::dma_copy,      Opcode::tensor_tensor,  // row broadcast add
+      Opcode::tensor_reduce, Opcode::tensor_scalar,  // mean
+      Opcode::tensor_scalar,                         // minus column
+      Opcode::tensor_copy,   Opcode::memset,        Opcode::tensor_copy_predicated,  // where
+      Opcode::activation,    Opcode::nc_transpose,  // exp, transpose
+      Opcode::tensor_copy,   Opcode::dma_copy,      // store from PSUM
+      Opcode::dma_copy};                            // store
   REQUIRE(instrs.size() == want.size());
   for (size_t n = 0; n < want.size(); ++n) {
     CAPTURE(n);

@@ -23,22 +23,24 @@ void count(const std::vector<ProgNode>& nodes, std::map<Opcode, int>& out) {
 }  // namespace
 
 TEST_CASE("traced matmul + exp + transpose kernel compiles") {
-  Kernel k = trace("mm", [&](nl::tensor a, nl::tensor b) {
-        nl::tensor out = nl::ndarray({128, 512}, nl::float32, nl::shared_hbm);
-        nl::tensor acc = nl::zeros({128, 512}, nl::float32, nl::sbuf, "acc");
-        for (nl::index kk : nl::affine_range(4)) {
-          nl::tensor x = nl::load(a(nl::ds(kk * 128, 128), nl::all));  // [K=128, M=128]
-          nl::tensor y = nl::load(b(nl::ds(kk * 128, 128), nl::all));  // [K=128, N=512]
-          nl::tensor p = nl::matmul(x, y, true);
-          acc += p;
-        }
-        nl::tensor e = nl::exp(acc);
-        nl::tensor tt = nl::transpose(nl::copy(e(nl::all, nl::ds(0, 128)), nl::bfloat16));
-        (void)tt;
-        nl::store(out, e);
-        return out;
-      },
-      {TensorSpec{{512, 128}, DType::bfloat16}, TensorSpec{{512, 512}, DType::bfloat16}});
+  Kernel k =
+      trace("mm",
+            [&](nl::tensor a, nl::tensor b) {
+              nl::tensor out = nl::ndarray({128, 512}, nl::float32, nl::shared_hbm);
+              nl::tensor acc = nl::zeros({128, 512}, nl::float32, nl::sbuf, "acc");
+              for (nl::index kk : nl::affine_range(4)) {
+                nl::tensor x = nl::load(a(nl::ds(kk * 128, 128), nl::all));  // [K=128, M=128]
+                nl::tensor y = nl::load(b(nl::ds(kk * 128, 128), nl::all));  // [K=128, N=512]
+                nl::tensor p = nl::matmul(x, y, true);
+                acc += p;
+              }
+              nl::tensor e = nl::exp(acc);
+              nl::tensor tt = nl::transpose(nl::copy(e(nl::all, nl::ds(0, 128)), nl::bfloat16));
+              (void)tt;
+              nl::store(out, e);
+              return out;
+            },
+            {TensorSpec{{512, 128}, DType::bfloat16}, TensorSpec{{512, 512}, DType::bfloat16}});
   Compiled c = compile(k);
   std::map<Opcode, int> n;
   count(c.program.body, n);
@@ -51,18 +53,19 @@ TEST_CASE("traced matmul + exp + transpose kernel compiles") {
 }
 
 TEST_CASE("traced row softmax with broadcasting compiles") {
-  Kernel k = trace("softmax", [&](nl::tensor a) {
-        nl::tensor out = nl::ndarray({256, 64}, nl::float32, nl::shared_hbm);
-        for (nl::index i : nl::affine_range(2)) {
-          nl::tensor x = nl::load(a(nl::ds(i * 128, 128), nl::all));
-          nl::tensor m = nl::max(x, 1, std::nullopt, true);
-          nl::tensor e = nl::exp(x - m);
-          nl::tensor s = nl::sum(e, 1, std::nullopt, true);
-          nl::store(out(nl::ds(i * 128, 128), nl::all), e / s);
-        }
-        return out;
-      },
-      {TensorSpec{{256, 64}, DType::float32}});
+  Kernel k = trace("softmax",
+                   [&](nl::tensor a) {
+                     nl::tensor out = nl::ndarray({256, 64}, nl::float32, nl::shared_hbm);
+                     for (nl::index i : nl::affine_range(2)) {
+                       nl::tensor x = nl::load(a(nl::ds(i * 128, 128), nl::all));
+                       nl::tensor m = nl::max(x, 1, std::nullopt, true);
+                       nl::tensor e = nl::exp(x - m);
+                       nl::tensor s = nl::sum(e, 1, std::nullopt, true);
+                       nl::store(out(nl::ds(i * 128, 128), nl::all), e / s);
+                     }
+                     return out;
+                   },
+                   {TensorSpec{{256, 64}, DType::float32}});
   Compiled c = compile(k);
   std::map<Opcode, int> n;
   count(c.program.body, n);

@@ -42,12 +42,16 @@ struct EnvGuard {
   std::optional<std::string> old;
   EnvGuard(const char* n, const char* value) : name(n) {
     if (const char* v = std::getenv(n)) old = v;
-    if (value) setenv(n, value, 1);
-    else unsetenv(n);
+    if (value)
+      setenv(n, value, 1);
+    else
+      unsetenv(n);
   }
   ~EnvGuard() {
-    if (old) setenv(name.c_str(), old->c_str(), 1);
-    else unsetenv(name.c_str());
+    if (old)
+      setenv(name.c_str(), old->c_str(), 1);
+    else
+      unsetenv(name.c_str());
   }
 };
 

@@ -12,9 +12,10 @@ TEST_CASE("sha256 matches the FIPS 180-4 / NIST example vectors") {
   CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   CHECK(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  CHECK(sha256_hex("abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopq"
-                   "klmnopqrlmnopqrsmnopqrstnopqrstu") ==
-        "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+  CHECK(
+      sha256_hex("abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopq"
+                 "klmnopqrlmnopqrsmnopqrstnopqrstu") ==
+      "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
   // One million 'a', fed in uneven pieces to exercise the block buffering.
   Sha256 h;
   std::string chunk(997, 'a');
@@ -50,10 +51,10 @@ TEST_CASE("the build id generator reacts to every source change") {
   put("runtime/include/b.hpp", "int b();\n");
   fs::path out = d.path / "id.inc";
   auto run = [&]() {
-    std::string cmd = fmt::format("'{}' -DROOT='{}' -DDIRS=dsl,codegen,runtime -DEXTRA=gcc "
-                                  "-DOUTPUT='{}' -P '{}'",
-                                  NEURON_CMAKE_COMMAND, d.str(), out.string(),
-                                  NEURON_BUILD_ID_SCRIPT);
+    std::string cmd = fmt::format(
+        "'{}' -DROOT='{}' -DDIRS=dsl,codegen,runtime -DEXTRA=gcc "
+        "-DOUTPUT='{}' -P '{}'",
+        NEURON_CMAKE_COMMAND, d.str(), out.string(), NEURON_BUILD_ID_SCRIPT);
     REQUIRE(std::system(cmd.c_str()) == 0);
     std::ifstream in(out);
     std::string text((std::istreambuf_iterator<char>(in)), {});
@@ -121,10 +122,22 @@ TEST_CASE("store and lookup at both levels") {
   // get_or_compile: compiles once, then serves from the cache.
   int compiles = 0;
   std::string key2 = test_key(2);
-  Blob b2 = cache.get_or_compile(key2, [&] { ++compiles; return make_blob(77, 2); }, &level);
+  Blob b2 = cache.get_or_compile(
+      key2,
+      [&] {
+        ++compiles;
+        return make_blob(77, 2);
+      },
+      &level);
   CHECK(b2 == make_blob(77, 2));
   CHECK(level == CacheLevel::none);
-  b2 = cache.get_or_compile(key2, [&] { ++compiles; return Blob{}; }, &level);
+  b2 = cache.get_or_compile(
+      key2,
+      [&] {
+        ++compiles;
+        return Blob{};
+      },
+      &level);
   CHECK(b2 == make_blob(77, 2));
   CHECK(level == CacheLevel::memory);
   CHECK(compiles == 1);
@@ -174,8 +187,7 @@ TEST_CASE("damaged entries are reported, removed and recompiled, never returned"
       {"appended garbage", "padded",
        [](Blob& f, const TempDir&, const std::string&) { f.push_back(0); }},
       {"wrong magic", "magic", [](Blob& f, const TempDir&, const std::string&) { f[0] = 'X'; }},
-      {"wrong version", "version",
-       [](Blob& f, const TempDir&, const std::string&) { f[8] = 2; }},
+      {"wrong version", "version", [](Blob& f, const TempDir&, const std::string&) { f[8] = 2; }},
       {"another toolkit build", "another toolkit build",
        [id](Blob& f, const TempDir&, const std::string& key) {
          f[64 + key.size() + id.size() - 1] ^= 0x01;
@@ -215,7 +227,13 @@ TEST_CASE("damaged entries are reported, removed and recompiled, never returned"
 
     // The caller recompiles; the fresh entry is complete and served from disk afterwards.
     int compiles = 0;
-    Blob got = cache.get_or_compile(key, [&] { ++compiles; return good; }, &level);
+    Blob got = cache.get_or_compile(
+        key,
+        [&] {
+          ++compiles;
+          return good;
+        },
+        &level);
     CHECK(got == good);
     CHECK(compiles == 1);
     CompileCache fresh(options_in(d.str(), &w));

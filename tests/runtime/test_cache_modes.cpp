@@ -18,8 +18,13 @@ TEST_CASE("an unwritable cache directory never fails the caller") {
   int compiles = 0;
   CacheLevel level;
   for (int i = 0; i < 3; ++i) {
-    Blob b = cache.get_or_compile(test_key(500 + i), [&] { ++compiles; return make_blob(64, 5); },
-                                  &level);
+    Blob b = cache.get_or_compile(
+        test_key(500 + i),
+        [&] {
+          ++compiles;
+          return make_blob(64, 5);
+        },
+        &level);
     CHECK(b == make_blob(64, 5));
   }
   CHECK(compiles == 3);
@@ -31,8 +36,9 @@ TEST_CASE("an unwritable cache directory never fails the caller") {
   CHECK(cache.list().empty());
 
   if (geteuid() == 0) {
-    MESSAGE("running as root: chmod 0555 does not block writes, so the read-only directory "
-            "check is skipped (the regular-file parent above covers the unwritable path)");
+    MESSAGE(
+        "running as root: chmod 0555 does not block writes, so the read-only directory "
+        "check is skipped (the regular-file parent above covers the unwritable path)");
     return;
   }
   // Read-only directory with an existing entry: loads still work, stores are skipped.
@@ -71,7 +77,13 @@ TEST_CASE("must-hit mode turns a miss into a cache-miss error") {
   std::string key = test_key(600);
   int compiles = 0;
   try {
-    cache.get_or_compile(key, [&] { ++compiles; return Blob{}; }, nullptr, "tiled_matmul");
+    cache.get_or_compile(
+        key,
+        [&] {
+          ++compiles;
+          return Blob{};
+        },
+        nullptr, "tiled_matmul");
     FAIL("expected a cache-miss error");
   } catch (const UserError& e) {
     CHECK(e.rule() == "cache-miss");
@@ -84,7 +96,13 @@ TEST_CASE("must-hit mode turns a miss into a cache-miss error") {
   // Warmed by a normal run, the deployment hits and never compiles.
   CompileCache(options_in(d.str())).store(key, make_blob(50, 6));
   CacheLevel level;
-  Blob b = cache.get_or_compile(key, [&] { ++compiles; return Blob{}; }, &level, "tiled_matmul");
+  Blob b = cache.get_or_compile(
+      key,
+      [&] {
+        ++compiles;
+        return Blob{};
+      },
+      &level, "tiled_matmul");
   CHECK(b == make_blob(50, 6));
   CHECK(level == CacheLevel::disk);
   CHECK(compiles == 0);

@@ -3,8 +3,8 @@
 #pragma once
 #include <concepts>
 #include <cstdint>
-#include <type_traits>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -35,9 +35,9 @@ class alu {
 // An activation function argument: `nl::exp`, `nl::copy`, ... or an ActFunc.
 class act {
  public:
-  act(ActFunc f) : f_(f) {}                       // NOLINT: implicit on purpose
-  act(const nl::unary_fn& f) : f_(f.act) {}       // NOLINT
-  act(const nl::copy_fn& f) : f_(f.act) {}        // NOLINT
+  act(ActFunc f) : f_(f) {}                  // NOLINT: implicit on purpose
+  act(const nl::unary_fn& f) : f_(f.act) {}  // NOLINT
+  act(const nl::copy_fn& f) : f_(f.act) {}   // NOLINT
   ActFunc get() const { return f_; }
 
  private:
@@ -50,7 +50,8 @@ class accumulate_flag {
  public:
   accumulate_flag() = default;
   template <std::integral I>
-  accumulate_flag(I v) : v_(std::is_same_v<I, bool> ? (v ? 1 : 0) : static_cast<int64_t>(v)) {}  // NOLINT
+  accumulate_flag(I v)
+      : v_(std::is_same_v<I, bool> ? (v ? 1 : 0) : static_cast<int64_t>(v)) {}  // NOLINT
   int64_t get() const { return v_; }
 
  private:

@@ -26,8 +26,8 @@ inline constexpr Memory sbuf = Memory::sbuf, psum = Memory::psum, hbm = Memory::
                         shared_hbm = Memory::shared_hbm;
 
 namespace tile_size {
-inline constexpr int64_t pmax = 128;                 // partitions of any SBUF/PSUM tile
-inline constexpr int64_t psum_fmax = 512;            // fp32 elements per partition in a PSUM bank
+inline constexpr int64_t pmax = 128;                  // partitions of any SBUF/PSUM tile
+inline constexpr int64_t psum_fmax = 512;             // fp32 elements per partition in a PSUM bank
 inline constexpr int64_t gemm_stationary_fmax = 128;  // matmul stationary free size (M)
 inline constexpr int64_t gemm_moving_fmax = 512;      // matmul moving free size (N)
 }  // namespace tile_size
@@ -112,8 +112,8 @@ struct axes {
 // Reductions over free axes (nl.reduce). keepdims=false drops the reduced dims from the
 // returned view unless that leaves fewer than 2 dims: a [P,F] tile reduces to [P,1].
 struct reduce_fn {
-  const char* op;                   // nl.reduce op: add, maximum, minimum, mean
-  std::optional<AluOp> alu;         // the ALU operator (none for mean)
+  const char* op;            // nl.reduce op: add, maximum, minimum, mean
+  std::optional<AluOp> alu;  // the ALU operator (none for mean)
   tensor operator()(const tensor& x, axes axis, std::optional<DType> dtype = std::nullopt,
                     bool keepdims = false, Span span = Span::current()) const;
 };
@@ -124,19 +124,16 @@ inline constexpr unary_fn exp{ActFunc::exp}, log{ActFunc::log}, tanh{ActFunc::ta
     sqrt{ActFunc::sqrt}, rsqrt{ActFunc::rsqrt, AluOp::rsqrt}, sigmoid{ActFunc::sigmoid},
     silu{ActFunc::silu}, gelu{ActFunc::gelu}, gelu_apprx_tanh{ActFunc::gelu_apprx_tanh},
     relu{ActFunc::relu}, abs{ActFunc::abs, AluOp::abs}, negative{ActFunc::negative},
-    reciprocal{ActFunc::reciprocal, AluOp::reciprocal}, square{ActFunc::square},
-    sin{ActFunc::sin}, cos{ActFunc::cos}, erf{ActFunc::erf}, softplus{ActFunc::softplus},
-    sign{ActFunc::sign};
+    reciprocal{ActFunc::reciprocal, AluOp::reciprocal}, square{ActFunc::square}, sin{ActFunc::sin},
+    cos{ActFunc::cos}, erf{ActFunc::erf}, softplus{ActFunc::softplus}, sign{ActFunc::sign};
 
-inline constexpr binary_fn add{AluOp::add}, subtract{AluOp::subtract},
-    multiply{AluOp::multiply}, divide{AluOp::divide}, maximum{AluOp::maximum},
-    minimum{AluOp::minimum}, power{AluOp::power}, equal{AluOp::equal},
-    not_equal{AluOp::not_equal}, greater{AluOp::greater}, greater_equal{AluOp::greater_equal},
-    less{AluOp::less}, less_equal{AluOp::less_equal}, logical_and{AluOp::logical_and},
-    logical_or{AluOp::logical_or}, logical_xor{AluOp::logical_xor},
-    bitwise_and{AluOp::bitwise_and}, bitwise_or{AluOp::bitwise_or},
-    bitwise_xor{AluOp::bitwise_xor}, left_shift{AluOp::left_shift},
-    right_shift{AluOp::right_shift};
+inline constexpr binary_fn add{AluOp::add}, subtract{AluOp::subtract}, multiply{AluOp::multiply},
+    divide{AluOp::divide}, maximum{AluOp::maximum}, minimum{AluOp::minimum}, power{AluOp::power},
+    equal{AluOp::equal}, not_equal{AluOp::not_equal}, greater{AluOp::greater},
+    greater_equal{AluOp::greater_equal}, less{AluOp::less}, less_equal{AluOp::less_equal},
+    logical_and{AluOp::logical_and}, logical_or{AluOp::logical_or}, logical_xor{AluOp::logical_xor},
+    bitwise_and{AluOp::bitwise_and}, bitwise_or{AluOp::bitwise_or}, bitwise_xor{AluOp::bitwise_xor},
+    left_shift{AluOp::left_shift}, right_shift{AluOp::right_shift};
 
 inline constexpr reduce_fn sum{"add", AluOp::add}, max{"maximum", AluOp::maximum},
     min{"minimum", AluOp::minimum}, mean{"mean", std::nullopt};

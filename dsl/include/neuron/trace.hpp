@@ -14,6 +14,13 @@
 
 namespace neuron {
 
+// One kernel argument for neuron::trace: its shape, dtype and (optionally) its name.
+struct TensorSpec {
+  std::vector<int64_t> shape;
+  DType dtype = DType::float32;
+  std::string name = {};  // empty: "in0", "in1", ...
+};
+
 namespace dsl {
 
 inline constexpr size_t max_kernel_args = 12;
@@ -36,8 +43,9 @@ std::vector<nl::tensor> outputs_of(R&& r) {
     std::apply([&](const auto&... t) { (out.push_back(t), ...); }, r);
     return out;
   } else {
-    static_assert(!sizeof(T*), "a kernel returns void, nl::tensor, std::vector<nl::tensor> or "
-                               "std::tuple of nl::tensor");
+    static_assert(!sizeof(T*),
+                  "a kernel returns void, nl::tensor, std::vector<nl::tensor> or "
+                  "std::tuple of nl::tensor");
   }
 }
 

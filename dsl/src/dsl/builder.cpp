@@ -3,6 +3,8 @@
 
 #include <set>
 
+#include "neuron/trace.hpp"
+
 namespace neuron::dsl {
 
 namespace {
@@ -54,9 +56,13 @@ void check_shape(const std::vector<int64_t>& shape, const Span& span) {
 
 }  // namespace
 
-bool tracing() { return current != nullptr; }
+bool tracing() {
+  return current != nullptr;
+}
 
-void require_trace(const Span& span) { state(span); }
+void require_trace(const Span& span) {
+  state(span);
+}
 
 BufferPtr new_buffer(const std::string& name, Memory memory, std::vector<int64_t> shape,
                      DType dtype, const Span& span) {
@@ -157,7 +163,8 @@ Kernel TraceScope::finish(const std::optional<std::vector<nl::tensor>>& outputs)
   k.inputs = st.inputs;
   if (outputs) {
     for (auto& t : *outputs) {
-      if (!t.valid()) user_error(st.span, "kernel-output", "kernel returned an empty tensor handle");
+      if (!t.valid())
+        user_error(st.span, "kernel-output", "kernel returned an empty tensor handle");
       const BufferPtr& b = t.access().buffer;
       if (b->memory != Memory::shared_hbm)
         user_error(st.span, "kernel-output",

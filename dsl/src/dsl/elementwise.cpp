@@ -27,9 +27,12 @@ DType promote(DType a, DType b) {
   if (ws > wu) return sa ? a : b;
   // A signed type that holds the unsigned one needs twice its width; no 64-bit ints exist.
   switch (wu) {
-    case 1: return DType::int16;
-    case 2: return DType::int32;
-    default: return DType::float32;
+    case 1:
+      return DType::int16;
+    case 2:
+      return DType::int32;
+    default:
+      return DType::float32;
   }
 }
 
@@ -54,9 +57,17 @@ namespace {
 
 bool commutes(AluOp op) {
   switch (op) {
-    case AluOp::add: case AluOp::multiply: case AluOp::maximum: case AluOp::minimum:
-    case AluOp::equal: case AluOp::not_equal: case AluOp::logical_and: case AluOp::logical_or:
-    case AluOp::logical_xor: case AluOp::bitwise_and: case AluOp::bitwise_or:
+    case AluOp::add:
+    case AluOp::multiply:
+    case AluOp::maximum:
+    case AluOp::minimum:
+    case AluOp::equal:
+    case AluOp::not_equal:
+    case AluOp::logical_and:
+    case AluOp::logical_or:
+    case AluOp::logical_xor:
+    case AluOp::bitwise_and:
+    case AluOp::bitwise_or:
     case AluOp::bitwise_xor:
       return true;
     default:
@@ -67,11 +78,16 @@ bool commutes(AluOp op) {
 // The comparison that gives the same answer with its operands swapped, if op is one.
 std::optional<AluOp> mirrored(AluOp op) {
   switch (op) {
-    case AluOp::greater: return AluOp::less;
-    case AluOp::less: return AluOp::greater;
-    case AluOp::greater_equal: return AluOp::less_equal;
-    case AluOp::less_equal: return AluOp::greater_equal;
-    default: return std::nullopt;
+    case AluOp::greater:
+      return AluOp::less;
+    case AluOp::less:
+      return AluOp::greater;
+    case AluOp::greater_equal:
+      return AluOp::less_equal;
+    case AluOp::less_equal:
+      return AluOp::greater_equal;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -146,14 +162,30 @@ tensor where(const tensor& cond, operand x, operand y, std::optional<DType> dtyp
 
 // ---- operators: the span is the one captured when the left operand converted to nl::operand.
 
-tensor operator+(operand a, operand b) { return add(a, b, std::nullopt, a.span()); }
-tensor operator-(operand a, operand b) { return subtract(a, b, std::nullopt, a.span()); }
-tensor operator*(operand a, operand b) { return multiply(a, b, std::nullopt, a.span()); }
-tensor operator/(operand a, operand b) { return divide(a, b, std::nullopt, a.span()); }
-tensor operator<(operand a, operand b) { return less(a, b, std::nullopt, a.span()); }
-tensor operator<=(operand a, operand b) { return less_equal(a, b, std::nullopt, a.span()); }
-tensor operator>(operand a, operand b) { return greater(a, b, std::nullopt, a.span()); }
-tensor operator>=(operand a, operand b) { return greater_equal(a, b, std::nullopt, a.span()); }
+tensor operator+(operand a, operand b) {
+  return add(a, b, std::nullopt, a.span());
+}
+tensor operator-(operand a, operand b) {
+  return subtract(a, b, std::nullopt, a.span());
+}
+tensor operator*(operand a, operand b) {
+  return multiply(a, b, std::nullopt, a.span());
+}
+tensor operator/(operand a, operand b) {
+  return divide(a, b, std::nullopt, a.span());
+}
+tensor operator<(operand a, operand b) {
+  return less(a, b, std::nullopt, a.span());
+}
+tensor operator<=(operand a, operand b) {
+  return less_equal(a, b, std::nullopt, a.span());
+}
+tensor operator>(operand a, operand b) {
+  return greater(a, b, std::nullopt, a.span());
+}
+tensor operator>=(operand a, operand b) {
+  return greater_equal(a, b, std::nullopt, a.span());
+}
 
 tensor operator-(operand a) {
   if (!a.is_tile()) internal_error("unary minus on a scalar operand reached the DSL");
@@ -172,9 +204,17 @@ tensor& update(tensor& self, const operand& x, AluOp op) {
 
 }  // namespace
 
-tensor& tensor::operator+=(operand x) { return update(*this, x, AluOp::add); }
-tensor& tensor::operator-=(operand x) { return update(*this, x, AluOp::subtract); }
-tensor& tensor::operator*=(operand x) { return update(*this, x, AluOp::multiply); }
-tensor& tensor::operator/=(operand x) { return update(*this, x, AluOp::divide); }
+tensor& tensor::operator+=(operand x) {
+  return update(*this, x, AluOp::add);
+}
+tensor& tensor::operator-=(operand x) {
+  return update(*this, x, AluOp::subtract);
+}
+tensor& tensor::operator*=(operand x) {
+  return update(*this, x, AluOp::multiply);
+}
+tensor& tensor::operator/=(operand x) {
+  return update(*this, x, AluOp::divide);
+}
 
 }  // namespace neuron::nl

@@ -7,12 +7,15 @@ namespace neuron::dsl {
 
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+std::string shape_text(const std::vector<int64_t>& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
 
 }  // namespace
 
 const Access& view_of(const nl::tensor& t, const Span& span) {
-  if (!t.valid()) user_error(span, "empty-handle", "use of a default-constructed nl::tensor handle");
+  if (!t.valid())
+    user_error(span, "empty-handle", "use of a default-constructed nl::tensor handle");
   return t.access();
 }
 

@@ -11,7 +11,9 @@ using dsl::view_of;
 
 namespace {
 
-Value op_name(AluOp op) { return std::string(alu_op_name(op)); }
+Value op_name(AluOp op) {
+  return std::string(alu_op_name(op));
+}
 
 Value operand_arg(const operand& x, const Span& span) {
   if (!x.is_tile()) return x.scalar();
@@ -59,8 +61,7 @@ void activation(const tensor& dst, act op, const tensor& data, std::optional<ten
   dsl::emit(Opcode::activation, std::move(args), span);
 }
 
-void tensor_tensor(const tensor& dst, const tensor& data1, const tensor& data2, alu op,
-                   Span span) {
+void tensor_tensor(const tensor& dst, const tensor& data1, const tensor& data2, alu op, Span span) {
   dsl::require_trace(span);
   dsl::emit(Opcode::tensor_tensor,
             {{"dst", view_of(dst, span)},
@@ -70,9 +71,9 @@ void tensor_tensor(const tensor& dst, const tensor& data1, const tensor& data2, 
             span);
 }
 
-void tensor_scalar(const tensor& dst, const tensor& data, alu op0, operand operand0,
-                   bool reverse0, std::optional<alu> op1, std::optional<operand> operand1,
-                   bool reverse1, Span span) {
+void tensor_scalar(const tensor& dst, const tensor& data, alu op0, operand operand0, bool reverse0,
+                   std::optional<alu> op1, std::optional<operand> operand1, bool reverse1,
+                   Span span) {
   dsl::require_trace(span);
   std::vector<Arg> args{{"dst", view_of(dst, span)},
                         {"data", view_of(data, span)},
@@ -118,8 +119,7 @@ void tensor_reduce(const tensor& dst, alu op, const tensor& data, nl::axes axis,
 
 void tensor_copy(const tensor& dst, const tensor& src, Span span) {
   dsl::require_trace(span);
-  dsl::emit(Opcode::tensor_copy, {{"dst", view_of(dst, span)}, {"src", view_of(src, span)}},
-            span);
+  dsl::emit(Opcode::tensor_copy, {{"dst", view_of(dst, span)}, {"src", view_of(src, span)}}, span);
 }
 
 void tensor_copy_predicated(const tensor& dst, const tensor& src, const tensor& predicate,
@@ -163,8 +163,7 @@ void iota(const tensor& dst, const pattern& pattern, int64_t offset, int64_t cha
 }
 
 void affine_select(const tensor& dst, const pattern& pattern, int64_t channel_multiplier,
-                   const tensor& on_true, double on_false, alu cmp_op, int64_t offset,
-                   Span span) {
+                   const tensor& on_true, double on_false, alu cmp_op, int64_t offset, Span span) {
   dsl::require_trace(span);
   dsl::emit(Opcode::affine_select,
             {{"dst", view_of(dst, span)},

@@ -21,12 +21,13 @@ tensor fill(std::vector<int64_t> shape, double value, DType dtype, Memory buffer
                "nl::ndarray and store into it",
                memory_name(buffer));
   tensor t = dsl::new_tile(std::move(shape), dtype, buffer, span, name);
-  dsl::emit(Opcode::memset, {{"dst", t.access()}, {"value", dsl::fill_value(value, dtype)}},
-            span);
+  dsl::emit(Opcode::memset, {{"dst", t.access()}, {"value", dsl::fill_value(value, dtype)}}, span);
   return t;
 }
 
-std::string shape_text(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+std::string shape_text(const std::vector<int64_t>& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
 
 }  // namespace
 
@@ -90,8 +91,8 @@ tensor matmul(const tensor& x, const tensor& y, bool transpose_x, Span span) {
   dsl::require_trace(span);
   auto xs = view_of(x, span).shape(), ys = view_of(y, span).shape();
   if (xs.size() != 2 || ys.size() != 2)
-    user_error(span, "matmul-rank", "nl::matmul takes 2-D tiles, got x {} and y {}",
-               shape_text(xs), shape_text(ys));
+    user_error(span, "matmul-rank", "nl::matmul takes 2-D tiles, got x {} and y {}", shape_text(xs),
+               shape_text(ys));
   int64_t m = transpose_x ? xs[1] : xs[0];
   int64_t k = transpose_x ? xs[0] : xs[1];
   if (k != ys[0])
@@ -118,8 +119,8 @@ tensor transpose(const tensor& x, std::optional<DType> dtype, Span span) {
   return dst;
 }
 
-tensor reduce_fn::operator()(const tensor& x, axes axis, std::optional<DType> dtype,
-                             bool keepdims, Span span) const {
+tensor reduce_fn::operator()(const tensor& x, axes axis, std::optional<DType> dtype, bool keepdims,
+                             Span span) const {
   dsl::require_trace(span);
   auto xs = view_of(x, span).shape();
   const int64_t rank = static_cast<int64_t>(xs.size());

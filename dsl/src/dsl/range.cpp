@@ -16,14 +16,16 @@ int64_t trip_count(int64_t start, int64_t stop, int64_t step, const Span& span) 
 }  // namespace
 
 loop_range::loop_range(int64_t start, int64_t stop, int64_t step, LoopKind kind, Span span)
-    : start_(start), step_(step), extent_(trip_count(start, stop, step, span)), kind_(kind),
+    : start_(start),
+      step_(step),
+      extent_(trip_count(start, stop, step, span)),
+      kind_(kind),
       span_(std::move(span)) {
   dsl::require_trace(span_);
 }
 
 loop_range::iterator loop_range::begin() {
-  if (used_)
-    user_error(span_, "range", "a loop range can be iterated only once");
+  if (used_) user_error(span_, "range", "a loop range can be iterated only once");
   used_ = true;
   if (extent_ > 0) {
     auto [var, id] = dsl::open_loop(extent_, kind_, span_);

@@ -15,11 +15,19 @@ const Buffer& buffer_of(const Access& a) {
 
 }  // namespace
 
-DType tensor::dtype() const { return buffer_of(view_).dtype; }
-Memory tensor::buffer() const { return buffer_of(view_).memory; }
-const std::string& tensor::name() const { return buffer_of(view_).name; }
+DType tensor::dtype() const {
+  return buffer_of(view_).dtype;
+}
+Memory tensor::buffer() const {
+  return buffer_of(view_).memory;
+}
+const std::string& tensor::name() const {
+  return buffer_of(view_).name;
+}
 
-tensor tensor::operator()(subscript s0, subscript s1) const { return index_with({s0, s1}); }
+tensor tensor::operator()(subscript s0, subscript s1) const {
+  return index_with({s0, s1});
+}
 tensor tensor::operator()(subscript s0, subscript s1, subscript s2) const {
   return index_with({s0, s1, s2});
 }
@@ -62,8 +70,8 @@ tensor tensor::index_with(const std::vector<subscript>& subs) const {
                    buf.name, size);
       if (start.is_constant() && (start.constant < 0 || start.constant + size > n))
         user_error(s.span(), "index",
-                   "dim {} of '{}' has size {}; subscript covers [{}, {}) which is out of range",
-                   k, buf.name, n, start.constant, start.constant + size);
+                   "dim {} of '{}' has size {}; subscript covers [{}, {}) which is out of range", k,
+                   buf.name, n, start.constant, start.constant + size);
     };
     switch (s.kind()) {
       case subscript::Kind::all:
@@ -90,9 +98,8 @@ tensor tensor::index_with(const std::vector<subscript>& subs) const {
           user_error(s.span(), "index", "dim {} of '{}': slice {}:{}:{} is empty", k, buf.name,
                      sl.start, sl.stop, sl.step);
         if (sl.start < 0 || sl.stop > n)
-          user_error(s.span(), "index",
-                     "dim {} of '{}' has size {}; slice {}:{} is out of range", k, buf.name, n,
-                     sl.start, sl.stop);
+          user_error(s.span(), "index", "dim {} of '{}' has size {}; slice {}:{} is out of range",
+                     k, buf.name, n, sl.start, sl.stop);
         d.start = d.start + index(sl.start) * d.step;
         d.size = size;
         d.step = d.step * sl.step;

@@ -11,12 +11,7 @@
 
 namespace neuron {
 
-// One kernel argument for neuron::trace: its shape, dtype and (optionally) its name.
-struct TensorSpec {
-  std::vector<int64_t> shape;
-  DType dtype = DType::float32;
-  std::string name = {};  // empty: "in0", "in1", ...
-};
+struct TensorSpec;  // neuron/trace.hpp
 
 namespace dsl {
 

@@ -49,8 +49,7 @@ class loop_range {
 
 // Iterations are independent (the compiler may overlap them and rotate buffers).
 loop_range affine_range(int64_t stop, Span span = Span::current());
-loop_range affine_range(int64_t start, int64_t stop, int64_t step = 1,
-                        Span span = Span::current());
+loop_range affine_range(int64_t start, int64_t stop, int64_t step = 1, Span span = Span::current());
 // Iterations may depend on earlier ones (accumulators, running maxima).
 loop_range sequential_range(int64_t stop, Span span = Span::current());
 loop_range sequential_range(int64_t start, int64_t stop, int64_t step = 1,

@@ -21,7 +21,9 @@ struct ds_t {
   index start;
   int64_t size = 1;
 };
-inline ds_t ds(index start, int64_t size) { return ds_t{std::move(start), size}; }
+inline ds_t ds(index start, int64_t size) {
+  return ds_t{std::move(start), size};
+}
 
 // nl::slice(start, stop, step) is numpy's start:stop:step with static bounds.
 struct slice_t {
@@ -55,7 +57,7 @@ class subscript {
 
   Kind kind() const { return kind_; }
   const index& start() const { return start_; }  // scalar and ds
-  int64_t size() const { return size_; }          // ds
+  int64_t size() const { return size_; }         // ds
   const slice_t& slice() const { return slice_; }
   const Span& span() const { return span_; }
 
@@ -91,8 +93,7 @@ class tensor {
   tensor operator()(subscript s0, subscript s1) const;
   tensor operator()(subscript s0, subscript s1, subscript s2) const;
   tensor operator()(subscript s0, subscript s1, subscript s2, subscript s3) const;
-  tensor operator()(subscript s0, subscript s1, subscript s2, subscript s3,
-                    subscript s4) const;
+  tensor operator()(subscript s0, subscript s1, subscript s2, subscript s3, subscript s4) const;
   tensor operator()(subscript s0, subscript s1, subscript s2, subscript s3, subscript s4,
                     subscript s5) const;
 
@@ -129,8 +130,7 @@ class operand {
   operand(const tensor& t, Span span = Span::current())  // NOLINT: implicit on purpose
       : tile_(t), span_(std::move(span)) {}
   template <typename T>
-    requires std::is_arithmetic_v<T>
-  operand(T v, Span span = Span::current())  // NOLINT
+  requires std::is_arithmetic_v<T> operand(T v, Span span = Span::current())  // NOLINT
       : scalar_(static_cast<double>(v)), span_(std::move(span)) {}
 
   bool is_tile() const { return tile_.has_value(); }

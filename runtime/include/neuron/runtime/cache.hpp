@@ -29,15 +29,14 @@ std::string_view toolkit_build_id();
 std::string cache_key(std::string_view ir_text, std::string_view target, std::string_view options,
                       std::string_view build_id);
 // The same with toolkit_build_id(): what the JIT uses.
-std::string cache_key(std::string_view ir_text, std::string_view target,
-                      std::string_view options);
+std::string cache_key(std::string_view ir_text, std::string_view target, std::string_view options);
 
 enum class CacheLevel { none, memory, disk };
 std::string_view to_string(CacheLevel level);
 
 struct CacheOptions {
   CacheMode mode = CacheMode::on;
-  std::string dir;                                   // disk level; empty means no disk level
+  std::string dir;  // disk level; empty means no disk level
   std::uint64_t max_disk_bytes = std::uint64_t(1) << 30;
   std::uint64_t max_memory_bytes = std::uint64_t(256) << 20;
   std::size_t max_memory_entries = 512;
@@ -51,11 +50,11 @@ struct CacheEntryInfo {
   std::string key;
   std::string path;
   std::uint64_t file_bytes = 0;
-  std::uint64_t payload_bytes = 0;      // from the header; 0 when the header is unreadable
+  std::uint64_t payload_bytes = 0;  // from the header; 0 when the header is unreadable
   std::chrono::system_clock::time_point last_used;  // the file's mtime
-  std::string build_id;                 // toolkit build that wrote it
-  bool header_ok = false;               // magic, version and key match (payload not checked)
-  bool current_build = false;           // build_id == toolkit_build_id()
+  std::string build_id;                             // toolkit build that wrote it
+  bool header_ok = false;      // magic, version and key match (payload not checked)
+  bool current_build = false;  // build_id == toolkit_build_id()
 };
 
 struct CacheStats {
@@ -91,7 +90,7 @@ class CompileCache {
   std::vector<CacheEntryInfo> list() const;  // disk entries, least recently used first
   void clear();                              // both levels (disk: only files we wrote)
   void clear_memory();
-  std::size_t remove_stale();                // disk entries of other toolkit builds
+  std::size_t remove_stale();  // disk entries of other toolkit builds
   CacheStats stats() const;
   CacheOptions options() const;
   void reconfigure(CacheOptions options);  // keeps the memory level

@@ -1,0 +1,21 @@
+// Fast nc_matmul for the native backend: C[M, N] (+)= A[K, M]^T @ B[K, N] with fp32 accumulation.
+#pragma once
+#include <cstdint>
+
+// Operand layout is the tile layout: row k of A and B is partition k, so A(k, m) is at
+// a[k * lda + m], B(k, n) at b[k * ldb + n], C(m, n) at c[m * ldc + n] (leading dimensions in
+// elements). K <= 128, M <= 128, N <= 512 in one instruction, but any sizes must work.
+//
+// Numerics (must match runtime/include/neuron/runtime/builtins.hpp exactly): for every (m, n),
+// acc starts at C(m, n) when accumulate != 0, else 0, then acc = fma(A(k, m), B(k, n), acc)
+// for k = 0, 1, ..., K-1 in increasing order; C(m, n) = acc. fp32 results are therefore bit
+// identical to the simulator. bf16 operands are widened to fp32 exactly first (bf16 products
+// are exact in fp32, so fma equals multiply-then-add).
+extern "C" {
+void neuron_matmul_f32(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                       int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
+void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
+                        int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
+// Which implementation the host uses: "avx512", "avx2" or "portable" (for reports).
+const char* neuron_matmul_isa();
+}

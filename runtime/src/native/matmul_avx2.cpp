@@ -1,0 +1,64 @@
+// The AVX2 + FMA nc_matmul variant: 6 x 16 blocks of C in 12 ymm accumulators.
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "matmul_variants.hpp"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+
+namespace {
+
+struct Avx2 {
+  using reg = __m256;
+  static constexpr int W = 8;
+  static constexpr int MR = 6;
+  static constexpr int NV = 2;
+  // Lane i is enabled when i < n (maskload/maskstore read the sign bit; masked lanes load 0).
+  static __m256i mask(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static reg load_part(const float* p, int n) { return _mm256_maskload_ps(p, mask(n)); }
+  static reg bcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static void store(float* p, reg r) { _mm256_storeu_ps(p, r); }
+  static void store_part(float* p, reg r, int n) { _mm256_maskstore_ps(p, mask(n), r); }
+  // bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits.
+  static reg widen16(__m128i h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static reg widen(const uint16_t* p) {
+    return widen16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static reg widen_part(const uint16_t* p, int n) {
+    alignas(16) uint16_t tmp[8] = {};
+    for (int i = 0; i < n; ++i) tmp[i] = p[i];
+    return widen16(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
+  }
+};
+
+}  // namespace
+
+#include "matmul_blocked.hpp"
+
+namespace neuron::native {
+
+void matmul_f32_avx2(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                     int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  float* scratch = matmul_scratch(blocked_scratch_floats<Avx2>());
+  matmul_blocked<Avx2>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch);
+}
+
+void matmul_bf16_avx2(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
+                      int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  float* scratch = matmul_scratch(blocked_scratch_floats<Avx2>());
+  matmul_blocked<Avx2>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch);
+}
+
+}  // namespace neuron::native
+
+#pragma GCC pop_options

@@ -1,0 +1,60 @@
+// The AVX-512 nc_matmul variant: 8 x 48 blocks of C in 24 zmm accumulators.
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "matmul_variants.hpp"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
+
+namespace {
+
+struct Avx512 {
+  using reg = __m512;
+  static constexpr int W = 16;
+  static constexpr int MR = 8;
+  static constexpr int NV = 3;
+  static __mmask16 mask(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
+  static reg zero() { return _mm512_setzero_ps(); }
+  static reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static reg load_part(const float* p, int n) { return _mm512_maskz_loadu_ps(mask(n), p); }
+  static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static void store(float* p, reg r) { _mm512_storeu_ps(p, r); }
+  static void store_part(float* p, reg r, int n) { _mm512_mask_storeu_ps(p, mask(n), r); }
+  // bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits.
+  static reg widen16(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static reg widen(const uint16_t* p) {
+    return widen16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static reg widen_part(const uint16_t* p, int n) {
+    return widen16(_mm256_maskz_loadu_epi16(mask(n), p));
+  }
+};
+
+}  // namespace
+
+#include "matmul_blocked.hpp"
+
+namespace neuron::native {
+
+void matmul_f32_avx512(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                       int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  float* scratch = matmul_scratch(blocked_scratch_floats<Avx512>());
+  matmul_blocked<Avx512>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch);
+}
+
+void matmul_bf16_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                        const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                        bool accumulate) {
+  float* scratch = matmul_scratch(blocked_scratch_floats<Avx512>());
+  matmul_blocked<Avx512>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch);
+}
+
+}  // namespace neuron::native
+
+#pragma GCC pop_options

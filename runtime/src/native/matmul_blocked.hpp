@@ -1,0 +1,177 @@
+// Private to the matmul kernel: the register-blocked driver shared by the SIMD variants.
+//
+// Included by each variant's source after `#pragma GCC target(...)`, so every function here is
+// compiled for that ISA; everything is in an anonymous namespace so no ISA-specific copy can
+// leak to other translation units through the linker. Include the standard headers before the
+// pragma; this file includes none.
+//
+// V (the vector traits) provides: reg, W (lanes), MR (rows of C per block), NV (vectors of C per
+// row per block), zero(), load(p), load_part(p, n) (lanes >= n are 0), bcast(p),
+// fma(a, b, c) = a * b + c with one rounding, store(p, r), store_part(p, r, n), and
+// widen(const uint16_t*) / widen_part(const uint16_t*, n) for bf16.
+//
+// Numerics: each C(m, n) lives in one accumulator lane from its first to its last k of a K chunk
+// and gets one fma per k in increasing k; between K chunks it is stored to C and reloaded,
+// which is exact in fp32. Packing only copies (bf16 widening is exact), so every variant is
+// bit-identical to the scalar loop in the header's contract.
+#pragma once
+
+namespace {
+
+constexpr int64_t kKC = 128;  // rows of A and B per packed chunk (one instruction's K)
+constexpr int64_t kMC = 128;  // columns of A packed at once
+
+inline float to_f32(float x) { return x; }
+inline float to_f32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
+template <class V>
+inline typename V::reg load_any(const float* p) { return V::load(p); }
+template <class V>
+inline typename V::reg load_any(const uint16_t* p) { return V::widen(p); }
+template <class V>
+inline typename V::reg load_any_part(const float* p, int n) { return V::load_part(p, n); }
+template <class V>
+inline typename V::reg load_any_part(const uint16_t* p, int n) { return V::widen_part(p, n); }
+
+// C[0:MR, 0:NV*W] (+)= Ap^T Bp over kc packed rows; only `last` lanes of the last vector are C.
+template <class V, int MR, int NV>
+void micro_kernel(const float* ap, const float* bp, int64_t kc, float* c, int64_t ldc, int last,
+                  bool load_c) {
+  using R = typename V::reg;
+  constexpr int W = V::W, NR = V::W * V::NV;
+  R acc[MR][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      if (!load_c)
+        acc[i][v] = V::zero();
+      else if (v == NV - 1)
+        acc[i][v] = V::load_part(c + i * ldc + v * W, last);
+      else
+        acc[i][v] = V::load(c + i * ldc + v * W);
+    }
+  for (int64_t k = 0; k < kc; ++k) {
+    R bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = V::load(bp + k * NR + v * W);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      R av = V::bcast(ap + k * V::MR + i);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = V::fma(av, bv[v], acc[i][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      if (v == NV - 1)
+        V::store_part(c + i * ldc + v * W, acc[i][v], last);
+      else
+        V::store(c + i * ldc + v * W, acc[i][v]);
+    }
+}
+
+template <class V, int MR, int NV>
+void dispatch_mr(int mr, const float* ap, const float* bp, int64_t kc, float* c, int64_t ldc,
+                 int last, bool load_c) {
+  if (mr == MR)
+    micro_kernel<V, MR, NV>(ap, bp, kc, c, ldc, last, load_c);
+  else if constexpr (MR > 1)
+    dispatch_mr<V, MR - 1, NV>(mr, ap, bp, kc, c, ldc, last, load_c);
+}
+
+template <class V, int NV>
+void dispatch_nv(int nv, int mr, const float* ap, const float* bp, int64_t kc, float* c,
+                 int64_t ldc, int last, bool load_c) {
+  if (nv == NV)
+    dispatch_mr<V, V::MR, NV>(mr, ap, bp, kc, c, ldc, last, load_c);
+  else if constexpr (NV > 1)
+    dispatch_nv<V, NV - 1>(nv, mr, ap, bp, kc, c, ldc, last, load_c);
+}
+
+// Ap: for each panel of MR columns m, rows k = 0..kc-1 of MR contiguous floats (zero padded).
+template <class V, class T>
+void pack_a(float* ap, const T* a, int64_t lda, int64_t kc, int64_t mc) {
+  constexpr int MR = V::MR;
+  for (int64_t p = 0; p < mc; p += MR) {
+    const int64_t mr = mc - p < MR ? mc - p : MR;
+    float* dst = ap + p * kc;
+    for (int64_t k = 0; k < kc; ++k) {
+      const T* row = a + k * lda + p;
+      if (mr == MR) {
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) dst[k * MR + i] = to_f32(row[i]);
+      } else {
+        for (int i = 0; i < MR; ++i) dst[k * MR + i] = i < mr ? to_f32(row[i]) : 0.0f;
+      }
+    }
+  }
+}
+
+// Bp: rows k = 0..kc-1 of NR = W * NV floats; columns past nw are zero.
+template <class V, class T>
+void pack_b(float* bp, const T* b, int64_t ldb, int64_t kc, int64_t nw) {
+  constexpr int W = V::W, NR = V::W * V::NV;
+  for (int64_t k = 0; k < kc; ++k) {
+    const T* row = b + k * ldb;
+    float* dst = bp + k * NR;
+    if (nw == NR) {
+#pragma GCC unroll 4
+      for (int v = 0; v < V::NV; ++v) V::store(dst + v * W, load_any<V>(row + v * W));
+    } else {
+      for (int v = 0; v * W < nw; ++v) {
+        const int64_t left = nw - v * W;
+        V::store(dst + v * W, left >= W ? load_any<V>(row + v * W)
+                                        : load_any_part<V>(row + v * W, static_cast<int>(left)));
+      }
+    }
+  }
+}
+
+template <class V, class T>
+void matmul_blocked(float* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb,
+                    int64_t M, int64_t N, int64_t K, bool accumulate, float* scratch) {
+  constexpr int64_t W = V::W, NR = V::W * V::NV;
+  if (K <= 0) {
+    if (!accumulate)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) c[m * ldc + n] = 0.0f;
+    return;
+  }
+  float* ap = scratch;
+  float* bp = scratch + kMC * kKC;
+  for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+    const int64_t kc = K - k0 < kKC ? K - k0 : kKC;
+    const bool load_c = accumulate || k0 > 0;
+    for (int64_t m0 = 0; m0 < M; m0 += kMC) {
+      const int64_t mc = M - m0 < kMC ? M - m0 : kMC;
+      pack_a<V>(ap, a + k0 * lda + m0, lda, kc, mc);
+      for (int64_t n0 = 0; n0 < N; n0 += NR) {
+        const int64_t nw = N - n0 < NR ? N - n0 : NR;
+        const int nv = static_cast<int>((nw + W - 1) / W);
+        const int last = static_cast<int>(nw - (nv - 1) * W);
+        pack_b<V>(bp, b + k0 * ldb + n0, ldb, kc, nw);
+        for (int64_t p = 0; p < mc; p += V::MR) {
+          const int mr = static_cast<int>(mc - p < V::MR ? mc - p : V::MR);
+          dispatch_nv<V, V::NV>(nv, mr, ap + p * kc, bp, kc, c + (m0 + p) * ldc + n0, ldc, last,
+                                load_c);
+        }
+      }
+    }
+  }
+}
+
+// Scratch floats matmul_blocked needs.
+template <class V>
+constexpr size_t blocked_scratch_floats() {
+  return static_cast<size_t>(kMC * kKC + kKC * V::W * V::NV);
+}
+
+}  // namespace

@@ -1,0 +1,150 @@
+// nc_matmul for the native backend: chooses the ISA variant once, and the portable variant.
+#include "neuron/runtime/native/matmul_kernel.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "matmul_variants.hpp"
+#include "neuron/error.hpp"
+
+namespace neuron::native {
+
+float* matmul_scratch(size_t floats) {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<float, Free> buf;
+  thread_local size_t size = 0;
+  if (size < floats) {
+    size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    buf.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    NEURON_ASSERT(buf != nullptr, "out of memory for the matmul scratch ({} bytes)", bytes);
+    size = floats;
+  }
+  return buf.get();
+}
+
+// The portable variant writes through C row by row; each C(m, n) still sees one fma per k in
+// increasing k, starting from C or 0, exactly like the blocked variants.
+void matmul_f32_portable(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                         int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  for (int64_t m = 0; m < M; ++m) {
+    float* crow = c + m * ldc;
+    if (!accumulate)
+      for (int64_t n = 0; n < N; ++n) crow[n] = 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      const float av = a[k * lda + m];
+      const float* brow = b + k * ldb;
+      for (int64_t n = 0; n < N; ++n) crow[n] = std::fma(av, brow[n], crow[n]);
+    }
+  }
+}
+
+namespace {
+inline float widen_bf16(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+}  // namespace
+
+void matmul_bf16_portable(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                          const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                          bool accumulate) {
+  for (int64_t m = 0; m < M; ++m) {
+    float* crow = c + m * ldc;
+    if (!accumulate)
+      for (int64_t n = 0; n < N; ++n) crow[n] = 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      const float av = widen_bf16(a[k * lda + m]);
+      const uint16_t* brow = b + k * ldb;
+      for (int64_t n = 0; n < N; ++n) crow[n] = std::fma(av, widen_bf16(brow[n]), crow[n]);
+    }
+  }
+}
+
+namespace {
+
+struct Variant {
+  const char* name;
+  MatmulF32Fn f32;
+  MatmulBf16Fn bf16;
+};
+
+bool supports(const char* isa) {
+  __builtin_cpu_init();
+  if (std::strcmp(isa, "avx512") == 0)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("fma");
+  if (std::strcmp(isa, "avx2") == 0)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return std::strcmp(isa, "portable") == 0;
+}
+
+const Variant* find_variant(const char* isa) {
+  static const Variant variants[] = {
+      {"avx512", matmul_f32_avx512, matmul_bf16_avx512},
+      {"avx2", matmul_f32_avx2, matmul_bf16_avx2},
+      {"portable", matmul_f32_portable, matmul_bf16_portable},
+  };
+  if (!isa || !supports(isa)) return nullptr;
+  for (const Variant& v : variants)
+    if (std::strcmp(v.name, isa) == 0) return &v;
+  return nullptr;
+}
+
+// Chosen once, at first use (a function-local static is initialized thread-safely).
+const Variant& host_variant() {
+  static const Variant& chosen = [&]() -> const Variant& {
+    for (const char* isa : {"avx512", "avx2"})
+      if (const Variant* v = find_variant(isa)) return *v;
+    return *find_variant("portable");
+  }();
+  return chosen;
+}
+
+}  // namespace
+}  // namespace neuron::native
+
+extern "C" {
+
+void neuron_matmul_f32(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                       int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate) {
+  if (M <= 0 || N <= 0) return;
+  neuron::native::host_variant().f32(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
+}
+
+void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
+                        int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate) {
+  if (M <= 0 || N <= 0) return;
+  neuron::native::host_variant().bf16(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
+}
+
+const char* neuron_matmul_isa() { return neuron::native::host_variant().name; }
+
+int neuron_matmul_f32_variant(const char* isa, float* c, int64_t ldc, const float* a, int64_t lda,
+                              const float* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                              int accumulate) {
+  const neuron::native::Variant* v = neuron::native::find_variant(isa);
+  if (!v) return 0;
+  if (M > 0 && N > 0) v->f32(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
+  return 1;
+}
+
+int neuron_matmul_bf16_variant(const char* isa, float* c, int64_t ldc, const uint16_t* a,
+                               int64_t lda, const uint16_t* b, int64_t ldb, int64_t M, int64_t N,
+                               int64_t K, int accumulate) {
+  const neuron::native::Variant* v = neuron::native::find_variant(isa);
+  if (!v) return 0;
+  if (M > 0 && N > 0) v->bf16(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
+  return 1;
+}
+
+int neuron_matmul_variant_supported(const char* isa) {
+  return neuron::native::find_variant(isa) != nullptr;
+}
+}

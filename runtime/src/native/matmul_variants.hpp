@@ -1,0 +1,44 @@
+// Private to the matmul kernel: the per-ISA implementations behind neuron_matmul_* and a test hook.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace neuron::native {
+
+// A 64-byte aligned buffer of at least `floats` floats, one per thread (packed operand panels).
+float* matmul_scratch(size_t floats);
+
+// One implementation of the header's contract (runtime/native/matmul_kernel.hpp), same numerics.
+using MatmulF32Fn = void (*)(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                             int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate);
+using MatmulBf16Fn = void (*)(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                              const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                              bool accumulate);
+
+void matmul_f32_portable(float*, int64_t, const float*, int64_t, const float*, int64_t, int64_t,
+                         int64_t, int64_t, bool);
+void matmul_bf16_portable(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
+                          int64_t, int64_t, int64_t, bool);
+void matmul_f32_avx2(float*, int64_t, const float*, int64_t, const float*, int64_t, int64_t,
+                     int64_t, int64_t, bool);
+void matmul_bf16_avx2(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
+                      int64_t, int64_t, int64_t, bool);
+void matmul_f32_avx512(float*, int64_t, const float*, int64_t, const float*, int64_t, int64_t,
+                       int64_t, int64_t, bool);
+void matmul_bf16_avx512(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
+                        int64_t, int64_t, int64_t, bool);
+
+}  // namespace neuron::native
+
+extern "C" {
+// Runs the named variant ("avx512", "avx2" or "portable") regardless of the host's default.
+// Returns 1 when it ran, 0 when this CPU cannot run that variant (or the name is unknown).
+int neuron_matmul_f32_variant(const char* isa, float* c, int64_t ldc, const float* a, int64_t lda,
+                              const float* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                              int accumulate);
+int neuron_matmul_bf16_variant(const char* isa, float* c, int64_t ldc, const uint16_t* a,
+                               int64_t lda, const uint16_t* b, int64_t ldb, int64_t M, int64_t N,
+                               int64_t K, int accumulate);
+// Whether this CPU can run the named variant.
+int neuron_matmul_variant_supported(const char* isa);
+}
