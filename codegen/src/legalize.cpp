@@ -12,10 +12,6 @@ namespace {
 
 using namespace passes;
 
-bool is_hbm(Memory m) {
-  return m == Memory::hbm || m == Memory::shared_hbm;
-}
-
 class BufferNames : public IRVisitor {
  public:
   std::set<std::string> names;

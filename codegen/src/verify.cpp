@@ -15,10 +15,6 @@ namespace {
 
 using namespace passes;
 
-bool is_hbm(Memory m) {
-  return m == Memory::hbm || m == Memory::shared_hbm;
-}
-
 bool is_bitwise(AluOp op) {
   return op == AluOp::bitwise_and || op == AluOp::bitwise_or || op == AluOp::bitwise_xor ||
          op == AluOp::left_shift || op == AluOp::right_shift;
@@ -590,15 +586,15 @@ class Verifier {
 
 void verify(const Kernel& k, const std::string& target) {
   const Target& t = target_by_name(target);
-  Verifier v(k, t);
   for (auto& io : {&k.inputs, &k.outputs})
     for (auto& b : *io) {
       NEURON_ASSERT(b, "kernel {} has a null input/output buffer", k.name);
       if (is_on_chip(b->memory))
         user_error(b->span, "engine-memory",
-                   "kernel argument '{}' is in {}; kernel inputs and outputs live in HBM", b->name,
-                   memory_name(b->memory));
+                   "kernel argument '{}' is in {}; kernel inputs and outputs live in HBM",
+                   b->name, memory_name(b->memory));
     }
+  Verifier v(k, t);
   v.walk(k.body);
 }
 

@@ -21,6 +21,8 @@ inline std::vector<int64_t> pattern_shape(const Access& a) {
   return s;
 }
 
+inline bool is_hbm(Memory m) { return m == Memory::hbm || m == Memory::shared_hbm; }
+
 inline int64_t product(const std::vector<int64_t>& v, size_t from = 0) {
   int64_t n = 1;
   for (size_t i = from; i < v.size(); ++i) n *= v[i];

@@ -66,6 +66,30 @@ Config config() {
   if (const char* m = std::getenv("NEURON_CACHE_MAX_BYTES"); m && *m)
     c.cache_max_bytes = parse_bytes("NEURON_CACHE_MAX_BYTES", m);
   if (const char* m = std::getenv("NEURON_CACHE"); m && *m) c.cache_mode = parse_cache_mode(m);
+  // Native backend knobs.
+  if (const char* t = std::getenv("NEURON_THREADS"); t && *t) {
+    std::string_view s(t);
+    int n = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    if (ec != std::errc() || end != s.data() + s.size() || n < 0)
+      user_error(Span{}, "config", "NEURON_THREADS='{}' is not a thread count (0 = all cores)", s);
+    c.threads = n;
+  }
+  if (const char* l = std::getenv("NEURON_LOG"); l && *l) {
+    std::string_view s(l);
+    for (size_t pos = 0; pos <= s.size();) {
+      size_t comma = s.find(',', pos);
+      if (comma == std::string_view::npos) comma = s.size();
+      if (s.substr(pos, comma - pos) == "compile") c.log_compile = true;
+      pos = comma + 1;
+    }
+  }
+  if (const char* k = std::getenv("NEURON_NATIVE_KERNELS"); k && *k) {
+    std::string_view s(k);
+    if (s != "bitcode" && s != "host")
+      user_error(Span{}, "config", "NEURON_NATIVE_KERNELS='{}' is not one of bitcode, host", s);
+    c.native_kernels = std::string(s);
+  }
   return c;
 }
 

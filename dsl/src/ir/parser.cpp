@@ -34,6 +34,12 @@
 // declared by a kernel parameter or an `alloc` that is visible: an alloc is visible to the
 // rest of its block and the blocks nested in it; a name may not be declared twice while
 // visible.
+//
+// The printer writes the canonical form: `:step` only when step != 1, `:drop` only for a dropped
+// dim whose size/step are not 1/1, offset/slots/over only when not the defaults, names that are
+// not identifiers quoted, floats always with a '.' or exponent, and `loc(...)` only with
+// PrintOptions::spans and only for spans that are set. Tokens come from text_lexer.cpp; nesting
+// deeper than kMaxDepth is an error so that no input can exhaust the stack.
 #include <charconv>
 #include <cmath>
 #include <limits>

@@ -6,6 +6,10 @@
 
 #include "matmul_variants.hpp"
 
+// GCC 12 reports the intentionally undefined pass-through operand inside its own intrinsic
+// headers (_mm512_undefined_epi32) as maybe-uninitialized after inlining; it is not.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
@@ -62,3 +66,4 @@ void matmul_bf16_avx2(float* c, int64_t ldc, const uint16_t* a, int64_t lda, con
 }  // namespace neuron::native
 
 #pragma GCC pop_options
+#pragma GCC diagnostic pop

@@ -6,6 +6,10 @@
 
 #include "matmul_variants.hpp"
 
+// GCC 12 reports the intentionally undefined pass-through operand inside its own intrinsic
+// headers (_mm512_undefined_epi32) as maybe-uninitialized after inlining; it is not.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
 
@@ -58,3 +62,4 @@ void matmul_bf16_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
 }  // namespace neuron::native
 
 #pragma GCC pop_options
+#pragma GCC diagnostic pop

@@ -21,6 +21,14 @@ struct Config {
   // NEURON_CACHE_MAX_BYTES: bound on the disk cache; accepts K, M, G suffixes (powers of 1024).
   std::uint64_t cache_max_bytes = std::uint64_t(1) << 30;
   CacheMode cache_mode = CacheMode::on;
+  // ---- native backend (runtime/native, docs/native.md) ----
+  // NEURON_THREADS: worker threads for the SPMD grid; 0 (default) means the core count.
+  int threads = 0;
+  // NEURON_LOG: comma-separated topics; "compile" prints every compile report on stderr.
+  bool log_compile = false;
+  // NEURON_NATIVE_KERNELS: how generated code reaches the instruction kernels: "bitcode"
+  // (default: linked in and specialized) or "host" (calls to the library's compiled copies).
+  std::string native_kernels = "bitcode";
 };
 
 // Reads the environment each call, so tests and long-lived processes see changes.

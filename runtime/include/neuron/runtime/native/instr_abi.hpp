@@ -1,0 +1,56 @@
+// The calling convention between JIT-generated kernel code and the native instruction kernels.
+//
+// Generated code resolves every access pattern of an instruction into an NView (base pointer,
+// five dims of byte strides) and calls one neuron_k_* function with constant dtypes and ops.
+// The kernels (runtime/src/native/instr_kernels.cpp) are compiled twice: into the library and,
+// with clang-14, to bitcode that the JIT links into each kernel module so the constants
+// specialize them. Keep this header C-compatible in spirit: no LLVM, no std containers.
+#pragma once
+#include <cstdint>
+
+namespace neuron::native {
+
+// Every pattern is normalized to exactly kDims dims: dim 0 is the pattern's first dim (the
+// partition dim on chip), size-1 dims are inserted after it, so row-major element order and
+// the innermost dim are those of the pattern.
+inline constexpr int kDims = 5;
+
+struct NView {
+  char* base;       // first element
+  uint8_t* flags;   // PSUM "written by matmul" bytes parallel to base; null outside PSUM
+  int64_t size[kDims];
+  int64_t stride[kDims];  // bytes
+};
+
+}  // namespace neuron::native
+
+extern "C" {
+using neuron_nview = neuron::native::NView;
+// `same` = 1 when every operand has the same normalized sizes (decided at compile time).
+void neuron_k_copy(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt, int same);
+void neuron_k_tensor_tensor(const neuron_nview* d, const neuron_nview* a, const neuron_nview* b,
+                            int ddt, int adt, int bdt, int op, int same);
+void neuron_k_tensor_scalar(const neuron_nview* d, const neuron_nview* s, const neuron_nview* c0,
+                            const neuron_nview* c1, int ddt, int sdt, int c0dt, int c1dt, int op0,
+                            int op1, int rev0, int rev1, double imm0, double imm1, int same);
+void neuron_k_activation(const neuron_nview* d, const neuron_nview* s, const neuron_nview* bias,
+                         const neuron_nview* scale, const neuron_nview* rr, int ddt, int sdt,
+                         int bdt, int scdt, int rrdt, int func, int reduce_op, double scale_imm,
+                         int same);
+// `reduced`: bit i set when normalized dim i is reduced.
+void neuron_k_tensor_reduce(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt, int op,
+                            int reduced, int negate);
+void neuron_k_transpose(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt);
+// `fast`: 1 when the operands are in the contiguous layout neuron_matmul_* takes (compile time).
+void neuron_k_matmul(const neuron_nview* d, const neuron_nview* st, const neuron_nview* mv, int ddt,
+                     int sdt, int mdt, int accumulate, int fast);
+void neuron_k_copy_predicated(const neuron_nview* d, const neuron_nview* s, const neuron_nview* pred,
+                              int ddt, int sdt, int pdt, int same);
+void neuron_k_memset(const neuron_nview* d, int ddt, double value);
+// `pat`: sizes are {partitions, pattern counts...}, strides are the coefficients (not bytes).
+void neuron_k_iota(const neuron_nview* d, const neuron_nview* pat, int ddt, int64_t offset);
+void neuron_k_affine_select(const neuron_nview* d, const neuron_nview* s, const neuron_nview* pat,
+                            int ddt, int sdt, int64_t offset, int cmp_op, double on_false);
+// device_print: host only (formats with fmt, writes to the stream the run was given).
+void neuron_k_print(const neuron_nview* s, int sdt, const char* prefix);
+}

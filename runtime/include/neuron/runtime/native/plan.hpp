@@ -1,0 +1,68 @@
+// The static plan of an engine program for native execution: normalized operand layouts, the
+// shape rules checked once at compile time, and bounds of every access as functions of the
+// program ids (checked per launch, so a bad access is a UserError, never a segfault).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "neuron/codegen/program.hpp"
+#include "neuron/runtime/native/instr_abi.hpp"
+#include "neuron/runtime/target.hpp"
+
+namespace neuron::native {
+
+// A pattern in the kDims-dim form the kernels take (instr_abi.hpp): sizes and byte strides.
+struct NormLayout {
+  int64_t size[kDims];
+  int64_t stride[kDims];
+  int64_t count = 1;
+};
+// `pb`: bytes per partition of the pattern's memory (ignored for HBM).
+NormLayout normalize(const AccessPattern& ap, const Instr& in, int64_t pb);
+int64_t bytes_per_partition(const Target& t, Memory m);
+
+// Whether the kernels may walk all operands with one loop nest (same normalized sizes).
+bool same_shape(const std::vector<const NormLayout*>& ls);
+// Whether nc_matmul operands have the contiguous [rows, cols] layout neuron_matmul_* takes.
+bool matmul_fast_layout(const Instr& in, const NormLayout& dst, const NormLayout& st,
+                        const NormLayout& mv);
+
+// Checks every instruction's shape rules (the simulator's "shape-mismatch", "reduce-axes",
+// "iota-pattern" errors and negative sizes) and that the program uses only what the native
+// backend runs. Throws UserError.
+void check_program(const Program& p);
+
+// An access's range as affine bounds: the loop-variable part is folded into [lo, hi] at compile
+// time (loops are boxes, so the extremes are reached); program ids stay symbolic.
+struct AccessBound {
+  const Instr* in = nullptr;
+  const char* what = "";
+  const AccessPattern* ap = nullptr;
+  bool writes = false;
+  // Element offset (HBM) or byte offset in the partition (on chip), including the pattern's own
+  // extent: [lo, hi] inclusive of the last byte/element touched.
+  int64_t lo = 0, hi = 0;
+  std::array<int64_t, 4> pid{}, npid{};
+  // On chip only: the partition range.
+  int64_t plo = 0, phi = 0;
+  std::array<int64_t, 4> ppid{}, pnpid{};
+};
+
+struct ProgramBounds {
+  std::vector<AccessBound> accesses;  // instructions inside zero-trip loops are left out
+};
+ProgramBounds analyze_bounds(const Program& p);
+
+// Per launch: throws UserError "out-of-bounds" (naming the first bad program id) when any grid
+// point would access outside a tensor or on-chip memory. Returns, per on-chip memory, the
+// largest byte offset written in any partition (what a worker must clear between programs).
+struct LaunchExtent {
+  int64_t sbuf_written = 0, psum_written = 0;
+};
+LaunchExtent check_launch(const Program& p, const ProgramBounds& b, const Target& t,
+                          const std::vector<int64_t>& tensor_elements,
+                          const std::vector<int64_t>& grid);
+
+}  // namespace neuron::native

@@ -1,0 +1,456 @@
+// The native instruction kernels: each ISA instruction over resolved NViews, numbers via the
+// builtins (the simulator's semantics, runtime/src/sim_instrs.cpp, by construction).
+//
+// Compiled into the library and, by clang-14, to bitcode linked into every JIT module, where
+// the constant dtype/op/shape arguments specialize these loops (docs/native.md). So: no fmt,
+// no exceptions, no static state; shape rules were checked when the kernel was compiled.
+#include <cstdlib>
+#include <cstring>
+
+#include "neuron/runtime/builtins.hpp"
+#include "neuron/runtime/native/instr_abi.hpp"
+#include "neuron/runtime/native/matmul_kernel.hpp"
+
+// The fast matmul lives in another object; until it is linked, the generic loop below runs.
+#pragma weak neuron_matmul_f32
+#pragma weak neuron_matmul_bf16
+
+namespace {
+
+namespace b = neuron::builtins;
+using neuron::AluOp;
+using neuron::DType;
+using neuron::native::kDims;
+using neuron::native::NView;
+
+inline DType dt(int t) {
+  return static_cast<DType>(t);
+}
+inline int64_t count_of(const NView& v) {
+  int64_t n = 1;
+  for (int i = 0; i < kDims; ++i) n *= v.size[i];
+  return n;
+}
+
+// Walks a view in row-major order one element at a time (for operands whose shape differs).
+struct Cursor {
+  const NView* v;
+  char* p;
+  int64_t idx[kDims] = {0, 0, 0, 0, 0};
+  Cursor() : v(nullptr), p(nullptr) {}
+  explicit Cursor(const NView* view) : v(view), p(view ? view->base : nullptr) {}
+  void next() {
+    for (int d = kDims - 1; d >= 0; --d) {
+      p += v->stride[d];
+      if (++idx[d] < v->size[d]) return;
+      p -= v->stride[d] * v->size[d];
+      idx[d] = 0;
+    }
+  }
+};
+
+// The affine value sum(idx_d * coef_d) of iota/affine_select patterns, walked row-major.
+struct ValueCursor {
+  const NView* v;
+  int64_t value = 0;
+  int64_t idx[kDims] = {0, 0, 0, 0, 0};
+  explicit ValueCursor(const NView* view) : v(view) {}
+  void next() {
+    for (int d = kDims - 1; d >= 0; --d) {
+      value += v->stride[d];
+      if (++idx[d] < v->size[d]) return;
+      value -= v->stride[d] * v->size[d];
+      idx[d] = 0;
+    }
+  }
+};
+
+// Calls f(ptrs, p) for every element in row-major order of views[0]; p is the index along
+// views[0]'s dim 0 (its partition). Null views get null pointers. With `same`, all views have
+// views[0]'s sizes and the walk is a plain loop nest the optimizer can vectorize.
+template <int N, class F>
+inline void each(const NView* const (&vs)[N], int same, F&& f) {
+  const NView& r = *vs[0];
+  if (same) {
+    for (int64_t i0 = 0; i0 < r.size[0]; ++i0)
+      for (int64_t i1 = 0; i1 < r.size[1]; ++i1)
+        for (int64_t i2 = 0; i2 < r.size[2]; ++i2)
+          for (int64_t i3 = 0; i3 < r.size[3]; ++i3) {
+            char* row[N];
+            for (int k = 0; k < N; ++k)
+              row[k] = vs[k] ? vs[k]->base + i0 * vs[k]->stride[0] + i1 * vs[k]->stride[1] +
+                                   i2 * vs[k]->stride[2] + i3 * vs[k]->stride[3]
+                             : nullptr;
+            for (int64_t i4 = 0; i4 < r.size[4]; ++i4) {
+              char* ptrs[N];
+              for (int k = 0; k < N; ++k) ptrs[k] = vs[k] ? row[k] + i4 * vs[k]->stride[4] : nullptr;
+              f(ptrs, i0);
+            }
+          }
+    return;
+  }
+  const int64_t n = count_of(r);
+  if (n == 0) return;
+  const int64_t per = n / r.size[0];
+  Cursor cs[N];
+  for (int k = 0; k < N; ++k) cs[k] = Cursor(vs[k]);
+  int64_t p = 0, f_in_p = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    char* ptrs[N];
+    for (int k = 0; k < N; ++k) ptrs[k] = cs[k].p;
+    f(ptrs, p);
+    for (int k = 0; k < N; ++k)
+      if (vs[k]) cs[k].next();
+    if (++f_in_p == per) {
+      f_in_p = 0;
+      ++p;
+    }
+  }
+}
+
+template <class F>
+inline void each1(const NView& v, F&& f) {
+  const NView* vs[1] = {&v};
+  each(vs, 1, [&](char** p, int64_t) { f(p[0]); });
+}
+
+// A write to PSUM by anything but a matmul makes the next auto-accumulate matmul overwrite.
+inline void clear_flags(const NView& d, int esize) {
+  if (!d.flags) return;
+  each1(d, [&](char* p) { std::memset(d.flags + (p - d.base), 0, static_cast<size_t>(esize)); });
+}
+
+// One value per partition of a [P, 1] operand tile, in its row-major order.
+inline void column(const NView* c, int cdt, double imm, int64_t P, float* out) {
+  if (!c) {
+    for (int64_t p = 0; p < P; ++p) out[p] = static_cast<float>(imm);
+    return;
+  }
+  int64_t i = 0;
+  each1(*c, [&](char* p) { out[i++] = b::load_f32(p, dt(cdt)); });
+}
+inline void column_int(const NView* c, int cdt, double imm, int64_t P, int64_t* out) {
+  if (!c) {
+    for (int64_t p = 0; p < P; ++p) out[p] = static_cast<int64_t>(std::llround(imm));
+    return;
+  }
+  int64_t i = 0;
+  each1(*c, [&](char* p) { out[i++] = b::load_int(p, dt(cdt)); });
+}
+
+// Scratch of n elements: on the stack when small (the common [128, 1] column), else malloc.
+template <class T, int kStack = 256>
+struct Scratch {
+  T local[kStack];
+  T* heap = nullptr;
+  T* data;
+  explicit Scratch(int64_t n) {
+    data = n <= kStack ? local : heap = static_cast<T*>(std::malloc(sizeof(T) * (n > 0 ? n : 1)));
+  }
+  ~Scratch() { std::free(heap); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
+inline bool is_unary(AluOp op) {
+  return op == AluOp::bypass || op == AluOp::abs || op == AluOp::rsqrt || op == AluOp::reciprocal ||
+         op == AluOp::logical_not;
+}
+inline bool is_int(int t) {
+  return !neuron::dtype_is_float(dt(t));
+}
+
+bool compare_int(AluOp op, int64_t a, int64_t c) {
+  switch (op) {
+    case AluOp::equal:
+      return a == c;
+    case AluOp::not_equal:
+      return a != c;
+    case AluOp::greater:
+      return a > c;
+    case AluOp::greater_equal:
+      return a >= c;
+    case AluOp::less:
+      return a < c;
+    case AluOp::less_equal:
+      return a <= c;
+    default:
+      return b::alu(op, static_cast<float>(a), static_cast<float>(c)) != 0.0f;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+void neuron_k_copy(const NView* d, const NView* s, int ddt, int sdt, int same) {
+  const NView* vs[2] = {s, d};
+  if (ddt == sdt) {
+    const int e = neuron::dtype_bytes(dt(ddt));
+    each(vs, same, [&](char** p, int64_t) { std::memcpy(p[1], p[0], static_cast<size_t>(e)); });
+  } else {
+    each(vs, same, [&](char** p, int64_t) {
+      b::store_f32(p[1], dt(ddt), b::load_f32(p[0], dt(sdt)));
+    });
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_tensor_tensor(const NView* d, const NView* a, const NView* bv, int ddt, int adt,
+                            int bdt, int op_, int same) {
+  const AluOp op = static_cast<AluOp>(op_);
+  const NView* vs[3] = {a, bv, d};
+  if (b::alu_is_bitvec(op) && is_int(ddt) && is_int(adt) && is_int(bdt)) {
+    each(vs, same, [&](char** p, int64_t) {
+      b::store_int_bits(p[2], dt(ddt),
+                        b::alu_bits(op, b::load_int(p[0], dt(adt)), b::load_int(p[1], dt(bdt))));
+    });
+  } else {
+    each(vs, same, [&](char** p, int64_t) {
+      b::store_f32(p[2], dt(ddt), b::alu(op, b::load_f32(p[0], dt(adt)), b::load_f32(p[1], dt(bdt))));
+    });
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_tensor_scalar(const NView* d, const NView* s, const NView* c0, const NView* c1, int ddt,
+                            int sdt, int c0dt, int c1dt, int op0_, int op1_, int rev0, int rev1,
+                            double imm0, double imm1, int same) {
+  const AluOp op0 = static_cast<AluOp>(op0_), op1 = static_cast<AluOp>(op1_);
+  const bool two = op1 != AluOp::bypass;
+  const int64_t P = s->size[0];
+  const NView* vs[2] = {s, d};
+  if (b::alu_is_bitvec(op0) && (!two || b::alu_is_bitvec(op1)) && is_int(ddt) && is_int(sdt) &&
+      (!c0 || is_int(c0dt)) && (!c1 || is_int(c1dt))) {
+    Scratch<int64_t> k0(P), k1(P);
+    column_int(c0, c0dt, imm0, P, k0.data);
+    column_int(c1, c1dt, imm1, P, k1.data);
+    each(vs, same, [&](char** p, int64_t part) {
+      int64_t v = b::load_int(p[0], dt(sdt));
+      const int64_t o0 = k0.data[part], o1 = k1.data[part];
+      v = rev0 ? b::alu_bits(op0, o0, v) : b::alu_bits(op0, v, o0);
+      if (two) v = rev1 ? b::alu_bits(op1, o1, v) : b::alu_bits(op1, v, o1);
+      b::store_int_bits(p[1], dt(ddt), v);
+    });
+  } else {
+    Scratch<float> k0(P), k1(P);
+    column(c0, c0dt, imm0, P, k0.data);
+    column(c1, c1dt, imm1, P, k1.data);
+    const bool r0 = rev0 && !is_unary(op0), r1 = rev1 && !is_unary(op1);
+    each(vs, same, [&](char** p, int64_t part) {
+      float v = b::load_f32(p[0], dt(sdt));
+      const float o0 = k0.data[part], o1 = k1.data[part];
+      v = r0 ? b::alu(op0, o0, v) : b::alu(op0, v, o0);
+      if (two) v = r1 ? b::alu(op1, o1, v) : b::alu(op1, v, o1);
+      b::store_f32(p[1], dt(ddt), v);
+    });
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_activation(const NView* d, const NView* s, const NView* bias, const NView* scale,
+                         const NView* rr, int ddt, int sdt, int bdt, int scdt, int rrdt, int func_,
+                         int reduce_op, double scale_imm, int same) {
+  const auto func = static_cast<neuron::ActFunc>(func_);
+  const AluOp rop = static_cast<AluOp>(reduce_op) == AluOp::bypass ? AluOp::add
+                                                                    : static_cast<AluOp>(reduce_op);
+  const int64_t P = s->size[0];
+  Scratch<float> bi(P), sc(P), red(P);
+  column(bias, bdt, 0.0, P, bi.data);
+  column(scale, scdt, scale_imm, P, sc.data);
+  const float ident = b::reduce_identity(rop);
+  for (int64_t p = 0; p < P; ++p) red.data[p] = ident;
+  const NView* vs[2] = {s, d};
+  each(vs, same, [&](char** p, int64_t part) {
+    float t = b::load_f32(p[0], dt(sdt)) * sc.data[part];
+    t = t + bi.data[part];
+    const float v = b::activate(func, t);
+    b::store_f32(p[1], dt(ddt), v);
+    if (rr) red.data[part] = b::alu(rop, red.data[part], v);
+  });
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+  if (rr) {
+    int64_t i = 0;
+    each1(*rr, [&](char* p) { b::store_f32(p, dt(rrdt), red.data[i++]); });
+    clear_flags(*rr, neuron::dtype_bytes(dt(rrdt)));
+  }
+}
+
+void neuron_k_tensor_reduce(const NView* d, const NView* s, int ddt, int sdt, int op_, int reduced,
+                            int negate) {
+  const AluOp op = static_cast<AluOp>(op_);
+  int64_t coef[kDims], out_n = 1;
+  for (int i = kDims - 1; i >= 0; --i) {
+    coef[i] = (reduced >> i) & 1 ? 0 : out_n;
+    if (!((reduced >> i) & 1)) out_n *= s->size[i];
+  }
+  Scratch<float> acc(out_n);
+  const float ident = b::reduce_identity(op);
+  for (int64_t i = 0; i < out_n; ++i) acc.data[i] = ident;
+  for (int64_t i0 = 0; i0 < s->size[0]; ++i0)
+    for (int64_t i1 = 0; i1 < s->size[1]; ++i1)
+      for (int64_t i2 = 0; i2 < s->size[2]; ++i2)
+        for (int64_t i3 = 0; i3 < s->size[3]; ++i3) {
+          const char* row = s->base + i0 * s->stride[0] + i1 * s->stride[1] + i2 * s->stride[2] +
+                            i3 * s->stride[3];
+          float* out = acc.data + i0 * coef[0] + i1 * coef[1] + i2 * coef[2] + i3 * coef[3];
+          for (int64_t i4 = 0; i4 < s->size[4]; ++i4) {
+            float& r = out[i4 * coef[4]];
+            r = b::alu(op, r, b::load_f32(row + i4 * s->stride[4], dt(sdt)));
+          }
+        }
+  int64_t i = 0;
+  each1(*d, [&](char* p) {
+    const float r = acc.data[i++];
+    b::store_f32(p, dt(ddt), negate ? -r : r);
+  });
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_transpose(const NView* d, const NView* s, int ddt, int sdt) {
+  // Gather first: the simulator reads the whole source before writing.
+  const int64_t P = s->size[0], n = count_of(*s), F = P ? n / P : 0;
+  Scratch<float, 1> vals(n);
+  const int es = neuron::dtype_bytes(dt(sdt));
+  if (ddt == sdt) {
+    Scratch<char, 1> raw(n * es);
+    int64_t i = 0;
+    each1(*s, [&](char* p) { std::memcpy(raw.data + (i++) * es, p, static_cast<size_t>(es)); });
+    // Destination element j = f * P + p holds source element p * F + f.
+    i = 0;
+    each1(*d, [&](char* p) {
+      const int64_t f = i / P, q = i % P;
+      std::memcpy(p, raw.data + (q * F + f) * es, static_cast<size_t>(es));
+      ++i;
+    });
+  } else {
+    int64_t i = 0;
+    each1(*s, [&](char* p) { vals.data[i++] = b::load_f32(p, dt(sdt)); });
+    i = 0;
+    each1(*d, [&](char* p) {
+      const int64_t f = i / P, q = i % P;
+      b::store_f32(p, dt(ddt), vals.data[q * F + f]);
+      ++i;
+    });
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, int sdt, int mdt,
+                     int accumulate, int fast) {
+  const int64_t K = st->size[0], M = count_of(*st) / (K ? K : 1), N = count_of(*mv) / (K ? K : 1);
+  const int esize = neuron::dtype_bytes(dt(ddt));
+  // Auto-accumulate: one decision for the whole tile when its flags agree.
+  int acc_mode = accumulate;
+  if (accumulate == -1) {
+    if (!d->flags) {
+      acc_mode = 0;
+    } else {
+      bool any = false, all = true;
+      each1(*d, [&](char* p) {
+        const bool f = d->flags[p - d->base] != 0;
+        any |= f;
+        all &= f;
+      });
+      acc_mode = all && M * N > 0 ? 1 : any ? -1 : 0;
+    }
+  }
+  const bool have_f32 = &neuron_matmul_f32 != nullptr, have_bf16 = &neuron_matmul_bf16 != nullptr;
+  if (fast && acc_mode != -1 && ddt == static_cast<int>(DType::float32) &&
+      ((sdt == static_cast<int>(DType::float32) && mdt == sdt && have_f32) ||
+       (sdt == static_cast<int>(DType::bfloat16) && mdt == sdt && have_bf16))) {
+    // fast: every operand is [rows, ..., cols] with contiguous columns (checked by the lowering).
+    float* c = reinterpret_cast<float*>(d->base);
+    const int64_t ldc = d->stride[0] / 4;
+    if (sdt == static_cast<int>(DType::float32))
+      neuron_matmul_f32(c, ldc, reinterpret_cast<const float*>(st->base), st->stride[0] / 4,
+                        reinterpret_cast<const float*>(mv->base), mv->stride[0] / 4, M, N, K,
+                        acc_mode);
+    else
+      neuron_matmul_bf16(c, ldc, reinterpret_cast<const uint16_t*>(st->base), st->stride[0] / 2,
+                         reinterpret_cast<const uint16_t*>(mv->base), mv->stride[0] / 2, M, N, K,
+                         acc_mode);
+  } else {
+    // Generic: offsets of every element, then acc = fma(s[k, m], v[k, n], acc) in increasing k.
+    Scratch<float, 1> s(K * M), v(K * N), acc(N);
+    Scratch<int64_t, 1> doff(M * N);
+    int64_t i = 0;
+    each1(*st, [&](char* p) { s.data[i++] = b::load_f32(p, dt(sdt)); });
+    i = 0;
+    each1(*mv, [&](char* p) { v.data[i++] = b::load_f32(p, dt(mdt)); });
+    i = 0;
+    each1(*d, [&](char* p) { doff.data[i++] = p - d->base; });
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t o = doff.data[m * N + n];
+        const bool keep = acc_mode == 1 || (acc_mode == -1 && d->flags[o]);
+        acc.data[n] = keep ? b::load_f32(d->base + o, dt(ddt)) : 0.0f;
+      }
+      for (int64_t k = 0; k < K; ++k) {
+        const float a = s.data[k * M + m];
+        const float* row = v.data + k * N;
+        for (int64_t n = 0; n < N; ++n) acc.data[n] = std::fma(a, row[n], acc.data[n]);
+      }
+      for (int64_t n = 0; n < N; ++n)
+        b::store_f32(d->base + doff.data[m * N + n], dt(ddt), acc.data[n]);
+    }
+  }
+  if (d->flags) each1(*d, [&](char* p) { std::memset(d->flags + (p - d->base), 1, esize); });
+}
+
+void neuron_k_copy_predicated(const NView* d, const NView* s, const NView* pred, int ddt, int sdt,
+                              int pdt, int same) {
+  const NView* vs[3] = {s, pred, d};
+  const int e = neuron::dtype_bytes(dt(ddt));
+  each(vs, same, [&](char** p, int64_t) {
+    if (b::load_f32(p[1], dt(pdt)) == 0.0f) return;
+    if (ddt == sdt)
+      std::memcpy(p[2], p[0], static_cast<size_t>(e));
+    else
+      b::store_f32(p[2], dt(ddt), b::load_f32(p[0], dt(sdt)));
+  });
+  clear_flags(*d, e);
+}
+
+void neuron_k_memset(const NView* d, int ddt, double value) {
+  char enc[4];
+  b::store_f64(enc, dt(ddt), value);
+  const int e = neuron::dtype_bytes(dt(ddt));
+  each1(*d, [&](char* p) { std::memcpy(p, enc, static_cast<size_t>(e)); });
+  clear_flags(*d, e);
+}
+
+void neuron_k_iota(const NView* d, const NView* pat, int ddt, int64_t offset) {
+  ValueCursor c(pat);
+  each1(*d, [&](char* p) {
+    const int64_t x = c.value;
+    b::store_int(p, dt(ddt),
+                 static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(x + offset))));
+    c.next();
+  });
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_affine_select(const NView* d, const NView* s, const NView* pat, int ddt, int sdt,
+                            int64_t offset, int cmp_op, double on_false) {
+  char off_enc[4];
+  b::store_f64(off_enc, dt(ddt), on_false);
+  const int e = neuron::dtype_bytes(dt(ddt));
+  ValueCursor c(pat);
+  Cursor cs(s);
+  each1(*d, [&](char* p) {
+    const int64_t x = static_cast<int32_t>(static_cast<uint32_t>(
+        static_cast<uint64_t>(c.value + offset)));
+    if (!compare_int(static_cast<AluOp>(cmp_op), x, 0))
+      std::memcpy(p, off_enc, static_cast<size_t>(e));
+    else if (ddt == sdt)
+      std::memcpy(p, cs.p, static_cast<size_t>(e));
+    else
+      b::store_f32(p, dt(ddt), b::load_f32(cs.p, dt(sdt)));
+    c.next();
+    cs.next();
+  });
+  clear_flags(*d, e);
+}
+
+}  // extern "C"

@@ -1,0 +1,443 @@
+// Static checks and access bounds of an engine program for the native backend (plan.hpp).
+#include "neuron/runtime/native/plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "neuron/error.hpp"
+
+namespace neuron::native {
+
+int64_t bytes_per_partition(const Target& t, Memory m) {
+  return m == Memory::psum ? t.psum_bytes_per_partition : t.sbuf_bytes_per_partition;
+}
+
+NormLayout normalize(const AccessPattern& ap, const Instr& in, int64_t pb) {
+  const int64_t es = dtype_bytes(ap.dtype);
+  const size_t nd = ap.dims.size();
+  if (nd > static_cast<size_t>(kDims))
+    user_error(in.span, "native-unsupported",
+               "{}: an access pattern with {} dims; the native backend takes at most {}",
+               opcode_name(in.op), nd, kDims);
+  NormLayout l;
+  for (int i = 0; i < kDims; ++i) l.size[i] = 1, l.stride[i] = 0;
+  if (nd == 0) return l;
+  // Dim 0 stays first; size-1 dims go right after it so the innermost dim stays innermost.
+  const bool chip = is_on_chip(ap.memory);
+  l.size[0] = ap.dims[0].size;
+  l.stride[0] = ap.dims[0].stride * (chip ? pb : es);
+  const size_t pad = static_cast<size_t>(kDims) - nd;
+  for (size_t i = 1; i < nd; ++i) {
+    l.size[i + pad] = ap.dims[i].size;
+    l.stride[i + pad] = ap.dims[i].stride * es;
+  }
+  for (int i = 0; i < kDims; ++i) l.count *= l.size[i];
+  return l;
+}
+
+bool same_shape(const std::vector<const NormLayout*>& ls) {
+  for (auto* l : ls)
+    if (l)
+      for (int i = 0; i < kDims; ++i)
+        if (l->size[i] != ls[0]->size[i]) return false;
+  return true;
+}
+
+bool matmul_fast_layout(const Instr& in, const NormLayout& dst, const NormLayout& st,
+                        const NormLayout& mv) {
+  // [rows, 1, 1, 1, cols] with unit element stride: row r at base + r * stride[0].
+  auto rows_cols = [](const NormLayout& l, int es) {
+    for (int i = 1; i < kDims - 1; ++i)
+      if (l.size[i] != 1) return false;
+    return (l.stride[kDims - 1] == es || l.size[kDims - 1] == 1) && l.stride[0] % es == 0 &&
+           l.stride[0] > 0;
+  };
+  return rows_cols(dst, 4) && rows_cols(st, dtype_bytes(in.src[0].dtype)) &&
+         rows_cols(mv, dtype_bytes(in.src[1].dtype));
+}
+
+namespace {
+
+struct Shape {
+  std::vector<int64_t> sizes;
+  int64_t count = 1;
+  int64_t partitions() const { return sizes.empty() ? 1 : sizes[0]; }
+  int64_t per_partition() const { return partitions() == 0 ? 0 : count / partitions(); }
+  std::string str() const { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
+};
+
+Shape shape(const AccessPattern& ap, const Instr& in, const char* what) {
+  Shape s;
+  for (auto& d : ap.dims) {
+    if (d.size < 0)
+      user_error(in.span, "out-of-bounds", "{} of {} has a negative dimension size {}", what,
+                 opcode_name(in.op), d.size);
+    s.sizes.push_back(d.size);
+    s.count *= d.size;
+  }
+  return s;
+}
+
+void same_count(const Instr& in, const Shape& a, const char* an, const Shape& c, const char* cn) {
+  if (a.count != c.count)
+    user_error(in.span, "shape-mismatch", "{}: {} {} has {} elements but {} {} has {}",
+               opcode_name(in.op), an, a.str(), a.count, cn, c.str(), c.count);
+}
+
+void column(const Instr& in, const Shape& col, const Shape& data, const char* name) {
+  if (col.count != data.partitions())
+    user_error(in.span, "shape-mismatch", "{}: {} {} must hold one value per partition ({})",
+               opcode_name(in.op), name, col.str(), data.partitions());
+}
+
+void need_src(const Instr& in, size_t n) {
+  NEURON_ASSERT(in.src.size() >= n, "{} at {} needs {} source operands, has {}",
+                opcode_name(in.op), in.span.str(), n, in.src.size());
+}
+
+void affine_pattern(const Instr& in, const Shape& dst) {
+  const auto& pat = in.args.pattern;
+  if (pat.size() % 2 != 0)
+    user_error(in.span, "iota-pattern", "{}: pattern needs [stride, count] pairs, got {} numbers",
+               opcode_name(in.op), pat.size());
+  int64_t n = dst.partitions();
+  for (size_t i = 0; i < pat.size(); i += 2) n *= pat[i + 1];
+  if (n != dst.count)
+    user_error(in.span, "iota-pattern",
+               "{}: pattern [{}] over {} partitions gives {} values but the destination {} has {} "
+               "elements",
+               opcode_name(in.op), fmt::join(pat, ", "), dst.partitions(), n, dst.str(), dst.count);
+  if (pat.size() / 2 + 1 > static_cast<size_t>(kDims))
+    user_error(in.span, "native-unsupported",
+               "{}: a pattern of {} [stride, count] pairs; the native backend takes at most {}",
+               opcode_name(in.op), pat.size() / 2, kDims - 1);
+}
+
+void check_instr(const Instr& in) {
+  std::vector<Shape> src;
+  for (auto& s : in.src) src.push_back(shape(s, in, "source"));
+  Shape dst;
+  if (in.op != Opcode::device_print) dst = shape(in.dst, in, "destination");
+  const auto& a = in.args;
+  switch (in.op) {
+    case Opcode::nc_matmul: {
+      need_src(in, 2);
+      const Shape &st = src[0], &mv = src[1];
+      const int64_t K = st.partitions(), M = st.per_partition(), N = mv.per_partition();
+      if (mv.partitions() != K || dst.partitions() != M || dst.per_partition() != N)
+        user_error(in.span, "shape-mismatch",
+                   "nc_matmul: stationary {} [K={}, M={}], moving {} [K={}, N={}] need a "
+                   "destination [M, N] = [{}, {}], got {}",
+                   st.str(), K, M, mv.str(), mv.partitions(), N, M, N, dst.str());
+      break;
+    }
+    case Opcode::nc_transpose: {
+      need_src(in, 1);
+      const int64_t P = src[0].partitions(), F = src[0].per_partition();
+      if (dst.partitions() != F || dst.per_partition() != P)
+        user_error(in.span, "shape-mismatch",
+                   "nc_transpose: data {} [P={}, F={}] needs a destination [{}, {}], got {}",
+                   src[0].str(), P, F, F, P, dst.str());
+      break;
+    }
+    case Opcode::activation: {
+      need_src(in, 1 + a.bias_tile + a.scale_tile);
+      same_count(in, src[0], "data", dst, "destination");
+      if (src[0].partitions() != dst.partitions())
+        user_error(in.span, "shape-mismatch", "{}: {} {} spans {} partitions but {} {} spans {}",
+                   opcode_name(in.op), "data", src[0].str(), src[0].partitions(), "destination",
+                   dst.str(), dst.partitions());
+      size_t next = 1;
+      if (a.bias_tile) column(in, src[next++], src[0], "bias");
+      if (a.scale_tile) column(in, src[next++], src[0], "scale");
+      if (in.has_reduce_res) {
+        Shape rr = shape(in.reduce_res, in, "reduce_res");
+        if (rr.count != src[0].partitions())
+          user_error(in.span, "shape-mismatch",
+                     "activation: reduce_res {} must hold one value per partition ({})", rr.str(),
+                     src[0].partitions());
+      }
+      break;
+    }
+    case Opcode::tensor_tensor:
+      need_src(in, 2);
+      same_count(in, src[0], "data1", dst, "destination");
+      same_count(in, src[1], "data2", dst, "destination");
+      break;
+    case Opcode::tensor_scalar: {
+      need_src(in, 1 + a.operand0_tile + a.operand1_tile);
+      same_count(in, src[0], "data", dst, "destination");
+      size_t next = 1;
+      if (a.operand0_tile) column(in, src[next++], src[0], "operand0");
+      if (a.operand1_tile) column(in, src[next++], src[0], "operand1");
+      break;
+    }
+    case Opcode::tensor_reduce: {
+      need_src(in, 1);
+      const int nd = static_cast<int>(src[0].sizes.size());
+      std::vector<bool> reduced(static_cast<size_t>(nd), false);
+      for (int ax : a.axes) {
+        if (ax < 1 || ax >= nd)
+          user_error(in.span, "reduce-axes",
+                     "tensor_reduce: axis {} is not a free axis of the data pattern {} (free axes "
+                     "are 1..{})",
+                     ax, src[0].str(), nd - 1);
+        reduced[static_cast<size_t>(ax)] = true;
+      }
+      int64_t out_n = 1;
+      for (int i = 0; i < nd; ++i)
+        if (!reduced[static_cast<size_t>(i)]) out_n *= src[0].sizes[static_cast<size_t>(i)];
+      if (dst.count != out_n)
+        user_error(in.span, "shape-mismatch",
+                   "tensor_reduce: reducing data {} over axes [{}] gives {} elements but the "
+                   "destination {} has {}",
+                   src[0].str(), fmt::join(a.axes, ", "), out_n, dst.str(), dst.count);
+      break;
+    }
+    case Opcode::tensor_copy:
+    case Opcode::dma_copy:
+      need_src(in, 1);
+      same_count(in, src[0], "source", dst, "destination");
+      break;
+    case Opcode::tensor_copy_predicated:
+      need_src(in, 2);
+      same_count(in, src[0], "data", dst, "destination");
+      same_count(in, src[1], "predicate", dst, "destination");
+      break;
+    case Opcode::memset:
+      break;
+    case Opcode::iota:
+      affine_pattern(in, dst);
+      break;
+    case Opcode::affine_select:
+      need_src(in, 1);
+      same_count(in, src[0], "on_true", dst, "destination");
+      affine_pattern(in, dst);
+      break;
+    case Opcode::device_print:
+      need_src(in, 1);
+      break;
+    default:
+      internal_error(
+          "the native backend has no semantics for '{}' (an nl helper must be legalized first) "
+          "at {}",
+          opcode_name(in.op), in.span.str());
+  }
+}
+
+void check_body(const std::vector<ProgNode>& body) {
+  for (auto& n : body) {
+    if (n.kind == ProgNode::Kind::loop)
+      check_body(n.body);
+    else
+      check_instr(n.instr);
+  }
+}
+
+// Loop variables in scope: name -> extent.
+using Scope = std::map<std::string, int64_t>;
+
+int pid_axis(const std::string& var, const char* prefix) {
+  const size_t n = std::char_traits<char>::length(prefix);
+  if (var.size() == n + 1 && var.compare(0, n, prefix) == 0 && var[n] >= '0' && var[n] <= '3')
+    return var[n] - '0';
+  return -1;
+}
+
+// [lo, hi] of an affine expression (+ rotation) over the loop box; pid terms go to pid/npid.
+void fold(const Affine& a, const Rotation* rot, const Scope& scope, const Instr& in, int64_t& lo,
+          int64_t& hi, std::array<int64_t, 4>& pid, std::array<int64_t, 4>& npid) {
+  lo = hi = a.constant;
+  const bool rotates = rot && !rot->var.empty() && rot->count > 1;
+  for (auto& t : a.terms) {
+    if (int ax = pid_axis(t.var, "pid"); ax >= 0) {
+      pid[static_cast<size_t>(ax)] += t.coeff;
+      continue;
+    }
+    if (int ax = pid_axis(t.var, "npid"); ax >= 0) {
+      npid[static_cast<size_t>(ax)] += t.coeff;
+      continue;
+    }
+    auto it = scope.find(t.var);
+    NEURON_ASSERT(it != scope.end(), "engine program uses unknown variable '{}' at {}", t.var,
+                  in.span.str());
+    if (rotates && t.var == rot->var) continue;  // folded with the rotation below
+    const int64_t end = t.coeff * (it->second - 1);
+    lo += std::min<int64_t>(0, end);
+    hi += std::max<int64_t>(0, end);
+  }
+  if (rotates) {
+    auto it = scope.find(rot->var);
+    NEURON_ASSERT(it != scope.end(), "rotation over unknown loop variable '{}' at {}", rot->var,
+                  in.span.str());
+    // Exact over the loop: c * v + (v mod count) * bytes is not monotonic in v.
+    const int64_t c = a.coeff_of(rot->var);
+    int64_t rlo = INT64_MAX, rhi = INT64_MIN;
+    for (int64_t v = 0; v < it->second; ++v) {
+      const int64_t x = c * v + (v % rot->count) * rot->bytes;
+      rlo = std::min(rlo, x);
+      rhi = std::max(rhi, x);
+    }
+    lo += rlo;
+    hi += rhi;
+  }
+}
+
+void add_access(ProgramBounds& b, const Instr& in, const AccessPattern& ap, const char* what,
+                bool writes, const Scope& scope) {
+  AccessBound ab;
+  ab.in = &in;
+  ab.what = what;
+  ab.ap = &ap;
+  ab.writes = writes;
+  int64_t count = 1, elo = 0, ehi = 0;
+  const bool chip = is_on_chip(ap.memory);
+  for (size_t i = 0; i < ap.dims.size(); ++i) {
+    count *= ap.dims[i].size;
+    if (chip && i == 0) continue;
+    const int64_t span = ap.dims[i].stride * (ap.dims[i].size - 1);
+    (span < 0 ? elo : ehi) += span;
+  }
+  if (count <= 0) return;
+  int64_t olo, ohi;
+  fold(ap.offset, &ap.rotation, scope, in, olo, ohi, ab.pid, ab.npid);
+  if (chip) {
+    const int64_t es = dtype_bytes(ap.dtype);
+    ab.lo = olo + elo * es;
+    ab.hi = ohi + ehi * es + es - 1;
+    int64_t plo, phi;
+    fold(ap.partition, nullptr, scope, in, plo, phi, ab.ppid, ab.pnpid);
+    const int64_t pspan = ap.dims.empty() ? 0 : ap.dims[0].stride * (ap.dims[0].size - 1);
+    ab.plo = plo + std::min<int64_t>(0, pspan);
+    ab.phi = phi + std::max<int64_t>(0, pspan);
+  } else {
+    ab.lo = olo + elo;
+    ab.hi = ohi + ehi;
+  }
+  b.accesses.push_back(ab);
+}
+
+void bounds_body(const std::vector<ProgNode>& body, Scope& scope, ProgramBounds& b) {
+  for (auto& n : body) {
+    if (n.kind == ProgNode::Kind::loop) {
+      if (n.extent <= 0) continue;
+      auto saved = scope.find(n.var) != scope.end() ? scope[n.var] : -1;
+      scope[n.var] = n.extent;
+      bounds_body(n.body, scope, b);
+      if (saved >= 0)
+        scope[n.var] = saved;
+      else
+        scope.erase(n.var);
+      continue;
+    }
+    const Instr& in = n.instr;
+    for (auto& s : in.src) add_access(b, in, s, "source", false, scope);
+    if (in.op != Opcode::device_print) add_access(b, in, in.dst, "destination", true, scope);
+    if (in.has_reduce_res) add_access(b, in, in.reduce_res, "reduce_res", true, scope);
+  }
+}
+
+int64_t eval_pids(const std::array<int64_t, 4>& c, const int64_t* pid) {
+  int64_t v = 0;
+  for (size_t a = 0; a < 4; ++a) v += c[a] * pid[a];
+  return v;
+}
+
+// Extremes of sum(c[a] * pid[a]) over the grid box.
+std::pair<int64_t, int64_t> pid_range(const std::array<int64_t, 4>& c,
+                                      const std::vector<int64_t>& grid) {
+  int64_t lo = 0, hi = 0;
+  for (size_t a = 0; a < grid.size(); ++a) {
+    const int64_t end = c[a] * (grid[a] - 1);
+    lo += std::min<int64_t>(0, end);
+    hi += std::max<int64_t>(0, end);
+  }
+  return {lo, hi};
+}
+
+}  // namespace
+
+void check_program(const Program& p) {
+  check_body(p.body);
+}
+
+ProgramBounds analyze_bounds(const Program& p) {
+  ProgramBounds b;
+  Scope scope;
+  bounds_body(p.body, scope, b);
+  return b;
+}
+
+LaunchExtent check_launch(const Program& p, const ProgramBounds& b, const Target& t,
+                          const std::vector<int64_t>& tensor_elements,
+                          const std::vector<int64_t>& grid) {
+  int64_t npid[4] = {1, 1, 1, 1};
+  for (size_t a = 0; a < grid.size(); ++a) npid[a] = grid[a];
+  int64_t total = 1;
+  for (int64_t g : grid) total *= g;
+  LaunchExtent ext;
+  for (const AccessBound& ab : b.accesses) {
+    const AccessPattern& ap = *ab.ap;
+    const bool chip = is_on_chip(ap.memory);
+    const int64_t limit = chip ? bytes_per_partition(t, ap.memory)
+                               : tensor_elements[static_cast<size_t>(ap.tensor)];
+    const int64_t nconst = eval_pids(ab.npid, npid), pconst = eval_pids(ab.pnpid, npid);
+    auto [dlo, dhi] = pid_range(ab.pid, grid);
+    auto [qlo, qhi] = pid_range(ab.ppid, grid);
+    const bool ok = ab.lo + nconst + dlo >= 0 && ab.hi + nconst + dhi < limit &&
+                    (!chip || (ab.plo + pconst + qlo >= 0 && ab.phi + pconst + qhi < t.partitions));
+    if (ok) {
+      if (chip && ab.writes) {
+        int64_t& w = ap.memory == Memory::sbuf ? ext.sbuf_written : ext.psum_written;
+        w = std::max(w, ab.hi + nconst + dhi + 1);
+      }
+      continue;
+    }
+    // Find the first program (row-major) that goes out of bounds, for the message.
+    int64_t pid[4] = {0, 0, 0, 0};
+    for (int64_t flat = 0; flat < total; ++flat) {
+      int64_t rest = flat;
+      for (int a = static_cast<int>(grid.size()) - 1; a >= 0; --a) {
+        pid[a] = rest % grid[static_cast<size_t>(a)];
+        rest /= grid[static_cast<size_t>(a)];
+      }
+      const int64_t lo = ab.lo + nconst + eval_pids(ab.pid, pid);
+      const int64_t hi = ab.hi + nconst + eval_pids(ab.pid, pid);
+      std::string where;
+      for (size_t a = 0; a < grid.size(); ++a)
+        where += fmt::format("{}pid{}={}", a ? ", " : "", a, pid[a]);
+      if (chip) {
+        const int64_t plo = ab.plo + pconst + eval_pids(ab.ppid, pid);
+        const int64_t phi = ab.phi + pconst + eval_pids(ab.ppid, pid);
+        if (plo < 0 || phi >= t.partitions)
+          user_error(ab.in->span, "out-of-bounds",
+                     "{} of {} touches partitions {}..{}, outside the {} partitions of {} ({}; "
+                     "over all iterations of its loops)",
+                     ab.what, opcode_name(ab.in->op), plo, phi, t.partitions,
+                     memory_name(ap.memory), where);
+        if (lo < 0 || hi >= limit)
+          user_error(ab.in->span, "out-of-bounds",
+                     "{} of {} touches bytes [{}, {}) of each partition, outside the {} bytes of "
+                     "a {} partition ({}; over all iterations of its loops)",
+                     ab.what, opcode_name(ab.in->op), lo, hi + 1, limit, memory_name(ap.memory),
+                     where);
+      } else if (lo < 0 || hi >= limit) {
+        const TensorDecl& decl = p.tensors[static_cast<size_t>(ap.tensor)];
+        user_error(ab.in->span, "out-of-bounds",
+                   "{} of {} touches elements {}..{} of tensor '{}' (shape [{}], {} elements) "
+                   "({}; over all iterations of its loops)",
+                   ab.what, opcode_name(ab.in->op), lo, hi, decl.name, fmt::join(decl.shape, ", "),
+                   limit, where);
+      }
+    }
+    internal_error("bounds of {} at {} fail over the grid but at no program", opcode_name(ab.in->op),
+                   ab.in->span.str());
+  }
+  ext.sbuf_written = std::min(ext.sbuf_written, t.sbuf_bytes_per_partition);
+  ext.psum_written = std::min(ext.psum_written, t.psum_bytes_per_partition);
+  return ext;
+}
+
+}  // namespace neuron::native

@@ -1,0 +1,312 @@
+// nc_matmul instruction kernel (runtime/native/matmul_kernel.hpp): every ISA variant against a
+// scalar std::fma loop written here, bit for bit, over shapes, strides, both accumulate modes,
+// fp32 and bf16, and special values.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
+#include "../../runtime/src/native/matmul_variants.hpp"
+#include "neuron/runtime/native/matmul_kernel.hpp"
+
+namespace {
+
+float f_of_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float widen(uint16_t h) { return f_of_bits(static_cast<uint32_t>(h) << 16); }
+float widen(float f) { return f; }
+
+// The contract, literally: acc = C or 0, then one fma per k in increasing k.
+template <class T>
+void reference(std::vector<float>& c, int64_t ldc, const std::vector<T>& a, int64_t lda,
+               const std::vector<T>& b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+               bool accumulate) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      float acc = accumulate ? c[m * ldc + n] : 0.0f;
+      for (int64_t k = 0; k < K; ++k)
+        acc = std::fma(widen(a[k * lda + m]), widen(b[k * ldb + n]), acc);
+      c[m * ldc + n] = acc;
+    }
+}
+
+struct Shape {
+  int64_t M, N, K;
+};
+
+// The variants under test: each ISA by name (skipped where this CPU lacks it) and the host's.
+const char* const kVariants[] = {"avx512", "avx2", "portable", "host"};
+
+bool run_f32(const char* isa, std::vector<float>& c, int64_t ldc, const std::vector<float>& a,
+             int64_t lda, const std::vector<float>& b, int64_t ldb, const Shape& s, bool acc) {
+  if (std::string(isa) == "host") {
+    neuron_matmul_f32(c.data(), ldc, a.data(), lda, b.data(), ldb, s.M, s.N, s.K, acc);
+    return true;
+  }
+  return neuron_matmul_f32_variant(isa, c.data(), ldc, a.data(), lda, b.data(), ldb, s.M, s.N,
+                                   s.K, acc) == 1;
+}
+
+bool run_bf16(const char* isa, std::vector<float>& c, int64_t ldc, const std::vector<uint16_t>& a,
+              int64_t lda, const std::vector<uint16_t>& b, int64_t ldb, const Shape& s,
+              bool acc) {
+  if (std::string(isa) == "host") {
+    neuron_matmul_bf16(c.data(), ldc, a.data(), lda, b.data(), ldb, s.M, s.N, s.K, acc);
+    return true;
+  }
+  return neuron_matmul_bf16_variant(isa, c.data(), ldc, a.data(), lda, b.data(), ldb, s.M, s.N,
+                                    s.K, acc) == 1;
+}
+
+// Random floats in [-2, 2) with a spread of exponents, so rounding differs between orders.
+float random_float(std::mt19937& rng) {
+  std::uniform_real_distribution<float> mant(-2.0f, 2.0f);
+  std::uniform_int_distribution<int> ex(-6, 6);
+  return std::ldexp(mant(rng), ex(rng));
+}
+
+uint16_t random_bf16(std::mt19937& rng) { return static_cast<uint16_t>(bits_of(random_float(rng)) >> 16); }
+
+// Fills a whole buffer (padding included): the kernel must leave padding alone.
+template <class T>
+std::vector<T> random_buffer(std::mt19937& rng, size_t size) {
+  std::vector<T> v(size);
+  for (auto& x : v) {
+    if constexpr (std::is_same_v<T, float>)
+      x = random_float(rng);
+    else
+      x = random_bf16(rng);
+  }
+  return v;
+}
+
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
+}
+
+// First differing element, for the failure message.
+std::string first_difference(const std::vector<float>& got, const std::vector<float>& want,
+                             int64_t ldc) {
+  for (size_t i = 0; i < got.size(); ++i)
+    if (bits_of(got[i]) != bits_of(want[i]))
+      return "C(" + std::to_string(static_cast<int64_t>(i) / ldc) + ", " +
+             std::to_string(static_cast<int64_t>(i) % ldc) + "): got " +
+             std::to_string(got[i]) + " want " + std::to_string(want[i]);
+  return "none";
+}
+
+template <class T>
+void check_shape(const Shape& s, int64_t pad_a, int64_t pad_b, int64_t pad_c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t lda = s.M + pad_a, ldb = s.N + pad_b, ldc = s.N + pad_c;
+  const size_t Kr = static_cast<size_t>(s.K > 0 ? s.K : 1);
+  auto a = random_buffer<T>(rng, Kr * static_cast<size_t>(lda));
+  auto b = random_buffer<T>(rng, Kr * static_cast<size_t>(ldb));
+  auto c0 = random_buffer<float>(rng, static_cast<size_t>(s.M) * static_cast<size_t>(ldc));
+  for (bool acc : {false, true}) {
+    std::vector<float> want = c0;
+    reference(want, ldc, a, lda, b, ldb, s.M, s.N, s.K, acc);
+    for (const char* isa : kVariants) {
+      std::vector<float> got = c0;
+      bool ran;
+      if constexpr (std::is_same_v<T, float>)
+        ran = run_f32(isa, got, ldc, a, lda, b, ldb, s, acc);
+      else
+        ran = run_bf16(isa, got, ldc, a, lda, b, ldb, s, acc);
+      if (!ran) continue;
+      INFO("isa=", std::string(isa), " M=", s.M, " N=", s.N, " K=", s.K, " lda=", lda, " ldb=", ldb,
+           " ldc=", ldc, " accumulate=", acc, " first difference: ",
+           first_difference(got, want, ldc));
+      CHECK(same_bits(got, want));
+    }
+  }
+}
+
+const Shape kShapes[] = {{1, 1, 1},    {1, 1, 2},    {2, 3, 1},     {3, 5, 7},   {7, 33, 129},
+                         {8, 48, 16},  {9, 49, 17},  {8, 16, 1},    {5, 17, 3},  {16, 64, 128},
+                         {15, 47, 31}, {1, 100, 5},  {100, 1, 5},   {13, 96, 64}, {6, 8, 40},
+                         {7, 24, 9},   {12, 40, 11}, {129, 50, 130}, {40, 20, 300}};
+
+}  // namespace
+
+TEST_CASE("matmul kernel: variants exist and the host picks the best one it supports") {
+  std::string isa = neuron_matmul_isa();
+  CHECK((isa == "avx512" || isa == "avx2" || isa == "portable"));
+  CHECK(neuron_matmul_variant_supported("portable") == 1);
+  CHECK(neuron_matmul_variant_supported("sse9") == 0);
+  if (neuron_matmul_variant_supported("avx512"))
+    CHECK(isa == "avx512");
+  else if (neuron_matmul_variant_supported("avx2"))
+    CHECK(isa == "avx2");
+  float c = 1.0f, a = 2.0f, b = 3.0f;
+  CHECK(neuron_matmul_f32_variant("sse9", &c, 1, &a, 1, &b, 1, 1, 1, 1, 0) == 0);
+  CHECK(c == 1.0f);
+  MESSAGE("host matmul ISA: ", isa, "; avx512 ", neuron_matmul_variant_supported("avx512"),
+          ", avx2 ", neuron_matmul_variant_supported("avx2"));
+}
+
+TEST_CASE("matmul kernel: hand-computed 2x2x3 fp32 and bf16") {
+  // A[k, m] = {{1, 2}, {3, 4}, {5, 6}}, B[k, n] = {{1, 0}, {0, 1}, {1, 1}}:
+  // C = A^T B = {{1 + 5, 3 + 5}, {2 + 6, 4 + 6}} = {{6, 8}, {8, 10}}; accumulate adds to C.
+  std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {1, 0, 0, 1, 1, 1};
+  std::vector<uint16_t> ah, bh;
+  for (float x : a) ah.push_back(static_cast<uint16_t>(bits_of(x) >> 16));
+  for (float x : b) bh.push_back(static_cast<uint16_t>(bits_of(x) >> 16));
+  for (const char* isa : kVariants) {
+    for (int bf : {0, 1}) {
+      std::vector<float> c = {100, 100, 100, 100};
+      bool ran = bf ? run_bf16(isa, c, 2, ah, 2, bh, 2, {2, 2, 3}, false)
+                    : run_f32(isa, c, 2, a, 2, b, 2, {2, 2, 3}, false);
+      if (!ran) continue;
+      INFO("isa=", std::string(isa), " bf16=", bf);
+      CHECK(c == std::vector<float>{6, 8, 8, 10});
+      if (bf)
+        run_bf16(isa, c, 2, ah, 2, bh, 2, {2, 2, 3}, true);
+      else
+        run_f32(isa, c, 2, a, 2, b, 2, {2, 2, 3}, true);
+      CHECK(c == std::vector<float>{12, 16, 16, 20});
+    }
+  }
+}
+
+TEST_CASE("matmul kernel: fp32 bit-exact against the fma loop over shapes and strides") {
+  uint32_t seed = 1;
+  for (const Shape& s : kShapes)
+    for (int64_t pad : {0, 3, 17}) check_shape<float>(s, pad, pad + 1, pad * 2, seed++);
+}
+
+TEST_CASE("matmul kernel: bf16 bit-exact against the widened fma loop over shapes and strides") {
+  uint32_t seed = 1000;
+  for (const Shape& s : kShapes)
+    for (int64_t pad : {0, 5}) check_shape<uint16_t>(s, pad, pad + 2, pad * 3, seed++);
+}
+
+TEST_CASE("matmul kernel: full 128x128x512 tile with partition-like strides") {
+  // K = 128 partitions, M = 128, N = 512; strides like SBUF rows (large) and PSUM rows (4096).
+  check_shape<float>({128, 512, 128}, 0, 0, 0, 77);
+  check_shape<float>({128, 512, 128}, 1000 - 128, 1500 - 512, 4096 - 512, 78);
+  check_shape<uint16_t>({128, 512, 128}, 2000 - 128, 3000 - 512, 4096 - 512, 79);
+}
+
+TEST_CASE("matmul kernel: empty shapes") {
+  std::vector<float> a(16, 1.0f), b(16, 1.0f);
+  for (const char* isa : kVariants) {
+    INFO("isa=", std::string(isa));
+    // K = 0: overwrite gives 0 (the sum of nothing), accumulate leaves C.
+    std::vector<float> c = {5, 5, 5, 5};
+    if (!run_f32(isa, c, 2, a, 2, b, 2, {2, 2, 0}, false)) continue;
+    CHECK(c == std::vector<float>{0, 0, 0, 0});
+    c = {5, 5, 5, 5};
+    run_f32(isa, c, 2, a, 2, b, 2, {2, 2, 0}, true);
+    CHECK(c == std::vector<float>{5, 5, 5, 5});
+    // M = 0 or N = 0 writes nothing.
+    run_f32(isa, c, 2, a, 2, b, 2, {0, 2, 3}, false);
+    run_f32(isa, c, 2, a, 2, b, 2, {2, 0, 3}, false);
+    CHECK(c == std::vector<float>{5, 5, 5, 5});
+  }
+}
+
+TEST_CASE("matmul kernel: denormals are kept, not flushed") {
+  // 2^-70 * 2^-70 = 2^-140, a denormal (fp32 normals start at 2^-126); 2^-149 + 2^-149 = 2^-148.
+  const float t = std::ldexp(1.0f, -70), tiny = std::ldexp(1.0f, -149);
+  for (const char* isa : kVariants) {
+    INFO("isa=", std::string(isa));
+    for (Shape s : {Shape{1, 1, 1}, Shape{9, 50, 3}}) {
+      std::vector<float> a(static_cast<size_t>(s.K * s.M), 0.0f), b(static_cast<size_t>(s.K * s.N), 0.0f);
+      a[0] = t;
+      b[0] = t;
+      std::vector<float> c(static_cast<size_t>(s.M * s.N), 0.0f);
+      if (!run_f32(isa, c, s.N, a, s.M, b, s.N, s, false)) break;
+      CHECK(c[0] == std::ldexp(1.0f, -140));
+      // A denormal operand and a denormal accumulator.
+      std::fill(a.begin(), a.end(), 0.0f);
+      std::fill(b.begin(), b.end(), 0.0f);
+      a[0] = tiny;
+      b[0] = 1.0f;
+      c[0] = tiny;
+      run_f32(isa, c, s.N, a, s.M, b, s.N, s, true);
+      CHECK(bits_of(c[0]) == 2u);  // 2^-148 is the denormal with mantissa bits 0b10
+    }
+  }
+#if defined(__x86_64__)
+  // Nothing may leave flush-to-zero (bit 15) or denormals-are-zero (bit 6) on in MXCSR.
+  CHECK((_mm_getcsr() & 0x8040u) == 0u);
+#endif
+}
+
+TEST_CASE("matmul kernel: inf, NaN, signed zero and overflow follow fma") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {inf, -inf, -0.0f, 0.0f, 3.0e38f, -3.0e38f, std::ldexp(1.0f, -140),
+                            1.0f, -1.0f};
+  const Shape s{11, 37, 9};
+  const int64_t lda = 13, ldb = 40, ldc = 41;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> pick(0, 8), coin(0, 3);
+  auto fill = [&](std::vector<float>& v) {
+    for (auto& x : v) x = coin(rng) == 0 ? specials[pick(rng)] : random_float(rng);
+  };
+  std::vector<float> a(static_cast<size_t>(s.K * lda)), b(static_cast<size_t>(s.K * ldb)),
+      c0(static_cast<size_t>(s.M * ldc));
+  fill(a);
+  fill(b);
+  fill(c0);
+  for (bool acc : {false, true}) {
+    std::vector<float> want = c0;
+    reference(want, ldc, a, lda, b, ldb, s.M, s.N, s.K, acc);
+    int nans = 0;
+    for (float x : want) nans += std::isnan(x);
+    CHECK(nans > 0);  // the data does exercise inf - inf and 0 * inf
+    for (const char* isa : kVariants) {
+      std::vector<float> got = c0;
+      if (!run_f32(isa, got, ldc, a, lda, b, ldb, s, acc)) continue;
+      INFO("isa=", std::string(isa), " accumulate=", acc);
+      // IEEE 754 leaves which NaN propagates open when NaNs meet, so NaN results compare as
+      // NaN; every other result (infinities and signed zeros included) compares bit for bit.
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (std::isnan(want[i])) {
+          CHECK(std::isnan(got[i]));
+        } else if (bits_of(got[i]) != bits_of(want[i])) {
+          CHECK(bits_of(got[i]) == bits_of(want[i]));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul kernel: a single NaN input propagates its payload") {
+  const float nan = f_of_bits(0x7fc01234u);
+  const Shape s{10, 35, 6};
+  for (const char* isa : kVariants) {
+    std::mt19937 rng(9);
+    auto a = random_buffer<float>(rng, static_cast<size_t>(s.K * s.M));
+    auto b = random_buffer<float>(rng, static_cast<size_t>(s.K * s.N));
+    a[3 * s.M + 2] = nan;  // A(k = 3, m = 2): all of row m = 2 of C becomes that NaN
+    std::vector<float> c(static_cast<size_t>(s.M * s.N), 0.0f);
+    if (!run_f32(isa, c, s.N, a, s.M, b, s.N, s, false)) continue;
+    INFO("isa=", std::string(isa));
+    for (int64_t m = 0; m < s.M; ++m)
+      for (int64_t n = 0; n < s.N; ++n) {
+        if (m == 2)
+          CHECK(bits_of(c[m * s.N + n]) == 0x7fc01234u);
+        else
+          CHECK(!std::isnan(c[m * s.N + n]));
+      }
+  }
+}
