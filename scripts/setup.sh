@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(cmake ninja-build g++ llvm-14-dev clang-14 libclang-14-dev libclang-cpp14-dev
-                 pybind11-dev libfmt-dev doctest-dev libbenchmark-dev)
+                 pybind11-dev libfmt-dev doctest-dev libbenchmark-dev chromium)
 
 missing=()
 for p in "${DEBIAN_PACKAGES[@]}"; do

@@ -54,6 +54,13 @@ bool is_compute(Opcode c) {
   }
 }
 
+// program_id / num_programs variables: "pid<axis>", "npid<axis>".
+bool is_grid_var(const std::string& v) {
+  for (int axis = 0; axis < 4; ++axis)
+    if (v == program_id_var(axis) || v == num_programs_var(axis)) return true;
+  return false;
+}
+
 class Verifier {
  public:
   Verifier(const Kernel& k, const Target& t) : target_(t) {
@@ -201,6 +208,11 @@ class Verifier {
     for (auto& t : s.start.terms) {
       auto ext = loop_extent(t.var);
       if (!ext) {
+        if (!is_grid_var(t.var))
+          user_error(op.span, "loop-scope",
+                     "{} argument '{}' indexes dim {} of '{}' with '{}', which is not the "
+                     "variable of an enclosing loop",
+                     opname, arg, d, a.buffer->name, t.var);
         (t.coeff > 0 ? hi_known : lo_known) = false;
         continue;
       }
@@ -591,8 +603,8 @@ void verify(const Kernel& k, const std::string& target) {
       NEURON_ASSERT(b, "kernel {} has a null input/output buffer", k.name);
       if (is_on_chip(b->memory))
         user_error(b->span, "engine-memory",
-                   "kernel argument '{}' is in {}; kernel inputs and outputs live in HBM",
-                   b->name, memory_name(b->memory));
+                   "kernel argument '{}' is in {}; kernel inputs and outputs live in HBM", b->name,
+                   memory_name(b->memory));
     }
   Verifier v(k, t);
   v.walk(k.body);

@@ -21,7 +21,9 @@ inline std::vector<int64_t> pattern_shape(const Access& a) {
   return s;
 }
 
-inline bool is_hbm(Memory m) { return m == Memory::hbm || m == Memory::shared_hbm; }
+inline bool is_hbm(Memory m) {
+  return m == Memory::hbm || m == Memory::shared_hbm;
+}
 
 inline int64_t product(const std::vector<int64_t>& v, size_t from = 0) {
   int64_t n = 1;

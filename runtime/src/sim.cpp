@@ -13,7 +13,9 @@
 #include <string>
 
 #include "neuron/error.hpp"
+#include "neuron/runtime/profile.hpp"
 #include "neuron/runtime/target.hpp"
+#include "neuron/runtime/timing.hpp"
 #include "sim_state.hpp"
 
 namespace neuron {
@@ -75,6 +77,7 @@ struct CPattern {
 
 struct CInstr {
   const Instr* in = nullptr;
+  int timing = -1;  // TimingModel instruction index
   CPattern dst, reduce_res;
   std::vector<CPattern> src;
 };
@@ -187,6 +190,10 @@ struct Machine {
   const Slots* slots = nullptr;
   size_t grid_dims = 1;
   ExecState exec;
+  bool execute = true;
+  TimingModel* timing = nullptr;
+  int64_t flat_pid = 0;
+  std::vector<Footprint> reads, writes;  // reused per instruction
 
   void reset_on_chip() {
     for (int p = 0; p < partitions; ++p) {
@@ -297,7 +304,71 @@ struct Machine {
     return v;
   }
 
+  // The bytes a pattern touches now, for the timing model's dependence tracking.
+  bool footprint(const CPattern& cp, Footprint& f) const {
+    const AccessPattern& ap = *cp.ap;
+    int64_t lo = 0, hi = 0, count = 1;
+    const size_t first = is_on_chip(ap.memory) ? 1 : 0;
+    for (size_t i = 0; i < ap.dims.size(); ++i) {
+      count *= ap.dims[i].size;
+      if (i < first) continue;
+      int64_t span = ap.dims[i].stride * (ap.dims[i].size - 1);
+      (span < 0 ? lo : hi) += span;
+    }
+    if (count <= 0) return false;
+    if (first == 1) {
+      const int64_t esize = dtype_bytes(ap.dtype);
+      f.space = ap.memory == Memory::sbuf ? 0 : 1;
+      int64_t p0 = cp.partition.eval(env);
+      int64_t pspan = ap.dims[0].stride * (ap.dims[0].size - 1);
+      f.p_lo = p0 + std::min<int64_t>(0, pspan);
+      f.p_hi = p0 + std::max<int64_t>(0, pspan) + 1;
+      int64_t off = cp.offset.eval(env);
+      if (cp.rot_slot >= 0) {
+        int64_t r = env[static_cast<size_t>(cp.rot_slot)] % ap.rotation.count;
+        off += (r < 0 ? r + ap.rotation.count : r) * ap.rotation.bytes;
+      }
+      f.lo = off + lo * esize;
+      f.hi = off + hi * esize + esize;
+      f.row_stride = 0;
+      return true;
+    }
+    f.space = 2 + ap.tensor;
+    f.p_lo = 0;
+    f.p_hi = 1;
+    int64_t off = cp.offset.eval(env);
+    f.row_stride = 0;
+    // A row-major box: rows `dims[0].stride` apart, the inner dims inside one row.
+    if (ap.dims.size() >= 2 && ap.dims[0].stride > 0) {
+      const int64_t s = ap.dims[0].stride;
+      int64_t a = off + lo, b = off + (hi - ap.dims[0].stride * (ap.dims[0].size - 1));
+      if (a >= 0 && a / s == b / s) {
+        f.row_stride = s;
+        f.rows = ap.dims[0].size;
+        f.col_lo = a % s;
+        f.col_hi = b % s + 1;
+      }
+    }
+    f.lo = off + lo;
+    f.hi = off + hi + 1;
+    return true;
+  }
+
+  void time_instr(const CInstr& ci) {
+    const Instr& in = *ci.in;
+    reads.clear();
+    writes.clear();
+    Footprint f;
+    for (auto& s : ci.src)
+      if (footprint(s, f)) reads.push_back(f);
+    if (in.op != Opcode::device_print && footprint(ci.dst, f)) writes.push_back(f);
+    if (in.has_reduce_res && footprint(ci.reduce_res, f)) writes.push_back(f);
+    timing->issue(ci.timing, reads, writes, flat_pid);
+  }
+
   void run_instr(const CInstr& ci) {
+    if (timing) time_instr(ci);
+    if (!execute) return;
     const Instr& in = *ci.in;
     std::vector<View> src;
     src.reserve(ci.src.size());
@@ -324,6 +395,15 @@ struct Machine {
   }
 };
 
+void register_instrs(std::vector<CNode>& body, TimingModel& tm) {
+  for (auto& n : body) {
+    if (n.loop)
+      register_instrs(n.body, tm);
+    else
+      n.instr.timing = tm.add_instr(*n.instr.in);
+  }
+}
+
 std::string shape_str(const std::vector<int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }
@@ -338,13 +418,14 @@ void simulate(const Program& p, const std::vector<Tensor>& tensors,
   std::vector<const TensorDecl*> params;
   for (auto& t : p.tensors)
     if (t.role != TensorDecl::Role::scratch) params.push_back(&t);
-  if (tensors.size() != params.size()) {
+  const bool timing_only = !opts.execute && tensors.empty();
+  if (!timing_only && tensors.size() != params.size()) {
     std::vector<std::string> names;
     for (auto* d : params) names.push_back(d->name);
     user_error(Span{}, "call-signature", "kernel '{}' takes {} tensors ({}) but was called with {}",
                p.name, params.size(), fmt::join(names, ", "), tensors.size());
   }
-  for (size_t i = 0; i < params.size(); ++i) {
+  for (size_t i = 0; i < (timing_only ? 0 : params.size()); ++i) {
     const TensorDecl& d = *params[i];
     const Tensor& t = tensors[i];
     if (t.shape() != d.shape || t.dtype() != d.dtype)
@@ -376,12 +457,37 @@ void simulate(const Program& p, const std::vector<Tensor>& tensors,
   m.grid_dims = grid.size();
   m.exec.print = opts.print ? opts.print : &std::cout;
   m.env.assign(slots.names().size(), 0);
+  m.execute = opts.execute;
   size_t next = 0;
   for (auto& d : p.tensors) {
+    if (!m.execute) break;  // timing only: HBM is never touched
     if (d.role == TensorDecl::Role::scratch)
       m.hbm.push_back(Tensor::empty(d.shape, d.dtype));
     else
       m.hbm.push_back(tensors[next++]);
+  }
+  std::unique_ptr<TimingModel> timing;
+  if (opts.profile) {
+    *opts.profile = Profile{};
+    timing = std::make_unique<TimingModel>(target, p, *opts.profile);
+    register_instrs(body, *timing);
+    // Reads of HBM tensors that nothing writes can never be waited on: skip tracking them.
+    std::vector<bool> written(p.tensors.size(), false);
+    auto mark = [&](auto&& self, const std::vector<ProgNode>& nodes) -> void {
+      for (auto& n : nodes) {
+        if (n.kind == ProgNode::Kind::loop) {
+          self(self, n.body);
+        } else if (n.instr.op != Opcode::device_print && !is_on_chip(n.instr.dst.memory) &&
+                   n.instr.dst.tensor >= 0 &&
+                   static_cast<size_t>(n.instr.dst.tensor) < written.size()) {
+          written[static_cast<size_t>(n.instr.dst.tensor)] = true;
+        }
+      }
+    };
+    mark(mark, p.body);
+    timing->set_hbm_written(std::move(written));
+    opts.profile->executed = opts.execute;
+    m.timing = timing.get();
   }
 
   int64_t total = 1;
@@ -394,13 +500,18 @@ void simulate(const Program& p, const std::vector<Tensor>& tensors,
       m.env[static_cast<size_t>(kPidSlot + a)] = rest % grid[static_cast<size_t>(a)];
       rest /= grid[static_cast<size_t>(a)];
     }
-    if (flat > 0) {
+    m.flat_pid = flat;
+    if (flat > 0 && m.execute) {
       m.reset_on_chip();
       for (size_t i = 0; i < p.tensors.size(); ++i)
         if (p.tensors[i].role == TensorDecl::Role::scratch)
           std::memset(m.hbm[i].data(), 0, m.hbm[i].bytes());
     }
     m.run(body);
+  }
+  if (timing) {
+    timing->finish();
+    opts.profile->programs = total;
   }
 }
 

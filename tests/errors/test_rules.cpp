@@ -446,3 +446,16 @@ TEST_CASE("rule shape-mismatch: only dma_copy may reshape a copy") {
   CHECK_NOTHROW(v(kernel(
       {}, {}, {alloc(b), alloc(c), copy(whole(c), view(b, {ds(0, 128), ds(5, 1, 1, false)}))})));
 }
+
+TEST_CASE("rule loop-scope") {
+  auto a = hbm("a", {512, 8});
+  auto t = sbuf("t", {128, 8});
+  Affine i3 = Affine::var("i3");
+  Span sp = Span::current();
+  CHECK_RULE(
+      v(kernel({a}, {},
+               {affine_for("i0", 4, {alloc(t)}), alloc(t),
+                op(Opcode::dma_copy,
+                   {{"dst", whole(t)}, {"src", view(a, {ds(i3 * 128, 128), ds(0, 8)})}}, sp)})),
+      "loop-scope", "with 'i3', which is not the variable of an enclosing loop", sp.line);
+}

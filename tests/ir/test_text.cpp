@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ir/samples.hpp"
+#include "neuron/codegen/pipeline.hpp"
 #include "neuron/ir/equality.hpp"
 #include "neuron/ir/printer.hpp"
 
@@ -225,4 +226,22 @@ TEST_CASE("every memory and loop kind name parses") {
   REQUIRE(f);
   CHECK(f->body->as<For>()->loop_kind == LoopKind::sequential);
   check_round_trip(k);
+}
+
+TEST_CASE("the IR after the compile pipeline round-trips") {
+  // Legalized and allocated IR: ISA opcodes, offsets, rotating slots.
+  Compiled c = compile(vector_add());
+  std::string text = print(c.kernel);
+  CHECK(text.find("alloc t0: float32[128, 512] sbuf offset=") != std::string::npos);
+  CHECK(text.find("slots=2 over i0") != std::string::npos);
+  Kernel back = parse_kernel(text);
+  CHECK(equal(back, c.kernel));
+  CHECK(print(back) == text);
+  // The engine program listing has one line per instruction inside the rolled loop.
+  std::string listing = print(c.program);
+  CHECK(listing.find("for i0 in affine_range(8) {") != std::string::npos);
+  size_t instr_lines = 0;
+  for (size_t pos = 0; (pos = listing.find("\n    [", pos)) != std::string::npos; ++pos)
+    ++instr_lines;
+  CHECK(instr_lines == static_cast<size_t>(c.program.num_instrs));
 }

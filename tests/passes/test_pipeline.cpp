@@ -1,6 +1,10 @@
-// The whole pipeline on a kernel that uses every nl helper: legalize's output passes the ISA-level
-// verifier and lowers to the instruction sequence worked out by hand.
+// The whole pipeline: a kernel using every nl helper legalizes into verified ISA instructions in
+// the order worked out by hand, and dump_ir prints each pass.
 #include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
 
 #include "neuron/codegen/pipeline.hpp"
 #include "passes/kernel_builder.hpp"
@@ -85,4 +89,38 @@ TEST_CASE("compile: every nl helper legalizes into verified ISA instructions") {
   // Every pass ran, in order.
   REQUIRE(c.passes.size() == 5);
   CHECK(c.passes[1].changed);
+}
+
+TEST_CASE("compile: dump_ir prints each pass, 'unchanged' for passes that changed nothing") {
+  auto a = sbuf("a", {128, 4});
+  Kernel k = kernel({}, {}, {alloc(a), op(Opcode::memset, {{"dst", whole(a)}, {"value", 1.0}})});
+  CompileOptions opts;
+  opts.dump_ir = true;
+  // Capture stderr in a temporary file for the duration of the compile.
+  std::FILE* tmp = std::tmpfile();
+  REQUIRE(tmp != nullptr);
+  std::fflush(stderr);
+  int saved = dup(fileno(stderr));
+  dup2(fileno(tmp), fileno(stderr));
+  compile(k, opts);
+  std::fflush(stderr);
+  dup2(saved, fileno(stderr));
+  close(saved);
+  std::rewind(tmp);
+  std::string text;
+  char chunk[4096];
+  for (size_t n; (n = std::fread(chunk, 1, sizeof chunk, tmp)) > 0;) text.append(chunk, n);
+  std::fclose(tmp);
+  INFO(text);
+  auto at = [&](const char* s) { return text.find(s); };
+  REQUIRE(at("=== after verify (") != std::string::npos);
+  CHECK(at("=== after verify (") < at("=== after legalize ("));
+  CHECK(at("=== after legalize (") < at("=== after verify_isa ("));
+  CHECK(at("=== after verify_isa (") < at("=== after allocate ("));
+  CHECK(at("=== after allocate (") < at("=== after lower ("));
+  // verify, legalize (already ISA) and verify_isa print "unchanged"; allocate prints the IR.
+  size_t unchanged = 0;
+  for (size_t p = 0; (p = text.find("\nunchanged\n", p)) != std::string::npos; ++p) ++unchanged;
+  CHECK(unchanged == 3);
+  CHECK(at("offset=0") != std::string::npos);
 }

@@ -43,6 +43,13 @@ struct Avx2 {
     for (int i = 0; i < n; ++i) tmp[i] = p[i];
     return widen16(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
   }
+  static void copy_a(float* dst, const float* src) { __builtin_memcpy(dst, src, MR * 4); }
+  static void copy_a(float* dst, const uint16_t* src) {
+    for (int i = 0; i < MR; ++i) {
+      uint32_t u = static_cast<uint32_t>(src[i]) << 16;
+      __builtin_memcpy(dst + i, &u, 4);
+    }
+  }
 };
 
 }  // namespace

@@ -38,6 +38,11 @@ struct Avx512 {
   static reg widen_part(const uint16_t* p, int n) {
     return widen16(_mm256_maskz_loadu_epi16(mask(n), p));
   }
+  static void copy_a(float* dst, const float* src) { _mm256_storeu_ps(dst, _mm256_loadu_ps(src)); }
+  static void copy_a(float* dst, const uint16_t* src) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    _mm256_storeu_ps(dst, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+  }
 };
 
 }  // namespace

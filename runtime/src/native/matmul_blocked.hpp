@@ -7,8 +7,9 @@
 //
 // V (the vector traits) provides: reg, W (lanes), MR (rows of C per block), NV (vectors of C per
 // row per block), zero(), load(p), load_part(p, n) (lanes >= n are 0), bcast(p),
-// fma(a, b, c) = a * b + c with one rounding, store(p, r), store_part(p, r, n), and
-// widen(const uint16_t*) / widen_part(const uint16_t*, n) for bf16.
+// fma(a, b, c) = a * b + c with one rounding, store(p, r), store_part(p, r, n),
+// widen(const uint16_t*) / widen_part(const uint16_t*, n) for bf16, and copy_a(float* dst, src)
+// copying MR elements of a row of A (fp32 or bf16) to fp32.
 //
 // Numerics: each C(m, n) lives in one accumulator lane from its first to its last k of a K chunk
 // and gets one fma per k in increasing k; between K chunks it is stored to C and reloaded,
@@ -39,6 +40,12 @@ template <class V>
 inline typename V::reg load_any_part(const uint16_t* p, int n) { return V::widen_part(p, n); }
 
 // C[0:MR, 0:NV*W] (+)= Ap^T Bp over kc packed rows; only `last` lanes of the last vector are C.
+// Packed A holds kMC columns rounded up to whole panels of MR.
+template <class V>
+constexpr int64_t packed_a_floats() {
+  return (kMC + V::MR - 1) / V::MR * V::MR * kKC;
+}
+
 template <class V, int MR, int NV>
 void micro_kernel(const float* ap, const float* bp, int64_t kc, float* c, int64_t ldc, int last,
                   bool load_c) {
@@ -106,8 +113,7 @@ void pack_a(float* ap, const T* a, int64_t lda, int64_t kc, int64_t mc) {
     for (int64_t k = 0; k < kc; ++k) {
       const T* row = a + k * lda + p;
       if (mr == MR) {
-#pragma GCC unroll 16
-        for (int i = 0; i < MR; ++i) dst[k * MR + i] = to_f32(row[i]);
+        V::copy_a(dst + k * MR, row);
       } else {
         for (int i = 0; i < MR; ++i) dst[k * MR + i] = i < mr ? to_f32(row[i]) : 0.0f;
       }
@@ -146,7 +152,7 @@ void matmul_blocked(float* c, int64_t ldc, const T* a, int64_t lda, const T* b, 
     return;
   }
   float* ap = scratch;
-  float* bp = scratch + kMC * kKC;
+  float* bp = scratch + packed_a_floats<V>();
   for (int64_t k0 = 0; k0 < K; k0 += kKC) {
     const int64_t kc = K - k0 < kKC ? K - k0 : kKC;
     const bool load_c = accumulate || k0 > 0;
@@ -171,7 +177,7 @@ void matmul_blocked(float* c, int64_t ldc, const T* a, int64_t lda, const T* b, 
 // Scratch floats matmul_blocked needs.
 template <class V>
 constexpr size_t blocked_scratch_floats() {
-  return static_cast<size_t>(kMC * kKC + kKC * V::W * V::NV);
+  return static_cast<size_t>(packed_a_floats<V>() + kKC * V::W * V::NV);
 }
 
 }  // namespace

@@ -1,0 +1,99 @@
+// Throughput of the nc_matmul instruction kernel (runtime/native/matmul_kernel.hpp), per ISA
+// variant, fp32 and bf16, for one instruction's tile with contiguous and partition-like strides.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "../runtime/src/native/matmul_variants.hpp"
+#include "neuron/runtime/native/matmul_kernel.hpp"
+
+namespace {
+
+struct Case {
+  const char* name;
+  int64_t M, N, K;
+  int64_t partition_bytes;  // bytes between rows k of A and B; 0 = rows packed back to back
+  int64_t ldc;              // 0 = N
+};
+
+// 208 KiB is an SBUF partition and 4096 floats a PSUM partition (16 KiB): each row of an
+// operand tile is a separate partition, so consecutive k rows are that far apart.
+const Case kCases[] = {
+    {"tile_contiguous", 128, 512, 128, 0, 0},
+    {"tile_partition_strides", 128, 512, 128, 208 * 1024, 4096},
+    {"odd_7x33x129", 7, 33, 129, 0, 0},
+};
+
+// rows x ld elements, random in the first `cols` of each row (the rest is never read).
+template <class T>
+std::vector<T> random_buffer(int64_t rows, int64_t cols, int64_t ld, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<T> v(static_cast<size_t>(rows * ld));
+  for (int64_t r = 0; r < rows; ++r)
+  for (int64_t i = 0; i < cols; ++i) {
+    T& x = v[static_cast<size_t>(r * ld + i)];
+    float f = d(rng);
+    if constexpr (sizeof(T) == 4) {
+      x = f;
+    } else {
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      x = static_cast<T>(u >> 16);
+    }
+  }
+  return v;
+}
+
+template <class T>
+void run_case(benchmark::State& state, const std::string& isa, const Case& cs) {
+  const int64_t lda = cs.partition_bytes ? cs.partition_bytes / int64_t(sizeof(T)) : cs.M;
+  const int64_t ldb = cs.partition_bytes ? cs.partition_bytes / int64_t(sizeof(T)) : cs.N;
+  const int64_t ldc = cs.ldc ? cs.ldc : cs.N;
+  auto a = random_buffer<T>(cs.K, cs.M, lda, 1);
+  auto b = random_buffer<T>(cs.K, cs.N, ldb, 2);
+  std::vector<float> c(static_cast<size_t>(cs.M * ldc), 0.0f);
+  for (auto _ : state) {
+    if constexpr (sizeof(T) == 4)
+      neuron_matmul_f32_variant(isa.c_str(), c.data(), ldc, a.data(), lda, b.data(), ldb, cs.M,
+                                cs.N, cs.K, 1);
+    else
+      neuron_matmul_bf16_variant(isa.c_str(), c.data(), ldc, a.data(), lda, b.data(), ldb, cs.M,
+                                 cs.N, cs.K, 1);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2e-9 * double(cs.M * cs.N * cs.K),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (const char* isa : {"avx512", "avx2", "portable"}) {
+    if (!neuron_matmul_variant_supported(isa)) continue;
+    for (const Case& cs : kCases) {
+      std::string shape = fmt::format("{}/M{}_N{}_K{}", cs.name, cs.M, cs.N, cs.K);
+      benchmark::RegisterBenchmark(fmt::format("matmul_f32/{}/{}", isa, shape).c_str(),
+                                   [isa = std::string(isa), cs](benchmark::State& st) {
+                                     run_case<float>(st, isa, cs);
+                                   });
+      benchmark::RegisterBenchmark(fmt::format("matmul_bf16/{}/{}", isa, shape).c_str(),
+                                   [isa = std::string(isa), cs](benchmark::State& st) {
+                                     run_case<uint16_t>(st, isa, cs);
+                                   });
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("matmul_host_isa", neuron_matmul_isa());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

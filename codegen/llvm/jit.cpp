@@ -1,0 +1,251 @@
+// The host JIT: target machine with the host's features, the new-pass-manager optimization
+// pipeline, object emission (what the compile cache stores) and ORC LLJIT loading.
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/MC/SubtargetFeature.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/Host.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+
+#include "llvm_util.hpp"
+#include "neuron/error.hpp"
+#include "neuron/runtime/native/instr_abi.hpp"
+#include "neuron/runtime/native/matmul_kernel.hpp"
+
+#pragma weak neuron_matmul_f32
+#pragma weak neuron_matmul_bf16
+
+// codegen/llvm/kernel_bitcode.cpp: the embedded bitcode of runtime/src/native/instr_kernels.cpp.
+extern "C" const char neuron_instr_kernels_bc[];
+extern "C" const char neuron_instr_kernels_bc_end[];
+
+namespace neuron::native {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+void init_llvm() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::InitializeNativeTargetAsmParser();
+  });
+}
+
+[[noreturn]] void fail(llvm::Error e, const char* what) {
+  std::string msg;
+  llvm::raw_string_ostream os(msg);
+  os << e;
+  internal_error("{}: {}", what, os.str());
+}
+
+struct HostTarget {
+  std::string triple, cpu, features;
+};
+
+const HostTarget& host() {
+  static const HostTarget h = [] {
+    init_llvm();
+    HostTarget t;
+    t.triple = llvm::sys::getProcessTriple();
+    t.cpu = llvm::sys::getHostCPUName().str();
+    llvm::StringMap<bool> map;
+    llvm::SubtargetFeatures f;
+    if (llvm::sys::getHostCPUFeatures(map)) {
+      // Sorted, so the id (part of cache keys) is stable.
+      std::vector<std::string> names;
+      for (auto& kv : map) names.push_back((kv.second ? "+" : "-") + kv.first().str());
+      std::sort(names.begin(), names.end());
+      for (auto& n : names) f.AddFeature(n);
+    }
+    t.features = f.getString();
+    return t;
+  }();
+  return h;
+}
+
+// The process-wide LLJIT: one JITDylib per loaded kernel, all linked against the main one,
+// which holds the host symbols generated code may call.
+struct Jit {
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::atomic<int> next{0};
+  std::mutex mutex;
+};
+
+Jit& jit() {
+  static Jit* j = [] {
+    init_llvm();
+    auto* r = new Jit;
+    llvm::orc::JITTargetMachineBuilder jtmb{llvm::Triple(host().triple)};
+    jtmb.setCPU(host().cpu);
+    jtmb.getFeatures().AddFeature(host().features);
+    auto created = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create();
+    if (!created) fail(created.takeError(), "creating the LLJIT");
+    r->jit = std::move(*created);
+    auto& main = r->jit->getMainJITDylib();
+    auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+        r->jit->getDataLayout().getGlobalPrefix());
+    if (!gen) fail(gen.takeError(), "process symbols for the JIT");
+    main.addGenerator(std::move(*gen));
+    auto& es = r->jit->getExecutionSession();
+    llvm::orc::SymbolMap syms;
+    auto add = [&](const char* name, const void* p) {
+      if (p)
+        syms[es.intern(name)] = llvm::JITEvaluatedSymbol(
+            llvm::pointerToJITTargetAddress(p), llvm::JITSymbolFlags::Exported);
+    };
+    add("neuron_matmul_f32", reinterpret_cast<const void*>(&neuron_matmul_f32));
+    add("neuron_matmul_bf16", reinterpret_cast<const void*>(&neuron_matmul_bf16));
+    add("neuron_k_print", reinterpret_cast<const void*>(&neuron_k_print));
+    // Host-kernel mode calls the library's own compiled copies.
+    add("neuron_k_copy", reinterpret_cast<const void*>(&neuron_k_copy));
+    add("neuron_k_tensor_tensor", reinterpret_cast<const void*>(&neuron_k_tensor_tensor));
+    add("neuron_k_tensor_scalar", reinterpret_cast<const void*>(&neuron_k_tensor_scalar));
+    add("neuron_k_activation", reinterpret_cast<const void*>(&neuron_k_activation));
+    add("neuron_k_tensor_reduce", reinterpret_cast<const void*>(&neuron_k_tensor_reduce));
+    add("neuron_k_transpose", reinterpret_cast<const void*>(&neuron_k_transpose));
+    add("neuron_k_matmul", reinterpret_cast<const void*>(&neuron_k_matmul));
+    add("neuron_k_copy_predicated", reinterpret_cast<const void*>(&neuron_k_copy_predicated));
+    add("neuron_k_memset", reinterpret_cast<const void*>(&neuron_k_memset));
+    add("neuron_k_iota", reinterpret_cast<const void*>(&neuron_k_iota));
+    add("neuron_k_affine_select", reinterpret_cast<const void*>(&neuron_k_affine_select));
+    if (auto e = main.define(llvm::orc::absoluteSymbols(std::move(syms))))
+      fail(std::move(e), "defining host symbols in the JIT");
+    return r;
+  }();
+  return *j;
+}
+
+void optimize(llvm::Module& m, llvm::TargetMachine& tm, int level) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions pto;
+  pto.LoopVectorization = level >= 2;
+  pto.SLPVectorization = level >= 2;
+  llvm::PassBuilder pb(&tm, pto);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::OptimizationLevel ol = level <= 0   ? llvm::OptimizationLevel::O0
+                               : level == 1 ? llvm::OptimizationLevel::O1
+                               : level == 2 ? llvm::OptimizationLevel::O2
+                                            : llvm::OptimizationLevel::O3;
+  llvm::ModulePassManager mpm = level <= 0 ? pb.buildO0DefaultPipeline(ol)
+                                           : pb.buildPerModuleDefaultPipeline(ol);
+  mpm.run(m, mam);
+}
+
+}  // namespace
+
+std::string JitOptions::str() const {
+  return fmt::format("kernels={} O{}", bitcode_kernels ? "bitcode" : "host", opt_level);
+}
+
+const std::string& host_target_id() {
+  static const std::string id = host().triple + "/" + host().cpu + "/" + host().features;
+  return id;
+}
+
+std::unique_ptr<llvm::TargetMachine> host_target_machine(int opt_level) {
+  const HostTarget& h = host();
+  std::string err;
+  const llvm::Target* t = llvm::TargetRegistry::lookupTarget(h.triple, err);
+  if (!t) internal_error("no LLVM target for {}: {}", h.triple, err);
+  llvm::TargetOptions to;
+  auto level = opt_level <= 0   ? llvm::CodeGenOpt::None
+               : opt_level == 1 ? llvm::CodeGenOpt::Less
+               : opt_level == 2 ? llvm::CodeGenOpt::Default
+                                : llvm::CodeGenOpt::Aggressive;
+  std::unique_ptr<llvm::TargetMachine> tm(t->createTargetMachine(
+      h.triple, h.cpu, h.features, to, llvm::Reloc::PIC_, llvm::CodeModel::Small, level));
+  NEURON_ASSERT(tm, "could not create a target machine for {}", h.triple);
+  return tm;
+}
+
+std::unique_ptr<llvm::Module> load_kernel_bitcode(llvm::LLVMContext& ctx) {
+  llvm::MemoryBufferRef buf(
+      llvm::StringRef(neuron_instr_kernels_bc,
+                      static_cast<size_t>(neuron_instr_kernels_bc_end - neuron_instr_kernels_bc)),
+      "instr_kernels.bc");
+  auto m = llvm::getLazyBitcodeModule(buf, ctx);
+  if (!m) fail(m.takeError(), "reading the embedded instruction-kernel bitcode");
+  return std::move(*m);
+}
+
+ObjectCode compile_object(const Program& p, const JitOptions& opts) {
+  ObjectCode out;
+  auto tm = host_target_machine(opts.opt_level);
+  llvm::LLVMContext ctx;
+  auto t0 = Clock::now();
+  std::unique_ptr<llvm::Module> m = lower_program(p, opts, ctx, *tm);
+  out.lower_ms = ms_since(t0);
+  t0 = Clock::now();
+  optimize(*m, *tm, opts.opt_level);
+  out.optimize_ms = ms_since(t0);
+  t0 = Clock::now();
+  llvm::SmallVector<char, 0> buf;
+  {
+    llvm::raw_svector_ostream os(buf);
+    llvm::legacy::PassManager pm;
+    if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_ObjectFile))
+      internal_error("the host target machine cannot emit object files");
+    pm.run(*m);
+  }
+  out.bytes.assign(buf.begin(), buf.end());
+  out.codegen_ms = ms_since(t0);
+  return out;
+}
+
+std::string program_llvm_ir(const Program& p, const JitOptions& opts, bool opt) {
+  auto tm = host_target_machine(opts.opt_level);
+  llvm::LLVMContext ctx;
+  std::unique_ptr<llvm::Module> m = lower_program(p, opts, ctx, *tm);
+  if (opt) optimize(*m, *tm, opts.opt_level);
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  m->print(os, nullptr);
+  return os.str();
+}
+
+LoadedObject load_object(const std::vector<std::uint8_t>& object) {
+  auto t0 = Clock::now();
+  Jit& j = jit();
+  LoadedObject out;
+  std::lock_guard<std::mutex> lock(j.mutex);
+  auto& es = j.jit->getExecutionSession();
+  llvm::orc::JITDylib& jd = es.createBareJITDylib(fmt::format("neuron.kernel.{}", j.next++));
+  jd.addToLinkOrder(j.jit->getMainJITDylib());
+  auto buf = llvm::MemoryBuffer::getMemBufferCopy(
+      llvm::StringRef(reinterpret_cast<const char*>(object.data()), object.size()),
+      "neuron-kernel.o");
+  if (auto e = j.jit->addObjectFile(jd, std::move(buf))) fail(std::move(e), "adding a kernel object");
+  auto sym = j.jit->lookup(jd, "neuron_entry");
+  if (!sym) fail(sym.takeError(), "resolving a kernel's entry point");
+  out.entry = reinterpret_cast<KernelEntry>(sym->getAddress());
+  // Code stays mapped for the life of the process (kernels are few and cached in memory).
+  out.owner = std::shared_ptr<void>(nullptr, [](void*) {});
+  out.load_ms = ms_since(t0);
+  return out;
+}
+
+}  // namespace neuron::native

@@ -1,0 +1,28 @@
+// Shared by codegen/llvm/*.cpp only (it includes LLVM headers): the host target machine, the
+// embedded instruction-kernel bitcode, and the lowering entry point.
+#pragma once
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <memory>
+
+#include "neuron/codegen/program.hpp"
+#include "neuron/runtime/native/jit.hpp"
+
+namespace neuron::native {
+
+// A target machine for the host CPU with the host's features (LLVM 14 names Zen 5 "generic",
+// so features, not the CPU name, decide AVX-512 and AVX512-BF16).
+std::unique_ptr<llvm::TargetMachine> host_target_machine(int opt_level);
+
+// The instruction kernels as a lazily loaded module in `ctx` (runtime/src/native/
+// instr_kernels.cpp compiled to bitcode at build time and embedded in the library).
+std::unique_ptr<llvm::Module> load_kernel_bitcode(llvm::LLVMContext& ctx);
+
+// The engine program as a module with one entry "neuron_entry" (see KernelEntry). Instruction
+// kernels are linked in (bitcode_kernels) or left as declarations resolved by the JIT.
+std::unique_ptr<llvm::Module> lower_program(const Program& p, const JitOptions& opts,
+                                            llvm::LLVMContext& ctx, llvm::TargetMachine& tm);
+
+}  // namespace neuron::native

@@ -1,0 +1,98 @@
+// Native execution on the host CPU: compile a kernel's engine program with the LLVM ORC JIT
+// (cached in memory and on disk) and run its SPMD grid on worker threads. docs/native.md.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "neuron/codegen/pipeline.hpp"
+#include "neuron/runtime/tensor.hpp"
+
+namespace neuron {
+
+// What a compilation did and how long each phase took: preparation, never execution.
+struct CompileReport {
+  struct Phase {
+    std::string name;  // "trace", "pass <name>", "key", "llvm lower", "llvm optimize",
+                       // "machine code", "load"
+    double ms = 0;
+  };
+  std::string kernel;
+  std::string cache = "cold";  // "memory" (loaded kernel reused), "disk" (object reused), "cold"
+  std::string key;             // the compile-cache key
+  std::string options;         // JIT options text
+  std::vector<Phase> phases;
+  double total_ms() const;
+  double phase_ms(std::string_view name) const;  // 0 when absent
+  std::string str() const;                       // one line per phase, for NEURON_LOG=compile
+};
+
+// Execution of one launch, reported apart from preparation.
+struct RunReport {
+  double check_ms = 0;  // call validation and per-launch bounds checks
+  double run_ms = 0;    // the grid itself
+  int threads = 1;
+  int64_t programs = 0;
+  std::string str() const;
+};
+
+struct NativeOptions {
+  // Worker threads; 0: NEURON_THREADS, else the number of cores. Never more than programs.
+  // A program that uses device_print runs on one thread, so output keeps grid order.
+  int threads = 0;
+  std::ostream* print = nullptr;  // device_print output; null: std::cout
+  RunReport* report = nullptr;    // filled after the run when set
+};
+
+struct NativeCompileOptions {
+  std::string kernels;  // "bitcode" or "host"; empty: NEURON_NATIVE_KERNELS (default bitcode)
+  int opt_level = 2;
+  double trace_ms = -1;  // a trace time the caller measured, shown in the report
+};
+
+// A compiled, loaded kernel. Cheap to copy; safe to run from several threads at once.
+class NativeKernel {
+ public:
+  struct Impl;
+  NativeKernel() = default;
+
+  const CompileReport& report() const { return report_; }
+  const Program& program() const;
+
+  // `tensors`: inputs then outputs (Program::tensors order, scratch excluded), used in place.
+  // Same validation as the simulator (rules "call-signature", "grid") and bounds checks before
+  // any program runs (rule "out-of-bounds").
+  void run(const std::vector<Tensor>& tensors, const std::vector<int64_t>& grid = {1},
+           const NativeOptions& opts = {}) const;
+  // Allocates the outputs (zero-filled), runs, returns them.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs,
+                                 const std::vector<int64_t>& grid = {1},
+                                 const NativeOptions& opts = {}) const;
+
+ private:
+  friend NativeKernel compile_native(const Compiled&, const NativeCompileOptions&);
+  friend NativeKernel compile_native(const Kernel&, const NativeCompileOptions&);
+  std::shared_ptr<const Impl> impl_;
+  CompileReport report_;
+};
+
+// Compiles (or finds in the memory cache, then the disk cache) the native code of `c`.
+NativeKernel compile_native(const Compiled& c, const NativeCompileOptions& opts = {});
+// The pipeline (default_compile_options()) and then compile_native; a kernel seen before in
+// this process skips both.
+NativeKernel compile_native(const Kernel& k, const NativeCompileOptions& opts = {});
+
+// Mirrors neuron::simulate: allocate outputs, run natively, return them.
+std::vector<Tensor> run_native(const Compiled& c, const std::vector<Tensor>& inputs,
+                               const std::vector<int64_t>& grid = {1},
+                               const NativeOptions& opts = {});
+std::vector<Tensor> run_native(const Kernel& k, const std::vector<Tensor>& inputs,
+                               const std::vector<int64_t>& grid = {1},
+                               const NativeOptions& opts = {});
+
+// Forgets loaded kernels (the next compile_native reloads from the disk cache or compiles).
+void clear_native_kernels();
+
+}  // namespace neuron

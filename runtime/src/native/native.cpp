@@ -1,0 +1,204 @@
+// Native kernels: compile through the cache (memory of loaded kernels, then the compile cache's
+// object files, then LLVM), and the compile report. Running the grid is in native_run.cpp.
+#include "neuron/runtime/native/native.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <mutex>
+
+#include "native_impl.hpp"
+#include "neuron/error.hpp"
+#include "neuron/ir/printer.hpp"
+#include "neuron/runtime/cache.hpp"
+#include "neuron/runtime/config.hpp"
+#include "neuron/runtime/native/jit.hpp"
+#include "neuron/runtime/native/plan.hpp"
+#include "neuron/runtime/run.hpp"
+
+namespace neuron {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+struct LoadedCode {
+  native::KernelEntry entry = nullptr;
+  std::shared_ptr<void> owner;
+};
+
+// Loaded code by cache key, and whole kernels by their source IR (with spans, so errors name
+// the caller's lines) for compile_native(Kernel).
+struct Memory {
+  std::mutex mutex;
+  std::map<std::string, LoadedCode> code;
+  std::map<std::string, NativeKernel> by_source;
+};
+Memory& memory() {
+  static Memory* m = new Memory;
+  return *m;
+}
+
+native::JitOptions jit_options(const NativeCompileOptions& o) {
+  native::JitOptions j;
+  std::string k = o.kernels.empty() ? config().native_kernels : o.kernels;
+  if (k != "bitcode" && k != "host")
+    user_error(Span{}, "config", "native kernels '{}' is not one of bitcode, host", k);
+  j.bitcode_kernels = k == "bitcode";
+  j.opt_level = o.opt_level;
+  return j;
+}
+
+void log_report(const CompileReport& r) {
+  if (config().log_compile) std::cerr << r.str();
+}
+
+}  // namespace
+
+double CompileReport::total_ms() const {
+  double t = 0;
+  for (auto& p : phases) t += p.ms;
+  return t;
+}
+
+double CompileReport::phase_ms(std::string_view name) const {
+  for (auto& p : phases)
+    if (p.name == name) return p.ms;
+  return 0;
+}
+
+std::string CompileReport::str() const {
+  std::string s = fmt::format("[neuron] compile '{}': {} ({}), {:.3f} ms, key {}\n", kernel, cache,
+                              options, total_ms(), key.substr(0, 16));
+  for (auto& p : phases) s += fmt::format("[neuron]   {:<28} {:9.3f} ms\n", p.name, p.ms);
+  return s;
+}
+
+std::string RunReport::str() const {
+  return fmt::format("[neuron] run: {} programs on {} threads, checks {:.3f} ms, run {:.3f} ms\n",
+                     programs, threads, check_ms, run_ms);
+}
+
+const Program& NativeKernel::program() const {
+  NEURON_ASSERT(impl_, "NativeKernel used before compile_native");
+  return impl_->program;
+}
+
+NativeKernel compile_native(const Compiled& c, const NativeCompileOptions& opts) {
+  NativeKernel nk;
+  CompileReport& rep = nk.report_;
+  rep.kernel = c.program.name;
+  if (opts.trace_ms >= 0) rep.phases.push_back({"trace", opts.trace_ms});
+  for (auto& p : c.passes) rep.phases.push_back({"pass " + p.name, p.ms});
+
+  const native::JitOptions jo = jit_options(opts);
+  rep.options = jo.str();
+  auto t0 = Clock::now();
+  // The engine program follows from the allocated IR and the target; the machine code also
+  // depends on the host CPU's features and the JIT options.
+  rep.key = cache_key(print(c.kernel), c.program.target + "|" + native::host_target_id(),
+                      rep.options);
+  auto impl = std::make_shared<NativeKernel::Impl>();
+  impl->program = c.program;
+  native::check_program(impl->program);
+  impl->bounds = native::analyze_bounds(impl->program);
+  rep.phases.push_back({"key and checks", ms_since(t0)});
+
+  Memory& mem = memory();
+  {
+    std::lock_guard lock(mem.mutex);
+    if (auto it = mem.code.find(rep.key); it != mem.code.end()) {
+      impl->entry = it->second.entry;
+      impl->owner = it->second.owner;
+      rep.cache = "memory";
+    }
+  }
+  if (!impl->entry) {
+    CacheLevel level = CacheLevel::none;
+    native::ObjectCode obj;
+    Blob blob = CompileCache::global().get_or_compile(
+        rep.key,
+        [&] {
+          obj = native::compile_object(impl->program, jo);
+          return Blob(obj.bytes.begin(), obj.bytes.end());
+        },
+        &level, c.program.name, Span{});
+    if (level == CacheLevel::none) {
+      rep.cache = "cold";
+      rep.phases.push_back({"llvm lower", obj.lower_ms});
+      rep.phases.push_back({"llvm optimize", obj.optimize_ms});
+      rep.phases.push_back({"machine code", obj.codegen_ms});
+    } else {
+      rep.cache = std::string(to_string(level));
+    }
+    native::LoadedObject lo = native::load_object(blob);
+    rep.phases.push_back({"load", lo.load_ms});
+    impl->entry = lo.entry;
+    impl->owner = lo.owner;
+    std::lock_guard lock(mem.mutex);
+    mem.code.emplace(rep.key, LoadedCode{impl->entry, impl->owner});
+  }
+  nk.impl_ = std::move(impl);
+  log_report(rep);
+  return nk;
+}
+
+NativeKernel compile_native(const Kernel& k, const NativeCompileOptions& opts) {
+  auto t0 = Clock::now();
+  CompileOptions co = default_compile_options();
+  const std::string src = fmt::format("{}|{}|{}", co.target, jit_options(opts).str(),
+                                      print(k, PrintOptions{.spans = true}));
+  Memory& mem = memory();
+  {
+    std::lock_guard lock(mem.mutex);
+    if (auto it = mem.by_source.find(src); it != mem.by_source.end()) {
+      NativeKernel nk = it->second;
+      nk.report_.cache = "memory";
+      nk.report_.phases = {{"lookup", ms_since(t0)}};
+      log_report(nk.report_);
+      return nk;
+    }
+  }
+  Compiled c = compile(k, co);
+  NativeKernel nk = compile_native(c, opts);
+  std::lock_guard lock(mem.mutex);
+  mem.by_source.emplace(src, nk);
+  return nk;
+}
+
+std::vector<Tensor> NativeKernel::operator()(const std::vector<Tensor>& inputs,
+                                             const std::vector<int64_t>& grid,
+                                             const NativeOptions& opts) const {
+  std::vector<Tensor> all = inputs, outputs;
+  for (auto& t : program().tensors) {
+    if (t.role != TensorDecl::Role::output) continue;
+    outputs.push_back(Tensor::empty(t.shape, t.dtype));
+    all.push_back(outputs.back());
+  }
+  run(all, grid, opts);
+  return outputs;
+}
+
+std::vector<Tensor> run_native(const Compiled& c, const std::vector<Tensor>& inputs,
+                               const std::vector<int64_t>& grid, const NativeOptions& opts) {
+  return compile_native(c)(inputs, grid, opts);
+}
+
+std::vector<Tensor> run_native(const Kernel& k, const std::vector<Tensor>& inputs,
+                               const std::vector<int64_t>& grid, const NativeOptions& opts) {
+  return compile_native(k)(inputs, grid, opts);
+}
+
+void clear_native_kernels() {
+  Memory& mem = memory();
+  std::lock_guard lock(mem.mutex);
+  mem.code.clear();
+  mem.by_source.clear();
+}
+
+}  // namespace neuron

@@ -1,0 +1,19 @@
+// Internals of NativeKernel shared by native.cpp (compile, cache) and native_run.cpp (grid).
+#pragma once
+#include <memory>
+
+#include "neuron/codegen/program.hpp"
+#include "neuron/runtime/native/jit.hpp"
+#include "neuron/runtime/native/native.hpp"
+#include "neuron/runtime/native/plan.hpp"
+
+namespace neuron {
+
+struct NativeKernel::Impl {
+  Program program;  // owns the instructions `bounds` points into
+  native::ProgramBounds bounds;
+  native::KernelEntry entry = nullptr;
+  std::shared_ptr<void> owner;
+};
+
+}  // namespace neuron

@@ -1,0 +1,216 @@
+// Running a native kernel: call validation, per-launch bounds checks, and the SPMD grid on
+// worker threads, each with its own SBUF/PSUM scratch (reused across programs and runs).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include "native_impl.hpp"
+#include "neuron/error.hpp"
+#include "neuron/runtime/config.hpp"
+#include "neuron/runtime/native/print.hpp"
+#include "neuron/runtime/target.hpp"
+
+namespace neuron {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// One worker's on-chip memories. calloc: the OS hands out zero pages lazily, so a 24 MiB SBUF
+// costs only what programs touch. `*_dirty`: bytes per partition possibly nonzero.
+struct Scratch {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<char, Free> sbuf, psum;
+  std::unique_ptr<uint8_t, Free> flags;
+  int partitions = 0;
+  int64_t sbuf_pb = 0, psum_pb = 0;
+  int64_t sbuf_dirty = 0, psum_dirty = 0;
+
+  static void* zeroed(size_t n) {
+    void* p = std::calloc(n == 0 ? 1 : n, 1);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  explicit Scratch(const Target& t)
+      : partitions(t.partitions), sbuf_pb(t.sbuf_bytes_per_partition),
+        psum_pb(t.psum_bytes_per_partition) {
+    sbuf.reset(static_cast<char*>(zeroed(static_cast<size_t>(partitions * sbuf_pb))));
+    psum.reset(static_cast<char*>(zeroed(static_cast<size_t>(partitions * psum_pb))));
+    flags.reset(static_cast<uint8_t*>(zeroed(static_cast<size_t>(partitions * psum_pb))));
+  }
+  bool fits(const Target& t) const {
+    return partitions == t.partitions && sbuf_pb == t.sbuf_bytes_per_partition &&
+           psum_pb == t.psum_bytes_per_partition;
+  }
+  // Every program starts from zeroed memories, like the simulator's.
+  void reset(const native::LaunchExtent& ext) {
+    for (int p = 0; p < partitions; ++p) {
+      if (sbuf_dirty) std::memset(sbuf.get() + p * sbuf_pb, 0, static_cast<size_t>(sbuf_dirty));
+      if (psum_dirty) {
+        std::memset(psum.get() + p * psum_pb, 0, static_cast<size_t>(psum_dirty));
+        std::memset(flags.get() + p * psum_pb, 0, static_cast<size_t>(psum_dirty));
+      }
+    }
+    sbuf_dirty = ext.sbuf_written;
+    psum_dirty = ext.psum_written;
+  }
+};
+
+// Scratch is kept between runs (a fresh calloc per run would fault in pages every time).
+struct ScratchPool {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Scratch>> free;
+
+  std::unique_ptr<Scratch> take(const Target& t) {
+    {
+      std::lock_guard lock(mutex);
+      for (size_t i = 0; i < free.size(); ++i)
+        if (free[i]->fits(t)) {
+          auto s = std::move(free[i]);
+          free.erase(free.begin() + static_cast<std::ptrdiff_t>(i));
+          return s;
+        }
+    }
+    return std::make_unique<Scratch>(t);
+  }
+  void give(std::unique_ptr<Scratch> s) {
+    std::lock_guard lock(mutex);
+    if (free.size() < 64) free.push_back(std::move(s));
+  }
+};
+ScratchPool& pool() {
+  static ScratchPool* p = new ScratchPool;
+  return *p;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
+
+// The simulator's call validation, same rules and wording (runtime/src/sim.cpp).
+void check_call(const Program& p, const std::vector<Tensor>& tensors,
+                const std::vector<int64_t>& grid) {
+  std::vector<const TensorDecl*> params;
+  for (auto& t : p.tensors)
+    if (t.role != TensorDecl::Role::scratch) params.push_back(&t);
+  if (tensors.size() != params.size()) {
+    std::vector<std::string> names;
+    for (auto* d : params) names.push_back(d->name);
+    user_error(Span{}, "call-signature", "kernel '{}' takes {} tensors ({}) but was called with {}",
+               p.name, params.size(), fmt::join(names, ", "), tensors.size());
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const TensorDecl& d = *params[i];
+    const Tensor& t = tensors[i];
+    if (t.shape() != d.shape || t.dtype() != d.dtype)
+      user_error(Span{}, "call-signature",
+                 "tensor '{}' (argument {}) of kernel '{}': expected {} {}, got {} {}", d.name, i,
+                 p.name, shape_str(d.shape), dtype_name(d.dtype), shape_str(t.shape()),
+                 dtype_name(t.dtype()));
+    if (t.elements() > 0 && t.data() == nullptr)
+      user_error(Span{}, "call-signature", "tensor '{}' (argument {}) has no data", d.name, i);
+  }
+  if (grid.empty() || grid.size() > 4)
+    user_error(Span{}, "grid", "launch grid must have 1 to 4 dims, got {}", grid.size());
+  for (int64_t g : grid)
+    if (g < 1) user_error(Span{}, "grid", "launch grid dims must be >= 1, got {}", shape_str(grid));
+}
+
+bool uses_print(const std::vector<ProgNode>& body) {
+  for (auto& n : body)
+    if (n.kind == ProgNode::Kind::loop ? uses_print(n.body) : n.instr.op == Opcode::device_print)
+      return true;
+  return false;
+}
+
+int default_threads() {
+  int n = config().threads;
+  if (n > 0) return n;
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc ? static_cast<int>(hc) : 1;
+}
+
+}  // namespace
+
+void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int64_t>& grid,
+                       const NativeOptions& opts) const {
+  NEURON_ASSERT(impl_, "NativeKernel used before compile_native");
+  const Impl& k = *impl_;
+  const Program& p = k.program;
+  auto t0 = Clock::now();
+  check_call(p, tensors, grid);
+  const Target& target = p.target.empty() ? default_target() : target_by_name(p.target);
+  std::vector<int64_t> elements;
+  size_t next = 0;
+  for (auto& d : p.tensors) {
+    int64_t n = 1;
+    for (int64_t s : d.shape) n *= s;
+    elements.push_back(d.role == TensorDecl::Role::scratch ? n : tensors[next++].elements());
+  }
+  const native::LaunchExtent ext = native::check_launch(p, k.bounds, target, elements, grid);
+  int64_t total = 1;
+  for (int64_t g : grid) total *= g;
+  int threads = opts.threads > 0 ? opts.threads : default_threads();
+  if (uses_print(p.body)) threads = 1;
+  threads = static_cast<int>(std::min<int64_t>(threads, total));
+  const double check_ms = ms_since(t0);
+
+  t0 = Clock::now();
+  int64_t npids[4] = {1, 1, 1, 1};
+  for (size_t a = 0; a < grid.size(); ++a) npids[a] = grid[a];
+  std::atomic<int64_t> counter{0};
+  auto worker = [&] {
+    std::unique_ptr<Scratch> s = pool().take(target);
+    native::set_print_stream(opts.print);
+    // Host tensors zero-copy; HBM scratch tensors private to the worker, zeroed per program.
+    std::vector<void*> ptrs;
+    std::vector<Tensor> scratch;
+    size_t in = 0;
+    for (auto& d : p.tensors) {
+      if (d.role == TensorDecl::Role::scratch) {
+        scratch.push_back(Tensor::empty(d.shape, d.dtype));
+        ptrs.push_back(scratch.back().data());
+      } else {
+        ptrs.push_back(tensors[in++].data());
+      }
+    }
+    bool first = true;
+    for (int64_t flat; (flat = counter.fetch_add(1, std::memory_order_relaxed)) < total;) {
+      int64_t pids[4] = {0, 0, 0, 0}, rest = flat;
+      for (int a = static_cast<int>(grid.size()) - 1; a >= 0; --a) {
+        pids[a] = rest % grid[static_cast<size_t>(a)];
+        rest /= grid[static_cast<size_t>(a)];
+      }
+      s->reset(ext);
+      if (!first)
+        for (auto& t : scratch) std::memset(t.data(), 0, t.bytes());
+      first = false;
+      k.entry(ptrs.data(), pids, npids, s->sbuf.get(), s->psum.get(), s->flags.get());
+    }
+    native::set_print_stream(nullptr);
+    pool().give(std::move(s));
+  };
+  std::vector<std::thread> pool_threads;
+  for (int t = 1; t < threads; ++t) pool_threads.emplace_back(worker);
+  worker();
+  for (auto& t : pool_threads) t.join();
+  if (opts.report) {
+    opts.report->check_ms = check_ms;
+    opts.report->run_ms = ms_since(t0);
+    opts.report->threads = threads;
+    opts.report->programs = total;
+  }
+}
+
+}  // namespace neuron

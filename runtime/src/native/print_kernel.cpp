@@ -1,0 +1,50 @@
+// device_print for native kernels: a host function generated code calls (never bitcode: it
+// formats with fmt and writes to the stream of the current run).
+#include <fmt/format.h>
+
+#include <iostream>
+#include <ostream>
+#include <vector>
+
+#include "neuron/runtime/builtins.hpp"
+#include "neuron/runtime/native/instr_abi.hpp"
+#include "neuron/runtime/native/print.hpp"
+
+namespace neuron::native {
+
+static thread_local std::ostream* t_print = nullptr;
+
+void set_print_stream(std::ostream* os) {
+  t_print = os;
+}
+
+std::ostream* print_stream() {
+  return t_print;
+}
+
+}  // namespace neuron::native
+
+// `header` is the simulator's first line ("prefix [shape] dtype\n"), made at compile time.
+extern "C" void neuron_k_print(const neuron_nview* s, int sdt, const char* header) {
+  using namespace neuron;
+  const auto& v = *s;
+  int64_t n = 1;
+  for (int i = 0; i < native::kDims; ++i) n *= v.size[i];
+  const int64_t P = v.size[0], F = P ? n / P : 0;
+  std::vector<float> x;
+  x.reserve(static_cast<size_t>(n));
+  for (int64_t i0 = 0; i0 < v.size[0]; ++i0)
+    for (int64_t i1 = 0; i1 < v.size[1]; ++i1)
+      for (int64_t i2 = 0; i2 < v.size[2]; ++i2)
+        for (int64_t i3 = 0; i3 < v.size[3]; ++i3)
+          for (int64_t i4 = 0; i4 < v.size[4]; ++i4)
+            x.push_back(builtins::load_f32(v.base + i0 * v.stride[0] + i1 * v.stride[1] +
+                                               i2 * v.stride[2] + i3 * v.stride[3] +
+                                               i4 * v.stride[4],
+                                           static_cast<DType>(sdt)));
+  std::string out = header;
+  for (int64_t p = 0; p < P; ++p)
+    out += fmt::format("  [{}]\n", fmt::join(x.begin() + p * F, x.begin() + (p + 1) * F, ", "));
+  std::ostream* os = native::print_stream();
+  (os ? *os : std::cout) << out;
+}
