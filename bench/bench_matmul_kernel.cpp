@@ -27,6 +27,9 @@ struct Case {
 const Case kCases[] = {
     {"tile_contiguous", 128, 512, 128, 0, 0},
     {"tile_partition_strides", 128, 512, 128, 208 * 1024, 4096},
+    // The same with every partition padded by one cache line, which spreads the rows over
+    // the cache sets (208 KiB is a multiple of 4 KiB, so unpadded rows all share L1 sets).
+    {"tile_padded_partitions", 128, 512, 128, 208 * 1024 + 64, 4096 + 16},
     {"odd_7x33x129", 7, 33, 129, 0, 0},
 };
 

@@ -90,6 +90,7 @@ Config config() {
       user_error(Span{}, "config", "NEURON_NATIVE_KERNELS='{}' is not one of bitcode, host", s);
     c.native_kernels = std::string(s);
   }
+  if (const char* d = std::getenv("NEURON_PROFILE"); d && *d) c.profile_dir = d;
   return c;
 }
 

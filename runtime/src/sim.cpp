@@ -379,7 +379,7 @@ struct Machine {
     if (in.op != Opcode::device_print) dst = resolve(ci.dst, in, "destination", true);
     View rr;
     if (in.has_reduce_res) rr = resolve(ci.reduce_res, in, "reduce_res", true);
-    execute(in, dst, src, in.has_reduce_res ? &rr : nullptr, exec);
+    sim::execute(in, dst, src, in.has_reduce_res ? &rr : nullptr, exec);
   }
 
   void run(const std::vector<CNode>& body) {

@@ -1,6 +1,8 @@
 // Affine index expressions: normalization, arithmetic, bounds.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include "neuron/ir/affine.hpp"
 
 using neuron::Affine;
@@ -22,4 +24,11 @@ TEST_CASE("affine bounds and evaluation") {
   CHECK(hi == 7 * 128 + 4);
   CHECK(e.eval({{"i0", 2}, {"pid0", 1}}) == 259);
   CHECK(e.substitute("i0", Affine::var("i5") + 1) == Affine::var("i5") * 128 - Affine::var("pid0") + 132);
+}
+
+TEST_CASE("affine printing of the most negative coefficient and constant is well defined") {
+  const int64_t lo = std::numeric_limits<int64_t>::min();
+  CHECK(Affine::var("i0", lo).str() == "-i0*9223372036854775808");
+  CHECK((Affine::var("i0") + Affine(lo)).str() == "i0 - 9223372036854775808");
+  CHECK(Affine(lo).str() == "-9223372036854775808");
 }

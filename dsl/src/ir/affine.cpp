@@ -83,22 +83,23 @@ Affine Affine::substitute(const std::string& v, const Affine& value) const {
   return rest + value * k;
 }
 
+// Magnitude of v as unsigned, so that printing the most negative int64 is well defined.
+static uint64_t magnitude(int64_t v) {
+  return v < 0 ? uint64_t{0} - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+}
+
 std::string Affine::str() const {
   std::string s;
   for (auto& t : terms) {
-    int64_t c = t.coeff;
-    if (!s.empty()) {
-      s += c < 0 ? " - " : " + ";
-      c = c < 0 ? -c : c;
-    } else if (c < 0) {
+    if (!s.empty())
+      s += t.coeff < 0 ? " - " : " + ";
+    else if (t.coeff < 0)
       s += "-";
-      c = -c;
-    }
+    uint64_t c = magnitude(t.coeff);
     s += c == 1 ? t.var : fmt::format("{}*{}", t.var, c);
   }
   if (s.empty()) return fmt::format("{}", constant);
-  if (constant > 0) s += fmt::format(" + {}", constant);
-  if (constant < 0) s += fmt::format(" - {}", -constant);
+  if (constant != 0) s += fmt::format(" {} {}", constant < 0 ? '-' : '+', magnitude(constant));
   return s;
 }
 

@@ -7,8 +7,9 @@
 #include "matmul_variants.hpp"
 
 // GCC 12 reports the intentionally undefined pass-through operand inside its own intrinsic
-// headers (_mm512_undefined_epi32) as maybe-uninitialized after inlining; it is not.
+// headers (_mm512_undefined_epi32) as (maybe-)uninitialized after inlining; it is not.
 #pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")

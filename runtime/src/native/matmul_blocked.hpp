@@ -39,18 +39,38 @@ inline typename V::reg load_any_part(const float* p, int n) { return V::load_par
 template <class V>
 inline typename V::reg load_any_part(const uint16_t* p, int n) { return V::widen_part(p, n); }
 
-// C[0:MR, 0:NV*W] (+)= Ap^T Bp over kc packed rows; only `last` lanes of the last vector are C.
 // Packed A holds kMC columns rounded up to whole panels of MR.
 template <class V>
 constexpr int64_t packed_a_floats() {
   return (kMC + V::MR - 1) / V::MR * V::MR * kKC;
 }
 
-template <class V, int MR, int NV>
-void micro_kernel(const float* ap, const float* bp, int64_t kc, float* c, int64_t ldc, int last,
+// A block's operands: its packed A panel (kc rows of MR floats) and packed B panel (kc rows of
+// NR = W * NV floats). With kPackA / kPackB the kernel also reads that panel from its source
+// (a, lda / b, ldb) and writes the packed copy as it goes: the copy rides along in the load and
+// store slots the FMAs leave idle, instead of being a separate pass that waits on memory.
+template <class T>
+struct BlockOperands {
+  float* ap;
+  const T* a;
+  int64_t lda;
+  float* bp;
+  const T* b;
+  int64_t ldb;
+};
+
+// C[0:MR, 0:NV*W] (+)= A^T B over kc rows; only `last` lanes of the last vector are C.
+template <class V, int MR, int NV, class T, bool kPackA, bool kPackB>
+void micro_kernel(const BlockOperands<T>& op, int64_t kc, float* c, int64_t ldc, int last,
                   bool load_c) {
+  static_assert(!kPackA || MR == V::MR, "packing A needs a full panel");
   using R = typename V::reg;
   constexpr int W = V::W, NR = V::W * V::NV;
+  float* const ap = op.ap;
+  float* const bp = op.bp;
+  const T* const asrc = op.a;
+  const T* const bsrc = op.b;
+  const int64_t lda = op.lda, ldb = op.ldb;
   R acc[MR][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
@@ -66,7 +86,16 @@ void micro_kernel(const float* ap, const float* bp, int64_t kc, float* c, int64_
   for (int64_t k = 0; k < kc; ++k) {
     R bv[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = V::load(bp + k * NR + v * W);
+    for (int v = 0; v < NV; ++v) {
+      if constexpr (kPackB) {
+        const T* src = bsrc + k * ldb + v * W;
+        bv[v] = v == NV - 1 ? load_any_part<V>(src, last) : load_any<V>(src);
+        V::store(bp + k * NR + v * W, bv[v]);
+      } else {
+        bv[v] = V::load(bp + k * NR + v * W);
+      }
+    }
+    if constexpr (kPackA) V::copy_a(ap + k * MR, asrc + k * lda);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       R av = V::bcast(ap + k * V::MR + i);
@@ -85,22 +114,29 @@ void micro_kernel(const float* ap, const float* bp, int64_t kc, float* c, int64_
     }
 }
 
-template <class V, int MR, int NV>
-void dispatch_mr(int mr, const float* ap, const float* bp, int64_t kc, float* c, int64_t ldc,
-                 int last, bool load_c) {
-  if (mr == MR)
-    micro_kernel<V, MR, NV>(ap, bp, kc, c, ldc, last, load_c);
-  else if constexpr (MR > 1)
-    dispatch_mr<V, MR - 1, NV>(mr, ap, bp, kc, c, ldc, last, load_c);
+// Full panels of A may pack A and/or B on the fly; partial ones (mr < MR) read packed panels.
+template <class V, int MR, int NV, class T>
+void dispatch_mr(int mr, bool pack_a, bool pack_b, const BlockOperands<T>& op, int64_t kc,
+                 float* c, int64_t ldc, int last, bool load_c) {
+  if (mr == MR) {
+    if constexpr (MR == V::MR) {
+      if (pack_a && pack_b)
+        return micro_kernel<V, MR, NV, T, true, true>(op, kc, c, ldc, last, load_c);
+      if (pack_a) return micro_kernel<V, MR, NV, T, true, false>(op, kc, c, ldc, last, load_c);
+      if (pack_b) return micro_kernel<V, MR, NV, T, false, true>(op, kc, c, ldc, last, load_c);
+    }
+    return micro_kernel<V, MR, NV, T, false, false>(op, kc, c, ldc, last, load_c);
+  }
+  if constexpr (MR > 1)
+    dispatch_mr<V, MR - 1, NV>(mr, pack_a, pack_b, op, kc, c, ldc, last, load_c);
 }
 
-template <class V, int NV>
-void dispatch_nv(int nv, int mr, const float* ap, const float* bp, int64_t kc, float* c,
-                 int64_t ldc, int last, bool load_c) {
-  if (nv == NV)
-    dispatch_mr<V, V::MR, NV>(mr, ap, bp, kc, c, ldc, last, load_c);
-  else if constexpr (NV > 1)
-    dispatch_nv<V, NV - 1>(nv, mr, ap, bp, kc, c, ldc, last, load_c);
+template <class V, int NV, class T>
+void dispatch_nv(int nv, int mr, bool pack_a, bool pack_b, const BlockOperands<T>& op,
+                 int64_t kc, float* c, int64_t ldc, int last, bool load_c) {
+  if (nv == NV) return dispatch_mr<V, V::MR, NV>(mr, pack_a, pack_b, op, kc, c, ldc, last, load_c);
+  if constexpr (NV > 1)
+    dispatch_nv<V, NV - 1>(nv, mr, pack_a, pack_b, op, kc, c, ldc, last, load_c);
 }
 
 // Ap: for each panel of MR columns m, rows k = 0..kc-1 of MR contiguous floats (zero padded).
@@ -158,16 +194,25 @@ void matmul_blocked(float* c, int64_t ldc, const T* a, int64_t lda, const T* b, 
     const bool load_c = accumulate || k0 > 0;
     for (int64_t m0 = 0; m0 < M; m0 += kMC) {
       const int64_t mc = M - m0 < kMC ? M - m0 : kMC;
-      pack_a<V>(ap, a + k0 * lda + m0, lda, kc, mc);
+      // The first column panel of B packs the A panels; the first A panel packs each B panel.
       for (int64_t n0 = 0; n0 < N; n0 += NR) {
         const int64_t nw = N - n0 < NR ? N - n0 : NR;
         const int nv = static_cast<int>((nw + W - 1) / W);
         const int last = static_cast<int>(nw - (nv - 1) * W);
-        pack_b<V>(bp, b + k0 * ldb + n0, ldb, kc, nw);
         for (int64_t p = 0; p < mc; p += V::MR) {
           const int mr = static_cast<int>(mc - p < V::MR ? mc - p : V::MR);
-          dispatch_nv<V, V::NV>(nv, mr, ap + p * kc, bp, kc, c + (m0 + p) * ldc + n0, ldc, last,
-                                load_c);
+          bool pack_a_now = n0 == 0, pack_b_now = p == 0;
+          const T* asrc = a + k0 * lda + m0 + p;
+          const T* bsrc = b + k0 * ldb + n0;
+          if (mr < V::MR) {
+            // A partial panel cannot pack on the fly; it only occurs as the last panel.
+            if (pack_a_now) pack_a<V>(ap + p * kc, asrc, lda, kc, mr);
+            if (pack_b_now) pack_b<V>(bp, bsrc, ldb, kc, nw);
+            pack_a_now = pack_b_now = false;
+          }
+          BlockOperands<T> op{ap + p * kc, asrc, lda, bp, bsrc, ldb};
+          dispatch_nv<V, V::NV>(nv, mr, pack_a_now, pack_b_now, op, kc, c + (m0 + p) * ldc + n0,
+                                ldc, last, load_c);
         }
       }
     }

@@ -34,13 +34,13 @@ struct LoadedCode {
 
 // Loaded code by cache key, and whole kernels by their source IR (with spans, so errors name
 // the caller's lines) for compile_native(Kernel).
-struct Memory {
+struct LoadedKernels {
   std::mutex mutex;
   std::map<std::string, LoadedCode> code;
   std::map<std::string, NativeKernel> by_source;
 };
-Memory& memory() {
-  static Memory* m = new Memory;
+LoadedKernels& memory() {
+  static LoadedKernels* m = new LoadedKernels;
   return *m;
 }
 
@@ -89,28 +89,26 @@ const Program& NativeKernel::program() const {
   return impl_->program;
 }
 
-NativeKernel compile_native(const Compiled& c, const NativeCompileOptions& opts) {
+// Shared by every compile_native: `key` empty means no caching at any level.
+NativeKernel compile_program(const Program& program, const std::string& ir_text,
+                             const NativeCompileOptions& opts, CompileReport rep) {
   NativeKernel nk;
-  CompileReport& rep = nk.report_;
-  rep.kernel = c.program.name;
-  if (opts.trace_ms >= 0) rep.phases.push_back({"trace", opts.trace_ms});
-  for (auto& p : c.passes) rep.phases.push_back({"pass " + p.name, p.ms});
-
   const native::JitOptions jo = jit_options(opts);
+  rep.kernel = program.name;
   rep.options = jo.str();
   auto t0 = Clock::now();
   // The engine program follows from the allocated IR and the target; the machine code also
   // depends on the host CPU's features and the JIT options.
-  rep.key = cache_key(print(c.kernel), c.program.target + "|" + native::host_target_id(),
-                      rep.options);
+  if (!ir_text.empty())
+    rep.key = cache_key(ir_text, program.target + "|" + native::host_target_id(), rep.options);
   auto impl = std::make_shared<NativeKernel::Impl>();
-  impl->program = c.program;
+  impl->program = program;
   native::check_program(impl->program);
   impl->bounds = native::analyze_bounds(impl->program);
   rep.phases.push_back({"key and checks", ms_since(t0)});
 
-  Memory& mem = memory();
-  {
+  LoadedKernels& mem = memory();
+  if (!rep.key.empty()) {
     std::lock_guard lock(mem.mutex);
     if (auto it = mem.code.find(rep.key); it != mem.code.end()) {
       impl->entry = it->second.entry;
@@ -121,13 +119,13 @@ NativeKernel compile_native(const Compiled& c, const NativeCompileOptions& opts)
   if (!impl->entry) {
     CacheLevel level = CacheLevel::none;
     native::ObjectCode obj;
-    Blob blob = CompileCache::global().get_or_compile(
-        rep.key,
-        [&] {
-          obj = native::compile_object(impl->program, jo);
-          return Blob(obj.bytes.begin(), obj.bytes.end());
-        },
-        &level, c.program.name, Span{});
+    auto cold = [&] {
+      obj = native::compile_object(impl->program, jo);
+      return Blob(obj.bytes.begin(), obj.bytes.end());
+    };
+    Blob blob = rep.key.empty() ? cold()
+                                : CompileCache::global().get_or_compile(rep.key, cold, &level,
+                                                                        program.name, Span{});
     if (level == CacheLevel::none) {
       rep.cache = "cold";
       rep.phases.push_back({"llvm lower", obj.lower_ms});
@@ -140,12 +138,26 @@ NativeKernel compile_native(const Compiled& c, const NativeCompileOptions& opts)
     rep.phases.push_back({"load", lo.load_ms});
     impl->entry = lo.entry;
     impl->owner = lo.owner;
-    std::lock_guard lock(mem.mutex);
-    mem.code.emplace(rep.key, LoadedCode{impl->entry, impl->owner});
+    if (!rep.key.empty()) {
+      std::lock_guard lock(mem.mutex);
+      mem.code.emplace(rep.key, LoadedCode{impl->entry, impl->owner});
+    }
   }
   nk.impl_ = std::move(impl);
-  log_report(rep);
+  nk.report_ = std::move(rep);
+  log_report(nk.report_);
   return nk;
+}
+
+NativeKernel compile_native(const Compiled& c, const NativeCompileOptions& opts) {
+  CompileReport rep;
+  if (opts.trace_ms >= 0) rep.phases.push_back({"trace", opts.trace_ms});
+  for (auto& p : c.passes) rep.phases.push_back({"pass " + p.name, p.ms});
+  return compile_program(c.program, print(c.kernel), opts, std::move(rep));
+}
+
+NativeKernel compile_native(const Program& p, const NativeCompileOptions& opts) {
+  return compile_program(p, "", opts, CompileReport{});
 }
 
 NativeKernel compile_native(const Kernel& k, const NativeCompileOptions& opts) {
@@ -153,7 +165,7 @@ NativeKernel compile_native(const Kernel& k, const NativeCompileOptions& opts) {
   CompileOptions co = default_compile_options();
   const std::string src = fmt::format("{}|{}|{}", co.target, jit_options(opts).str(),
                                       print(k, PrintOptions{.spans = true}));
-  Memory& mem = memory();
+  LoadedKernels& mem = memory();
   {
     std::lock_guard lock(mem.mutex);
     if (auto it = mem.by_source.find(src); it != mem.by_source.end()) {
@@ -195,7 +207,7 @@ std::vector<Tensor> run_native(const Kernel& k, const std::vector<Tensor>& input
 }
 
 void clear_native_kernels() {
-  Memory& mem = memory();
+  LoadedKernels& mem = memory();
   std::lock_guard lock(mem.mutex);
   mem.code.clear();
   mem.by_source.clear();

@@ -29,6 +29,10 @@ struct Config {
   // NEURON_NATIVE_KERNELS: how generated code reaches the instruction kernels: "bitcode"
   // (default: linked in and specialized) or "host" (calls to the library's compiled copies).
   std::string native_kernels = "bitcode";
+  // ---- profiler (runtime/profile.hpp, docs/profiling.md) ----
+  // NEURON_PROFILE=dir: every neuron::simulate of a compiled kernel also runs the timing model
+  // and writes <kernel>-<n>.json (Chrome/Perfetto trace), .txt (summary) and .html into dir.
+  std::string profile_dir;
 };
 
 // Reads the environment each call, so tests and long-lived processes see changes.

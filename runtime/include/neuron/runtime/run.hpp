@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "neuron/codegen/pipeline.hpp"
+#include "neuron/runtime/profile.hpp"
 #include "neuron/runtime/sim.hpp"
 #include "neuron/runtime/tensor.hpp"
 
@@ -15,6 +16,17 @@ CompileOptions default_compile_options();
 // Allocates the program's outputs (zero-filled) and simulates it over `grid`.
 std::vector<Tensor> simulate(const Compiled& c, const std::vector<Tensor>& inputs,
                              const std::vector<int64_t>& grid = {1}, const SimOptions& opts = {});
+
+// Outputs plus the timing model's profile (trace_json / summary_text / html_report /
+// write_profile in runtime/profile.hpp turn it into files). opts.profile is ignored.
+// opts.execute = false profiles without computing: `inputs` may then be empty and the outputs
+// are left empty.
+struct SimResult {
+  std::vector<Tensor> outputs;
+  Profile profile;
+};
+SimResult simulate_profiled(const Compiled& c, const std::vector<Tensor>& inputs,
+                            const std::vector<int64_t>& grid = {1}, SimOptions opts = {});
 
 // compile() with default_compile_options(), then simulate.
 std::vector<Tensor> simulate(const Kernel& k, const std::vector<Tensor>& inputs,

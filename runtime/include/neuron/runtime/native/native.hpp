@@ -74,6 +74,9 @@ class NativeKernel {
  private:
   friend NativeKernel compile_native(const Compiled&, const NativeCompileOptions&);
   friend NativeKernel compile_native(const Kernel&, const NativeCompileOptions&);
+  friend NativeKernel compile_native(const Program&, const NativeCompileOptions&);
+  friend NativeKernel compile_program(const Program&, const std::string&,
+                                      const NativeCompileOptions&, CompileReport);
   std::shared_ptr<const Impl> impl_;
   CompileReport report_;
 };
@@ -83,6 +86,10 @@ NativeKernel compile_native(const Compiled& c, const NativeCompileOptions& opts 
 // The pipeline (default_compile_options()) and then compile_native; a kernel seen before in
 // this process skips both.
 NativeKernel compile_native(const Kernel& k, const NativeCompileOptions& opts = {});
+
+// An engine program without its Kernel IR (hand-built programs in tests): compiled cold every
+// time, never cached (the cache key is the Kernel IR text).
+NativeKernel compile_native(const Program& p, const NativeCompileOptions& opts = {});
 
 // Mirrors neuron::simulate: allocate outputs, run natively, return them.
 std::vector<Tensor> run_native(const Compiled& c, const std::vector<Tensor>& inputs,

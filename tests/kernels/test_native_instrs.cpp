@@ -1,0 +1,363 @@
+// Native backend, instruction by instruction on hand-built engine programs: native and
+// simulator agree bit for bit, and results match values computed here.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "kernels/differential.hpp"
+#include "kernels/sim_test_util.hpp"
+
+using namespace neuron;
+using namespace neuron::sim_test;
+using namespace neuron::testing;
+
+namespace {
+constexpr DType f32 = DType::float32;
+
+Tensor vals(const std::vector<float>& v, std::vector<int64_t> shape, DType dt = f32) {
+  return Tensor::from_floats(v, std::move(shape), dt);
+}
+
+// dst HBM [P, F] <- op(src HBM [P, F]) through SBUF: load, `compute` (SBUF 0 -> SBUF 8192), store.
+Program unary_program(int64_t P, int64_t F, DType in_dt, DType out_dt, ProgNode compute) {
+  return program({decl("x", {P, F}, in_dt, kIn), decl("out", {P, F}, out_dt, kOut)},
+                 {dma(sb(in_dt, 0, P, {row(F)}), hbm2(0, in_dt, P, F, F)), std::move(compute),
+                  dma(hbm2(1, out_dt, P, F, F), sb(out_dt, 8192, P, {row(F)}))});
+}
+}  // namespace
+
+TEST_CASE("native nc_matmul fp32: fast layout, accumulate off, on and auto") {
+  const int K = 64, M = 32, N = 48;
+  auto a = random_values(K * M, 1), bm = random_values(K * N, 2);
+  for (int acc : {0, 1, -1}) {
+    CAPTURE(acc);
+    InstrArgs mm;
+    mm.accumulate = acc;
+    // Two matmuls into the same PSUM tile: the second accumulates unless accumulate == 0.
+    Program p = program(
+        {decl("a", {K, M}, f32, kIn), decl("b", {K, N}, f32, kIn), decl("out", {M, N}, f32, kOut)},
+        {dma(sb(f32, 0, K, {row(M)}), hbm2(0, f32, K, M, M)),
+         dma(sb(f32, 1024, K, {row(N)}), hbm2(1, f32, K, N, N)),
+         instr(Opcode::nc_matmul, ps(f32, 0, M, {row(N)}),
+               {sb(f32, 0, K, {row(M)}), sb(f32, 1024, K, {row(N)})}, mm),
+         instr(Opcode::nc_matmul, ps(f32, 0, M, {row(N)}),
+               {sb(f32, 0, K, {row(M)}), sb(f32, 1024, K, {row(N)})}, mm),
+         dma(hbm2(2, f32, M, N, N), ps(f32, 0, M, {row(N)}))});
+    auto r = run_both(p, {vals(a, {K, M}), vals(bm, {K, N}), Tensor::empty({M, N}, f32)});
+    std::vector<double> ref(M * N);
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) {
+        double s = 0;
+        for (int k = 0; k < K; ++k) s += double(a[k * M + m]) * bm[k * N + n];
+        ref[m * N + n] = acc == 0 ? s : 2 * s;
+      }
+    check_reference(r, 0, ref, {1e-5, 1e-5});
+  }
+}
+
+TEST_CASE("native nc_matmul bf16 and a strided (generic) layout") {
+  const int K = 32, M = 16, N = 24;
+  auto a = exact_values(K * M, 3), bm = exact_values(K * N, 4);
+  InstrArgs mm;
+  mm.accumulate = 0;
+  // bf16 operands, contiguous.
+  Program p = program(
+      {decl("a", {K, M}, DType::bfloat16, kIn), decl("b", {K, N}, DType::bfloat16, kIn),
+       decl("out", {M, N}, f32, kOut)},
+      {dma(sb(DType::bfloat16, 0, K, {row(M)}), hbm2(0, DType::bfloat16, K, M, M)),
+       dma(sb(DType::bfloat16, 1024, K, {row(N)}), hbm2(1, DType::bfloat16, K, N, N)),
+       instr(Opcode::nc_matmul, ps(f32, 0, M, {row(N)}),
+             {sb(DType::bfloat16, 0, K, {row(M)}), sb(DType::bfloat16, 1024, K, {row(N)})}, mm),
+       dma(hbm2(2, f32, M, N, N), ps(f32, 0, M, {row(N)}))});
+  std::vector<double> ref(M * N);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double s = 0;
+      for (int k = 0; k < K; ++k) s += double(a[k * M + m]) * bm[k * N + n];
+      ref[m * N + n] = s;  // exact: multiples of 1/64 with short sums
+    }
+  auto r = run_both(p, {vals(a, {K, M}, DType::bfloat16), vals(bm, {K, N}, DType::bfloat16),
+                        Tensor::empty({M, N}, f32)});
+  check_reference(r, 0, ref, {0, 0});
+  // fp32, moving operand read with stride 2 (every other column of a 2N-wide tile).
+  auto b2 = random_values(K * 2 * N, 5);
+  Program q = program(
+      {decl("a", {K, M}, f32, kIn), decl("b", {K, 2 * N}, f32, kIn), decl("out", {M, N}, f32, kOut)},
+      {dma(sb(f32, 0, K, {row(M)}), hbm2(0, f32, K, M, M)),
+       dma(sb(f32, 1024, K, {row(2 * N)}), hbm2(1, f32, K, 2 * N, 2 * N)),
+       instr(Opcode::nc_matmul, ps(f32, 0, M, {row(N)}),
+             {sb(f32, 0, K, {row(M)}), sb(f32, 1024, K, {{2, N}})}, mm),
+       dma(hbm2(2, f32, M, N, N), ps(f32, 0, M, {row(N)}))});
+  auto r2 = run_both(q, {vals(a, {K, M}), vals(b2, {K, 2 * N}), Tensor::empty({M, N}, f32)});
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double s = 0;
+      for (int k = 0; k < K; ++k) s += double(a[k * M + m]) * b2[k * 2 * N + 2 * n];
+      ref[m * N + n] = s;
+    }
+  check_reference(r2, 0, ref, {1e-5, 1e-5});
+}
+
+TEST_CASE("native nc_transpose and tensor_copy with a dtype cast") {
+  const int P = 8, F = 24;
+  auto x = random_values(P * F, 6);
+  Program p = program(
+      {decl("x", {P, F}, f32, kIn), decl("out", {F, P}, DType::bfloat16, kOut)},
+      {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)),
+       instr(Opcode::nc_transpose, sb(f32, 4096, F, {row(P)}), {sb(f32, 0, P, {row(F)})}),
+       instr(Opcode::tensor_copy, sb(DType::bfloat16, 8192, F, {row(P)}),
+             {sb(f32, 4096, F, {row(P)})}),
+       dma(hbm2(1, DType::bfloat16, F, P, P), sb(DType::bfloat16, 8192, F, {row(P)}))});
+  auto r = run_both(p, {vals(x, {P, F}), Tensor::empty({F, P}, DType::bfloat16)});
+  std::vector<double> ref(F * P);
+  for (int f = 0; f < F; ++f)
+    for (int q = 0; q < P; ++q) ref[f * P + q] = x[q * F + f];
+  check_reference(r, 0, ref);
+}
+
+TEST_CASE("native activation: exp with bias tile, scale and reduce_res") {
+  const int P = 16, F = 40;
+  auto x = random_values(P * F, 7), bias = random_values(P, 8);
+  InstrArgs a;
+  a.func = ActFunc::exp;
+  a.scale = 0.5;
+  a.bias_tile = true;
+  a.reduce_op = AluOp::add;
+  ProgNode act = instr(Opcode::activation, sb(f32, 8192, P, {row(F)}),
+                       {sb(f32, 0, P, {row(F)}), sb(f32, 4096, P, {row(1)})}, a);
+  act.instr.has_reduce_res = true;
+  act.instr.reduce_res = sb(f32, 12288, P, {row(1)});
+  Program p = program(
+      {decl("x", {P, F}, f32, kIn), decl("b", {P, 1}, f32, kIn), decl("out", {P, F}, f32, kOut),
+       decl("sum", {P, 1}, f32, kOut)},
+      {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)),
+       dma(sb(f32, 4096, P, {row(1)}), hbm2(1, f32, P, 1, 1)), act,
+       dma(hbm2(2, f32, P, F, F), sb(f32, 8192, P, {row(F)})),
+       dma(hbm2(3, f32, P, 1, 1), sb(f32, 12288, P, {row(1)}))});
+  auto r = run_both(p, {vals(x, {P, F}), vals(bias, {P, 1}), Tensor::empty({P, F}, f32),
+                        Tensor::empty({P, 1}, f32)});
+  std::vector<double> ref(P * F), sum(P, 0.0);
+  for (int q = 0; q < P; ++q)
+    for (int f = 0; f < F; ++f) {
+      ref[q * F + f] = std::exp(0.5 * x[q * F + f] + bias[q]);
+      sum[q] += ref[q * F + f];
+    }
+  check_reference(r, 0, ref);
+  check_reference(r, 1, sum, {1e-5, 1e-4});
+}
+
+TEST_CASE("native activation functions all agree with the simulator") {
+  const int P = 4, F = 33;
+  auto x = random_values(P * F, 9, -3.0f, 3.0f);
+  for (ActFunc fn : {ActFunc::tanh, ActFunc::sigmoid, ActFunc::gelu, ActFunc::gelu_apprx_tanh,
+                     ActFunc::silu, ActFunc::softplus, ActFunc::relu, ActFunc::sin, ActFunc::erf,
+                     ActFunc::square, ActFunc::sign}) {
+    CAPTURE(static_cast<int>(fn));
+    InstrArgs a;
+    a.func = fn;
+    Program p = unary_program(P, F, f32, DType::bfloat16,
+                              instr(Opcode::activation, sb(DType::bfloat16, 8192, P, {row(F)}),
+                                    {sb(f32, 0, P, {row(F)})}, a));
+    run_both(p, {vals(x, {P, F}), Tensor::empty({P, F}, DType::bfloat16)});
+  }
+}
+
+TEST_CASE("native tensor_tensor in fp32 and bitwise int32") {
+  const int P = 8, F = 20;
+  auto x = random_values(P * F, 10), y = random_values(P * F, 11);
+  for (AluOp op : {AluOp::add, AluOp::multiply, AluOp::maximum, AluOp::divide, AluOp::mod,
+                   AluOp::greater}) {
+    CAPTURE(static_cast<int>(op));
+    InstrArgs a;
+    a.op0 = op;
+    Program p = program(
+        {decl("x", {P, F}, f32, kIn), decl("y", {P, F}, f32, kIn), decl("out", {P, F}, f32, kOut)},
+        {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)),
+         dma(sb(f32, 4096, P, {row(F)}), hbm2(1, f32, P, F, F)),
+         instr(Opcode::tensor_tensor, sb(f32, 8192, P, {row(F)}),
+               {sb(f32, 0, P, {row(F)}), sb(f32, 4096, P, {row(F)})}, a),
+         dma(hbm2(2, f32, P, F, F), sb(f32, 8192, P, {row(F)}))});
+    auto r = run_both(p, {vals(x, {P, F}), vals(y, {P, F}), Tensor::empty({P, F}, f32)});
+    if (op == AluOp::add) {
+      std::vector<double> ref(P * F);
+      for (int i = 0; i < P * F; ++i) ref[i] = double(x[i]) + y[i];
+      check_reference(r, 0, ref);
+    }
+  }
+  // int32 bitwise xor: exact bit patterns.
+  const DType i32 = DType::int32;
+  std::vector<float> xi(P * F), yi(P * F);
+  for (int i = 0; i < P * F; ++i) xi[i] = float(i * 37 % 1000 - 500), yi[i] = float(i * 11 % 256);
+  InstrArgs a;
+  a.op0 = AluOp::bitwise_xor;
+  Program p = program(
+      {decl("x", {P, F}, i32, kIn), decl("y", {P, F}, i32, kIn), decl("out", {P, F}, i32, kOut)},
+      {dma(sb(i32, 0, P, {row(F)}), hbm2(0, i32, P, F, F)),
+       dma(sb(i32, 4096, P, {row(F)}), hbm2(1, i32, P, F, F)),
+       instr(Opcode::tensor_tensor, sb(i32, 8192, P, {row(F)}),
+             {sb(i32, 0, P, {row(F)}), sb(i32, 4096, P, {row(F)})}, a),
+       dma(hbm2(2, i32, P, F, F), sb(i32, 8192, P, {row(F)}))});
+  auto r = run_both(p, {vals(xi, {P, F}, i32), vals(yi, {P, F}, i32), Tensor::empty({P, F}, i32)});
+  std::vector<double> ref(P * F);
+  for (int i = 0; i < P * F; ++i) ref[i] = double(int32_t(xi[i]) ^ int32_t(yi[i]));
+  check_reference(r, 0, ref);
+}
+
+TEST_CASE("native tensor_scalar with immediates, reverse and a column operand") {
+  const int P = 8, F = 16;
+  auto x = random_values(P * F, 12), col = random_values(P, 13, 0.5f, 2.0f);
+  InstrArgs a;
+  a.op0 = AluOp::subtract;
+  a.reverse0 = true;  // 3 - x
+  a.imm0 = 3.0;
+  a.op1 = AluOp::multiply;
+  a.operand1_tile = true;  // * col[p]
+  Program p = program(
+      {decl("x", {P, F}, f32, kIn), decl("c", {P, 1}, f32, kIn), decl("out", {P, F}, f32, kOut)},
+      {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)),
+       dma(sb(f32, 4096, P, {row(1)}), hbm2(1, f32, P, 1, 1)),
+       instr(Opcode::tensor_scalar, sb(f32, 8192, P, {row(F)}),
+             {sb(f32, 0, P, {row(F)}), sb(f32, 4096, P, {row(1)})}, a),
+       dma(hbm2(2, f32, P, F, F), sb(f32, 8192, P, {row(F)}))});
+  auto r = run_both(p, {vals(x, {P, F}), vals(col, {P, 1}), Tensor::empty({P, F}, f32)});
+  std::vector<double> ref(P * F);
+  for (int q = 0; q < P; ++q)
+    for (int f = 0; f < F; ++f) ref[q * F + f] = (3.0 - x[q * F + f]) * col[q];
+  check_reference(r, 0, ref);
+}
+
+TEST_CASE("native tensor_reduce over one and two free axes") {
+  const int P = 8, A = 6, B = 10;
+  auto x = random_values(P * A * B, 14);
+  for (std::vector<int> axes : {std::vector<int>{2}, std::vector<int>{1, 2}, std::vector<int>{1}}) {
+    InstrArgs a;
+    a.reduce_op = AluOp::maximum;
+    a.axes = axes;
+    const int out_f = axes.size() == 2 ? 1 : axes[0] == 2 ? A : B;
+    Program p = program(
+        {decl("x", {P, A * B}, f32, kIn), decl("out", {P, out_f}, f32, kOut)},
+        {dma(sb(f32, 0, P, {row(A * B)}), hbm2(0, f32, P, A * B, A * B)),
+         instr(Opcode::tensor_reduce, sb(f32, 8192, P, {row(out_f)}),
+               {sb(f32, 0, P, {{B, A}, {1, B}})}, a),
+         dma(hbm2(1, f32, P, out_f, out_f), sb(f32, 8192, P, {row(out_f)}))});
+    auto r = run_both(p, {vals(x, {P, A * B}), Tensor::empty({P, out_f}, f32)});
+    std::vector<double> ref(P * out_f, -INFINITY);
+    for (int q = 0; q < P; ++q)
+      for (int i = 0; i < A; ++i)
+        for (int j = 0; j < B; ++j) {
+          const int o = axes.size() == 2 ? 0 : axes[0] == 2 ? i : j;
+          ref[q * out_f + o] = std::fmax(ref[q * out_f + o], x[q * A * B + i * B + j]);
+        }
+    check_reference(r, 0, ref);
+  }
+}
+
+TEST_CASE("native memset, iota, affine_select and tensor_copy_predicated") {
+  const int P = 4, F = 12;
+  const DType i32 = DType::int32;
+  InstrArgs io;
+  io.pattern = {1, F};
+  io.offset = -5;
+  io.channel_multiplier = 100;
+  InstrArgs sel;
+  sel.pattern = {-1, F};
+  sel.channel_multiplier = 1;
+  sel.cmp_op = AluOp::greater_equal;  // keep where p - f >= 0 (lower triangle)
+  sel.imm0 = -7.0;
+  InstrArgs ms;
+  ms.imm0 = 2.5;
+  Program p = program(
+      {decl("x", {P, F}, f32, kIn), decl("iota", {P, F}, i32, kOut),
+       decl("sel", {P, F}, f32, kOut), decl("pred", {P, F}, f32, kOut)},
+      {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)),
+       instr(Opcode::iota, sb(i32, 4096, P, {row(F)}), {}, io),
+       instr(Opcode::affine_select, sb(f32, 8192, P, {row(F)}), {sb(f32, 0, P, {row(F)})}, sel),
+       instr(Opcode::memset, sb(f32, 12288, P, {row(F)}), {}, ms),
+       // where x > 0 (x itself as the predicate), copy x over the 2.5s
+       instr(Opcode::tensor_copy_predicated, sb(f32, 12288, P, {row(F)}),
+             {sb(f32, 0, P, {row(F)}), sb(f32, 8192, P, {row(F)})}),
+       dma(hbm2(1, i32, P, F, F), sb(i32, 4096, P, {row(F)})),
+       dma(hbm2(2, f32, P, F, F), sb(f32, 8192, P, {row(F)})),
+       dma(hbm2(3, f32, P, F, F), sb(f32, 12288, P, {row(F)}))});
+  auto x = random_values(P * F, 15);
+  auto r = run_both(p, {vals(x, {P, F}), Tensor::empty({P, F}, i32), Tensor::empty({P, F}, f32),
+                        Tensor::empty({P, F}, f32)});
+  std::vector<double> iota(P * F), sref(P * F), pref(P * F);
+  for (int q = 0; q < P; ++q)
+    for (int f = 0; f < F; ++f) {
+      iota[q * F + f] = 100 * q + f - 5;
+      sref[q * F + f] = q - f >= 0 ? x[q * F + f] : -7.0;
+      pref[q * F + f] = sref[q * F + f] != 0 ? x[q * F + f] : 2.5;
+    }
+  check_reference(r, 0, iota);
+  check_reference(r, 1, sref);
+  check_reference(r, 2, pref);
+}
+
+TEST_CASE("native dma between patterns of different shapes and a rotating buffer in a loop") {
+  // out[i] = 2 * x[i] for 6 tiles of [8, 16]; the SBUF tile rotates over 3 slots.
+  const int P = 8, F = 16, T = 6;
+  auto x = random_values(T * P * F, 16);
+  InstrArgs two;
+  two.op0 = AluOp::multiply;
+  two.imm0 = 2.0;
+  AccessPattern tile = sb(f32, 0, P, {row(F)});
+  tile.rotation = {"i0", 3, F * 4};
+  AccessPattern tile2 = sb(f32, 4096, P, {{4, 4}, {1, 4}});  // [P, 4, 4] view of 16 floats
+  tile2.rotation = {"i0", 3, F * 4};
+  Program p = program(
+      {decl("x", {T * P, F}, f32, kIn), decl("out", {T * P, F}, f32, kOut)},
+      {loop("i0", T,
+            {dma(tile, hbm2(0, f32, P, F, F, Affine::var("i0", P * F))),
+             instr(Opcode::tensor_scalar, tile2, {tile}, two),
+             dma(hbm(1, f32, Affine::var("i0", P * F), {{F, P}, {4, 4}, {1, 4}}), tile2)})});
+  NativeOptions o;
+  o.threads = 2;
+  auto r = run_both(p, {vals(x, {T * P, F}), Tensor::empty({T * P, F}, f32)}, {1}, o);
+  std::vector<double> ref(T * P * F);
+  for (int i = 0; i < T * P * F; ++i) ref[i] = 2.0 * x[i];
+  check_reference(r, 0, ref);
+}
+
+TEST_CASE("native grid: program ids in HBM offsets on several threads") {
+  // A [3, 5] grid; program (i, j) computes out[i, j, :] = x[i, j, :] + 1 for rows of 7.
+  const int F = 7;
+  InstrArgs one;
+  one.op0 = AluOp::add;
+  one.imm0 = 1.0;
+  Affine off = Affine::var("pid0", 5 * F) + Affine::var("pid1", F);
+  Program p = program(
+      {decl("x", {15, F}, f32, kIn), decl("out", {15, F}, f32, kOut)},
+      {dma(sb(f32, 0, 1, {row(F)}), hbm(0, f32, off, {{F, 1}, {1, F}})),
+       instr(Opcode::tensor_scalar, sb(f32, 64, 1, {row(F)}), {sb(f32, 0, 1, {row(F)})}, one),
+       dma(hbm(1, f32, off, {{F, 1}, {1, F}}), sb(f32, 64, 1, {row(F)}))});
+  auto x = random_values(15 * F, 17);
+  for (int threads : {1, 4}) {
+    NativeOptions o;
+    o.threads = threads;
+    auto r = run_both(p, {vals(x, {15, F}), Tensor::empty({15, F}, f32)}, {3, 5}, o);
+    std::vector<double> ref(15 * F);
+    for (int i = 0; i < 15 * F; ++i) ref[i] = double(x[i]) + 1.0;
+    check_reference(r, 0, ref);
+  }
+}
+
+TEST_CASE("native device_print writes what the simulator writes") {
+  const int P = 2, F = 3;
+  ProgNode pr = instr(Opcode::device_print, {}, {sb(f32, 0, P, {row(F)})});
+  pr.instr.args.prefix = "x:";
+  Program p = program({decl("x", {P, F}, f32, kIn)},
+                      {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)), pr});
+  Tensor x = vals({1, 2, 3, 4, 5, 6}, {P, F});
+  std::ostringstream s, n;
+  SimOptions so;
+  so.print = &s;
+  simulate(p, {x}, {2}, so);
+  NativeOptions no;
+  no.print = &n;
+  no.threads = 2;
+  compile_native(p).run({x}, {2}, no);
+  CHECK(s.str() == n.str());
+  CHECK(n.str().find("x: [2, 3] float32") != std::string::npos);
+}

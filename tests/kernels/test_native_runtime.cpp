@@ -1,0 +1,170 @@
+// Native runtime: call validation, out-of-bounds errors (never a crash), the compile report and
+// reuse of compiled kernels (memory and disk cache).
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "kernels/differential.hpp"
+#include "kernels/sim_test_util.hpp"
+#include "neuron/error.hpp"
+#include "neuron/runtime/cache.hpp"
+#include "vector_add.hpp"
+
+using namespace neuron;
+using namespace neuron::sim_test;
+using namespace neuron::testing;
+
+namespace {
+constexpr DType f32 = DType::float32;
+
+// Runs f, expects a UserError of `rule` whose message contains `needle`.
+template <class F>
+void expect_user_error(F&& f, const std::string& rule, const std::string& needle) {
+  try {
+    f();
+    FAIL("expected a UserError [", rule, "]");
+  } catch (const UserError& e) {
+    CHECK(e.rule() == rule);
+    INFO(e.message());
+    CHECK(e.message().find(needle) != std::string::npos);
+  }
+}
+
+// A scratch cache directory for the duration of a test.
+struct TempCacheDir {
+  std::string dir;
+  TempCacheDir() {
+    dir = (std::filesystem::temp_directory_path() /
+           ("neuron-native-test-" + std::to_string(::getpid())))
+              .string();
+    std::filesystem::remove_all(dir);
+    setenv("NEURON_CACHE_DIR", dir.c_str(), 1);
+  }
+  ~TempCacheDir() {
+    unsetenv("NEURON_CACHE_DIR");
+    std::filesystem::remove_all(dir);
+  }
+};
+
+Kernel vector_add_kernel(int64_t N, int64_t F) {
+  return trace("vector_add", examples::vector_add,
+               {{{N, F}, DType::float32}, {{N, F}, DType::float32}});
+}
+}  // namespace
+
+TEST_CASE("native call-signature and grid errors match the simulator's rules") {
+  Compiled c = compile(vector_add_kernel(256, 64), default_compile_options());
+  NativeKernel k = compile_native(c);
+  Tensor a = Tensor::empty({256, 64}, f32), b = Tensor::empty({256, 64}, f32);
+  expect_user_error([&] { k({a}, {2}); }, "call-signature", "takes 3 tensors");
+  expect_user_error([&] { k({a, Tensor::empty({256, 32}, f32)}, {2}); }, "call-signature",
+                    "expected [256, 64] float32, got [256, 32] float32");
+  expect_user_error([&] { k({a, Tensor::empty({256, 64}, DType::bfloat16)}, {2}); },
+                    "call-signature", "bfloat16");
+  expect_user_error([&] { k({a, b}, {}); }, "grid", "1 to 4 dims");
+  expect_user_error([&] { k({a, b}, {0}); }, "grid", ">= 1");
+}
+
+TEST_CASE("native out-of-bounds: a pid-dependent HBM access is an error before anything runs") {
+  // Grid 3 over 256 rows: program 2 would read rows 256..383.
+  Compiled c = compile(vector_add_kernel(256, 64), default_compile_options());
+  Tensor a = Tensor::empty({256, 64}, f32), b = Tensor::empty({256, 64}, f32);
+  expect_user_error([&] { run_native(c, {a, b}, {3}); }, "out-of-bounds", "pid0=2");
+  // The simulator rejects the same launch with the same rule.
+  CHECK_THROWS_AS(simulate(c, {a, b}, {3}), UserError);
+  // Within bounds it runs.
+  CHECK_NOTHROW(run_native(c, {a, b}, {2}));
+}
+
+TEST_CASE("native out-of-bounds: on-chip partitions and bytes, and loop-dependent offsets") {
+  const int F = 16;
+  // Partitions 120..135 of SBUF.
+  AccessPattern too_low = sb(f32, 0, 16, {row(F)});
+  too_low.partition = 120;
+  Program p1 = program({decl("x", {16, F}, f32, kIn)},
+                       {dma(too_low, hbm2(0, f32, 16, F, F))});
+  Tensor x = Tensor::empty({16, F}, f32);
+  expect_user_error([&] { compile_native(p1).run({x}); }, "out-of-bounds", "partitions 120..135");
+  CHECK_THROWS_AS(simulate(p1, {x}), UserError);
+  // A loop walks the byte offset past the end of a PSUM partition (16 KiB) on its last trip.
+  AccessPattern walk = ps(f32, 0, 1, {row(F)});
+  walk.offset = Affine::var("i0", 4096);
+  InstrArgs ms;
+  Program p2 = program({decl("x", {16, F}, f32, kIn)},
+                       {loop("i0", 5, {instr(Opcode::memset, walk, {}, ms)})});
+  expect_user_error([&] { compile_native(p2).run({x}); }, "out-of-bounds", "bytes");
+  CHECK_THROWS_AS(simulate(p2, {x}), UserError);
+}
+
+TEST_CASE("native shape errors are found at compile time with the simulator's rule") {
+  InstrArgs a;
+  a.op0 = AluOp::add;
+  Program p = program({decl("x", {8, 8}, f32, kIn)},
+                      {instr(Opcode::tensor_tensor, sb(f32, 0, 8, {row(8)}),
+                             {sb(f32, 0, 8, {row(8)}), sb(f32, 0, 8, {row(4)})}, a)});
+  expect_user_error([&] { compile_native(p); }, "shape-mismatch", "data2");
+}
+
+TEST_CASE("native compile report and reuse: cold, memory, disk") {
+  TempCacheDir tmp;
+  clear_native_kernels();
+  CompileCache::global().clear_memory();
+  Compiled c = compile(vector_add_kernel(128, 48), default_compile_options());
+  NativeKernel k1 = compile_native(c);
+  const CompileReport& r1 = k1.report();
+  CHECK(r1.cache == "cold");
+  CHECK(r1.kernel == "vector_add");
+  CHECK(r1.phase_ms("llvm optimize") > 0);
+  CHECK(r1.phase_ms("machine code") > 0);
+  CHECK(r1.phase_ms("load") > 0);
+  bool has_pass = false;
+  for (auto& ph : r1.phases) has_pass |= ph.name.rfind("pass ", 0) == 0;
+  CHECK(has_pass);
+  CHECK(r1.str().find("cold") != std::string::npos);
+
+  // Same kernel again in this process: the loaded code is reused.
+  NativeKernel k2 = compile_native(c);
+  CHECK(k2.report().cache == "memory");
+  CHECK(k2.report().key == r1.key);
+
+  // A "new process": loaded kernels and the cache's memory level forgotten, disk remains.
+  clear_native_kernels();
+  CompileCache::global().clear_memory();
+  NativeKernel k3 = compile_native(c);
+  CHECK(k3.report().cache == "disk");
+  CHECK(k3.report().phase_ms("llvm optimize") == 0);
+
+  // All three run and agree with a reference.
+  std::vector<float> av(128 * 48), bv(128 * 48);
+  for (int i = 0; i < 128 * 48; ++i) av[i] = 0.25f * (i % 17), bv[i] = -0.5f * (i % 5);
+  Tensor a = Tensor::from_floats(av, {128, 48}, f32), b = Tensor::from_floats(bv, {128, 48}, f32);
+  for (const NativeKernel* k : {&k1, &k2, &k3}) {
+    Tensor out = (*k)({a, b})[0];
+    for (int i = 0; i < 128 * 48; ++i) REQUIRE(out.get(i) == av[i] + bv[i]);
+  }
+  // Repeated runs of one kernel reuse it and its worker scratch.
+  for (int rep = 0; rep < 3; ++rep) {
+    RunReport rr;
+    NativeOptions o;
+    o.report = &rr;
+    Tensor out = run_native(vector_add_kernel(128, 48), {a, b}, {1}, o)[0];
+    CHECK(out.get(5) == av[5] + bv[5]);
+    CHECK(rr.programs == 1);
+  }
+  CHECK(compile_native(vector_add_kernel(128, 48)).report().cache == "memory");
+}
+
+TEST_CASE("native host-kernel mode gives the same bits as bitcode mode") {
+  Compiled c = compile(vector_add_kernel(128, 40), default_compile_options());
+  std::vector<float> av(128 * 40), bv(128 * 40);
+  for (int i = 0; i < 128 * 40; ++i) av[i] = 0.1f * i, bv[i] = 1.0f / (1 + i);
+  Tensor a = Tensor::from_floats(av, {128, 40}, f32), b = Tensor::from_floats(bv, {128, 40}, f32);
+  NativeCompileOptions host;
+  host.kernels = "host";
+  Tensor o1 = compile_native(c)({a, b})[0];
+  Tensor o2 = compile_native(c, host)({a, b})[0];
+  CHECK(first_bit_difference(o1, o2) == -1);
+  for (int i = 0; i < 128 * 40; ++i) REQUIRE(o2.get(i) == av[i] + bv[i]);
+}
