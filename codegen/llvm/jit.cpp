@@ -24,9 +24,6 @@
 #include "neuron/runtime/native/instr_abi.hpp"
 #include "neuron/runtime/native/matmul_kernel.hpp"
 
-#pragma weak neuron_matmul_f32
-#pragma weak neuron_matmul_bf16
-
 // codegen/llvm/kernel_bitcode.cpp: the embedded bitcode of runtime/src/native/instr_kernels.cpp.
 extern "C" const char neuron_instr_kernels_bc[];
 extern "C" const char neuron_instr_kernels_bc_end[];
@@ -113,18 +110,19 @@ Jit& jit() {
     add("neuron_matmul_f32", reinterpret_cast<const void*>(&neuron_matmul_f32));
     add("neuron_matmul_bf16", reinterpret_cast<const void*>(&neuron_matmul_bf16));
     add("neuron_k_print", reinterpret_cast<const void*>(&neuron_k_print));
-    // Host-kernel mode calls the library's own compiled copies.
-    add("neuron_k_copy", reinterpret_cast<const void*>(&neuron_k_copy));
-    add("neuron_k_tensor_tensor", reinterpret_cast<const void*>(&neuron_k_tensor_tensor));
-    add("neuron_k_tensor_scalar", reinterpret_cast<const void*>(&neuron_k_tensor_scalar));
-    add("neuron_k_activation", reinterpret_cast<const void*>(&neuron_k_activation));
-    add("neuron_k_tensor_reduce", reinterpret_cast<const void*>(&neuron_k_tensor_reduce));
-    add("neuron_k_transpose", reinterpret_cast<const void*>(&neuron_k_transpose));
-    add("neuron_k_matmul", reinterpret_cast<const void*>(&neuron_k_matmul));
-    add("neuron_k_copy_predicated", reinterpret_cast<const void*>(&neuron_k_copy_predicated));
-    add("neuron_k_memset", reinterpret_cast<const void*>(&neuron_k_memset));
-    add("neuron_k_iota", reinterpret_cast<const void*>(&neuron_k_iota));
-    add("neuron_k_affine_select", reinterpret_cast<const void*>(&neuron_k_affine_select));
+    // Kernels called rather than specialized: "neuron_host_k_<name>" (see lower_program.cpp).
+    add("neuron_host_k_copy", reinterpret_cast<const void*>(&neuron_k_copy));
+    add("neuron_host_k_tensor_tensor", reinterpret_cast<const void*>(&neuron_k_tensor_tensor));
+    add("neuron_host_k_tensor_scalar", reinterpret_cast<const void*>(&neuron_k_tensor_scalar));
+    add("neuron_host_k_activation", reinterpret_cast<const void*>(&neuron_k_activation));
+    add("neuron_host_k_tensor_reduce", reinterpret_cast<const void*>(&neuron_k_tensor_reduce));
+    add("neuron_host_k_transpose", reinterpret_cast<const void*>(&neuron_k_transpose));
+    add("neuron_host_k_matmul", reinterpret_cast<const void*>(&neuron_k_matmul));
+    add("neuron_host_k_copy_predicated",
+        reinterpret_cast<const void*>(&neuron_k_copy_predicated));
+    add("neuron_host_k_memset", reinterpret_cast<const void*>(&neuron_k_memset));
+    add("neuron_host_k_iota", reinterpret_cast<const void*>(&neuron_k_iota));
+    add("neuron_host_k_affine_select", reinterpret_cast<const void*>(&neuron_k_affine_select));
     if (auto e = main.define(llvm::orc::absoluteSymbols(std::move(syms))))
       fail(std::move(e), "defining host symbols in the JIT");
     return r;

@@ -27,17 +27,32 @@ constexpr const char* kKernelNames[] = {
     "neuron_k_matmul",    "neuron_k_copy_predicated", "neuron_k_memset",
     "neuron_k_iota",      "neuron_k_affine_select"};
 
+// Kernels whose per-element work is an expression over constant ops/dtypes: linked in from
+// bitcode and inlined so they specialize. The others (matmul, transpose, reductions, iota, ...)
+// do little per element or call the fast matmul; they are called in the library, which keeps
+// cold compiles short (docs/native.md has the measurements).
+bool specialize(const std::string& name) {
+  return name == "neuron_k_copy" || name == "neuron_k_tensor_tensor" ||
+         name == "neuron_k_tensor_scalar" || name == "neuron_k_activation";
+}
+
 class Lowering {
  public:
-  Lowering(const Program& p, llvm::LLVMContext& ctx, llvm::Module& m, const llvm::Module& kernels)
+  Lowering(const Program& p, llvm::LLVMContext& ctx, llvm::Module& m, const llvm::Module& kernels,
+           bool bitcode)
       : p_(p), ctx_(ctx), m_(m), b_(ctx) {
     target_ = &(p.target.empty() ? default_target() : target_by_name(p.target));
+    pitch_ = physical_pitch(p, analyze_bounds(p), *target_);
     // Kernel signatures come from the bitcode, so the ABI has one source of truth.
     for (const char* name : kKernelNames) {
       const llvm::Function* f = kernels.getFunction(name);
       NEURON_ASSERT(f, "instruction kernel {} missing from the embedded bitcode", name);
+      // Called kernels go by their host alias ("neuron_host_k_*", an absolute symbol in the JIT),
+      // so linking the bitcode leaves them alone.
+      std::string callee = bitcode && specialize(name) ? std::string(name)
+                                                       : "neuron_host_" + std::string(name + 7);
       fns_[name] = llvm::cast<llvm::Function>(
-          m_.getOrInsertFunction(name, f->getFunctionType()).getCallee());
+          m_.getOrInsertFunction(callee, f->getFunctionType()).getCallee());
     }
     view_ptr_ = llvm::cast<llvm::PointerType>(fns_["neuron_k_copy"]->getArg(0)->getType());
     view_ty_ = llvm::cast<llvm::StructType>(view_ptr_->getPointerElementType());
@@ -117,7 +132,7 @@ class Lowering {
   // Resolves a pattern for the current loop iteration into a view.
   llvm::Value* view(const AccessPattern& ap, const Instr& in, NormLayout* out = nullptr) {
     const bool chip = is_on_chip(ap.memory);
-    const int64_t pb = chip ? bytes_per_partition(*target_, ap.memory) : 0;
+    const int64_t pb = !chip ? 0 : ap.memory == Memory::psum ? pitch_.psum : pitch_.sbuf;
     NormLayout l = normalize(ap, in, pb);
     if (out) *out = l;
     llvm::Value *base, *flags = nullptr;
@@ -338,6 +353,7 @@ class Lowering {
   llvm::Module& m_;
   llvm::IRBuilder<> b_;
   const Target* target_ = nullptr;
+  Pitch pitch_;
   std::map<std::string, llvm::Function*> fns_;
   llvm::PointerType* view_ptr_ = nullptr;
   llvm::StructType* view_ty_ = nullptr;
@@ -364,7 +380,7 @@ std::unique_ptr<llvm::Module> lower_program(const Program& p, const JitOptions& 
   m->setTargetTriple(tm.getTargetTriple().str());
   m->setDataLayout(tm.createDataLayout());
   std::unique_ptr<llvm::Module> kernels = load_kernel_bitcode(ctx);
-  Lowering(p, ctx, *m, *kernels).run();
+  Lowering(p, ctx, *m, *kernels, opts.bitcode_kernels).run();
   if (opts.bitcode_kernels) {
     kernels->setTargetTriple(m->getTargetTriple());
     kernels->setDataLayout(m->getDataLayout());

@@ -72,7 +72,6 @@ ProfileStats analyze(const Profile& p) {
 
   // Waits, grouped by what was waited for and who waited (DMA queues fold into one).
   std::map<std::tuple<int, int, int, int>, ProfileStats::Wait> waits;
-  double engine_wait_on_dma = 0, engine_wait_on_engine = 0;
   for (auto& e : p.events) {
     if (e.wait_on < 0 || e.wait_ns <= 0) continue;
     const InstrEvent& prod = p.events[static_cast<size_t>(e.wait_on)];
@@ -85,13 +84,25 @@ ProfileStats analyze(const Profile& p) {
     w.memory = e.wait_memory;
     w.total_ns += e.wait_ns;
     ++w.count;
-    if (e.unit < p.first_dma_unit)
-      (prod.unit >= p.first_dma_unit ? engine_wait_on_dma : engine_wait_on_engine) += e.wait_ns;
   }
+  // The busiest engine is the one whose stalls cost the kernel time; other engines mostly wait
+  // on it (VectorE evacuating PSUM waits on TensorE) and DMA queues wait for free buffers.
+  int busiest = 0;
+  for (int u = 1; u < p.first_dma_unit; ++u)
+    if (st.unit_busy_ns[static_cast<size_t>(u)] > st.unit_busy_ns[static_cast<size_t>(busiest)])
+      busiest = u;
+  double busiest_wait_on_dma = 0, busiest_wait_on_engine = 0;
+  for (auto& e : p.events)
+    if (e.unit == busiest && e.wait_on >= 0)
+      (p.events[static_cast<size_t>(e.wait_on)].unit >= p.first_dma_unit ? busiest_wait_on_dma
+                                                                         : busiest_wait_on_engine) +=
+          e.wait_ns;
   for (auto& [k, w] : waits) st.top_waits.push_back(w);
+  auto rank = [&](const ProfileStats::Wait& w) {
+    return w.waiter_unit == busiest ? 0 : w.waiter_unit < p.first_dma_unit ? 1 : 2;
+  };
   std::sort(st.top_waits.begin(), st.top_waits.end(), [&](auto& a, auto& b) {
-    bool ad = a.waiter_unit >= p.first_dma_unit, bd = b.waiter_unit >= p.first_dma_unit;
-    return ad != bd ? bd : a.total_ns > b.total_ns;
+    return rank(a) != rank(b) ? rank(a) < rank(b) : a.total_ns > b.total_ns;
   });
 
   std::map<std::pair<std::string, int>, ProfileStats::Line> lines;
@@ -115,17 +126,15 @@ ProfileStats analyze(const Profile& p) {
             [](auto& a, auto& b) { return a.busy_ns > b.busy_ns; });
 
   // Verdict (TRAINIUM.md): an engine >= 90% active is compute-bound; otherwise DMA-bound when
-  // engines mostly wait on DMA-produced data or HBM runs at >= 60% of the core's share.
-  int busiest = 0;
-  for (int u = 1; u < p.first_dma_unit; ++u)
-    if (st.unit_busy_ns[static_cast<size_t>(u)] > st.unit_busy_ns[static_cast<size_t>(busiest)])
-      busiest = u;
+  // the busiest engine mostly waits on DMA-produced data or HBM runs at >= 60% of the core's
+  // share; otherwise latency/dependence-bound (engines waiting on each other or on in-order
+  // queues).
   double busiest_frac = st.unit_busy_ns[static_cast<size_t>(busiest)] / total;
   if (p.events.empty())
     st.verdict = "empty (no timed instructions)";
   else if (busiest_frac >= 0.9)
     st.verdict = fmt::format("compute-bound on {}", p.units[static_cast<size_t>(busiest)]);
-  else if (engine_wait_on_dma > engine_wait_on_engine || st.hbm_gbps >= 0.6 * p.hbm_gbps)
+  else if (busiest_wait_on_dma > busiest_wait_on_engine || st.hbm_gbps >= 0.6 * p.hbm_gbps)
     st.verdict = "DMA-bound";
   else
     st.verdict = "latency/dependence-bound";

@@ -219,12 +219,32 @@ struct TimingModel::Impl {
     return now;
   }
 
+  // DMA queue choice, made when the transfer is issued (program order), like a compiler that
+  // balances queues: the queue that lets it start soonest; among queues already free by then,
+  // the one that became free last (best fit), so queues free earlier stay available for
+  // transfers later in program order that are ready sooner; then round-robin order.
+  int pick_queue(double ready) {
+    int best = -1;
+    double best_start = 0, best_free = 0;
+    for (int i = 0; i < t.dma_queues; ++i) {
+      int q = (next_queue + i) % t.dma_queues;
+      double free = unit_free[static_cast<size_t>(kEngineUnits + q)];
+      double start = std::max(free, ready);
+      if (best < 0 || start < best_start || (start == best_start && free > best_free)) {
+        best = q;
+        best_start = start;
+        best_free = free;
+      }
+    }
+    next_queue = (best + 1) % t.dma_queues;
+    return kEngineUnits + best;
+  }
+
   void issue(int instr, const std::vector<Footprint>& reads, const std::vector<Footprint>& writes,
              int64_t program) {
     const InstrCost& c = costs[static_cast<size_t>(instr)];
     if (c.engine_unit < 0 && !c.dma) return;
-    int unit = c.dma ? kEngineUnits + next_queue : c.engine_unit;
-    if (c.dma) next_queue = (next_queue + 1) % t.dma_queues;
+    int unit = c.engine_unit;
     const int64_t me = static_cast<int64_t>(out.events.size());
 
     // Operands ready: the latest end among the producers (RAW), earlier readers (WAR) and
@@ -241,7 +261,7 @@ struct TimingModel::Impl {
         kind = k;
         dep_space = r.fp.space;
       }
-      if (k == DepKind::raw && r.event == last_event[static_cast<size_t>(unit)])
+      if (k == DepKind::raw && unit >= 0 && r.event == last_event[static_cast<size_t>(unit)])
         fed_by_own_previous = true;
     };
     for (auto& f : reads) {
@@ -253,6 +273,7 @@ struct TimingModel::Impl {
       for (auto& r : space(f.space))
         if (overlaps(r.fp, f)) consider(r, r.write ? DepKind::waw : DepKind::war);
 
+    if (c.dma) unit = pick_queue(ready);
     const double free = unit_free[static_cast<size_t>(unit)];
     const double start = std::max(free, ready);
     double end;

@@ -11,10 +11,6 @@
 #include "neuron/runtime/native/instr_abi.hpp"
 #include "neuron/runtime/native/matmul_kernel.hpp"
 
-// The fast matmul lives in another object; until it is linked, the generic loop below runs.
-#pragma weak neuron_matmul_f32
-#pragma weak neuron_matmul_bf16
-
 namespace {
 
 namespace b = neuron::builtins;
@@ -355,10 +351,9 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
       acc_mode = all && M * N > 0 ? 1 : any ? -1 : 0;
     }
   }
-  const bool have_f32 = &neuron_matmul_f32 != nullptr, have_bf16 = &neuron_matmul_bf16 != nullptr;
   if (fast && acc_mode != -1 && ddt == static_cast<int>(DType::float32) &&
-      ((sdt == static_cast<int>(DType::float32) && mdt == sdt && have_f32) ||
-       (sdt == static_cast<int>(DType::bfloat16) && mdt == sdt && have_bf16))) {
+      ((sdt == static_cast<int>(DType::float32) && mdt == sdt) ||
+       (sdt == static_cast<int>(DType::bfloat16) && mdt == sdt))) {
     // fast: every operand is [rows, ..., cols] with contiguous columns (checked by the lowering).
     float* c = reinterpret_cast<float*>(d->base);
     const int64_t ldc = d->stride[0] / 4;

@@ -17,6 +17,7 @@
 #include "neuron/runtime/native/jit.hpp"
 #include "neuron/runtime/native/plan.hpp"
 #include "neuron/runtime/run.hpp"
+#include "neuron/runtime/target.hpp"
 
 namespace neuron {
 
@@ -105,6 +106,9 @@ NativeKernel compile_program(const Program& program, const std::string& ir_text,
   impl->program = program;
   native::check_program(impl->program);
   impl->bounds = native::analyze_bounds(impl->program);
+  impl->pitch = native::physical_pitch(
+      impl->program, impl->bounds,
+      program.target.empty() ? default_target() : target_by_name(program.target));
   rep.phases.push_back({"key and checks", ms_since(t0)});
 
   LoadedKernels& mem = memory();

@@ -12,6 +12,7 @@ namespace neuron {
 struct NativeKernel::Impl {
   Program program;  // owns the instructions `bounds` points into
   native::ProgramBounds bounds;
+  native::Pitch pitch;  // must match what the lowering used (physical_pitch)
   native::KernelEntry entry = nullptr;
   std::shared_ptr<void> owner;
 };

@@ -42,16 +42,14 @@ struct Scratch {
     if (!p) throw std::bad_alloc();
     return p;
   }
-  explicit Scratch(const Target& t)
-      : partitions(t.partitions), sbuf_pb(t.sbuf_bytes_per_partition),
-        psum_pb(t.psum_bytes_per_partition) {
+  Scratch(const Target& t, const native::Pitch& pitch)
+      : partitions(t.partitions), sbuf_pb(pitch.sbuf), psum_pb(pitch.psum) {
     sbuf.reset(static_cast<char*>(zeroed(static_cast<size_t>(partitions * sbuf_pb))));
     psum.reset(static_cast<char*>(zeroed(static_cast<size_t>(partitions * psum_pb))));
     flags.reset(static_cast<uint8_t*>(zeroed(static_cast<size_t>(partitions * psum_pb))));
   }
-  bool fits(const Target& t) const {
-    return partitions == t.partitions && sbuf_pb == t.sbuf_bytes_per_partition &&
-           psum_pb == t.psum_bytes_per_partition;
+  bool fits(const Target& t, const native::Pitch& pitch) const {
+    return partitions == t.partitions && sbuf_pb == pitch.sbuf && psum_pb == pitch.psum;
   }
   // Every program starts from zeroed memories, like the simulator's.
   void reset(const native::LaunchExtent& ext) {
@@ -72,17 +70,17 @@ struct ScratchPool {
   std::mutex mutex;
   std::vector<std::unique_ptr<Scratch>> free;
 
-  std::unique_ptr<Scratch> take(const Target& t) {
+  std::unique_ptr<Scratch> take(const Target& t, const native::Pitch& pitch) {
     {
       std::lock_guard lock(mutex);
       for (size_t i = 0; i < free.size(); ++i)
-        if (free[i]->fits(t)) {
+        if (free[i]->fits(t, pitch)) {
           auto s = std::move(free[i]);
           free.erase(free.begin() + static_cast<std::ptrdiff_t>(i));
           return s;
         }
     }
-    return std::make_unique<Scratch>(t);
+    return std::make_unique<Scratch>(t, pitch);
   }
   void give(std::unique_ptr<Scratch> s) {
     std::lock_guard lock(mutex);
@@ -171,7 +169,7 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
   for (size_t a = 0; a < grid.size(); ++a) npids[a] = grid[a];
   std::atomic<int64_t> counter{0};
   auto worker = [&] {
-    std::unique_ptr<Scratch> s = pool().take(target);
+    std::unique_ptr<Scratch> s = pool().take(target, k.pitch);
     native::set_print_stream(opts.print);
     // Host tensors zero-copy; HBM scratch tensors private to the worker, zeroed per program.
     std::vector<void*> ptrs;

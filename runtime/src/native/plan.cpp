@@ -370,6 +370,24 @@ ProgramBounds analyze_bounds(const Program& p) {
   return b;
 }
 
+Pitch physical_pitch(const Program& p, const ProgramBounds& b, const Target& t) {
+  auto pitch = [&](Memory m) {
+    const int64_t full = bytes_per_partition(t, m);
+    int64_t hi = 0;
+    for (const AccessBound& ab : b.accesses) {
+      if (ab.ap->memory != m) continue;
+      for (size_t a = 0; a < 4; ++a)
+        if (ab.pid[a] != 0 || ab.npid[a] != 0) return full;
+      if (ab.lo < 0) return full;
+      hi = std::max(hi, ab.hi + 1);
+    }
+    int64_t lines = std::max<int64_t>(1, (hi + 63) / 64);
+    if (lines % 2 == 0) ++lines;
+    return std::min(full, lines * 64);
+  };
+  return Pitch{pitch(Memory::sbuf), pitch(Memory::psum)};
+}
+
 LaunchExtent check_launch(const Program& p, const ProgramBounds& b, const Target& t,
                           const std::vector<int64_t>& tensor_elements,
                           const std::vector<int64_t>& grid) {

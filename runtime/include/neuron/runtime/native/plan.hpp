@@ -55,6 +55,15 @@ struct ProgramBounds {
 };
 ProgramBounds analyze_bounds(const Program& p);
 
+// Bytes between partitions in the native scratch memories. The simulator's layout (the
+// target's full partition size, e.g. 192 KiB) puts every partition row of a tile on the same
+// L1 sets; when every access's byte range is static, the pitch shrinks to what the program
+// touches, padded to an odd number of cache lines. Semantics (bounds) still use the target.
+struct Pitch {
+  int64_t sbuf = 0, psum = 0;
+};
+Pitch physical_pitch(const Program& p, const ProgramBounds& b, const Target& t);
+
 // Per launch: throws UserError "out-of-bounds" (naming the first bad program id) when any grid
 // point would access outside a tensor or on-chip memory. Returns, per on-chip memory, the
 // largest byte offset written in any partition (what a worker must clear between programs).
