@@ -1,6 +1,7 @@
 // Throughput of the nc_matmul instruction kernel (runtime/native/matmul_kernel.hpp), per ISA
 // variant, fp32 and bf16, for one instruction's tile with contiguous and partition-like strides.
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <cstdint>
 #include <cstring>
@@ -8,7 +9,9 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "../runtime/src/native/matmul_variants.hpp"
 #include "neuron/runtime/native/matmul_kernel.hpp"
@@ -40,17 +43,17 @@ std::vector<T> random_buffer(int64_t rows, int64_t cols, int64_t ld, uint32_t se
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
   std::vector<T> v(static_cast<size_t>(rows * ld));
   for (int64_t r = 0; r < rows; ++r)
-  for (int64_t i = 0; i < cols; ++i) {
-    T& x = v[static_cast<size_t>(r * ld + i)];
-    float f = d(rng);
-    if constexpr (sizeof(T) == 4) {
-      x = f;
-    } else {
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      x = static_cast<T>(u >> 16);
+    for (int64_t i = 0; i < cols; ++i) {
+      T& x = v[static_cast<size_t>(r * ld + i)];
+      float f = d(rng);
+      if constexpr (sizeof(T) == 4) {
+        x = f;
+      } else {
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        x = static_cast<T>(u >> 16);
+      }
     }
-  }
   return v;
 }
 
@@ -76,6 +79,26 @@ void run_case(benchmark::State& state, const std::string& isa, const Case& cs) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 
+#if defined(__x86_64__)
+// The core's FMA ceiling for reference: 24 independent accumulator chains, no memory traffic.
+__attribute__((target("avx512f,fma"))) void fma_peak_avx512(benchmark::State& state) {
+  constexpr int64_t kSteps = 4096;
+  for (auto _ : state) {
+    __m512 acc[24];
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(float(i));
+    __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-4f);
+    for (int64_t s = 0; s < kSteps; ++s) {
+#pragma GCC unroll 24
+      for (int i = 0; i < 24; ++i) acc[i] = _mm512_fmadd_ps(x, acc[i], y);
+      __asm__ volatile("" : "+v"(x));
+    }
+    for (int i = 0; i < 24; ++i) benchmark::DoNotOptimize(acc[i]);
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2e-9 * 24 * 16 * kSteps, benchmark::Counter::kIsIterationInvariantRate);
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,16 +106,18 @@ int main(int argc, char** argv) {
     if (!neuron_matmul_variant_supported(isa)) continue;
     for (const Case& cs : kCases) {
       std::string shape = fmt::format("{}/M{}_N{}_K{}", cs.name, cs.M, cs.N, cs.K);
-      benchmark::RegisterBenchmark(fmt::format("matmul_f32/{}/{}", isa, shape).c_str(),
-                                   [isa = std::string(isa), cs](benchmark::State& st) {
-                                     run_case<float>(st, isa, cs);
-                                   });
-      benchmark::RegisterBenchmark(fmt::format("matmul_bf16/{}/{}", isa, shape).c_str(),
-                                   [isa = std::string(isa), cs](benchmark::State& st) {
-                                     run_case<uint16_t>(st, isa, cs);
-                                   });
+      benchmark::RegisterBenchmark(
+          fmt::format("matmul_f32/{}/{}", isa, shape).c_str(),
+          [isa = std::string(isa), cs](benchmark::State& st) { run_case<float>(st, isa, cs); });
+      benchmark::RegisterBenchmark(
+          fmt::format("matmul_bf16/{}/{}", isa, shape).c_str(),
+          [isa = std::string(isa), cs](benchmark::State& st) { run_case<uint16_t>(st, isa, cs); });
     }
   }
+#if defined(__x86_64__)
+  if (neuron_matmul_variant_supported("avx512"))
+    benchmark::RegisterBenchmark("fma_peak/avx512", fma_peak_avx512);
+#endif
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("matmul_host_isa", neuron_matmul_isa());

@@ -33,7 +33,8 @@ constexpr const char* kKernelNames[] = {
 // cold compiles short (docs/native.md has the measurements).
 bool specialize(const std::string& name) {
   return name == "neuron_k_copy" || name == "neuron_k_tensor_tensor" ||
-         name == "neuron_k_tensor_scalar" || name == "neuron_k_activation";
+         name == "neuron_k_tensor_scalar" || name == "neuron_k_activation" ||
+         name == "neuron_k_memset";
 }
 
 class Lowering {

@@ -46,8 +46,9 @@ std::string time_axis(double total, double y, double height) {
   for (double t = 0; t <= total + 1e-9; t += step) {
     double x = kLeft + kWidth * t / total;
     s += fmt::format("<line x1='{0:.1f}' x2='{0:.1f}' y1='{1}' y2='{2}' class='grid'/>"
-                     "<text x='{0:.1f}' y='{3}' class='tick'>{4:.4g} us</text>\n",
-                     x, y, y + height, y + height + 12, t / 1000.0);
+                     "<text x='{0:.1f}' y='{3}' class='tick'>{4:.{5}f} us</text>\n",
+                     x, y, y + height, y + height + 12, t / 1000.0,
+                     step >= 1000 ? 0 : step >= 100 ? 1 : step >= 10 ? 2 : 3);
   }
   return s;
 }
@@ -118,26 +119,26 @@ std::string timeline(const Profile& p, double total) {
 // Lines over time from per-bin values in [0, 1].
 std::string line_chart(const std::vector<std::pair<std::string, std::vector<double>>>& series,
                        const std::vector<const char*>& colors, double total, const char* unit) {
-  const double h = 120;
+  const double h = 120, top = 10;
   std::string s = fmt::format("<svg width='{}' height='{}' class='chart'>\n", kLeft + kWidth + 10,
-                              h + 40);
-  s += time_axis(total, 0, h);
+                              h + top + 40);
+  s += time_axis(total, top, h);
   for (int pct : {0, 50, 100})
     s += fmt::format("<text x='4' y='{:.1f}' class='tick'>{}% {}</text>\n",
-                     h - h * pct / 100.0 + 4, pct, unit);
+                     top + h - h * pct / 100.0 + 4, pct, unit);
   for (size_t i = 0; i < series.size(); ++i) {
     auto& v = series[i].second;
     std::string pts;
     for (size_t b = 0; b < v.size(); ++b) {
       double x0 = kLeft + kWidth * static_cast<double>(b) / static_cast<double>(v.size());
       double x1 = kLeft + kWidth * static_cast<double>(b + 1) / static_cast<double>(v.size());
-      double y = h - h * std::clamp(v[b], 0.0, 1.0);
+      double y = top + h - h * std::clamp(v[b], 0.0, 1.0);
       pts += fmt::format("{:.1f},{:.1f} {:.1f},{:.1f} ", x0, y, x1, y);
     }
     s += fmt::format("<polyline points='{}' fill='none' stroke='{}' stroke-width='1.5'/>\n", pts,
                      colors[i % colors.size()]);
     s += fmt::format("<text x='{:.0f}' y='{}' class='legend' fill='{}'>{}</text>\n",
-                     kLeft + 160.0 * static_cast<double>(i), h + 32, colors[i % colors.size()],
+                     kLeft + 160.0 * static_cast<double>(i), top + h + 32, colors[i % colors.size()],
                      esc(series[i].first));
   }
   return s + "</svg>\n";

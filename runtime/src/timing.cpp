@@ -165,6 +165,7 @@ struct TimingModel::Impl {
   std::vector<int64_t> last_event;  // per unit
   int next_queue = 0;
   std::vector<double> hbm_used;  // bytes per bin of kHbmBinNs
+  std::vector<int> hbm_streams;  // transfers active per bin
   struct Rec {
     Footprint fp;
     bool write = false;
@@ -193,27 +194,35 @@ struct TimingModel::Impl {
                                  std::max(r.end, r.last_read), bytes});
   }
 
-  // Moves `bytes` from `start` limited by the queue rate and the bins' remaining HBM capacity.
+  // Moves `bytes` from `start` at the queue's rate, within the core's HBM bandwidth: each bin
+  // of kHbmBinNs has a byte capacity. Transfers are placed in program order, not time order, so
+  // a newcomer is guaranteed at least a fair share (capacity / streams in the bin) even where
+  // earlier-placed transfers took the rest: sixteen simultaneous loads then end together near
+  // bytes / share instead of the last ones crawling after the first ones finish.
   double hbm_transfer(double start, double bytes, double qrate) {
-    const double cap = t.hbm_gbps_per_core * kHbmBinNs;
+    const double cap_rate = t.hbm_gbps_per_core, cap = cap_rate * kHbmBinNs;
     double now = start;
     while (bytes > 1e-9) {
       size_t b = static_cast<size_t>(now / kHbmBinNs);
-      if (b >= hbm_used.size()) hbm_used.resize(std::max(b + 1, hbm_used.size() * 2), 0.0);
+      if (b >= hbm_used.size()) {
+        hbm_used.resize(std::max(b + 1, hbm_used.size() * 2), 0.0);
+        hbm_streams.resize(hbm_used.size(), 0);
+      }
       double bin_end = static_cast<double>(b + 1) * kHbmBinNs;
-      double avail = bin_end - now, left = cap - hbm_used[b];
+      double avail = bin_end - now;
       if (avail <= 1e-9) {
         now = bin_end;
         continue;
       }
-      double can = std::max(0.0, std::min(qrate * avail, left));
-      if (can >= bytes) {
-        double rate = std::min(qrate, left / avail);
+      double left = std::max(0.0, cap - hbm_used[b]);
+      double rate = std::min(qrate, std::max(left / avail, cap_rate / (hbm_streams[b] + 1)));
+      ++hbm_streams[b];
+      if (rate * avail >= bytes) {
         hbm_used[b] += bytes;
         return now + bytes / rate;
       }
-      hbm_used[b] += can;
-      bytes -= can;
+      hbm_used[b] += rate * avail;
+      bytes -= rate * avail;
       now = bin_end;
     }
     return now;

@@ -30,8 +30,12 @@ uint32_t bits_of(float f) {
   std::memcpy(&u, &f, 4);
   return u;
 }
-float widen(uint16_t h) { return f_of_bits(static_cast<uint32_t>(h) << 16); }
-float widen(float f) { return f; }
+float widen(uint16_t h) {
+  return f_of_bits(static_cast<uint32_t>(h) << 16);
+}
+float widen(float f) {
+  return f;
+}
 
 // The contract, literally: acc = C or 0, then one fma per k in increasing k.
 template <class T>
@@ -60,19 +64,18 @@ bool run_f32(const char* isa, std::vector<float>& c, int64_t ldc, const std::vec
     neuron_matmul_f32(c.data(), ldc, a.data(), lda, b.data(), ldb, s.M, s.N, s.K, acc);
     return true;
   }
-  return neuron_matmul_f32_variant(isa, c.data(), ldc, a.data(), lda, b.data(), ldb, s.M, s.N,
-                                   s.K, acc) == 1;
+  return neuron_matmul_f32_variant(isa, c.data(), ldc, a.data(), lda, b.data(), ldb, s.M, s.N, s.K,
+                                   acc) == 1;
 }
 
 bool run_bf16(const char* isa, std::vector<float>& c, int64_t ldc, const std::vector<uint16_t>& a,
-              int64_t lda, const std::vector<uint16_t>& b, int64_t ldb, const Shape& s,
-              bool acc) {
+              int64_t lda, const std::vector<uint16_t>& b, int64_t ldb, const Shape& s, bool acc) {
   if (std::string(isa) == "host") {
     neuron_matmul_bf16(c.data(), ldc, a.data(), lda, b.data(), ldb, s.M, s.N, s.K, acc);
     return true;
   }
-  return neuron_matmul_bf16_variant(isa, c.data(), ldc, a.data(), lda, b.data(), ldb, s.M, s.N,
-                                    s.K, acc) == 1;
+  return neuron_matmul_bf16_variant(isa, c.data(), ldc, a.data(), lda, b.data(), ldb, s.M, s.N, s.K,
+                                    acc) == 1;
 }
 
 // Random floats in [-2, 2) with a spread of exponents, so rounding differs between orders.
@@ -82,7 +85,9 @@ float random_float(std::mt19937& rng) {
   return std::ldexp(mant(rng), ex(rng));
 }
 
-uint16_t random_bf16(std::mt19937& rng) { return static_cast<uint16_t>(bits_of(random_float(rng)) >> 16); }
+uint16_t random_bf16(std::mt19937& rng) {
+  return static_cast<uint16_t>(bits_of(random_float(rng)) >> 16);
+}
 
 // Fills a whole buffer (padding included): the kernel must leave padding alone.
 template <class T>
@@ -107,8 +112,8 @@ std::string first_difference(const std::vector<float>& got, const std::vector<fl
   for (size_t i = 0; i < got.size(); ++i)
     if (bits_of(got[i]) != bits_of(want[i]))
       return "C(" + std::to_string(static_cast<int64_t>(i) / ldc) + ", " +
-             std::to_string(static_cast<int64_t>(i) % ldc) + "): got " +
-             std::to_string(got[i]) + " want " + std::to_string(want[i]);
+             std::to_string(static_cast<int64_t>(i) % ldc) + "): got " + std::to_string(got[i]) +
+             " want " + std::to_string(want[i]);
   return "none";
 }
 
@@ -132,16 +137,16 @@ void check_shape(const Shape& s, int64_t pad_a, int64_t pad_b, int64_t pad_c, ui
         ran = run_bf16(isa, got, ldc, a, lda, b, ldb, s, acc);
       if (!ran) continue;
       INFO("isa=", std::string(isa), " M=", s.M, " N=", s.N, " K=", s.K, " lda=", lda, " ldb=", ldb,
-           " ldc=", ldc, " accumulate=", acc, " first difference: ",
-           first_difference(got, want, ldc));
+           " ldc=", ldc, " accumulate=", acc,
+           " first difference: ", first_difference(got, want, ldc));
       CHECK(same_bits(got, want));
     }
   }
 }
 
-const Shape kShapes[] = {{1, 1, 1},    {1, 1, 2},    {2, 3, 1},     {3, 5, 7},   {7, 33, 129},
-                         {8, 48, 16},  {9, 49, 17},  {8, 16, 1},    {5, 17, 3},  {16, 64, 128},
-                         {15, 47, 31}, {1, 100, 5},  {100, 1, 5},   {13, 96, 64}, {6, 8, 40},
+const Shape kShapes[] = {{1, 1, 1},    {1, 1, 2},    {2, 3, 1},      {3, 5, 7},    {7, 33, 129},
+                         {8, 48, 16},  {9, 49, 17},  {8, 16, 1},     {5, 17, 3},   {16, 64, 128},
+                         {15, 47, 31}, {1, 100, 5},  {100, 1, 5},    {13, 96, 64}, {6, 8, 40},
                          {7, 24, 9},   {12, 40, 11}, {129, 50, 130}, {40, 20, 300}};
 
 }  // namespace
@@ -229,7 +234,8 @@ TEST_CASE("matmul kernel: denormals are kept, not flushed") {
   for (const char* isa : kVariants) {
     INFO("isa=", std::string(isa));
     for (Shape s : {Shape{1, 1, 1}, Shape{9, 50, 3}}) {
-      std::vector<float> a(static_cast<size_t>(s.K * s.M), 0.0f), b(static_cast<size_t>(s.K * s.N), 0.0f);
+      std::vector<float> a(static_cast<size_t>(s.K * s.M), 0.0f),
+          b(static_cast<size_t>(s.K * s.N), 0.0f);
       a[0] = t;
       b[0] = t;
       std::vector<float> c(static_cast<size_t>(s.M * s.N), 0.0f);
@@ -253,7 +259,7 @@ TEST_CASE("matmul kernel: denormals are kept, not flushed") {
 
 TEST_CASE("matmul kernel: inf, NaN, signed zero and overflow follow fma") {
   const float inf = std::numeric_limits<float>::infinity();
-  const float specials[] = {inf, -inf, -0.0f, 0.0f, 3.0e38f, -3.0e38f, std::ldexp(1.0f, -140),
+  const float specials[] = {inf,  -inf, -0.0f, 0.0f, 3.0e38f, -3.0e38f, std::ldexp(1.0f, -140),
                             1.0f, -1.0f};
   const Shape s{11, 37, 9};
   const int64_t lda = 13, ldb = 40, ldc = 41;

@@ -110,10 +110,31 @@ inline void each1(const NView& v, F&& f) {
   each(vs, 1, [&](char** p, int64_t) { f(p[0]); });
 }
 
+// Sets the PSUM flag bytes of every element of d to `value`, a row at a time where the
+// innermost dim is contiguous (the usual tile).
+inline void fill_flags(const NView& d, int esize, int value) {
+  if (!d.flags) return;
+  const bool rows = d.stride[kDims - 1] == esize;
+  const int64_t inner = rows ? d.size[kDims - 1] * esize : esize;
+  for (int64_t i0 = 0; i0 < d.size[0]; ++i0)
+    for (int64_t i1 = 0; i1 < d.size[1]; ++i1)
+      for (int64_t i2 = 0; i2 < d.size[2]; ++i2)
+        for (int64_t i3 = 0; i3 < d.size[3]; ++i3) {
+          const int64_t o = i0 * d.stride[0] + i1 * d.stride[1] + i2 * d.stride[2] +
+                            i3 * d.stride[3];
+          if (rows) {
+            std::memset(d.flags + o, value, static_cast<size_t>(inner));
+          } else {
+            for (int64_t i4 = 0; i4 < d.size[kDims - 1]; ++i4)
+              std::memset(d.flags + o + i4 * d.stride[kDims - 1], value,
+                          static_cast<size_t>(esize));
+          }
+        }
+}
+
 // A write to PSUM by anything but a matmul makes the next auto-accumulate matmul overwrite.
 inline void clear_flags(const NView& d, int esize) {
-  if (!d.flags) return;
-  each1(d, [&](char* p) { std::memset(d.flags + (p - d.base), 0, static_cast<size_t>(esize)); });
+  fill_flags(d, esize, 0);
 }
 
 // One value per partition of a [P, 1] operand tile, in its row-major order.
@@ -390,7 +411,7 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
         b::store_f32(d->base + doff.data[m * N + n], dt(ddt), acc.data[n]);
     }
   }
-  if (d->flags) each1(*d, [&](char* p) { std::memset(d->flags + (p - d->base), 1, esize); });
+  fill_flags(*d, esize, 1);
 }
 
 void neuron_k_copy_predicated(const NView* d, const NView* s, const NView* pred, int ddt, int sdt,

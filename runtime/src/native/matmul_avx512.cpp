@@ -1,10 +1,11 @@
 // The AVX-512 nc_matmul variant: 8 x 48 blocks of C in 24 zmm accumulators.
-#include <immintrin.h>
-
 #include <cstddef>
 #include <cstdint>
 
 #include "matmul_variants.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
 
 // GCC 12 reports the intentionally undefined pass-through operand inside its own intrinsic
 // headers (_mm512_undefined_epi32) as (maybe-)uninitialized after inlining; it is not.
@@ -58,9 +59,8 @@ void matmul_f32_avx512(float* c, int64_t ldc, const float* a, int64_t lda, const
   matmul_blocked<Avx512>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch);
 }
 
-void matmul_bf16_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
-                        const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
-                        bool accumulate) {
+void matmul_bf16_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
+                        int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
   float* scratch = matmul_scratch(blocked_scratch_floats<Avx512>());
   matmul_blocked<Avx512>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch);
 }
@@ -69,3 +69,18 @@ void matmul_bf16_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
 
 #pragma GCC pop_options
 #pragma GCC diagnostic pop
+
+#else  // not x86-64: the variant is never selected (see supports()); keep the symbols defined.
+
+namespace neuron::native {
+void matmul_f32_avx512(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                       int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  matmul_f32_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+}
+void matmul_bf16_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
+                        int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  matmul_bf16_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+}
+}  // namespace neuron::native
+
+#endif

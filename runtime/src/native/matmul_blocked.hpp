@@ -22,7 +22,9 @@ namespace {
 constexpr int64_t kKC = 128;  // rows of A and B per packed chunk (one instruction's K)
 constexpr int64_t kMC = 128;  // columns of A packed at once
 
-inline float to_f32(float x) { return x; }
+inline float to_f32(float x) {
+  return x;
+}
 inline float to_f32(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;
   float f;
@@ -31,13 +33,21 @@ inline float to_f32(uint16_t h) {
 }
 
 template <class V>
-inline typename V::reg load_any(const float* p) { return V::load(p); }
+inline typename V::reg load_any(const float* p) {
+  return V::load(p);
+}
 template <class V>
-inline typename V::reg load_any(const uint16_t* p) { return V::widen(p); }
+inline typename V::reg load_any(const uint16_t* p) {
+  return V::widen(p);
+}
 template <class V>
-inline typename V::reg load_any_part(const float* p, int n) { return V::load_part(p, n); }
+inline typename V::reg load_any_part(const float* p, int n) {
+  return V::load_part(p, n);
+}
 template <class V>
-inline typename V::reg load_any_part(const uint16_t* p, int n) { return V::widen_part(p, n); }
+inline typename V::reg load_any_part(const uint16_t* p, int n) {
+  return V::widen_part(p, n);
+}
 
 // Packed A holds kMC columns rounded up to whole panels of MR.
 template <class V>
@@ -60,9 +70,11 @@ struct BlockOperands {
 };
 
 // C[0:MR, 0:NV*W] (+)= A^T B over kc rows; only `last` lanes of the last vector are C.
+// Kept out of line so each block shape is one compact loop and the driver stays small. Partial
+// (masked) accesses are used only when the last vector really is partial: AVX2's are slow.
 template <class V, int MR, int NV, class T, bool kPackA, bool kPackB>
-void micro_kernel(const BlockOperands<T>& op, int64_t kc, float* c, int64_t ldc, int last,
-                  bool load_c) {
+__attribute__((noinline)) void micro_kernel(const BlockOperands<T>& op, int64_t kc, float* c,
+                                            int64_t ldc, int last, bool load_c) {
   static_assert(!kPackA || MR == V::MR, "packing A needs a full panel");
   using R = typename V::reg;
   constexpr int W = V::W, NR = V::W * V::NV;
@@ -78,7 +90,7 @@ void micro_kernel(const BlockOperands<T>& op, int64_t kc, float* c, int64_t ldc,
     for (int v = 0; v < NV; ++v) {
       if (!load_c)
         acc[i][v] = V::zero();
-      else if (v == NV - 1)
+      else if (v == NV - 1 && last < W)
         acc[i][v] = V::load_part(c + i * ldc + v * W, last);
       else
         acc[i][v] = V::load(c + i * ldc + v * W);
@@ -89,7 +101,7 @@ void micro_kernel(const BlockOperands<T>& op, int64_t kc, float* c, int64_t ldc,
     for (int v = 0; v < NV; ++v) {
       if constexpr (kPackB) {
         const T* src = bsrc + k * ldb + v * W;
-        bv[v] = v == NV - 1 ? load_any_part<V>(src, last) : load_any<V>(src);
+        bv[v] = v == NV - 1 && last < W ? load_any_part<V>(src, last) : load_any<V>(src);
         V::store(bp + k * NR + v * W, bv[v]);
       } else {
         bv[v] = V::load(bp + k * NR + v * W);
@@ -107,7 +119,7 @@ void micro_kernel(const BlockOperands<T>& op, int64_t kc, float* c, int64_t ldc,
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      if (v == NV - 1)
+      if (v == NV - 1 && last < W)
         V::store_part(c + i * ldc + v * W, acc[i][v], last);
       else
         V::store(c + i * ldc + v * W, acc[i][v]);
@@ -116,8 +128,8 @@ void micro_kernel(const BlockOperands<T>& op, int64_t kc, float* c, int64_t ldc,
 
 // Full panels of A may pack A and/or B on the fly; partial ones (mr < MR) read packed panels.
 template <class V, int MR, int NV, class T>
-void dispatch_mr(int mr, bool pack_a, bool pack_b, const BlockOperands<T>& op, int64_t kc,
-                 float* c, int64_t ldc, int last, bool load_c) {
+void dispatch_mr(int mr, bool pack_a, bool pack_b, const BlockOperands<T>& op, int64_t kc, float* c,
+                 int64_t ldc, int last, bool load_c) {
   if (mr == MR) {
     if constexpr (MR == V::MR) {
       if (pack_a && pack_b)
@@ -132,8 +144,8 @@ void dispatch_mr(int mr, bool pack_a, bool pack_b, const BlockOperands<T>& op, i
 }
 
 template <class V, int NV, class T>
-void dispatch_nv(int nv, int mr, bool pack_a, bool pack_b, const BlockOperands<T>& op,
-                 int64_t kc, float* c, int64_t ldc, int last, bool load_c) {
+void dispatch_nv(int nv, int mr, bool pack_a, bool pack_b, const BlockOperands<T>& op, int64_t kc,
+                 float* c, int64_t ldc, int last, bool load_c) {
   if (nv == NV) return dispatch_mr<V, V::MR, NV>(mr, pack_a, pack_b, op, kc, c, ldc, last, load_c);
   if constexpr (NV > 1)
     dispatch_nv<V, NV - 1>(nv, mr, pack_a, pack_b, op, kc, c, ldc, last, load_c);

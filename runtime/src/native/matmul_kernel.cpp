@@ -51,9 +51,8 @@ inline float widen_bf16(uint16_t h) {
 }
 }  // namespace
 
-void matmul_bf16_portable(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
-                          const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
-                          bool accumulate) {
+void matmul_bf16_portable(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
+                          int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
   for (int64_t m = 0; m < M; ++m) {
     float* crow = c + m * ldc;
     if (!accumulate)
@@ -75,6 +74,7 @@ struct Variant {
 };
 
 bool supports(const char* isa) {
+#if defined(__x86_64__)
   __builtin_cpu_init();
   if (std::strcmp(isa, "avx512") == 0)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -82,6 +82,7 @@ bool supports(const char* isa) {
            __builtin_cpu_supports("fma");
   if (std::strcmp(isa, "avx2") == 0)
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
   return std::strcmp(isa, "portable") == 0;
 }
 
@@ -124,7 +125,9 @@ void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, c
   neuron::native::host_variant().bf16(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
 }
 
-const char* neuron_matmul_isa() { return neuron::native::host_variant().name; }
+const char* neuron_matmul_isa() {
+  return neuron::native::host_variant().name;
+}
 
 int neuron_matmul_f32_variant(const char* isa, float* c, int64_t ldc, const float* a, int64_t lda,
                               const float* b, int64_t ldb, int64_t M, int64_t N, int64_t K,

@@ -21,8 +21,8 @@ void matmul_bf16_portable(float*, int64_t, const uint16_t*, int64_t, const uint1
                           int64_t, int64_t, int64_t, bool);
 void matmul_f32_avx2(float*, int64_t, const float*, int64_t, const float*, int64_t, int64_t,
                      int64_t, int64_t, bool);
-void matmul_bf16_avx2(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
-                      int64_t, int64_t, int64_t, bool);
+void matmul_bf16_avx2(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t,
+                      int64_t, int64_t, bool);
 void matmul_f32_avx512(float*, int64_t, const float*, int64_t, const float*, int64_t, int64_t,
                        int64_t, int64_t, bool);
 void matmul_bf16_avx512(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
