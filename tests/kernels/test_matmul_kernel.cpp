@@ -251,6 +251,16 @@ TEST_CASE("matmul kernel: denormals are kept, not flushed") {
       CHECK(bits_of(c[0]) == 2u);  // 2^-148 is the denormal with mantissa bits 0b10
     }
   }
+  // bf16 denormals widen to fp32 denormals: 0x0001 is 2^-133 (mantissa bit 16 of fp32).
+  for (const char* isa : kVariants) {
+    INFO("isa=", std::string(isa));
+    std::vector<uint16_t> a = {0x0001, 0x8001}, b = {0x3f80, 0x3f80};  // K = 2: +t and -t times 1
+    std::vector<float> c = {7.0f};
+    if (!run_bf16(isa, c, 1, a, 1, b, 1, {1, 1, 1}, false)) continue;
+    CHECK(bits_of(c[0]) == 0x00010000u);
+    run_bf16(isa, c, 1, a, 1, b, 1, {1, 1, 2}, false);
+    CHECK(bits_of(c[0]) == 0u);  // 2^-133 + (-2^-133) = +0
+  }
 #if defined(__x86_64__)
   // Nothing may leave flush-to-zero (bit 15) or denormals-are-zero (bit 6) on in MXCSR.
   CHECK((_mm_getcsr() & 0x8040u) == 0u);

@@ -6,10 +6,13 @@
 #include <filesystem>
 #include <string>
 
+#include <unistd.h>
+
 #include "kernels/differential.hpp"
 #include "kernels/sim_test_util.hpp"
 #include "neuron/error.hpp"
 #include "neuron/runtime/cache.hpp"
+#include "neuron/runtime/native/jit.hpp"
 #include "vector_add.hpp"
 
 using namespace neuron;
@@ -167,4 +170,22 @@ TEST_CASE("native host-kernel mode gives the same bits as bitcode mode") {
   Tensor o2 = compile_native(c, host)({a, b})[0];
   CHECK(first_bit_difference(o1, o2) == -1);
   for (int i = 0; i < 128 * 40; ++i) REQUIRE(o2.get(i) == av[i] + bv[i]);
+}
+
+TEST_CASE("native bitcode mode specializes element-wise kernels into vector code") {
+  // An fp32 add over a contiguous [16, 256] tile: after inlining with constant dtypes and op
+  // the loop is vectorized and no call to the tensor_tensor kernel remains.
+  InstrArgs a;
+  a.op0 = AluOp::add;
+  Program p = program({decl("x", {16, 256}, f32, kIn)},
+                      {instr(Opcode::tensor_tensor, sb(f32, 2048, 16, {row(256)}),
+                             {sb(f32, 0, 16, {row(256)}), sb(f32, 1024, 16, {row(256)})}, a)});
+  native::JitOptions jo;
+  const std::string ir = native::program_llvm_ir(p, jo, /*optimize=*/true);
+  CHECK(ir.find("fadd <") != std::string::npos);
+  CHECK(ir.find("call void @neuron_k_tensor_tensor") == std::string::npos);
+  // Host mode calls the library's copy instead.
+  jo.bitcode_kernels = false;
+  const std::string host_ir = native::program_llvm_ir(p, jo, true);
+  CHECK(host_ir.find("@neuron_host_k_tensor_tensor") != std::string::npos);
 }
