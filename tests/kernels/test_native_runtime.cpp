@@ -189,3 +189,24 @@ TEST_CASE("native bitcode mode specializes element-wise kernels into vector code
   const std::string host_ir = native::program_llvm_ir(p, jo, true);
   CHECK(host_ir.find("@neuron_host_k_tensor_tensor") != std::string::npos);
 }
+
+TEST_CASE("native threads: NEURON_THREADS is the default, the call's option wins") {
+  Compiled c = compile(vector_add_kernel(512, 8), default_compile_options());
+  Tensor a = Tensor::empty({512, 8}, f32), b = Tensor::empty({512, 8}, f32);
+  setenv("NEURON_THREADS", "3", 1);
+  RunReport rr;
+  NativeOptions o;
+  o.report = &rr;
+  run_native(c, {a, b}, {4}, o);
+  CHECK(rr.threads == 3);
+  o.threads = 2;
+  run_native(c, {a, b}, {4}, o);
+  CHECK(rr.threads == 2);
+  o.threads = 16;  // never more threads than programs
+  run_native(c, {a, b}, {4}, o);
+  CHECK(rr.threads == 4);
+  setenv("NEURON_THREADS", "many", 1);
+  o.threads = 0;
+  CHECK_THROWS_AS(run_native(c, {a, b}, {4}, o), UserError);
+  unsetenv("NEURON_THREADS");
+}
