@@ -63,7 +63,7 @@ std::string operand_str(const AccessPattern& ap) {
 InstrCost instr_cost(const Instr& in, const Target& t) {
   InstrCost c;
   if (in.op == Opcode::device_print) return c;
-  int64_t bytes = in.op == Opcode::device_print ? 0 : in.dst.elements() * dtype_bytes(in.dst.dtype);
+  int64_t bytes = in.dst.elements() * dtype_bytes(in.dst.dtype);
   for (auto& s : in.src) bytes += s.elements() * dtype_bytes(s.dtype);
   if (in.engine == Engine::dma || in.op == Opcode::dma_copy) {
     c.dma = true;
