@@ -106,9 +106,23 @@ NativeKernel compile_program(const Program& program, const std::string& ir_text,
   impl->program = program;
   native::check_program(impl->program);
   impl->bounds = native::analyze_bounds(impl->program);
-  impl->pitch = native::physical_pitch(
-      impl->program, impl->bounds,
-      program.target.empty() ? default_target() : target_by_name(program.target));
+  const Target& target = program.target.empty() ? default_target() : target_by_name(program.target);
+  impl->pitch = native::physical_pitch(impl->program, impl->bounds, target);
+  {
+    // Accesses that do not depend on program ids are checked now, at compile time.
+    native::ProgramBounds fixed;
+    for (auto& a : impl->bounds.accesses)
+      if (a.pid == std::array<int64_t, 4>{} && a.npid == std::array<int64_t, 4>{} &&
+          a.ppid == std::array<int64_t, 4>{} && a.pnpid == std::array<int64_t, 4>{})
+        fixed.accesses.push_back(a);
+    std::vector<int64_t> elements;
+    for (auto& d : impl->program.tensors) {
+      int64_t n = 1;
+      for (int64_t x : d.shape) n *= x;
+      elements.push_back(n);
+    }
+    native::check_launch(impl->program, fixed, target, elements, {1});
+  }
   rep.phases.push_back({"key and checks", ms_since(t0)});
 
   LoadedKernels& mem = memory();

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -168,7 +169,10 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
   int64_t npids[4] = {1, 1, 1, 1};
   for (size_t a = 0; a < grid.size(); ++a) npids[a] = grid[a];
   std::atomic<int64_t> counter{0};
-  auto worker = [&] {
+  // A worker that fails (out of memory for its scratch) stops the others; the caller rethrows.
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  auto work = [&] {
     std::unique_ptr<Scratch> s = pool().take(target, k.pitch);
     native::set_print_stream(opts.print);
     // Host tensors zero-copy; HBM scratch tensors private to the worker, zeroed per program.
@@ -199,10 +203,20 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
     native::set_print_stream(nullptr);
     pool().give(std::move(s));
   };
+  auto worker = [&] {
+    try {
+      work();
+    } catch (...) {
+      counter.store(total, std::memory_order_relaxed);
+      std::lock_guard lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+  };
   std::vector<std::thread> pool_threads;
   for (int t = 1; t < threads; ++t) pool_threads.emplace_back(worker);
   worker();
   for (auto& t : pool_threads) t.join();
+  if (error) std::rethrow_exception(error);
   if (opts.report) {
     opts.report->check_ms = check_ms;
     opts.report->run_ms = ms_since(t0);

@@ -1,0 +1,12 @@
+// Shared declarations of the neuron._C binding files: one init function per C++ area.
+#pragma once
+#include <pybind11/pybind11.h>
+
+namespace neuron::python {
+
+void init_ir(pybind11::module_& m);       // Span, Affine, DType, Memory, Kernel, print/parse
+void init_trace(pybind11::module_& m);    // nl::tensor, tracing, nl and isa calls
+void init_compile(pybind11::module_& m);  // compile, pass reports
+void init_runtime(pybind11::module_& m);  // Tensor, simulate
+
+}  // namespace neuron::python

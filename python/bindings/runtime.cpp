@@ -1,0 +1,58 @@
+// Bindings for the runtime: host tensors over NumPy memory and the simulator.
+#include <sstream>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings.hpp"
+#include "neuron/runtime/profile.hpp"
+#include "neuron/runtime/run.hpp"
+
+namespace py = pybind11;
+
+namespace neuron::python {
+
+void init_runtime(py::module_& m) {
+  py::class_<Tensor>(m, "HostTensor")
+      .def_static("empty", &Tensor::empty)
+      // Wraps memory the caller keeps alive (a C-contiguous NumPy array's data pointer).
+      .def_static("borrow", [](uintptr_t ptr, std::vector<int64_t> shape, DType dtype) {
+        return Tensor::borrow(reinterpret_cast<void*>(ptr), std::move(shape), dtype);
+      })
+      .def_property_readonly("shape", &Tensor::shape)
+      .def_property_readonly("dtype", &Tensor::dtype)
+      .def_property_readonly("data_ptr",
+                             [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data()); })
+      // A NumPy array over the tensor's memory (no copy); the array keeps the memory alive.
+      .def("to_numpy", [](const Tensor& t, py::dtype dt) {
+        auto* keep = new Tensor(t);
+        py::capsule owner(keep, [](void* p) { delete static_cast<Tensor*>(p); });
+        std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+        return py::array(dt, shape, {}, t.data(), owner);
+      });
+
+  // Runs a compiled kernel on the simulator; returns (outputs, device_print text, profile
+  // summary or "").
+  m.def("simulate", [](const Compiled& c, const std::vector<Tensor>& inputs,
+                       const std::vector<int64_t>& grid, bool profile) {
+    std::ostringstream printed;
+    SimOptions o;
+    o.print = &printed;
+    std::vector<Tensor> outs;
+    std::string summary;
+    {
+      py::gil_scoped_release release;
+      if (profile) {
+        SimResult r = simulate_profiled(c, inputs, grid, o);
+        outs = std::move(r.outputs);
+        summary = summary_text(r.profile);
+      } else {
+        outs = simulate(c, inputs, grid, o);
+      }
+    }
+    return std::make_tuple(outs, printed.str(), summary);
+  }, py::arg("compiled"), py::arg("inputs"), py::arg("grid"), py::arg("profile") = false);
+}
+
+}  // namespace neuron::python

@@ -1,0 +1,38 @@
+"""Where the user's code is: the first caller frame outside the neuron package."""
+import os
+import sys
+
+from . import _C
+
+PACKAGE_DIR = os.path.dirname(os.path.realpath(__file__))
+
+
+def is_toolkit_file(filename):
+    return os.path.dirname(os.path.realpath(filename)) == PACKAGE_DIR
+
+
+def user_frame():
+    f = sys._getframe(1)
+    while f is not None and is_toolkit_file(f.f_code.co_filename):
+        f = f.f_back
+    return f
+
+
+def user_span():
+    """The Span of the innermost user line calling into neuron (file, line, 1-based column)."""
+    f = user_frame()
+    if f is None:
+        return _C.Span()
+    column = 0
+    try:
+        pos = list(f.f_code.co_positions())[f.f_lasti // 2]
+        if pos[0] == f.f_lineno and pos[2] is not None:
+            column = pos[2] + 1
+    except (AttributeError, IndexError):
+        pass
+    return _C.Span(os.path.abspath(f.f_code.co_filename), f.f_lineno, column)
+
+
+def function_span(fn):
+    code = fn.__code__
+    return _C.Span(os.path.abspath(code.co_filename), code.co_firstlineno, 1)

@@ -1,0 +1,77 @@
+"""neuron.isa (import as nisa): NKI `nki.isa` instructions, current generation: the destination
+comes first and nothing is returned; the output dtype is the destination's."""
+from . import _C
+from ._span import user_span
+from .language import _Fn, _operand
+
+
+def _op(f):
+    if isinstance(f, _Fn):
+        return f.name
+    if isinstance(f, str):
+        return f
+    name = getattr(f, "__name__", None)  # numpy ufuncs (np.add) and the like
+    if isinstance(name, str):
+        return name
+    raise TypeError(f"expected an nl function as the operator, got {f!r}")
+
+
+def nc_matmul(dst, stationary, moving, accumulate=-1):
+    """dst[M,N] (PSUM) = stationary[K,M].T @ moving[K,N] in fp32; accumulate -1 lets the
+    compiler decide (first write overwrites, later ones add)."""
+    _C.nc_matmul(dst, stationary, moving, int(accumulate), user_span())
+
+
+def nc_transpose(dst, data):
+    _C.nc_transpose(dst, data, user_span())
+
+
+def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None):
+    _C.activation(dst, _op(op), data, bias, _operand(scale),
+                  None if reduce_op is None else _op(reduce_op), reduce_res, user_span())
+
+
+def tensor_tensor(dst, data1, data2, op):
+    _C.tensor_tensor(dst, data1, data2, _op(op), user_span())
+
+
+def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
+                  reverse1=False):
+    _C.tensor_scalar(dst, data, _op(op0), _operand(operand0), bool(reverse0),
+                     None if op1 is None else _op(op1),
+                     None if operand1 is None else _operand(operand1), bool(reverse1),
+                     user_span())
+
+
+def tensor_reduce(dst, op, data, axis, negate=False):
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    _C.tensor_reduce(dst, _op(op), data, axes, bool(negate), user_span())
+
+
+def tensor_copy(dst, src):
+    _C.tensor_copy(dst, src, user_span())
+
+
+def tensor_copy_predicated(dst, src, predicate):
+    _C.tensor_copy_predicated(dst, src, predicate, user_span())
+
+
+def memset(dst, value):
+    _C.memset(dst, float(value), user_span())
+
+
+def iota(dst, pattern, offset=0, channel_multiplier=0):
+    """dst[p, f...] = offset + p * channel_multiplier + sum(stride_i * f_i); pattern is
+    [[stride, count], ...] over the free dims."""
+    _C.iota(dst, [tuple(p) for p in pattern], int(offset), int(channel_multiplier), user_span())
+
+
+def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=None,
+                  offset=0):
+    _C.affine_select(dst, [tuple(p) for p in pattern], int(channel_multiplier), on_true_tile,
+                     float(on_false_value), "equal" if cmp_op is None else _op(cmp_op),
+                     int(offset), user_span())
+
+
+def dma_copy(dst, src):
+    _C.dma_copy(dst, src, user_span())

@@ -1,0 +1,321 @@
+"""neuron.language (import as nl): the NKI `nki.language` surface. Every call records Kernel IR
+through the C++ DSL, so a Python kernel traces to the same IR as the same C++ kernel."""
+import builtins
+
+import numpy as np
+
+from . import _C
+from ._span import user_span
+from .errors import user_error
+
+tensor = _C.Tensor
+
+# ---- dtypes and buffers ----------------------------------------------------------------------
+float32, bfloat16, float16 = _C.DType.float32, _C.DType.bfloat16, _C.DType.float16
+float8_e4m3, float8_e5m2 = _C.DType.float8_e4m3, _C.DType.float8_e5m2
+int8, int16, int32 = _C.DType.int8, _C.DType.int16, _C.DType.int32
+uint8, uint16, uint32 = _C.DType.uint8, _C.DType.uint16, _C.DType.uint32
+bool_ = _C.DType.bool_
+
+sbuf, psum, hbm, shared_hbm = _C.Memory.sbuf, _C.Memory.psum, _C.Memory.hbm, _C.Memory.shared_hbm
+
+
+class tile_size:
+    pmax = 128
+    psum_fmax = 512
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+
+
+_NUMPY_NAMES = {"float32": float32, "float16": float16, "bfloat16": bfloat16, "int8": int8,
+                "int16": int16, "int32": int32, "uint8": uint8, "uint16": uint16,
+                "uint32": uint32, "bool": bool_}
+
+
+def to_dtype(d):
+    """A neuron DType from an nl dtype, a NumPy dtype (ml_dtypes bfloat16 too) or a name."""
+    if d is None or isinstance(d, _C.DType):
+        return d
+    if isinstance(d, str):
+        found = _C.dtype_from_name(d)
+        if found is not None:
+            return found
+    name = np.dtype(d).name if not isinstance(d, str) else d
+    if name in _NUMPY_NAMES:
+        return _NUMPY_NAMES[name]
+    raise TypeError(f"unsupported dtype {d!r}")
+
+
+# ---- allocation ------------------------------------------------------------------------------
+
+def ndarray(shape, dtype, buffer=sbuf, name=""):
+    return _C.ndarray(list(shape), to_dtype(dtype), buffer, name, user_span())
+
+
+def zeros(shape, dtype, buffer=sbuf, name=""):
+    return _C.zeros(list(shape), to_dtype(dtype), buffer, name, user_span())
+
+
+def ones(shape, dtype, buffer=sbuf, name=""):
+    return _C.ones(list(shape), to_dtype(dtype), buffer, name, user_span())
+
+
+def full(shape, fill_value, dtype, buffer=sbuf, name=""):
+    return _C.full(list(shape), float(fill_value), to_dtype(dtype), buffer, name, user_span())
+
+
+def zeros_like(x, dtype=None, buffer=None, name=""):
+    return _C.zeros_like(x, to_dtype(dtype), buffer, name, user_span())
+
+
+# ---- data movement ---------------------------------------------------------------------------
+
+def load(src, dtype=None):
+    return _C.load(src, to_dtype(dtype), user_span())
+
+
+def store(dst, value):
+    _C.store(dst, value, user_span())
+
+
+def broadcast_to(x, shape):
+    return _C.broadcast_to(x, list(shape), user_span())
+
+
+def device_print(prefix, x):
+    _C.device_print(prefix, x, user_span())
+
+
+# ---- matrix operations -----------------------------------------------------------------------
+
+def matmul(x, y, transpose_x=False):
+    return _C.matmul(x, y, transpose_x, user_span())
+
+
+def transpose(x, dtype=None):
+    return _C.transpose(x, to_dtype(dtype), user_span())
+
+
+# ---- element-wise functions: objects usable as calls and as ISA operator arguments ------------
+
+def _operand(v):
+    if isinstance(v, _C.Tensor):
+        return v
+    if isinstance(v, (bool, int, float, np.number)):
+        return float(v)
+    raise TypeError(f"expected an nl tensor or a number, got {type(v).__name__}")
+
+
+class _Fn:
+    def __init__(self, name):
+        self.name = name
+        self.__name__ = name
+
+    def __repr__(self):
+        return f"nl.{self.name}"
+
+
+class _Copy(_Fn):
+    def __call__(self, x, dtype=None):
+        return _C.copy(x, to_dtype(dtype), user_span())
+
+
+class _Unary(_Fn):
+    def __call__(self, x, dtype=None):
+        return _C.unary(self.name, x, to_dtype(dtype), user_span())
+
+
+class _Binary(_Fn):
+    def __call__(self, x, y, dtype=None):
+        return _C.binary(self.name, _operand(x), _operand(y), to_dtype(dtype), user_span())
+
+
+class _Reduce(_Fn):
+    def __init__(self, name, public):
+        super().__init__(name)
+        self.__name__ = public
+
+    def __call__(self, x, axis, dtype=None, keepdims=False):
+        axes = [axis] if isinstance(axis, int) else list(axis)
+        return _C.reduce(self.name, x, axes, to_dtype(dtype), keepdims, user_span())
+
+
+copy = _Copy("copy")
+(exp, log, tanh, sqrt, rsqrt, sigmoid, silu, gelu, gelu_apprx_tanh, relu, abs, negative,
+ reciprocal, square, sin, cos, erf, softplus, sign) = (
+    _Unary(n) for n in ("exp log tanh sqrt rsqrt sigmoid silu gelu gelu_apprx_tanh relu abs "
+                        "negative reciprocal square sin cos erf softplus sign").split())
+(add, subtract, multiply, divide, maximum, minimum, power, equal, not_equal, greater,
+ greater_equal, less, less_equal, logical_and, logical_or, logical_xor, bitwise_and, bitwise_or,
+ bitwise_xor, left_shift, right_shift) = (
+    _Binary(n) for n in ("add subtract multiply divide maximum minimum power equal not_equal "
+                         "greater greater_equal less less_equal logical_and logical_or "
+                         "logical_xor bitwise_and bitwise_or bitwise_xor left_shift "
+                         "right_shift").split())
+sum, max, min, mean = _Reduce("sum", "sum"), _Reduce("max", "max"), _Reduce("min", "min"), \
+    _Reduce("mean", "mean")
+bypass = _Fn("bypass")
+
+
+def where(condition, x, y, dtype=None):
+    return _C.where(condition, _operand(x), _operand(y), to_dtype(dtype), user_span())
+
+
+# ---- SPMD programs ---------------------------------------------------------------------------
+
+def program_id(axis=0):
+    return _C.program_id(axis, user_span())
+
+
+def num_programs(axis=0):
+    return _C.num_programs(axis, user_span())
+
+
+# ---- loops -----------------------------------------------------------------------------------
+
+class _State:
+    serial = 0  # bumped per trace, so a loop generator of an aborted trace never closes another
+
+
+def _range_args(args):
+    if len(args) == 1:
+        return 0, args[0], 1
+    if len(args) == 2:
+        return args[0], args[1], 1
+    if len(args) == 3:
+        return args
+    raise TypeError(f"expected 1 to 3 range arguments, got {len(args)}")
+
+
+def _rolled(args, sequential):
+    span = user_span()
+    start, stop, step = (int(a) for a in _range_args(args))
+    var, loop_id, extent = _C.open_loop(start, stop, step, sequential, span)
+    if extent == 0:
+        return
+    serial = _State.serial
+    try:
+        yield _C.Affine(start) + _C.Affine.var(var, step)
+    finally:
+        if serial == _State.serial:
+            _C.close_loop(loop_id)
+
+
+def affine_range(*args):
+    """A rolled loop traced once: iterations are independent (may run in parallel)."""
+    return _rolled(args, False)
+
+
+def sequential_range(*args):
+    """A rolled loop traced once whose iterations depend on each other."""
+    return _rolled(args, True)
+
+
+def static_range(*args):
+    """Unrolled at trace time, like Python's range."""
+    return builtins.range(*args)
+
+
+class ds:
+    """nl.ds(start, size): `size` elements from `start` (which may use loop indices)."""
+
+    def __init__(self, start, size):
+        self.start, self.size = start, size
+
+
+# ---- tensor methods: indexing and operators --------------------------------------------------
+
+def _is_index(v):
+    return isinstance(v, (int, np.integer, _C.Affine)) and not isinstance(v, bool)
+
+
+def _affine(v):
+    return v if isinstance(v, _C.Affine) else _C.Affine(int(v))
+
+
+def _subscript(key, size, span):
+    if isinstance(key, ds):
+        return _C.subscript("ds", _affine(key.start), int(key.size), 0, span)
+    if _is_index(key):
+        a = _affine(key)
+        if a.is_constant() and a.constant < 0:
+            a = _C.Affine(a.constant + size)
+        return _C.subscript("scalar", a, 0, 0, span)
+    if isinstance(key, slice):
+        start, stop, step = key.start, key.stop, key.step
+        if start is None and stop is None and step in (None, 1):
+            return _C.subscript("all", _C.Affine(0), 0, 0, span)
+        symbolic = any(isinstance(v, _C.Affine) and not v.is_constant() for v in (start, stop))
+        if symbolic:
+            if start is None or stop is None or step not in (None, 1):
+                user_error("index", "a slice with loop indices needs a start and a stop and no "
+                           "step (t[i*128:(i+1)*128]); use nl.ds(start, size)", span)
+            width = _affine(stop) - _affine(start)
+            if not width.is_constant():
+                user_error("index", f"slice {start}:{stop} does not have a constant size "
+                           "(stop - start must not depend on loop indices)", span)
+            return _C.subscript("ds", _affine(start), width.constant, 0, span)
+        start = 0 if start is None else _affine(start).constant
+        stop = size if stop is None else _affine(stop).constant
+        start = start + size if start < 0 else start
+        stop = stop + size if stop < 0 else stop
+        return _C.subscript("slice", _C.Affine(start), stop, 1 if step is None else int(step),
+                            span)
+    user_error("index", f"unsupported subscript {key!r} of type {type(key).__name__} (use ints, "
+               "loop indices, slices or nl.ds)", span)
+
+
+def _getitem(self, key):
+    span = user_span()
+    keys = key if isinstance(key, tuple) else (key,)
+    shape = self.shape
+    subs = [_subscript(k, shape[i] if i < len(shape) else 1, span) for i, k in enumerate(keys)]
+    return _C.index(self, subs)
+
+
+def _setitem(self, key, value):
+    # t[...] = value stores (or copies) into the view, as in NKI.
+    view = _getitem(self, key)
+    span = user_span()
+    if isinstance(value, _C.Tensor):
+        if view.buffer in (hbm, shared_hbm):
+            _C.store(view, value, span)
+        else:
+            _C.tensor_copy(view, value, span)
+    else:
+        _C.memset(view, float(value), span)
+
+
+def _binop(name, swap=False):
+    def op(self, other):
+        a, b = (_operand(other), self) if swap else (self, _operand(other))
+        return _C.binary(name, a, b, None, user_span())
+    return op
+
+
+def _inplace(name):
+    def op(self, other):
+        return _C.update(self, name, _operand(other), user_span())
+    return op
+
+
+def _no_bool(self):
+    user_error("control-flow", "a traced tensor has no truth value at trace time: `if`/`while` "
+               "on device data is not supported; use nl.where(cond, x, y) or "
+               "nisa.affine_select", user_span())
+
+
+tensor.__getitem__ = _getitem
+tensor.__setitem__ = _setitem
+for _name, _op in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
+                   ("truediv", "divide"), ("pow", "power")):
+    setattr(tensor, f"__{_name}__", _binop(_op))
+    setattr(tensor, f"__r{_name}__", _binop(_op, swap=True))
+for _name, _op in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
+                   ("truediv", "divide")):
+    setattr(tensor, f"__i{_name}__", _inplace(_op))
+for _name, _op in (("lt", "less"), ("le", "less_equal"), ("gt", "greater"),
+                   ("ge", "greater_equal")):
+    setattr(tensor, f"__{_name}__", _binop(_op))
+tensor.__neg__ = lambda self: _C.unary("negative", self, None, user_span())
+tensor.__bool__ = _no_bool
