@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings.hpp"
+#include "neuron/runtime/native/native.hpp"
 #include "neuron/runtime/profile.hpp"
 #include "neuron/runtime/run.hpp"
 
@@ -29,7 +30,14 @@ void init_runtime(py::module_& m) {
         auto* keep = new Tensor(t);
         py::capsule owner(keep, [](void* p) { delete static_cast<Tensor*>(p); });
         std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
-        return py::array(dt, shape, {}, t.data(), owner);
+        std::vector<py::ssize_t> strides(shape.size());
+        // Not dt.itemsize(): pybind11 2.10 reads the NumPy 1.x descriptor layout.
+        py::ssize_t step = dtype_bytes(t.dtype());
+        for (size_t i = shape.size(); i-- > 0;) {
+          strides[i] = step;
+          step *= shape[i];
+        }
+        return py::array(dt, shape, strides, t.data(), owner);
       });
 
   // Runs a compiled kernel on the simulator; returns (outputs, device_print text, profile
@@ -53,6 +61,24 @@ void init_runtime(py::module_& m) {
     }
     return std::make_tuple(outs, printed.str(), summary);
   }, py::arg("compiled"), py::arg("inputs"), py::arg("grid"), py::arg("profile") = false);
+
+  // Runs a compiled kernel natively (the LLVM JIT; compiled once per kernel and cached);
+  // returns (outputs, device_print text, compile report text).
+  m.def("run_native", [](const Compiled& c, const std::vector<Tensor>& inputs,
+                         const std::vector<int64_t>& grid) {
+    std::ostringstream printed;
+    NativeOptions o;
+    o.print = &printed;
+    std::vector<Tensor> outs;
+    std::string report;
+    {
+      py::gil_scoped_release release;
+      NativeKernel k = compile_native(c);
+      report = k.report().str();
+      outs = k(inputs, grid, o);
+    }
+    return std::make_tuple(outs, printed.str(), report);
+  });
 }
 
 }  // namespace neuron::python

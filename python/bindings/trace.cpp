@@ -157,7 +157,10 @@ void init_trace(py::module_& m) {
       .def(py::init([](std::vector<int64_t> shape, DType dtype, std::string name) {
              return TensorSpec{std::move(shape), dtype, std::move(name)};
            }),
-           py::arg("shape"), py::arg("dtype"), py::arg("name") = "");
+           py::arg("shape"), py::arg("dtype"), py::arg("name") = "")
+      .def_readonly("shape", &TensorSpec::shape)
+      .def_readonly("dtype", &TensorSpec::dtype)
+      .def_readonly("name", &TensorSpec::name);
 
   py::class_<nl::subscript>(m, "Subscript");
   m.def("subscript", &make_sub);

@@ -19,6 +19,17 @@ inline const std::vector<std::string>& arith_ops() {
       "rsqrt",     "reciprocal",  "logical_not", "bypass"};
   return v;
 }
+// tensor_tensor takes binary operators only (the verifier rejects unary ones there).
+inline const std::vector<std::string>& binary_ops() {
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> r;
+    for (auto& s : arith_ops())
+      if (s != "abs" && s != "rsqrt" && s != "reciprocal" && s != "logical_not" && s != "bypass")
+        r.push_back(s);
+    return r;
+  }();
+  return v;
+}
 inline const std::vector<std::string>& bit_ops() {
   static const std::vector<std::string> v = {"bitwise_and", "bitwise_or", "bitwise_xor"};
   return v;
@@ -124,7 +135,7 @@ inline void KernelGen::add_tile_by_full_write() {
     emit(Opcode::tensor_tensor, {{"dst", whole(t)},
                                  {"data1", whole(x)},
                                  {"data2", whole(y)},
-                                 {"op", one_of(detail::arith_ops())}});
+                                 {"op", one_of(detail::binary_ops())}});
   } else if (kind == 5) {
     emit(Opcode::tensor_scalar, {{"dst", whole(t)},
                                  {"data", whole(x)},
@@ -151,7 +162,7 @@ inline void KernelGen::random_instr() {
       elementwise_windows(dst, {&x, &y});
       const bool all_int = is_int(dst) && is_int(x) && is_int(y);
       const std::string op =
-          all_int && chance(0.4) ? one_of(detail::bit_ops()) : one_of(detail::arith_ops());
+          all_int && chance(0.4) ? one_of(detail::bit_ops()) : one_of(detail::binary_ops());
       emit(Opcode::tensor_tensor, {{"dst", dst}, {"data1", x}, {"data2", y}, {"op", op}});
       return;
     }

@@ -124,3 +124,23 @@ inline BothResults check_differential(const Compiled& c, const std::vector<Tenso
 }
 
 }  // namespace neuron::testing
+
+namespace neuron::testing {
+
+// For hand-built engine programs tested against the simulator: simulates into `tensors` (as
+// neuron::simulate does) and runs the same program natively on copies of every tensor; all
+// tensors must end bit-identical, so each simulator test is also a native test.
+inline void simulate_both(const Program& p, const std::vector<Tensor>& tensors,
+                          const std::vector<int64_t>& grid = {1}) {
+  std::vector<Tensor> copies;
+  for (const Tensor& t : tensors) {
+    Tensor c = Tensor::empty(t.shape(), t.dtype());
+    if (t.bytes()) std::memcpy(c.data(), t.data(), t.bytes());
+    copies.push_back(c);
+  }
+  compile_native(p).run(copies, grid);
+  simulate(p, tensors, grid);
+  check_bit_identical(tensors, copies);
+}
+
+}  // namespace neuron::testing

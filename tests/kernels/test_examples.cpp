@@ -1,18 +1,17 @@
-// The example kernels on the simulator against independent double-precision references.
+// The example kernels, run on the simulator AND natively: both executors must agree bit for bit
+// and both must match independent double-precision references.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <random>
 
+#include "kernels/differential.hpp"
 #include "matmul.hpp"
 #include "softmax.hpp"
-#include "tolerance.hpp"
 #include "vector_add.hpp"
 
-using neuron::DType;
-using neuron::Tensor;
-using neuron::testing::compare;
-using neuron::testing::tolerance_for;
+using namespace neuron;
+using namespace neuron::testing;
 
 namespace {
 
@@ -31,24 +30,38 @@ double round_to(DType dtype, double v) {
   return t.get(0);
 }
 
+std::vector<double> reference(int64_t n, const std::function<double(int64_t)>& f) {
+  std::vector<double> r(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) r[static_cast<size_t>(i)] = f(i);
+  return r;
+}
+
 }  // namespace
 
-TEST_CASE("vector_add over an SPMD grid matches a + b") {
+TEST_CASE("vector_add over an SPMD grid matches a + b on both executors") {
   for (DType dtype : {DType::float32, DType::bfloat16, DType::float16}) {
-    CAPTURE(neuron::dtype_name(dtype));
+    CAPTURE(dtype_name(dtype));
     const int64_t n = 512, f = 256;
-    auto k = neuron::trace("vector_add", examples::vector_add, {{{n, f}, dtype}, {{n, f}, dtype}});
+    auto k = trace("vector_add", examples::vector_add, {{{n, f}, dtype}, {{n, f}, dtype}});
+    Compiled c = compile(k, default_compile_options());
     Tensor a = random_tensor({n, f}, dtype, 1), b = random_tensor({n, f}, dtype, 2);
-    Tensor out = neuron::simulate(k, {a, b}, {n / 128})[0];
-    // fp32 arithmetic on the engine, one rounding to the output dtype.
-    auto c = compare(
-        n * f, [&](int64_t i) { return out.get(i); },
-        [&](int64_t i) { return round_to(dtype, double(a.get(i)) + b.get(i)); }, {0, 0});
-    CHECK_MESSAGE(c.bad == 0, c.first);
+    // fp32 arithmetic on the engine, one rounding to the output dtype: exact.
+    auto ref = reference(n * f, [&](int64_t i) { return round_to(dtype, double(a.get(i)) + b.get(i)); });
+    for (int threads : {1, 2, 3}) {
+      CAPTURE(threads);
+      NativeOptions o;
+      o.threads = threads;
+      RunReport rep;
+      o.report = &rep;
+      BothResults r = run_both(c, {a, b}, {n / 128}, o);
+      check_reference(r, 0, ref, {0, 0});
+      CHECK(rep.threads == threads);
+      CHECK(rep.programs == n / 128);
+    }
   }
 }
 
-TEST_CASE("tiled matmul matches a double-precision reference") {
+TEST_CASE("tiled matmul matches a double-precision reference on both executors") {
   struct Case {
     DType dtype;
     int64_t M, K, N;
@@ -56,42 +69,42 @@ TEST_CASE("tiled matmul matches a double-precision reference") {
   for (Case cs : {Case{DType::float32, 128, 128, 512}, Case{DType::float32, 256, 384, 1024},
                   Case{DType::float32, 128, 256, 256}, Case{DType::bfloat16, 256, 256, 512},
                   Case{DType::bfloat16, 384, 128, 128}}) {
-    CAPTURE(neuron::dtype_name(cs.dtype));
+    CAPTURE(dtype_name(cs.dtype));
     CAPTURE(cs.M);
     CAPTURE(cs.K);
     CAPTURE(cs.N);
-    auto k = neuron::trace("matmul", examples::matmul,
-                           {{{cs.K, cs.M}, cs.dtype}, {{cs.K, cs.N}, cs.dtype}});
+    auto k = trace("matmul", examples::matmul, {{{cs.K, cs.M}, cs.dtype}, {{cs.K, cs.N}, cs.dtype}});
+    Compiled c = compile(k, default_compile_options());
     Tensor lhsT = random_tensor({cs.K, cs.M}, cs.dtype, 3, 0.5f);
     Tensor rhs = random_tensor({cs.K, cs.N}, cs.dtype, 4, 0.5f);
-    Tensor out = neuron::simulate(k, {lhsT, rhs})[0];
-    auto ref = [&](int64_t i) {
+    auto ref = reference(cs.M * cs.N, [&](int64_t i) {
       int64_t m = i / cs.N, n = i % cs.N;
       double s = 0;
       for (int64_t kk = 0; kk < cs.K; ++kk) s += double(lhsT.get(kk * cs.M + m)) * rhs.get(kk * cs.N + n);
       return s;
-    };
-    auto c = compare(cs.M * cs.N, [&](int64_t i) { return out.get(i); }, ref,
-                     tolerance_for(cs.dtype));
-    CHECK_MESSAGE(c.bad == 0, c.first);
+    });
+    NativeOptions o;
+    o.threads = 2;
+    check_reference(run_both(c, {lhsT, rhs}, {1}, o), 0, ref);
   }
 }
 
-TEST_CASE("row softmax matches a double-precision reference") {
+TEST_CASE("row softmax matches a double-precision reference on both executors") {
   for (DType dtype : {DType::float32, DType::bfloat16}) {
-    CAPTURE(neuron::dtype_name(dtype));
-    const int64_t n = 256, f = 320;
-    auto k = neuron::trace("softmax", examples::softmax, {{{n, f}, dtype}});
+    CAPTURE(dtype_name(dtype));
+    const int64_t n = 384, f = 320;
+    auto k = trace("softmax", examples::softmax, {{{n, f}, dtype}});
+    Compiled c = compile(k, default_compile_options());
     Tensor x = random_tensor({n, f}, dtype, 5, 6.0f);
-    Tensor out = neuron::simulate(k, {x}, {n / 128})[0];
-    auto ref = [&](int64_t i) {
+    auto ref = reference(n * f, [&](int64_t i) {
       int64_t r = i / f;
       double mx = -INFINITY, sum = 0;
-      for (int64_t c = 0; c < f; ++c) mx = std::fmax(mx, x.get(r * f + c));
-      for (int64_t c = 0; c < f; ++c) sum += std::exp(double(x.get(r * f + c)) - mx);
+      for (int64_t j = 0; j < f; ++j) mx = std::fmax(mx, x.get(r * f + j));
+      for (int64_t j = 0; j < f; ++j) sum += std::exp(double(x.get(r * f + j)) - mx);
       return std::exp(double(x.get(i)) - mx) / sum;
-    };
-    auto c = compare(n * f, [&](int64_t i) { return out.get(i); }, ref, tolerance_for(dtype));
-    CHECK_MESSAGE(c.bad == 0, c.first);
+    });
+    NativeOptions o;
+    o.threads = 2;
+    check_reference(run_both(c, {x}, {n / 128}, o), 0, ref);
   }
 }

@@ -1,5 +1,7 @@
 // Simulator: each compute instruction on hand-built engine programs, checked against
 // double-precision loops written here.
+// simulate_both (kernels/differential.hpp) also runs each functional case natively and
+// requires bit-identical results, so these are differential tests too.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -8,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/differential.hpp"
 #include "kernels/sim_test_util.hpp"
 #include "neuron/error.hpp"
 #include "neuron/runtime/sim.hpp"
@@ -33,7 +36,7 @@ TEST_CASE("nc_matmul fp32 computes stationary^T @ moving") {
        instr(Opcode::nc_matmul, ps(DType::float32, 0, M, {row(N)}),
              {sb(DType::float32, 0, K, {row(M)}), sb(DType::float32, 1024, K, {row(N)})}, mm),
        dma(hbm2(2, DType::float32, M, N, N), ps(DType::float32, 0, M, {row(N)}))});
-  simulate(p, {ta, tb, out});
+  neuron::testing::simulate_both(p, {ta, tb, out});
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
       double ref = 0;
@@ -80,7 +83,7 @@ TEST_CASE("nc_matmul bf16 inputs with accumulate on, off and auto") {
         {decl("a", {2 * K, M}, DType::bfloat16, kIn), decl("b", {2 * K, N}, DType::bfloat16, kIn),
          decl("out", {M, N}, DType::float32, kOut)},
         body);
-    simulate(p, {ta, tb, out});
+    neuron::testing::simulate_both(p, {ta, tb, out});
     return out;
   };
   SUBCASE("overwrite then accumulate: sum of both") {
@@ -130,7 +133,7 @@ TEST_CASE("tiled 256^3 fp32 matmul with loops over k, m and n blocks") {
                                  instr(Opcode::nc_matmul, D, {St, Mv}, mm)}),
                            instr(Opcode::tensor_copy, O, {D}),
                            dma(hbm2(2, DType::float32, T, T, S, m * (T * S) + n * T), O)})})});
-  simulate(p, {ta, tb, out});
+  neuron::testing::simulate_both(p, {ta, tb, out});
   for (int i = 0; i < S; i += 7)
     for (int j = 0; j < S; j += 5) {
       double ref = 0;
@@ -152,7 +155,7 @@ TEST_CASE("nc_transpose fp32 and bit-exact bf16") {
                 {dma(sb(dt, 0, P, {row(F)}), hbm2(0, dt, P, F, F)),
                  instr(Opcode::nc_transpose, ps(dt, 0, F, {row(P)}), {sb(dt, 0, P, {row(F)})}),
                  dma(hbm2(1, dt, F, P, P), ps(dt, 0, F, {row(P)}))});
-    simulate(p, {tin, out});
+    neuron::testing::simulate_both(p, {tin, out});
     for (int i = 0; i < P; ++i)
       for (int j = 0; j < F; ++j) {
         if (dt == DType::bfloat16)
@@ -192,7 +195,7 @@ TEST_CASE("activation with [P,1] scale and bias tiles, an immediate scale, and r
        dma(B, hbm2(2, DType::float32, P, 1, 1)), a, instr(Opcode::activation, Y2, {X}, act2),
        dma(hbm2(3, DType::float32, P, F, F), Y), dma(hbm2(4, DType::float32, P, 1, 1), R),
        dma(hbm2(5, DType::float32, P, F, F), Y2)});
-  simulate(p, {tx, tsc, tbi, out, red, out2});
+  neuron::testing::simulate_both(p, {tx, tsc, tbi, out, red, out2});
   for (int i = 0; i < P; ++i) {
     double sum = 0;
     for (int j = 0; j < F; ++j) {
@@ -240,7 +243,7 @@ TEST_CASE("tensor_tensor arithmetic on fp32 and bitwise on int32") {
                      {sb(i32, 128, P, {row(F)}), sb(i32, 192, P, {row(F)})}, band),
                dma(hbm2(4, DType::bfloat16, P, F, F), sb(DType::bfloat16, 256, P, {row(F)})),
                dma(hbm2(5, i32, P, F, F), sb(i32, 320, P, {row(F)}))});
-  simulate(p, {tx, ty, tix, tiy, out, iout});
+  neuron::testing::simulate_both(p, {tx, ty, tix, tiy, out, iout});
   for (int i = 0; i < P * F; ++i) {
     double d = double(x[i]) - y[i];
     // One bf16 rounding: within half a bf16 ulp (2^-8 relative).
@@ -276,7 +279,7 @@ TEST_CASE("tensor_scalar with immediates, [P,1] tiles and reverse flags") {
                        instr(Opcode::tensor_scalar, sb(f32, 200, P, {row(F)}), {X, C}, tile),
                        dma(hbm2(2, f32, P, F, F), sb(f32, 100, P, {row(F)})),
                        dma(hbm2(3, f32, P, F, F), sb(f32, 200, P, {row(F)}))});
-  simulate(p, {tx, tc, o1, o2});
+  neuron::testing::simulate_both(p, {tx, tc, o1, o2});
   for (int i = 0; i < P; ++i)
     for (int j = 0; j < F; ++j) {
       double v = x[i * F + j];
@@ -310,7 +313,7 @@ TEST_CASE("tensor_reduce over one and two axes, with negate") {
                        dma(hbm2(1, f32, P, A, A), sb(f32, 200, P, {row(A)})),
                        dma(hbm2(2, f32, P, 1, 1), sb(f32, 300, P, {row(1)})),
                        dma(hbm2(3, f32, P, B, B), sb(f32, 400, P, {row(B)}))});
-  simulate(p, {tx, o1, o2, o3});
+  neuron::testing::simulate_both(p, {tx, o1, o2, o3});
   for (int i = 0; i < P; ++i) {
     double mx = -1e30;
     for (int a = 0; a < A; ++a) {
@@ -360,7 +363,7 @@ TEST_CASE("tensor_copy rounds to bf16 on write; predicated copy; memset") {
        dma(hbm2(4, i32, P, F, F), sb(i32, 128, P, {row(F)})),
        instr(Opcode::memset, sb(bf, 160, P, {row(F)}), {}, mb),
        dma(hbm2(5, bf, P, F, F), sb(bf, 160, P, {row(F)}))});
-  simulate(p, {tx, tp, out, pout, mout, bout});
+  neuron::testing::simulate_both(p, {tx, tp, out, pout, mout, bout});
   for (int i = 0; i < P * F; ++i) {
     CHECK(bits16(out, i) == want[i]);
     CHECK(pout.get(i) == (pred[i] != 0 ? x[i] : 7.0f));
@@ -396,7 +399,7 @@ TEST_CASE("iota and affine_select follow offset + p*channel_multiplier + sum str
        dma(sb(f32, 64, P, {row(8)}), hbm2(0, f32, P, 8, 8)),
        instr(Opcode::affine_select, sb(f32, 128, P, {row(8)}), {sb(f32, 64, P, {row(8)})}, sel),
        dma(hbm2(2, f32, P, 8, 8), sb(f32, 128, P, {row(8)}))});
-  simulate(p, {tx, io, so});
+  neuron::testing::simulate_both(p, {tx, io, so});
   for (int i = 0; i < P; ++i) {
     for (int a = 0; a < A; ++a)
       for (int bb = 0; bb < B; ++bb)

@@ -1,5 +1,7 @@
 // Simulator: DMA, rotation, SPMD grids, printing, scratch tensors and user errors on hand-built
 // engine programs.
+// simulate_both (kernels/differential.hpp) also runs each functional case natively and
+// requires bit-identical results, so these are differential tests too.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -8,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/differential.hpp"
 #include "kernels/sim_test_util.hpp"
 #include "neuron/error.hpp"
 #include "neuron/runtime/sim.hpp"
@@ -36,7 +39,7 @@ TEST_CASE("dma_copy with strides, dtype conversion and partition broadcast") {
        dma(hbm2(2, bf, 4, C, C), sb(bf, 512, 4, {row(C)})),
        // HBM to HBM: column 1 broadcast to 3 columns (stride 0 dim)
        dma(hbm2(3, f32, R, 3, 3), hbm(0, f32, 1, {{C, R}, {0, 3}}))});
-  simulate(p, {tx, strided, bcast, hb});
+  neuron::testing::simulate_both(p, {tx, strided, bcast, hb});
   for (int r = 0; r < R; ++r) {
     for (int j = 0; j < C / 2; ++j) CHECK(strided.get(r * C / 2 + j) == x[r * C + C - 2 - 2 * j]);
     for (int j = 0; j < 3; ++j) CHECK(hb.get(r * 3 + j) == x[r * C + 1]);
@@ -71,7 +74,7 @@ TEST_CASE("rotating slots advance per iteration and wrap") {
                        // After the loop: slot 0 holds iteration 2's data, slot 1 iteration 3's.
                        dma(hbm2(2, f32, P, F, F), sb(f32, 1000, P, {row(F)})),
                        dma(hbm2(2, f32, P, F, F, P * F), sb(f32, 1064, P, {row(F)}))});
-  simulate(p, {tx, out, slots});
+  neuron::testing::simulate_both(p, {tx, out, slots});
   for (int k = 0; k < N * P * F; ++k) CHECK(out.get(k) == 2 * x[k]);
   for (int k = 0; k < P * F; ++k) {
     CHECK(slots.get(k) == x[2 * P * F + k]);
@@ -94,7 +97,7 @@ TEST_CASE("SPMD grid: pid-dependent offsets, fresh on-chip memory per program") 
       {decl("x", {G * P, F}, f32, kIn), decl("o", {G * P, F}, f32, kOut)},
       {dma(X, hbm2(0, f32, P, F, F, pid * (P * F))), instr(Opcode::tensor_tensor, A, {A, X}, add),
        dma(hbm2(1, f32, P, F, F, pid * (P * F)), A)});
-  simulate(p, {tx, out}, {G});
+  neuron::testing::simulate_both(p, {tx, out}, {G});
   for (int k = 0; k < G * P * F; ++k) CHECK(out.get(k) == x[k]);
 }
 
@@ -120,7 +123,7 @@ TEST_CASE("2-D grid runs row-major and binds npid") {
        // copy[flat + npid0 + npid1 - 4] = v[flat]: lands in range only if npid0 = npid1 = 2.
        dma(hbm(2, f32, flat + Affine::var("npid0") + Affine::var("npid1") - 4, {{0, 1}, {1, 1}}),
            S1)});
-  simulate(p, {v, acc, copy}, {2, 2});
+  neuron::testing::simulate_both(p, {v, acc, copy}, {2, 2});
   CHECK(acc.get(0) == 1234.0f);
   for (int k = 0; k < 4; ++k) CHECK(copy.get(k) == float(k + 1));
 }
@@ -235,7 +238,7 @@ TEST_CASE("private HBM scratch tensors, fp8 writes and integer tensor_scalar") {
        instr(Opcode::tensor_copy, sb(u8, 16, 2, {row(4)}), {sb(f32, 32, 2, {row(4)})}),
        instr(Opcode::tensor_scalar, sb(u8, 48, 2, {row(4)}), {sb(u8, 16, 2, {row(4)})}, shift_and),
        dma(hbm2(2, u8, 2, 4, 4), sb(u8, 48, 2, {row(4)}))});
-  simulate(p, {x, o, bits}, {2});
+  neuron::testing::simulate_both(p, {x, o, bits}, {2});
   // e4m3 codes: 1.0 = 0x38, 240 = 0x77, 247 -> 0x77, 248 -> inf 0x78, -0.5 = 0xB0, 1000 -> inf,
   // 0, 17 -> 16 (0x58; 17 is a tie between 16 and 18, even mantissa wins).
   const uint8_t want[8] = {0x38, 0x77, 0x77, 0x78, 0xB0, 0x78, 0x00, 0x58};

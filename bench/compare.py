@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Ours (the native backend, via build/bench/libneuron_bench.so) against PyTorch's CPU kernels
+and NumPy's matmul, in one process on the same thread count. Prints a table of median times,
+GFLOP/s and ratios, and writes it with the machine description into docs/performance.md
+(between the markers of its own section).
+
+    python3 bench/compare.py --build build [--threads 2] [--repeats 5] [--no-4096] [--no-write]
+"""
+import argparse
+import ctypes
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BEGIN = "<!-- BEGIN bench/compare.py -->"
+END = "<!-- END bench/compare.py -->"
+
+
+def load_lib(build):
+    lib = ctypes.CDLL(os.path.join(build, "bench", "libneuron_bench.so"))
+    i64, c_int, vp = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
+    lib.neuron_bench_matmul.argtypes = [i64, i64, i64, c_int, c_int, c_int, vp, vp, vp]
+    lib.neuron_bench_matmul.restype = ctypes.c_double
+    lib.neuron_bench_softmax.argtypes = [i64, i64, c_int, c_int, vp, vp]
+    lib.neuron_bench_softmax.restype = ctypes.c_double
+    lib.neuron_bench_matmul_blocks.argtypes = [i64, c_int]
+    lib.neuron_bench_matmul_blocks.restype = i64
+    lib.neuron_bench_error.restype = ctypes.c_char_p
+    return lib
+
+
+def checked(lib, seconds):
+    if seconds < 0:
+        raise RuntimeError("neuron: " + lib.neuron_bench_error().decode())
+    return seconds
+
+
+def median_time(fn, repeats, warmup=1):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def machine(threads):
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    fl = line.split()
+                    flags = ", ".join(x for x in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if x in fl)
+                    break
+    except OSError:
+        pass
+    load = os.getloadavg()
+    blas = ""
+    try:
+        cfg = np.show_config(mode="dicts")
+        blas = cfg["Build Dependencies"]["blas"]["name"] + " " + cfg["Build Dependencies"]["blas"].get("version", "")
+    except Exception:  # noqa: BLE001 - only for the description
+        pass
+    env = ", ".join(f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+                                                       "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+                    if k in os.environ)
+    return [
+        f"CPU: {model} ({flags}), {os.cpu_count()} logical cores; threads used: {threads}",
+        f"Python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__} "
+        f"(BLAS: {blas.strip() or 'unknown'}{'; ' + env if env else ''})",
+        f"Load average at the end of the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min)",
+    ]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="CMake build dir")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs per case (median)")
+    ap.add_argument("--no-4096", action="store_true", help="skip the 4096 fp32 matmul")
+    ap.add_argument("--no-write", action="store_true", help="do not update docs/performance.md")
+    ap.add_argument("--softmax", default="4096x1024", help="softmax shape ROWSxCOLS")
+    args = ap.parse_args()
+
+    lib = load_lib(os.path.abspath(args.build))
+    torch.set_num_threads(args.threads)
+    threadpool_note = ""
+    try:
+        from threadpoolctl import threadpool_limits  # optional
+        threadpool_limits(args.threads)
+    except ImportError:
+        threadpool_note = "numpy's BLAS threads follow OPENBLAS_NUM_THREADS/its default"
+    torch.manual_seed(0)
+    reps = args.repeats
+    rows = []  # (case, peer, ours_s, peer_s, flops)
+
+    def matmul_case(n, dtype, peers):
+        a = torch.rand(n, n, dtype=torch.float32) - 0.5
+        b = torch.rand(n, n, dtype=torch.float32) - 0.5
+        if dtype == "bf16":
+            a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
+        lhsT = a.t().contiguous()  # our kernel's layout: K on partitions (a transposed)
+        out = torch.zeros(n, n, dtype=a.dtype)
+        bf16 = 1 if dtype == "bf16" else 0
+
+        def ours(iters):
+            return checked(lib, lib.neuron_bench_matmul(n, n, n, bf16, args.threads, iters,
+                                                        lhsT.data_ptr(), b.data_ptr(), out.data_ptr()))
+
+        ours(0)
+        ref = torch.mm(a.double(), b.double())
+        tol = 2e-2 if dtype == "bf16" else 1e-4
+        if not torch.allclose(out.double(), ref, rtol=tol, atol=tol * n ** 0.5):
+            raise SystemExit(f"matmul {dtype} {n}: ours disagrees with the reference "
+                             f"(max abs err {(out.double() - ref).abs().max().item():.3g})")
+        t_ours = ours(reps)
+        flops = 2.0 * n ** 3
+        if "torch" in peers:
+            t = median_time(lambda: torch.mm(a, b), reps)
+            assert torch.allclose(torch.mm(a, b).double(), ref, rtol=tol, atol=tol * n ** 0.5)
+            rows.append((f"matmul {dtype} {n}", f"torch.mm ({dtype})", t_ours, t, flops))
+        if "numpy" in peers:
+            an, bn = a.numpy(), b.numpy()
+            t = median_time(lambda: an @ bn, reps)
+            assert np.allclose(an @ bn, ref.numpy(), rtol=tol, atol=tol * n ** 0.5)
+            rows.append((f"matmul {dtype} {n}", "numpy @ (OpenBLAS)", t_ours, t, flops))
+        print(f"  done matmul {dtype} {n}", file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    matmul_case(1024, "fp32", ("torch", "numpy"))
+    matmul_case(2048, "fp32", ("torch", "numpy"))
+    note_4096 = ""
+    elapsed = time.perf_counter() - started
+    if args.no_4096:
+        note_4096 = "fp32 4096 skipped (--no-4096)."
+    elif elapsed > 20:
+        # 4096 costs ~8x the 2048 case (per run, three contenders).
+        note_4096 = (f"fp32 4096 skipped: the 1024 and 2048 cases took {elapsed:.0f} s, so 4096 "
+                     f"would exceed about a minute on this machine; run with a quieter machine.")
+    else:
+        matmul_case(4096, "fp32", ("torch", "numpy"))
+    matmul_case(2048, "bf16", ("torch",))
+
+    r, c = (int(v) for v in args.softmax.split("x"))
+    x = torch.randn(r, c, dtype=torch.float32) * 4
+    y = torch.zeros_like(x)
+    checked(lib, lib.neuron_bench_softmax(r, c, args.threads, 0, x.data_ptr(), y.data_ptr()))
+    if not torch.allclose(y, torch.softmax(x, dim=1), rtol=1e-5, atol=1e-6):
+        raise SystemExit("softmax: ours disagrees with torch.softmax")
+    t_ours = checked(lib, lib.neuron_bench_softmax(r, c, args.threads, reps, x.data_ptr(), y.data_ptr()))
+    t = median_time(lambda: torch.softmax(x, dim=1), reps)
+    # Bytes moved (read x, write out) are the natural unit; GFLOP/s uses ~5 flops per element.
+    rows.append((f"softmax fp32 {r}x{c}", "torch.softmax", t_ours, t, 5.0 * r * c))
+
+    header = "| case | peer | ours (ms) | peer (ms) | ours GFLOP/s | peer GFLOP/s | ours / peer |"
+    lines = [header, "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for case, peer, to, tp, fl in rows:
+        lines.append(f"| {case} | {peer} | {to * 1e3:.2f} | {tp * 1e3:.2f} | {fl / to * 1e-9:.1f} "
+                     f"| {fl / tp * 1e-9:.1f} | {tp / to:.2f}x |")
+    table = "\n".join(lines)
+    desc = machine(args.threads)
+    print(table)
+    print("\n".join(desc))
+    if note_4096:
+        print(note_4096)
+
+    if args.no_write:
+        return
+    cmd = f"python3 bench/compare.py --build {os.path.relpath(os.path.abspath(args.build), ROOT)} " \
+          f"--threads {args.threads} --repeats {reps}" + (" --no-4096" if args.no_4096 else "")
+    blocks = {n: lib.neuron_bench_matmul_blocks(n, args.threads) for n in (1024, 2048)}
+    section = "\n".join([
+        BEGIN,
+        "### Measured table (written by bench/compare.py)",
+        "",
+        f"Median of {reps} timed runs after one warm-up, all contenders in one process with "
+        f"{args.threads} thread(s) (`torch.set_num_threads`, our `NativeOptions::threads`). "
+        "\"ours / peer\" is peer time / our time: above 1.00x we are faster. GFLOP/s = 2n^3 / time for "
+        "matmul and 5 flops per element for softmax. Ours is `bench/spmd_matmul.hpp` (row blocks per "
+        f"program: {blocks[1024]} at 1024, {blocks[2048]} at 2048) and `examples/softmax.hpp`.",
+        "",
+        table,
+        "",
+        *[f"- {d}" for d in desc],
+        *([f"- {note_4096}"] if note_4096 else []),
+        *([f"- {threadpool_note}"] if threadpool_note else []),
+        "",
+        "Regenerate (from the repository root, after building `neuron_bench`):",
+        "",
+        "```",
+        cmd,
+        "```",
+        END,
+    ])
+    path = os.path.join(ROOT, "docs", "performance.md")
+    with open(path) as f:
+        text = f.read()
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    with open(path, "w") as f:
+        f.write(text)
+    print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+// A tiny C API over the native backend for bench/compare.py (ctypes): runs the compiled matmul
+// and softmax kernels on caller-owned buffers and returns the median seconds per run.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "../examples/softmax.hpp"
+#include "neuron/runtime/native/native.hpp"
+#include "spmd_matmul.hpp"
+
+namespace {
+
+// Row blocks per program of the SPMD matmul: 4 (the PSUM banks it uses) unless that leaves
+// fewer programs than threads.
+int64_t blocks_for(int64_t M, int threads) {
+  int64_t blocks = 4;
+  while (blocks > 1 && (M % (128 * blocks) != 0 || M / (128 * blocks) < threads)) blocks /= 2;
+  return blocks;
+}
+
+struct Entry {
+  neuron::NativeKernel kernel;
+  std::vector<int64_t> grid;
+};
+
+// Kernels are traced and compiled once per shape and kept for the process.
+std::mutex g_mutex;
+std::map<std::string, Entry> g_kernels;
+std::string g_error;
+
+const Entry& matmul_kernel(int64_t M, int64_t N, int64_t K, neuron::DType dt, int threads) {
+  const int64_t blocks = blocks_for(M, threads);
+  std::string key = fmt::format("matmul {} {} {} {} {}", M, N, K, neuron::dtype_name(dt), blocks);
+  std::lock_guard lock(g_mutex);
+  auto it = g_kernels.find(key);
+  if (it != g_kernels.end()) return it->second;
+  auto k = neuron::trace(
+      "bench_spmd_matmul",
+      [blocks](neuron::nl::tensor a, neuron::nl::tensor b) {
+        return bench::spmd_matmul(a, b, blocks);
+      },
+      {{{K, M}, dt}, {{K, N}, dt}});
+  Entry e{neuron::compile_native(k), {M / (128 * blocks)}};
+  return g_kernels.emplace(key, std::move(e)).first->second;
+}
+
+const Entry& softmax_kernel(int64_t rows, int64_t cols) {
+  std::string key = fmt::format("softmax {} {}", rows, cols);
+  std::lock_guard lock(g_mutex);
+  auto it = g_kernels.find(key);
+  if (it != g_kernels.end()) return it->second;
+  auto k = neuron::trace("bench_softmax", examples::softmax,
+                         {{{rows, cols}, neuron::DType::float32}});
+  Entry e{neuron::compile_native(k), {rows / 128}};
+  return g_kernels.emplace(key, std::move(e)).first->second;
+}
+
+// One warm-up run, then `iters` timed runs; the median, in seconds.
+double time_runs(const Entry& e, const std::vector<neuron::Tensor>& tensors, int threads,
+                 int iters) {
+  neuron::NativeOptions opts;
+  opts.threads = threads;
+  e.kernel.run(tensors, e.grid, opts);
+  std::vector<double> secs;
+  for (int i = 0; i < std::max(iters, 1); ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    e.kernel.run(tensors, e.grid, opts);
+    secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(secs.begin(), secs.end());
+  return secs[secs.size() / 2];
+}
+
+template <class F>
+double guarded(F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    g_error = e.what();
+    return -1.0;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// out[M, N] = lhsT[K, M].T @ rhs[K, N], all row-major, fp32 or (dtype_is_bf16) bf16 bits.
+// Returns the median seconds per run after one warm-up, or -1 on error (neuron_bench_error).
+double neuron_bench_matmul(int64_t M, int64_t N, int64_t K, int dtype_is_bf16, int threads,
+                           int iters, void* lhsT, void* rhs, void* out) {
+  return guarded([&] {
+    auto dt = dtype_is_bf16 ? neuron::DType::bfloat16 : neuron::DType::float32;
+    const Entry& e = matmul_kernel(M, N, K, dt, threads);
+    std::vector<neuron::Tensor> t{neuron::Tensor::borrow(lhsT, {K, M}, dt),
+                                  neuron::Tensor::borrow(rhs, {K, N}, dt),
+                                  neuron::Tensor::borrow(out, {M, N}, dt)};
+    return time_runs(e, t, threads, iters);
+  });
+}
+
+// Row softmax of x[rows, cols] fp32 (rows a multiple of 128) into out.
+double neuron_bench_softmax(int64_t rows, int64_t cols, int threads, int iters, float* x,
+                            float* out) {
+  return guarded([&] {
+    const Entry& e = softmax_kernel(rows, cols);
+    std::vector<neuron::Tensor> t{
+        neuron::Tensor::borrow(x, {rows, cols}, neuron::DType::float32),
+        neuron::Tensor::borrow(out, {rows, cols}, neuron::DType::float32)};
+    return time_runs(e, t, threads, iters);
+  });
+}
+
+// Row blocks per program the matmul uses for these sizes (for the report).
+int64_t neuron_bench_matmul_blocks(int64_t M, int threads) { return blocks_for(M, threads); }
+
+// The message of the last error, "" when none.
+const char* neuron_bench_error() { return g_error.c_str(); }
+
+}  // extern "C"

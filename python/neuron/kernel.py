@@ -1,0 +1,106 @@
+"""@neuron.kernel: traces a Python function into Kernel IR, compiles it once per argument
+signature and runs it natively (LLVM JIT, the default) or on the simulator."""
+import functools
+import inspect
+
+from . import _C
+from . import runtime
+from ._span import function_span
+from .errors import NeuronError, strip_toolkit_frames
+from .language import _State
+
+
+class Kernel:
+    """A traced-on-call kernel. kernel[g0, g1](...) launches a grid of programs."""
+
+    def __init__(self, fn, grid=(1,), target="trn2", profile=False, _cache=None, mode="native"):
+        if mode not in ("native", "simulate"):
+            raise ValueError(f"mode is 'native' or 'simulate', got {mode!r}")
+        self.fn = fn
+        self.mode = mode
+        self.grid = tuple(grid)
+        self.target = target
+        self.profile = profile
+        self.last_profile = ""  # the simulator's profile summary (neuron.simulate)
+        self.last_report = ""   # the native compile report
+        self._cache = {} if _cache is None else _cache
+        functools.update_wrapper(self, fn)
+        self._params = [p.name for p in inspect.signature(fn).parameters.values()]
+
+    def __getitem__(self, grid):
+        grid = grid if isinstance(grid, tuple) else (grid,)
+        if not 1 <= len(grid) <= 4 or not all(isinstance(g, int) and g > 0 for g in grid):
+            raise ValueError(f"a launch grid is 1 to 4 positive ints, got {grid!r}")
+        return Kernel(self.fn, grid, self.target, self.profile, self._cache, self.mode)
+
+    def trace(self, *args):
+        """The Kernel IR for these arguments (arrays, or (shape, dtype) pairs)."""
+        try:
+            return self._trace_specs(self._specs(args))
+        except NeuronError as e:
+            raise e.with_traceback(strip_toolkit_frames(e.__traceback__)) from None
+
+    def _specs(self, args):
+        if len(args) != len(self._params):
+            raise TypeError(f"kernel {self.fn.__name__} takes {len(self._params)} tensors, "
+                            f"got {len(args)}")
+        specs = []
+        for a, name in zip(args, self._params):
+            if isinstance(a, tuple) and len(a) == 2 and not hasattr(a, "shape"):
+                specs.append(_C.TensorSpec(list(a[0]), runtime.to_dtype(a[1]), name))
+            else:
+                specs.append(runtime.spec_of(runtime.to_numpy(a), name))
+        return specs
+
+    def _trace_specs(self, specs):
+        _State.serial += 1
+        return _C.trace(self.fn.__name__, self.fn, specs, function_span(self.fn))
+
+    def compile(self, *args):
+        specs = self._specs(args)
+        key = tuple((tuple(s.shape), s.dtype) for s in specs)
+        if key not in self._cache:
+            self._cache[key] = _C.compile(self._trace_specs(specs), self.target)
+        return self._cache[key]
+
+    def __call__(self, *args):
+        try:
+            compiled = self.compile(*args)
+            arrays = [runtime.to_numpy(a) for a in args]
+            outs, report = runtime.run(compiled, arrays, self.grid, self.mode, self.profile)
+            if self.mode == "native":
+                self.last_report = report
+            else:
+                self.last_profile = report
+        except NeuronError as e:
+            raise e.with_traceback(strip_toolkit_frames(e.__traceback__)) from None
+        like_torch = any(runtime.is_torch(a) for a in args)
+        outs = [runtime.from_numpy(o, like_torch) for o in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def kernel(fn=None, *, target="trn2", mode="native"):
+    """Decorator: @neuron.kernel, or @neuron.kernel(mode="simulate", target="trn2")."""
+    if fn is None:
+        return lambda f: Kernel(f, target=target, mode=mode)
+    return Kernel(fn, target=target, mode=mode)
+
+
+class _Simulated:
+    def __init__(self, k):
+        self.kernel = Kernel(k.fn, k.grid, k.target, True, k._cache, "simulate") \
+            if isinstance(k, Kernel) else Kernel(k, profile=True, mode="simulate")
+
+    def __getitem__(self, grid):
+        return _Simulated(self.kernel[grid])
+
+    def __call__(self, *args):
+        out = self.kernel(*args)
+        self.profile = self.kernel.last_profile
+        return out
+
+
+def simulate(k):
+    """neuron.simulate(kernel)(...): runs on the simulator with the timing model; the profile
+    summary text is in .profile after the call."""
+    return _Simulated(k)

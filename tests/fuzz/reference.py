@@ -1,0 +1,715 @@
+"""Independent NumPy reference interpreter of the Kernel IR text form (ISA level).
+
+Written from docs/ir.md and docs/numerics.md only; it shares no code with the simulator or the
+native backend. It reads the kernel printed by neuron::print after legalize/allocate (the
+`compiled.ir` of a neuron-fuzz case folder) and executes it over the SPMD grid with numpy and
+ml_dtypes. Allocated offsets and slots are ignored: every `alloc` gets fresh storage, so an
+allocator that makes live buffers overlap shows up as a difference.
+
+    python3 reference.py CASE_DIR      # checks one case folder, prints the verdict
+"""
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+DTYPES = {
+    "float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16,
+    "float8_e4m3": ml_dtypes.float8_e4m3, "float8_e5m2": ml_dtypes.float8_e5m2,
+    "int8": np.int8, "int16": np.int16, "int32": np.int32,
+    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "bool": np.uint8,
+}
+FLOAT_DTYPES = {"float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2"}
+
+
+class RefError(Exception):
+    pass
+
+
+# ---- parsing the text form -----------------------------------------------------------------
+
+TOKEN = re.compile(r"""\s*(?:(\#[^\n]*)|("(?:[^"\\]|\\.)*")|(\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+)
+                   |(\d+)|([A-Za-z_][A-Za-z0-9_.]*)|(->|[\[\](){}:,=+\-*]))""", re.X)
+
+
+def tokenize(text):
+    toks, pos = [], 0
+    text = text.rstrip()
+    while pos < len(text):
+        m = TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise RefError(f"cannot tokenize at {text[pos:pos + 20]!r}")
+        pos = m.end()
+        if m.group(1):
+            continue
+        if m.group(2):
+            toks.append(("str", bytes(m.group(2)[1:-1], "utf-8").decode("unicode_escape")))
+        elif m.group(3):
+            toks.append(("float", float(m.group(3))))
+        elif m.group(4):
+            toks.append(("int", int(m.group(4))))
+        elif m.group(5):
+            toks.append(("id", m.group(5)))
+        elif m.group(6):
+            toks.append(("p", m.group(6)))
+    toks.append(("end", None))
+    return toks
+
+
+@dataclass
+class Decl:
+    name: str
+    dtype: str
+    shape: list
+    memory: str
+
+
+@dataclass
+class View:
+    buf: str
+    dims: list  # (affine, size, step, keep); affine = (constant, {var: coeff})
+
+
+@dataclass
+class Stmt:
+    kind: str  # block / for / alloc / op
+    body: list = field(default_factory=list)
+    var: str = ""
+    extent: int = 0
+    decl: Decl = None
+    op: str = ""
+    args: dict = field(default_factory=dict)
+
+
+class Parser:
+    def __init__(self, text):
+        self.t = tokenize(text)
+        self.i = 0
+
+    def peek(self, k=0):
+        return self.t[self.i + k]
+
+    def next(self):
+        tok = self.t[self.i]
+        self.i += 1
+        return tok
+
+    def accept(self, v):
+        if self.peek()[1] == v and self.peek()[0] in ("p", "id"):
+            self.i += 1
+            return True
+        return False
+
+    def expect(self, v):
+        tok = self.next()
+        if tok[1] != v:
+            raise RefError(f"expected {v!r}, got {tok}")
+
+    def name(self):
+        tok = self.next()
+        if tok[0] not in ("id", "str"):
+            raise RefError(f"expected a name, got {tok}")
+        return tok[1]
+
+    def integer(self):
+        neg = self.accept("-")
+        tok = self.next()
+        if tok[0] != "int":
+            raise RefError(f"expected an integer, got {tok}")
+        return -tok[1] if neg else tok[1]
+
+    def skip_loc(self):
+        if self.peek() == ("id", "loc") and self.peek(1) == ("p", "("):
+            while self.next()[1] != ")":
+                pass
+
+    def decl(self):
+        name = self.name()
+        self.expect(":")
+        dtype = self.name()
+        self.expect("[")
+        shape = []
+        while not self.accept("]"):
+            shape.append(self.integer())
+            self.accept(",")
+        memory = self.name()
+        while self.peek()[1] in ("offset", "slots", "over"):
+            if self.next()[1] == "over":
+                self.name()
+            else:
+                self.expect("=")
+                self.integer()
+        self.skip_loc()
+        return Decl(name, dtype, shape, memory)
+
+    def params(self):
+        self.expect("(")
+        out = []
+        while not self.accept(")"):
+            out.append(self.decl())
+            self.accept(",")
+        return out
+
+    def kernel(self):
+        self.expect("kernel")
+        name = self.name()
+        ins = self.params()
+        self.expect("->")
+        outs = self.params()
+        self.skip_loc()
+        return name, ins, outs, self.stmt()
+
+    def stmt(self):
+        tok = self.peek()
+        if tok == ("p", "{"):
+            self.next()
+            body = []
+            while not self.accept("}"):
+                body.append(self.stmt())
+            self.skip_loc()
+            return Stmt("block", body=body)
+        if tok == ("id", "for"):
+            self.next()
+            var = self.name()
+            self.expect("in")
+            self.name()  # affine_range / sequential_range: same semantics for a sequential run
+            self.expect("(")
+            extent = self.integer()
+            self.expect(")")
+            self.skip_loc()
+            return Stmt("for", var=var, extent=extent, body=[self.stmt()])
+        if tok == ("id", "alloc"):
+            self.next()
+            d = self.decl()
+            if self.peek() == ("id", "buffer_loc"):
+                self.next()
+                while self.next()[1] != ")":
+                    pass
+            return Stmt("alloc", decl=d)
+        op = self.name()
+        self.expect("(")
+        args = {}
+        while not self.accept(")"):
+            key = self.name()
+            self.expect("=")
+            args[key] = self.value()
+            self.accept(",")
+        self.skip_loc()
+        return Stmt("op", op=op, args=args)
+
+    def value(self):
+        tok = self.peek()
+        if tok[0] in ("id", "str") and self.peek(1) == ("p", "["):
+            buf = self.name()
+            self.expect("[")
+            dims = []
+            while not self.accept("]"):
+                dims.append(self.slice())
+                self.accept(",")
+            return View(buf, dims)
+        if tok == ("p", "["):
+            self.next()
+            out = []
+            while not self.accept("]"):
+                out.append(self.integer())
+                self.accept(",")
+            return out
+        if tok[0] == "str":
+            return self.next()[1]
+        neg = self.accept("-")
+        tok = self.next()
+        sign = -1 if neg else 1
+        if tok[0] == "int":
+            return sign * tok[1]
+        if tok[0] == "float":
+            return sign * tok[1]
+        if tok in (("id", "inf"), ("id", "nan")):
+            return sign * float(tok[1])
+        raise RefError(f"bad value {tok}")
+
+    def aterm(self, sign):
+        tok = self.next()
+        if tok[0] == "int":
+            if self.accept("*"):
+                return 0, {self.name(): sign * tok[1]}
+            return sign * tok[1], {}
+        if tok[0] == "id":
+            coeff = 1
+            if self.accept("*"):
+                coeff = self.integer()
+            return 0, {tok[1]: sign * coeff}
+        raise RefError(f"bad affine term {tok}")
+
+    def affine(self):
+        const, terms = 0, {}
+        sign = -1 if self.accept("-") else 1
+        while True:
+            c, t = self.aterm(sign)
+            const += c
+            for k, v in t.items():
+                terms[k] = terms.get(k, 0) + v
+            if self.peek() == ("p", "+") and self.peek(1) != ("p", "+"):
+                self.next()
+                sign = 1
+            elif self.peek() == ("p", "-"):
+                self.next()
+                sign = -1
+            else:
+                return const, terms
+
+    def slice(self):
+        start = self.affine()
+        if not self.accept(":"):
+            return (start, 1, 1, False)
+        self.expect("+")
+        size, step, keep = self.integer(), 1, True
+        while self.accept(":"):
+            if self.accept("drop"):
+                keep = False
+            else:
+                step = self.integer()
+        return (start, size, step, keep)
+
+
+# ---- numerics (docs/numerics.md) --------------------------------------------------------------
+
+def to_f32(raw):
+    return np.asarray(raw).astype(np.float32)
+
+
+def from_f32(x, dtype):
+    x = np.asarray(x, dtype=np.float32)
+    if dtype in FLOAT_DTYPES:
+        with np.errstate(all="ignore"):
+            return x.astype(DTYPES[dtype])
+    if dtype == "bool":
+        return ((x != 0) & ~np.isnan(x)).astype(np.uint8)
+    info = np.iinfo(DTYPES[dtype])
+    with np.errstate(all="ignore"):
+        r = np.rint(np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=np.inf, neginf=-np.inf))
+    return np.clip(r, info.min, info.max).astype(DTYPES[dtype])
+
+
+def from_int(v, dtype):
+    """Integer values (iota / affine_select indices) converted to a destination dtype."""
+    v = np.asarray(v, dtype=np.int64)
+    if dtype in FLOAT_DTYPES:
+        return from_f32(v.astype(np.float32), dtype)
+    if dtype == "bool":
+        return (v != 0).astype(np.uint8)
+    info = np.iinfo(DTYPES[dtype])
+    return np.clip(v, info.min, info.max).astype(DTYPES[dtype])
+
+
+def from_double(value, dtype, shape):
+    """Immediates (memset value, affine_select on_false)."""
+    if dtype in FLOAT_DTYPES:
+        return from_f32(np.full(shape, np.float32(value)), dtype)
+    if dtype == "bool":
+        return np.full(shape, 1 if (value != 0 and not math.isnan(value)) else 0, np.uint8)
+    if math.isnan(value):
+        value = 0.0
+    info = np.iinfo(DTYPES[dtype])
+    r = float(np.clip(np.rint(value), info.min, info.max))
+    return np.full(shape, int(r), DTYPES[dtype])
+
+
+F = np.float32
+
+
+def alu(op, a, b):
+    a = np.asarray(a, F)
+    b = np.asarray(b, F)
+    one, zero = F(1), F(0)
+    with np.errstate(all="ignore"):
+        if op == "bypass":
+            return a + zero * 0 if False else a.copy()
+        if op == "add":
+            return a + b
+        if op == "subtract":
+            return a - b
+        if op == "multiply":
+            return a * b
+        if op == "divide":
+            return a / b
+        if op == "maximum":
+            return np.fmax(a, b)
+        if op == "minimum":
+            return np.fmin(a, b)
+        if op == "power":
+            return np.power(a.astype(np.float64), b.astype(np.float64)).astype(F)
+        if op == "mod":
+            r = np.fmod(a, b)
+            fix = (r != 0) & ((r < 0) != (b < 0))
+            return np.where(fix, r + b, r).astype(F)
+        cmp = {"equal": np.equal, "not_equal": np.not_equal, "greater": np.greater,
+               "greater_equal": np.greater_equal, "less": np.less, "less_equal": np.less_equal}
+        if op in cmp:
+            return np.where(cmp[op](a, b), one, zero)
+        if op == "logical_and":
+            return np.where((a != 0) & (b != 0), one, zero)
+        if op == "logical_or":
+            return np.where((a != 0) | (b != 0), one, zero)
+        if op == "logical_xor":
+            return np.where((a != 0) != (b != 0), one, zero)
+        if op == "logical_not":
+            return np.where(a == 0, one, zero)
+        if op == "abs":
+            return np.abs(a)
+        if op == "rsqrt":
+            return (1.0 / np.sqrt(a.astype(np.float64))).astype(F)
+        if op == "reciprocal":
+            return F(1) / a
+    raise RefError(f"ALU op {op} not modelled")
+
+
+def activation_fn(func, t):
+    x = t.astype(np.float64)
+    with np.errstate(all="ignore"):
+        if func == "copy":
+            r = x
+        elif func == "exp":
+            r = np.exp(x)
+        elif func == "log":
+            r = np.log(x)
+        elif func == "tanh":
+            r = np.tanh(x)
+        elif func == "sqrt":
+            r = np.sqrt(x)
+        elif func == "rsqrt":
+            r = 1.0 / np.sqrt(x)
+        elif func == "sigmoid":
+            r = 1.0 / (1.0 + np.exp(-x))
+        elif func == "silu":
+            r = x / (1.0 + np.exp(-x))
+        elif func == "gelu":
+            r = 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+        elif func == "gelu_apprx_tanh":
+            r = 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+        elif func == "relu":
+            r = np.where(x > 0, x, 0.0)
+        elif func == "abs":
+            r = np.abs(x)
+        elif func == "reciprocal":
+            r = 1.0 / x
+        elif func == "square":
+            r = x * x
+        elif func == "sign":
+            r = np.where(x > 0, 1.0, np.where(x < 0, -1.0, x))
+        elif func == "softplus":
+            r = np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
+        elif func == "sin":
+            r = np.sin(x)
+        elif func == "cos":
+            r = np.cos(x)
+        elif func == "erf":
+            r = np.vectorize(math.erf, otypes=[np.float64])(x) if x.size else x
+        elif func == "negative":
+            r = -x
+        else:
+            raise RefError(f"activation {func} not modelled")
+        return np.asarray(r, np.float64).astype(F)
+
+
+# ---- execution --------------------------------------------------------------------------------
+
+class Machine:
+    def __init__(self, hbm, decls):
+        self.hbm = hbm  # name -> array (shared across programs)
+        self.decls = dict(decls)  # name -> Decl
+        self.local = {}  # on-chip buffers of the running program
+        self.mm = {}  # psum buffer -> bool mask: element last written by a matmul
+        self.env = {}
+        self.instructions = 0
+
+    def arr(self, name):
+        if name in self.local:
+            return self.local[name]
+        if name in self.hbm:
+            return self.hbm[name]
+        raise RefError(f"unknown buffer {name}")
+
+    def index(self, v):
+        arr = self.arr(v.buf)
+        if len(v.dims) != arr.ndim:
+            raise RefError(f"view of {v.buf} has {len(v.dims)} dims, buffer {arr.ndim}")
+        idx, full, kept = [], [], []
+        for d, ((c, terms), size, step, keep) in enumerate(v.dims):
+            start = c + sum(k * self.env[n] for n, k in terms.items())
+            ix = start + step * np.arange(size)
+            if size and (ix.min() < 0 or ix.max() >= arr.shape[d]):
+                raise RefError(f"out of bounds: {v.buf} dim {d} index {ix.min()}..{ix.max()}")
+            idx.append(ix)
+            full.append(size)
+            if keep:
+                kept.append(size)
+        return arr, np.ix_(*idx), full, kept
+
+    def read(self, v):
+        arr, ix, _, kept = self.index(v)
+        return arr[ix].reshape(kept)
+
+    def dtype(self, v):
+        return self.decls[v.buf].dtype
+
+    def write(self, v, values, from_matmul=False):
+        arr, ix, full, _ = self.index(v)
+        arr[ix] = np.asarray(values).reshape(full)
+        if v.buf in self.mm:
+            self.mm[v.buf][ix] = from_matmul
+
+    def convert(self, src_view, dst_dtype):
+        raw = self.read(src_view)
+        if self.dtype(src_view) == dst_dtype:
+            return raw.copy()
+        return from_f32(to_f32(raw), dst_dtype)
+
+    def f32(self, v):
+        return to_f32(self.read(v))
+
+    def column(self, value, shape):
+        """A float immediate or a [P, 1] view as an fp32 array broadcast to `shape`."""
+        if isinstance(value, View):
+            col = self.f32(value).reshape(shape[0], *([1] * (len(shape) - 1)))
+            return np.broadcast_to(col, shape)
+        return np.full(shape, F(value), F)
+
+    def run_block(self, stmts):
+        allocated = []
+        for s in stmts:
+            self.run(s, allocated)
+        for name in allocated:
+            self.local.pop(name, None)
+            self.mm.pop(name, None)
+
+    def run(self, s, allocated):
+        if s.kind == "block":
+            self.run_block(s.body)
+        elif s.kind == "for":
+            for i in range(s.extent):
+                self.env[s.var] = i
+                self.run(s.body[0], [])
+            self.env.pop(s.var, None)
+        elif s.kind == "alloc":
+            d = s.decl
+            self.decls[d.name] = d
+            self.local[d.name] = np.zeros(d.shape, DTYPES[d.dtype])
+            if d.memory == "psum":
+                self.mm[d.name] = np.zeros(d.shape, bool)
+            allocated.append(d.name)
+        else:
+            self.instructions += 1
+            self.op(s.op, s.args)
+
+    def affine_values(self, a, dst):
+        shape = self.read(dst).shape
+        pat = a["pattern"]
+        sizes = [shape[0]] + pat[1::2]
+        coef = [a.get("channel_multiplier", 0)] + pat[0::2]
+        if int(np.prod(sizes)) != int(np.prod(shape)):
+            raise RefError("iota pattern does not cover the destination")
+        grids = np.indices(sizes, dtype=np.int64)
+        v = a.get("offset", 0) + sum(c * g for c, g in zip(coef, grids))
+        v = ((v + 2**31) % 2**32) - 2**31  # int32 wrap
+        return v.reshape(shape)
+
+    def op(self, op, a):
+        dst = a.get("dst")
+        if op == "device_print":
+            return
+        dt = self.dtype(dst) if isinstance(dst, View) else None
+        if op in ("dma_copy", "tensor_copy"):
+            self.write(dst, self.convert(a["src"], dt))
+        elif op == "memset":
+            self.write(dst, from_double(a["value"], dt, self.read(dst).shape))
+        elif op == "iota":
+            self.write(dst, from_int(self.affine_values(a, dst), dt))
+        elif op == "affine_select":
+            v = self.affine_values(a, dst)
+            cmp = {"equal": np.equal, "not_equal": np.not_equal, "greater": np.greater,
+                   "greater_equal": np.greater_equal, "less": np.less,
+                   "less_equal": np.less_equal}[a.get("cmp_op", "equal")]
+            keep = cmp(v, 0)
+            on_true = self.convert(a["on_true"], dt).reshape(v.shape)
+            on_false = from_double(a["on_false"], dt, v.shape)
+            self.write(dst, np.where(keep, on_true, on_false))
+        elif op == "tensor_copy_predicated":
+            pred = self.f32(a["predicate"]) != 0
+            old = self.read(dst)
+            new = self.convert(a["src"], dt).reshape(old.shape)
+            self.write(dst, np.where(pred.reshape(old.shape), new, old))
+        elif op == "tensor_tensor":
+            views = [dst, a["data1"], a["data2"]]
+            if a["op"] in ("bitwise_and", "bitwise_or", "bitwise_xor") and all(
+                    self.dtype(x) not in FLOAT_DTYPES for x in views):
+                x = self.read(a["data1"]).astype(np.int64)
+                y = self.read(a["data2"]).astype(np.int64)
+                r = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
+                     "bitwise_xor": np.bitwise_xor}[a["op"]](x, y)
+                bits = np.iinfo(DTYPES[dt]).bits if dt != "bool" else 8
+                r = r & ((1 << bits) - 1)
+                self.write(dst, r.astype(np.uint64).astype(DTYPES[dt]))
+            else:
+                self.write(dst, from_f32(alu(a["op"], self.f32(a["data1"]), self.f32(a["data2"])),
+                                         dt))
+        elif op == "tensor_scalar":
+            x = self.f32(a["data"])
+            unary = {"bypass", "abs", "rsqrt", "reciprocal", "logical_not"}
+            for k in ("0", "1"):
+                if "op" + k not in a:
+                    continue
+                o = a["op" + k]
+                c = self.column(a["operand" + k], x.shape)
+                rev = a.get("reverse" + k, 0) and o not in unary
+                x = alu(o, c, x) if rev else alu(o, x, c)
+            self.write(dst, from_f32(x, dt))
+        elif op == "activation":
+            x = self.f32(a["data"])
+            with np.errstate(all="ignore"):
+                t = (x * self.column(a.get("scale", 1.0), x.shape)).astype(F)
+                if "bias" in a:
+                    t = (t + self.column(a["bias"], x.shape)).astype(F)
+            r = activation_fn(a["func"], t)
+            if "reduce_res" in a:
+                flat = r.reshape(r.shape[0], -1)
+                acc = np.zeros(flat.shape[0], F)
+                with np.errstate(all="ignore"):
+                    for j in range(flat.shape[1]):
+                        acc = (acc + flat[:, j]).astype(F)
+                rr = a["reduce_res"]
+                self.write(rr, from_f32(acc.reshape(self.read(rr).shape), self.dtype(rr)))
+            self.write(dst, from_f32(r, dt))
+        elif op == "tensor_reduce":
+            x = self.f32(a["data"])
+            axes = a["axes"]
+            o = a["op"]
+            rest = [d for d in range(x.ndim) if d not in axes]
+            xt = np.transpose(x, rest + list(axes)).reshape(
+                [x.shape[d] for d in rest] + [-1])
+            ident = {"add": 0.0, "multiply": 1.0, "maximum": -np.inf, "minimum": np.inf}[o]
+            acc = np.full(xt.shape[:-1], F(ident), F)
+            with np.errstate(all="ignore"):
+                for j in range(xt.shape[-1]):
+                    acc = alu(o, acc, xt[..., j])
+                if a.get("negate", 0):
+                    acc = (acc * F(-1)).astype(F)
+            self.write(dst, from_f32(acc.reshape(self.read(dst).shape), dt))
+        elif op == "nc_transpose":
+            x = self.read(a["data"])
+            if self.dtype(a["data"]) != dt:
+                raise RefError("nc_transpose between dtypes")
+            self.write(dst, x.T.copy())
+        elif op == "nc_matmul":
+            s = self.f32(a["stationary"]).astype(np.float64)  # [K, M]
+            m = self.f32(a["moving"]).astype(np.float64)  # [K, N]
+            old = to_f32(self.read(dst))
+            accum = a.get("accumulate", -1)
+            if accum == 1:
+                acc = old.copy()
+            elif accum == 0:
+                acc = np.zeros_like(old)
+            else:
+                _, ix, _, kept = self.index(dst)
+                acc = np.where(self.mm[dst.buf][ix].reshape(kept), old, F(0)).astype(F)
+            with np.errstate(all="ignore"):
+                for k in range(s.shape[0]):
+                    # fp32 x fp32 is exact in double; one rounding to fp32 as in fma (a double
+                    # rounding is possible but astronomically rare at these magnitudes).
+                    acc = (np.outer(s[k], m[k]) + acc.astype(np.float64)).astype(F)
+            self.write(dst, acc, from_matmul=True)
+        else:
+            raise RefError(f"instruction {op} not modelled")
+
+
+def execute(text, inputs, grid):
+    """Runs kernel text; `inputs` maps input names to arrays. Returns (outputs dict, count)."""
+    _, ins, outs, body = Parser(text).kernel()
+    hbm, decls = {}, {}
+    for d in ins:
+        hbm[d.name] = np.array(inputs[d.name], dtype=DTYPES[d.dtype]).reshape(d.shape)
+        decls[d.name] = d
+    for d in outs:
+        hbm[d.name] = np.zeros(d.shape, DTYPES[d.dtype])
+        decls[d.name] = d
+    count = 0
+    for pid in np.ndindex(*grid):
+        m = Machine(hbm, decls)
+        for ax, p in enumerate(pid):
+            m.env[f"pid{ax}"] = p
+            m.env[f"npid{ax}"] = grid[ax]
+        m.run(body, [])
+        count += m.instructions
+    return {d.name: hbm[d.name] for d in outs}, count
+
+
+# ---- comparing a case folder ----------------------------------------------------------------
+
+def ulp_distance(a, b, dtype):
+    """Distance in units of the last place of `dtype` (NaN vs NaN counts as 0)."""
+    if dtype not in FLOAT_DTYPES:
+        return np.abs(a.astype(np.int64) - b.astype(np.int64))
+    fa, fb = to_f32(a).astype(np.float64), to_f32(b).astype(np.float64)
+    both_nan = np.isnan(fa) & np.isnan(fb)
+    same = (fa == fb) | both_nan
+    mant = {"float32": 23, "bfloat16": 7, "float16": 10, "float8_e4m3": 3, "float8_e5m2": 2}[dtype]
+    with np.errstate(all="ignore"):
+        scale = np.exp2(np.floor(np.log2(np.maximum(np.abs(fa), np.abs(fb)))) - mant)
+        scale = np.where(np.isfinite(scale) & (scale > 0), scale, np.inf)
+        d = np.abs(fa - fb) / scale
+    return np.where(same, 0, np.where(np.isnan(d), np.inf, d))
+
+
+def load_meta(case):
+    meta = {"input": [], "output": [], "executor": [], "grid": [1]}
+    with open(f"{case}/meta.txt") as f:
+        for line in f:
+            parts = line.split()
+            if not parts:
+                continue
+            if parts[0] in ("input", "output"):
+                meta[parts[0]].append((parts[1], parts[2], [int(x) for x in parts[3].split("x")]))
+            elif parts[0] == "executor":
+                meta["executor"].append(parts[1])
+            elif parts[0] == "grid":
+                meta["grid"] = [int(x) for x in parts[1:]]
+            else:
+                meta[parts[0]] = parts[1:]
+    return meta
+
+
+def check_case(case, max_ulp=1):
+    """Returns (ok, message, reference instruction count)."""
+    import os
+    if os.path.exists(f"{case}/rejected.txt"):
+        return True, "rejected", 0
+    if os.path.exists(f"{case}/error.txt"):
+        return False, open(f"{case}/error.txt").read().strip(), 0
+    meta = load_meta(case)
+    inputs = {n: np.fromfile(f"{case}/in_{n}.bin", dtype=DTYPES[dt]).reshape(shape)
+              for n, dt, shape in meta["input"]}
+    with open(f"{case}/compiled.ir") as f:
+        text = f.read()
+    try:
+        ref, count = execute(text, inputs, meta["grid"])
+    except RefError as e:
+        return False, f"reference error: {e}", 0
+    problems = []
+    for ex in meta["executor"]:
+        for n, dt, shape in meta["output"]:
+            got = np.fromfile(f"{case}/{ex}.{n}.bin", dtype=DTYPES[dt]).reshape(shape)
+            d = ulp_distance(got, ref[n], dt)
+            bad = np.argwhere(d > max_ulp)
+            if len(bad):
+                i = tuple(bad[0])
+                problems.append(f"{ex} output {n} ({dt}): {len(bad)} elements differ, first at "
+                                f"{list(i)}: {ex} {to_f32(got[i])} reference {to_f32(ref[n][i])}")
+    return (not problems), "; ".join(problems) or "ok", count
+
+
+if __name__ == "__main__":
+    ok, msg, count = check_case(sys.argv[1])
+    print(("PASS " if ok else "FAIL ") + msg)
+    sys.exit(0 if ok else 1)

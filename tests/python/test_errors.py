@@ -1,0 +1,121 @@
+# User errors raised while tracing or compiling point at the user's kernel line with a caret,
+# and the traceback shows the user's frames, not the toolkit's.
+import inspect
+import traceback
+
+import numpy as np
+import pytest
+
+import neuron
+import neuron.isa as nisa
+import neuron.language as nl
+
+THIS = __file__
+
+
+def line_of(fn, text):
+    """The file line number of the first source line of fn containing text."""
+    lines, start = inspect.getsourcelines(fn)
+    for i, line in enumerate(lines):
+        if text in line:
+            return start + i
+    raise AssertionError(text)
+
+
+def out_of_range(a):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a[0:256, :])
+    nl.store(out, t)
+    return out
+
+
+def test_trace_error_shows_user_line_and_caret():
+    k = neuron.kernel(out_of_range)
+    with pytest.raises(neuron.NeuronError) as info:
+        k(np.zeros((128, 64), np.float32))
+    e = info.value
+    assert e.rule == "index"
+    assert e.line == line_of(out_of_range, "a[0:256")
+    assert e.file.endswith("test_errors.py")
+    assert "slice 0:256 is out of range" in e.message
+    text = str(e)
+    assert "t = nl.load(a[0:256, :])" in text
+    caret_line = text.splitlines()[-1]
+    assert caret_line.strip() == "^"
+    # the caret sits under the subscript's start column
+    assert e.column > 1 and caret_line.index("^") == text.splitlines()[-2].index("a[0:256")
+    frames = traceback.extract_tb(e.__traceback__)
+    user = [f for f in frames if f.filename == THIS]
+    assert [f.name for f in user][-1] == "out_of_range"
+    toolkit = [f for f in frames if "/neuron/" in f.filename]
+    assert len(toolkit) <= 1  # only the re-raise in Kernel.__call__ remains
+
+
+def bad_matmul(x, y):
+    out = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 128), nl.float32, buffer=nl.psum)
+    a, b = nl.load(x), nl.load(y)
+    nisa.nc_matmul(acc, a, b)
+    nl.store(out, nl.copy(acc))
+    return out
+
+
+def test_isa_error_has_rule_and_line():
+    k = neuron.kernel(bad_matmul)
+    with pytest.raises(neuron.NeuronError) as info:
+        k(np.zeros((128, 128), np.float32), np.zeros((64, 128), np.float32))
+    assert info.value.line == line_of(bad_matmul, "nisa.nc_matmul")
+    assert info.value.rule
+
+
+def branchy(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    if t > 0:
+        nl.store(out, t)
+    return out
+
+
+def test_if_on_traced_value_says_what_to_use():
+    with pytest.raises(neuron.NeuronError) as info:
+        neuron.kernel(branchy)(np.zeros((128, 4), np.float32))
+    assert info.value.rule == "control-flow"
+    assert "nl.where" in info.value.message
+    assert info.value.line == line_of(branchy, "if t > 0")
+
+
+def test_loop_slice_with_non_constant_size_is_rejected():
+    def k(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(2):
+            nl.store(out[0:128, :], nl.load(x[i * 64:i * 128, :]))
+        return out
+
+    with pytest.raises(neuron.NeuronError) as info:
+        neuron.kernel(k)(np.zeros((256, 4), np.float32))
+    assert info.value.rule == "index"
+    assert info.value.line == line_of(k, "i * 64:i * 128")
+    # the failed trace left no loop open: a new kernel traces fine
+    ok = neuron.kernel(lambda x: x)  # noqa: E731 (returns an input: an error, but a clean one)
+    with pytest.raises(neuron.NeuronError) as info:
+        ok(np.zeros((128, 4), np.float32))
+    assert info.value.rule == "kernel-output"
+
+
+def test_unknown_subscript_and_wrong_argument_count():
+    def k(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(x["rows"]))
+        return out
+
+    with pytest.raises(neuron.NeuronError) as info:
+        neuron.kernel(k)(np.zeros((128, 4), np.float32))
+    assert "unsupported subscript" in info.value.message
+    with pytest.raises(TypeError):
+        neuron.kernel(k)(np.zeros((128, 4), np.float32), np.zeros((128, 4), np.float32))
+
+
+def test_dsl_call_outside_a_kernel():
+    with pytest.raises(neuron.NeuronError) as info:
+        nl.zeros((128, 4), nl.float32)
+    assert info.value.rule == "no-trace"

@@ -1,0 +1,155 @@
+# Every nisa instruction (dst first, nothing returned) against a NumPy reference.
+import numpy as np
+import pytest
+
+import neuron
+import neuron.isa as nisa
+import neuron.language as nl
+
+RNG = np.random.default_rng(7)
+X = RNG.uniform(-2, 2, (128, 64)).astype(np.float32)
+Y = RNG.uniform(-2, 2, (128, 64)).astype(np.float32)
+f64 = np.float64
+
+
+def test_nc_matmul_accumulates_over_rolled_loop():
+    @neuron.kernel
+    def k(x, y):
+        out = nl.ndarray((128, 256), nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, 256), nl.float32, buffer=nl.psum)
+        for i in nl.affine_range(3):
+            a = nl.load(x[i * 128:(i + 1) * 128, :])
+            b = nl.load(y[i * 128:(i + 1) * 128, :])
+            nisa.nc_matmul(acc, a, b, accumulate=True)
+        r = nl.ndarray((128, 256), nl.float32)
+        nisa.tensor_copy(r, acc)
+        nl.store(out, r)
+        return out
+
+    x = RNG.standard_normal((384, 128)).astype(np.float32)
+    y = RNG.standard_normal((384, 256)).astype(np.float32)
+    np.testing.assert_allclose(k(x, y), x.astype(f64).T @ y, rtol=1e-4, atol=1e-3)
+
+
+def test_nc_transpose_and_dma_copy():
+    @neuron.kernel
+    def k(x):
+        out = nl.ndarray((64, 128), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 64), nl.float32)
+        nisa.dma_copy(t, x)
+        p = nl.ndarray((64, 128), nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(p, t)
+        s = nl.ndarray((64, 128), nl.float32)
+        nisa.tensor_copy(s, p)
+        nisa.dma_copy(out, s)
+        return out
+
+    np.testing.assert_array_equal(k(X), X.T)
+
+
+def test_activation_with_scale_bias_and_reduce():
+    @neuron.kernel
+    def k(x, b):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        red = nl.ndarray((128, 1), nl.float32, buffer=nl.shared_hbm)
+        t, bias = nl.load(x), nl.load(b)
+        r = nl.ndarray((128, 64), nl.float32)
+        s = nl.ndarray((128, 1), nl.float32)
+        nisa.activation(r, nl.exp, t, bias=bias, scale=0.5, reduce_op=nl.add, reduce_res=s)
+        nl.store(out, r)
+        nl.store(red, s)
+        return out, red
+
+    b = RNG.uniform(-1, 1, (128, 1)).astype(np.float32)
+    out, red = k(X, b)
+    want = np.exp(X.astype(f64) * 0.5 + b)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(red, want.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+@pytest.mark.parametrize("op,ref", [(nl.add, np.add), (nl.multiply, np.multiply),
+                                    (nl.maximum, np.maximum), (nl.subtract, np.subtract)],
+                         ids=["add", "multiply", "maximum", "subtract"])
+def test_tensor_tensor(op, ref):
+    @neuron.kernel
+    def k(x, y):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        r = nl.ndarray((128, 64), nl.float32)
+        nisa.tensor_tensor(r, nl.load(x), nl.load(y), op)
+        nl.store(out, r)
+        return out
+
+    np.testing.assert_allclose(k(X, Y), ref(X.astype(f64), Y), rtol=1e-6, atol=1e-6)
+
+
+def test_tensor_scalar_two_stages_reverse_and_tile_operand():
+    @neuron.kernel
+    def k(x, c):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        out2 = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        r = nl.ndarray((128, 64), nl.float32)
+        nisa.tensor_scalar(r, t, nl.multiply, 3.0, op1=nl.subtract, operand1=1.0, reverse1=True)
+        nl.store(out, r)
+        r2 = nl.ndarray((128, 64), nl.float32)
+        nisa.tensor_scalar(r2, t, nl.add, nl.load(c))
+        nl.store(out2, r2)
+        return out, out2
+
+    c = RNG.uniform(-1, 1, (128, 1)).astype(np.float32)
+    out, out2 = k(X, c)
+    np.testing.assert_allclose(out, 1.0 - X.astype(f64) * 3.0, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(out2, X.astype(f64) + c, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("op,ref,negate", [(nl.add, np.sum, False), (nl.maximum, np.max, True),
+                                           (nl.minimum, np.min, False)],
+                         ids=["add", "max-negated", "min"])
+def test_tensor_reduce(op, ref, negate):
+    @neuron.kernel
+    def k(x):
+        out = nl.ndarray((128, 1), nl.float32, buffer=nl.shared_hbm)
+        r = nl.ndarray((128, 1), nl.float32)
+        nisa.tensor_reduce(r, op, nl.load(x), axis=1, negate=negate)
+        nl.store(out, r)
+        return out
+
+    want = ref(X.astype(f64), axis=1, keepdims=True) * (-1 if negate else 1)
+    np.testing.assert_allclose(k(X), want, rtol=1e-5, atol=1e-5)
+
+
+def test_memset_iota_and_copy_predicated():
+    @neuron.kernel
+    def k(x):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        ids = nl.ndarray((128, 64), nl.int32, buffer=nl.shared_hbm)
+        m = nl.ndarray((128, 64), nl.float32)
+        nisa.memset(m, 4.0)
+        io = nl.ndarray((128, 64), nl.int32)
+        nisa.iota(io, [[1, 64]], offset=5, channel_multiplier=100)
+        nl.store(ids, io)
+        t = nl.load(x)
+        pred = nl.greater(t, 0.0)
+        nisa.tensor_copy_predicated(m, t, pred)
+        nl.store(out, m)
+        return out, ids
+
+    out, ids = k(X)
+    np.testing.assert_array_equal(out, np.where(X > 0, X, np.float32(4.0)))
+    p, f = np.meshgrid(np.arange(128), np.arange(64), indexing="ij")
+    np.testing.assert_array_equal(ids, 5 + 100 * p + f)
+
+
+def test_affine_select_lower_triangle():
+    @neuron.kernel
+    def k(x):
+        out = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+        r = nl.ndarray((128, 128), nl.float32)
+        # value = p - f; keep x where p - f >= 0 (on and below the diagonal), else -9
+        nisa.affine_select(r, [[-1, 128]], 1, nl.load(x), -9.0, cmp_op=nl.greater_equal)
+        nl.store(out, r)
+        return out
+
+    x = RNG.standard_normal((128, 128)).astype(np.float32)
+    p, f = np.meshgrid(np.arange(128), np.arange(128), indexing="ij")
+    np.testing.assert_array_equal(k(x), np.where(p - f >= 0, x, np.float32(-9.0)))

@@ -1,0 +1,201 @@
+# Every nl function against a NumPy (float64) reference, run on the simulator.
+import math
+
+import numpy as np
+import pytest
+
+import neuron
+import neuron.language as nl
+
+RNG = np.random.default_rng(42)
+X = RNG.uniform(-2, 2, (128, 64)).astype(np.float32)
+POS = RNG.uniform(0.1, 2, (128, 64)).astype(np.float32)
+Y = RNG.uniform(-2, 2, (128, 64)).astype(np.float32)
+erf = np.vectorize(math.erf)
+
+
+def unary_kernel(fn):
+    @neuron.kernel
+    def k(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, fn(nl.load(x)))
+        return out
+    return k
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+UNARY = [
+    (nl.exp, X, np.exp), (nl.log, POS, np.log), (nl.tanh, X, np.tanh), (nl.sqrt, POS, np.sqrt),
+    (nl.rsqrt, POS, lambda x: 1 / np.sqrt(x)), (nl.sigmoid, X, sigmoid),
+    (nl.silu, X, lambda x: x * sigmoid(x)),
+    (nl.gelu, X, lambda x: 0.5 * x * (1 + erf(x / math.sqrt(2)))),
+    (nl.gelu_apprx_tanh, X,
+     lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))),
+    (nl.relu, X, lambda x: np.maximum(x, 0)), (nl.abs, X, np.abs), (nl.negative, X, np.negative),
+    (nl.reciprocal, POS, lambda x: 1 / x), (nl.square, X, np.square), (nl.sin, X, np.sin),
+    (nl.cos, X, np.cos), (nl.erf, X, erf), (nl.softplus, X, lambda x: np.log1p(np.exp(x))),
+    (nl.sign, X, np.sign), (nl.copy, X, lambda x: x),
+]
+
+
+@pytest.mark.parametrize("fn,x,ref", UNARY, ids=[f.name for f, _, _ in UNARY])
+def test_unary(fn, x, ref):
+    got = unary_kernel(fn)(x)
+    np.testing.assert_allclose(got, ref(x.astype(np.float64)), rtol=2e-5, atol=2e-5)
+
+
+def binary_kernel(fn):
+    @neuron.kernel
+    def k(x, y):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, fn(nl.load(x), nl.load(y)))
+        return out
+    return k
+
+
+A01 = RNG.integers(0, 2, (128, 64)).astype(np.float32)
+B01 = RNG.integers(0, 2, (128, 64)).astype(np.float32)
+I1 = RNG.integers(0, 1000, (128, 64)).astype(np.int32)
+I2 = RNG.integers(0, 1000, (128, 64)).astype(np.int32)
+SH = RNG.integers(0, 8, (128, 64)).astype(np.int32)
+f64 = np.float64
+BINARY = [
+    (nl.add, X, Y, np.add), (nl.subtract, X, Y, np.subtract), (nl.multiply, X, Y, np.multiply),
+    (nl.divide, X, POS, np.divide), (nl.maximum, X, Y, np.maximum),
+    (nl.minimum, X, Y, np.minimum), (nl.power, POS, Y, np.power),
+    (nl.equal, A01, B01, lambda a, b: (a == b).astype(f64)),
+    (nl.not_equal, A01, B01, lambda a, b: (a != b).astype(f64)),
+    (nl.greater, X, Y, lambda a, b: (a > b).astype(f64)),
+    (nl.greater_equal, A01, B01, lambda a, b: (a >= b).astype(f64)),
+    (nl.less, X, Y, lambda a, b: (a < b).astype(f64)),
+    (nl.less_equal, A01, B01, lambda a, b: (a <= b).astype(f64)),
+    (nl.logical_and, A01, B01, lambda a, b: np.logical_and(a, b).astype(f64)),
+    (nl.logical_or, A01, B01, lambda a, b: np.logical_or(a, b).astype(f64)),
+    (nl.logical_xor, A01, B01, lambda a, b: np.logical_xor(a, b).astype(f64)),
+    (nl.bitwise_and, I1, I2, np.bitwise_and), (nl.bitwise_or, I1, I2, np.bitwise_or),
+    (nl.bitwise_xor, I1, I2, np.bitwise_xor), (nl.left_shift, I1, SH, np.left_shift),
+    (nl.right_shift, I1, SH, np.right_shift),
+]
+
+
+@pytest.mark.parametrize("fn,x,y,ref", BINARY, ids=[b[0].name for b in BINARY])
+def test_binary(fn, x, y, ref):
+    got = binary_kernel(fn)(x, y)
+    want = ref(x.astype(np.int64), y.astype(np.int64)) if x.dtype == np.int32 else \
+        ref(x.astype(f64), y.astype(f64))
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_operators_with_scalars_and_broadcast_columns():
+    @neuron.kernel
+    def k(x, y):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        a, b = nl.load(x), nl.load(y)
+        col = nl.load(y[:, 0:1])  # [128, 1] broadcasts along the free dim
+        r = (2.0 * a - b / 4.0 + 1) * col
+        r = -r + (a > b) - (1.0 - a)
+        r += 3.0
+        r *= b
+        nl.store(out, r)
+        return out
+
+    a, b = X.astype(f64), POS.astype(f64)
+    r = (2 * a - b / 4 + 1) * b[:, 0:1]
+    r = -r + (a > b) - (1 - a)
+    r = (r + 3) * b
+    np.testing.assert_allclose(k(X, POS), r, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn,ref", [(nl.sum, np.sum), (nl.max, np.max), (nl.min, np.min),
+                                    (nl.mean, np.mean)], ids=["sum", "max", "min", "mean"])
+def test_reductions(fn, ref):
+    @neuron.kernel
+    def k(x):
+        out = nl.ndarray((128, 1), x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, fn(nl.load(x), axis=1, keepdims=True))
+        return out
+
+    np.testing.assert_allclose(k(X), ref(X.astype(f64), axis=1, keepdims=True), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_allocation_where_broadcast_and_slicing():
+    @neuron.kernel
+    def k(x):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        z, o = nl.zeros((128, 64), nl.float32), nl.ones((128, 64), nl.float32)
+        f = nl.full((128, 64), 2.5, nl.float32)
+        zl = nl.zeros_like(t)
+        w = nl.where(t > z, o, f)           # 1 where x > 0, else 2.5
+        col = nl.broadcast_to(t[:, 3:4], (128, 64))
+        s = nl.ndarray((128, 64), nl.float32)
+        s[:, 0:32] = t[:, 32:64]             # tensor_copy into a view
+        s[:, 32:] = 7.0                      # memset of a view
+        nl.store(out, w + col + s + zl)
+        return out
+
+    x = X.astype(f64)
+    s = np.concatenate([x[:, 32:64], np.full((128, 32), 7.0)], axis=1)
+    want = np.where(x > 0, 1.0, 2.5) + x[:, 3:4] + s
+    np.testing.assert_allclose(k(X), want, rtol=1e-6, atol=1e-6)
+
+
+def test_matmul_and_transpose():
+    @neuron.kernel
+    def k(x, y):
+        out = nl.ndarray((128, 256), nl.float32, buffer=nl.shared_hbm)
+        outT = nl.ndarray((64, 128), nl.float32, buffer=nl.shared_hbm)
+        a, b = nl.load(x), nl.load(y)
+        nl.store(out, nl.copy(nl.matmul(a, b, transpose_x=True)))
+        nl.store(outT, nl.copy(nl.transpose(a[:, 0:64])))
+        return out, outT
+
+    x = RNG.standard_normal((128, 128)).astype(np.float32)
+    y = RNG.standard_normal((128, 256)).astype(np.float32)
+    out, outT = k(x, y)
+    np.testing.assert_allclose(out, x.astype(f64).T @ y, rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(outT, x[:, 0:64].T)
+
+
+def test_two_dimensional_grid_program_ids():
+    @neuron.kernel
+    def k(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        i, j = nl.program_id(0), nl.program_id(1)
+        t = nl.load(x[i * 128:(i + 1) * 128, j * 32:(j + 1) * 32])
+        nl.store(out[i * 128:(i + 1) * 128, j * 32:(j + 1) * 32], t + 1.0)
+        return out
+
+    x = RNG.standard_normal((256, 96)).astype(np.float32)
+    np.testing.assert_array_equal(k[2, 3](x), x + np.float32(1))
+    with pytest.raises(ValueError):
+        k[0]
+
+
+def test_bfloat16_numpy_and_torch_round_trip():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    xb = X.astype(ml_dtypes.bfloat16)
+    k = unary_kernel(nl.copy)
+    got = k(xb)
+    assert got.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(got.astype(np.float32), xb.astype(np.float32))
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(X).to(torch.bfloat16)
+    got = k(t)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.bfloat16
+    assert torch.equal(got, t)
+
+
+def test_torch_float_tensors_in_and_out():
+    torch = pytest.importorskip("torch")
+    x, y = torch.from_numpy(X), torch.from_numpy(Y)
+    got = binary_kernel(nl.add)(x, y)
+    assert isinstance(got, torch.Tensor)
+    torch.testing.assert_close(got, x + y)
+    # non-contiguous torch input is copied to a contiguous one
+    xt = torch.from_numpy(np.ascontiguousarray(X.T)).T
+    torch.testing.assert_close(unary_kernel(nl.copy)(xt), xt.contiguous())

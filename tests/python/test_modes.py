@@ -1,0 +1,54 @@
+# The two execution modes agree, neuron.simulate returns a profile, and outputs are NumPy
+# arrays that own their memory.
+import numpy as np
+
+import neuron
+import neuron.language as nl
+
+
+def gelu_rows(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.load(x[i * 128:(i + 1) * 128, :])
+        nl.store(out[i * 128:(i + 1) * 128, :], nl.gelu(t) * 2.0 + nl.sum(t, axis=1))
+    return out
+
+
+X = np.random.default_rng(3).standard_normal((256, 128)).astype(np.float32)
+
+
+def test_native_and_simulator_agree_bit_exactly():
+    native = neuron.kernel(gelu_rows)(X)
+    simulated = neuron.kernel(gelu_rows, mode="simulate")(X)
+    np.testing.assert_array_equal(native, simulated)
+
+
+def test_simulate_returns_outputs_and_profile():
+    k = neuron.kernel(gelu_rows)
+    sim = neuron.simulate(k)
+    out = sim(X)
+    np.testing.assert_array_equal(out, k(X))
+    assert isinstance(sim.profile, str) and sim.profile
+    assert k.last_report  # the native compile report
+
+
+def test_device_print_reaches_python_stdout(capsys):
+    def k(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        nl.device_print("tile", t)
+        nl.store(out, t)
+        return out
+
+    x = np.full((128, 2), 3.0, np.float32)
+    for mode in ("native", "simulate"):
+        neuron.kernel(k, mode=mode)(x)
+        assert "tile" in capsys.readouterr().out
+
+
+def test_outputs_keep_their_memory_after_the_kernel_is_gone():
+    out = neuron.kernel(gelu_rows)(X)
+    again = neuron.kernel(gelu_rows)(X)
+    del again
+    assert out.flags["C_CONTIGUOUS"] and out.shape == X.shape
+    np.testing.assert_array_equal(out, neuron.kernel(gelu_rows, mode="simulate")(X))
