@@ -69,16 +69,19 @@ Compiled compile(const Kernel& kernel, const CompileOptions& opts) {
   // 2. Legalize needs a verified kernel: it relies on the argument kinds and shapes the
   //    verifier guarantees, and expands every nl helper into ISA instructions.
   runner.run("legalize", k, [](const Kernel& in) { return legalize(in); });
-  // 3. Verify again at ISA level: legalize adds temporaries and instructions (transposes
+  // 3. fresh_psum after legalize, which decides the accumulate flag of the matmuls it emits,
+  //    and before verify_isa, so its memsets are checked like every other instruction.
+  runner.run("fresh_psum", k, [](const Kernel& in) { return fresh_psum(in); });
+  // 4. Verify again at ISA level: legalize adds temporaries and instructions (transposes
   //    through PSUM, broadcast DMAs) that must obey the same rules, and the allocator sizes
   //    buffers assuming every op is an engine instruction.
   runner.run("verify_isa", k, [&](const Kernel& in) {
     verify(in, target);
     return in;
   });
-  // 4. Allocate after legalize, so legalize's temporaries get SBUF/PSUM space too.
+  // 5. Allocate after legalize, so legalize's temporaries get SBUF/PSUM space too.
   runner.run("allocate", k, [&](const Kernel& in) { return allocate(in, target); });
-  // 5. Lower last: access patterns need the allocator's offsets and slots.
+  // 6. Lower last: access patterns need the allocator's offsets and slots.
   out.program = runner.run_lower(k, target);
   out.kernel = std::move(k);
   return out;

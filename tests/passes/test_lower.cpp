@@ -189,15 +189,17 @@ TEST_CASE("compile: pass reports in pipeline order, unchanged passes marked") {
   auto a = sbuf("a", {128, 4});
   Kernel k = kernel({}, {}, {alloc(a), op(Opcode::memset, {{"dst", whole(a)}, {"value", 1.0}})});
   Compiled c = compile(k);
-  REQUIRE(c.passes.size() == 5);
+  REQUIRE(c.passes.size() == 6);
   CHECK(c.passes[0].name == "verify");
   CHECK_FALSE(c.passes[0].changed);
   CHECK(c.passes[1].name == "legalize");
   CHECK_FALSE(c.passes[1].changed);  // already ISA-only
-  CHECK(c.passes[2].name == "verify_isa");
-  CHECK(c.passes[3].name == "allocate");
-  CHECK(c.passes[3].changed);
-  CHECK(c.passes[4].name == "lower");
+  CHECK(c.passes[2].name == "fresh_psum");
+  CHECK_FALSE(c.passes[2].changed);  // no auto-accumulating matmul
+  CHECK(c.passes[3].name == "verify_isa");
+  CHECK(c.passes[4].name == "allocate");
+  CHECK(c.passes[4].changed);
+  CHECK(c.passes[5].name == "lower");
   CHECK(c.program.num_instrs == 1);
   CHECK_THROWS_AS(compile(k, CompileOptions{"trn9"}), UserError);
 }

@@ -87,7 +87,7 @@ TEST_CASE("compile: every nl helper legalizes into verified ISA instructions") {
   CHECK(instrs[8]->args.imm0 == 1.0);
   CHECK(instrs[9]->src[0].offset == instrs[8]->dst.offset);
   // Every pass ran, in order.
-  REQUIRE(c.passes.size() == 5);
+  REQUIRE(c.passes.size() == 6);
   CHECK(c.passes[1].changed);
 }
 
@@ -115,12 +115,14 @@ TEST_CASE("compile: dump_ir prints each pass, 'unchanged' for passes that change
   auto at = [&](const char* s) { return text.find(s); };
   REQUIRE(at("=== after verify (") != std::string::npos);
   CHECK(at("=== after verify (") < at("=== after legalize ("));
-  CHECK(at("=== after legalize (") < at("=== after verify_isa ("));
+  CHECK(at("=== after legalize (") < at("=== after fresh_psum ("));
+  CHECK(at("=== after fresh_psum (") < at("=== after verify_isa ("));
   CHECK(at("=== after verify_isa (") < at("=== after allocate ("));
   CHECK(at("=== after allocate (") < at("=== after lower ("));
-  // verify, legalize (already ISA) and verify_isa print "unchanged"; allocate prints the IR.
+  // verify, legalize (already ISA), fresh_psum (no auto matmul) and verify_isa print
+  // "unchanged"; allocate prints the IR.
   size_t unchanged = 0;
   for (size_t p = 0; (p = text.find("\nunchanged\n", p)) != std::string::npos; ++p) ++unchanged;
-  CHECK(unchanged == 3);
+  CHECK(unchanged == 4);
   CHECK(at("offset=0") != std::string::npos);
 }

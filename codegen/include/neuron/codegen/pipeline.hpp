@@ -27,12 +27,13 @@ struct Compiled {
   std::vector<PassReport> passes;
 };
 
-// Runs verify -> legalize -> verify ISA -> allocate -> lower. Rule violations are UserErrors.
+// Runs verify -> legalize -> fresh_psum -> verify ISA -> allocate -> lower. Rule violations are UserErrors.
 Compiled compile(const Kernel& k, const CompileOptions& opts = {});
 
 // The individual passes (one file each in codegen/src), exposed for pass tests.
 void verify(const Kernel& k, const std::string& target);  // throws UserError
 Kernel legalize(const Kernel& k);                          // nl helpers -> ISA instructions
+Kernel fresh_psum(const Kernel& k);  // clears PSUM tiles that auto-accumulating matmuls target
 Kernel allocate(const Kernel& k, const std::string& target);  // SBUF/PSUM offsets and slots
 Program lower(const Kernel& k, const std::string& target);    // IR -> engine program
 

@@ -1,0 +1,48 @@
+// fresh_psum: PSUM tiles targeted by accumulate=auto matmuls are cleared where they are
+// allocated, so storage reused across loop iterations starts a new accumulation.
+#include <doctest/doctest.h>
+
+#include "kernel_builder.hpp"
+#include "neuron/codegen/pipeline.hpp"
+#include "neuron/ir/equality.hpp"
+#include "neuron/ir/printer.hpp"
+
+using namespace neuron;
+using namespace neuron::tb;
+
+TEST_CASE("fresh_psum inserts a memset after the allocation of an auto-accumulated tile") {
+  auto a = sbuf("a", {128, 128}), b = sbuf("b", {128, 512});
+  auto acc = psum("acc", {128, 512}), other = psum("other", {128, 512});
+  auto matmul = [&](BufferPtr dst, int64_t accumulate) {
+    return op(Opcode::nc_matmul, {{"dst", whole(dst)},
+                                  {"stationary", whole(a)},
+                                  {"moving", whole(b)},
+                                  {"accumulate", accumulate}});
+  };
+  Kernel before = kernel({}, {},
+                         {alloc(a), alloc(b),
+                          affine_for("i0", 4,
+                                     {alloc(acc), alloc(other),
+                                      seq_for("i1", 2, {matmul(acc, -1)}), matmul(other, 1)})});
+  Kernel expected = kernel(
+      {}, {},
+      {alloc(a), alloc(b),
+       affine_for("i0", 4,
+                  {alloc(acc), op(Opcode::memset, {{"dst", whole(acc)}, {"value", 0.0}}),
+                   alloc(other), seq_for("i1", 2, {matmul(acc, -1)}), matmul(other, 1)})});
+  Kernel after = fresh_psum(before);
+  INFO(print(after));
+  CHECK(equal(after, expected));
+}
+
+TEST_CASE("fresh_psum leaves kernels without auto-accumulating matmuls unchanged") {
+  auto a = sbuf("a", {128, 128}), b = sbuf("b", {128, 512}), acc = psum("acc", {128, 512});
+  Kernel k = kernel({}, {},
+                    {alloc(a), alloc(b), alloc(acc),
+                     op(Opcode::nc_matmul, {{"dst", whole(acc)},
+                                            {"stationary", whole(a)},
+                                            {"moving", whole(b)},
+                                            {"accumulate", int64_t{0}}})});
+  Kernel after = fresh_psum(k);
+  CHECK(after.body == k.body);  // the same node: nothing changed
+}
