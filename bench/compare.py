@@ -15,12 +15,9 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-import torch
+np = torch = None  # imported in main(), after the BLAS thread count is set
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BEGIN = "<!-- BEGIN bench/compare.py -->"
-END = "<!-- END bench/compare.py -->"
 
 
 def load_lib(build):
@@ -101,19 +98,21 @@ def main():
     ap.add_argument("--softmax", default="4096x1024", help="softmax shape ROWSxCOLS")
     args = ap.parse_args()
 
+    # NumPy's OpenBLAS reads its thread count when it loads: same count as ours and torch's.
+    # (OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, when set, are left as they are and reported.)
+    os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
+    global np, torch
+    import numpy as np  # noqa: E402
+    import torch  # noqa: E402
+
     lib = load_lib(os.path.abspath(args.build))
     torch.set_num_threads(args.threads)
-    threadpool_note = ""
-    try:
-        from threadpoolctl import threadpool_limits  # optional
-        threadpool_limits(args.threads)
-    except ImportError:
-        threadpool_note = "numpy's BLAS threads follow OPENBLAS_NUM_THREADS/its default"
     torch.manual_seed(0)
     reps = args.repeats
     rows = []  # (case, peer, ours_s, peer_s, flops)
 
     def matmul_case(n, dtype, peers):
+        case_start = time.perf_counter()
         a = torch.rand(n, n, dtype=torch.float32) - 0.5
         b = torch.rand(n, n, dtype=torch.float32) - 0.5
         if dtype == "bf16":
@@ -143,7 +142,8 @@ def main():
             t = median_time(lambda: an @ bn, reps)
             assert np.allclose(an @ bn, ref.numpy(), rtol=tol, atol=tol * n ** 0.5)
             rows.append((f"matmul {dtype} {n}", "numpy @ (OpenBLAS)", t_ours, t, flops))
-        print(f"  done matmul {dtype} {n}", file=sys.stderr, flush=True)
+        print(f"  done matmul {dtype} {n} ({time.perf_counter() - case_start:.1f} s)",
+              file=sys.stderr, flush=True)
 
     started = time.perf_counter()
     matmul_case(1024, "fp32", ("torch", "numpy"))
@@ -185,12 +185,18 @@ def main():
 
     if args.no_write:
         return
-    cmd = f"python3 bench/compare.py --build {os.path.relpath(os.path.abspath(args.build), ROOT)} " \
-          f"--threads {args.threads} --repeats {reps}" + (" --no-4096" if args.no_4096 else "")
+    build = os.path.relpath(os.path.abspath(args.build), ROOT)
+    if build.startswith(".."):
+        build = "build"  # a build dir outside the tree: show the conventional one
+    cmd = f"python3 bench/compare.py --build {build} --threads {args.threads} --repeats {reps}" + \
+        (" --no-4096" if args.no_4096 else "")
     blocks = {n: lib.neuron_bench_matmul_blocks(n, args.threads) for n in (1024, 2048)}
+    # One section per thread count, so a 1-thread and a 2-thread run both stay in the file.
+    begin = f"<!-- BEGIN bench/compare.py threads={args.threads} -->"
+    end = f"<!-- END bench/compare.py threads={args.threads} -->"
     section = "\n".join([
-        BEGIN,
-        "### Measured table (written by bench/compare.py)",
+        begin,
+        f"### Ours vs PyTorch and NumPy, {args.threads} thread(s) (written by bench/compare.py)",
         "",
         f"Median of {reps} timed runs after one warm-up, all contenders in one process with "
         f"{args.threads} thread(s) (`torch.set_num_threads`, our `NativeOptions::threads`). "
@@ -202,21 +208,20 @@ def main():
         "",
         *[f"- {d}" for d in desc],
         *([f"- {note_4096}"] if note_4096 else []),
-        *([f"- {threadpool_note}"] if threadpool_note else []),
         "",
-        "Regenerate (from the repository root, after building `neuron_bench`):",
+        "Regenerate (from the repository root, after `ninja -C build neuron_bench`):",
         "",
         "```",
         cmd,
         "```",
-        END,
+        end,
     ])
     path = os.path.join(ROOT, "docs", "performance.md")
     with open(path) as f:
         text = f.read()
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1]
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1]
         text = head + section + tail
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"

@@ -1,16 +1,17 @@
 // A tiny C API over the native backend for bench/compare.py (ctypes): runs the compiled matmul
 // and softmax kernels on caller-owned buffers and returns the median seconds per run.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <map>
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "../examples/softmax.hpp"
 #include "neuron/runtime/native/native.hpp"
@@ -18,10 +19,11 @@
 
 namespace {
 
-// Row blocks per program of the SPMD matmul: 4 (the PSUM banks it uses) unless that leaves
-// fewer programs than threads.
+// Row blocks per program of the SPMD matmul: NEURON_BENCH_BLOCKS (1..4), else 4,
+// halved while it leaves fewer programs than threads.
 int64_t blocks_for(int64_t M, int threads) {
-  int64_t blocks = 4;
+  const char* env = std::getenv("NEURON_BENCH_BLOCKS");
+  int64_t blocks = env ? std::clamp<int64_t>(std::atoll(env), 1, 4) : 4;
   while (blocks > 1 && (M % (128 * blocks) != 0 || M / (128 * blocks) < threads)) blocks /= 2;
   return blocks;
 }
@@ -42,12 +44,11 @@ const Entry& matmul_kernel(int64_t M, int64_t N, int64_t K, neuron::DType dt, in
   std::lock_guard lock(g_mutex);
   auto it = g_kernels.find(key);
   if (it != g_kernels.end()) return it->second;
-  auto k = neuron::trace(
-      "bench_spmd_matmul",
-      [blocks](neuron::nl::tensor a, neuron::nl::tensor b) {
-        return bench::spmd_matmul(a, b, blocks);
-      },
-      {{{K, M}, dt}, {{K, N}, dt}});
+  auto k = neuron::trace("bench_spmd_matmul",
+                         [blocks](neuron::nl::tensor a, neuron::nl::tensor b) {
+                           return bench::spmd_matmul(a, b, blocks);
+                         },
+                         {{{K, M}, dt}, {{K, N}, dt}});
   Entry e{neuron::compile_native(k), {M / (128 * blocks)}};
   return g_kernels.emplace(key, std::move(e)).first->second;
 }
@@ -57,8 +58,8 @@ const Entry& softmax_kernel(int64_t rows, int64_t cols) {
   std::lock_guard lock(g_mutex);
   auto it = g_kernels.find(key);
   if (it != g_kernels.end()) return it->second;
-  auto k = neuron::trace("bench_softmax", examples::softmax,
-                         {{{rows, cols}, neuron::DType::float32}});
+  auto k =
+      neuron::trace("bench_softmax", examples::softmax, {{{rows, cols}, neuron::DType::float32}});
   Entry e{neuron::compile_native(k), {rows / 128}};
   return g_kernels.emplace(key, std::move(e)).first->second;
 }
@@ -120,9 +121,13 @@ double neuron_bench_softmax(int64_t rows, int64_t cols, int threads, int iters, 
 }
 
 // Row blocks per program the matmul uses for these sizes (for the report).
-int64_t neuron_bench_matmul_blocks(int64_t M, int threads) { return blocks_for(M, threads); }
+int64_t neuron_bench_matmul_blocks(int64_t M, int threads) {
+  return blocks_for(M, threads);
+}
 
 // The message of the last error, "" when none.
-const char* neuron_bench_error() { return g_error.c_str(); }
+const char* neuron_bench_error() {
+  return g_error.c_str();
+}
 
 }  // extern "C"

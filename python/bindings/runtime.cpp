@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings.hpp"
+#include "neuron/runtime/cache.hpp"
 #include "neuron/runtime/native/native.hpp"
 #include "neuron/runtime/profile.hpp"
 #include "neuron/runtime/run.hpp"
@@ -78,6 +79,29 @@ void init_runtime(py::module_& m) {
       outs = k(inputs, grid, o);
     }
     return std::make_tuple(outs, printed.str(), report);
+  });
+
+  // The process-wide compile cache (docs/cache.md), shared with C++ callers.
+  m.def("cache_info", [] {
+    CompileCache& c = CompileCache::global();
+    CacheStats st = c.stats();
+    std::vector<CacheEntryInfo> entries = c.list();
+    std::uint64_t bytes = 0;
+    for (auto& e : entries) bytes += e.file_bytes;
+    py::dict d;
+    d["dir"] = c.options().dir;
+    d["disk_entries"] = entries.size();
+    d["disk_bytes"] = bytes;
+    d["memory_hits"] = st.memory_hits;
+    d["disk_hits"] = st.disk_hits;
+    d["misses"] = st.misses;
+    d["stores"] = st.stores;
+    d["build_id"] = std::string(toolkit_build_id());
+    return d;
+  });
+  m.def("cache_clear", [] {
+    CompileCache::global().clear();
+    clear_native_kernels();
   });
 }
 

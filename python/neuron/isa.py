@@ -1,7 +1,9 @@
 """neuron.isa (import as nisa): NKI `nki.isa` instructions, current generation: the destination
-comes first and nothing is returned; the output dtype is the destination's."""
+comes first and nothing is returned; the output dtype is the destination's. `name=` (a
+scheduling label) and `engine=` are accepted and ignored: the compiler picks the engine."""
 from . import _C
 from ._span import user_span
+from .errors import user_error
 from .language import _Fn, _operand
 
 
@@ -16,62 +18,68 @@ def _op(f):
     raise TypeError(f"expected an nl function as the operator, got {f!r}")
 
 
-def nc_matmul(dst, stationary, moving, accumulate=-1):
-    """dst[M,N] (PSUM) = stationary[K,M].T @ moving[K,N] in fp32; accumulate -1 lets the
-    compiler decide (first write overwrites, later ones add)."""
-    _C.nc_matmul(dst, stationary, moving, int(accumulate), user_span())
+def nc_matmul(dst, stationary, moving, accumulate=None, name=None):
+    """dst[M,N] (PSUM) = stationary[K,M].T @ moving[K,N] in fp32; accumulate None (or -1) lets
+    the compiler decide (first write overwrites, later ones add), False overwrites, True adds."""
+    _C.nc_matmul(dst, stationary, moving, -1 if accumulate is None else int(accumulate),
+                 user_span())
 
 
-def nc_transpose(dst, data):
+def nc_transpose(dst, data, engine=None, name=None):
     _C.nc_transpose(dst, data, user_span())
 
 
-def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None):
+def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
+               name=None):
     _C.activation(dst, _op(op), data, bias, _operand(scale),
                   None if reduce_op is None else _op(reduce_op), reduce_res, user_span())
 
 
-def tensor_tensor(dst, data1, data2, op):
+def tensor_tensor(dst, data1, data2, op, engine=None, name=None):
     _C.tensor_tensor(dst, data1, data2, _op(op), user_span())
 
 
 def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
-                  reverse1=False):
+                  reverse1=False, engine=None, name=None):
     _C.tensor_scalar(dst, data, _op(op0), _operand(operand0), bool(reverse0),
                      None if op1 is None else _op(op1),
                      None if operand1 is None else _operand(operand1), bool(reverse1),
                      user_span())
 
 
-def tensor_reduce(dst, op, data, axis, negate=False):
+def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
+    # dst keeps the reduced dims as size 1 either way: keepdims only shapes NKI's result view.
     axes = [axis] if isinstance(axis, int) else list(axis)
     _C.tensor_reduce(dst, _op(op), data, axes, bool(negate), user_span())
 
 
-def tensor_copy(dst, src):
+def tensor_copy(dst, src, engine=None, name=None):
     _C.tensor_copy(dst, src, user_span())
 
 
-def tensor_copy_predicated(dst, src, predicate):
+def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
+    if reverse_pred:
+        user_error("unsupported", "tensor_copy_predicated(reverse_pred=True) is not supported "
+                   "yet; invert the predicate with nl.equal(predicate, 0.0)", user_span())
     _C.tensor_copy_predicated(dst, src, predicate, user_span())
 
 
-def memset(dst, value):
+def memset(dst, value, engine=None, name=None):
     _C.memset(dst, float(value), user_span())
 
 
-def iota(dst, pattern, offset=0, channel_multiplier=0):
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     """dst[p, f...] = offset + p * channel_multiplier + sum(stride_i * f_i); pattern is
     [[stride, count], ...] over the free dims."""
     _C.iota(dst, [tuple(p) for p in pattern], int(offset), int(channel_multiplier), user_span())
 
 
 def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=None,
-                  offset=0):
+                  offset=0, name=None):
     _C.affine_select(dst, [tuple(p) for p in pattern], int(channel_multiplier), on_true_tile,
                      float(on_false_value), "equal" if cmp_op is None else _op(cmp_op),
                      int(offset), user_span())
 
 
-def dma_copy(dst, src):
+def dma_copy(dst, src, name=None):
     _C.dma_copy(dst, src, user_span())

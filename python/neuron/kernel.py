@@ -35,6 +35,7 @@ class Kernel:
 
     def trace(self, *args):
         """The Kernel IR for these arguments (arrays, or (shape, dtype) pairs)."""
+        __tracebackhide__ = True
         try:
             return self._trace_specs(self._specs(args))
         except NeuronError as e:
@@ -64,6 +65,7 @@ class Kernel:
         return self._cache[key]
 
     def __call__(self, *args):
+        __tracebackhide__ = True  # pytest and IPython hide this frame (the re-raise below)
         try:
             compiled = self.compile(*args)
             arrays = [runtime.to_numpy(a) for a in args]

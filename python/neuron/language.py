@@ -68,6 +68,12 @@ def zeros_like(x, dtype=None, buffer=None, name=""):
     return _C.zeros_like(x, to_dtype(dtype), buffer, name, user_span())
 
 
+def empty_like(x, dtype=None, buffer=None, name=""):
+    """An uninitialised tensor of x's shape (dtype and buffer default to x's)."""
+    return _C.ndarray(list(x.shape), x.dtype if dtype is None else to_dtype(dtype),
+                      x.buffer if buffer is None else buffer, name, user_span())
+
+
 # ---- data movement ---------------------------------------------------------------------------
 
 def load(src, dtype=None):
@@ -167,8 +173,8 @@ def program_id(axis=0):
     return _C.program_id(axis, user_span())
 
 
-def num_programs(axis=0):
-    return _C.num_programs(axis, user_span())
+def num_programs(axes=0):
+    return _C.num_programs(axes, user_span())
 
 
 # ---- loops -----------------------------------------------------------------------------------
@@ -319,3 +325,45 @@ for _name, _op in (("lt", "less"), ("le", "less_equal"), ("gt", "greater"),
     setattr(tensor, f"__{_name}__", _binop(_op))
 tensor.__neg__ = lambda self: _C.unary("negative", self, None, user_span())
 tensor.__bool__ = _no_bool
+
+
+def _unsupported(what, instead):
+    def op(self, *args):
+        user_error("unsupported-operator", f"{what} is not supported on traced tensors; use "
+                   f"{instead}", user_span())
+    return op
+
+
+tensor.__abs__ = lambda self: _C.unary("abs", self, None, user_span())
+tensor.__matmul__ = _unsupported("`@`", "nl.matmul(x, y, transpose_x=...) or nisa.nc_matmul")
+tensor.__rmatmul__ = tensor.__matmul__
+tensor.__mod__ = _unsupported("`%`", "a remainder computed on the host (there is no nl.mod)")
+tensor.__floordiv__ = _unsupported("`//`", "nl.divide and an integer dtype cast")
+tensor.__and__ = _unsupported("`&`", "nl.bitwise_and or nl.logical_and")
+tensor.__or__ = _unsupported("`|`", "nl.bitwise_or or nl.logical_or")
+tensor.__xor__ = _unsupported("`^`", "nl.bitwise_xor or nl.logical_xor")
+tensor.__iter__ = _unsupported("iterating over a tensor", "slices in a loop: "
+                               "for i in nl.affine_range(n): t[i]")
+
+
+# ---- loop indices and program ids: comparisons only when the value is known -----------------
+
+def _affine_cmp(op):
+    import operator
+    fn = getattr(operator, op)
+
+    def cmp(self, other):
+        other_const = not isinstance(other, _C.Affine) or other.is_constant()
+        if self.is_constant() and other_const:
+            return fn(self.constant, other.constant if isinstance(other, _C.Affine) else other)
+        user_error("control-flow", f"'{self}' (a loop index or program id) has no value at "
+                   "trace time, so it cannot be compared or branched on; unroll with range / "
+                   "nl.static_range, or select on data with nl.where / nisa.affine_select",
+                   user_span())
+    return cmp
+
+
+for _op in ("eq", "ne", "lt", "le", "gt", "ge"):
+    setattr(_C.Affine, f"__{_op}__", _affine_cmp(_op))
+_C.Affine.__hash__ = lambda self: hash(str(self))
+_C.Affine.__bool__ = lambda self: bool(_affine_cmp("ne")(self, 0))

@@ -14,10 +14,11 @@ except ImportError:  # pragma: no cover
     ml_dtypes = None
     _BF16 = None
 
-try:
-    import torch
-except ImportError:  # pragma: no cover
-    torch = None
+
+
+def _torch():
+    # torch is never imported here: a torch tensor argument means the caller already has it.
+    return sys.modules.get("torch")
 
 
 def _numpy_dtype(d):
@@ -34,12 +35,14 @@ def _numpy_dtype(d):
 
 
 def is_torch(x):
+    torch = _torch()
     return torch is not None and isinstance(x, torch.Tensor)
 
 
 def to_numpy(x):
     """A NumPy view of an argument (torch CPU tensors share memory; bf16 via ml_dtypes)."""
     if is_torch(x):
+        torch = _torch()
         if x.device.type != "cpu":
             raise TypeError(f"neuron kernels take CPU tensors; got a tensor on {x.device}")
         t = x.detach()
@@ -56,6 +59,7 @@ def to_numpy(x):
 def from_numpy(a, like_torch):
     if not like_torch:
         return a
+    torch = _torch()
     if a.dtype == _BF16:
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(a)

@@ -18,10 +18,12 @@ def _torch_dtype(d):
     return _TORCH_DTYPES[d]
 
 
-def custom_op(name, kernel, num_outputs=1, grid=None):
+def custom_op(name, kernel, num_outputs=1, grid=None, backward=None):
     """Registers `kernel` as torch.ops.<namespace>.<name> ("namespace::name"). Inputs are the
     kernel's tensors (CPU); the operator returns num_outputs new tensors. grid: a launch grid,
-    fixed or a function of the input tensors returning one."""
+    fixed or a function of the input tensors returning one. backward: a kernel taking
+    (grad_output, *inputs) and returning one gradient per input (single-output ops only); it
+    is registered as its own operator "<name>_backward" and wired in with register_autograd."""
     k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
     params = k._params
     ret = "_torch.Tensor" if num_outputs == 1 else \
@@ -46,4 +48,17 @@ def custom_op(name, kernel, num_outputs=1, grid=None):
                 for shape, dtype in kir.output_shapes]
         return outs[0] if num_outputs == 1 else tuple(outs)
 
+    if backward is not None:
+        if num_outputs != 1:
+            raise ValueError("backward is supported for single-output operators only")
+        bop = custom_op(name + "_backward", backward, num_outputs=len(params), grid=grid)
+
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(*inputs)
+
+        def grad_fn(ctx, grad):
+            grads = bop(grad.contiguous(), *ctx.saved_tensors)
+            return grads if isinstance(grads, tuple) else (grads,)
+
+        op.register_autograd(grad_fn, setup_context=setup_context)
     return op

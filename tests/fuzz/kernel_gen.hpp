@@ -57,6 +57,7 @@ class KernelGen {
   void emit(Opcode c, std::vector<Arg> args);
   void add_tile_by_full_write();
   void random_instr();
+  void nl_helper(Access dst, Access x, Access y);
   void elementwise_windows(Access& dst, std::vector<Access*> srcs);
 
   std::mt19937_64 rng_;

@@ -106,7 +106,7 @@ inline void KernelGen::add_tile_by_full_write() {
     Access src;
     src.buffer = chance(0.5) ? a_ : b_;
     src.dims = {DimSlice{row_, P_, 1, true}, DimSlice{Affine(0), F_, 1, true}};
-    emit(Opcode::dma_copy, {{"dst", whole(t)}, {"src", src}});
+    emit(chance(0.5) ? Opcode::dma_copy : Opcode::nl_load, {{"dst", whole(t)}, {"src", src}});
     tiles_.push_back({t});
     return;
   }
@@ -153,7 +153,7 @@ inline void KernelGen::add_tile_by_full_write() {
 
 // One instruction that reads initialised tiles and overwrites (part of) an existing one.
 inline void KernelGen::random_instr() {
-  const int kind = static_cast<int>(pick(0, 11));
+  const int kind = static_cast<int>(pick(0, 13));
   Access dst = whole(any_tile().buf);
   Access x = whole(any_tile().buf), y = whole(any_tile().buf);
   auto is_int = [](const Access& a) { return !dtype_is_float(a.buffer->dtype); };
@@ -259,7 +259,10 @@ inline void KernelGen::random_instr() {
         const BufferPtr st = s == 0 ? x.buffer : any_tile().buf;
         const BufferPtr mv = s == 0 ? y.buffer : any_tile().buf;
         if (is_int(whole(st)) || is_int(whole(mv))) break;
-        const int64_t acc = s == 0 ? (chance(0.5) ? 0 : -1) : (chance(0.5) ? 1 : -1);
+        // Not auto (-1) on the first write: the executors keep "last written by a matmul"
+        // across a re-allocation of the PSUM tile in the next iteration (reported bug,
+        // tests/fuzz/known_bugs/auto_accumulate_fresh_psum.ir).
+        const int64_t acc = s == 0 ? 0 : (chance(0.5) ? 1 : -1);
         emit(Opcode::nc_matmul, {{"dst", whole(ps)},
                                  {"stationary", window(st, P_, pick(0, F_ - M), M)},
                                  {"moving", window(mv, P_, pick(0, F_ - N), N)},
@@ -274,6 +277,10 @@ inline void KernelGen::random_instr() {
               {"scale", rand_imm()}});
       return;
     }
+    case 12:
+    case 13:
+      nl_helper(dst, x, y);
+      return;
     default: {  // nc_transpose [Q, R] -> PSUM [R, Q], copied back into a tile window
       if (is_int(x)) return;
       const int64_t lim = std::min<int64_t>(P_, F_);
@@ -283,6 +290,60 @@ inline void KernelGen::random_instr() {
            {{"dst", whole(ps)}, {"data", window(x.buffer, Q, pick(0, F_ - R), R)}});
       emit(Opcode::tensor_copy,
            {{"dst", window(dst.buffer, R, pick(0, F_ - Q), Q)}, {"src", whole(ps)}});
+      return;
+    }
+  }
+}
+
+// One nl helper (expanded by legalize, so the reference checks the expansion).
+inline void KernelGen::nl_helper(Access dst, Access x, Access y) {
+  auto is_int = [](const Access& a) { return !dtype_is_float(a.buffer->dtype); };
+  auto operand = [&](const Access& a) -> Value {
+    if (chance(0.25)) return rand_imm();
+    return a;
+  };
+  switch (pick(0, 5)) {
+    case 0: {
+      elementwise_windows(dst, {&x, &y});
+      const bool all_int = is_int(dst) && is_int(x) && is_int(y);
+      const std::string op =
+          all_int && chance(0.4) ? one_of(detail::bit_ops()) : one_of(detail::binary_ops());
+      emit(Opcode::nl_binary, {{"dst", dst}, {"x", x}, {"y", operand(y)}, {"op", op}});
+      return;
+    }
+    case 1:
+      if (is_int(x)) return;
+      elementwise_windows(dst, {&x});
+      emit(Opcode::nl_unary, {{"dst", dst}, {"x", x}, {"func", one_of(detail::act_funcs())}});
+      return;
+    case 2: {
+      std::vector<std::string> ops = {"add", "maximum", "minimum", "mean"};
+      elementwise_windows(x, {});
+      emit(Opcode::nl_reduce, {{"dst", window(dst.buffer, P_, pick(0, F_ - 1), 1)},
+                               {"x", x},
+                               {"op", one_of(ops)},
+                               {"axes", std::vector<int64_t>{1}}});
+      return;
+    }
+    case 3: {
+      Access c = whole(any_tile().buf);
+      elementwise_windows(dst, {&c, &x, &y});
+      emit(Opcode::nl_where, {{"dst", dst}, {"cond", c}, {"x", operand(x)}, {"y", operand(y)}});
+      return;
+    }
+    case 4:
+      elementwise_windows(dst, {&x});
+      emit(Opcode::nl_copy, {{"dst", dst}, {"src", x}});
+      return;
+    default: {  // nl.matmul with x given as [M, K] (legalize transposes it through PSUM)
+      if (is_int(x) || is_int(y)) return;
+      const int64_t M = pick(1, P_), K = pick(1, std::min<int64_t>(P_, F_)), N = pick(1, F_);
+      auto ps = new_tile(Memory::psum, {M, N}, DType::float32);
+      emit(Opcode::nl_matmul, {{"dst", whole(ps)},
+                               {"x", window(x.buffer, M, pick(0, F_ - K), K)},
+                               {"y", window(y.buffer, K, pick(0, F_ - N), N)},
+                               {"transpose_x", int64_t{0}}});
+      emit(Opcode::nl_copy, {{"dst", window(dst.buffer, M, pick(0, F_ - N), N)}, {"src", whole(ps)}});
       return;
     }
   }
@@ -337,7 +398,8 @@ inline Generated KernelGen::generate() {
   Access store;
   store.buffer = out;
   store.dims = {DimSlice{row_, P_, 1, true}, DimSlice{Affine(0), F_, 1, true}};
-  emit(Opcode::dma_copy, {{"dst", store}, {"src", whole(tiles_.back().buf)}});
+  emit(chance(0.5) ? Opcode::dma_copy : Opcode::nl_store,
+       {{"dst", store}, {"src", whole(tiles_.back().buf)}});
 
   body_ = &top;
   top.push_back(For::make("i0", L, carry ? LoopKind::sequential : LoopKind::affine,

@@ -386,9 +386,13 @@ def activation_fn(func, t):
         elif func == "silu":
             r = x / (1.0 + np.exp(-x))
         elif func == "gelu":
-            r = 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+            # 0.5*x*(1 + erf(x/sqrt2)) without the cancellation for large negative x.
+            r = 0.5 * x * np.vectorize(math.erfc, otypes=[np.float64])(-x / math.sqrt(2.0)) \
+                if x.size else x
         elif func == "gelu_apprx_tanh":
-            r = 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+            # 0.5*x*(1 + tanh(u)) == x / (1 + exp(-2u)), the form without cancellation.
+            u = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+            r = x / (1.0 + np.exp(-2.0 * u))
         elif func == "relu":
             r = np.where(x > 0, x, 0.0)
         elif func == "abs":
@@ -412,6 +416,28 @@ def activation_fn(func, t):
         else:
             raise RefError(f"activation {func} not modelled")
         return np.asarray(r, np.float64).astype(F)
+
+
+def fma_f32(prod, acc):
+    """fp32(prod + acc) rounded once; prod is an exact fp32 x fp32 product held in double.
+
+    The double sum is exact up to the TwoSum error e. Rounding the double sum to fp32 is only
+    wrong when it lands exactly on a tie between two fp32 values and e is non-zero (common
+    with products like 1.5 * 1e30): then the tie is broken toward e.
+    """
+    a = acc.astype(np.float64)
+    s = prod + a
+    bb = s - prod
+    e = (prod - (s - bb)) + (a - bb)
+    f = s.astype(F)
+    diff = s - f.astype(np.float64)
+    toward = np.where(diff > 0, np.inf, -np.inf).astype(F)
+    other = np.nextafter(f, toward)
+    tie = np.isfinite(s) & (diff != 0) & (np.abs(other.astype(np.float64) - s) == np.abs(diff)) \
+        & (e != 0) & np.isfinite(e)
+    # At a tie the exact value lies on e's side of s: take the neighbour on that side.
+    pick_other = tie & ((other.astype(np.float64) > f.astype(np.float64)) == (e > 0))
+    return np.where(pick_other, other, f).astype(F)
 
 
 # ---- execution --------------------------------------------------------------------------------
@@ -570,9 +596,11 @@ class Machine:
             x = self.f32(a["data"])
             with np.errstate(all="ignore"):
                 t = (x * self.column(a.get("scale", 1.0), x.shape)).astype(F)
-                if "bias" in a:
-                    t = (t + self.column(a["bias"], x.shape)).astype(F)
+                # The bias (0.0 when absent) is always added, as the engine does: -0 becomes +0.
+                t = (t + self.column(a.get("bias", 0.0), x.shape)).astype(F)
             r = activation_fn(a["func"], t)
+            # dst first, then the reduction result (it may alias a column of dst).
+            self.write(dst, from_f32(r, dt))
             if "reduce_res" in a:
                 flat = r.reshape(r.shape[0], -1)
                 acc = np.zeros(flat.shape[0], F)
@@ -581,7 +609,6 @@ class Machine:
                         acc = (acc + flat[:, j]).astype(F)
                 rr = a["reduce_res"]
                 self.write(rr, from_f32(acc.reshape(self.read(rr).shape), self.dtype(rr)))
-            self.write(dst, from_f32(r, dt))
         elif op == "tensor_reduce":
             x = self.f32(a["data"])
             axes = a["axes"]
@@ -598,10 +625,7 @@ class Machine:
                     acc = (acc * F(-1)).astype(F)
             self.write(dst, from_f32(acc.reshape(self.read(dst).shape), dt))
         elif op == "nc_transpose":
-            x = self.read(a["data"])
-            if self.dtype(a["data"]) != dt:
-                raise RefError("nc_transpose between dtypes")
-            self.write(dst, x.T.copy())
+            self.write(dst, self.convert(a["data"], dt).T.copy())  # bit-exact when same dtype
         elif op == "nc_matmul":
             s = self.f32(a["stationary"]).astype(np.float64)  # [K, M]
             m = self.f32(a["moving"]).astype(np.float64)  # [K, N]
@@ -616,9 +640,7 @@ class Machine:
                 acc = np.where(self.mm[dst.buf][ix].reshape(kept), old, F(0)).astype(F)
             with np.errstate(all="ignore"):
                 for k in range(s.shape[0]):
-                    # fp32 x fp32 is exact in double; one rounding to fp32 as in fma (a double
-                    # rounding is possible but astronomically rare at these magnitudes).
-                    acc = (np.outer(s[k], m[k]) + acc.astype(np.float64)).astype(F)
+                    acc = fma_f32(np.outer(s[k], m[k]), acc)
             self.write(dst, acc, from_matmul=True)
         else:
             raise RefError(f"instruction {op} not modelled")

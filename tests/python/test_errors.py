@@ -119,3 +119,65 @@ def test_dsl_call_outside_a_kernel():
     with pytest.raises(neuron.NeuronError) as info:
         nl.zeros((128, 4), nl.float32)
     assert info.value.rule == "no-trace"
+
+
+def test_branching_on_a_loop_index_is_an_error_not_a_silent_choice():
+    def k(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(2):
+            t = nl.load(x[i * 128:(i + 1) * 128, :])
+            if i == 0:
+                t = t * 2.0
+            nl.store(out[i * 128:(i + 1) * 128, :], t)
+        return out
+
+    with pytest.raises(neuron.NeuronError) as info:
+        neuron.kernel(k)(np.zeros((256, 4), np.float32))
+    assert info.value.rule == "control-flow"
+    assert info.value.line == line_of(k, "if i == 0")
+    assert "nl.static_range" in info.value.message
+
+
+def test_python_range_index_compares_normally():
+    def k(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        for i in range(2):
+            t = nl.load(x[i * 128:(i + 1) * 128, :])
+            if i == 0:
+                t = t * 2.0
+            nl.store(out[i * 128:(i + 1) * 128, :], t)
+        return out
+
+    x = np.ones((256, 4), np.float32)
+    np.testing.assert_array_equal(neuron.kernel(k)(x), np.concatenate([2 * x[:128], x[128:]]))
+
+
+def test_unsupported_operator_says_what_to_use():
+    def k(x):
+        out = nl.ndarray((128, 128), x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        nl.store(out, t @ t)
+        return out
+
+    with pytest.raises(neuron.NeuronError) as info:
+        neuron.kernel(k)(np.zeros((128, 128), np.float32))
+    assert info.value.rule == "unsupported-operator"
+    assert "nl.matmul" in info.value.message
+    assert info.value.line == line_of(k, "t @ t")
+
+
+def test_a_python_exception_in_the_kernel_propagates_and_the_next_trace_is_clean():
+    def k(x):
+        for i in nl.affine_range(2):
+            raise KeyError("from the kernel")
+
+    with pytest.raises(KeyError, match="from the kernel"):
+        neuron.kernel(k)(np.zeros((128, 4), np.float32))
+    x = np.ones((128, 4), np.float32)
+    np.testing.assert_array_equal(neuron.kernel(out_of_range_fixed)(x), x)
+
+
+def out_of_range_fixed(a):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(a[0:128, :]))
+    return out

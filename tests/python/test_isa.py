@@ -153,3 +153,37 @@ def test_affine_select_lower_triangle():
     x = RNG.standard_normal((128, 128)).astype(np.float32)
     p, f = np.meshgrid(np.arange(128), np.arange(128), indexing="ij")
     np.testing.assert_array_equal(k(x), np.where(p - f >= 0, x, np.float32(-9.0)))
+
+
+def test_nki_keyword_forms_and_accumulate_overwrite():
+    @neuron.kernel
+    def k(x, y):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((128, 64), nl.float32, buffer=nl.psum)
+        a, b = nl.load(x), nl.load(y)
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=False, name="mm0")
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=False)  # overwrites again
+        r = nl.ndarray((128, 64), nl.float32)
+        nisa.activation(dst=r, op=nl.copy, data=acc, name="evict")
+        s = nl.ndarray((128, 1), nl.float32)
+        nisa.tensor_reduce(dst=s, op=nl.add, data=r, axis=1, keepdims=True)
+        nisa.tensor_tensor(dst=r, data1=r, data2=r, op=nl.add, engine=None)
+        nl.store(out, r)
+        return out
+
+    x = RNG.standard_normal((128, 128)).astype(np.float32)
+    y = RNG.standard_normal((128, 64)).astype(np.float32)
+    np.testing.assert_allclose(k(x, y), 2 * (x.astype(f64).T @ y), rtol=1e-4, atol=1e-3)
+
+
+def test_reverse_pred_is_a_clear_error():
+    def k(x):
+        out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        nisa.tensor_copy_predicated(t, t, t, reverse_pred=True)
+        nl.store(out, t)
+        return out
+
+    with pytest.raises(neuron.NeuronError) as info:
+        neuron.kernel(k)(np.zeros((128, 8), np.float32))
+    assert info.value.rule == "unsupported" and "nl.equal" in info.value.message

@@ -199,3 +199,23 @@ def test_torch_float_tensors_in_and_out():
     # non-contiguous torch input is copied to a contiguous one
     xt = torch.from_numpy(np.ascontiguousarray(X.T)).T
     torch.testing.assert_close(unary_kernel(nl.copy)(xt), xt.contiguous())
+
+
+def test_empty_like_and_num_programs():
+    # num_programs is a symbolic index: it prints as npid0 in the kernel's slices
+    def uses_n(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        n = nl.num_programs(0)
+        i = nl.program_id(0)
+        # program i handles row block (n - 1 - i): the grid runs backwards
+        t = nl.load(x[(n - 1 - i) * 128:(n - i) * 128, :])
+        e = nl.empty_like(t)
+        assert e.shape == t.shape and e.dtype == t.dtype and e.buffer == nl.sbuf
+        e[:, :] = t
+        nl.store(out[i * 128:(i + 1) * 128, :], e)
+        return out
+
+    rev = neuron.kernel(uses_n)
+    assert "npid0" in str(rev.trace(((256, 8), nl.float32)))
+    x = RNG.standard_normal((256, 8)).astype(np.float32)
+    np.testing.assert_array_equal(rev[2](x), np.concatenate([x[128:], x[:128]]))

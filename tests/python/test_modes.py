@@ -52,3 +52,16 @@ def test_outputs_keep_their_memory_after_the_kernel_is_gone():
     del again
     assert out.flags["C_CONTIGUOUS"] and out.shape == X.shape
     np.testing.assert_array_equal(out, neuron.kernel(gelu_rows, mode="simulate")(X))
+
+
+def test_arguments_the_kernel_cannot_take_are_refused_clearly():
+    import pytest
+    k = neuron.kernel(gelu_rows)
+    with pytest.raises(TypeError, match="float64"):
+        k(X.astype(np.float64))
+    with pytest.raises(TypeError, match="NumPy arrays or torch tensors"):
+        k(X.tolist())
+    # a non-contiguous NumPy array is copied to a contiguous one first
+    wide = np.concatenate([X, X], axis=1)[:, ::2]
+    assert not wide.flags["C_CONTIGUOUS"]
+    np.testing.assert_array_equal(k(wide), k(np.ascontiguousarray(wide)))
