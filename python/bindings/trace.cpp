@@ -246,7 +246,9 @@ void init_trace(py::module_& m) {
     return nl::copy(x, dtype, span);
   });
   m.def("unary", [](const std::string& name, const nl::tensor& x, std::optional<DType> dtype,
-                    const Span& span) { return lookup(unary_fns(), name, "unary")(x, dtype, span); });
+                    const Span& span) {
+    return lookup(unary_fns(), name, "unary")(x, dtype, span);
+  });
   m.def("binary", [](const std::string& name, const Operand& x, const Operand& y,
                      std::optional<DType> dtype, const Span& span) {
     return lookup(binary_fns(), name, "binary")(to_operand(x, span), to_operand(y, span), dtype,

@@ -43,7 +43,8 @@ def to_dtype(d):
     name = np.dtype(d).name if not isinstance(d, str) else d
     if name in _NUMPY_NAMES:
         return _NUMPY_NAMES[name]
-    raise TypeError(f"unsupported dtype {d!r}")
+    raise TypeError(f"unsupported dtype {name}: kernels take float32, bfloat16, float16, "
+                    "int8/16/32, uint8/16/32 or bool (cast float64 data to float32 first)")
 
 
 # ---- allocation ------------------------------------------------------------------------------

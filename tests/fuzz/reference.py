@@ -363,6 +363,14 @@ def alu(op, a, b):
             return (1.0 / np.sqrt(a.astype(np.float64))).astype(F)
         if op == "reciprocal":
             return F(1) / a
+        if op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+            # fp32 operands are rounded to integers (ties to even, NaN -> 0, saturating).
+            def to_int(v):
+                v = np.nan_to_num(v.astype(np.float64), nan=0.0, posinf=2.0**62, neginf=-2.0**62)
+                return np.clip(np.rint(v), -2.0**62, 2.0**62).astype(np.int64)
+            f = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
+                 "bitwise_xor": np.bitwise_xor}[op]
+            return f(to_int(a), to_int(b)).astype(F)
     raise RefError(f"ALU op {op} not modelled")
 
 

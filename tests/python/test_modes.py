@@ -65,3 +65,13 @@ def test_arguments_the_kernel_cannot_take_are_refused_clearly():
     wide = np.concatenate([X, X], axis=1)[:, ::2]
     assert not wide.flags["C_CONTIGUOUS"]
     np.testing.assert_array_equal(k(wide), k(np.ascontiguousarray(wide)))
+
+
+def test_compile_returns_the_pipeline_report_and_the_final_ir():
+    compiled = neuron.kernel(gelu_rows).compile(X)
+    names = [p.name for p in compiled.passes]
+    for expected in ("verify", "legalize", "allocate"):
+        assert expected in names
+    assert all(p.ms >= 0 for p in compiled.passes)
+    # after legalize the IR holds ISA instructions only (no nl.* helper ops)
+    assert "nl." not in str(compiled.kernel)

@@ -1,0 +1,13 @@
+"""neuron.cache: the compile cache shared with the C++ toolkit (docs/cache.md). Keys come from
+the Kernel IR text, target and options, never from the Python source."""
+from . import _C
+
+
+def info():
+    """A dict: dir, disk_entries, disk_bytes, memory_hits, disk_hits, misses, stores, build_id."""
+    return dict(_C.cache_info())
+
+
+def clear():
+    """Empties the memory and disk levels and forgets loaded native kernels."""
+    _C.cache_clear()

@@ -1,0 +1,91 @@
+# Kernels as torch operators: eager calls, torch.compile(fullgraph=True) without graph breaks,
+# autograd through a backward kernel, and zero-copy inputs.
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import neuron  # noqa: E402
+import neuron.language as nl  # noqa: E402
+import neuron.torch as nt  # noqa: E402
+
+
+def rmsnorm(x, w):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    wt = nl.load(w)
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.load(x[i * 128:(i + 1) * 128, :], dtype=nl.float32)
+        r = nl.rsqrt(nl.mean(nl.square(t), axis=1) + 1e-6)
+        nl.store(out[i * 128:(i + 1) * 128, :], nl.multiply(t * r, wt, dtype=x.dtype))
+    return out
+
+
+rmsnorm_op = nt.custom_op("neuron_test::rmsnorm", rmsnorm)
+
+
+def rmsnorm_ref(x, w):
+    x64 = x.double()
+    return x64 / torch.sqrt((x64 * x64).mean(1, keepdim=True) + 1e-6) * w.double().repeat(
+        x.shape[0] // 128, 1)
+
+
+class Norm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.rand(128, 64), requires_grad=False)
+
+    def forward(self, x):
+        return rmsnorm_op(x * 2, self.w) + 1
+
+
+def test_custom_op_in_a_module_eager_and_compiled():
+    m = Norm()
+    x = torch.randn(256, 64)
+    eager = m(x)
+    torch.testing.assert_close(eager.double(), rmsnorm_ref(x * 2, m.w) + 1, rtol=1e-5,
+                               atol=1e-5)
+    compiled = torch.compile(m, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(x), eager)
+
+
+def cube(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(out, t * t * t)
+    return out
+
+
+def cube_backward(grad, x):
+    dx = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(dx, nl.load(grad) * (t * t) * 3.0)
+    return dx
+
+
+cube_op = nt.custom_op("neuron_test::cube", cube, backward=cube_backward)
+
+
+def test_autograd_through_a_backward_kernel():
+    x = torch.randn(128, 32, requires_grad=True)
+    y = cube_op(x)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, 3 * x.detach() ** 2)
+
+
+def test_contiguous_torch_inputs_are_not_copied():
+    seen = []
+
+    def peek(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(x))
+        return out
+
+    from neuron import runtime
+    x = torch.arange(128 * 4, dtype=torch.float32).reshape(128, 4)
+    seen.append(runtime.to_numpy(x))
+    assert seen[0].__array_interface__["data"][0] == x.data_ptr()
+    out = neuron.kernel(peek)(x)
+    assert torch.equal(out, x)
+    # an output returned as a torch tensor shares the NumPy output's memory: writes show up
+    arr = out.numpy()
+    arr[0, 0] = 42.0
+    assert out[0, 0].item() == 42.0
