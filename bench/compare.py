@@ -13,6 +13,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 
 np = torch = None  # imported in main(), after the BLAS thread count is set
@@ -198,11 +199,13 @@ def main():
         begin,
         f"### Ours vs PyTorch and NumPy, {args.threads} thread(s) (written by bench/compare.py)",
         "",
-        f"Median of {reps} timed runs after one warm-up, all contenders in one process with "
-        f"{args.threads} thread(s) (`torch.set_num_threads`, our `NativeOptions::threads`). "
-        "\"ours / peer\" is peer time / our time: above 1.00x we are faster. GFLOP/s = 2n^3 / time for "
-        "matmul and 5 flops per element for softmax. Ours is `bench/spmd_matmul.hpp` (row blocks per "
-        f"program: {blocks[1024]} at 1024, {blocks[2048]} at 2048) and `examples/softmax.hpp`.",
+        textwrap.fill(
+            f"Median of {reps} timed runs after one warm-up, all contenders in one process with "
+            f"{args.threads} thread(s) (`torch.set_num_threads`, our `NativeOptions::threads`). "
+            "\"ours / peer\" is peer time / our time: above 1.00x we are faster. GFLOP/s = "
+            "2n^3 / time for matmul and 5 flops per element for softmax. Ours is "
+            f"`bench/spmd_matmul.hpp` (row blocks per program: {blocks[1024]} at 1024, "
+            f"{blocks[2048]} at 2048) and `examples/softmax.hpp`.", width=100),
         "",
         table,
         "",

@@ -259,10 +259,9 @@ inline void KernelGen::random_instr() {
         const BufferPtr st = s == 0 ? x.buffer : any_tile().buf;
         const BufferPtr mv = s == 0 ? y.buffer : any_tile().buf;
         if (is_int(whole(st)) || is_int(whole(mv))) break;
-        // Not auto (-1) on the first write: the executors keep "last written by a matmul"
-        // across a re-allocation of the PSUM tile in the next iteration (reported bug,
-        // tests/fuzz/known_bugs/auto_accumulate_fresh_psum.ir).
-        const int64_t acc = s == 0 ? 0 : (chance(0.5) ? 1 : -1);
+        // Auto (-1) on a tile re-allocated every iteration once found a bug
+        // (tests/fuzz/regressions/auto_accumulate_fresh_psum.ir).
+        const int64_t acc = s == 0 ? (chance(0.5) ? 0 : -1) : (chance(0.5) ? 1 : -1);
         emit(Opcode::nc_matmul, {{"dst", whole(ps)},
                                  {"stationary", window(st, P_, pick(0, F_ - M), M)},
                                  {"moving", window(mv, P_, pick(0, F_ - N), N)},
