@@ -13,7 +13,30 @@ namespace neuron {
 
 namespace {
 
+// Decimal text of a 128-bit bound (fmt 9 cannot format __int128 portably).
+std::string wide_str(__int128 v) {
+  if (v >= INT64_MIN && v <= INT64_MAX) return fmt::to_string(static_cast<int64_t>(v));
+  return v < 0 ? "below -2^63" : "beyond 2^63";
+}
+
 using namespace passes;
+
+// Buffers larger than this are not a kernel anyone can run (256 TiB), and the rule keeps every
+// later size and address computation far from int64 overflow.
+constexpr int64_t kMaxBufferBytes = int64_t{1} << 48;
+
+void check_buffer_size(const Buffer& b, const Span& span) {
+  __int128 bytes = dtype_bytes(b.dtype);
+  for (auto d : b.shape) {
+    if (d < 1)
+      user_error(span, "shape-mismatch", "buffer {} has a dimension of size {}", buffer_str(b), d);
+    bytes *= d;
+    if (bytes > kMaxBufferBytes)
+      user_error(span, "tensor-size",
+                 "buffer {} is larger than the {} bytes a buffer may have", buffer_str(b),
+                 kMaxBufferBytes);
+  }
+}
 
 bool is_bitwise(AluOp op) {
   return op == AluOp::bitwise_and || op == AluOp::bitwise_or || op == AluOp::bitwise_xor ||
@@ -107,10 +130,7 @@ class Verifier {
   void check_alloc(const Alloc& a) {
     NEURON_ASSERT(a.buffer, "Alloc without a buffer");
     const Buffer& b = *a.buffer;
-    for (auto d : b.shape)
-      if (d < 1)
-        user_error(a.span, "shape-mismatch", "buffer {} has a dimension of size {}", buffer_str(b),
-                   d);
+    check_buffer_size(b, a.span);
     if (!is_on_chip(b.memory)) return;
     if (b.shape.size() < 2)
       user_error(a.span, "tile-rank",
@@ -203,7 +223,9 @@ class Verifier {
                  s.size, d);
     // Loop variables range over 0..extent-1; program ids (and anything unknown) are unbounded,
     // so a side of the range that depends on them is not checked.
-    int64_t lo = s.start.constant, hi = s.start.constant;
+    // 128-bit arithmetic: starts, coefficients and sizes near INT64_MAX must give an error,
+    // not a signed overflow.
+    __int128 lo = s.start.constant, hi = s.start.constant;
     bool lo_known = true, hi_known = true;
     for (auto& t : s.start.terms) {
       auto ext = loop_extent(t.var);
@@ -216,19 +238,18 @@ class Verifier {
         (t.coeff > 0 ? hi_known : lo_known) = false;
         continue;
       }
-      int64_t top = t.coeff * std::max<int64_t>(*ext - 1, 0);
-      lo += std::min<int64_t>(0, top);
-      hi += std::max<int64_t>(0, top);
+      __int128 top = __int128(t.coeff) * std::max<int64_t>(*ext - 1, 0);
+      lo += std::min<__int128>(0, top);
+      hi += std::max<__int128>(0, top);
     }
-    int64_t span = s.step * (s.size - 1);
-    lo += std::min<int64_t>(0, span);
-    hi += std::max<int64_t>(0, span);
+    __int128 span = __int128(s.step) * (s.size - 1);
+    lo += std::min<__int128>(0, span);
+    hi += std::max<__int128>(0, span);
     if ((lo_known && lo < 0) || (hi_known && hi >= dim))
       user_error(op.span, "out-of-bounds",
                  "{} argument '{}' reads indices {}..{} of dim {} of {} (start {}, size {}, "
                  "step {}), outside 0..{}",
-                 opname, arg, lo_known ? fmt::to_string(lo) : "?",
-                 hi_known ? fmt::to_string(hi) : "?", d, buffer_str(*a.buffer), s.start.str(),
+                 opname, arg, lo_known ? wide_str(lo) : "?", hi_known ? wide_str(hi) : "?", d, buffer_str(*a.buffer), s.start.str(),
                  s.size, s.step, dim - 1);
   }
 
@@ -601,6 +622,7 @@ void verify(const Kernel& k, const std::string& target) {
   for (auto& io : {&k.inputs, &k.outputs})
     for (auto& b : *io) {
       NEURON_ASSERT(b, "kernel {} has a null input/output buffer", k.name);
+      check_buffer_size(*b, b->span.known() ? b->span : k.span);
       if (is_on_chip(b->memory))
         user_error(b->span, "engine-memory",
                    "kernel argument '{}' is in {}; kernel inputs and outputs live in HBM", b->name,

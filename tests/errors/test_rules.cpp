@@ -1,6 +1,8 @@
 // One test per verifier/allocator rule: the rule name, the offending values and the user's line.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include "neuron/codegen/pipeline.hpp"
 #include "passes/kernel_builder.hpp"
 
@@ -458,4 +460,18 @@ TEST_CASE("rule loop-scope") {
                 op(Opcode::dma_copy,
                    {{"dst", whole(t)}, {"src", view(a, {ds(i3 * 128, 128), ds(0, 8)})}}, sp)})),
       "loop-scope", "with 'i3', which is not the variable of an enclosing loop", sp.line);
+}
+
+TEST_CASE("rule tensor-size: sizes near INT64_MAX are user errors, not overflows") {
+  // Found by libFuzzer (fuzz/known_crashes/verify_bounds_overflow.ir): the bounds arithmetic
+  // overflowed int64 for shapes and slice starts near INT64_MAX.
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  auto a = hbm("a", {big, big}), t = sbuf("t", {4, 4});
+  Span sp = Span::current();
+  Kernel k = kernel({a}, {}, {alloc(t), op(Opcode::dma_copy, {{"dst", whole(t)}, {"src", view(a, {ds(big - 1, 4), ds(0, 4)})}}, sp)});
+  CHECK_RULE(v(k), "tensor-size", "larger than the 281474976710656 bytes", 0);
+  // A slice walking past INT64_MAX in a buffer of legal size reports the range, no overflow.
+  auto b = hbm("b", {64, 4});
+  Kernel k2 = kernel({b}, {}, {alloc(t), op(Opcode::dma_copy, {{"dst", whole(t)}, {"src", view(b, {ds(big - 1, 4), ds(0, 4)})}}, sp)});
+  CHECK_RULE(v(k2), "out-of-bounds", "beyond 2^63", sp.line);
 }
