@@ -411,21 +411,20 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }  // namespace
 }  // namespace sim
 
-void simulate(const Program& p, const std::vector<Tensor>& tensors,
-              const std::vector<int64_t>& grid, const SimOptions& opts) {
-  using namespace sim;
-  // The caller passes inputs then outputs; scratch tensors are ours.
+void check_call(const Program& p, const std::vector<Tensor>& tensors,
+                const std::vector<int64_t>& grid, bool check_tensors) {
+  using sim::shape_str;
+  // The caller passes inputs then outputs; scratch tensors are the executor's.
   std::vector<const TensorDecl*> params;
   for (auto& t : p.tensors)
     if (t.role != TensorDecl::Role::scratch) params.push_back(&t);
-  const bool timing_only = !opts.execute && tensors.empty();
-  if (!timing_only && tensors.size() != params.size()) {
+  if (check_tensors && tensors.size() != params.size()) {
     std::vector<std::string> names;
     for (auto* d : params) names.push_back(d->name);
     user_error(Span{}, "call-signature", "kernel '{}' takes {} tensors ({}) but was called with {}",
                p.name, params.size(), fmt::join(names, ", "), tensors.size());
   }
-  for (size_t i = 0; i < (timing_only ? 0 : params.size()); ++i) {
+  for (size_t i = 0; i < (check_tensors ? params.size() : 0); ++i) {
     const TensorDecl& d = *params[i];
     const Tensor& t = tensors[i];
     if (t.shape() != d.shape || t.dtype() != d.dtype)
@@ -440,6 +439,13 @@ void simulate(const Program& p, const std::vector<Tensor>& tensors,
     user_error(Span{}, "grid", "launch grid must have 1 to 4 dims, got {}", grid.size());
   for (int64_t g : grid)
     if (g < 1) user_error(Span{}, "grid", "launch grid dims must be >= 1, got {}", shape_str(grid));
+}
+
+void simulate(const Program& p, const std::vector<Tensor>& tensors,
+              const std::vector<int64_t>& grid, const SimOptions& opts) {
+  using namespace sim;
+  const bool timing_only = !opts.execute && tensors.empty();
+  check_call(p, tensors, grid, /*check_tensors=*/!timing_only);
 
   const Target& target = p.target.empty() ? default_target() : target_by_name(p.target);
   Slots slots;

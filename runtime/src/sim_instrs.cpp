@@ -375,24 +375,6 @@ void exec_iota(const Instr& in, const View& dst) {
   clear_flags(dst, offs);
 }
 
-bool compare_int(AluOp op, int64_t a, int64_t c) {
-  switch (op) {
-    case AluOp::equal:
-      return a == c;
-    case AluOp::not_equal:
-      return a != c;
-    case AluOp::greater:
-      return a > c;
-    case AluOp::greater_equal:
-      return a >= c;
-    case AluOp::less:
-      return a < c;
-    case AluOp::less_equal:
-      return a <= c;
-    default:
-      return b::alu(op, static_cast<float>(a), static_cast<float>(c)) != 0.0f;
-  }
-}
 
 void exec_affine_select(const Instr& in, const View& dst, const std::vector<View>& src) {
   need_src(in, src, 1);
@@ -407,7 +389,7 @@ void exec_affine_select(const Instr& in, const View& dst, const std::vector<View
   std::vector<float> fx = raw ? std::vector<float>{} : gather_f32(src[0]);
   for (size_t i = 0; i < offs.size(); ++i) {
     std::byte* p = dst.base + offs[i];
-    if (!compare_int(in.args.cmp_op, v[i], 0))
+    if (!b::compare_int(in.args.cmp_op, v[i], 0))
       std::memcpy(p, on_false, e);
     else if (raw)
       std::memcpy(p, rx.data() + i * e, e);

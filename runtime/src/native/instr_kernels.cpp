@@ -177,24 +177,6 @@ inline bool is_int(int t) {
   return !neuron::dtype_is_float(dt(t));
 }
 
-bool compare_int(AluOp op, int64_t a, int64_t c) {
-  switch (op) {
-    case AluOp::equal:
-      return a == c;
-    case AluOp::not_equal:
-      return a != c;
-    case AluOp::greater:
-      return a > c;
-    case AluOp::greater_equal:
-      return a >= c;
-    case AluOp::less:
-      return a < c;
-    case AluOp::less_equal:
-      return a <= c;
-    default:
-      return b::alu(op, static_cast<float>(a), static_cast<float>(c)) != 0.0f;
-  }
-}
 
 }  // namespace
 
@@ -457,7 +439,7 @@ void neuron_k_affine_select(const NView* d, const NView* s, const NView* pat, in
   each1(*d, [&](char* p) {
     const int64_t x = static_cast<int32_t>(static_cast<uint32_t>(
         static_cast<uint64_t>(c.value + offset)));
-    if (!compare_int(static_cast<AluOp>(cmp_op), x, 0))
+    if (!b::compare_int(static_cast<AluOp>(cmp_op), x, 0))
       std::memcpy(p, off_enc, static_cast<size_t>(e));
     else if (ddt == sdt)
       std::memcpy(p, cs.p, static_cast<size_t>(e));

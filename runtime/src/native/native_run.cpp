@@ -16,6 +16,7 @@
 #include "neuron/error.hpp"
 #include "neuron/runtime/config.hpp"
 #include "neuron/runtime/native/print.hpp"
+#include "neuron/runtime/sim.hpp"
 #include "neuron/runtime/target.hpp"
 
 namespace neuron {
@@ -93,38 +94,7 @@ ScratchPool& pool() {
   return *p;
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  return fmt::format("[{}]", fmt::join(s, ", "));
-}
 
-// The simulator's call validation, same rules and wording (runtime/src/sim.cpp).
-void check_call(const Program& p, const std::vector<Tensor>& tensors,
-                const std::vector<int64_t>& grid) {
-  std::vector<const TensorDecl*> params;
-  for (auto& t : p.tensors)
-    if (t.role != TensorDecl::Role::scratch) params.push_back(&t);
-  if (tensors.size() != params.size()) {
-    std::vector<std::string> names;
-    for (auto* d : params) names.push_back(d->name);
-    user_error(Span{}, "call-signature", "kernel '{}' takes {} tensors ({}) but was called with {}",
-               p.name, params.size(), fmt::join(names, ", "), tensors.size());
-  }
-  for (size_t i = 0; i < params.size(); ++i) {
-    const TensorDecl& d = *params[i];
-    const Tensor& t = tensors[i];
-    if (t.shape() != d.shape || t.dtype() != d.dtype)
-      user_error(Span{}, "call-signature",
-                 "tensor '{}' (argument {}) of kernel '{}': expected {} {}, got {} {}", d.name, i,
-                 p.name, shape_str(d.shape), dtype_name(d.dtype), shape_str(t.shape()),
-                 dtype_name(t.dtype()));
-    if (t.elements() > 0 && t.data() == nullptr)
-      user_error(Span{}, "call-signature", "tensor '{}' (argument {}) has no data", d.name, i);
-  }
-  if (grid.empty() || grid.size() > 4)
-    user_error(Span{}, "grid", "launch grid must have 1 to 4 dims, got {}", grid.size());
-  for (int64_t g : grid)
-    if (g < 1) user_error(Span{}, "grid", "launch grid dims must be >= 1, got {}", shape_str(grid));
-}
 
 bool uses_print(const std::vector<ProgNode>& body) {
   for (auto& n : body)

@@ -414,6 +414,27 @@ inline float alu(AluOp op, float a, float b) {
 }
 
 // The value a reduction starts from: x == alu(op, identity, x) for every x.
+// An affine_select comparison of an exact int64 affine value (iota/affine_select arithmetic is
+// integer, so it is compared exactly rather than through fp32).
+inline bool compare_int(AluOp op, int64_t a, int64_t c) {
+  switch (op) {
+    case AluOp::equal:
+      return a == c;
+    case AluOp::not_equal:
+      return a != c;
+    case AluOp::greater:
+      return a > c;
+    case AluOp::greater_equal:
+      return a >= c;
+    case AluOp::less:
+      return a < c;
+    case AluOp::less_equal:
+      return a <= c;
+    default:
+      return alu(op, static_cast<float>(a), static_cast<float>(c)) != 0.0f;
+  }
+}
+
 inline float reduce_identity(AluOp op) {
   switch (op) {
     case AluOp::multiply:

@@ -25,6 +25,11 @@ struct SimOptions {
 // 4 dims; every program id runs with its own SBUF/PSUM. An access outside a tensor or tile is a
 // UserError (rule "out-of-bounds") naming the instruction's source line. SPMD programs are timed
 // back to back on one NeuronCore.
+// The call validation both executors share: tensor count, shapes, dtypes and data (rule
+// "call-signature", skipped when !check_tensors) and the grid (rule "grid").
+void check_call(const Program& p, const std::vector<Tensor>& tensors,
+                const std::vector<int64_t>& grid, bool check_tensors = true);
+
 void simulate(const Program& p, const std::vector<Tensor>& tensors,
               const std::vector<int64_t>& grid = {1}, const SimOptions& opts = {});
 
