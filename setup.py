@@ -6,7 +6,7 @@ import shutil
 import subprocess
 import sys
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -41,7 +41,7 @@ setup(
     name="neuron",
     version="0.1.0",
     description="A kernel language and JIT toolkit for AWS Trainium (Python front end)",
-    packages=["neuron"],
+    packages=find_packages("python"),
     package_dir={"": "python"},
     ext_modules=[CMakeExtension("neuron._C")],
     cmdclass={"build_ext": CMakeBuild},

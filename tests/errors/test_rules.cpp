@@ -449,6 +449,22 @@ TEST_CASE("rule shape-mismatch: only dma_copy may reshape a copy") {
       {}, {}, {alloc(b), alloc(c), copy(whole(c), view(b, {ds(0, 128), ds(5, 1, 1, false)}))})));
 }
 
+TEST_CASE("rule out-of-bounds: a zero-trip loop's body is not bounds-checked") {
+  // Found by the fuzzer: a body under `affine_range(0)` indexing past a tensor's end was
+  // rejected although it never runs. The same index outside the loop is still an error.
+  auto a = hbm("a", {2, 4});
+  auto t = sbuf("t", {1, 4});
+  Affine i0 = Affine::var("i0");
+  auto load_row = [&](Affine row, Span sp) {
+    return op(Opcode::dma_copy, {{"dst", whole(t)}, {"src", view(a, {ds(row, 1), ds(0, 4)})}},
+              sp);
+  };
+  CHECK_NOTHROW(v(kernel({a}, {}, {alloc(t), affine_for("i0", 0, {load_row(i0 + 5, {})})})));
+  Span sp = Span::current();
+  CHECK_RULE(v(kernel({a}, {}, {alloc(t), affine_for("i0", 1, {load_row(i0 + 5, sp)})})),
+             "out-of-bounds", "reads indices 5..5 of dim 0", sp.line);
+}
+
 TEST_CASE("rule loop-scope") {
   auto a = hbm("a", {512, 8});
   auto t = sbuf("t", {128, 8});

@@ -2,6 +2,7 @@
 // reuse of compiled kernels (memory and disk cache).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -10,7 +11,9 @@
 
 #include "kernels/differential.hpp"
 #include "kernels/sim_test_util.hpp"
+#include "neuron/codegen/pipeline.hpp"
 #include "neuron/error.hpp"
+#include "neuron/ir/printer.hpp"
 #include "neuron/runtime/cache.hpp"
 #include "neuron/runtime/native/jit.hpp"
 #include "vector_add.hpp"
@@ -100,6 +103,48 @@ TEST_CASE("native out-of-bounds: on-chip partitions and bytes, and loop-dependen
                        {loop("i0", 5, {instr(Opcode::memset, walk, {}, ms)})});
   expect_user_error([&] { compile_native(p2); }, "out-of-bounds", "bytes");
   CHECK_THROWS_AS(simulate(p2, {x}), UserError);
+}
+
+TEST_CASE("a zero-trip loop runs nothing on either executor, even with out-of-range indices") {
+  // Its body indexes row i0 + 5 of a 2-row tensor: legal because it never runs.
+  const std::string text = R"(kernel zt(a: float32[2, 4] shared_hbm) -> (out: float32[2, 4] shared_hbm) {
+  alloc t: float32[2, 4] sbuf
+  dma_copy(dst=t[0:+2, 0:+4], src=a[0:+2, 0:+4])
+  for i0 in affine_range(0) {
+    memset(dst=t[0:+2, i0:+1], value=7.0)
+    dma_copy(dst=out[i0+5:+1, 0:+4], src=t[0:+1, 0:+4])
+  }
+  dma_copy(dst=out[0:+2, 0:+4], src=t[0:+2, 0:+4])
+})";
+  Tensor a = Tensor::empty({2, 4}, f32);
+  for (int i = 0; i < 8; ++i) a.set(i, float(i));
+  BothResults r = run_both(compile(parse_kernel(text)), {a});
+  for (int i = 0; i < 8; ++i) CHECK(r.sim[0].get(i) == float(i));
+}
+
+TEST_CASE("an instruction reads all its sources before writing, also natively") {
+  // dst t[:, 2:8] partially overlaps src t[:, 0:6] and t[:, 1:7]: every executor must compute
+  // from the values before the instruction (a streaming kernel would smear them forward).
+  const std::string text = R"(kernel ov(a: float32[4, 8] shared_hbm) -> (out: float32[4, 8] shared_hbm) {
+  alloc t: float32[4, 8] sbuf
+  dma_copy(dst=t[0:+4, 0:+8], src=a[0:+4, 0:+8])
+  tensor_tensor(dst=t[0:+4, 2:+6], data1=t[0:+4, 0:+6], data2=t[0:+4, 1:+6], op="add")
+  activation(dst=t[0:+4, 1:+7], data=t[0:+4, 0:+7], func="copy", scale=2.0)
+  dma_copy(dst=out[0:+4, 0:+8], src=t[0:+4, 0:+8])
+})";
+  Tensor a = Tensor::empty({4, 8}, f32);
+  std::vector<float> ref(32);
+  for (int i = 0; i < 32; ++i) a.set(i, ref[i] = float(i % 8 + 10 * (i / 8)));
+  for (int p = 0; p < 4; ++p) {
+    float* row = ref.data() + p * 8;
+    float old[8];
+    std::copy(row, row + 8, old);
+    for (int j = 0; j < 6; ++j) row[2 + j] = old[j] + old[j + 1];
+    std::copy(row, row + 8, old);
+    for (int j = 0; j < 7; ++j) row[1 + j] = 2.0f * old[j];
+  }
+  BothResults r = run_both(compile(parse_kernel(text)), {a});
+  for (int i = 0; i < 32; ++i) CHECK(r.sim[0].get(i) == ref[i]);
 }
 
 TEST_CASE("native shape errors are found at compile time with the simulator's rule") {

@@ -169,6 +169,59 @@ struct Scratch {
   Scratch& operator=(const Scratch&) = delete;
 };
 
+// The byte range [lo, hi) a view touches (empty when it has no elements).
+inline void byte_range(const NView& v, int esize, const char*& lo, const char*& hi) {
+  lo = hi = v.base;
+  int64_t down = 0, up = 0;
+  for (int i = 0; i < kDims; ++i) {
+    if (v.size[i] == 0) return;
+    const int64_t reach = v.stride[i] * (v.size[i] - 1);
+    (reach < 0 ? down : up) += reach;
+  }
+  lo = v.base + down;
+  hi = v.base + up + esize;
+}
+
+inline bool same_view(const NView& a, const NView& b) {
+  if (a.base != b.base) return false;
+  for (int i = 0; i < kDims; ++i)
+    if (a.size[i] != b.size[i] || (a.size[i] > 1 && a.stride[i] != b.stride[i])) return false;
+  return true;
+}
+
+// The simulator reads all of an instruction's sources before it writes the destination; the
+// streaming kernels below read and write element by element. The two agree unless a source
+// *partially* overlaps the destination (exactly in place, source == destination, streams the
+// same), so such a source is first copied out to contiguous scratch (found by the fuzzer:
+// tensor_tensor(dst=t[:, 8:37], data1=t[:, 6:35], ...)).
+struct Snapshot {
+  NView copy{};
+  char* heap = nullptr;
+  const NView* view;
+  Snapshot(const NView* s, int sdt, const NView* d, int ddt) : view(s) {
+    if (!s || same_view(*s, *d)) return;
+    const int se = neuron::dtype_bytes(dt(sdt));
+    const char *slo, *shi, *dlo, *dhi;
+    byte_range(*s, se, slo, shi);
+    byte_range(*d, neuron::dtype_bytes(dt(ddt)), dlo, dhi);
+    if (slo == shi || dlo == dhi || shi <= dlo || dhi <= slo) return;
+    heap = static_cast<char*>(std::malloc(static_cast<size_t>(count_of(*s) * se)));
+    copy.base = heap;
+    int64_t stride = se;
+    for (int i = kDims - 1; i >= 0; --i) {
+      copy.size[i] = s->size[i];
+      copy.stride[i] = stride;
+      stride *= s->size[i];
+    }
+    const NView* vs[2] = {s, &copy};
+    each(vs, 1, [&](char** p, int64_t) { std::memcpy(p[1], p[0], static_cast<size_t>(se)); });
+    view = &copy;
+  }
+  ~Snapshot() { std::free(heap); }
+  Snapshot(const Snapshot&) = delete;
+  Snapshot& operator=(const Snapshot&) = delete;
+};
+
 inline bool is_unary(AluOp op) {
   return op == AluOp::bypass || op == AluOp::abs || op == AluOp::rsqrt || op == AluOp::reciprocal ||
          op == AluOp::logical_not;
@@ -182,7 +235,9 @@ inline bool is_int(int t) {
 
 extern "C" {
 
-void neuron_k_copy(const NView* d, const NView* s, int ddt, int sdt, int same) {
+void neuron_k_copy(const NView* d, const NView* s_in, int ddt, int sdt, int same) {
+  Snapshot snap(s_in, sdt, d, ddt);
+  const NView* s = snap.view;
   const NView* vs[2] = {s, d};
   if (ddt == sdt) {
     const int e = neuron::dtype_bytes(dt(ddt));
@@ -195,10 +250,11 @@ void neuron_k_copy(const NView* d, const NView* s, int ddt, int sdt, int same) {
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
-void neuron_k_tensor_tensor(const NView* d, const NView* a, const NView* bv, int ddt, int adt,
-                            int bdt, int op_, int same) {
+void neuron_k_tensor_tensor(const NView* d, const NView* a_in, const NView* b_in, int ddt,
+                            int adt, int bdt, int op_, int same) {
   const AluOp op = static_cast<AluOp>(op_);
-  const NView* vs[3] = {a, bv, d};
+  Snapshot sa(a_in, adt, d, ddt), sb(b_in, bdt, d, ddt);
+  const NView* vs[3] = {sa.view, sb.view, d};
   if (b::alu_is_bitvec(op) && is_int(ddt) && is_int(adt) && is_int(bdt)) {
     each(vs, same, [&](char** p, int64_t) {
       b::store_int_bits(p[2], dt(ddt),
@@ -212,9 +268,11 @@ void neuron_k_tensor_tensor(const NView* d, const NView* a, const NView* bv, int
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
-void neuron_k_tensor_scalar(const NView* d, const NView* s, const NView* c0, const NView* c1, int ddt,
-                            int sdt, int c0dt, int c1dt, int op0_, int op1_, int rev0, int rev1,
-                            double imm0, double imm1, int same) {
+void neuron_k_tensor_scalar(const NView* d, const NView* s_in, const NView* c0, const NView* c1,
+                            int ddt, int sdt, int c0dt, int c1dt, int op0_, int op1_, int rev0,
+                            int rev1, double imm0, double imm1, int same) {
+  Snapshot snap(s_in, sdt, d, ddt);  // c0 and c1 are gathered into columns before writing
+  const NView* s = snap.view;
   const AluOp op0 = static_cast<AluOp>(op0_), op1 = static_cast<AluOp>(op1_);
   const bool two = op1 != AluOp::bypass;
   const int64_t P = s->size[0];
@@ -247,9 +305,11 @@ void neuron_k_tensor_scalar(const NView* d, const NView* s, const NView* c0, con
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
-void neuron_k_activation(const NView* d, const NView* s, const NView* bias, const NView* scale,
+void neuron_k_activation(const NView* d, const NView* s_in, const NView* bias, const NView* scale,
                          const NView* rr, int ddt, int sdt, int bdt, int scdt, int rrdt, int func_,
                          int reduce_op, double scale_imm, int same) {
+  Snapshot snap(s_in, sdt, d, ddt);  // bias and scale are gathered into columns first
+  const NView* s = snap.view;
   const auto func = static_cast<neuron::ActFunc>(func_);
   const AluOp rop = static_cast<AluOp>(reduce_op) == AluOp::bypass ? AluOp::add
                                                                     : static_cast<AluOp>(reduce_op);
@@ -396,9 +456,10 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
   fill_flags(*d, esize, 1);
 }
 
-void neuron_k_copy_predicated(const NView* d, const NView* s, const NView* pred, int ddt, int sdt,
-                              int pdt, int same) {
-  const NView* vs[3] = {s, pred, d};
+void neuron_k_copy_predicated(const NView* d, const NView* s_in, const NView* p_in, int ddt,
+                              int sdt, int pdt, int same) {
+  Snapshot ss(s_in, sdt, d, ddt), sp(p_in, pdt, d, ddt);
+  const NView* vs[3] = {ss.view, sp.view, d};
   const int e = neuron::dtype_bytes(dt(ddt));
   each(vs, same, [&](char** p, int64_t) {
     if (b::load_f32(p[1], dt(pdt)) == 0.0f) return;
@@ -429,8 +490,10 @@ void neuron_k_iota(const NView* d, const NView* pat, int ddt, int64_t offset) {
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
-void neuron_k_affine_select(const NView* d, const NView* s, const NView* pat, int ddt, int sdt,
+void neuron_k_affine_select(const NView* d, const NView* s_in, const NView* pat, int ddt, int sdt,
                             int64_t offset, int cmp_op, double on_false) {
+  Snapshot snap(s_in, sdt, d, ddt);
+  const NView* s = snap.view;
   char off_enc[4];
   b::store_f64(off_enc, dt(ddt), on_false);
   const int e = neuron::dtype_bytes(dt(ddt));
