@@ -7,6 +7,7 @@
 
 #include "bindings.hpp"
 #include "neuron/runtime/cache.hpp"
+#include "neuron/runtime/config.hpp"
 #include "neuron/runtime/native/native.hpp"
 #include "neuron/runtime/profile.hpp"
 #include "neuron/runtime/run.hpp"
@@ -16,6 +17,16 @@ namespace py = pybind11;
 namespace neuron::python {
 
 void init_runtime(py::module_& m) {
+  // The NEURON_* knobs, read from the environment on every call (runtime/config.hpp).
+  py::class_<Config>(m, "Config")
+      .def_readonly("target", &Config::target)
+      .def_readonly("cache_dir", &Config::cache_dir)
+      .def_readonly("threads", &Config::threads)
+      .def_readonly("log_compile", &Config::log_compile)
+      .def_readonly("profile_dir", &Config::profile_dir)
+      .def_readonly("eager", &Config::eager)
+      .def_readonly("strict", &Config::strict);
+  m.def("config", &config);
   py::class_<Tensor>(m, "HostTensor")
       .def_static("empty", &Tensor::empty)
       // Wraps memory the caller keeps alive (a C-contiguous NumPy array's data pointer).

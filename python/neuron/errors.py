@@ -25,6 +25,14 @@ def user_error(rule, message, span):
     raise e
 
 
+def call_error(rule, message):
+    """A NeuronError about a call rather than a kernel line (no source location)."""
+    e = NeuronError(f"error: [{rule}] {message}")
+    e.rule, e.message = rule, message
+    e.file, e.line, e.column = "", 0, 0
+    return e
+
+
 def strip_toolkit_frames(tb):
     """The traceback without the neuron package's own frames (the user's frames stay)."""
     kept = []

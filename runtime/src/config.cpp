@@ -91,6 +91,8 @@ Config config() {
     c.native_kernels = std::string(s);
   }
   if (const char* d = std::getenv("NEURON_PROFILE"); d && *d) c.profile_dir = d;
+  c.eager = env_flag("NEURON_EAGER");
+  c.strict = env_flag("NEURON_STRICT");
   return c;
 }
 

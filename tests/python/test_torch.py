@@ -89,3 +89,77 @@ def test_contiguous_torch_inputs_are_not_copied():
     arr = out.numpy()
     arr[0, 0] = 42.0
     assert out[0, 0].item() == 42.0
+
+
+# ---- inputs a kernel cannot take: fallback with a one-time warning, or strict errors ----
+
+def scale2(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(x) * 2.0)  # the whole tensor as one tile: at most 128 rows
+    return out
+
+
+def scale2_ref(x):
+    return x * 2
+
+
+scale2_op = nt.custom_op("neuron_test::scale2", scale2, reference=scale2_ref)
+scale2_strict = nt.custom_op("neuron_test::scale2_strict", scale2, reference=scale2_ref,
+                             strict=True)
+scale2_noref = nt.custom_op("neuron_test::scale2_noref", scale2)
+
+
+def _count(op, kind):
+    return nt.fallback_counts().get((op, kind), 0)
+
+
+def test_supported_inputs_run_the_kernel_not_the_reference():
+    x = torch.randn(64, 16)
+    before = dict(nt.fallback_counts())
+    torch.testing.assert_close(scale2_op(x), x * 2)
+    torch.testing.assert_close(scale2_op(x.t().contiguous().t()), x * 2)  # non-contiguous: copied
+    assert nt.fallback_counts() == before
+
+
+def test_unsupported_dtype_falls_back_once_with_a_warning_naming_the_reason():
+    x = torch.randn(64, 16, dtype=torch.float64)
+    n0 = _count("neuron_test::scale2", "dtype")
+    with pytest.warns(nt.FallbackWarning, match="float64 has no neuron type"):
+        y = scale2_op(x)
+    assert y.dtype == torch.float64
+    torch.testing.assert_close(y, x * 2)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second fallback is counted, not warned again
+        scale2_op(x)
+    assert _count("neuron_test::scale2", "dtype") == n0 + 2
+
+
+def test_shapes_the_kernel_rejects_fall_back_also_under_torch_compile():
+    x = torch.randn(200, 16)  # 200 partitions: the kernel's partition-size rule rejects it
+    with pytest.warns(nt.FallbackWarning, match="partition"):
+        torch.testing.assert_close(scale2_op(x), x * 2)
+    compiled = torch.compile(lambda t: scale2_op(t) + 1, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(x), x * 2 + 1)
+
+
+def test_strict_mode_raises_instead_of_falling_back(monkeypatch):
+    x = torch.randn(64, 16, dtype=torch.float64)
+    with pytest.raises(neuron.NeuronError, match="strict mode") as e:
+        scale2_strict(x)
+    assert e.value.rule == "unsupported-input"
+    monkeypatch.setenv("NEURON_STRICT", "1")
+    with pytest.raises(neuron.NeuronError, match="float64"):
+        scale2_op(x)
+
+
+def test_without_a_reference_the_error_says_how_to_get_one():
+    with pytest.raises(neuron.NeuronError, match="reference="):
+        scale2_noref(torch.randn(200, 16))
+    with pytest.raises(neuron.NeuronError, match="float64"):
+        scale2_noref(torch.randn(64, 16, dtype=torch.float64))
+
+
+def test_meta_tensors_get_shapes_from_the_traced_kernel():
+    y = scale2_op(torch.empty(64, 16, device="meta"))
+    assert y.device.type == "meta" and tuple(y.shape) == (64, 16) and y.dtype == torch.float32

@@ -33,6 +33,13 @@ struct Config {
   // NEURON_PROFILE=dir: every neuron::simulate of a compiled kernel also runs the timing model
   // and writes <kernel>-<n>.json (Chrome/Perfetto trace), .txt (summary) and .html into dir.
   std::string profile_dir;
+  // ---- Python front end (python/neuron, docs/python.md) ----
+  // NEURON_EAGER=1: @neuron.kernel kernels default to eager mode (each operation runs as it is
+  // called, so print() and a debugger work inside the kernel).
+  bool eager = false;
+  // NEURON_STRICT=1: a torch operator whose kernel cannot take its inputs raises instead of
+  // falling back to its PyTorch reference (neuron.torch.custom_op, docs/python.md).
+  bool strict = false;
 };
 
 // Reads the environment each call, so tests and long-lived processes see changes.
