@@ -10,9 +10,15 @@ from .language import to_dtype  # noqa: F401 (re-exported)
 try:
     import ml_dtypes
     _BF16 = np.dtype(ml_dtypes.bfloat16)
+    # neuron's float8_e4m3 is the IEEE-style one (inf and NaN), ml_dtypes.float8_e4m3, not
+    # float8_e4m3fn (docs/numerics.md).
+    _ML_DTYPES = {_C.DType.bfloat16: _BF16,
+                  _C.DType.float8_e4m3: np.dtype(ml_dtypes.float8_e4m3),
+                  _C.DType.float8_e5m2: np.dtype(ml_dtypes.float8_e5m2)}
 except ImportError:  # pragma: no cover
     ml_dtypes = None
     _BF16 = None
+    _ML_DTYPES = {}
 
 
 
@@ -22,10 +28,10 @@ def _torch():
 
 
 def _numpy_dtype(d):
-    if d == _C.DType.bfloat16:
-        if _BF16 is None:
-            raise TypeError("bfloat16 tensors need ml_dtypes")
-        return _BF16
+    if d in (_C.DType.bfloat16, _C.DType.float8_e4m3, _C.DType.float8_e5m2):
+        if d not in _ML_DTYPES:
+            raise TypeError(f"{d} arrays need ml_dtypes")
+        return _ML_DTYPES[d]
     names = {_C.DType.float32: "float32", _C.DType.float16: "float16", _C.DType.int8: "int8",
              _C.DType.int16: "int16", _C.DType.int32: "int32", _C.DType.uint8: "uint8",
              _C.DType.uint16: "uint16", _C.DType.uint32: "uint32", _C.DType.bool_: "bool"}
@@ -50,6 +56,12 @@ def to_numpy(x):
             t = t.contiguous()
         if t.dtype == torch.bfloat16:
             return t.view(torch.int16).numpy().view(_BF16)
+        if t.dtype == torch.float8_e5m2:
+            return t.view(torch.uint8).numpy().view(_ML_DTYPES[_C.DType.float8_e5m2])
+        if t.dtype == torch.float8_e4m3fn:
+            raise TypeError("torch.float8_e4m3fn (no inf, largest 448) is not neuron's "
+                            "IEEE-style float8_e4m3 (largest 240); pass an ml_dtypes.float8_e4m3 "
+                            "NumPy array, or convert")
         return t.numpy()
     if isinstance(x, np.ndarray):
         return x
@@ -62,6 +74,11 @@ def from_numpy(a, like_torch):
     torch = _torch()
     if a.dtype == _BF16:
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    if a.dtype == _ML_DTYPES.get(_C.DType.float8_e5m2):
+        return torch.from_numpy(a.view(np.uint8)).view(torch.float8_e5m2)
+    if a.dtype == _ML_DTYPES.get(_C.DType.float8_e4m3):
+        raise TypeError("a float8_e4m3 output has no torch dtype (torch.float8_e4m3fn is a "
+                        "different format); return float8_e5m2 or a wider type to torch callers")
     return torch.from_numpy(a)
 
 
