@@ -79,7 +79,8 @@ inline void each(const NView* const (&vs)[N], int same, F&& f) {
                              : nullptr;
             for (int64_t i4 = 0; i4 < r.size[4]; ++i4) {
               char* ptrs[N];
-              for (int k = 0; k < N; ++k) ptrs[k] = vs[k] ? row[k] + i4 * vs[k]->stride[4] : nullptr;
+              for (int k = 0; k < N; ++k)
+                ptrs[k] = vs[k] ? row[k] + i4 * vs[k]->stride[4] : nullptr;
               f(ptrs, i0);
             }
           }
@@ -120,8 +121,8 @@ inline void fill_flags(const NView& d, int esize, int value) {
     for (int64_t i1 = 0; i1 < d.size[1]; ++i1)
       for (int64_t i2 = 0; i2 < d.size[2]; ++i2)
         for (int64_t i3 = 0; i3 < d.size[3]; ++i3) {
-          const int64_t o = i0 * d.stride[0] + i1 * d.stride[1] + i2 * d.stride[2] +
-                            i3 * d.stride[3];
+          const int64_t o =
+              i0 * d.stride[0] + i1 * d.stride[1] + i2 * d.stride[2] + i3 * d.stride[3];
           if (rows) {
             std::memset(d.flags + o, value, static_cast<size_t>(inner));
           } else {
@@ -192,19 +193,27 @@ inline bool same_view(const NView& a, const NView& b) {
 // The simulator reads all of an instruction's sources before it writes the destination; the
 // streaming kernels below read and write element by element. The two agree unless a source
 // *partially* overlaps the destination (exactly in place, source == destination, streams the
-// same), so such a source is first copied out to contiguous scratch (found by the fuzzer:
-// tensor_tensor(dst=t[:, 8:37], data1=t[:, 6:35], ...)).
+// same). Each streaming entry point sends such a call down a cold, out-of-line path that copies
+// the source first (found by the fuzzer: tensor_tensor(dst=t[:, 8:37], data1=t[:, 6:35], ...)),
+// so the common path is still a plain loop the optimizer vectorizes.
+[[gnu::always_inline]] inline bool partially_overlaps(const NView* s, int sdt, const NView* d,
+                                                      int ddt) {
+  if (!s || same_view(*s, *d)) return false;
+  const char *slo, *shi, *dlo, *dhi;
+  byte_range(*s, neuron::dtype_bytes(dt(sdt)), slo, shi);
+  byte_range(*d, neuron::dtype_bytes(dt(ddt)), dlo, dhi);
+  return slo != shi && dlo != dhi && slo < dhi && dlo < shi;
+}
+
+// A source as the kernels should read it: itself, or a contiguous copy taken before anything is
+// written when it partially overlaps the destination.
 struct Snapshot {
   NView copy{};
   char* heap = nullptr;
   const NView* view;
   Snapshot(const NView* s, int sdt, const NView* d, int ddt) : view(s) {
-    if (!s || same_view(*s, *d)) return;
+    if (!partially_overlaps(s, sdt, d, ddt)) return;
     const int se = neuron::dtype_bytes(dt(sdt));
-    const char *slo, *shi, *dlo, *dhi;
-    byte_range(*s, se, slo, shi);
-    byte_range(*d, neuron::dtype_bytes(dt(ddt)), dlo, dhi);
-    if (slo == shi || dlo == dhi || shi <= dlo || dhi <= slo) return;
     heap = static_cast<char*>(std::malloc(static_cast<size_t>(count_of(*s) * se)));
     copy.base = heap;
     int64_t stride = se;
@@ -222,6 +231,55 @@ struct Snapshot {
   Snapshot& operator=(const Snapshot&) = delete;
 };
 
+// The cold path of the entry points below: copy the overlapping sources, then call the entry
+// point again (now without overlap). Out of line, so the entry points stay small enough to be
+// inlined and specialized, and not self-recursive (LLVM never inlines those). Views travel as
+// copies made on the cold path, so the caller's own views never escape (escaped views would be
+// reloaded in every loop of the hot path).
+[[gnu::noinline, gnu::cold]] void copy_snapshot(const NView* d, const NView* s, int ddt, int sdt,
+                                                int same) {
+  Snapshot ss(s, sdt, d, ddt);
+  neuron_k_copy(d, ss.view, ddt, sdt, same);
+}
+[[gnu::noinline, gnu::cold]] void tensor_tensor_snapshot(const NView* d, const NView* a,
+                                                         const NView* bv, int ddt, int adt, int bdt,
+                                                         int op, int same) {
+  Snapshot sa(a, adt, d, ddt), sb(bv, bdt, d, ddt);
+  neuron_k_tensor_tensor(d, sa.view, sb.view, ddt, adt, bdt, op, same);
+}
+// c0/c1 and bias/scale are gathered into per-partition columns before anything is written.
+[[gnu::noinline, gnu::cold]] void tensor_scalar_snapshot(const NView* d, const NView* s,
+                                                         const NView* c0, const NView* c1, int ddt,
+                                                         int sdt, int c0dt, int c1dt, int op0,
+                                                         int op1, int rev0, int rev1, double imm0,
+                                                         double imm1, int same) {
+  Snapshot ss(s, sdt, d, ddt);
+  neuron_k_tensor_scalar(d, ss.view, c0, c1, ddt, sdt, c0dt, c1dt, op0, op1, rev0, rev1, imm0, imm1,
+                         same);
+}
+[[gnu::noinline, gnu::cold]] void activation_snapshot(const NView* d, const NView* s,
+                                                      const NView* bias, const NView* scale,
+                                                      const NView* rr, int ddt, int sdt, int bdt,
+                                                      int scdt, int rrdt, int func, int reduce_op,
+                                                      double scale_imm, int same) {
+  Snapshot ss(s, sdt, d, ddt);
+  neuron_k_activation(d, ss.view, bias, scale, rr, ddt, sdt, bdt, scdt, rrdt, func, reduce_op,
+                      scale_imm, same);
+}
+[[gnu::noinline, gnu::cold]] void copy_predicated_snapshot(const NView* d, const NView* s,
+                                                           const NView* pred, int ddt, int sdt,
+                                                           int pdt, int same) {
+  Snapshot ss(s, sdt, d, ddt), sp(pred, pdt, d, ddt);
+  neuron_k_copy_predicated(d, ss.view, sp.view, ddt, sdt, pdt, same);
+}
+[[gnu::noinline, gnu::cold]] void affine_select_snapshot(const NView* d, const NView* s,
+                                                         const NView* pat, int ddt, int sdt,
+                                                         int64_t offset, int cmp_op,
+                                                         double on_false) {
+  Snapshot ss(s, sdt, d, ddt);
+  neuron_k_affine_select(d, ss.view, pat, ddt, sdt, offset, cmp_op, on_false);
+}
+
 inline bool is_unary(AluOp op) {
   return op == AluOp::bypass || op == AluOp::abs || op == AluOp::rsqrt || op == AluOp::reciprocal ||
          op == AluOp::logical_not;
@@ -230,31 +288,34 @@ inline bool is_int(int t) {
   return !neuron::dtype_is_float(dt(t));
 }
 
-
 }  // namespace
 
 extern "C" {
 
-void neuron_k_copy(const NView* d, const NView* s_in, int ddt, int sdt, int same) {
-  Snapshot snap(s_in, sdt, d, ddt);
-  const NView* s = snap.view;
+void neuron_k_copy(const NView* d, const NView* s, int ddt, int sdt, int same) {
+  if (partially_overlaps(s, sdt, d, ddt)) {
+    NView dc = *d, sc = *s;
+    return copy_snapshot(&dc, &sc, ddt, sdt, same);
+  }
   const NView* vs[2] = {s, d};
   if (ddt == sdt) {
     const int e = neuron::dtype_bytes(dt(ddt));
     each(vs, same, [&](char** p, int64_t) { std::memcpy(p[1], p[0], static_cast<size_t>(e)); });
   } else {
-    each(vs, same, [&](char** p, int64_t) {
-      b::store_f32(p[1], dt(ddt), b::load_f32(p[0], dt(sdt)));
-    });
+    each(vs, same,
+         [&](char** p, int64_t) { b::store_f32(p[1], dt(ddt), b::load_f32(p[0], dt(sdt))); });
   }
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
-void neuron_k_tensor_tensor(const NView* d, const NView* a_in, const NView* b_in, int ddt,
-                            int adt, int bdt, int op_, int same) {
+void neuron_k_tensor_tensor(const NView* d, const NView* a, const NView* bv, int ddt, int adt,
+                            int bdt, int op_, int same) {
+  if (partially_overlaps(a, adt, d, ddt) || partially_overlaps(bv, bdt, d, ddt)) {
+    NView dc = *d, ac = *a, bc = *bv;
+    return tensor_tensor_snapshot(&dc, &ac, &bc, ddt, adt, bdt, op_, same);
+  }
   const AluOp op = static_cast<AluOp>(op_);
-  Snapshot sa(a_in, adt, d, ddt), sb(b_in, bdt, d, ddt);
-  const NView* vs[3] = {sa.view, sb.view, d};
+  const NView* vs[3] = {a, bv, d};
   if (b::alu_is_bitvec(op) && is_int(ddt) && is_int(adt) && is_int(bdt)) {
     each(vs, same, [&](char** p, int64_t) {
       b::store_int_bits(p[2], dt(ddt),
@@ -262,17 +323,21 @@ void neuron_k_tensor_tensor(const NView* d, const NView* a_in, const NView* b_in
     });
   } else {
     each(vs, same, [&](char** p, int64_t) {
-      b::store_f32(p[2], dt(ddt), b::alu(op, b::load_f32(p[0], dt(adt)), b::load_f32(p[1], dt(bdt))));
+      b::store_f32(p[2], dt(ddt),
+                   b::alu(op, b::load_f32(p[0], dt(adt)), b::load_f32(p[1], dt(bdt))));
     });
   }
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
-void neuron_k_tensor_scalar(const NView* d, const NView* s_in, const NView* c0, const NView* c1,
+void neuron_k_tensor_scalar(const NView* d, const NView* s, const NView* c0, const NView* c1,
                             int ddt, int sdt, int c0dt, int c1dt, int op0_, int op1_, int rev0,
                             int rev1, double imm0, double imm1, int same) {
-  Snapshot snap(s_in, sdt, d, ddt);  // c0 and c1 are gathered into columns before writing
-  const NView* s = snap.view;
+  if (partially_overlaps(s, sdt, d, ddt)) {
+    NView dc = *d, sc = *s;
+    return tensor_scalar_snapshot(&dc, &sc, c0, c1, ddt, sdt, c0dt, c1dt, op0_, op1_, rev0, rev1,
+                                  imm0, imm1, same);
+  }
   const AluOp op0 = static_cast<AluOp>(op0_), op1 = static_cast<AluOp>(op1_);
   const bool two = op1 != AluOp::bypass;
   const int64_t P = s->size[0];
@@ -305,14 +370,17 @@ void neuron_k_tensor_scalar(const NView* d, const NView* s_in, const NView* c0, 
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
-void neuron_k_activation(const NView* d, const NView* s_in, const NView* bias, const NView* scale,
+void neuron_k_activation(const NView* d, const NView* s, const NView* bias, const NView* scale,
                          const NView* rr, int ddt, int sdt, int bdt, int scdt, int rrdt, int func_,
                          int reduce_op, double scale_imm, int same) {
-  Snapshot snap(s_in, sdt, d, ddt);  // bias and scale are gathered into columns first
-  const NView* s = snap.view;
+  if (partially_overlaps(s, sdt, d, ddt)) {
+    NView dc = *d, sc = *s;
+    return activation_snapshot(&dc, &sc, bias, scale, rr, ddt, sdt, bdt, scdt, rrdt, func_,
+                               reduce_op, scale_imm, same);
+  }
   const auto func = static_cast<neuron::ActFunc>(func_);
-  const AluOp rop = static_cast<AluOp>(reduce_op) == AluOp::bypass ? AluOp::add
-                                                                    : static_cast<AluOp>(reduce_op);
+  const AluOp rop =
+      static_cast<AluOp>(reduce_op) == AluOp::bypass ? AluOp::add : static_cast<AluOp>(reduce_op);
   const int64_t P = s->size[0];
   Scratch<float> bi(P), sc(P), red(P);
   column(bias, bdt, 0.0, P, bi.data);
@@ -456,10 +524,13 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
   fill_flags(*d, esize, 1);
 }
 
-void neuron_k_copy_predicated(const NView* d, const NView* s_in, const NView* p_in, int ddt,
-                              int sdt, int pdt, int same) {
-  Snapshot ss(s_in, sdt, d, ddt), sp(p_in, pdt, d, ddt);
-  const NView* vs[3] = {ss.view, sp.view, d};
+void neuron_k_copy_predicated(const NView* d, const NView* s, const NView* pred, int ddt, int sdt,
+                              int pdt, int same) {
+  if (partially_overlaps(s, sdt, d, ddt) || partially_overlaps(pred, pdt, d, ddt)) {
+    NView dc = *d, sc = *s, pc = *pred;
+    return copy_predicated_snapshot(&dc, &sc, &pc, ddt, sdt, pdt, same);
+  }
+  const NView* vs[3] = {s, pred, d};
   const int e = neuron::dtype_bytes(dt(ddt));
   each(vs, same, [&](char** p, int64_t) {
     if (b::load_f32(p[1], dt(pdt)) == 0.0f) return;
@@ -490,18 +561,20 @@ void neuron_k_iota(const NView* d, const NView* pat, int ddt, int64_t offset) {
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
-void neuron_k_affine_select(const NView* d, const NView* s_in, const NView* pat, int ddt, int sdt,
+void neuron_k_affine_select(const NView* d, const NView* s, const NView* pat, int ddt, int sdt,
                             int64_t offset, int cmp_op, double on_false) {
-  Snapshot snap(s_in, sdt, d, ddt);
-  const NView* s = snap.view;
+  if (partially_overlaps(s, sdt, d, ddt)) {
+    NView dc = *d, sc = *s, pc = *pat;
+    return affine_select_snapshot(&dc, &sc, &pc, ddt, sdt, offset, cmp_op, on_false);
+  }
   char off_enc[4];
   b::store_f64(off_enc, dt(ddt), on_false);
   const int e = neuron::dtype_bytes(dt(ddt));
   ValueCursor c(pat);
   Cursor cs(s);
   each1(*d, [&](char* p) {
-    const int64_t x = static_cast<int32_t>(static_cast<uint32_t>(
-        static_cast<uint64_t>(c.value + offset)));
+    const int64_t x =
+        static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(c.value + offset)));
     if (!b::compare_int(static_cast<AluOp>(cmp_op), x, 0))
       std::memcpy(p, off_enc, static_cast<size_t>(e));
     else if (ddt == sdt)
