@@ -7,8 +7,14 @@ from . import _C
 PACKAGE_DIR = os.path.dirname(os.path.realpath(__file__))
 
 
+_TOOLKIT = {}  # filename -> whether it is in the package (realpath is slow: cached per name)
+
+
 def is_toolkit_file(filename):
-    return os.path.dirname(os.path.realpath(filename)) == PACKAGE_DIR
+    known = _TOOLKIT.get(filename)
+    if known is None:
+        known = _TOOLKIT[filename] = os.path.dirname(os.path.realpath(filename)) == PACKAGE_DIR
+    return known
 
 
 def user_frame():

@@ -1,21 +1,33 @@
 """@neuron.kernel: traces a Python function into Kernel IR, compiles it once per argument
-signature and runs it natively (LLVM JIT, the default) or on the simulator."""
+signature and runs it natively (LLVM JIT, the default) or on the simulator; or runs it eagerly,
+one operation at a time (mode="eager", or NEURON_EAGER=1: python/neuron/eager.py)."""
 import functools
 import inspect
 
 from . import _C
+from . import eager
 from . import runtime
 from ._span import function_span
 from .errors import NeuronError, strip_toolkit_frames
 from .language import _State
 
 
+MODES = ("native", "simulate", "eager")
+
+
+def default_mode():
+    """The mode of a kernel made without one: eager when NEURON_EAGER is set (to anything but
+    0, false, off or no: runtime/config.hpp), else native."""
+    return "eager" if _C.config().eager else "native"
+
+
 class Kernel:
     """A traced-on-call kernel. kernel[g0, g1](...) launches a grid of programs."""
 
-    def __init__(self, fn, grid=(1,), target="trn2", profile=False, _cache=None, mode="native"):
-        if mode not in ("native", "simulate"):
-            raise ValueError(f"mode is 'native' or 'simulate', got {mode!r}")
+    def __init__(self, fn, grid=(1,), target="trn2", profile=False, _cache=None, mode=None):
+        mode = default_mode() if mode is None else mode
+        if mode not in MODES:
+            raise ValueError(f"mode is 'native', 'simulate' or 'eager', got {mode!r}")
         self.fn = fn
         self.mode = mode
         self.grid = tuple(grid)
@@ -55,7 +67,8 @@ class Kernel:
 
     def _trace_specs(self, specs):
         _State.serial += 1
-        return _C.trace(self.fn.__name__, self.fn, specs, function_span(self.fn))
+        with eager.paused():
+            return _C.trace(self.fn.__name__, self.fn, specs, function_span(self.fn))
 
     def compile(self, *args):
         specs = self._specs(args)
@@ -67,22 +80,35 @@ class Kernel:
     def __call__(self, *args):
         __tracebackhide__ = True  # pytest and IPython hide this frame (the re-raise below)
         try:
-            compiled = self.compile(*args)
-            arrays = [runtime.to_numpy(a) for a in args]
-            outs, report = runtime.run(compiled, arrays, self.grid, self.mode, self.profile)
-            if self.mode == "native":
-                self.last_report = report
+            if self.mode == "eager":
+                outs = self._run_eager(args)
             else:
-                self.last_profile = report
+                compiled = self.compile(*args)
+                arrays, write_back = runtime.host_arrays(args)
+                outs, report = runtime.run(compiled, arrays, self.grid, self.mode, self.profile)
+                write_back()
+                if self.mode == "native":
+                    self.last_report = report
+                else:
+                    self.last_profile = report
         except NeuronError as e:
             raise e.with_traceback(strip_toolkit_frames(e.__traceback__)) from None
         like_torch = any(runtime.is_torch(a) for a in args)
         outs = [runtime.from_numpy(o, like_torch) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def _run_eager(self, args):
+        # The caller's contiguous arrays are the kernel's HBM inputs (zero-copy, as compiled).
+        specs = self._specs(args)
+        arrays, write_back = runtime.host_arrays(args)
+        outs = eager.run_kernel(self.fn, self.fn.__name__, specs, arrays, self.grid, self.target)
+        write_back()
+        return outs
 
-def kernel(fn=None, *, target="trn2", mode="native"):
-    """Decorator: @neuron.kernel, or @neuron.kernel(mode="simulate", target="trn2")."""
+
+def kernel(fn=None, *, target="trn2", mode=None):
+    """Decorator: @neuron.kernel, or @neuron.kernel(mode="simulate", target="trn2"). mode is
+    "native" (the default), "simulate" or "eager"; NEURON_EAGER=1 makes "eager" the default."""
     if fn is None:
         return lambda f: Kernel(f, target=target, mode=mode)
     return Kernel(fn, target=target, mode=mode)

@@ -1,10 +1,12 @@
 """neuron.language (import as nl): the NKI `nki.language` surface. Every call records Kernel IR
 through the C++ DSL, so a Python kernel traces to the same IR as the same C++ kernel."""
 import builtins
+import threading
 
 import numpy as np
 
 from . import _C
+from . import eager as _eager
 from ._span import user_span
 from .errors import user_error
 
@@ -29,7 +31,8 @@ class tile_size:
 
 _NUMPY_NAMES = {"float32": float32, "float16": float16, "bfloat16": bfloat16, "int8": int8,
                 "int16": int16, "int32": int32, "uint8": uint8, "uint16": uint16,
-                "uint32": uint32, "bool": bool_}
+                "uint32": uint32, "bool": bool_, "float8_e4m3": float8_e4m3,
+                "float8_e5m2": float8_e5m2}
 
 
 def to_dtype(d):
@@ -49,26 +52,32 @@ def to_dtype(d):
 
 # ---- allocation ------------------------------------------------------------------------------
 
+@_eager.op()
 def ndarray(shape, dtype, buffer=sbuf, name=""):
     return _C.ndarray(list(shape), to_dtype(dtype), buffer, name, user_span())
 
 
+@_eager.op()
 def zeros(shape, dtype, buffer=sbuf, name=""):
     return _C.zeros(list(shape), to_dtype(dtype), buffer, name, user_span())
 
 
+@_eager.op()
 def ones(shape, dtype, buffer=sbuf, name=""):
     return _C.ones(list(shape), to_dtype(dtype), buffer, name, user_span())
 
 
+@_eager.op()
 def full(shape, fill_value, dtype, buffer=sbuf, name=""):
     return _C.full(list(shape), float(fill_value), to_dtype(dtype), buffer, name, user_span())
 
 
+@_eager.op()
 def zeros_like(x, dtype=None, buffer=None, name=""):
     return _C.zeros_like(x, to_dtype(dtype), buffer, name, user_span())
 
 
+@_eager.op()
 def empty_like(x, dtype=None, buffer=None, name=""):
     """An uninitialised tensor of x's shape (dtype and buffer default to x's)."""
     return _C.ndarray(list(x.shape), x.dtype if dtype is None else to_dtype(dtype),
@@ -77,28 +86,34 @@ def empty_like(x, dtype=None, buffer=None, name=""):
 
 # ---- data movement ---------------------------------------------------------------------------
 
+@_eager.op()
 def load(src, dtype=None):
     return _C.load(src, to_dtype(dtype), user_span())
 
 
+@_eager.op(writes=("dst",))
 def store(dst, value):
     _C.store(dst, value, user_span())
 
 
+@_eager.op()
 def broadcast_to(x, shape):
     return _C.broadcast_to(x, list(shape), user_span())
 
 
+@_eager.op()
 def device_print(prefix, x):
     _C.device_print(prefix, x, user_span())
 
 
 # ---- matrix operations -----------------------------------------------------------------------
 
+@_eager.op(result_matmul=True)
 def matmul(x, y, transpose_x=False):
     return _C.matmul(x, y, transpose_x, user_span())
 
 
+@_eager.op()
 def transpose(x, dtype=None):
     return _C.transpose(x, to_dtype(dtype), user_span())
 
@@ -123,16 +138,19 @@ class _Fn:
 
 
 class _Copy(_Fn):
+    @_eager.op()
     def __call__(self, x, dtype=None):
         return _C.copy(x, to_dtype(dtype), user_span())
 
 
 class _Unary(_Fn):
+    @_eager.op()
     def __call__(self, x, dtype=None):
         return _C.unary(self.name, x, to_dtype(dtype), user_span())
 
 
 class _Binary(_Fn):
+    @_eager.op()
     def __call__(self, x, y, dtype=None):
         return _C.binary(self.name, _operand(x), _operand(y), to_dtype(dtype), user_span())
 
@@ -142,6 +160,7 @@ class _Reduce(_Fn):
         super().__init__(name)
         self.__name__ = public
 
+    @_eager.op()
     def __call__(self, x, axis, dtype=None, keepdims=False):
         axes = [axis] if isinstance(axis, int) else list(axis)
         return _C.reduce(self.name, x, axes, to_dtype(dtype), keepdims, user_span())
@@ -164,24 +183,32 @@ sum, max, min, mean = _Reduce("sum", "sum"), _Reduce("max", "max"), _Reduce("min
 bypass = _Fn("bypass")
 
 
+@_eager.op()
 def where(condition, x, y, dtype=None):
     return _C.where(condition, _operand(x), _operand(y), to_dtype(dtype), user_span())
 
 
 # ---- SPMD programs ---------------------------------------------------------------------------
 
+@_eager.index
 def program_id(axis=0):
     return _C.program_id(axis, user_span())
 
 
+@_eager.index
 def num_programs(axes=0):
     return _C.num_programs(axes, user_span())
 
 
 # ---- loops -----------------------------------------------------------------------------------
 
-class _State:
-    serial = 0  # bumped per trace, so a loop generator of an aborted trace never closes another
+class _TraceState(threading.local):
+    # Per thread (threads trace concurrently): bumped per trace, so a loop generator of an
+    # aborted trace never closes another trace's loop.
+    serial = 0
+
+
+_State = _TraceState()
 
 
 def _range_args(args):
@@ -208,11 +235,13 @@ def _rolled(args, sequential):
             _C.close_loop(loop_id)
 
 
+@_eager.loop
 def affine_range(*args):
     """A rolled loop traced once: iterations are independent (may run in parallel)."""
     return _rolled(args, False)
 
 
+@_eager.loop
 def sequential_range(*args):
     """A rolled loop traced once whose iterations depend on each other."""
     return _rolled(args, True)

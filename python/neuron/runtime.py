@@ -51,9 +51,7 @@ def to_numpy(x):
         torch = _torch()
         if x.device.type != "cpu":
             raise TypeError(f"neuron kernels take CPU tensors; got a tensor on {x.device}")
-        t = x.detach()
-        if not t.is_contiguous():
-            t = t.contiguous()
+        t = x.detach()  # shares memory; a non-contiguous tensor gives a strided view
         if t.dtype == torch.bfloat16:
             return t.view(torch.int16).numpy().view(_BF16)
         if t.dtype == torch.float8_e5m2:
@@ -66,6 +64,26 @@ def to_numpy(x):
     if isinstance(x, np.ndarray):
         return x
     raise TypeError(f"kernel arguments are NumPy arrays or torch tensors, got {type(x).__name__}")
+
+
+def host_arrays(args):
+    """Contiguous NumPy arrays of the kernel arguments (the caller's memory when contiguous,
+    else copies), and a function to call after the run that copies what the kernel wrote into a
+    copy back into the caller's array or tensor, so in-place writes are never lost."""
+    views = [to_numpy(a) for a in args]
+    arrays = [np.ascontiguousarray(v) for v in views]
+
+    def write_back():
+        for i, (v, a) in enumerate(zip(views, arrays)):
+            if a is v or np.shares_memory(a, v):
+                continue
+            bits = np.dtype(f"u{v.dtype.itemsize}")  # compare bits: NaN == NaN, -0 != +0
+            if np.array_equal(v.view(bits), a.view(bits)):
+                continue
+            if not v.flags.writeable:
+                raise ValueError(f"the kernel writes argument {i}, a read-only array")
+            np.copyto(v, a)
+    return arrays, write_back
 
 
 def from_numpy(a, like_torch):
@@ -89,7 +107,7 @@ def spec_of(a, name):
 def run(compiled, arrays, grid, mode="native", profile=False):
     """Runs natively (LLVM JIT) or on the simulator; returns (NumPy outputs, report text: the
     native compile report, or the simulator's profile summary when profiling)."""
-    keep = [np.ascontiguousarray(a) for a in arrays]
+    keep = [np.ascontiguousarray(a) for a in arrays]  # already contiguous from host_arrays
     host = [_C.HostTensor.borrow(a.__array_interface__["data"][0], list(a.shape),
                                  to_dtype(a.dtype)) for a in keep]
     if mode == "native":

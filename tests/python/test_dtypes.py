@@ -45,3 +45,41 @@ def test_fp8_torch_tensors():
         widen_double(t.float().to(torch.float8_e4m3fn))
     with pytest.raises(TypeError, match="no torch dtype"):
         narrow(torch.ones(8, 8))
+
+
+# ---- non-contiguous arguments: copied in, and what the kernel writes is copied back ----
+
+@neuron.kernel
+def bump(a):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    nl.store(a, t + 1.0)  # writes its input in place
+    nl.store(out, t)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["native", "simulate", "eager"])
+def test_in_place_writes_reach_non_contiguous_numpy_inputs(mode):
+    k = neuron.kernel(bump.fn, mode=mode)
+    base = np.arange(64, dtype=np.float32).reshape(8, 8)
+    x = base.T  # a transposed view: the kernel gets a contiguous copy
+    before = x.copy()
+    out = k(x)
+    np.testing.assert_array_equal(out, before)
+    np.testing.assert_array_equal(x, before + 1)
+    np.testing.assert_array_equal(base, before.T + 1)
+
+
+def test_in_place_writes_reach_non_contiguous_torch_inputs():
+    torch = pytest.importorskip("torch")
+    base = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+    x = base.t()
+    before = x.clone()
+    assert torch.equal(bump(x), before)
+    assert torch.equal(x, before + 1)
+
+
+def test_a_read_only_input_the_kernel_writes_is_an_error():
+    x = np.broadcast_to(np.ones((1, 8), np.float32), (8, 8))  # read-only, not contiguous
+    with pytest.raises(ValueError, match="read-only"):
+        bump(x)

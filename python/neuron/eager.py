@@ -1,0 +1,510 @@
+"""Eager mode: a kernel runs as plain Python, one program of the grid after another, and every
+nl/nisa call executes at once as a one-op kernel on the simulator, so print(), nl.device_print
+and pdb work inside the kernel (docs/python.md, "Eager mode").
+
+The semantics of every operation stay in one place. An eager call traces a small kernel whose
+inputs are the NumPy arrays behind its eager operands, loads each on-chip array into a tile of
+the same shape, dtype and memory, re-applies the operand's recorded subscripts (so indexing and
+placement rules are checked as in a compiled kernel), calls the very same tracing function on
+those views, stores the tiles it wrote, runs it on the simulator and copies the results back.
+"""
+import functools
+import inspect
+import re
+import threading
+
+import numpy as np
+
+from . import _C
+from ._span import function_span, user_span
+from .eager_values import _HBM, EagerIndex, _Base, _numpy_key, _symbolic_slice_check, _view_of
+from .errors import user_error
+
+
+class _State(threading.local):
+    launch = None  # the running _Launch; None outside eager kernels and inside one-op kernels
+
+
+_state = _State()
+
+
+class paused:
+    """Eager mode off while a kernel traces (a one-op kernel, or a compiled kernel called from
+    an eager one): nl/nisa calls record IR as usual."""
+
+    def __enter__(self):
+        self.saved, _state.launch = _state.launch, None
+
+    def __exit__(self, *exc):
+        _state.launch = self.saved
+
+
+class _Spec:
+    """How an nl/nisa function touches its arguments: `writes` names the parameters whose
+    views it writes; `matmul` says the write is a matmul (sets the PSUM accumulate marks);
+    `result_matmul` says a returned PSUM tile was written by a matmul."""
+
+    def __init__(self, fn, writes=(), matmul=False, result_matmul=False,
+                 returns_self=False):
+        self.signature = None if fn is None else inspect.signature(fn)
+        self.writes, self.matmul = tuple(writes), matmul
+        self.result_matmul, self.returns_self = result_matmul, returns_self
+
+
+# ---- eager tensors ---------------------------------------------------------------------------
+
+class EagerTensor:
+    """An nl tensor in eager mode: a view (a chain of subscripts) of one allocation held as a
+    NumPy array. print(t) shows its values; t.numpy() returns a copy of them. Operators and
+    nl/nisa calls run as one-op kernels on the simulator."""
+    __array_ufunc__ = None  # `ndarray + t` defers to t.__radd__ (an nl add), never NumPy
+
+    def __init__(self, base, chain=(), shape=None):
+        self._base, self._chain = base, tuple(chain)
+        self._shape = list(base.array.shape) if shape is None else list(shape)
+
+    shape = property(lambda self: list(self._shape))
+    ndim = property(lambda self: len(self._shape))
+    dtype = property(lambda self: self._base.dtype)
+    buffer = property(lambda self: self._base.buffer)
+    name = property(lambda self: self._base.name)
+
+    def _view(self):
+        return _view_of(self._base.array, self._chain)
+
+    def numpy(self):
+        """A copy of the current values (bfloat16 as ml_dtypes.bfloat16)."""
+        return np.array(self._view(), copy=True)
+
+    def __array__(self, dtype=None, copy=None):
+        v = np.array(self._view(), copy=True)
+        return v if dtype is None else v.astype(dtype)
+
+    def _header(self):
+        return (f"<nl tensor {self.name} [{', '.join(map(str, self._shape))}] "
+                f"{self.dtype.name_} in {self.buffer.name}>")
+
+    def __repr__(self):
+        return f"{self._header()}\n{np.array2string(self._view())}"
+
+    __str__ = __repr__
+
+    def _apply(self, root):
+        for key, _ in self._chain:
+            root = root[key]
+        return root
+
+    def __getitem__(self, key):
+        span = user_span()
+        _symbolic_slice_check(key, span)
+        shape = _check_index(self, key, span)
+        try:
+            _numpy_key(key, self._shape)
+        except TypeError as e:
+            user_error("eager", f"{e}: eager mode takes ints, slices, loop indices and nl.ds",
+                       span)
+        return EagerTensor(self._base, self._chain + ((key, tuple(shape)),), shape)
+
+    def __setitem__(self, key, value):
+        # t[key] = v stores, copies or memsets into the view t[key], which the op writes.
+        view = self[key]
+        _run(_SETITEM, (view, (slice(None),) * view.ndim, value), {}, _eager_setitem)
+
+
+def _tensor_method(name):
+    spec = _Spec(None, writes=(), returns_self=False)
+    return lambda self, *args: _run(spec, (self,) + args, {}, getattr(_C.Tensor, name))
+
+
+def _inplace_method(name):
+    spec = _Spec(None, writes=("self",), returns_self=True)
+    return lambda self, other: _run(spec, (self, other), {}, getattr(_C.Tensor, name))
+
+
+# Every Python operator of a traced tensor (python/neuron/language.py) runs the traced one.
+for _name in ("add sub mul truediv pow".split()):
+    setattr(EagerTensor, f"__{_name}__", _tensor_method(f"__{_name}__"))
+    setattr(EagerTensor, f"__r{_name}__", _tensor_method(f"__r{_name}__"))
+for _name in ("add sub mul truediv".split()):
+    setattr(EagerTensor, f"__i{_name}__", _inplace_method(f"__i{_name}__"))
+for _name in ("lt le gt ge neg abs bool matmul rmatmul mod floordiv and or xor iter".split()):
+    setattr(EagerTensor, f"__{_name}__", _tensor_method(f"__{_name}__"))
+
+
+def _eager_setitem(self, key, value):
+    _C.Tensor.__setitem__(self, key, value)
+
+
+_SETITEM = _Spec(_eager_setitem, writes=("self",))
+
+
+# ---- the launch: programs of the grid, run one after another ---------------------------------
+
+class _Launch:
+    def __init__(self, name, target):
+        self.name, self.target = name, target
+        self.pid, self.grid = (0,), (1,)
+        self.shared = []          # shared_hbm bases in allocation order, shared by all programs
+        self.program_shared = []  # the ones allocated by the running program
+        self.names = {}           # next number of unnamed tiles (t) and outputs (out)
+        self.loops = 0            # rolled loops opened: one symbol each
+
+
+def run_kernel(fn, name, specs, arrays, grid, target):
+    """Runs fn eagerly once per program of grid (row-major, the last dim fastest, as the
+    simulator does); returns the output arrays."""
+    launch = _Launch(name, target)
+    launch.grid = tuple(grid)
+    span = function_span(fn)
+    inputs = [EagerTensor(_Base(a, _C.Memory.shared_hbm, s.dtype, s.name, span, True))
+              for a, s in zip(arrays, specs)]
+    outputs = []
+    for flat in range(int(np.prod(grid))):
+        launch.pid = tuple(int(p) for p in np.unravel_index(flat, grid))
+        launch.program_shared, launch.names = [], {"t": 0, "out": 0}
+        saved, _state.launch = _state.launch, launch
+        try:
+            r = fn(*inputs)
+        finally:
+            _state.launch = saved
+        outputs = _kernel_outputs(launch, r, span)
+    return [b.array for b in outputs]
+
+
+def _kernel_outputs(launch, r, span):
+    """The bases a program returns, under the rules of a traced kernel (dsl TraceScope)."""
+    name = launch.name
+    if r is None:
+        outs = list(launch.program_shared)
+    else:
+        items = list(r) if isinstance(r, (tuple, list)) else [r]
+        if not isinstance(r, (tuple, list)) and not isinstance(r, EagerTensor):
+            user_error("kernel-output", f"kernel '{name}' returned a {type(r).__name__}; return "
+                       "nl.ndarray(..., buffer=nl.shared_hbm) tensors or nothing", span)
+        outs = []
+        for t in items:
+            if not isinstance(t, EagerTensor):
+                user_error("kernel-output", f"kernel '{name}' returned a {type(t).__name__} "
+                           "among its outputs", span)
+            b = t._base
+            if b.buffer != _C.Memory.shared_hbm:
+                user_error("kernel-output", "kernel outputs must be created with "
+                           f"nl::ndarray(..., nl::shared_hbm); '{b.name}' lives in "
+                           f"{b.buffer.name}", span)
+            if b.is_input:
+                user_error("kernel-output", f"kernel input '{b.name}' cannot be returned as an "
+                           "output", span)
+            v = t._view()
+            if v.shape != b.array.shape or v.strides != b.array.strides or \
+                    v.__array_interface__["data"][0] != b.array.__array_interface__["data"][0]:
+                user_error("kernel-output", "kernel outputs must be whole tensors, not a view "
+                           f"of '{b.name}'", span)
+            if any(o is b for o in outs):
+                user_error("kernel-output", f"'{b.name}' is returned twice", span)
+            outs.append(b)
+        for b in launch.program_shared:
+            if not any(o is b for o in outs):
+                user_error("kernel-output", f"shared_hbm tensor '{b.name}' is not returned by "
+                           "the kernel (return it, or use nl::hbm for scratch)", b.span)
+    if not outs:
+        user_error("kernel-output", f"kernel '{name}' has no outputs: create them with "
+                   "nl::ndarray(shape, dtype, nl::shared_hbm) and return them", span)
+    return outs
+
+
+# ---- one-op kernels --------------------------------------------------------------------------
+
+def op(writes=(), matmul=False, result_matmul=False):
+    """Decorator for the public nl/nisa functions: in eager mode a call runs as a one-op
+    kernel on the simulator; otherwise (tracing) it is the function itself."""
+    def wrap(fn):
+        spec = _Spec(fn, writes, matmul, result_matmul)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if _state.launch is None:
+                return fn(*args, **kwargs)
+            return _run(spec, args, kwargs, fn)
+        return call
+    return wrap
+
+
+def index(fn):
+    """Decorator for program_id / num_programs: a Python int (EagerIndex) in eager mode."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        launch = _state.launch
+        if launch is None:
+            return fn(*args, **kwargs)
+        _check(lambda: fn(*args, **kwargs), user_span())
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        axis = int(bound.args[0])
+        if fn.__name__ == "program_id":
+            return EagerIndex(launch.pid[axis] if axis < len(launch.pid) else 0,
+                              _C.Affine.var(f"pid{axis}"))
+        return EagerIndex(launch.grid[axis] if axis < len(launch.grid) else 1,
+                          _C.Affine.var(f"npid{axis}"))
+    return call
+
+
+def loop(fn):
+    """Decorator for affine_range / sequential_range: in eager mode the loop iterates, yielding
+    EagerIndex values."""
+    @functools.wraps(fn)
+    def call(*args):
+        launch = _state.launch
+        if launch is None:
+            return fn(*args)
+
+        def first():
+            g = fn(*args)
+            next(g, None)
+            g.close()
+        _check(first, user_span())
+        from .language import _range_args
+        start, stop, step = (int(a) for a in _range_args(args))
+        launch.loops += 1
+        var = _C.Affine.var(f"i{launch.loops}", step) + start
+        return (EagerIndex(v, var) for v in range(start, stop, step))
+    return call
+
+
+def _check(body, span):
+    """Traces body alone (nothing runs), so argument errors are the tracer's own."""
+    def k():
+        body()
+        return [_C.ndarray([1], _C.DType.float32, _C.Memory.shared_hbm, "eager_unused", span)]
+    with paused():
+        _C.trace(_launch_name(), k, [], span)
+
+
+def _check_index(t, key, span):
+    """Checks t[key] as the tracer does (the user's line) and returns the view's shape."""
+    base, shape = t._base, []
+
+    def k(root):
+        view = _root(base, root, span)
+        shape.extend(t._apply(view)[key].shape)
+        return [_C.ndarray([1], _C.DType.float32, _C.Memory.shared_hbm, "eager_unused", span)]
+    with paused():
+        _C.trace(_launch_name(), k, [_spec(base, 0)], span)
+    return shape
+
+
+def _launch_name():
+    return _state.launch.name if _state.launch else "eager"
+
+
+def _spec(base, i):
+    name = base.name if not base.on_chip else f"{base.name}_eager_in{i}"
+    return _C.TensorSpec(list(base.array.shape), base.dtype, name)
+
+
+def _root(base, inp, span, load=False):
+    """The traced whole view of base in a one-op kernel: the input itself for HBM, else a tile
+    of the same shape, dtype and memory (holding the input's values when load)."""
+    if not base.on_chip:
+        return inp
+    shape = list(base.array.shape)
+    tile = _C.ndarray(shape, base.dtype, base.buffer, base.name, span)
+    if load and base.buffer == _C.Memory.psum:  # DMA cannot reach PSUM: through SBUF
+        stage = _C.ndarray(shape, base.dtype, _C.Memory.sbuf, f"{base.name}_eager_stage", span)
+        _C.dma_copy(stage, inp, span)
+        _C.tensor_copy(tile, stage, span)
+    elif load:
+        _C.dma_copy(tile, inp, span)
+    return tile
+
+
+def _bases_of(values):
+    bases = []
+
+    def visit(v):
+        if isinstance(v, EagerTensor):
+            if not any(b is v._base for b in bases):
+                bases.append(v._base)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                visit(x)
+    for v in values:
+        visit(v)
+    return bases
+
+
+def _no_index_values(values):
+    # A traced loop index or program id is a symbol, not a number: only subscripts take it.
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            _no_index_values(v)
+        elif isinstance(v, EagerIndex):
+            raise TypeError(f"expected an nl tensor or a number, got a loop index or program "
+                            f"id (here {int(v)}): it is not a number when a kernel is compiled, so "
+                            "eager mode refuses it too; use it in subscripts (t[i * 128]), or "
+                            "nisa.iota for index values on device")
+
+
+def _resolve_accumulate(arguments, span):
+    """nc_matmul(accumulate=None): the first matmul write to a PSUM element overwrites, later
+    ones add, until a non-matmul write (the executors' per-element flag, which a one-op kernel
+    cannot see): resolved here from the marks kept per PSUM allocation."""
+    dst, acc = arguments.get("dst"), arguments.get("accumulate")
+    if not (acc is None or (not isinstance(acc, bool) and acc == -1)):
+        return
+    if not isinstance(dst, EagerTensor) or dst._base.matmul is None:
+        return
+    marks = _view_of(dst._base.matmul, dst._chain)
+    if marks.all():
+        arguments["accumulate"] = True
+    elif not marks.any():
+        arguments["accumulate"] = False
+    else:
+        user_error("eager", "nc_matmul(accumulate=None) into a PSUM region of which only part "
+                   "was last written by a matmul: eager mode cannot split it; pass accumulate="
+                   "True/False or write the region uniformly", span)
+
+
+def _run(spec, args, kwargs, fn):
+    """Runs fn(*args, **kwargs) as a one-op kernel on the simulator (see the module doc)."""
+    launch = _state.launch
+    span = user_span()
+    if spec.signature is None:  # a tensor operator: positional only
+        arguments = {"self": args[0]}
+        positional = list(args)
+    else:
+        bound = spec.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = bound.arguments
+        positional = None
+    if spec.matmul:
+        _resolve_accumulate(arguments, span)
+    values = positional if positional is not None else list(arguments.values())
+    _no_index_values(values)
+    bases = _bases_of(values)
+    written = [(n, arguments[n]) for n in spec.writes if isinstance(arguments.get(n), EagerTensor)]
+    written_bases = []
+    for _, t in written:
+        if not any(b is t._base for b in written_bases):
+            written_bases.append(t._base)
+    result_info = {}
+
+    def kernel(*inputs):
+        reads, writes = [], []
+        for i, (b, inp) in enumerate(zip(bases, inputs)):
+            r = _root(b, inp, span, load=True)
+            reads.append(r)
+            if not b.on_chip and any(w is b for w in written_bases):
+                r = _C.ndarray(list(b.array.shape), b.dtype, _C.Memory.shared_hbm,
+                               f"{b.name}_eager_out", span)
+            writes.append(r)
+
+        def sub(v, write):
+            if isinstance(v, EagerTensor):
+                i = next(k for k, b in enumerate(bases) if b is v._base)
+                return v._apply((writes if write else reads)[i])
+            if isinstance(v, list):
+                return [sub(x, write) for x in v]
+            if isinstance(v, tuple):
+                return tuple(sub(x, write) for x in v)
+            return v
+
+        if positional is not None:
+            new_args = [sub(v, i == 0 and "self" in spec.writes) for i, v in enumerate(values)]
+            result = fn(*new_args)
+        else:
+            for n in list(arguments):
+                arguments[n] = sub(arguments[n], n in spec.writes)
+            result = fn(*bound.args, **bound.kwargs)
+        outs = []
+        for b in written_bases:
+            i = next(k for k, x in enumerate(bases) if x is b)
+            if b.on_chip:
+                o = _C.ndarray(list(b.array.shape), b.dtype, _C.Memory.shared_hbm,
+                               f"{b.name}_eager_out", span)
+                _C.store(o, writes[i], span)
+                outs.append(o)
+            else:
+                outs.append(writes[i])
+        if isinstance(result, _C.Tensor) and not spec.returns_self:
+            result_info.update(buffer=result.buffer, dtype=result.dtype, name=result.name)
+            if result.buffer == _C.Memory.shared_hbm:
+                outs.append(result)
+            else:
+                o = _C.ndarray(list(result.shape), result.dtype, _C.Memory.shared_hbm,
+                               "eager_result", span)
+                (_C.store if result.buffer not in _HBM else _C.dma_copy)(o, result, span)
+                outs.append(o)
+        if not outs:
+            outs.append(_C.ndarray([1], _C.DType.float32, _C.Memory.shared_hbm,
+                                   "eager_unused", span))
+        return outs
+
+    arrays = _execute(kernel, bases, span)
+
+    # Copy back what the kernel wrote, then keep the PSUM matmul marks.
+    for b, out in zip(written_bases, arrays):
+        if b.on_chip:
+            b.array[...] = out
+        else:
+            for _, t in written:
+                if t._base is b:
+                    t._view()[...] = _view_of(out, t._chain)
+    for _, t in written:
+        if t._base.matmul is not None:
+            _view_of(t._base.matmul, t._chain)[...] = spec.matmul
+    if spec.returns_self:
+        return args[0]
+    if not result_info:
+        return None
+    out = arrays[len(written_bases)]
+    buffer, name = result_info["buffer"], result_info["name"]
+    if buffer == _C.Memory.shared_hbm:
+        return _shared(launch, out, result_info["dtype"], name, span)
+    base = _Base(out, buffer, result_info["dtype"], _tile_name(launch, name), span)
+    if base.matmul is not None:
+        base.matmul[...] = spec.result_matmul
+    return EagerTensor(base)
+
+
+def _tile_name(launch, name):
+    # Unnamed tiles (t0, t1, ...) and outputs (out0, ...) are numbered per one-op kernel;
+    # number them per program instead, as a traced kernel does.
+    m = re.fullmatch(r"(t|out)\d+(_\d+)*", name)
+    if m:
+        name = f"{m.group(1)}{launch.names[m.group(1)]}"
+        launch.names[m.group(1)] += 1
+    return name
+
+
+def _shared(launch, array, dtype, name, span):
+    """A shared_hbm (output) allocation: the k-th one of every program is the same tensor, as
+    in a compiled grid where all programs write one output."""
+    k = len(launch.program_shared)
+    if k < len(launch.shared):
+        base = launch.shared[k]
+        if base.array.shape != array.shape or base.dtype != dtype:
+            user_error("eager", f"program {launch.pid} allocates shared_hbm tensor #{k} as "
+                       f"{dtype.name_}{list(array.shape)} but the first program allocated "
+                       f"{base.dtype.name_}{list(base.array.shape)}; the programs of a grid "
+                       "share their outputs, so they must allocate the same ones", span)
+    else:
+        base = _Base(array, _C.Memory.shared_hbm, dtype, _tile_name(launch, name), span)
+        launch.shared.append(base)
+    launch.program_shared.append(base)
+    return EagerTensor(base)
+
+
+def _execute(kernel, bases, span):
+    """Traces, compiles (the compile cache keys on the IR) and simulates a one-op kernel over
+    the bases' arrays; returns its outputs as NumPy arrays (device_print output goes to
+    sys.stdout at once)."""
+    from . import runtime
+    launch = _state.launch
+    specs = [_spec(b, i) for i, b in enumerate(bases)]
+    with paused():
+        ir = _C.trace(launch.name, kernel, specs, span)
+        compiled = _C.compile(ir, launch.target)
+        outs, _ = runtime.run(compiled, [b.array for b in bases], (1,), "simulate")
+    return outs
