@@ -1,6 +1,13 @@
 // allocate: gives every SBUF/PSUM buffer a byte offset within each partition and its rotating
-// slots. Allocation is a stack: a block's buffers are freed when the block ends.
+// slots. Buffers are stacked (a block's buffers are popped when it ends), which keeps every
+// buffer's bytes distinct from its neighbours' so the engines can overlap their work. When the
+// stack would overflow, a buffer goes into the first hole left by dead buffers instead: a
+// buffer lives from its Alloc to the last statement of its block that uses it (a use inside a
+// nested loop counts as a use by that statement). So an unrolled loop (static_range, Python
+// range) allocating a tile per iteration fits as long as the live tiles do.
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include "neuron/codegen/pipeline.hpp"
 #include "neuron/ir/visitor.hpp"
@@ -25,6 +32,69 @@ struct LoopCtx {
   LoopKind kind = LoopKind::sequential;
 };
 
+// The buffers a statement reads or writes, nested statements included.
+class Uses : public IRVisitor {
+ public:
+  std::set<const Buffer*> buffers;
+  void visit_Op(const Op& op) override {
+    for (auto& a : op.args)
+      if (auto v = std::get_if<Access>(&a.value)) buffers.insert(v->buffer.get());
+  }
+};
+
+// Live ranges of one memory, in allocation units (SBUF bytes or PSUM banks).
+class Space {
+ public:
+  struct Range {
+    BufferPtr buffer;
+    int64_t begin, end;
+  };
+  std::vector<Range> live;
+
+  int64_t stack = 0;  // the stack top: every live range ends at or below it
+
+  // The lowest start (a multiple of `align`) where `size` units fit between live ranges.
+  int64_t first_fit(int64_t size, int64_t align) const {
+    std::vector<Range> sorted = live;
+    std::sort(sorted.begin(), sorted.end(),
+              [](const Range& a, const Range& b) { return a.begin < b.begin; });
+    int64_t at = 0;
+    for (auto& r : sorted) {
+      if (at + size <= r.begin) break;
+      at = std::max(at, align_up(r.end, align));
+    }
+    return at;
+  }
+  // Where `slots` slots of `size` units go (slots drops to 1 when two fit nowhere): on the
+  // stack when it has room, else in the first hole between live ranges.
+  int64_t place(int64_t size, int64_t& slots, int64_t align, int64_t capacity) const {
+    for (int64_t n : {slots, int64_t{1}}) {
+      if (n > slots) continue;
+      const int64_t on_stack = align_up(stack, align);
+      const int64_t at = on_stack + size * n <= capacity ? on_stack : first_fit(size * n, align);
+      if (at + size * n <= capacity || n == 1) {
+        slots = n;
+        return at;
+      }
+    }
+    return 0;  // unreachable: the n == 1 round returns
+  }
+  void take(BufferPtr b, int64_t begin, int64_t end) {
+    live.push_back({std::move(b), begin, end});
+    stack = std::max(stack, end);
+  }
+  int64_t top() const {
+    int64_t t = 0;
+    for (auto& r : live) t = std::max(t, r.end);
+    return t;
+  }
+  void release(const Buffer* b) {
+    live.erase(std::remove_if(live.begin(), live.end(),
+                              [&](const Range& r) { return r.buffer.get() == b; }),
+               live.end());
+  }
+};
+
 class Allocator : public IRMutator {
  public:
   explicit Allocator(const Target& t) : target_(t) {}
@@ -41,15 +111,32 @@ class Allocator : public IRMutator {
     auto saved_loop = block_loop_;
     block_loop_ = pending_;
     pending_.reset();
-    int64_t sbuf_top = sbuf_top_, psum_top = psum_banks_;
-    size_t sbuf_live = sbuf_live_.size(), psum_live = psum_live_.size();
-    StmtPtr out = IRMutator::mutate_Block(n, self);
-    sbuf_top_ = sbuf_top;
-    psum_banks_ = psum_top;
-    sbuf_live_.resize(sbuf_live);
-    psum_live_.resize(psum_live);
+    const int64_t sbuf_stack = sbuf_.stack, psum_stack = psum_.stack;
+    // Index of the last statement using each buffer allocated in this block.
+    std::map<const Buffer*, size_t> last_use;
+    for (size_t i = 0; i < n.stmts.size(); ++i) {
+      if (auto a = n.stmts[i]->as<Alloc>()) last_use[a->buffer.get()] = i;
+      Uses u;
+      u.visit(n.stmts[i]);
+      for (auto* b : u.buffers)
+        if (auto it = last_use.find(b); it != last_use.end()) it->second = i;
+    }
+    std::vector<StmtPtr> out;
+    bool changed = false;
+    for (size_t i = 0; i < n.stmts.size(); ++i) {
+      StmtPtr m = mutate(n.stmts[i]);
+      changed |= m != n.stmts[i];
+      out.push_back(m);
+      for (auto& [b, last] : last_use)
+        if (last == i) {
+          sbuf_.release(remap_.count(b) ? remap_[b].get() : b);
+          psum_.release(remap_.count(b) ? remap_[b].get() : b);
+        }
+    }
     block_loop_ = saved_loop;
-    return out;
+    sbuf_.stack = sbuf_stack;
+    psum_.stack = psum_stack;
+    return changed ? Block::make(std::move(out), n.span) : self;
   }
 
   StmtPtr mutate_Alloc(const Alloc& n, const StmtPtr& self) override {
@@ -65,31 +152,23 @@ class Allocator : public IRMutator {
     auto nb = std::make_shared<Buffer>(b);
     // Rotation is an optimisation: when two slots do not fit, fall back to one before failing.
     if (b.memory == Memory::sbuf) {
-      int64_t offset = align_up(sbuf_top_, sbuf_align);
-      if (slots > 1 && offset + b.slot_bytes() * slots > target_.sbuf_bytes_per_partition)
-        slots = 1;
-      nb->offset = offset;
-      nb->slots = slots;
-      nb->slot_var = slots > 1 ? slot_var : "";
-      sbuf_live_.push_back(nb);
-      sbuf_top_ = offset + b.slot_bytes() * slots;
-      if (sbuf_top_ > target_.sbuf_bytes_per_partition)
+      const int64_t cap = target_.sbuf_bytes_per_partition;
+      int64_t offset = sbuf_.place(b.slot_bytes(), slots, sbuf_align, cap);
+      place(*nb, offset, slots, slot_var);
+      sbuf_.take(nb, offset, offset + b.slot_bytes() * slots);
+      if (offset + b.slot_bytes() * slots > cap)
         user_error(n.span, "sbuf-capacity", "SBUF needs {} bytes per partition but {} has {}: {}",
-                   sbuf_top_, target_.name, target_.sbuf_bytes_per_partition,
-                   live_list(sbuf_live_));
+                   sbuf_.top(), target_.name, cap, live_list(sbuf_));
     } else {
-      int64_t banks_per_slot =
+      const int64_t per_slot =
           align_up(b.slot_bytes(), target_.psum_bank_bytes) / target_.psum_bank_bytes;
-      if (slots > 1 && psum_banks_ + banks_per_slot * slots > target_.psum_banks) slots = 1;
-      nb->offset = psum_banks_ * target_.psum_bank_bytes;
-      nb->slots = slots;
-      nb->slot_var = slots > 1 ? slot_var : "";
-      psum_live_.push_back(nb);
-      psum_banks_ += banks_per_slot * slots;
-      if (psum_banks_ > target_.psum_banks)
+      int64_t bank = psum_.place(per_slot, slots, 1, target_.psum_banks);
+      place(*nb, bank * target_.psum_bank_bytes, slots, slot_var);
+      psum_.take(nb, bank, bank + per_slot * slots);
+      if (bank + per_slot * slots > target_.psum_banks)
         user_error(n.span, "psum-capacity", "PSUM needs {} banks of {} bytes but {} has {}: {}",
-                   psum_banks_, target_.psum_bank_bytes, target_.name, target_.psum_banks,
-                   live_list(psum_live_));
+                   psum_.top(), target_.psum_bank_bytes, target_.name, target_.psum_banks,
+                   live_list(psum_));
     }
     remap_[n.buffer.get()] = nb;
     return Alloc::make(nb, n.span);
@@ -112,15 +191,21 @@ class Allocator : public IRMutator {
  private:
   const Target& target_;
   std::optional<LoopCtx> pending_, block_loop_;
-  int64_t sbuf_top_ = 0, psum_banks_ = 0;
-  std::vector<BufferPtr> sbuf_live_, psum_live_;
+  Space sbuf_, psum_;
   std::map<const Buffer*, BufferPtr> remap_;
 
-  static std::string live_list(const std::vector<BufferPtr>& live) {
+  static void place(Buffer& b, int64_t offset, int64_t slots, const std::string& slot_var) {
+    b.offset = offset;
+    b.slots = slots;
+    b.slot_var = slots > 1 ? slot_var : "";
+  }
+
+  static std::string live_list(const Space& s) {
     std::vector<std::string> parts;
-    for (auto& b : live)
-      parts.push_back(fmt::format("{} ({} B) x{} slot{}", buffer_str(*b), b->slot_bytes(), b->slots,
-                                  b->slots == 1 ? "" : "s"));
+    for (auto& r : s.live)
+      parts.push_back(fmt::format("{} ({} B) x{} slot{}", buffer_str(*r.buffer),
+                                  r.buffer->slot_bytes(), r.buffer->slots,
+                                  r.buffer->slots == 1 ? "" : "s"));
     return fmt::format("{}", fmt::join(parts, ", "));
   }
 };

@@ -105,7 +105,11 @@ nl::subscript make_sub(const std::string& kind, const Affine& start, int64_t a, 
                        const Span& span) {
   if (kind == "scalar") return nl::subscript(start, span);
   if (kind == "ds") return nl::subscript(nl::ds(start, a), span);
-  if (kind == "slice") return nl::subscript(nl::slice(start.constant, a, b), span);
+  if (kind == "slice") {
+    if (!start.terms.empty())
+      user_error(span, "index", "a strided slice start must be a constant, got '{}'", start.str());
+    return nl::subscript(nl::slice(start.constant, a, b), span);
+  }
   return nl::subscript(nl::all, span);
 }
 
@@ -166,7 +170,9 @@ void init_trace(py::module_& m) {
   m.def("subscript", &make_sub);
 
   py::class_<nl::tensor>(m, "Tensor")
-      .def_property_readonly("shape", &nl::tensor::shape)
+      // A tuple, as in NKI and NumPy (`assert t.shape == (128, 512)`).
+      .def_property_readonly("shape",
+                             [](const nl::tensor& t) { return py::tuple(py::cast(t.shape())); })
       .def_property_readonly("ndim", &nl::tensor::ndim)
       .def_property_readonly("dtype", &nl::tensor::dtype)
       .def_property_readonly("buffer", &nl::tensor::buffer)

@@ -7,13 +7,13 @@ from . import _C
 PACKAGE_DIR = os.path.dirname(os.path.realpath(__file__))
 
 
-_TOOLKIT = {}  # filename -> whether it is in the package (realpath is slow: cached per name)
+_TOOLKIT = {}  # filename -> in the package or a subpackage? (realpath is slow: cached per name)
 
 
 def is_toolkit_file(filename):
     known = _TOOLKIT.get(filename)
     if known is None:
-        known = _TOOLKIT[filename] = os.path.dirname(os.path.realpath(filename)) == PACKAGE_DIR
+        known = _TOOLKIT[filename] = os.path.realpath(filename).startswith(PACKAGE_DIR + os.sep)
     return known
 
 

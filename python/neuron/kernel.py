@@ -36,7 +36,7 @@ class Kernel:
         self.last_profile = ""  # the simulator's profile summary (neuron.simulate)
         self.last_report = ""   # the native compile report
         self._cache = {} if _cache is None else _cache
-        functools.update_wrapper(self, fn)
+        functools.update_wrapper(self, fn, updated=())  # never copy fn.__dict__ over ours
         self._params = [p.name for p in inspect.signature(fn).parameters.values()]
 
     def __getitem__(self, grid):

@@ -203,9 +203,12 @@ def num_programs(axes=0):
 # ---- loops -----------------------------------------------------------------------------------
 
 class _TraceState(threading.local):
-    # Per thread (threads trace concurrently): bumped per trace, so a loop generator of an
-    # aborted trace never closes another trace's loop.
+    # Per thread (threads trace concurrently). serial: bumped per trace, so a loop generator of
+    # an aborted trace never closes another trace's loop. last_view / last_inplace: the latest
+    # (tensor, key, view) subscript and in-place update, to recognise `t[k] += x`.
     serial = 0
+    last_view = None
+    last_inplace = None
 
 
 _State = _TraceState()
@@ -301,16 +304,31 @@ def _subscript(key, size, span):
                "loop indices, slices or nl.ds)", span)
 
 
+def _expand_ellipsis(keys, ndim, span):
+    if not builtins.any(k is Ellipsis for k in keys):
+        return keys
+    if builtins.sum(k is Ellipsis for k in keys) > 1:
+        user_error("index", "at most one `...` per subscript", span)
+    i = keys.index(Ellipsis)
+    return keys[:i] + (slice(None),) * builtins.max(ndim - len(keys) + 1, 0) + keys[i + 1:]
+
+
 def _getitem(self, key):
     span = user_span()
-    keys = key if isinstance(key, tuple) else (key,)
+    keys = _expand_ellipsis(key if isinstance(key, tuple) else (key,), self.ndim, span)
     shape = self.shape
     subs = [_subscript(k, shape[i] if i < len(shape) else 1, span) for i, k in enumerate(keys)]
-    return _C.index(self, subs)
+    view = _C.index(self, subs)
+    _State.last_view = (self, key, view)
+    return view
 
 
 def _setitem(self, key, value):
-    # t[...] = value stores (or copies) into the view, as in NKI.
+    # t[key] = value stores (or copies, or fills) into the view, as in NKI.
+    last = _State.last_view
+    if last is not None and last[0] is self and last[1] is key and last[2] is value and \
+            _State.last_inplace is value:
+        return  # `t[key] += x`: Python's augmented assignment; the view was updated in place
     view = _getitem(self, key)
     span = user_span()
     if isinstance(value, _C.Tensor):
@@ -318,8 +336,27 @@ def _setitem(self, key, value):
             _C.store(view, value, span)
         else:
             _C.tensor_copy(view, value, span)
+    elif view.buffer in (hbm, shared_hbm):
+        _fill_hbm(view, value, span)
     else:
         _C.memset(view, float(value), span)
+
+
+def _fill_hbm(view, value, span):
+    """hbm_view[...] = number: an SBUF tile of the value stored 128 rows at a time (engines do
+    not write HBM, so there is no memset of HBM)."""
+    shape = list(view.shape)
+    if len(shape) < 2:
+        user_error("index", "assigning a number to a 1-D HBM view is not supported; store a "
+                   "[1, n] tile into a 2-D view", span)
+    tile = _C.full([builtins.min(shape[0], 128)] + shape[1:], float(value), view.dtype, sbuf,
+                   "", span)
+    for row in builtins.range(0, shape[0], 128):
+        rows = builtins.min(128, shape[0] - row)
+        part = _C.index(view, [_C.subscript("slice", _C.Affine(row), row + rows, 1, span)])
+        src = tile if rows == tile.shape[0] else \
+            _C.index(tile, [_C.subscript("slice", _C.Affine(0), rows, 1, span)])
+        _C.store(part, src, span)
 
 
 def _binop(name, swap=False):
@@ -331,7 +368,9 @@ def _binop(name, swap=False):
 
 def _inplace(name):
     def op(self, other):
-        return _C.update(self, name, _operand(other), user_span())
+        _C.update(self, name, _operand(other), user_span())
+        _State.last_inplace = self  # so `t[k] += x` does not copy the view onto itself
+        return self
     return op
 
 

@@ -219,3 +219,74 @@ def test_empty_like_and_num_programs():
     assert "npid0" in str(rev.trace(((256, 8), nl.float32)))
     x = RNG.standard_normal((256, 8)).astype(np.float32)
     np.testing.assert_array_equal(rev[2](x), np.concatenate([x[128:], x[:128]]))
+
+
+# ---- subscripts and assignment forms ----
+
+def test_augmented_assignment_on_a_view_updates_in_place_without_a_copy():
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        t[0:64, :] += 1.0
+        t[...] *= 2.0
+        nl.store(out, t)
+        return out
+    kern = neuron.kernel(k)
+    ir = str(kern.trace(X))
+    assert "tensor_copy" not in ir  # the C++ `t(ds(0, 64), all) += 1` records no copy either
+    ref = X.astype(np.float64)
+    ref[:64] += 1
+    np.testing.assert_allclose(kern(X), ref * 2, rtol=1e-6)
+
+
+def test_ellipsis_subscripts_and_tuple_shapes():
+    @neuron.kernel
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        assert a.shape == (128, 64) and a[..., 0:8].shape == (128, 8)
+        t = nl.load(a[...])
+        nl.store(out[..., :], nl.exp(t[...]))
+        return out
+    np.testing.assert_allclose(k(X), np.exp(X.astype(np.float64)), rtol=2e-6)
+
+
+def test_assigning_a_number_to_an_hbm_view_fills_it_in_row_chunks():
+    @neuron.kernel
+    def k(a):
+        out = nl.ndarray((300, 8), nl.float32, buffer=nl.shared_hbm)
+        out[...] = 3.5
+        out[290:300, 0:4] = -1.0
+        return out
+    ref = np.full((300, 8), 3.5, np.float32)
+    ref[290:, :4] = -1
+    np.testing.assert_array_equal(k(X), ref)
+
+
+def test_a_strided_slice_cannot_start_at_a_loop_index():
+    @neuron.kernel
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(2):
+            nl.store(out[:, i:i + 32:2], nl.load(a[:, 0:16]))  # the start would be dropped
+        return out
+    with pytest.raises(neuron.NeuronError, match=r"\[index\]"):
+        k(X)
+
+
+def test_an_unrolled_loop_reuses_the_space_of_dead_tiles():
+    # Nine [128, 512] fp32 PSUM results (one bank each; trn2 has 8), one per unrolled iteration.
+    a = RNG.uniform(-1, 1, (128, 128)).astype(np.float32)
+    b = RNG.uniform(-1, 1, (128, 512)).astype(np.float32)
+
+    @neuron.kernel
+    def k(x, y):
+        out = nl.ndarray((9 * 128, 512), nl.float32, buffer=nl.shared_hbm)
+        xt, yt = nl.load(x), nl.load(y)
+        for i in range(9):
+            ps = nl.matmul(xt, yt, transpose_x=True)
+            nl.store(out[i * 128:(i + 1) * 128, :], nl.multiply(ps, float(i)))
+        return out
+    ref = (a.astype(np.float64).T @ b.astype(np.float64))
+    got = k(a, b)
+    for i in range(9):
+        np.testing.assert_allclose(got[i * 128:(i + 1) * 128], ref * i, rtol=1e-4, atol=1e-4)
