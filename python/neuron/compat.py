@@ -1,7 +1,12 @@
-"""NKI compatibility (current `import nki` API, first part): neuron.compat.install() makes
-`import nki`, `nki.language` and `nki.isa` resolve to neuron's, so kernels written against the
-current NKI run unmodified here. `python -m neuron.compat script.py [args]` runs a script with
-the aliases installed. The legacy `neuronxcc.nki` API is not provided yet (docs/python.md)."""
+"""NKI compatibility (docs/nki-compat.md): neuron.compat.install() makes both NKI generations
+resolve to neuron, so published kernels run unmodified here:
+
+- current API: `import nki`, `nki.language`, `nki.isa` -> neuron, neuron.language, neuron.isa;
+- legacy API: `neuronxcc.nki` (also `from neuronxcc import nki`), `neuronxcc.nki.language`,
+  `neuronxcc.nki.isa`, `neuronxcc.nki.typing` -> neuron.legacy and its modules (value-returning
+  nisa calls, nl.arange index grids, mask=, nl.par_dim blocks; loops unrolled at trace time).
+
+`python -m neuron.compat script.py [args]` runs a script with the aliases installed."""
 import os
 import runpy
 import sys
@@ -39,8 +44,26 @@ def baremetal(fn=None, **kwargs):
     return kernel(fn)
 
 
+def _install_legacy():
+    from . import legacy
+    neuronxcc = sys.modules.get("neuronxcc")
+    if neuronxcc is None or not getattr(neuronxcc, "_neuron_compat", False):
+        neuronxcc = types.ModuleType("neuronxcc")
+        neuronxcc.__doc__ = "neuron's legacy NKI compatibility package (neuron.compat)"
+        neuronxcc.__path__ = []
+        neuronxcc._neuron_compat = True
+    neuronxcc.nki = legacy
+    sys.modules["neuronxcc"] = neuronxcc
+    sys.modules["neuronxcc.nki"] = legacy
+    for name in ("language", "isa", "typing"):
+        sys.modules[f"neuronxcc.nki.{name}"] = getattr(legacy, name)
+    return legacy
+
+
 def install():
-    """Registers the `nki`, `nki.language` and `nki.isa` modules."""
+    """Registers `nki`, `nki.language`, `nki.isa` (current API) and `neuronxcc`,
+    `neuronxcc.nki`, `neuronxcc.nki.language`, `.isa`, `.typing` (legacy API); returns the
+    current-API `nki` module."""
     nki = types.ModuleType("nki")
     nki.__doc__ = "neuron's NKI compatibility module (neuron.compat)"
     nki.language, nki.isa = language, isa
@@ -50,6 +73,7 @@ def install():
     sys.modules["nki"] = nki
     sys.modules["nki.language"] = language
     sys.modules["nki.isa"] = isa
+    _install_legacy()
     return nki
 
 

@@ -1,0 +1,351 @@
+"""neuronxcc.nki.isa (legacy NKI, import as nisa): value-returning ISA calls. Each allocates its
+result tile (shape, dtype and buffer of the legacy form) with nl.ndarray and calls the current
+destination-first neuron.isa instruction on it; mask= shrinks the instruction to the mask's
+rectangle (docs/nki-compat.md). engine=, name= and other hints are accepted and ignored."""
+import enum
+
+from .. import isa as _isa
+from .. import language as _nl
+from . import language as _lnl
+from .grid import Cmp as _Cmp, Grid as _Grid, Mask as _Mask
+from .grid import broadcast_shapes as _broadcast_shapes, const_int as _const_int
+from .grid import error as _error, is_scalar_index as _is_scalar_index
+from .mask import rectangle as _rectangle
+from .ops import matmul_parts as _matmul_parts, new_like as _new_like
+from .ops import operand as _operand, promote as _promote, reduced as _reduced
+from .views import concrete as _concrete, index_rect as _index_rect, is_view as _is_view
+from .views import mark_partial as _mark_partial, mask_rect as _mask_rect
+from .views import restrict as _restrict
+
+
+class engine(enum.IntEnum):
+    unknown = 0
+    tensor = 1
+    scalar = 2
+    gpsimd = 3
+    vector = 5
+    sync = 6
+
+
+unknown_engine, tensor_engine, scalar_engine, gpsimd_engine, vector_engine, sync_engine = (
+    engine.unknown, engine.tensor, engine.scalar, engine.gpsimd, engine.vector, engine.sync)
+reduce_cmd = enum.IntEnum("reduce_cmd", {"idle": 0, "reset": 1, "reduce": 2, "reset_reduce": 3})
+dge_mode = enum.IntEnum("dge_mode", {"none": 0, "swdge": 1, "hwdge": 2, "unknown": 3})
+oob_mode = enum.IntEnum("oob_mode", {"error": 0, "skip": 1})
+nc_version = enum.IntEnum("nc_version", {"gen2": 2, "gen3": 3})
+
+
+def get_nc_version():
+    return nc_version.gen3  # neuron compiles for trn2 (NeuronCore-v3)
+
+
+# ---- operators: nl functions, numpy ufuncs, or names -------------------------------------------
+
+_NUMPY = {"absolute": "abs", "fabs": "abs", "amax": "max", "amin": "min", "true_divide": "divide",
+          "sum": "add"}
+_ACT = set(_lnl._UNARY) | {"copy"}
+
+
+def _name(f, what="op"):
+    n = f if isinstance(f, str) else getattr(f, "name", None)
+    if not isinstance(n, str):
+        n = getattr(f, "__name__", None)
+    if not isinstance(n, str):
+        _error("unknown-arg", f"{what} must be an nl function or a NumPy ufunc, got {f!r}")
+    return _NUMPY.get(n, n)
+
+
+def _act(op):
+    n = _name(op)
+    if n not in _ACT:
+        _error("unsupported", f"activation function '{n}' is not supported (supported: "
+               f"{', '.join(sorted(_ACT))})")
+    return n
+
+
+def _tile(x, what):
+    return _concrete(_operand(x, what))
+
+
+def _column(v, rect, what):
+    """A [P, 1] operand (tile or number) restricted to the rows of rect."""
+    if v is None or not _is_view(v):
+        return v
+    return _index_rect(_tile(v, what), [rect[0], (0, 1)])
+
+
+def _begin(x, mask, dtype, buffer=_nl.sbuf, shape=None):
+    """(result tile, rect) for an op over x's index space; rect None: dropped."""
+    shape = list(x.shape) if shape is None else shape
+    dst = _new_like(shape, x.dtype if dtype is None else _nl.to_dtype(dtype), buffer)
+    return dst, _rectangle(mask, shape)
+
+
+def _done(dst, rect):
+    return _mark_partial(dst, rect)
+
+
+# ---- matrix instructions -----------------------------------------------------------------------
+
+def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,
+              is_transpose=False, tile_position=(), tile_size=(), mask=None, perf_mode=None,
+              **kwargs):
+    """stationary[K, M].T @ moving[K, N] -> a new PSUM fp32 [M, N] tile."""
+    if is_transpose:
+        _error("unsupported", "nc_matmul(is_transpose=True) is not supported; use "
+               "nisa.nc_transpose")
+    if perf_mode not in (None, "", "none"):
+        _error("unsupported", f"nc_matmul(perf_mode={perf_mode!r}) is not supported")
+    st, mv, sr, mr, mn, out = _matmul_parts(stationary, moving, True, mask)
+    dst = _new_like(mn, _nl.float32, _nl.psum)
+    if out is not None:
+        _isa.nc_matmul(_index_rect(dst, out), _index_rect(st, sr), _index_rect(mv, mr),
+                       accumulate=False)
+    return _done(dst, out)
+
+
+def nc_transpose(data, *, mask=None, dtype=None, engine=None, **kwargs):
+    """[P, F] -> [F, P] (PSUM); dtype= adds a cast into SBUF."""
+    x = _tile(data, "nisa.nc_transpose")
+    if len(x.shape) != 2:
+        _error("unsupported", f"nc_transpose takes a 2-D tile here, got {list(x.shape)}")
+    if x.buffer == _nl.psum:
+        x = _nl.copy(x)
+    p, f = x.shape
+    dst, rect = _begin(x, mask, None, _nl.psum, [f, p])
+    if rect is not None:
+        _isa.nc_transpose(_index_rect(dst, rect), _index_rect(x, [rect[1], rect[0]]))
+    if dtype is None or _nl.to_dtype(dtype) == x.dtype:
+        return _done(dst, rect)
+    cast = _new_like([f, p], _nl.to_dtype(dtype))
+    if rect is not None:
+        _isa.tensor_copy(_index_rect(cast, rect), _index_rect(dst, rect))
+    return _done(cast, rect)
+
+
+# ---- element-wise instructions -----------------------------------------------------------------
+
+def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
+               reduce_cmd=None, mask=None, dtype=None, **kwargs):
+    """op(data * scale + bias); with reduce_res, its [P, 1] sum over the free axes."""
+    if reduce_cmd not in (None, 0, 3):
+        _error("unsupported", "activation(reduce_cmd=...) other than idle/reset_reduce is not "
+               "supported (the accumulator registers are not modelled across calls)")
+    x = _tile(data, "nisa.activation")
+    dst, rect = _begin(x, mask, dtype)
+    if rect is None:
+        return _done(dst, None)
+    if bias is not None and not _is_view(bias):
+        bias = _nl.full([x.shape[0], 1], float(bias), _nl.float32) if float(bias) else None
+    _isa.activation(_index_rect(dst, rect), _act(op), _index_rect(x, rect),
+                    bias=_column(bias, rect, "bias"), scale=_column(scale, rect, "scale"),
+                    reduce_op=None if reduce_op is None else _name(reduce_op),
+                    reduce_res=_column(reduce_res, rect, "reduce_res"))
+    return _done(dst, rect)
+
+
+def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None,
+                      dtype=None, **kwargs):
+    return activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op,
+                      reduce_res=reduce_res, mask=mask, dtype=dtype)
+
+
+def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwargs):
+    a, b = _tile(data1, "nisa.tensor_tensor"), _tile(data2, "nisa.tensor_tensor")
+    dst, rect = _begin(a, mask, dtype or _promote(a.dtype, b.dtype))
+    if rect is not None:
+        _isa.tensor_tensor(_index_rect(dst, rect), _index_rect(a, rect), _index_rect(b, rect),
+                           _name(op))
+    return _done(dst, rect)
+
+
+def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
+                  *, dtype=None, mask=None, engine=None, **kwargs):
+    """(data op0 operand0) op1 operand1; operands are numbers or [P, 1] tiles."""
+    x = _tile(data, "nisa.tensor_scalar")
+    dst, rect = _begin(x, mask, dtype)
+    if rect is not None:
+        _isa.tensor_scalar(_index_rect(dst, rect), _index_rect(x, rect), _name(op0),
+                           _column(operand0, rect, "operand0"), reverse0,
+                           None if op1 is None else _name(op1),
+                           _column(operand1, rect, "operand1"), reverse1)
+    return _done(dst, rect)
+
+
+def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
+                         dtype=None, mask=None, **kwargs):
+    """(data op0 operand0) op1 operand1, operand1 a full tile (two instructions here)."""
+    x, t1 = _tile(data, "nisa.scalar_tensor_tensor"), _tile(operand1, "operand1")
+    dst, rect = _begin(x, mask, dtype or _promote(x.dtype, t1.dtype))
+    if rect is not None:
+        tmp = _new_like(x.shape, _nl.float32)
+        _isa.tensor_scalar(_index_rect(tmp, rect), _index_rect(x, rect), _name(op0),
+                           _column(operand0, rect, "operand0"), reverse0)
+        a, b = _index_rect(tmp, rect), _index_rect(t1, rect)
+        _isa.tensor_tensor(_index_rect(dst, rect), *((b, a) if reverse1 else (a, b)), _name(op1))
+    return _done(dst, rect)
+
+
+def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False,
+                         dtype=None, mask=None, **kwargs):
+    """Returns data op0 operand0 and writes its reduction over the free axes to reduce_res."""
+    x = _tile(data, "nisa.tensor_scalar_reduce")
+    dst, rect = _begin(x, mask, dtype)
+    if rect is None:
+        return _done(dst, None)
+    tmp = dst if dst.dtype == _nl.float32 else _new_like(x.shape, _nl.float32)
+    _isa.tensor_scalar(_index_rect(tmp, rect), _index_rect(x, rect), _name(op0),
+                       _column(operand0, rect, "operand0"), reverse0)
+    _isa.tensor_reduce(_column(reduce_res, rect, "reduce_res"), _name(reduce_op),
+                       _index_rect(tmp, rect), list(range(1, len(x.shape))))
+    if tmp is not dst:
+        _isa.tensor_copy(_index_rect(dst, rect), _index_rect(tmp, rect))
+    return _done(dst, rect)
+
+
+def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False,
+                  **kwargs):
+    x = _tile(data, "nisa.tensor_reduce")
+    axes, dims, out_shape = _reduced(list(x.shape), axis, keepdims)
+    dst = _new_like(out_shape, x.dtype if dtype is None else _nl.to_dtype(dtype))
+    rect = _rectangle(mask, list(x.shape))
+    if rect is None:
+        return _done(dst, None)
+    out = [(0, 1) if d in axes else rect[d] for d in dims]
+    _isa.tensor_reduce(_index_rect(dst, out), _name(op), _index_rect(x, rect), axes,
+                       negate=bool(negate))
+    return _done(dst, out)
+
+
+def tensor_copy(src, *, mask=None, dtype=None, engine=None, **kwargs):
+    x = _tile(src, "nisa.tensor_copy")
+    dst, rect = _begin(x, mask, dtype)
+    if rect is not None:
+        _isa.tensor_copy(_index_rect(dst, rect), _index_rect(x, rect))
+    return _done(dst, rect)
+
+
+def reciprocal(data, *, dtype=None, mask=None, **kwargs):
+    return _lnl.reciprocal(data, dtype=dtype, mask=mask)
+
+
+def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None, dtype=None,
+                           **kwargs):
+    """dst = src where predicate != 0 (inverted with reverse_pred); other elements kept."""
+    d = _tile(dst, "nisa.tensor_copy_predicated")
+    rect = _rectangle(mask, list(d.shape))
+    if rect is None:
+        return
+    pred = _tile(predicate, "predicate")
+    if reverse_pred:
+        pred = _nl.equal(pred, 0.0)
+    s = _tile(src, "src") if _is_view(src) else _nl.full(list(d.shape), float(src), d.dtype)
+    _isa.tensor_copy_predicated(_index_rect(d, rect), _index_rect(s, rect), _index_rect(pred, rect))
+
+
+def memset(shape, value, dtype, *, mask=None, engine=None, **kwargs):
+    dst = _new_like([int(n) for n in shape], _nl.to_dtype(dtype))
+    rect = _rectangle(mask, list(dst.shape))
+    if rect is not None:
+        _isa.memset(_index_rect(dst, rect), value)
+    return _done(dst, rect)
+
+
+def _pattern(expr, shape, what):
+    """(channel multiplier, [[stride, count], ...], offset) of a grid expression over shape."""
+    if _is_scalar_index(expr):
+        return 0, [[0, n] for n in shape[1:]], _const_int(expr, what)
+    if not isinstance(expr, _Grid):
+        _error("unknown-arg", f"{what} takes an index-grid expression, got {expr!r}")
+    if _broadcast_shapes([expr.shape, shape]) != tuple(shape):
+        _error("shape", f"{what}: the grid of shape {list(expr.shape)} does not match the "
+               f"tile shape {list(shape)}")
+    coef = expr.coefs_in(shape)
+    if len(shape) > 5:
+        _error("unsupported", f"{what}: at most 4 free dims")
+    return coef[0], [[c, n] for c, n in zip(coef[1:], shape[1:])], _const_int(expr.const, what)
+
+
+def _shifted(cm, pattern, offset, rect):
+    """The pattern of the rect-restricted view (its first element moves the offset)."""
+    offset += cm * rect[0][0] + sum(s * lo for (s, _), (lo, _) in zip(pattern, rect[1:]))
+    return [[s, hi - lo] for (s, _), (lo, hi) in zip(pattern, rect[1:])], offset
+
+
+def iota(expr, dtype, *, mask=None, **kwargs):
+    """The values of an index-grid expression (a loop index -> [1, 1]) as a new SBUF tile."""
+    if _is_scalar_index(expr):
+        shape = [1, 1]
+    elif isinstance(expr, _Grid) and expr.ndim >= 2:
+        shape = list(expr.shape)
+    else:
+        _error("unknown-arg", "nisa.iota takes a 2-D (or higher) index grid expression such as "
+               "nl.arange(n)[None, :], or a loop index")
+    cm, pattern, offset = _pattern(expr, shape, "nisa.iota")
+    dst = _new_like(shape, _nl.to_dtype(dtype))
+    rect = _rectangle(mask, shape)
+    if rect is not None:
+        pat, off = _shifted(cm, pattern, offset, rect)
+        _isa.iota(_index_rect(dst, rect), pat or [[0, 1]], off, cm)
+    return _done(dst, rect)
+
+
+_CMP = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal", "==": "equal",
+        "!=": "not_equal"}
+
+
+def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, **kwargs):
+    """on_true_tile where the grid comparison pred holds, else on_false_value."""
+    if isinstance(pred, _Mask):
+        if len(pred.terms) != 1:
+            _error("mask", "affine_select takes one comparison of index grids (no &)")
+        pred = pred.terms[0]
+    if not isinstance(pred, _Cmp):
+        _error("unknown-arg", f"affine_select's pred is a comparison of index grids, got "
+               f"{pred!r}")
+    x = _tile(on_true_tile, "nisa.affine_select")
+    if x.buffer == _nl.psum:
+        x = _nl.copy(x)
+    cm, pattern, offset = _pattern(pred.expr, list(x.shape), "nisa.affine_select")
+    dst, rect = _begin(x, mask, dtype)
+    if rect is not None:
+        pat, off = _shifted(cm, pattern, offset, rect)
+        _isa.affine_select(_index_rect(dst, rect), pat or [[0, 1]], cm, _index_rect(x, rect),
+                           float(on_false_value), cmp_op=_CMP[pred.op], offset=off)
+    return _done(dst, rect)
+
+
+def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=None, **kwargs):
+    """DMA copy (with cast) between HBM and SBUF views of equal element counts."""
+    if dst_rmw_op is not None:
+        _error("unsupported", "dma_copy(dst_rmw_op=...) is not supported by neuron's legacy "
+               "layer")
+    d, s = _operand(dst, "nisa.dma_copy"), _operand(src, "nisa.dma_copy")
+    shape = list(d.shape)
+    rect = _mask_rect(mask, shape, d, s)
+    if rect is None:
+        return
+    dv = _concrete(_restrict(d, rect, shape))
+    sv = _concrete(_restrict(s, rect, shape) if len(s.shape) == len(shape) else s)
+    if sv.buffer == _nl.psum:
+        sv = _nl.copy(sv)
+    _isa.dma_copy(dv, sv)
+
+
+UNSUPPORTED = ("tensor_partition_reduce tensor_tensor_scan tensor_copy_dynamic_src "
+               "tensor_copy_dynamic_dst range_select select_reduce bn_stats bn_aggr local_gather "
+               "dropout max8 nc_find_index8 nc_match_replace8 nc_stream_shuffle dma_transpose "
+               "sequence_bounds").split()
+
+
+def _unsupported(name):
+    def fn(*args, **kwargs):
+        _error("unsupported", f"nisa.{name} is not supported by neuron's legacy layer "
+               "(docs/nki-compat.md lists what is)")
+    fn.__name__ = name
+    return fn
+
+
+for _n in UNSUPPORTED:
+    globals()[_n] = _unsupported(_n)
+del _n

@@ -1,0 +1,156 @@
+"""The neuron tensor methods the legacy API needs, installed when neuron.legacy is imported:
+__getitem__ / __setitem__ / __iadd__ wrappers that take index grids, `...`, operand masks and
+partial (masked) values and hand every other key to the previous method (so the current API
+behaves as before), plus the legacy tensor methods `reshape` (HBM, size-1 dims), `broadcast_to`,
+`astype` (on chip) and `assert_shape`, where the tensor class has none of that name."""
+from .. import _C
+from .. import language as _nl
+from .grid import Cmp, Grid, Mask, error
+from .mask import rectangle
+from .views import (ON_CHIP, GridView, MaskedOperand, Reshaped, _State, as_gridview, concrete,
+                    grid_view, index_rect, partial_rect, same_key)
+
+_prev_getitem = _C.Tensor.__getitem__
+_prev_setitem = _C.Tensor.__setitem__
+_prev_iadd = getattr(_C.Tensor, "__iadd__", None)
+
+
+def _is_legacy(keys):
+    return any(isinstance(k, (Grid, Cmp, Mask)) or k is Ellipsis for k in keys)
+
+
+def legacy_getitem(self, key):
+    keys = key if isinstance(key, tuple) else (key,)
+    if not _is_legacy(keys):
+        view = _prev_getitem(self, key)
+        if _State.active:
+            _State.last_view = (self, key, view)
+        return view
+    if len(keys) == 1 and isinstance(keys[0], (Cmp, Mask)):
+        rect = rectangle(keys[0], list(self.shape))
+        if rect is None:
+            error("mask", "this operand mask excludes every element")
+        return MaskedOperand(self, rect)
+    if any(isinstance(k, Grid) for k in keys):
+        return grid_view(self, keys)
+    i = keys.index(Ellipsis)
+    if Ellipsis in keys[i + 1:]:
+        error("index", "at most one `...` per subscript")
+    fill = (slice(None),) * (len(self.shape) - len(keys) + 1)
+    full = keys[:i] + fill + keys[i + 1:]
+    if all(isinstance(k, slice) and k == slice(None) for k in full):
+        return self
+    return _prev_getitem(self, full)
+
+
+def store_view(view, value):
+    """Writes tile `value` into the HBM view (an nl.store; a DMA when only the element order
+    matches, as for reshaped views)."""
+    if len(value.shape) == len(view.shape):
+        _nl.store(view, value)
+        return
+    from .. import isa
+    if value.buffer == _C.Memory.psum:
+        value = _nl.copy(value)
+    isa.dma_copy(view, value)
+
+
+def assign(view, value):
+    """view[...] = value, with NKI's broadcasting of the value and partial-tile rectangles."""
+    known, rect = partial_rect(value)
+    if known and rect is None:
+        return  # a fully masked value: nothing to write
+    view = as_gridview(view)
+    if rect is not None:
+        value = index_rect(value, rect)
+    if isinstance(view, GridView):
+        if view.entries is None:
+            if rect is not None:
+                error("mask", "a masked value cannot be assigned to a reshaped tensor")
+            store_view(view.base, concrete(value))
+            return
+        view = view.resolve(rect)
+    elif rect is not None:
+        view = index_rect(view, rect)
+    if isinstance(value, (_C.Tensor, GridView, Reshaped)):
+        value = concrete(value)
+    elif view.buffer not in ON_CHIP:  # a number into HBM: a filled tile, stored
+        shape = list(view.shape)
+        value = _nl.full(shape if len(shape) >= 2 else [1] + shape, float(value), view.dtype)
+    if view.buffer not in ON_CHIP:
+        store_view(view, value)
+        return
+    if isinstance(value, _C.Tensor) and list(value.shape) != list(view.shape):
+        value = _nl.broadcast_to(value, list(view.shape))
+    _prev_setitem(view, tuple(slice(None) for _ in view.shape), value)
+
+
+def legacy_setitem(self, key, value):
+    keys = key if isinstance(key, tuple) else (key,)
+    if len(keys) == 1 and keys[0] is Ellipsis and value is self and _State.last_inplace is value:
+        return  # `t[...] += x` already updated t in place
+    last = _State.last_view
+    if _State.active and last is not None and value is last[2] and last[0] is self and \
+            value is _State.last_inplace and same_key(key, last[1]):
+        return  # `t[a:b] += x` in a legacy kernel already updated that view in place
+    if not _is_legacy(keys) and not partial_rect(value)[0] and \
+            not isinstance(value, (GridView, Reshaped)):
+        return _prev_setitem(self, key, value)
+    view = legacy_getitem(self, key) if _is_legacy(keys) else _prev_getitem(self, key)
+    assign(view, value)
+
+
+def legacy_iadd(self, other):
+    known, rect = partial_rect(other)
+    if known:
+        if rect is not None:
+            _prev_iadd(index_rect(self, rect), index_rect(other, rect))
+        _State.last_inplace = self
+        return self
+    _prev_iadd(self, concrete(other) if isinstance(other, (GridView, Reshaped)) else other)
+    _State.last_inplace = self
+    return self
+
+
+def _reshape(self, shape, *more):
+    shape = tuple(shape) if not more else (shape,) + more
+    if list(shape) == list(self.shape):
+        return self
+    if self.buffer in ON_CHIP:
+        error("unsupported", "reshape of an SBUF/PSUM tile is not supported by neuron's legacy "
+              "layer; reshape the HBM tensor before loading it")
+    return Reshaped(self, shape)
+
+
+def _broadcast_to(self, shape):
+    return _nl.broadcast_to(self, list(shape))
+
+
+def _astype(self, dtype):
+    if self.buffer not in ON_CHIP:
+        error("unsupported", "astype of an HBM tensor is not supported; load it with "
+              "nl.load(t, dtype=...)")
+    return _nl.copy(self, _nl.to_dtype(dtype))
+
+
+def _assert_shape(self, shape):
+    if list(self.shape) != [int(n) for n in shape]:
+        error("shape", f"'{self.name}' has shape {list(self.shape)}, expected {list(shape)}")
+    return self
+
+
+def install():
+    """Installs the legacy subscripts (chained: other keys go to the previous methods)."""
+    if getattr(_C.Tensor.__getitem__, "_neuron_legacy", False):
+        return
+    legacy_getitem._neuron_legacy = True
+    _C.Tensor.__getitem__ = legacy_getitem
+    _C.Tensor.__setitem__ = legacy_setitem
+    if _prev_iadd is not None:
+        _C.Tensor.__iadd__ = legacy_iadd
+    for name, fn in (("reshape", _reshape), ("broadcast_to", _broadcast_to),
+                     ("astype", _astype), ("assert_shape", _assert_shape)):
+        if not hasattr(_C.Tensor, name):
+            setattr(_C.Tensor, name, fn)
+    if not hasattr(_C.Tensor, "itemsize"):
+        _C.Tensor.itemsize = property(lambda self: self.dtype.itemsize)
