@@ -17,11 +17,11 @@ from .kernel import Kernel, kernel, simulate as _simulate
 
 
 def jit(fn=None, **kwargs):
-    """nki.jit: a neuron kernel (native run; NKI_SIMULATOR=1 or mode="simulation" runs on the
-    simulator). Other NKI options (platform_target, mode=baremetal, ...) are accepted and
-    ignored."""
+    """nki.jit: a neuron kernel (native run, or eager with NEURON_EAGER=1; NKI_SIMULATOR=1 or
+    mode="simulation" runs on the simulator). Other NKI options (platform_target,
+    mode=baremetal, ...) are accepted and ignored."""
     mode = "simulate" if (os.environ.get("NKI_SIMULATOR") == "1"
-                          or kwargs.get("mode") == "simulation") else "native"
+                          or kwargs.get("mode") == "simulation") else None
     if fn is None:
         return lambda f: jit(f, **kwargs)
     return kernel(fn, mode=mode)

@@ -59,3 +59,21 @@ def test_python_m_neuron_compat_runs_a_script(tmp_path):
                        text=True, env=dict(os.environ), timeout=120)
     assert r.returncode == 0, r.stderr
     assert "nki ok" in r.stdout
+
+
+def test_nki_jit_kernels_follow_neuron_eager(monkeypatch):
+    neuron.compat.install()
+    import nki
+    import nki.language as nl
+
+    def double(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a) * 2.0)
+        return out
+    a = np.arange(16, dtype=np.float32).reshape(2, 8)
+    monkeypatch.setenv("NEURON_EAGER", "1")
+    k = nki.jit(double)
+    assert k.mode == "eager"
+    np.testing.assert_array_equal(k(a), a * 2)
+    monkeypatch.delenv("NEURON_EAGER")
+    assert nki.jit(double).mode == "native"
