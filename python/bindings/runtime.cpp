@@ -1,4 +1,5 @@
 // Bindings for the runtime: host tensors over NumPy memory and the simulator.
+#include <new>
 #include <sstream>
 
 #include <pybind11/numpy.h>
@@ -16,7 +17,39 @@ namespace py = pybind11;
 
 namespace neuron::python {
 
+namespace {
+
+// std::bad_alloc would reach Python as a bare "MemoryError: std::bad_alloc". Say what the
+// kernel asked for: outputs (and HBM scratch) too large for this machine's memory, which the
+// tensor-size rule allows up to 2^48 bytes each. Called with the GIL held.
+[[noreturn]] void out_of_memory(const Compiled& c) {
+  std::string what;
+  std::uint64_t total = 0;
+  for (const TensorDecl& t : c.program.tensors) {
+    if (t.role == TensorDecl::Role::input) continue;
+    std::uint64_t n = std::uint64_t(dtype_bytes(t.dtype));
+    for (int64_t d : t.shape) n *= std::uint64_t(d);
+    total += n;
+    what += fmt::format("{}'{}' {}[{}] ({} bytes)", what.empty() ? "" : ", ", t.name,
+                        dtype_name(t.dtype), fmt::join(t.shape, ", "), n);
+  }
+  std::string msg = fmt::format(
+      "out of host memory running kernel '{}': its outputs and HBM scratch need {} bytes: {}",
+      c.program.name, total, what);
+  PyErr_SetString(PyExc_MemoryError, msg.c_str());
+  throw py::error_already_set();
+}
+
+}  // namespace
+
 void init_runtime(py::module_& m) {
+  // pybind11 (2.10) builds its NumPy API table in a function-local static whose initializer
+  // imports numpy.core.multiarray, releasing the GIL while the import reads files. When two
+  // threads make their first NumPy-typed call at once (to_numpy below), one blocks on the
+  // static's guard while holding the GIL and the other waits for the GIL inside the import:
+  // a deadlock. Build it now, during the module import, where only one thread runs.
+  py::detail::npy_api::get();
+
   // The NEURON_* knobs, read from the environment on every call (runtime/config.hpp).
   py::class_<Config>(m, "Config")
       .def_readonly("target", &Config::target)
@@ -61,7 +94,7 @@ void init_runtime(py::module_& m) {
     o.print = &printed;
     std::vector<Tensor> outs;
     std::string summary;
-    {
+    try {
       py::gil_scoped_release release;
       if (profile) {
         SimResult r = simulate_profiled(c, inputs, grid, o);
@@ -70,6 +103,8 @@ void init_runtime(py::module_& m) {
       } else {
         outs = simulate(c, inputs, grid, o);
       }
+    } catch (const std::bad_alloc&) {
+      out_of_memory(c);
     }
     return std::make_tuple(outs, printed.str(), summary);
   }, py::arg("compiled"), py::arg("inputs"), py::arg("grid"), py::arg("profile") = false);
@@ -83,11 +118,13 @@ void init_runtime(py::module_& m) {
     o.print = &printed;
     std::vector<Tensor> outs;
     std::string report;
-    {
+    try {
       py::gil_scoped_release release;
       NativeKernel k = compile_native(c);
       report = k.report().str();
       outs = k(inputs, grid, o);
+    } catch (const std::bad_alloc&) {
+      out_of_memory(c);
     }
     return std::make_tuple(outs, printed.str(), report);
   });

@@ -5,7 +5,7 @@ from . import _C
 from . import eager as _eager
 from ._span import user_span
 from .errors import user_error
-from .language import _Fn, _operand
+from .language import _Fn, _int, _operand
 
 
 def _op(f):
@@ -17,6 +17,10 @@ def _op(f):
     if isinstance(name, str):
         return name
     raise TypeError(f"expected an nl function as the operator, got {f!r}")
+
+
+def _pattern(pattern):
+    return [tuple(_int(v, "a pattern [stride, count] entry") for v in p) for p in pattern]
 
 
 @_eager.op(writes=("dst",), matmul=True)
@@ -82,15 +86,17 @@ def memset(dst, value, engine=None, name=None):
 def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     """dst[p, f...] = offset + p * channel_multiplier + sum(stride_i * f_i); pattern is
     [[stride, count], ...] over the free dims."""
-    _C.iota(dst, [tuple(p) for p in pattern], int(offset), int(channel_multiplier), user_span())
+    _C.iota(dst, _pattern(pattern), _int(offset, "iota offset"),
+            _int(channel_multiplier, "iota channel_multiplier"), user_span())
 
 
 @_eager.op(writes=("dst",))
 def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=None,
                   offset=0, name=None):
-    _C.affine_select(dst, [tuple(p) for p in pattern], int(channel_multiplier), on_true_tile,
+    _C.affine_select(dst, _pattern(pattern), _int(channel_multiplier, "channel_multiplier"),
+                     on_true_tile,
                      float(on_false_value), "equal" if cmp_op is None else _op(cmp_op),
-                     int(offset), user_span())
+                     _int(offset, "affine_select offset"), user_span())
 
 
 @_eager.op(writes=("dst",))

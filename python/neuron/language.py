@@ -72,14 +72,21 @@ def full(shape, fill_value, dtype, buffer=sbuf, name=""):
     return _C.full(list(shape), float(fill_value), to_dtype(dtype), buffer, name, user_span())
 
 
+def _tensor_arg(x, fn):
+    if not isinstance(x, _C.Tensor):
+        raise TypeError(f"nl.{fn} takes an nl tensor, got {type(x).__name__}")
+
+
 @_eager.op()
 def zeros_like(x, dtype=None, buffer=None, name=""):
+    _tensor_arg(x, "zeros_like")
     return _C.zeros_like(x, to_dtype(dtype), buffer, name, user_span())
 
 
 @_eager.op()
 def empty_like(x, dtype=None, buffer=None, name=""):
     """An uninitialised tensor of x's shape (dtype and buffer default to x's)."""
+    _tensor_arg(x, "empty_like")
     return _C.ndarray(list(x.shape), x.dtype if dtype is None else to_dtype(dtype),
                       x.buffer if buffer is None else buffer, name, user_span())
 
@@ -226,7 +233,7 @@ def _range_args(args):
 
 def _rolled(args, sequential):
     span = user_span()
-    start, stop, step = (int(a) for a in _range_args(args))
+    start, stop, step = (_int(a, "a range bound") for a in _range_args(args))
     var, loop_id, extent = _C.open_loop(start, stop, step, sequential, span)
     if extent == 0:
         return
@@ -264,17 +271,25 @@ class ds:
 
 # ---- tensor methods: indexing and operators --------------------------------------------------
 
+def _int(v, what):
+    """v as an int; a float (even 2.0), bool, inf or anything else is a TypeError, never
+    silently truncated."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        return int(v)
+    raise TypeError(f"{what} must be an int, got {v!r} ({type(v).__name__})")
+
+
 def _is_index(v):
     return isinstance(v, (int, np.integer, _C.Affine)) and not isinstance(v, bool)
 
 
 def _affine(v):
-    return v if isinstance(v, _C.Affine) else _C.Affine(int(v))
+    return v if isinstance(v, _C.Affine) else _C.Affine(_int(v, "an index"))
 
 
 def _subscript(key, size, span):
     if isinstance(key, ds):
-        return _C.subscript("ds", _affine(key.start), int(key.size), 0, span)
+        return _C.subscript("ds", _affine(key.start), _int(key.size, "nl.ds size"), 0, span)
     if _is_index(key):
         a = _affine(key)
         if a.is_constant() and a.constant < 0:
@@ -298,7 +313,8 @@ def _subscript(key, size, span):
         stop = size if stop is None else _affine(stop).constant
         start = start + size if start < 0 else start
         stop = stop + size if stop < 0 else stop
-        return _C.subscript("slice", _C.Affine(start), stop, 1 if step is None else int(step),
+        return _C.subscript("slice", _C.Affine(start), stop,
+                            1 if step is None else _int(step, "a slice step"),
                             span)
     user_error("index", f"unsupported subscript {key!r} of type {type(key).__name__} (use ints, "
                "loop indices, slices or nl.ds)", span)

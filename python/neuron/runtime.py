@@ -71,7 +71,9 @@ def host_arrays(args):
     else copies), and a function to call after the run that copies what the kernel wrote into a
     copy back into the caller's array or tensor, so in-place writes are never lost."""
     views = [to_numpy(a) for a in args]
-    arrays = [np.ascontiguousarray(v) for v in views]
+    # A read-only array is copied too, so a kernel that writes it fails below, not silently.
+    arrays = [np.ascontiguousarray(v) if v.flags.writeable else np.array(v, order="C")
+              for v in views]
 
     def write_back():
         for i, (v, a) in enumerate(zip(views, arrays)):

@@ -287,6 +287,11 @@ void CompileCache::evict_disk(const std::string& keep_key, const CacheOptions& o
   std::uint64_t evicted = 0;
   for (const File& f : files) {
     if (total <= opts.max_disk_bytes) break;
+    if (f.keep)  // it alone is over the bound: say so once, or nothing would ever be cached
+      warn_once(opts, "bound:" + opts.dir,
+                fmt::format("a compiled kernel of {} bytes is larger than the disk cache bound "
+                            "(NEURON_CACHE_MAX_BYTES={} bytes); such kernels are not kept in {}",
+                            f.bytes, opts.max_disk_bytes, opts.dir));
     // Another process may have evicted it already; either way it no longer counts.
     ::unlink(f.path.c_str());
     total -= f.bytes;

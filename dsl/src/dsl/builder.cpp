@@ -137,9 +137,20 @@ std::vector<nl::tensor> TraceScope::inputs(const std::vector<TensorSpec>& specs)
   std::vector<nl::tensor> out;
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& spec = specs[i];
-    check_shape(spec.shape, st.span);
+    // The span is the kernel's, so the message names the argument.
+    const std::string arg = spec.name.empty() ? fmt::format("in{}", i) : spec.name;
+    if (spec.shape.empty())
+      user_error(st.span, "shape",
+                 "kernel input '{}' has no dimensions (a 0-d array?); a tensor needs at least one",
+                 arg);
+    for (auto d : spec.shape)
+      if (d <= 0)
+        user_error(st.span, "shape",
+                   "kernel input '{}' has shape [{}]; tensor dimensions must be positive (empty "
+                   "tensors are not supported)",
+                   arg, fmt::join(spec.shape, ", "));
     auto b = std::make_shared<Buffer>();
-    b->name = unique_name(st, spec.name.empty() ? fmt::format("in{}", i) : spec.name);
+    b->name = unique_name(st, arg);
     b->memory = Memory::shared_hbm;
     b->shape = spec.shape;
     b->dtype = spec.dtype;

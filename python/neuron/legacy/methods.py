@@ -4,6 +4,7 @@ partial (masked) values and hand every other key to the previous method (so the 
 behaves as before), plus the legacy tensor methods `reshape` (HBM, size-1 dims), `broadcast_to`,
 `astype` (on chip) and `assert_shape`, where the tensor class has none of that name."""
 from .. import _C
+from .._span import user_span
 from .. import language as _nl
 from .grid import Cmp, Grid, Mask, error
 from .mask import rectangle
@@ -16,7 +17,8 @@ _prev_iadd = getattr(_C.Tensor, "__iadd__", None)
 
 
 def _is_legacy(keys):
-    return any(isinstance(k, (Grid, Cmp, Mask)) or k is Ellipsis for k in keys)
+    # `...` is not: neuron's own subscripts take it.
+    return any(isinstance(k, (Grid, Cmp, Mask)) for k in keys)
 
 
 def legacy_getitem(self, key):
@@ -31,16 +33,7 @@ def legacy_getitem(self, key):
         if rect is None:
             error("mask", "this operand mask excludes every element")
         return MaskedOperand(self, rect)
-    if any(isinstance(k, Grid) for k in keys):
-        return grid_view(self, keys)
-    i = keys.index(Ellipsis)
-    if Ellipsis in keys[i + 1:]:
-        error("index", "at most one `...` per subscript")
-    fill = (slice(None),) * (len(self.shape) - len(keys) + 1)
-    full = keys[:i] + fill + keys[i + 1:]
-    if all(isinstance(k, slice) and k == slice(None) for k in full):
-        return self
-    return _prev_getitem(self, full)
+    return grid_view(self, keys)
 
 
 def store_view(view, value):
@@ -74,7 +67,10 @@ def assign(view, value):
         view = index_rect(view, rect)
     if isinstance(value, (_C.Tensor, GridView, Reshaped)):
         value = concrete(value)
-    elif view.buffer not in ON_CHIP:  # a number into HBM: a filled tile, stored
+    elif view.buffer not in ON_CHIP and len(view.shape) >= 2:
+        _nl._fill_hbm(view, float(value), user_span())  # a filled tile, 128 rows at a time
+        return
+    elif view.buffer not in ON_CHIP:  # 1-D: a [1, n] filled tile, stored
         shape = list(view.shape)
         value = _nl.full(shape if len(shape) >= 2 else [1] + shape, float(value), view.dtype)
     if view.buffer not in ON_CHIP:
@@ -87,8 +83,6 @@ def assign(view, value):
 
 def legacy_setitem(self, key, value):
     keys = key if isinstance(key, tuple) else (key,)
-    if len(keys) == 1 and keys[0] is Ellipsis and value is self and _State.last_inplace is value:
-        return  # `t[...] += x` already updated t in place
     last = _State.last_view
     if _State.active and last is not None and value is last[2] and last[0] is self and \
             value is _State.last_inplace and same_key(key, last[1]):
