@@ -121,6 +121,14 @@ void CompileCache::store(const std::string& key, const Blob& blob) {
   if (ok) evict_disk(key, opts);
 }
 
+struct CompileCache::InFlight {
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+  std::shared_ptr<const Blob> blob;
+  std::exception_ptr error;
+};
+
 Blob CompileCache::get_or_compile(const std::string& key, const std::function<Blob()>& compile,
                                   CacheLevel* level, std::string_view what, const Span& span) {
   if (auto hit = lookup(key, level)) return std::move(*hit);
@@ -133,9 +141,46 @@ Blob CompileCache::get_or_compile(const std::string& key, const std::function<Bl
                what.empty() ? std::string_view("<unnamed>") : what, key,
                opts.dir.empty() ? std::string("<no directory>") : opts.dir,
                toolkit_build_id().substr(0, 12));
-  Blob blob = compile();
-  store(key, blob);
-  return blob;
+  std::shared_ptr<InFlight> flight;
+  bool mine = false;
+  {
+    std::lock_guard lock(mutex_);
+    auto [it, inserted] = compiling_.try_emplace(key);
+    if (inserted) it->second = std::make_shared<InFlight>();
+    flight = it->second;
+    mine = inserted;
+  }
+  if (!mine) {  // another thread is compiling this key: wait for its result or its error
+    std::unique_lock wait(flight->mutex);
+    flight->done_cv.wait(wait, [&] { return flight->done; });
+    if (flight->error) std::rethrow_exception(flight->error);
+    {
+      std::lock_guard lock(mutex_);
+      ++stats_.waited;
+    }
+    if (level) *level = CacheLevel::memory;
+    return Blob(*flight->blob);
+  }
+  auto finish = [&](std::shared_ptr<const Blob> blob, std::exception_ptr error) {
+    {
+      std::lock_guard lock(mutex_);
+      compiling_.erase(key);
+    }
+    std::lock_guard done(flight->mutex);
+    flight->blob = std::move(blob);
+    flight->error = error;
+    flight->done = true;
+    flight->done_cv.notify_all();
+  };
+  try {
+    Blob blob = compile();
+    store(key, blob);
+    finish(std::make_shared<const Blob>(blob), nullptr);
+    return blob;
+  } catch (...) {
+    finish(nullptr, std::current_exception());
+    throw;
+  }
 }
 
 std::optional<Blob> CompileCache::lookup_memory(const std::string& key, const CacheOptions& opts) {

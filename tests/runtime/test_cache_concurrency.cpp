@@ -3,7 +3,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 
@@ -111,4 +113,51 @@ TEST_CASE("many threads share one cache") {
   CacheStats s = cache.stats();
   CHECK(s.memory_entries <= 4);
   CHECK(s.memory_hits + s.disk_hits == std::uint64_t(hits.load()));
+}
+
+TEST_CASE("threads missing one key at once compile it once; the others wait for it") {
+  TempDir d;
+  CompileCache cache(options_in(d.str()));
+  const std::string key = test_key(400);
+  const Blob expected = make_blob(4096, 7);
+  std::atomic<int> compiles{0};
+  auto slow_compile = [&] {
+    compiles.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // all threads arrive meanwhile
+    return expected;
+  };
+  constexpr int kThreads = 6;
+  std::vector<Blob> got(kThreads);
+  std::vector<CacheLevel> levels(kThreads, CacheLevel::none);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] { got[t] = cache.get_or_compile(key, slow_compile, &levels[t]); });
+  for (auto& th : threads) th.join();
+  CHECK(compiles.load() == 1);
+  for (int t = 0; t < kThreads; ++t) CHECK(got[t] == expected);
+  CHECK(std::count(levels.begin(), levels.end(), CacheLevel::none) == 1);  // the compiler
+  CHECK(cache.stats().waited == kThreads - 1);
+
+  // A compile error reaches every waiter, and the next call compiles again.
+  const std::string bad = test_key(401);
+  std::atomic<int> attempts{0};
+  auto failing = [&]() -> Blob {
+    attempts.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    user_error(Span{}, "test-rule", "compile failed on purpose");
+  };
+  std::atomic<int> errors{0};
+  threads.clear();
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&] {
+      try {
+        cache.get_or_compile(bad, failing);
+      } catch (const UserError& e) {
+        if (e.rule() == "test-rule") errors.fetch_add(1);
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(errors.load() == kThreads);
+  CHECK(attempts.load() < kThreads);  // at least some waited instead of compiling
+  CHECK(cache.get_or_compile(bad, [&] { return expected; }) == expected);
 }

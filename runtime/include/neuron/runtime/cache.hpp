@@ -2,6 +2,8 @@
 // Format, guarantees and knobs: docs/cache.md.
 #pragma once
 #include <chrono>
+#include <condition_variable>
+#include <exception>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -63,6 +65,7 @@ struct CacheStats {
   std::uint64_t corrupt_entries = 0;  // found on disk, reported, removed
   std::uint64_t memory_evictions = 0, disk_evictions = 0;
   std::uint64_t memory_entries = 0, memory_bytes = 0;
+  std::uint64_t waited = 0;  // misses served by another thread's compile of the same key
 };
 
 class CompileCache {
@@ -83,6 +86,8 @@ class CompileCache {
   void store(const std::string& key, const Blob& blob);
   // lookup, else compile() and store. In must-hit mode a miss is UserError "cache-miss"
   // naming `what` (the kernel), the key and the directory, thrown before compile() runs.
+  // Threads missing the same key at once compile it once: the others wait for that result
+  // (reported as a memory hit) or its error.
   Blob get_or_compile(const std::string& key, const std::function<Blob()>& compile,
                       CacheLevel* level = nullptr, std::string_view what = {},
                       const Span& span = {});
@@ -117,6 +122,8 @@ class CompileCache {
   std::uint64_t memory_bytes_ = 0;
   CacheStats stats_;
   std::set<std::string> warned_;
+  struct InFlight;  // a compile in progress, which other threads missing its key wait for
+  std::unordered_map<std::string, std::shared_ptr<InFlight>> compiling_;
 };
 
 }  // namespace neuron
