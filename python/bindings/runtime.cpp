@@ -144,6 +144,7 @@ void init_runtime(py::module_& m) {
     d["disk_hits"] = st.disk_hits;
     d["misses"] = st.misses;
     d["stores"] = st.stores;
+    d["waited"] = st.waited;  // misses served by another thread's compile of the same key
     d["build_id"] = std::string(toolkit_build_id());
     return d;
   });

@@ -4,7 +4,8 @@ from . import _C
 
 
 def info():
-    """A dict: dir, disk_entries, disk_bytes, memory_hits, disk_hits, misses, stores, build_id."""
+    """A dict: dir, disk_entries, disk_bytes, memory_hits, disk_hits, misses, stores, waited
+    (misses that waited for another thread's compile of the same key), build_id."""
     return dict(_C.cache_info())
 
 
