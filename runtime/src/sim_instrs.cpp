@@ -114,9 +114,15 @@ bool is_unary(AluOp op) {
 }
 
 // out[n] = fma(a, row[n], out[n]). Cloned for FMA hardware so the loop vectorizes; the default
-// clone calls the libm fma, which computes the same correctly rounded result.
-__attribute__((target_clones("fma", "default"))) void fma_row(float a, const float* row, float* out,
-                                                              int64_t n) {
+// clone calls the libm fma, which computes the same correctly rounded result. Not under
+// ThreadSanitizer: the clones' ifunc resolver runs during relocation, before TSan's runtime is
+// up, and the instrumented resolver crashes (scripts/sanitize.sh --thread).
+#if defined(__SANITIZE_THREAD__)
+#define NEURON_FMA_CLONES
+#else
+#define NEURON_FMA_CLONES __attribute__((target_clones("fma", "default")))
+#endif
+NEURON_FMA_CLONES void fma_row(float a, const float* row, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = std::fma(a, row[i], out[i]);
 }
 
