@@ -12,6 +12,7 @@ import pytest
 import neuron
 import neuron.cache
 import neuron.language as nl
+from helpers import softmax
 
 
 def add(a, b):
@@ -314,14 +315,6 @@ def test_host_instruction_kernels_give_the_same_bits(cache_dir, monkeypatch):
     # NEURON_NATIVE_KERNELS=host compiles without the bitcode kernels (no host-feature
     # specialization of element-wise code: the library's own compiled copies are called).
     x = RNG.standard_normal((256, 48)).astype(np.float32) * 4
-
-    def softmax(x):
-        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
-        rows = nl.ds(nl.program_id(0) * 128, 128)
-        t = nl.load(x[rows])
-        e = nl.exp(t - nl.max(t, axis=1))
-        nl.store(out[rows], e * nl.reciprocal(nl.sum(e, axis=1)))
-        return out
 
     sim = neuron.simulate(neuron.kernel(softmax))[2](x)
     results = {}

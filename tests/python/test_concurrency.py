@@ -15,6 +15,7 @@ import neuron
 import neuron.cache
 import neuron.isa as nisa
 import neuron.language as nl
+from helpers import softmax
 
 THREADS = 8
 
@@ -60,15 +61,6 @@ def run_threads(work, n=THREADS):
 def scale_add(a, b):
     out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
     nl.store(out, nl.load(a) * 3.0 + nl.load(b))
-    return out
-
-
-def softmax(x):
-    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
-    rows = nl.ds(nl.program_id(0) * 128, 128)
-    t = nl.load(x[rows])
-    e = nl.exp(t - nl.max(t, axis=1))
-    nl.store(out[rows], e * nl.reciprocal(nl.sum(e, axis=1)))
     return out
 
 

@@ -1,7 +1,6 @@
 # Eager mode (neuron.kernel(mode="eager"), NEURON_EAGER=1): each operation runs at once as a
 # one-op kernel on the simulator. Every kernel here runs eagerly, natively and on the
 # simulator, and the three must agree bit for bit; a NumPy reference checks the values.
-import inspect
 import io
 import pdb
 import traceback
@@ -13,6 +12,7 @@ import pytest
 import neuron
 import neuron.isa as nisa
 import neuron.language as nl
+from helpers import line_of
 
 RNG = np.random.default_rng(11)
 f64 = np.float64
@@ -34,13 +34,6 @@ def three_ways(fn, *args, grid=None):
         np.testing.assert_array_equal(e.view(np.uint8), s.view(np.uint8))
     return eager if len(eager) > 1 else eager[0]
 
-
-def line_of(fn, text):
-    lines, start = inspect.getsourcelines(fn)
-    for i, line in enumerate(lines):
-        if text in line:
-            return start + i
-    raise AssertionError(text)
 
 
 # ---- nl: allocation, data movement, element-wise, reductions, matrix ops ---------------------

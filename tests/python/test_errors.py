@@ -1,6 +1,5 @@
 # User errors raised while tracing or compiling point at the user's kernel line with a caret,
 # and the traceback shows the user's frames, not the toolkit's.
-import inspect
 import traceback
 
 import numpy as np
@@ -9,17 +8,10 @@ import pytest
 import neuron
 import neuron.isa as nisa
 import neuron.language as nl
+from helpers import line_of
 
 THIS = __file__
 
-
-def line_of(fn, text):
-    """The file line number of the first source line of fn containing text."""
-    lines, start = inspect.getsourcelines(fn)
-    for i, line in enumerate(lines):
-        if text in line:
-            return start + i
-    raise AssertionError(text)
 
 
 def out_of_range(a):

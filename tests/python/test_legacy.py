@@ -22,6 +22,7 @@ from neuronxcc import nki  # noqa: E402
 import neuronxcc.nki.isa as nisa  # noqa: E402
 import neuronxcc.nki.language as nl  # noqa: E402
 import neuronxcc.nki.typing as nt  # noqa: E402
+from helpers import line_of
 
 RNG = np.random.default_rng(11)
 f64 = np.float64
@@ -31,13 +32,6 @@ THIS = __file__
 def rand(*shape, lo=-1.0, hi=1.0):
     return RNG.uniform(lo, hi, shape).astype(np.float32)
 
-
-def line_of(fn, text):
-    lines, start = inspect.getsourcelines(fn)
-    for i, line in enumerate(lines):
-        if text in line:
-            return start + i
-    raise AssertionError(text)
 
 
 def total_us(profile):  # the test's own reading of the simulator's profile summary

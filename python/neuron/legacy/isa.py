@@ -11,6 +11,7 @@ from .grid import Cmp as _Cmp, Grid as _Grid, Mask as _Mask
 from .grid import broadcast_shapes as _broadcast_shapes, const_int as _const_int
 from .grid import error as _error, is_scalar_index as _is_scalar_index
 from .mask import rectangle as _rectangle
+from .ops import define_unsupported as _define_unsupported
 from .ops import matmul_parts as _matmul_parts, new_like as _new_like
 from .ops import operand as _operand, promote as _promote, reduced as _reduced
 from .views import concrete as _concrete, index_rect as _index_rect, is_view as _is_view
@@ -336,16 +337,4 @@ UNSUPPORTED = ("tensor_partition_reduce tensor_tensor_scan tensor_copy_dynamic_s
                "tensor_copy_dynamic_dst range_select select_reduce bn_stats bn_aggr local_gather "
                "dropout max8 nc_find_index8 nc_match_replace8 nc_stream_shuffle dma_transpose "
                "sequence_bounds").split()
-
-
-def _unsupported(name):
-    def fn(*args, **kwargs):
-        _error("unsupported", f"nisa.{name} is not supported by neuron's legacy layer "
-               "(docs/nki-compat.md lists what is)")
-    fn.__name__ = name
-    return fn
-
-
-for _n in UNSUPPORTED:
-    globals()[_n] = _unsupported(_n)
-del _n
+_define_unsupported(globals(), "nisa", UNSUPPORTED)

@@ -16,6 +16,7 @@ from .grid import arange, mgrid  # noqa: F401 (re-exported)
 from .grid import error as _error
 from .mask import rectangle as _rectangle
 from .ops import intersect as _intersect, is_full as _is_full, masked as _masked
+from .ops import define_unsupported as _define_unsupported
 from .ops import matmul_parts as _matmul_parts, new_like as _new_like
 from .ops import operand as _operand, promote as _promote, reduced as _reduced
 from .ops import write_rect as _write_rect
@@ -335,16 +336,4 @@ UNSUPPORTED = ("floor ceil trunc tan arctan gelu_dx gelu_apprx_sigmoid silu_dx m
                "invert mod fmod prod var all dropout loop_reduce all_reduce rand random_seed "
                "shared_constant shared_identity_matrix expand_dims atomic_rmw gather_flattened "
                "nc spmd_dim finfo").split()
-
-
-def _unsupported(name):
-    def fn(*args, **kwargs):
-        _error("unsupported", f"nl.{name} is not supported by neuron's legacy layer "
-               "(docs/nki-compat.md lists what is)")
-    fn.__name__ = name
-    return fn
-
-
-for _n in UNSUPPORTED:
-    globals()[_n] = _unsupported(_n)
-del _n
+_define_unsupported(globals(), "nl", UNSUPPORTED)

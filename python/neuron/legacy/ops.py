@@ -147,3 +147,14 @@ def reduced(shape, axis, keepdims):
         kept = sorted(kept + axes[len(axes) - (2 - len(kept)):])
     dims = list(range(len(shape))) if keepdims else kept
     return axes, dims, [1 if d in axes else shape[d] for d in dims]
+
+
+def define_unsupported(namespace, module, names):
+    """Defines each name in `namespace` as a function raising a clear "not supported" error
+    (rather than letting the user hit an AttributeError)."""
+    for name in names:
+        def fn(*args, _name=name, **kwargs):
+            error("unsupported", f"{module}.{_name} is not supported by neuron's legacy layer "
+                  "(docs/nki-compat.md lists what is)")
+        fn.__name__ = name
+        namespace[name] = fn
