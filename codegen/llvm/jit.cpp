@@ -123,6 +123,18 @@ Jit& jit() {
     add("neuron_host_k_memset", reinterpret_cast<const void*>(&neuron_k_memset));
     add("neuron_host_k_iota", reinterpret_cast<const void*>(&neuron_k_iota));
     add("neuron_host_k_affine_select", reinterpret_cast<const void*>(&neuron_k_affine_select));
+    // The cold partial-overlap paths the specialized kernels call (instr_kernels.cpp).
+    add("neuron_host_k_snapshot_copy", reinterpret_cast<const void*>(&neuron_k_snapshot_copy));
+    add("neuron_host_k_snapshot_tensor_tensor",
+        reinterpret_cast<const void*>(&neuron_k_snapshot_tensor_tensor));
+    add("neuron_host_k_snapshot_tensor_scalar",
+        reinterpret_cast<const void*>(&neuron_k_snapshot_tensor_scalar));
+    add("neuron_host_k_snapshot_activation",
+        reinterpret_cast<const void*>(&neuron_k_snapshot_activation));
+    add("neuron_host_k_snapshot_copy_predicated",
+        reinterpret_cast<const void*>(&neuron_k_snapshot_copy_predicated));
+    add("neuron_host_k_snapshot_affine_select",
+        reinterpret_cast<const void*>(&neuron_k_snapshot_affine_select));
     if (auto e = main.define(llvm::orc::absoluteSymbols(std::move(syms))))
       fail(std::move(e), "defining host symbols in the JIT");
     return r;

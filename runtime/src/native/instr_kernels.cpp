@@ -231,54 +231,8 @@ struct Snapshot {
   Snapshot& operator=(const Snapshot&) = delete;
 };
 
-// The cold path of the entry points below: copy the overlapping sources, then call the entry
-// point again (now without overlap). Out of line, so the entry points stay small enough to be
-// inlined and specialized, and not self-recursive (LLVM never inlines those). Views travel as
-// copies made on the cold path, so the caller's own views never escape (escaped views would be
-// reloaded in every loop of the hot path).
-[[gnu::noinline, gnu::cold]] void copy_snapshot(const NView* d, const NView* s, int ddt, int sdt,
-                                                int same) {
-  Snapshot ss(s, sdt, d, ddt);
-  neuron_k_copy(d, ss.view, ddt, sdt, same);
-}
-[[gnu::noinline, gnu::cold]] void tensor_tensor_snapshot(const NView* d, const NView* a,
-                                                         const NView* bv, int ddt, int adt, int bdt,
-                                                         int op, int same) {
-  Snapshot sa(a, adt, d, ddt), sb(bv, bdt, d, ddt);
-  neuron_k_tensor_tensor(d, sa.view, sb.view, ddt, adt, bdt, op, same);
-}
-// c0/c1 and bias/scale are gathered into per-partition columns before anything is written.
-[[gnu::noinline, gnu::cold]] void tensor_scalar_snapshot(const NView* d, const NView* s,
-                                                         const NView* c0, const NView* c1, int ddt,
-                                                         int sdt, int c0dt, int c1dt, int op0,
-                                                         int op1, int rev0, int rev1, double imm0,
-                                                         double imm1, int same) {
-  Snapshot ss(s, sdt, d, ddt);
-  neuron_k_tensor_scalar(d, ss.view, c0, c1, ddt, sdt, c0dt, c1dt, op0, op1, rev0, rev1, imm0, imm1,
-                         same);
-}
-[[gnu::noinline, gnu::cold]] void activation_snapshot(const NView* d, const NView* s,
-                                                      const NView* bias, const NView* scale,
-                                                      const NView* rr, int ddt, int sdt, int bdt,
-                                                      int scdt, int rrdt, int func, int reduce_op,
-                                                      double scale_imm, int same) {
-  Snapshot ss(s, sdt, d, ddt);
-  neuron_k_activation(d, ss.view, bias, scale, rr, ddt, sdt, bdt, scdt, rrdt, func, reduce_op,
-                      scale_imm, same);
-}
-[[gnu::noinline, gnu::cold]] void copy_predicated_snapshot(const NView* d, const NView* s,
-                                                           const NView* pred, int ddt, int sdt,
-                                                           int pdt, int same) {
-  Snapshot ss(s, sdt, d, ddt), sp(pred, pdt, d, ddt);
-  neuron_k_copy_predicated(d, ss.view, sp.view, ddt, sdt, pdt, same);
-}
-[[gnu::noinline, gnu::cold]] void affine_select_snapshot(const NView* d, const NView* s,
-                                                         const NView* pat, int ddt, int sdt,
-                                                         int64_t offset, int cmp_op,
-                                                         double on_false) {
-  Snapshot ss(s, sdt, d, ddt);
-  neuron_k_affine_select(d, ss.view, pat, ddt, sdt, offset, cmp_op, on_false);
-}
+// The cold path of the streaming entry points, a source partially overlapping the destination,
+// lives in the library only (see the end of this file).
 
 inline bool is_unary(AluOp op) {
   return op == AluOp::bypass || op == AluOp::abs || op == AluOp::rsqrt || op == AluOp::reciprocal ||
@@ -290,12 +244,34 @@ inline bool is_int(int t) {
 
 }  // namespace
 
+// The cold path of the streaming entry points below: copy the sources that partially overlap
+// the destination, then call the entry point again (now without overlap). It is out of line so
+// the entry points stay small enough to be inlined and specialized, and not self-recursive
+// (LLVM never inlines those); its views are copies made on the cold path, so the caller's own
+// views never escape (escaped views would be reloaded in every loop of the hot path). JIT
+// modules call the library's compiled copy, "neuron_host_k_snapshot_*" (bound by
+// codegen/llvm/jit.cpp), so no module carries these copies for LLVM to optimize (with them,
+// cold compiles took twice as long).
+#ifdef NEURON_KERNELS_BITCODE
+#define NEURON_SNAPSHOT(name) neuron_host_k_snapshot_##name
+extern "C" {
+decltype(neuron_k_snapshot_copy) neuron_host_k_snapshot_copy;
+decltype(neuron_k_snapshot_tensor_tensor) neuron_host_k_snapshot_tensor_tensor;
+decltype(neuron_k_snapshot_tensor_scalar) neuron_host_k_snapshot_tensor_scalar;
+decltype(neuron_k_snapshot_activation) neuron_host_k_snapshot_activation;
+decltype(neuron_k_snapshot_copy_predicated) neuron_host_k_snapshot_copy_predicated;
+decltype(neuron_k_snapshot_affine_select) neuron_host_k_snapshot_affine_select;
+}
+#else
+#define NEURON_SNAPSHOT(name) neuron_k_snapshot_##name
+#endif
+
 extern "C" {
 
 void neuron_k_copy(const NView* d, const NView* s, int ddt, int sdt, int same) {
   if (partially_overlaps(s, sdt, d, ddt)) {
     NView dc = *d, sc = *s;
-    return copy_snapshot(&dc, &sc, ddt, sdt, same);
+    return NEURON_SNAPSHOT(copy)(&dc, &sc, ddt, sdt, same);
   }
   const NView* vs[2] = {s, d};
   if (ddt == sdt) {
@@ -312,7 +288,7 @@ void neuron_k_tensor_tensor(const NView* d, const NView* a, const NView* bv, int
                             int bdt, int op_, int same) {
   if (partially_overlaps(a, adt, d, ddt) || partially_overlaps(bv, bdt, d, ddt)) {
     NView dc = *d, ac = *a, bc = *bv;
-    return tensor_tensor_snapshot(&dc, &ac, &bc, ddt, adt, bdt, op_, same);
+    return NEURON_SNAPSHOT(tensor_tensor)(&dc, &ac, &bc, ddt, adt, bdt, op_, same);
   }
   const AluOp op = static_cast<AluOp>(op_);
   const NView* vs[3] = {a, bv, d};
@@ -335,8 +311,8 @@ void neuron_k_tensor_scalar(const NView* d, const NView* s, const NView* c0, con
                             int rev1, double imm0, double imm1, int same) {
   if (partially_overlaps(s, sdt, d, ddt)) {
     NView dc = *d, sc = *s;
-    return tensor_scalar_snapshot(&dc, &sc, c0, c1, ddt, sdt, c0dt, c1dt, op0_, op1_, rev0, rev1,
-                                  imm0, imm1, same);
+    return NEURON_SNAPSHOT(tensor_scalar)(&dc, &sc, c0, c1, ddt, sdt, c0dt, c1dt, op0_, op1_, rev0,
+                                          rev1, imm0, imm1, same);
   }
   const AluOp op0 = static_cast<AluOp>(op0_), op1 = static_cast<AluOp>(op1_);
   const bool two = op1 != AluOp::bypass;
@@ -375,8 +351,8 @@ void neuron_k_activation(const NView* d, const NView* s, const NView* bias, cons
                          int reduce_op, double scale_imm, int same) {
   if (partially_overlaps(s, sdt, d, ddt)) {
     NView dc = *d, sc = *s;
-    return activation_snapshot(&dc, &sc, bias, scale, rr, ddt, sdt, bdt, scdt, rrdt, func_,
-                               reduce_op, scale_imm, same);
+    return NEURON_SNAPSHOT(activation)(&dc, &sc, bias, scale, rr, ddt, sdt, bdt, scdt, rrdt, func_,
+                                       reduce_op, scale_imm, same);
   }
   const auto func = static_cast<neuron::ActFunc>(func_);
   const AluOp rop =
@@ -528,7 +504,7 @@ void neuron_k_copy_predicated(const NView* d, const NView* s, const NView* pred,
                               int pdt, int same) {
   if (partially_overlaps(s, sdt, d, ddt) || partially_overlaps(pred, pdt, d, ddt)) {
     NView dc = *d, sc = *s, pc = *pred;
-    return copy_predicated_snapshot(&dc, &sc, &pc, ddt, sdt, pdt, same);
+    return NEURON_SNAPSHOT(copy_predicated)(&dc, &sc, &pc, ddt, sdt, pdt, same);
   }
   const NView* vs[3] = {s, pred, d};
   const int e = neuron::dtype_bytes(dt(ddt));
@@ -565,7 +541,7 @@ void neuron_k_affine_select(const NView* d, const NView* s, const NView* pat, in
                             int64_t offset, int cmp_op, double on_false) {
   if (partially_overlaps(s, sdt, d, ddt)) {
     NView dc = *d, sc = *s, pc = *pat;
-    return affine_select_snapshot(&dc, &sc, &pc, ddt, sdt, offset, cmp_op, on_false);
+    return NEURON_SNAPSHOT(affine_select)(&dc, &sc, &pc, ddt, sdt, offset, cmp_op, on_false);
   }
   char off_enc[4];
   b::store_f64(off_enc, dt(ddt), on_false);
@@ -585,6 +561,48 @@ void neuron_k_affine_select(const NView* d, const NView* s, const NView* pat, in
     cs.next();
   });
   clear_flags(*d, e);
+}
+
+// ---- the cold paths (declared in instr_abi.hpp) ----
+
+[[gnu::noinline, gnu::cold]] void neuron_k_snapshot_copy(const NView* d, const NView* s, int ddt,
+                                                         int sdt, int same) {
+  Snapshot ss(s, sdt, d, ddt);
+  neuron_k_copy(d, ss.view, ddt, sdt, same);
+}
+[[gnu::noinline, gnu::cold]] void neuron_k_snapshot_tensor_tensor(const NView* d, const NView* a,
+                                                                  const NView* bv, int ddt, int adt,
+                                                                  int bdt, int op, int same) {
+  Snapshot sa(a, adt, d, ddt), sb(bv, bdt, d, ddt);
+  neuron_k_tensor_tensor(d, sa.view, sb.view, ddt, adt, bdt, op, same);
+}
+// c0/c1 and bias/scale are gathered into per-partition columns before anything is written.
+[[gnu::noinline, gnu::cold]] void neuron_k_snapshot_tensor_scalar(
+    const NView* d, const NView* s, const NView* c0, const NView* c1, int ddt, int sdt, int c0dt,
+    int c1dt, int op0, int op1, int rev0, int rev1, double imm0, double imm1, int same) {
+  Snapshot ss(s, sdt, d, ddt);
+  neuron_k_tensor_scalar(d, ss.view, c0, c1, ddt, sdt, c0dt, c1dt, op0, op1, rev0, rev1, imm0, imm1,
+                         same);
+}
+[[gnu::noinline, gnu::cold]] void neuron_k_snapshot_activation(
+    const NView* d, const NView* s, const NView* bias, const NView* scale, const NView* rr, int ddt,
+    int sdt, int bdt, int scdt, int rrdt, int func, int reduce_op, double scale_imm, int same) {
+  Snapshot ss(s, sdt, d, ddt);
+  neuron_k_activation(d, ss.view, bias, scale, rr, ddt, sdt, bdt, scdt, rrdt, func, reduce_op,
+                      scale_imm, same);
+}
+[[gnu::noinline, gnu::cold]] void neuron_k_snapshot_copy_predicated(const NView* d, const NView* s,
+                                                                    const NView* pred, int ddt,
+                                                                    int sdt, int pdt, int same) {
+  Snapshot ss(s, sdt, d, ddt), sp(pred, pdt, d, ddt);
+  neuron_k_copy_predicated(d, ss.view, sp.view, ddt, sdt, pdt, same);
+}
+[[gnu::noinline, gnu::cold]] void neuron_k_snapshot_affine_select(const NView* d, const NView* s,
+                                                                  const NView* pat, int ddt,
+                                                                  int sdt, int64_t offset,
+                                                                  int cmp_op, double on_false) {
+  Snapshot ss(s, sdt, d, ddt);
+  neuron_k_affine_select(d, ss.view, pat, ddt, sdt, offset, cmp_op, on_false);
 }
 
 }  // extern "C"

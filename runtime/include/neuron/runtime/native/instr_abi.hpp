@@ -51,6 +51,28 @@ void neuron_k_memset(const neuron_nview* d, int ddt, double value);
 void neuron_k_iota(const neuron_nview* d, const neuron_nview* pat, int ddt, int64_t offset);
 void neuron_k_affine_select(const neuron_nview* d, const neuron_nview* s, const neuron_nview* pat,
                             int ddt, int sdt, int64_t offset, int cmp_op, double on_false);
+// The cold paths of copy, tensor_tensor, tensor_scalar, activation, copy_predicated and
+// affine_select: a source partially overlaps the destination, so it is copied first (the
+// simulator reads every source before writing). Same arguments as the kernels; host only.
+void neuron_k_snapshot_copy(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt,
+                            int same);
+void neuron_k_snapshot_tensor_tensor(const neuron_nview* d, const neuron_nview* a,
+                                     const neuron_nview* b, int ddt, int adt, int bdt, int op,
+                                     int same);
+void neuron_k_snapshot_tensor_scalar(const neuron_nview* d, const neuron_nview* s,
+                                     const neuron_nview* c0, const neuron_nview* c1, int ddt,
+                                     int sdt, int c0dt, int c1dt, int op0, int op1, int rev0,
+                                     int rev1, double imm0, double imm1, int same);
+void neuron_k_snapshot_activation(const neuron_nview* d, const neuron_nview* s,
+                                  const neuron_nview* bias, const neuron_nview* scale,
+                                  const neuron_nview* rr, int ddt, int sdt, int bdt, int scdt,
+                                  int rrdt, int func, int reduce_op, double scale_imm, int same);
+void neuron_k_snapshot_copy_predicated(const neuron_nview* d, const neuron_nview* s,
+                                       const neuron_nview* pred, int ddt, int sdt, int pdt,
+                                       int same);
+void neuron_k_snapshot_affine_select(const neuron_nview* d, const neuron_nview* s,
+                                     const neuron_nview* pat, int ddt, int sdt, int64_t offset,
+                                     int cmp_op, double on_false);
 // device_print: host only (formats with fmt, writes to the stream the run was given).
 void neuron_k_print(const neuron_nview* s, int sdt, const char* prefix);
 }
