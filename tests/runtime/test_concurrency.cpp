@@ -593,6 +593,8 @@ TEST_CASE("a full cache folder: the least recently used native kernel is evicted
 }
 
 TEST_CASE("a read-only cache folder: native kernels load from it, compile past it, warn once") {
+  MESSAGE("'concurrency child: read-only cache' is skipped in this process on purpose: this test "
+          "runs it in a child process");
   const std::vector<Case> cases = folder_cases();
   TempDir ro, logs;
   EnvGuard mode("NEURON_CACHE", "on");
@@ -632,6 +634,8 @@ TEST_CASE("a read-only cache folder: native kernels load from it, compile past i
 }
 
 TEST_CASE("two processes compile the same native kernels into one cache folder at once") {
+  MESSAGE("'concurrency child: shared cache' is skipped in this process on purpose: this test "
+          "runs it in two child processes");
   TempDir shared, logs;
   EnvGuard mode("NEURON_CACHE", "on");
   EnvGuard max("NEURON_CACHE_MAX_BYTES", nullptr);
