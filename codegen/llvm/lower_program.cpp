@@ -1,6 +1,7 @@
 // Engine program -> LLVM module: rolled loops become LLVM loops, affine offsets and rotation
 // become integer arithmetic on loop variables and program ids, and every instruction becomes a
 // call to its instruction kernel with resolved views and constant dtypes/ops.
+#include <fmt/format.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/DerivedTypes.h>
 #include <llvm/IR/Function.h>
@@ -8,8 +9,6 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Linker/Linker.h>
 #include <llvm/Support/raw_ostream.h>
-
-#include <fmt/format.h>
 
 #include <map>
 
@@ -22,10 +21,10 @@ namespace neuron::native {
 namespace {
 
 constexpr const char* kKernelNames[] = {
-    "neuron_k_copy",      "neuron_k_tensor_tensor", "neuron_k_tensor_scalar",
-    "neuron_k_activation", "neuron_k_tensor_reduce", "neuron_k_transpose",
-    "neuron_k_matmul",    "neuron_k_copy_predicated", "neuron_k_memset",
-    "neuron_k_iota",      "neuron_k_affine_select"};
+    "neuron_k_copy",       "neuron_k_tensor_tensor",   "neuron_k_tensor_scalar",
+    "neuron_k_activation", "neuron_k_tensor_reduce",   "neuron_k_transpose",
+    "neuron_k_matmul",     "neuron_k_copy_predicated", "neuron_k_memset",
+    "neuron_k_iota",       "neuron_k_affine_select"};
 
 // Kernels whose per-element work is an expression over constant ops/dtypes: linked in from
 // bitcode and inlined so they specialize. The others (matmul, transpose, reductions, iota, ...)
@@ -50,8 +49,8 @@ class Lowering {
       NEURON_ASSERT(f, "instruction kernel {} missing from the embedded bitcode", name);
       // Called kernels go by their host alias ("neuron_host_k_*", an absolute symbol in the JIT),
       // so linking the bitcode leaves them alone.
-      std::string callee = bitcode && specialize(name) ? std::string(name)
-                                                       : "neuron_host_" + std::string(name + 7);
+      std::string callee =
+          bitcode && specialize(name) ? std::string(name) : "neuron_host_" + std::string(name + 7);
       fns_[name] = llvm::cast<llvm::Function>(
           m_.getOrInsertFunction(callee, f->getFunctionType()).getCallee());
     }
@@ -196,9 +195,8 @@ class Lowering {
       else if (t->isDoubleTy())
         vals.push_back(llvm::ConstantFP::get(t, args[i].num));
       else
-        vals.push_back(llvm::ConstantInt::get(t, static_cast<uint64_t>(
-                                                     static_cast<int64_t>(args[i].num)),
-                                              true));
+        vals.push_back(llvm::ConstantInt::get(
+            t, static_cast<uint64_t>(static_cast<int64_t>(args[i].num)), true));
     }
     NEURON_ASSERT(vals.size() == f->arg_size(), "{} takes {} arguments, lowering passes {}", name,
                   f->arg_size(), vals.size());
@@ -215,22 +213,30 @@ class Lowering {
   void emit_instr(const Instr& in) {
     const auto& a = in.args;
     NormLayout ld, l0, l1, l2;
-    auto same = [](std::initializer_list<const NormLayout*> ls) {
-      return flag(same_shape(std::vector<const NormLayout*>(ls)));
+    // The kernels' `same` flags (instr_abi.hpp): one loop nest, and whether a source may share
+    // bytes with the destination (then the kernel checks for a partial overlap at run time).
+    auto same = [&](std::initializer_list<const NormLayout*> ls,
+                    std::initializer_list<const AccessPattern*> sources) {
+      int f = same_shape(std::vector<const NormLayout*>(ls)) ? kSameShape : 0;
+      for (auto* src : sources)
+        if (may_overlap(*src, in.dst)) f |= kMayOverlap;
+      return n(int64_t{f});
     };
     switch (in.op) {
       case Opcode::tensor_copy:
       case Opcode::dma_copy: {
         llvm::Value* s = view(in.src[0], in, &l0);
         llvm::Value* d = view(in.dst, in, &ld);
-        return call("neuron_k_copy", {v(d), v(s), dt(in.dst), dt(in.src[0]), same({&l0, &ld})});
+        return call("neuron_k_copy",
+                    {v(d), v(s), dt(in.dst), dt(in.src[0]), same({&l0, &ld}, {&in.src[0]})});
       }
       case Opcode::tensor_tensor: {
         llvm::Value* x = view(in.src[0], in, &l0);
         llvm::Value* y = view(in.src[1], in, &l1);
         llvm::Value* d = view(in.dst, in, &ld);
-        return call("neuron_k_tensor_tensor", {v(d), v(x), v(y), dt(in.dst), dt(in.src[0]),
-                                               dt(in.src[1]), op(a.op0), same({&l0, &l1, &ld})});
+        return call("neuron_k_tensor_tensor",
+                    {v(d), v(x), v(y), dt(in.dst), dt(in.src[0]), dt(in.src[1]), op(a.op0),
+                     same({&l0, &l1, &ld}, {&in.src[0], &in.src[1]})});
       }
       case Opcode::tensor_scalar: {
         llvm::Value* s = view(in.src[0], in, &l0);
@@ -242,8 +248,8 @@ class Lowering {
         llvm::Value* d = view(in.dst, in, &ld);
         return call("neuron_k_tensor_scalar",
                     {v(d), v(s), v(v0), v(v1), dt(in.dst), dt(in.src[0]), c0 ? dt(*c0) : dt0(),
-                     c1 ? dt(*c1) : dt0(), op(a.op0), op(a.op1), flag(a.reverse0),
-                     flag(a.reverse1), n(a.imm0), n(a.imm1), same({&l0, &ld})});
+                     c1 ? dt(*c1) : dt0(), op(a.op0), op(a.op1), flag(a.reverse0), flag(a.reverse1),
+                     n(a.imm0), n(a.imm1), same({&l0, &ld}, {&in.src[0]})});
       }
       case Opcode::activation: {
         llvm::Value* s = view(in.src[0], in, &l0);
@@ -257,9 +263,8 @@ class Lowering {
         return call("neuron_k_activation",
                     {v(d), v(s), v(vb), v(vs), v(rr), dt(in.dst), dt(in.src[0]),
                      bias ? dt(*bias) : dt0(), scale ? dt(*scale) : dt0(),
-                     in.has_reduce_res ? dt(in.reduce_res) : dt0(),
-                     n(static_cast<int64_t>(a.func)), op(a.reduce_op), n(a.scale),
-                     same({&l0, &ld})});
+                     in.has_reduce_res ? dt(in.reduce_res) : dt0(), n(static_cast<int64_t>(a.func)),
+                     op(a.reduce_op), n(a.scale), same({&l0, &ld}, {&in.src[0]})});
       }
       case Opcode::tensor_reduce: {
         llvm::Value* s = view(in.src[0], in, &l0);
@@ -287,8 +292,9 @@ class Lowering {
         llvm::Value* s = view(in.src[0], in, &l0);
         llvm::Value* pr = view(in.src[1], in, &l1);
         llvm::Value* d = view(in.dst, in, &ld);
-        return call("neuron_k_copy_predicated", {v(d), v(s), v(pr), dt(in.dst), dt(in.src[0]),
-                                                 dt(in.src[1]), same({&l0, &l1, &ld})});
+        return call("neuron_k_copy_predicated",
+                    {v(d), v(s), v(pr), dt(in.dst), dt(in.src[0]), dt(in.src[1]),
+                     same({&l0, &l1, &ld}, {&in.src[0], &in.src[1]})});
       }
       case Opcode::memset: {
         llvm::Value* d = view(in.dst, in);
@@ -309,9 +315,8 @@ class Lowering {
         llvm::Value* s = view(in.src[0], in);
         std::vector<int64_t> shape;
         for (auto& d : in.src[0].dims) shape.push_back(d.size);
-        llvm::Value* prefix = b_.CreateGlobalStringPtr(
-            fmt::format("{} [{}] {}\n", a.prefix, fmt::join(shape, ", "),
-                        dtype_name(in.src[0].dtype)));
+        llvm::Value* prefix = b_.CreateGlobalStringPtr(fmt::format(
+            "{} [{}] {}\n", a.prefix, fmt::join(shape, ", "), dtype_name(in.src[0].dtype)));
         return call("neuron_k_print", {v(s), dt(in.src[0]), v(prefix)});
       }
       default:

@@ -16,6 +16,7 @@
 #include "neuron/ir/printer.hpp"
 #include "neuron/runtime/cache.hpp"
 #include "neuron/runtime/native/jit.hpp"
+#include "neuron/runtime/native/plan.hpp"
 #include "vector_add.hpp"
 
 using namespace neuron;
@@ -145,6 +146,29 @@ TEST_CASE("an instruction reads all its sources before writing, also natively") 
   }
   BothResults r = run_both(compile(parse_kernel(text)), {a});
   for (int i = 0; i < 32; ++i) CHECK(r.sim[0].get(i) == ref[i]);
+}
+
+TEST_CASE("may_overlap: the partial-overlap check is compiled in only where bytes can be shared") {
+  using native::may_overlap;
+  // Byte ranges within a partition: [0, 1024) and [1024, 2048) are apart; [8, 1032) is not.
+  CHECK_FALSE(may_overlap(sb(f32, 0, 128, {row(256)}), sb(f32, 1024, 128, {row(256)})));
+  CHECK(may_overlap(sb(f32, 0, 128, {row(256)}), sb(f32, 8, 128, {row(256)})));
+  // Partitions 0..63 and 64..127 are apart at any offset.
+  AccessPattern high = sb(f32, 0, 64, {row(256)});
+  high.partition = 64;
+  CHECK_FALSE(may_overlap(sb(f32, 0, 64, {row(256)}), high));
+  // Rotating slots count: two slots of 1024 bytes reach the next buffer at 1024.
+  AccessPattern rot = sb(f32, 0, 128, {row(256)});
+  rot.rotation = Rotation{"i0", 2, 1024};
+  CHECK(may_overlap(rot, sb(f32, 1024, 128, {row(256)})));
+  // Loop-dependent offsets are not analysed: assumed to overlap.
+  AccessPattern moving = sb(f32, 0, 128, {row(16)});
+  moving.offset = Affine::var("i0", 64);
+  CHECK(may_overlap(moving, sb(f32, 4096, 128, {row(16)})));
+  // Other memories never overlap; HBM by tensor.
+  CHECK_FALSE(may_overlap(sb(f32, 0, 128, {row(256)}), ps(f32, 0, 128, {row(256)})));
+  CHECK(may_overlap(hbm2(0, f32, 16, 16, 16), hbm2(0, f32, 16, 16, 16, 8)));
+  CHECK_FALSE(may_overlap(hbm2(0, f32, 16, 16, 16), hbm2(1, f32, 16, 16, 16)));
 }
 
 TEST_CASE("native shape errors are found at compile time with the simulator's rule") {

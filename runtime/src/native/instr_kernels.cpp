@@ -17,6 +17,7 @@ namespace b = neuron::builtins;
 using neuron::AluOp;
 using neuron::DType;
 using neuron::native::kDims;
+using neuron::native::kMayOverlap;
 using neuron::native::NView;
 
 inline DType dt(int t) {
@@ -67,7 +68,7 @@ struct ValueCursor {
 template <int N, class F>
 inline void each(const NView* const (&vs)[N], int same, F&& f) {
   const NView& r = *vs[0];
-  if (same) {
+  if (same & neuron::native::kSameShape) {
     for (int64_t i0 = 0; i0 < r.size[0]; ++i0)
       for (int64_t i1 = 0; i1 < r.size[1]; ++i1)
         for (int64_t i2 = 0; i2 < r.size[2]; ++i2)
@@ -269,7 +270,7 @@ decltype(neuron_k_snapshot_affine_select) neuron_host_k_snapshot_affine_select;
 extern "C" {
 
 void neuron_k_copy(const NView* d, const NView* s, int ddt, int sdt, int same) {
-  if (partially_overlaps(s, sdt, d, ddt)) {
+  if ((same & kMayOverlap) && partially_overlaps(s, sdt, d, ddt)) {
     NView dc = *d, sc = *s;
     return NEURON_SNAPSHOT(copy)(&dc, &sc, ddt, sdt, same);
   }
@@ -286,7 +287,8 @@ void neuron_k_copy(const NView* d, const NView* s, int ddt, int sdt, int same) {
 
 void neuron_k_tensor_tensor(const NView* d, const NView* a, const NView* bv, int ddt, int adt,
                             int bdt, int op_, int same) {
-  if (partially_overlaps(a, adt, d, ddt) || partially_overlaps(bv, bdt, d, ddt)) {
+  if ((same & kMayOverlap) &&
+      (partially_overlaps(a, adt, d, ddt) || partially_overlaps(bv, bdt, d, ddt))) {
     NView dc = *d, ac = *a, bc = *bv;
     return NEURON_SNAPSHOT(tensor_tensor)(&dc, &ac, &bc, ddt, adt, bdt, op_, same);
   }
@@ -309,7 +311,7 @@ void neuron_k_tensor_tensor(const NView* d, const NView* a, const NView* bv, int
 void neuron_k_tensor_scalar(const NView* d, const NView* s, const NView* c0, const NView* c1,
                             int ddt, int sdt, int c0dt, int c1dt, int op0_, int op1_, int rev0,
                             int rev1, double imm0, double imm1, int same) {
-  if (partially_overlaps(s, sdt, d, ddt)) {
+  if ((same & kMayOverlap) && partially_overlaps(s, sdt, d, ddt)) {
     NView dc = *d, sc = *s;
     return NEURON_SNAPSHOT(tensor_scalar)(&dc, &sc, c0, c1, ddt, sdt, c0dt, c1dt, op0_, op1_, rev0,
                                           rev1, imm0, imm1, same);
@@ -349,7 +351,7 @@ void neuron_k_tensor_scalar(const NView* d, const NView* s, const NView* c0, con
 void neuron_k_activation(const NView* d, const NView* s, const NView* bias, const NView* scale,
                          const NView* rr, int ddt, int sdt, int bdt, int scdt, int rrdt, int func_,
                          int reduce_op, double scale_imm, int same) {
-  if (partially_overlaps(s, sdt, d, ddt)) {
+  if ((same & kMayOverlap) && partially_overlaps(s, sdt, d, ddt)) {
     NView dc = *d, sc = *s;
     return NEURON_SNAPSHOT(activation)(&dc, &sc, bias, scale, rr, ddt, sdt, bdt, scdt, rrdt, func_,
                                        reduce_op, scale_imm, same);
@@ -502,7 +504,8 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
 
 void neuron_k_copy_predicated(const NView* d, const NView* s, const NView* pred, int ddt, int sdt,
                               int pdt, int same) {
-  if (partially_overlaps(s, sdt, d, ddt) || partially_overlaps(pred, pdt, d, ddt)) {
+  if ((same & kMayOverlap) &&
+      (partially_overlaps(s, sdt, d, ddt) || partially_overlaps(pred, pdt, d, ddt))) {
     NView dc = *d, sc = *s, pc = *pred;
     return NEURON_SNAPSHOT(copy_predicated)(&dc, &sc, &pc, ddt, sdt, pdt, same);
   }

@@ -45,6 +45,53 @@ bool same_shape(const std::vector<const NormLayout*>& ls) {
   return true;
 }
 
+namespace {
+
+// [lo, hi) of a constant-start range walked by `dims` (strides in elements, sizes) from
+// `start`, in units of `unit`; nullopt when a start is not constant.
+struct Span1 {
+  int64_t lo, hi;
+};
+Span1 extent(int64_t start, const std::vector<AccessPattern::Dim>& dims, size_t first, int64_t unit,
+             int64_t last_unit) {
+  int64_t lo = start, hi = start;
+  for (size_t i = first; i < dims.size(); ++i) {
+    const int64_t reach = dims[i].stride * (dims[i].size - 1) * unit;
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {lo, hi + last_unit};
+}
+
+bool apart(Span1 a, Span1 b) {
+  return a.hi <= b.lo || b.hi <= a.lo;
+}
+
+}  // namespace
+
+bool may_overlap(const AccessPattern& a, const AccessPattern& b) {
+  if (a.memory != b.memory) return false;
+  if (!is_on_chip(a.memory)) return a.tensor == b.tensor;
+  if (a.dims.empty() || b.dims.empty()) return true;
+  // Partitions: dim 0 is {step (0 or 1), count} from `partition`.
+  if (a.partition.is_constant() && b.partition.is_constant()) {
+    auto parts = [](const AccessPattern& p) {
+      const int64_t n = p.dims[0].stride == 0 ? 1 : p.dims[0].size;
+      return Span1{p.partition.constant, p.partition.constant + n};
+    };
+    if (apart(parts(a), parts(b))) return false;
+  }
+  // Bytes within a partition, every rotating slot included.
+  if (!a.offset.is_constant() || !b.offset.is_constant()) return true;
+  auto bytes = [](const AccessPattern& p) {
+    const int64_t es = dtype_bytes(p.dtype);
+    Span1 s = extent(p.offset.constant, p.dims, 1, es, es);
+    if (!p.rotation.var.empty() && p.rotation.count > 1)
+      s.hi += (p.rotation.count - 1) * p.rotation.bytes;
+    return s;
+  };
+  return !apart(bytes(a), bytes(b));
+}
+
 bool matmul_fast_layout(const Instr& in, const NormLayout& dst, const NormLayout& st,
                         const NormLayout& mv) {
   // [rows, 1, 1, 1, cols] with unit element stride: row r at base + r * stride[0].
@@ -93,8 +140,8 @@ void column(const Instr& in, const Shape& col, const Shape& data, const char* na
 }
 
 void need_src(const Instr& in, size_t n) {
-  NEURON_ASSERT(in.src.size() >= n, "{} at {} needs {} source operands, has {}",
-                opcode_name(in.op), in.span.str(), n, in.src.size());
+  NEURON_ASSERT(in.src.size() >= n, "{} at {} needs {} source operands, has {}", opcode_name(in.op),
+                in.span.str(), n, in.src.size());
 }
 
 void affine_pattern(const Instr& in, const Shape& dst) {
@@ -399,8 +446,8 @@ LaunchExtent check_launch(const Program& p, const ProgramBounds& b, const Target
   for (const AccessBound& ab : b.accesses) {
     const AccessPattern& ap = *ab.ap;
     const bool chip = is_on_chip(ap.memory);
-    const int64_t limit = chip ? bytes_per_partition(t, ap.memory)
-                               : tensor_elements[static_cast<size_t>(ap.tensor)];
+    const int64_t limit =
+        chip ? bytes_per_partition(t, ap.memory) : tensor_elements[static_cast<size_t>(ap.tensor)];
     const int64_t nconst = eval_pids(ab.npid, npid), pconst = eval_pids(ab.pnpid, npid);
     auto [dlo, dhi] = pid_range(ab.pid, grid);
     auto [qlo, qhi] = pid_range(ab.ppid, grid);
@@ -450,8 +497,8 @@ LaunchExtent check_launch(const Program& p, const ProgramBounds& b, const Target
                    limit, where);
       }
     }
-    internal_error("bounds of {} at {} fail over the grid but at no program", opcode_name(ab.in->op),
-                   ab.in->span.str());
+    internal_error("bounds of {} at {} fail over the grid but at no program",
+                   opcode_name(ab.in->op), ab.in->span.str());
   }
   ext.sbuf_written = std::min(ext.sbuf_written, t.sbuf_bytes_per_partition);
   ext.psum_written = std::min(ext.psum_written, t.psum_bytes_per_partition);

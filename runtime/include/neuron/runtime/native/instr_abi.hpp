@@ -22,11 +22,17 @@ struct NView {
   int64_t stride[kDims];  // bytes
 };
 
+// `same` flags of the streaming kernels, decided at compile time. kSameShape: every operand has
+// the same normalized sizes (one plain loop nest walks them all). kMayOverlap: a source may
+// share bytes with the destination, so the kernel checks for a partial overlap at run time
+// (without it the check is compiled away).
+inline constexpr int kSameShape = 1, kMayOverlap = 2;
+
 }  // namespace neuron::native
 
 extern "C" {
 using neuron_nview = neuron::native::NView;
-// `same` = 1 when every operand has the same normalized sizes (decided at compile time).
+// `same`: the flags kSameShape | kMayOverlap (neuron::native), decided at compile time.
 void neuron_k_copy(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt, int same);
 void neuron_k_tensor_tensor(const neuron_nview* d, const neuron_nview* a, const neuron_nview* b,
                             int ddt, int adt, int bdt, int op, int same);

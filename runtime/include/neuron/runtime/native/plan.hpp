@@ -25,6 +25,9 @@ int64_t bytes_per_partition(const Target& t, Memory m);
 
 // Whether the kernels may walk all operands with one loop nest (same normalized sizes).
 bool same_shape(const std::vector<const NormLayout*>& ls);
+// Whether two operands of one instruction can share bytes (conservative: true unless their
+// memories, tensors, partitions or byte ranges are provably apart).
+bool may_overlap(const AccessPattern& a, const AccessPattern& b);
 // Whether nc_matmul operands have the contiguous [rows, cols] layout neuron_matmul_* takes.
 bool matmul_fast_layout(const Instr& in, const NormLayout& dst, const NormLayout& st,
                         const NormLayout& mv);
