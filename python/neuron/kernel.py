@@ -3,6 +3,7 @@ signature and runs it natively (LLVM JIT, the default) or on the simulator; or r
 one operation at a time (mode="eager", or NEURON_EAGER=1: python/neuron/eager.py)."""
 import functools
 import inspect
+import threading
 
 from . import _C
 from . import eager
@@ -33,11 +34,20 @@ class Kernel:
         self.grid = tuple(grid)
         self.target = target
         self.profile = profile
-        self.last_profile = ""  # the simulator's profile summary (neuron.simulate)
-        self.last_report = ""   # the native compile report
+        self._last = threading.local()  # per thread: threads may call one kernel at once
         self._cache = {} if _cache is None else _cache
         functools.update_wrapper(self, fn, updated=())  # never copy fn.__dict__ over ours
         self._params = [p.name for p in inspect.signature(fn).parameters.values()]
+
+    @property
+    def last_report(self):
+        """The native compile report of this thread's last call ("" before one)."""
+        return getattr(self._last, "report", "")
+
+    @property
+    def last_profile(self):
+        """The simulator's profile summary of this thread's last call (neuron.simulate)."""
+        return getattr(self._last, "profile", "")
 
     def __getitem__(self, grid):
         grid = grid if isinstance(grid, tuple) else (grid,)
@@ -88,9 +98,9 @@ class Kernel:
                 outs, report = runtime.run(compiled, arrays, self.grid, self.mode, self.profile)
                 write_back()
                 if self.mode == "native":
-                    self.last_report = report
+                    self._last.report = report
                 else:
-                    self.last_profile = report
+                    self._last.profile = report
         except NeuronError as e:
             raise e.with_traceback(strip_toolkit_frames(e.__traceback__)) from None
         like_torch = any(runtime.is_torch(a) for a in args)

@@ -333,9 +333,8 @@ def test_two_processes_share_one_cache_dir(tmp_path):
     third = json.loads(out.strip().splitlines()[-1])
     assert third["errors"] == [] and "warning" not in err, err
     # Nothing compiled: each of the 4 kernels came from disk (the memory level of a new process
-    # is empty). The per-call levels are only a sample: `last_report` is per kernel object, so
-    # the two threads' reports race, and "memory" alone is possible.
-    assert set(third["levels"]) <= {"disk", "memory"}
+    # is empty), so some call reported "disk" (`last_report` is per thread).
+    assert "disk" in third["levels"] and set(third["levels"]) <= {"disk", "memory"}
     assert third["info"]["misses"] == 0
     assert third["info"]["disk_hits"] >= 4
     assert third["info"]["disk_entries"] == 4
