@@ -8,8 +8,8 @@ from .._span import user_span
 from .. import language as _nl
 from .grid import Cmp, Grid, Mask, error
 from .mask import rectangle
-from .views import (ON_CHIP, GridView, MaskedOperand, Reshaped, _State, as_gridview, concrete,
-                    grid_view, index_rect, partial_rect, same_key)
+from .views import (ON_CHIP, GridView, MaskedOperand, Reshaped, as_gridview, concrete, grid_view,
+                    index_rect, partial_rect)
 
 _prev_getitem = _C.Tensor.__getitem__
 _prev_setitem = _C.Tensor.__setitem__
@@ -24,10 +24,7 @@ def _is_legacy(keys):
 def legacy_getitem(self, key):
     keys = key if isinstance(key, tuple) else (key,)
     if not _is_legacy(keys):
-        view = _prev_getitem(self, key)
-        if _State.active:
-            _State.last_view = (self, key, view)
-        return view
+        return _prev_getitem(self, key)
     if len(keys) == 1 and isinstance(keys[0], (Cmp, Mask)):
         rect = rectangle(keys[0], list(self.shape))
         if rect is None:
@@ -83,10 +80,8 @@ def assign(view, value):
 
 def legacy_setitem(self, key, value):
     keys = key if isinstance(key, tuple) else (key,)
-    last = _State.last_view
-    if _State.active and last is not None and value is last[2] and last[0] is self and \
-            value is _State.last_inplace and same_key(key, last[1]):
-        return  # `t[a:b] += x` in a legacy kernel already updated that view in place
+    # `t[a:b] += x` ends in t.__setitem__(key, view): neuron's own __setitem__ recognises it
+    # (legacy_iadd marks the view as updated in place) and records nothing more.
     if not _is_legacy(keys) and not partial_rect(value)[0] and \
             not isinstance(value, (GridView, Reshaped)):
         return _prev_setitem(self, key, value)
@@ -99,10 +94,9 @@ def legacy_iadd(self, other):
     if known:
         if rect is not None:
             _prev_iadd(index_rect(self, rect), index_rect(other, rect))
-        _State.last_inplace = self
-        return self
-    _prev_iadd(self, concrete(other) if isinstance(other, (GridView, Reshaped)) else other)
-    _State.last_inplace = self
+    else:
+        _prev_iadd(self, concrete(other) if isinstance(other, (GridView, Reshaped)) else other)
+    _nl._State.last_inplace = self  # the whole view was updated in place (see legacy_setitem)
     return self
 
 

@@ -24,8 +24,6 @@ class _TraceState(threading.local):  # per thread: threads may trace concurrentl
         self.frames = {}        # id(view) -> (view, grid axes, grid rank) of grid subscripts
         self.grid = (1,)        # the launch grid of the kernel being traced
         self.active = False     # tracing a legacy kernel
-        self.last_view = None   # (tensor, key, view) of the last subscript, in a legacy trace
-        self.last_inplace = None
 
 
 _State = _TraceState()
@@ -38,7 +36,6 @@ def begin_trace(grid):
 
 def end_trace():
     _State.partial, _State.frames = {}, {}  # drop the traced tiles' handles
-    _State.last_inplace = _State.last_view = None
     _State.active = False
 
 
