@@ -121,17 +121,20 @@ class Allocator : public IRMutator {
       for (auto* b : u.buffers)
         if (auto it = last_use.find(b); it != last_use.end()) it->second = i;
     }
+    std::vector<std::vector<const Buffer*>> dies_after(n.stmts.size());
+    for (auto& [b, last] : last_use) dies_after[last].push_back(b);
     std::vector<StmtPtr> out;
     bool changed = false;
     for (size_t i = 0; i < n.stmts.size(); ++i) {
       StmtPtr m = mutate(n.stmts[i]);
       changed |= m != n.stmts[i];
       out.push_back(m);
-      for (auto& [b, last] : last_use)
-        if (last == i) {
-          sbuf_.release(remap_.count(b) ? remap_[b].get() : b);
-          psum_.release(remap_.count(b) ? remap_[b].get() : b);
-        }
+      for (const Buffer* b : dies_after[i]) {
+        auto it = remap_.find(b);  // off-chip buffers were never placed: nothing to release
+        if (it == remap_.end()) continue;
+        sbuf_.release(it->second.get());
+        psum_.release(it->second.get());
+      }
     }
     block_loop_ = saved_loop;
     sbuf_.stack = sbuf_stack;
