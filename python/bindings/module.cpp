@@ -31,4 +31,5 @@ PYBIND11_MODULE(_C, m) {
   neuron::python::init_trace(m);
   neuron::python::init_compile(m);
   neuron::python::init_runtime(m);
+  neuron::python::init_profile(m);
 }
