@@ -96,8 +96,8 @@ def full_cases():
 def reduced_cases():
     """Smaller shapes with the same bottlenecks, for CI: only the rankings are checked."""
     bf16, f32 = nl.bfloat16, nl.float32
-    mm = _mm(1024, 2048, 2048, bf16)
-    mm32 = _mm(1024, 2048, 2048, f32)
+    mm = _mm(4096, 2048, 8192, bf16)
+    mm32 = _mm(4096, 2048, 8192, f32)
     return [
         Case("MM-TRN1", "tiled", "trn1", K.matmul_tiled, mm, 51.80, "MM-TRN1"),
         Case("MM-TRN1", "hoist loads", "trn1", K.matmul_hoisted, mm, 42.96, "MM-TRN1"),
