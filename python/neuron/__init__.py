@@ -13,9 +13,10 @@ from . import _C
 from . import isa, language
 from .errors import NeuronError
 from .kernel import Kernel, kernel, simulate
+from .profile import Profile, profile
 
-__all__ = ["kernel", "simulate", "Kernel", "NeuronError", "language", "isa", "parse_kernel",
-           "trace_example"]
+__all__ = ["kernel", "simulate", "profile", "Profile", "Kernel", "NeuronError",
+           "language", "isa", "parse_kernel", "trace_example"]
 
 
 def parse_kernel(text, source_name="<ir>"):
