@@ -14,8 +14,9 @@ from . import isa, language
 from .errors import NeuronError
 from .kernel import Kernel, kernel, simulate
 from .profile import Profile, profile
+from . import runs
 
-__all__ = ["kernel", "simulate", "profile", "Profile", "Kernel", "NeuronError",
+__all__ = ["kernel", "simulate", "profile", "Profile", "runs", "Kernel", "NeuronError",
            "language", "isa", "parse_kernel", "trace_example"]
 
 
