@@ -11,7 +11,7 @@
 #include <limits>
 #include <numeric>
 
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 
 namespace neuron {
 

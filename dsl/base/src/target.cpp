@@ -10,11 +10,11 @@
 //   [GEMM]   nki-autotune trn2 GEMM sweep, CALIBRATION.md 2.5
 //   [fit]    chosen so the calibration cases (bench/calibration) match; the derivation is given
 //   [assume] no published figure: taken from another generation, said which
-#include "neuron/runtime/target.hpp"
+#include "neuron/base/target.hpp"
 
 #include <fmt/format.h>
 
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 
 namespace neuron {
 
