@@ -208,7 +208,7 @@ InstrCost instr_cost(const Instr& in, const Target& t) {
         default:
           break;
       }
-      if (recip) stream = std::max(64.0, 8 * n);  // reciprocal: max(64, 8N) (legacy ISA)
+      if (recip) stream = 8 * n;  // reciprocal: max(MIN_II, 8N) (legacy ISA)
       engine_time(c, stream, t.vector);
       c.flops = n * parts;
       return c;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "profile_matmul.hpp"
+#include "neuron/base/target.hpp"
 #include "neuron/runtime/profile.hpp"
 #include "neuron/runtime/run.hpp"
 
@@ -203,4 +204,29 @@ TEST_CASE("NEURON_PROFILE=dir writes trace, summary and report for every simulat
   for (int64_t k = 0; k < K; ++k) ref += double(a.get(k * M + 3)) * b.get(k * N + 7);
   CHECK(outs[0].get(3 * N + 7) == doctest::Approx(ref).epsilon(1e-2));
   fs::remove_all(dir);
+}
+
+TEST_CASE("C++ profile(): timing only on a chosen target, and a comparison of two versions") {
+  auto naive = trace("matmul_naive", examples::matmul_naive,
+                     {{{512, 512}, DType::bfloat16}, {{512, 1024}, DType::bfloat16}});
+  auto blocked = trace("matmul_blocked", examples::matmul_blocked,
+                       {{{512, 512}, DType::bfloat16}, {{512, 1024}, DType::bfloat16}});
+  SimResult a = profile(naive, {}, {.target = "trn1"});
+  SimResult b = profile(blocked, {}, {.target = "trn1"});
+  CHECK(a.outputs.empty());
+  CHECK(a.profile.target == "trn1");
+  CHECK_FALSE(a.profile.executed);
+  CHECK(a.profile.launch_ns == target_by_name("trn1").launch_ns);
+  ProfileDiff d = compare_profiles(a.profile, b.profile, "naive", "blocked");
+  CHECK(d.before_ns == a.profile.total_ns);
+  CHECK(d.after_ns == b.profile.total_ns);
+  CHECK(d.after_ns < d.before_ns);
+  REQUIRE(!d.units.empty());
+  CHECK(d.units[0].what == "TensorE");
+  // TensorE does the same work in both: the same FLOPs, so similar engine time per line.
+  CHECK(analyze(a.profile).tensor_flops == analyze(b.profile).tensor_flops);
+  std::string text = compare_text(d);
+  CHECK(text.find("naive") != std::string::npos);
+  CHECK(text.find("faster") != std::string::npos);
+  CHECK(html_report(b.profile, &d).find("Comparison: naive &rarr; blocked") != std::string::npos);
 }
