@@ -1,6 +1,7 @@
-// The timing model's scheduler: dependence tracking over byte ranges, engines that place each
-// instruction in the first idle gap its operands allow, and DMA transfers split over the DMA
-// engines. Costs come from timing_cost.cpp; the figures from target.cpp.
+// The timing model's scheduler: dependence tracking over byte ranges, list scheduling over a
+// lookahead window (each instruction goes into the first idle gap of its engine that its
+// operands allow), DMA transfers split over the DMA engines, and the live ranges of on-chip data.
+// Costs come from timing_cost.cpp; the figures from the target table (dsl/base/src/target.cpp).
 #include "neuron/runtime/timing.hpp"
 
 #include <fmt/format.h>

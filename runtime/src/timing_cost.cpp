@@ -1,6 +1,7 @@
 // Static instruction costs of the timing model: occupancy and latency per engine instruction, the
-// per-engine work of a DMA transfer. Every constant is a Target field (sources in target.cpp);
-// the formulas follow the vendor's ISA cost notes as CALIBRATION.md 3 and 5 quote them.
+// per-engine work of a DMA transfer. Every constant is a Target field (sources in
+// dsl/base/src/target.cpp); the formulas follow the vendor's ISA cost notes as CALIBRATION.md 3
+// and 5 quote them.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
