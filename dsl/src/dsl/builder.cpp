@@ -16,6 +16,9 @@ struct Frame {
   std::string var;
   int64_t extent = 0;
   LoopKind kind = LoopKind::affine;
+  Affine start = 0, stop = 0;  // dynamic loops (For in ir.hpp)
+  int64_t step = 1;
+  std::string cond;
   Span span;
 };
 
@@ -25,7 +28,7 @@ struct TraceState {
   std::vector<BufferPtr> inputs;
   std::vector<BufferPtr> shared;  // shared_hbm tensors created by the kernel, in order
   std::vector<Frame> frames;      // frames[0] is the kernel body
-  int next_loop = 0, next_tile = 0, next_out = 0, next_loop_id = 0;
+  int next_loop = 0, next_tile = 0, next_out = 0, next_loop_id = 0, next_register = 0;
   std::set<std::string> names;
 };
 
@@ -104,12 +107,31 @@ std::pair<std::string, int> open_loop(int64_t extent, LoopKind kind, const Span&
   return {st.frames.back().var, st.frames.back().id};
 }
 
+std::pair<std::string, int> open_dynamic_loop(Affine start, Affine stop, int64_t step,
+                                              std::string cond, const Span& span) {
+  auto [var, id] = open_loop(0, LoopKind::dynamic, span);
+  Frame& f = current->frames.back();
+  f.start = std::move(start);
+  f.stop = std::move(stop);
+  f.step = step;
+  f.cond = std::move(cond);
+  return {var, id};
+}
+
+std::string new_register(const Span& span) {
+  TraceState& st = state(span);
+  return register_var(st.next_register++);
+}
+
 void close_loop(int id) noexcept {
   if (!current || current->frames.size() < 2 || current->frames.back().id != id) return;
   Frame f = std::move(current->frames.back());
   current->frames.pop_back();
   auto body = Block::make(std::move(f.stmts), f.span);
-  current->frames.back().stmts.push_back(For::make(f.var, f.extent, f.kind, body, f.span));
+  current->frames.back().stmts.push_back(
+      f.kind == LoopKind::dynamic
+          ? For::make_dynamic(f.var, f.start, f.stop, f.step, f.cond, body, f.span)
+          : For::make(f.var, f.extent, f.kind, body, f.span));
 }
 
 TraceScope::TraceScope(std::string name, Span span) {

@@ -182,3 +182,38 @@ void dma_copy(const tensor& dst, const tensor& src, Span span) {
 }
 
 }  // namespace neuron::isa
+
+namespace neuron::isa {
+
+void dma_copy_rows(const tensor& dst, const tensor& src, const tensor& rows, bool rows_of_src,
+                   nl::oob_mode oob, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::dma_copy,
+            {{"dst", view_of(dst, span)},
+             {"src", view_of(src, span)},
+             {rows_of_src ? "src_rows" : "dst_rows", view_of(rows, span)},
+             {"oob_mode", static_cast<int64_t>(oob)}},
+            span);
+}
+
+void nc_n_gather(const tensor& dst, const tensor& data, const tensor& indices, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::nc_n_gather,
+            {{"dst", view_of(dst, span)},
+             {"data", view_of(data, span)},
+             {"indices", view_of(indices, span)}},
+            span);
+}
+
+void local_gather(const tensor& dst, const tensor& src, const tensor& index,
+                  int64_t num_elem_per_idx, int64_t num_valid_indices, Span span) {
+  dsl::require_trace(span);
+  std::vector<Arg> args{{"dst", view_of(dst, span)},
+                        {"src", view_of(src, span)},
+                        {"index", view_of(index, span)},
+                        {"num_elem_per_idx", num_elem_per_idx}};
+  if (num_valid_indices >= 0) args.push_back({"num_valid_indices", num_valid_indices});
+  dsl::emit(Opcode::local_gather, std::move(args), span);
+}
+
+}  // namespace neuron::isa

@@ -31,6 +31,12 @@ void emit(Opcode code, std::vector<Arg> args, const Span& span);
 // Opens a For; returns its loop variable ("i0", "i1", ... in the order loops are opened) and an
 // id that close_loop must be given.
 std::pair<std::string, int> open_loop(int64_t extent, LoopKind kind, const Span& span);
+// Opens a runtime loop (LoopKind::dynamic): max(0, ceil((stop - start) / step)) iterations
+// counted when it starts, or, with `cond` a register, iterations while it is non-zero.
+std::pair<std::string, int> open_dynamic_loop(Affine start, Affine stop, int64_t step,
+                                              std::string cond, const Span& span);
+// A fresh register ("r0", "r1", ... in trace order).
+std::string new_register(const Span& span);
 // Closes the innermost loop if it is `id`. Never throws (called from destructors).
 void close_loop(int id) noexcept;
 
