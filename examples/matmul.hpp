@@ -1,6 +1,7 @@
 // Tiled matmul: out[M, N] = lhsT[K, M].T @ rhs[K, N], accumulating over K in PSUM.
 #pragma once
 #include <neuron/neuron.hpp>
+#include <neuron/registry.hpp>
 
 namespace examples {
 namespace nl = neuron::nl;
@@ -32,5 +33,10 @@ inline nl::tensor matmul(nl::tensor lhsT, nl::tensor rhs) {
   }
   return out;
 }
+
+NEURON_KERNEL(matmul, matmul,
+              "out[M, N] = lhsT[K, M].T @ rhs[K, N]; M, K multiples of 128, N of 512 (or of 128 "
+              "when smaller)",
+              neuron::inputs("lhsT", "rhs"));
 
 }  // namespace examples

@@ -1,6 +1,7 @@
 // Row softmax: out[i, :] = exp(x[i, :] - max(x[i, :])) / sum(exp(...)), 128 rows per program.
 #pragma once
 #include <neuron/neuron.hpp>
+#include <neuron/registry.hpp>
 
 namespace examples {
 namespace nl = neuron::nl;
@@ -17,5 +18,9 @@ inline nl::tensor softmax(nl::tensor x) {
   nl::store(out(rows), nl::multiply(e, inv, x.dtype()));
   return out;
 }
+
+NEURON_KERNEL(softmax, softmax,
+              "row softmax of a [N, F] tensor; launch grid (N / 128,): 128 rows per program",
+              neuron::inputs("x"));
 
 }  // namespace examples

@@ -1,6 +1,7 @@
 // SPMD vector add: each program of the grid adds one 128-row tile of a and b.
 #pragma once
 #include <neuron/neuron.hpp>
+#include <neuron/registry.hpp>
 
 namespace examples {
 namespace nl = neuron::nl;
@@ -14,5 +15,10 @@ inline nl::tensor vector_add(nl::tensor a, nl::tensor b) {
   nl::store(out(rows), ta + tb);  // Vector engine add, then SBUF -> HBM
   return out;
 }
+
+NEURON_KERNEL(vector_add, vector_add,
+              "out = a + b over [N, F] tensors; launch grid (N / 128,): one 128-row tile per "
+              "program",
+              neuron::inputs("a", "b"));
 
 }  // namespace examples
