@@ -2,8 +2,8 @@
 #include <pybind11/pybind11.h>
 
 #include "bindings.hpp"
+#include "neuron/base/error.hpp"
 #include "neuron/dsl/syntax.hpp"
-#include "neuron/error.hpp"
 
 namespace py = pybind11;
 

@@ -6,7 +6,7 @@
 
 #include "bindings.hpp"
 #include "neuron/dsl/emit.hpp"
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 #include "neuron/language.hpp"
 
 namespace py = pybind11;
