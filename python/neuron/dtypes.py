@@ -62,7 +62,7 @@ def to_dtype(d):
     else:
         try:
             name = np.dtype(d).name
-        except TypeError:
+        except (TypeError, ValueError):
             raise TypeError(f"{d!r} is not a dtype") from None
     found = _C.dtype_from_name(name)
     if found is None:

@@ -70,6 +70,9 @@ def param_key(name, v):
         return ("nl", v.name)
     if isinstance(v, (tuple, list)):
         return (type(v).__name__,) + tuple(param_key(name, x) for x in v)
+    if isinstance(v, _C.Tensor):
+        raise TypeError(f"argument '{name}' is a traced nl tensor: a kernel cannot be called from "
+                        "inside another kernel's trace; call its Python function to inline it")
     if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, functools.partial)):
         return ("function", v)  # the object itself: kept alive, equal only to itself
     try:

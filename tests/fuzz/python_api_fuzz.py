@@ -9,7 +9,8 @@ inside @neuron.kernel bodies (and outside them), run in worker subprocesses.
 Every input must end in success or in a neuron.NeuronError, TypeError or ValueError with a
 message. A finding is a crash (the worker dies: segfault, abort), a hang (no answer within
 --case-timeout seconds), an InternalError (RuntimeError from the bindings), any other exception
-type, an empty message, or the simulator and the native JIT disagreeing on a kernel both ran.
+type, an empty message, a message quoting C++ (nl::, isa::, neuron::, std::), or the simulator
+and the native JIT disagreeing on a kernel both ran.
 
 First the corpus (tests/fuzz/python_corpus/*.json) is replayed: each file is one case with an
 "expect" field ("ok": must succeed; "error": must end in an allowed error; "clean": either),
@@ -553,6 +554,8 @@ def classify(exc):
     if exc is None:
         return "ok"
     msg = str(exc)
+    if any(cpp in msg for cpp in ("nl::", "isa::", "neuron::", "std::")):
+        return "bad:C++ syntax in a message to a Python user"
     if isinstance(exc, neuron.NeuronError):
         if not msg.strip() or not getattr(exc, "rule", ""):
             return "bad:NeuronError without a message or rule"

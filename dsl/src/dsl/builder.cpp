@@ -120,7 +120,7 @@ TraceScope::TraceScope(std::string name, Span span, Syntax syntax) : syntax_(syn
     user_error(span, "nested-trace",
                "{} called while tracing kernel '{}' (started at {}); kernels cannot be traced "
                "from inside another kernel",
-               spell("neuron::trace", "a kernel"), current->name, current->span.str());
+               spell("neuron::trace", "a @neuron.kernel"), current->name, current->span.str());
   current = new TraceState();
   current->name = std::move(name);
   current->span = std::move(span);
