@@ -49,11 +49,27 @@ def _supported():
     return ", ".join(d.name_ for d in ALL)
 
 
+_known = {}  # dtype-like -> DType, for the ones seen (a call converts one per tensor)
+
+
 def to_dtype(d):
     """A neuron DType from an nl dtype, a name, a NumPy dtype (ml_dtypes too) or a torch
     dtype; None stays None."""
     if d is None or isinstance(d, _C.DType):
         return d
+    try:
+        return _known[d]
+    except (KeyError, TypeError):  # TypeError: unhashable
+        pass
+    found = _convert(d)
+    try:
+        _known[d] = found
+    except TypeError:
+        pass
+    return found
+
+
+def _convert(d):
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(d, torch.dtype):
         name = str(d).replace("torch.", "")

@@ -86,22 +86,40 @@ def param_key(name, v):
 
 class _Call:
     """One call's arguments split into tensors (name -> value) and parameters (name -> value),
-    with the Python binding that calls the function."""
+    with how to call the function with traced tensors in place of the arrays."""
 
     def __init__(self, kernel, args, kwargs, specs_ok):
-        try:
-            bound = kernel._signature.bind(*args, **kwargs)
-        except TypeError as e:
-            raise TypeError(f"kernel {kernel.__name__}{kernel._signature}: {e}") from None
-        bound.apply_defaults()
-        self.bound = bound
+        names = kernel._params
+        if not kwargs and len(args) == len(names) and kernel._positional:
+            self.bound = None  # the common case, without inspect's binding (a call's cost)
+            arguments = dict(zip(names, args))
+        else:
+            try:
+                self.bound = kernel._signature.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"kernel {kernel.__name__}{kernel._signature}: {e}") from None
+            self.bound.apply_defaults()
+            arguments = self.bound.arguments
+        self.arguments = arguments
         self.tensors, self.params = {}, {}
-        for name, v in bound.arguments.items():
+        for name, v in arguments.items():
             if _is_tensor(v) or (specs_ok and _is_spec(v)):
                 self.tensors[name] = v
             else:
                 self.params[name] = v
         self.param_key = tuple((n, param_key(n, v)) for n, v in self.params.items())
+
+    def key(self):
+        """The signature: each tensor's name, shape and dtype, and the parameter keys."""
+        out = []
+        for name, a in self.tensors.items():
+            if isinstance(a, _C.TensorSpec):
+                out.append((a.name or name, tuple(a.shape), a.dtype))
+            elif _is_spec(a):
+                out.append((name, tuple(a[0]), to_dtype(a[1])))
+            else:
+                out.append((name, tuple(a.shape), to_dtype(a.dtype)))
+        return tuple(out), self.param_key
 
     def specs(self):
         specs = []
@@ -114,15 +132,15 @@ class _Call:
                 specs.append(runtime.spec_of(runtime.to_numpy(a), name))
         return specs
 
-    def key(self, specs):
-        return (tuple((s.name, tuple(s.shape), s.dtype) for s in specs), self.param_key)
-
     def function(self, fn):
         """fn with the parameters bound: called with the kernel's tensors, in order."""
         names = list(self.tensors)
-        bound = self.bound
+        arguments, bound = dict(self.arguments), self.bound
 
         def call(*tensors):
+            if bound is None:
+                arguments.update(zip(names, tensors))
+                return fn(*arguments.values())
             for n, t in zip(names, tensors):
                 bound.arguments[n] = t
             return fn(*bound.args, **bound.kwargs)
@@ -156,6 +174,8 @@ class Kernel:
                 raise TypeError(f"kernel {fn.__name__}: *args and **kwargs parameters are not "
                                 "supported; name each tensor and parameter")
         self._params = list(self._signature.parameters)
+        self._positional = all(p.kind == p.POSITIONAL_OR_KEYWORD
+                               for p in self._signature.parameters.values())
         self._registered = getattr(fn, "_neuron_registered", None)  # a C++ kernel (registry.py)
 
     @property
@@ -209,14 +229,13 @@ class Kernel:
 
     def compile(self, *args, **kwargs):
         """The compiled kernel for these arguments (as trace() takes them)."""
-        call = _Call(self, args, kwargs, specs_ok=True)
-        return self._compiled(call, call.specs())
+        return self._compiled(_Call(self, args, kwargs, specs_ok=True))
 
-    def _compiled(self, call, specs):
-        key = call.key(specs)
+    def _compiled(self, call):
+        key = call.key()
         compiled = self._cache.get(key)
         if compiled is None:
-            ir = self._trace(call, specs)
+            ir = self._trace(call, call.specs())
             text = str(ir)
             compiled = self._by_ir.get(text)
             if compiled is None:
@@ -232,7 +251,7 @@ class Kernel:
             if self.mode == "eager":
                 outs = self._run_eager(call, tensors)
             else:
-                compiled = self._compiled(call, call.specs())
+                compiled = self._compiled(call)
                 arrays, write_back = runtime.host_arrays(tensors)
                 outs, report = runtime.run(compiled, arrays, self.grid, self.mode, self.profile)
                 write_back()
