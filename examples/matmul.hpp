@@ -1,7 +1,6 @@
 // Tiled matmul: out[M, N] = lhsT[K, M].T @ rhs[K, N], accumulating over K in PSUM.
 #pragma once
 #include <neuron/neuron.hpp>
-#include <neuron/registry.hpp>
 
 namespace examples {
 namespace nl = neuron::nl;

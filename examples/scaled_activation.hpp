@@ -2,7 +2,6 @@
 //   out = act(±scale * x), in `out_dtype`, `rows` rows per tile.
 #pragma once
 #include <neuron/neuron.hpp>
-#include <neuron/registry.hpp>
 
 namespace examples {
 namespace nl = neuron::nl;

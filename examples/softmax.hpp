@@ -1,7 +1,6 @@
 // Row softmax: out[i, :] = exp(x[i, :] - max(x[i, :])) / sum(exp(...)), 128 rows per program.
 #pragma once
 #include <neuron/neuron.hpp>
-#include <neuron/registry.hpp>
 
 namespace examples {
 namespace nl = neuron::nl;

@@ -1,7 +1,6 @@
 // SPMD vector add: each program of the grid adds one 128-row tile of a and b.
 #pragma once
 #include <neuron/neuron.hpp>
-#include <neuron/registry.hpp>
 
 namespace examples {
 namespace nl = neuron::nl;
