@@ -10,13 +10,12 @@
 int main() {
   using neuron::DType;
   const int64_t n = 256, f = 64;
-  auto direct = neuron::trace("scaled_activation", examples::scaled_activation,
-                              {{{n, f}, DType::float32, "x"}},
-                              neuron::params(0.5, examples::Act::tanh, true, DType::float32,
-                                             int64_t{64}));
-  auto by_name = neuron::trace_registered("scaled_activation", {{{n, f}, DType::float32}},
-                                          {{"scale", 0.5}, {"act", std::string("tanh")},
-                                           {"negate", true}, {"rows", int64_t{64}}});
+  auto direct = neuron::trace(
+      "scaled_activation", examples::scaled_activation, {{{n, f}, DType::float32, "x"}},
+      neuron::params(0.5, examples::Act::tanh, true, DType::float32, int64_t{64}));
+  auto by_name = neuron::trace_registered(
+      "scaled_activation", {{{n, f}, DType::float32}},
+      {{"scale", 0.5}, {"act", std::string("tanh")}, {"negate", true}, {"rows", int64_t{64}}});
   if (neuron::print(direct) != neuron::print(by_name)) {
     std::printf("the registered kernel traced differently\n");
     return 1;

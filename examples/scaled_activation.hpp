@@ -23,10 +23,17 @@ inline nl::tensor scaled_activation(nl::tensor x, double scale, Act act, bool ne
     auto t = nl::load(x(nl::ds(i * rows, rows)), nl::float32);
     auto y = nl::multiply(t, negate ? -scale : scale);
     switch (act) {
-      case Act::none: break;
-      case Act::relu: y = nl::relu(y); break;
-      case Act::exp: y = nl::exp(y); break;
-      case Act::tanh: y = nl::tanh(y); break;
+      case Act::none:
+        break;
+      case Act::relu:
+        y = nl::relu(y);
+        break;
+      case Act::exp:
+        y = nl::exp(y);
+        break;
+      case Act::tanh:
+        y = nl::tanh(y);
+        break;
     }
     nl::store(out(nl::ds(i * rows, rows)), nl::copy(y, out_dtype));
   }
@@ -37,15 +44,15 @@ inline nl::tensor scaled_activation(nl::tensor x, double scale, Act act, bool ne
 // type, default and doc, in the order the function takes them.
 NEURON_KERNEL(scaled_activation, scaled_activation,
               "out = act(+-scale * x) over a [N, F] tensor, `rows` rows per tile",
-              neuron::inputs("x"),
-              neuron::param<double>("scale", 1.0, "the multiplier"),
+              neuron::inputs("x"), neuron::param<double>("scale", 1.0, "the multiplier"),
               neuron::choice("act", Act::relu,
-                             {{"none", Act::none}, {"relu", Act::relu}, {"exp", Act::exp},
+                             {{"none", Act::none},
+                              {"relu", Act::relu},
+                              {"exp", Act::exp},
                               {"tanh", Act::tanh}},
                              "the activation applied after scaling"),
               neuron::param<bool>("negate", false, "multiply by -scale instead"),
-              neuron::param<neuron::DType>("out_dtype", neuron::DType::float32,
-                                           "the output dtype"),
+              neuron::param<neuron::DType>("out_dtype", neuron::DType::float32, "the output dtype"),
               neuron::param<int64_t>("rows", 128, "rows per tile (divides N, at most 128)"));
 
 }  // namespace examples

@@ -1,10 +1,11 @@
 // Bindings for the kernel registry (neuron/registry.hpp): listing registered C++ kernels and
 // tracing one by name with parameters converted from Python values by their declared kind.
+#include "neuron/registry.hpp"
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "bindings.hpp"
-#include "neuron/registry.hpp"
 
 // Every kernel registered in these headers is in the module's registry (NEURON_KERNEL runs in
 // each program that includes the header): the examples, and the kernel library when present.
@@ -34,13 +35,12 @@ std::string type_name(const py::handle& v) {
 // an int is a float's value, an enum parameter takes one of its names).
 ParamValue from_python(const RegisteredKernel& k, const ParamInfo& p, const py::handle& v) {
   auto wrong = [&]() {
-    throw py::type_error(fmt::format("parameter '{}' of kernel '{}' is {} {}{}; got {} ({})",
-                                     p.name, k.name, p.kind == ParamKind::integer ? "an" : "a",
-                                     param_kind_name(p.kind),
-                                     p.kind == ParamKind::choice
-                                         ? fmt::format(" ('{}')", fmt::join(p.choices, "', '"))
-                                         : std::string(),
-                                     std::string(py::repr(v)), type_name(v)));
+    throw py::type_error(fmt::format(
+        "parameter '{}' of kernel '{}' is {} {}{}; got {} ({})", p.name, k.name,
+        p.kind == ParamKind::integer ? "an" : "a", param_kind_name(p.kind),
+        p.kind == ParamKind::choice ? fmt::format(" ('{}')", fmt::join(p.choices, "', '"))
+                                    : std::string(),
+        std::string(py::repr(v)), type_name(v)));
   };
   const bool is_bool = py::isinstance<py::bool_>(v);
   switch (p.kind) {
@@ -52,8 +52,10 @@ ParamValue from_python(const RegisteredKernel& k, const ParamInfo& p, const py::
       try {
         return v.cast<int64_t>();
       } catch (const py::cast_error&) {
-        throw py::value_error(fmt::format("parameter '{}' of kernel '{}': {} does not fit an "
-                                          "int64", p.name, k.name, std::string(py::repr(v))));
+        throw py::value_error(
+            fmt::format("parameter '{}' of kernel '{}': {} does not fit an "
+                        "int64",
+                        p.name, k.name, std::string(py::repr(v))));
       }
     case ParamKind::real:
       if (is_bool || !(py::isinstance<py::int_>(v) || py::isinstance<py::float_>(v))) wrong();

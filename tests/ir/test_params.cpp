@@ -56,7 +56,8 @@ TEST_CASE("params: floats one ulp apart, and 0.0 and -0.0, trace to different IR
   const double one = 1.0, next = std::nextafter(1.0, 2.0);
   CHECK(traced(128, one, Choice::multiply, DType::float32) !=
         traced(128, next, Choice::multiply, DType::float32));
-  CHECK(traced(128, 0.0, Choice::add, DType::float32) != traced(128, -0.0, Choice::add, DType::float32));
+  CHECK(traced(128, 0.0, Choice::add, DType::float32) !=
+        traced(128, -0.0, Choice::add, DType::float32));
 }
 
 TEST_CASE("params: lambdas, generic lambdas and parameters of any type") {

@@ -72,10 +72,13 @@ TEST_CASE("registry: a NEURON_KERNEL line registers name, doc, tensors and param
 }
 
 TEST_CASE("registry: tracing by name equals tracing the function with the same values") {
-  Kernel by_name = trace_registered(
-      "registry_test_every_kind", two,
-      {{"scale", int64_t{2}}, {"twice", true}, {"name", std::string("result")},
-       {"dtype", DType::bfloat16}, {"mode", std::string("negate")}, {"rows", int64_t{64}}});
+  Kernel by_name = trace_registered("registry_test_every_kind", two,
+                                    {{"scale", int64_t{2}},
+                                     {"twice", true},
+                                     {"name", std::string("result")},
+                                     {"dtype", DType::bfloat16},
+                                     {"mode", std::string("negate")},
+                                     {"rows", int64_t{64}}});
   std::vector<TensorSpec> named = two;
   named[0].name = "x";
   named[1].name = "y";
@@ -96,23 +99,26 @@ TEST_CASE("registry: unknown kernels and parameters, wrong kinds and counts are 
                    std::vector<TensorSpec> s = two) {
     return [=] { trace_registered("registry_test_every_kind", s, p); };
   };
-  CHECK(rule_of([] { trace_registered("no_such_kernel", two); })
-            .starts_with("unknown-kernel: no kernel named 'no_such_kernel' is registered"));
+  CHECK(rule_of([] {
+          trace_registered("no_such_kernel", two);
+        }).starts_with("unknown-kernel: no kernel named 'no_such_kernel' is registered"));
   CHECK(rule_of(traced({})) ==
         "kernel-param: kernel 'registry_test_every_kind' needs parameter 'scale' (float: "
         "required multiplier)");
-  CHECK(rule_of(traced({{"scale", 1.0}, {"sclae", 1.0}})).starts_with(
-      "kernel-param: kernel 'registry_test_every_kind' has no parameter 'sclae' (its "
-      "parameters: rows, scale, twice, name, dtype, mode)"));
+  CHECK(rule_of(traced({{"scale", 1.0}, {"sclae", 1.0}}))
+            .starts_with(
+                "kernel-param: kernel 'registry_test_every_kind' has no parameter 'sclae' (its "
+                "parameters: rows, scale, twice, name, dtype, mode)"));
   CHECK(rule_of(traced({{"scale", std::string("big")}})) ==
         "kernel-param: parameter 'scale' of kernel 'registry_test_every_kind' is a float; got "
         "str 'big'");
   CHECK(rule_of(traced({{"scale", 1.0}, {"twice", int64_t{1}}})) ==
         "kernel-param: parameter 'twice' of kernel 'registry_test_every_kind' is a bool; got "
         "int 1");
-  CHECK(rule_of(traced({{"scale", 1.0}, {"rows", int64_t{1} << 40}})).starts_with(
-      "kernel-param: parameter 'rows' of kernel 'registry_test_every_kind' is 1099511627776; "
-      "outside the range [-2147483648, 2147483647]"));
+  CHECK(rule_of(traced({{"scale", 1.0}, {"rows", int64_t{1} << 40}}))
+            .starts_with("kernel-param: parameter 'rows' of kernel 'registry_test_every_kind' is "
+                         "1099511627776; "
+                         "outside the range [-2147483648, 2147483647]"));
   CHECK(rule_of(traced({{"scale", 1.0}, {"mode", std::string("twist")}})) ==
         "kernel-param: parameter 'mode' of kernel 'registry_test_every_kind' is one of 'copy', "
         "'negate'; got 'twist'");

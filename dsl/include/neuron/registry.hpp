@@ -40,7 +40,7 @@ struct ParamInfo {
   ParamKind kind = ParamKind::integer;
   std::optional<ParamValue> default_value;  // none: the caller must give it
   std::string doc;
-  std::vector<std::string> choices;  // kind choice: the names of the values (a string each)
+  std::vector<std::string> choices;          // kind choice: the names of the values (a string each)
   int64_t min = INT64_MIN, max = INT64_MAX;  // kind integer: the range of the C++ type
 };
 
@@ -102,21 +102,32 @@ namespace registry_detail {
 
 template <typename T>
 constexpr ParamKind kind_of() {
-  if constexpr (std::is_same_v<T, bool>) return ParamKind::boolean;
-  else if constexpr (std::is_integral_v<T>) return ParamKind::integer;
-  else if constexpr (std::is_floating_point_v<T>) return ParamKind::real;
-  else if constexpr (std::is_same_v<T, std::string>) return ParamKind::string;
-  else if constexpr (std::is_same_v<T, DType>) return ParamKind::dtype;
-  else if constexpr (std::is_enum_v<T>) return ParamKind::choice;
-  else static_assert(!sizeof(T*), "a kernel parameter is a bool, an integer, a floating-point "
-                                  "number, std::string, DType or an enum (neuron::choice)");
+  if constexpr (std::is_same_v<T, bool>)
+    return ParamKind::boolean;
+  else if constexpr (std::is_integral_v<T>)
+    return ParamKind::integer;
+  else if constexpr (std::is_floating_point_v<T>)
+    return ParamKind::real;
+  else if constexpr (std::is_same_v<T, std::string>)
+    return ParamKind::string;
+  else if constexpr (std::is_same_v<T, DType>)
+    return ParamKind::dtype;
+  else if constexpr (std::is_enum_v<T>)
+    return ParamKind::choice;
+  else
+    static_assert(!sizeof(T*),
+                  "a kernel parameter is a bool, an integer, a floating-point "
+                  "number, std::string, DType or an enum (neuron::choice)");
 }
 
 template <typename T>
 ParamValue to_value(const T& v, const std::vector<std::pair<std::string, T>>& names) {
-  if constexpr (std::is_same_v<T, bool>) return v;
-  else if constexpr (std::is_integral_v<T>) return int64_t(v);
-  else if constexpr (std::is_floating_point_v<T>) return double(v);
+  if constexpr (std::is_same_v<T, bool>)
+    return v;
+  else if constexpr (std::is_integral_v<T>)
+    return int64_t(v);
+  else if constexpr (std::is_floating_point_v<T>)
+    return double(v);
   else if constexpr (std::is_enum_v<T> && !std::is_same_v<T, DType>) {
     for (auto& [n, e] : names)
       if (e == v) return n;
@@ -129,9 +140,12 @@ ParamValue to_value(const T& v, const std::vector<std::pair<std::string, T>>& na
 // The C++ value of a checked ParamValue.
 template <typename T>
 T from_value(const Param<T>& p, const ParamValue& v) {
-  if constexpr (std::is_same_v<T, bool>) return std::get<bool>(v);
-  else if constexpr (std::is_integral_v<T>) return T(std::get<int64_t>(v));
-  else if constexpr (std::is_floating_point_v<T>) return T(std::get<double>(v));
+  if constexpr (std::is_same_v<T, bool>)
+    return std::get<bool>(v);
+  else if constexpr (std::is_integral_v<T>)
+    return T(std::get<int64_t>(v));
+  else if constexpr (std::is_floating_point_v<T>)
+    return T(std::get<double>(v));
   else if constexpr (std::is_enum_v<T> && !std::is_same_v<T, DType>) {
     for (auto& [n, e] : p.values)
       if (n == std::get<std::string>(v)) return e;
@@ -177,8 +191,7 @@ template <typename E>
 Param<E> choice(std::string name, E default_value, std::vector<std::pair<std::string, E>> names,
                 std::string doc) {
   static_assert(std::is_enum_v<E>, "neuron::choice takes an enum type");
-  return registry_detail::make<E>(std::move(name), default_value, std::move(doc),
-                                  std::move(names));
+  return registry_detail::make<E>(std::move(name), default_value, std::move(doc), std::move(names));
 }
 
 // Registers fn (taking the inputs' tensors, then the parameters) under `name`. Returns true,
@@ -195,10 +208,11 @@ bool register_kernel(Span span, std::string name, Fn fn, std::string doc, Inputs
   k.trace = [name, fn, span, params...](const std::vector<TensorSpec>& specs,
                                         const std::vector<ParamValue>& values) -> Kernel {
     return [&]<size_t... I>(std::index_sequence<I...>) {
-      return trace(name, fn, specs,
-                   Params<P...>{std::tuple<P...>(registry_detail::from_value(params, values[I])...)},
-                   span);
-    }(std::index_sequence_for<P...>{});
+      return trace(
+          name, fn, specs,
+          Params<P...>{std::tuple<P...>(registry_detail::from_value(params, values[I])...)}, span);
+    }
+    (std::index_sequence_for<P...>{});
   };
   Registry::global().add(std::move(k));
   return true;
@@ -210,6 +224,6 @@ bool register_kernel(Span span, std::string name, Fn fn, std::string doc, Inputs
 // tensor arguments (neuron::inputs("a", "b")) and its parameters (neuron::param<T>(...),
 // neuron::choice(...)), in the order the function takes them. Use at namespace scope in a
 // header.
-#define NEURON_KERNEL(name, fn, doc, ...)                                 \
-  inline const bool neuron_kernel_registered_##name =                    \
+#define NEURON_KERNEL(name, fn, doc, ...)             \
+  inline const bool neuron_kernel_registered_##name = \
       ::neuron::register_kernel(::neuron::Span::current(), #name, fn, doc, __VA_ARGS__)

@@ -7,12 +7,18 @@ namespace neuron {
 
 std::string_view param_kind_name(ParamKind k) {
   switch (k) {
-    case ParamKind::boolean: return "bool";
-    case ParamKind::integer: return "int";
-    case ParamKind::real: return "float";
-    case ParamKind::string: return "str";
-    case ParamKind::dtype: return "dtype";
-    case ParamKind::choice: return "choice";
+    case ParamKind::boolean:
+      return "bool";
+    case ParamKind::integer:
+      return "int";
+    case ParamKind::real:
+      return "float";
+    case ParamKind::string:
+      return "str";
+    case ParamKind::dtype:
+      return "dtype";
+    case ParamKind::choice:
+      return "choice";
   }
   return "?";
 }
@@ -50,10 +56,14 @@ std::string value_text(const ParamValue& v) {
   return std::visit(
       [](const auto& x) -> std::string {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
-        else if constexpr (std::is_same_v<T, std::string>) return fmt::format("'{}'", x);
-        else if constexpr (std::is_same_v<T, DType>) return std::string(dtype_name(x));
-        else return fmt::format("{}", x);
+        if constexpr (std::is_same_v<T, bool>)
+          return x ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>)
+          return fmt::format("'{}'", x);
+        else if constexpr (std::is_same_v<T, DType>)
+          return std::string(dtype_name(x));
+        else
+          return fmt::format("{}", x);
       },
       v);
 }
@@ -129,7 +139,8 @@ Kernel trace_registered(std::string_view name, std::vector<TensorSpec> specs,
       std::vector<std::string> names;
       for (auto& p : k->params) names.push_back(p.name);
       user_error(span, "kernel-param", "kernel '{}' has no parameter '{}' (its parameters: {})",
-                 k->name, n, names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", ")));
+                 k->name, n,
+                 names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", ")));
     }
   }
   std::vector<ParamValue> values;
@@ -140,8 +151,8 @@ Kernel trace_registered(std::string_view name, std::vector<TensorSpec> specs,
     } else if (p.default_value) {
       values.push_back(*p.default_value);
     } else {
-      user_error(span, "kernel-param", "kernel '{}' needs parameter '{}' ({}: {})", k->name,
-                 p.name, param_kind_name(p.kind), p.doc);
+      user_error(span, "kernel-param", "kernel '{}' needs parameter '{}' ({}: {})", k->name, p.name,
+                 param_kind_name(p.kind), p.doc);
     }
   }
   return k->trace(specs, values);
