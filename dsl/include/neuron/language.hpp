@@ -109,6 +109,18 @@ struct axes {
   axes(std::vector<int64_t> l) : list(std::move(l)) {}  // NOLINT
 };
 
+// The shape rule of a reduction over `axes` of a tile of `shape`: the axes normalised (negative
+// ones count from the end; sorted), the result's shape with reduced dims as size 1, and the
+// dims of it that the returned view keeps: all with keepdims, else all but the reduced ones,
+// except that the last reduced dims stay (as size 1) while fewer than 2 dims would remain.
+// Axis 0 (partitions), an axis out of range or listed twice, or no axis are UserErrors
+// "reduce-axis".
+struct Reduction {
+  std::vector<int64_t> axes, shape, kept;
+};
+Reduction reduction(const std::vector<int64_t>& shape, const std::vector<int64_t>& axes,
+                    bool keepdims, const Span& span);
+
 // Reductions over free axes (nl.reduce). keepdims=false drops the reduced dims from the
 // returned view unless that leaves fewer than 2 dims: a [P,F] tile reduces to [P,1].
 struct reduce_fn {

@@ -3,6 +3,7 @@
 
 #include <set>
 
+#include "neuron/dsl/syntax.hpp"
 #include "neuron/trace.hpp"
 
 namespace neuron::dsl {
@@ -36,9 +37,11 @@ thread_local TraceState* current = nullptr;
 
 TraceState& state(const Span& span) {
   if (!current)
-    user_error(span, "no-trace",
-               "DSL functions can only be called while a kernel is traced (inside the function "
-               "given to neuron::trace)");
+    user_error(span, "no-trace", "{}",
+               spell("DSL functions can only be called while a kernel is traced (inside the "
+                     "function given to neuron::trace)",
+                     "nl and nisa functions can only be called while a kernel is traced (inside "
+                     "a @neuron.kernel function)"));
   return *current;
 }
 
@@ -134,12 +137,12 @@ void close_loop(int id) noexcept {
           : For::make(f.var, f.extent, f.kind, body, f.span));
 }
 
-TraceScope::TraceScope(std::string name, Span span) {
+TraceScope::TraceScope(std::string name, Span span, Syntax syntax) : syntax_(syntax) {
   if (current)
     user_error(span, "nested-trace",
-               "neuron::trace called while tracing kernel '{}' (started at {}); kernels cannot "
-               "be traced from inside another kernel",
-               current->name, current->span.str());
+               "{} called while tracing kernel '{}' (started at {}); kernels cannot be traced "
+               "from inside another kernel",
+               spell("neuron::trace", "a @neuron.kernel"), current->name, current->span.str());
   current = new TraceState();
   current->name = std::move(name);
   current->span = std::move(span);
@@ -201,8 +204,9 @@ Kernel TraceScope::finish(const std::optional<std::vector<nl::tensor>>& outputs)
       const BufferPtr& b = t.access().buffer;
       if (b->memory != Memory::shared_hbm)
         user_error(st.span, "kernel-output",
-                   "kernel outputs must be created with nl::ndarray(..., nl::shared_hbm); '{}' "
-                   "lives in {}",
+                   "kernel outputs must be created with {}; '{}' lives in {}",
+                   spell("nl::ndarray(..., nl::shared_hbm)",
+                         "nl.ndarray(..., buffer=nl.shared_hbm)"),
                    b->name, memory_name(b->memory));
       for (auto& in : st.inputs)
         if (in == b)
@@ -221,17 +225,17 @@ Kernel TraceScope::finish(const std::optional<std::vector<nl::tensor>>& outputs)
       if (!returned)
         user_error(b->span, "kernel-output",
                    "shared_hbm tensor '{}' is not returned by the kernel (return it, or use "
-                   "nl::hbm for scratch)",
-                   b->name);
+                   "{} for scratch)",
+                   b->name, spell("nl::hbm", "nl.hbm"));
     }
   } else {
     k.outputs = st.shared;
   }
   if (k.outputs.empty())
     user_error(st.span, "kernel-output",
-               "kernel '{}' has no outputs: create them with nl::ndarray(shape, dtype, "
-               "nl::shared_hbm) and return them",
-               st.name);
+               "kernel '{}' has no outputs: create them with {} and return them", st.name,
+               spell("nl::ndarray(shape, dtype, nl::shared_hbm)",
+                     "nl.ndarray(shape, dtype, buffer=nl.shared_hbm)"));
   k.body = Block::make(std::move(st.frames[0].stmts), st.span);
   return k;
 }

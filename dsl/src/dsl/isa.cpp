@@ -25,9 +25,10 @@ Value operand_arg(const operand& x, const Span& span) {
 AluOp alu::get(const Span& span) const {
   if (op_) return *op_;
   if (what_)
-    user_error(span, "alu-op", "nl::{} is an activation function, not an ALU operator",
-               act_func_name(*what_));
-  user_error(span, "alu-op", "nl::{} has no ALU operator", reduce_ ? reduce_ : "?");
+    user_error(span, "alu-op", "{}{} is an activation function, not an ALU operator",
+               dsl::spell("nl::", "nl."), act_func_name(*what_));
+  user_error(span, "alu-op", "{}{} has no ALU operator", dsl::spell("nl::", "nl."),
+             reduce_ ? reduce_ : "?");
 }
 
 void nc_matmul(const tensor& dst, const tensor& stationary, const tensor& moving,

@@ -6,15 +6,11 @@
 
 namespace neuron::nl {
 
-namespace {
-
 int64_t trip_count(int64_t start, int64_t stop, int64_t step, const Span& span) {
   if (step == 0) user_error(span, "range", "range step must not be 0");
   if (step > 0) return stop > start ? (stop - start + step - 1) / step : 0;
   return start > stop ? (start - stop - step - 1) / -step : 0;
 }
-
-}  // namespace
 
 loop_range::loop_range(int64_t start, int64_t stop, int64_t step, LoopKind kind, Span span)
     : start_(start),

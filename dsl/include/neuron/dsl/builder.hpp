@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "neuron/dsl/syntax.hpp"
 #include "neuron/dsl/tensor.hpp"
 #include "neuron/ir/ir.hpp"
 
@@ -41,10 +42,11 @@ std::string new_register(const Span& span);
 void close_loop(int id) noexcept;
 
 // A running trace. Constructing one starts tracing on this thread (nested traces are a
-// UserError "nested-trace"); destroying it without finish() discards everything.
+// UserError "nested-trace"); destroying it without finish() discards everything. `syntax` is
+// the language of the kernel's source, which user messages quote code in while it runs.
 class TraceScope {
  public:
-  TraceScope(std::string name, Span span);
+  TraceScope(std::string name, Span span, Syntax syntax = Syntax::cpp);
   ~TraceScope();
   TraceScope(const TraceScope&) = delete;
   TraceScope& operator=(const TraceScope&) = delete;
@@ -56,6 +58,7 @@ class TraceScope {
   Kernel finish(const std::optional<std::vector<nl::tensor>>& outputs);
 
  private:
+  SyntaxScope syntax_;
   bool active_ = false;
 };
 

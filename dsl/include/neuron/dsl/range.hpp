@@ -7,6 +7,10 @@
 
 namespace neuron::nl {
 
+// The number of iterations of range(start, stop, step) (Python's rule); step 0 is a UserError
+// "range".
+int64_t trip_count(int64_t start, int64_t stop, int64_t step, const Span& span);
+
 // A rolled loop. `for (nl::index i : nl::affine_range(8))` runs its body exactly once, with
 // `i` the symbolic index start + step * iN, and records the body as For(iN, extent). The loop
 // is closed when the iteration ends, or by the destructor when the body `break`s or throws.
