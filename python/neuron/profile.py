@@ -17,6 +17,7 @@ import os
 
 from . import _C
 from . import runtime
+from .dtypes import numpy_dtype
 from .errors import NeuronError, strip_toolkit_frames
 
 __all__ = ["profile", "Profile", "compare"]
@@ -151,16 +152,19 @@ class _Profiler:
         grid = grid if isinstance(grid, tuple) else (grid,)
         return _Profiler(self.kernel, self.target, self.timing_only, grid, self.record, self.db)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         __tracebackhide__ = True
-        def dtype_name(d):
-            return str(runtime.to_dtype(d)).split(".")[-1]  # DType.bfloat16 -> bfloat16
-        shapes = [(list(a[0]), dtype_name(a[1])) if isinstance(a, tuple) else
-                  (list(runtime.to_numpy(a).shape), dtype_name(runtime.to_numpy(a).dtype))
-                  for a in args]
-        options = {"timing_only": self.timing_only, "grid": list(self.grid)}
+        from .kernel import _Call, _is_spec  # the kernel's own split into tensors and parameters
+        if not self.timing_only and any(_is_spec(a) for a in (*args, *kwargs.values())):
+            raise TypeError("timing_only=False computes the outputs: pass arrays, not "
+                            "(shape, dtype) pairs")
+        call = _Call(self.kernel, args, kwargs, specs_ok=self.timing_only)
+        specs = call.specs()
+        shapes = [(list(s.shape), str(s.dtype).split(".")[-1]) for s in specs]
+        options = {"timing_only": self.timing_only, "grid": list(self.grid),
+                   "params": {n: repr(v) for n, v in call.params.items()}}
         try:
-            ir = self.kernel.trace(*args)
+            ir = self.kernel.trace(*args, **kwargs)
             key = (str(ir), self.target)
             if key not in self._compiled:
                 self._compiled[key] = _C.compile(ir, self.target)
@@ -169,16 +173,14 @@ class _Profiler:
                 outs, printed, prof = _C.simulate_profiled(compiled, [], list(self.grid), False)
                 outputs = None
             else:
-                if any(isinstance(a, tuple) for a in args):
-                    raise TypeError("timing_only=False computes the outputs: pass arrays, not "
-                                    "(shape, dtype) pairs")
-                arrays, write_back = runtime.host_arrays(args)  # kept alive until write_back
+                tensors = list(call.tensors.values())
+                arrays, write_back = runtime.host_arrays(tensors)  # kept alive until write_back
                 host = [_C.HostTensor.borrow(a.__array_interface__["data"][0], list(a.shape),
                                              runtime.to_dtype(a.dtype)) for a in arrays]
                 outs, printed, prof = _C.simulate_profiled(compiled, host, list(self.grid), True)
                 write_back()
-                outputs = [o.to_numpy(runtime._numpy_dtype(o.dtype)) for o in outs]
-                like_torch = any(runtime.is_torch(a) for a in args)
+                outputs = [o.to_numpy(numpy_dtype(o.dtype)) for o in outs]
+                like_torch = any(runtime.is_torch(a) for a in tensors)
                 outputs = [runtime.from_numpy(o, like_torch) for o in outputs]
                 outputs = outputs[0] if len(outputs) == 1 else tuple(outputs)
             if printed:
@@ -187,7 +189,7 @@ class _Profiler:
         except NeuronError as e:
             if self.record:
                 from . import runs
-                runs.record_failure(getattr(self.kernel.fn, "__name__", "kernel"), self.target,
+                runs.record_failure(getattr(self.kernel, "__name__", "kernel"), self.target,
                                     shapes, options, str(e), db=self.db)
             raise e.with_traceback(strip_toolkit_frames(e.__traceback__)) from None
         p = Profile(prof, outputs, shapes, str(ir), options)

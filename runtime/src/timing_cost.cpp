@@ -124,7 +124,7 @@ void dma_cost(InstrCost& c, const Instr& in, const Target& t) {
 
 InstrCost instr_cost(const Instr& in, const Target& t) {
   InstrCost c;
-  if (in.op == Opcode::device_print) return c;
+  if (in.engine == Engine::none) return c;  // device_print, registers: the sequencer
   if (in.engine == Engine::dma || in.op == Opcode::dma_copy) {
     dma_cost(c, in, t);
     return c;
@@ -206,7 +206,8 @@ InstrCost instr_cost(const Instr& in, const Target& t) {
         case Opcode::memset:
           if (in.args.imm0 == 0 && is_half(in.dst.dtype)) stream /= 2;
           break;
-        default:
+        default:  // other instructions streaming two inputs (the instruction table says which)
+          if (opcode_streamed_inputs(in.op) == 2 && !psum_in) stream *= t.two_input_slowdown;
           break;
       }
       if (recip) stream = 8 * n;  // reciprocal: max(MIN_II, 8N) (legacy ISA)
