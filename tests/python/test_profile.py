@@ -276,3 +276,20 @@ def test_a_parsed_kernel_profiles_with_ir_text_lines():
     p = neuron.Profile(prof)
     assert p.lines and all(l["file"] == "tiled.ir" and l["line"] > 0 for l in p.lines)
     assert "<unknown>" not in p.text
+
+
+def scaled(x, factor=2.0):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(x) * factor)
+    return out
+
+
+def test_compile_time_parameters_are_profiled_and_recorded(tmp_path):
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    db = tmp_path / "runs.sqlite"
+    p = neuron.profile(scaled, timing_only=False, record=True, db=db)(x, factor=3.0)
+    np.testing.assert_array_equal(p.outputs, x * np.float32(3))
+    assert p.shapes == [([128, 64], "float32")]
+    assert p.options["params"] == {"factor": "3.0"}
+    [r] = neuron.runs.list(db=db)
+    assert r.options["params"] == {"factor": "3.0"}
