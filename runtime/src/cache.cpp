@@ -12,13 +12,14 @@ namespace neuron {
 
 std::string cache_key(std::string_view ir_text, std::string_view target, std::string_view options,
                       std::string_view build_id) {
-  Sha256 h;
-  h.update(std::string_view("neuron-cache-key-v1\n"));
+  std::string framed = "neuron-cache-key-v1\n";
+  framed.reserve(framed.size() + ir_text.size() + target.size() + options.size() +
+                 build_id.size() + 64);
   for (std::string_view field : {ir_text, target, options, build_id}) {
-    h.update(fmt::format("{}:", field.size()));
-    h.update(field);
+    framed += fmt::format("{}:", field.size());
+    framed += field;
   }
-  return to_hex(h.digest());
+  return sha256_hex(framed);
 }
 
 std::string cache_key(std::string_view ir_text, std::string_view target, std::string_view options) {
@@ -42,6 +43,7 @@ CacheOptions CacheOptions::from_config(const Config& c) {
   o.mode = c.cache_mode;
   o.dir = c.cache_dir;
   o.max_disk_bytes = c.cache_max_bytes;
+  o.max_memory_entries = c.cache_memory_entries;
   return o;
 }
 
@@ -54,7 +56,8 @@ CompileCache& CompileCache::global() {
   {
     std::lock_guard lock(cache.mutex_);
     if (now.mode == cache.options_.mode && now.dir == cache.options_.dir &&
-        now.max_disk_bytes == cache.options_.max_disk_bytes)
+        now.max_disk_bytes == cache.options_.max_disk_bytes &&
+        now.max_memory_entries == cache.options_.max_memory_entries)
       return cache;
   }
   cache.reconfigure(std::move(now));
