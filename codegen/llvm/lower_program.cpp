@@ -27,13 +27,14 @@ constexpr const char* kKernelNames[] = {
     "neuron_k_iota",       "neuron_k_affine_select"};
 
 // Kernels whose per-element work is an expression over constant ops/dtypes: linked in from
-// bitcode and inlined so they specialize. The others (matmul, transpose, reductions, iota, ...)
-// do little per element or call the fast matmul; they are called in the library, which keeps
-// cold compiles short (docs/native.md has the measurements).
+// bitcode and inlined so they specialize (and vectorize: reductions in the lane-blocked order
+// of builtins.hpp). The others (matmul, transpose, iota, ...) do little per element or call
+// the fast matmul; they are called in the library, which keeps cold compiles short
+// (docs/native.md has the measurements).
 bool specialize(const std::string& name) {
   return name == "neuron_k_copy" || name == "neuron_k_tensor_tensor" ||
          name == "neuron_k_tensor_scalar" || name == "neuron_k_activation" ||
-         name == "neuron_k_memset";
+         name == "neuron_k_tensor_reduce" || name == "neuron_k_memset";
 }
 
 class Lowering {

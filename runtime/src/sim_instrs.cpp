@@ -192,18 +192,20 @@ void exec_activation(const Instr& in, const View& dst, const std::vector<View>& 
   if (in.args.scale_tile) scale = column(in, src[next++], d, "scale");
   std::vector<float> x = gather_f32(d);
   AluOp rop = in.args.reduce_op == AluOp::bypass ? AluOp::add : in.args.reduce_op;
-  std::vector<float> red(static_cast<size_t>(P), b::reduce_identity(rop));
+  std::vector<float> red(static_cast<size_t>(P));
   for (int64_t p = 0; p < P; ++p) {
     const float sc = scale[static_cast<size_t>(p)], bi = bias[static_cast<size_t>(p)];
-    float r = red[static_cast<size_t>(p)];
+    float* row = x.data() + p * F;
     for (int64_t f = 0; f < F; ++f) {
-      float& v = x[static_cast<size_t>(p * F + f)];
-      float t = v * sc;
+      float t = row[f] * sc;
       t = t + bi;
-      v = b::activate(in.args.func, t);
-      r = b::alu(rop, r, v);
+      row[f] = b::activate(in.args.func, t);
     }
-    red[static_cast<size_t>(p)] = r;
+    // The partition's values in row-major order, in the lane-blocked order (builtins.hpp).
+    float lane[b::kReduceLanes];
+    b::reduce_init(lane, rop);
+    b::reduce_run(lane, rop, 0, F, [&](int64_t f) { return row[f]; });
+    red[static_cast<size_t>(p)] = b::reduce_finish(lane, rop);
   }
   scatter_f32(dst, x);
   if (rr) {
@@ -306,10 +308,21 @@ void exec_tensor_reduce(const Instr& in, const View& dst, const std::vector<View
   std::vector<int64_t> where = row_major_map(d.sizes, coef);
   std::vector<float> x = gather_f32(d);
   const AluOp op = in.args.reduce_op;
-  std::vector<float> acc(static_cast<size_t>(out_n), b::reduce_identity(op));
+  // Row-major order visits each result's reduced elements in their row-major order: the i-th
+  // one seen for a result goes to lane i mod 16 (the lane-blocked order, builtins.hpp).
+  constexpr int L = b::kReduceLanes;
+  std::vector<float> lanes(static_cast<size_t>(out_n * L), b::reduce_identity(op));
+  std::vector<int64_t> seen(static_cast<size_t>(out_n), 0);
   for (size_t i = 0; i < x.size(); ++i) {
-    float& r = acc[static_cast<size_t>(where[i])];
+    const auto o = static_cast<size_t>(where[i]);
+    float& r = lanes[o * L + static_cast<size_t>(seen[o]++ % L)];
     r = b::alu(op, r, x[i]);
+  }
+  std::vector<float> acc(static_cast<size_t>(out_n));
+  for (size_t o = 0; o < acc.size(); ++o) {
+    float lane[L];
+    std::copy_n(lanes.begin() + static_cast<std::ptrdiff_t>(o * L), L, lane);
+    acc[o] = b::reduce_finish(lane, op);
   }
   if (in.args.negate)
     for (float& r : acc) r = -r;
