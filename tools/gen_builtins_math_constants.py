@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints the constants of runtime/include/neuron/runtime/builtins_math.hpp that are not plain
+"""Prints the constants of dsl/base/include/neuron/base/builtins_math.hpp that are not plain
 Taylor coefficients, so they can be checked and regenerated (needs mpmath and numpy):
 
 - the bits of 2/pi in 24-bit chunks (sin/cos argument reduction);

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "neuron/runtime/builtins.hpp"
+#include "neuron/base/builtins.hpp"
 
 namespace {
 

@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "neuron/runtime/sha256.hpp"
+#include "neuron/codegen/sha256.hpp"
 
 namespace neuron {
 

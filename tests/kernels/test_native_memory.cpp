@@ -14,9 +14,9 @@
 #include <string>
 
 #include "neuron/codegen/pipeline.hpp"
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 #include "neuron/runtime/cache.hpp"
-#include "neuron/runtime/native/jit.hpp"
+#include "neuron/codegen/jit.hpp"
 #include "neuron/runtime/native/native.hpp"
 #include "vector_add.hpp"
 

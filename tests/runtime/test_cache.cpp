@@ -2,7 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "cache_test_util.hpp"
-#include "neuron/runtime/sha256.hpp"
+#include "neuron/codegen/sha256.hpp"
 
 using namespace neuron;
 using namespace neuron::cache_test;

@@ -1,5 +1,6 @@
-// SHA-256 through LLVM's implementation (the JIT already links LLVM).
-#include "neuron/runtime/sha256.hpp"
+// SHA-256 through LLVM's implementation (the codegen layer links LLVM; its headers stay in
+// codegen/llvm/*.cpp).
+#include "neuron/codegen/sha256.hpp"
 
 #include <llvm/ADT/ArrayRef.h>
 #include <llvm/ADT/StringExtras.h>

@@ -34,9 +34,9 @@
 #include <cstring>
 #include <limits>
 
-#include "neuron/ir/dtype.hpp"
-#include "neuron/ir/ops.hpp"
-#include "neuron/runtime/builtins_math.hpp"
+#include "neuron/base/dtype.hpp"
+#include "neuron/base/ops.hpp"
+#include "neuron/base/builtins_math.hpp"
 
 namespace neuron::builtins {
 
