@@ -33,4 +33,9 @@ inline nl::tensor matmul(nl::tensor lhsT, nl::tensor rhs) {
   return out;
 }
 
+NEURON_KERNEL(matmul, matmul,
+              "out[M, N] = lhsT[K, M].T @ rhs[K, N]; M, K multiples of 128, N of 512 (or of 128 "
+              "when smaller)",
+              neuron::inputs("lhsT", "rhs"));
+
 }  // namespace examples

@@ -18,4 +18,8 @@ inline nl::tensor softmax(nl::tensor x) {
   return out;
 }
 
+NEURON_KERNEL(softmax, softmax,
+              "row softmax of a [N, F] tensor; launch grid (N / 128,): 128 rows per program",
+              neuron::inputs("x"));
+
 }  // namespace examples

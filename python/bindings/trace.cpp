@@ -13,11 +13,6 @@
 #include "neuron/language.hpp"
 #include "neuron/trace.hpp"
 
-// The C++ example kernels, traced here so tests can compare Python-traced IR with them.
-#include "matmul.hpp"
-#include "softmax.hpp"
-#include "vector_add.hpp"
-
 namespace py = pybind11;
 
 namespace neuron::python {
@@ -129,7 +124,7 @@ nl::tensor index_tensor(const nl::tensor& t, const std::vector<nl::subscript>& s
 // Runs fn with one tensor per spec inside a trace scope (the C++ neuron::trace, for Python).
 Kernel trace_python(const std::string& name, const py::function& fn,
                     const std::vector<TensorSpec>& specs, const Span& span) {
-  dsl::TraceScope scope(name, span);
+  dsl::TraceScope scope(name, span, dsl::Syntax::python);
   std::vector<nl::tensor> inputs = scope.inputs(specs);
   py::tuple args(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) args[i] = py::cast(inputs[i]);
@@ -191,9 +186,7 @@ void init_trace(py::module_& m) {
   m.def("open_loop", [](int64_t start, int64_t stop, int64_t step, bool sequential,
                         const Span& span) {
     dsl::require_trace(span);
-    if (step == 0) user_error(span, "range", "range step must not be 0");
-    int64_t extent = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                              : (start > stop ? (start - stop - step - 1) / -step : 0);
+    int64_t extent = nl::trip_count(start, stop, step, span);
     if (extent == 0) return std::make_tuple(std::string(), -1, int64_t{0});
     auto [var, id] =
         dsl::open_loop(extent, sequential ? LoopKind::sequential : LoopKind::affine, span);
@@ -201,14 +194,6 @@ void init_trace(py::module_& m) {
   });
   m.def("close_loop", &dsl::close_loop);
   m.def("require_trace", &dsl::require_trace);
-
-  // Traces one of the C++ example kernels (examples/*.hpp), for IR comparison in tests.
-  m.def("trace_example", [](const std::string& which, const std::vector<TensorSpec>& specs) {
-    if (which == "vector_add") return trace("vector_add", examples::vector_add, specs);
-    if (which == "matmul") return trace("matmul", examples::matmul, specs);
-    if (which == "softmax") return trace("softmax", examples::softmax, specs);
-    throw py::value_error("unknown example kernel " + which);
-  });
 
   // ---- nl ----
   m.def("ndarray", [](std::vector<int64_t> shape, DType dtype, Memory buffer,

@@ -6,20 +6,19 @@
 
 #include <cstdio>
 
-#include "neuron/codegen/sha256.hpp"
+#include "neuron/runtime/sha256.hpp"
 
 namespace neuron {
 
 std::string cache_key(std::string_view ir_text, std::string_view target, std::string_view options,
                       std::string_view build_id) {
-  std::string framed = "neuron-cache-key-v1\n";
-  framed.reserve(framed.size() + ir_text.size() + target.size() + options.size() +
-                 build_id.size() + 64);
+  Sha256 h;
+  h.update(std::string_view("neuron-cache-key-v1\n"));
   for (std::string_view field : {ir_text, target, options, build_id}) {
-    framed += fmt::format("{}:", field.size());
-    framed += field;
+    h.update(fmt::format("{}:", field.size()));
+    h.update(field);
   }
-  return sha256_hex(framed);
+  return to_hex(h.digest());
 }
 
 std::string cache_key(std::string_view ir_text, std::string_view target, std::string_view options) {

@@ -16,7 +16,7 @@
 #include <optional>
 
 #include "neuron/runtime/cache.hpp"
-#include "neuron/codegen/sha256.hpp"
+#include "neuron/runtime/sha256.hpp"
 
 namespace neuron {
 

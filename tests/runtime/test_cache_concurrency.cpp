@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "cache_test_util.hpp"
-#include "neuron/codegen/sha256.hpp"
+#include "neuron/runtime/sha256.hpp"
 
 using namespace neuron;
 using namespace neuron::cache_test;

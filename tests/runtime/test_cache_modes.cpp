@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include "cache_test_util.hpp"
-#include "neuron/codegen/sha256.hpp"
+#include "neuron/runtime/sha256.hpp"
 
 using namespace neuron;
 using namespace neuron::cache_test;

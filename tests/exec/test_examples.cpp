@@ -5,7 +5,7 @@
 #include <cmath>
 #include <random>
 
-#include "kernels/differential.hpp"
+#include "exec/differential.hpp"
 #include "matmul.hpp"
 #include "softmax.hpp"
 #include "vector_add.hpp"
