@@ -208,6 +208,16 @@ struct Machine {
     sbuf_dirty = psum_dirty = 0;
   }
 
+  // The program ids alone: what a fault raised by an instruction kernel names on both
+  // executors (the native code does not keep loop variables or registers where it could show them).
+  std::string pid_str() const {
+    std::string s;
+    auto& names = slots->names();
+    for (size_t i = 0; i < std::min(names.size(), grid_dims); ++i)
+      s += fmt::format("{}{}={}", i ? ", " : "", names[i], env[i]);
+    return s;
+  }
+
   std::string env_str() const {
     std::string s;
     auto& names = slots->names();
@@ -372,7 +382,7 @@ struct Machine {
     if (!execute) return;
     Executor e{*this, ci};
     native::call_instr(e, *ci.in);
-    native::raise_fault(*prog, native::take_fault(), env_str());
+    native::raise_fault(*prog, native::take_fault(), pid_str());
   }
 
   // The simulator's executor of instr_calls.hpp: operands resolved (and bounds-checked) for the

@@ -93,6 +93,7 @@ class KernelGen {
   void loop_body(const std::vector<Offset>& offsets, std::vector<StmtPtr>& out);
   void indirect_load();
   void indirect_store();
+  BufferPtr tile_other_than(const BufferPtr& other);
   void gather();
   void local_gather();
 

@@ -382,14 +382,26 @@ inline void KernelGen::indirect_store() {
   emit(chance(0.5) ? Opcode::dma_copy : Opcode::nl_store, std::move(sargs));
 }
 
+// A tile other than `other` to write a gather's result into: a gather that overwrites its own
+// source as it goes has no defined result (docs/language-reference.md), so none is generated.
+inline BufferPtr KernelGen::tile_other_than(const BufferPtr& other) {
+  for (int tries = 0; tries < 4; ++tries) {
+    const BufferPtr t = any_tile().buf;
+    if (t != other) return t;
+  }
+  add_tile_by_full_write();
+  return tiles_.back().buf;
+}
+
 // dst[p, j] = data[p, indices[p, j]] over windows of tiles.
 inline void KernelGen::gather() {
   const int64_t m = pick(1, F_), fn = pick(1, F_);
   int64_t shift = 0;
   if (fault_site()) shift = chance(0.5) ? m : -pick(1, 3);
   auto idx = index_tile(fn, m, shift < 0 ? DType::int32 : index_dtype(), shift);
-  emit(Opcode::nc_n_gather, {{"dst", window(any_tile().buf, P_, pick(0, F_ - fn), fn)},
-                             {"data", window(any_tile().buf, P_, pick(0, F_ - m), m)},
+  const BufferPtr data = any_tile().buf;
+  emit(Opcode::nc_n_gather, {{"dst", window(tile_other_than(data), P_, pick(0, F_ - fn), fn)},
+                             {"data", window(data, P_, pick(0, F_ - m), m)},
                              {"indices", whole(idx)}});
 }
 
@@ -406,8 +418,9 @@ inline void KernelGen::local_gather() {
   int64_t shift = 0;
   if (fault_site()) shift = chance(0.5) ? m - per + 1 : -pick(1, 3);
   auto idx = index_tile(cols, m - per + 1, shift < 0 ? DType::int32 : index_dtype(), shift);
-  std::vector<Arg> args = {{"dst", window(any_tile().buf, P_, pick(0, F_ - valid * per), valid * per)},
-                           {"src", window(any_tile().buf, P_, pick(0, F_ - m), m)},
+  const BufferPtr src = any_tile().buf;
+  std::vector<Arg> args = {{"dst", window(tile_other_than(src), P_, pick(0, F_ - valid * per), valid * per)},
+                           {"src", window(src, P_, pick(0, F_ - m), m)},
                            {"index", whole(idx)},
                            {"num_elem_per_idx", per}};
   if (valid != 16 * cols || chance(0.5)) args.push_back({"num_valid_indices", valid});

@@ -571,7 +571,7 @@ class Machine:
             start = self.eval_affine(start_expr)
             ix = start + step * np.arange(size)
             if d == rows_dim:
-                ix = np.zeros(size, np.int64)
+                ix = np.zeros(1, np.int64)  # one row per partition, placed by the caller
             elif size and (ix.min() < 0 or ix.max() >= arr.shape[d]):
                 where = f"{v.buf} dim {d} index {ix.min()}..{ix.max()} of {arr.shape[d]}"
                 if self.runtime(start_expr):
