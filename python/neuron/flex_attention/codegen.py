@@ -1,0 +1,123 @@
+"""Compiles a traced mod graph into a vectorized function over index tensors.
+
+The graph becomes the source of one Python function of (score?, b, h, q_idx, kv_idx, *inputs)
+whose body is one torch operation per node; the index arguments are broadcastable integer
+tensors (a whole tile of the attention matrix at once) and the inputs are the captured tensors.
+Because every node is a torch operation, the function has torch's own dtype and rounding rules
+(the ones PyTorch's flex_attention applies when it calls the mod) and torch autograd
+differentiates it, which is how the backward derives gradients of learnable captured tensors.
+Compiled functions are cached by the graph's key (graph text + input shapes and dtypes).
+"""
+import torch
+
+from .tracing import Node
+
+_BIN = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "truediv": "({} / {})",
+        "floordiv": "({} // {})", "mod": "({} % {})", "pow": "({} ** {})",
+        "and": "({} & {})", "or": "({} | {})", "xor": "({} ^ {})",
+        "eq": "({} == {})", "ne": "({} != {})", "lt": "({} < {})", "le": "({} <= {})",
+        "gt": "({} > {})", "ge": "({} >= {})",
+        "minimum": "torch.minimum(_t({}), _t({}))", "maximum": "torch.maximum(_t({}), _t({}))"}
+_UN = {"neg": "(-{})", "abs": "torch.abs(_t({}))", "exp": "torch.exp(_f({}))",
+       "exp2": "torch.exp2(_f({}))", "log": "torch.log(_f({}))", "log2": "torch.log2(_f({}))",
+       "tanh": "torch.tanh(_f({}))", "sin": "torch.sin(_f({}))", "cos": "torch.cos(_f({}))",
+       "sigmoid": "torch.sigmoid(_f({}))", "sqrt": "torch.sqrt(_f({}))",
+       "rsqrt": "torch.rsqrt(_f({}))", "floor": "torch.floor(_t({}))",
+       "ceil": "torch.ceil(_t({}))", "round": "torch.round(_t({}))",
+       "relu": "torch.relu(_t({}))", "square": "({0} * {0})", "not": "_not({})"}
+
+
+def _t(x):
+    return x if isinstance(x, torch.Tensor) else torch.tensor(x)
+
+
+def _f(x):
+    """Float math on an integer tensor promotes as torch does (to the default float dtype)."""
+    x = _t(x)
+    return x if x.is_floating_point() else x.to(torch.get_default_dtype())
+
+
+def _not(x):
+    if isinstance(x, torch.Tensor):
+        return torch.logical_not(x) if x.dtype == torch.bool else torch.bitwise_not(x)
+    return (not x) if isinstance(x, bool) else ~x
+
+
+def _where(c, x, y):
+    if not isinstance(c, torch.Tensor):
+        return x if c else y
+    return torch.where(c, x, y)
+
+
+def _to(x, dtype):
+    return _t(x).to(dtype)
+
+
+def source(graph, name="mod"):
+    """The Python source of the graph's function."""
+    args = list(graph.args)
+    params = args + [f"in{i}" for i in range(len(graph.inputs))]
+    names = {}
+    lines = [f"def {name}({', '.join(params)}):"]
+    for n in graph.nodes:
+        if n.op == "arg":
+            names[n.id] = n.args[0]
+            continue
+        if n.op == "const":
+            names[n.id] = repr(n.args[0])
+            continue
+        a = [names[x.id] if isinstance(x, Node) and x.op != "input" else None for x in n.args]
+        if n.op == "gather":
+            inp = f"in{n.args[0].args[0]}"
+            if len(n.args) == 1:
+                expr = inp
+            else:
+                expr = f"{inp}[({', '.join(_idx(v) for v in a[1:])},)]"
+        elif n.op == "cast":
+            expr = f"_to({a[0]}, {n.args[1]})"
+        elif n.op == "where":
+            expr = f"_where({a[0]}, {a[1]}, {a[2]})"
+        elif n.op in _BIN:
+            expr = _BIN[n.op].format(a[0], a[1])
+        elif n.op in _UN:
+            expr = _UN[n.op].format(a[0])
+        else:
+            raise AssertionError(f"no codegen for op {n.op}")
+        v = f"t{n.id}"
+        lines.append(f"    {v} = {expr}")
+        names[n.id] = v
+    lines.append(f"    return {names[graph.output.id]}")
+    return "\n".join(lines) + "\n"
+
+
+def _idx(v):
+    # An integer index tensor must be int64 (or a Python int) for advanced indexing.
+    return f"_i({v})"
+
+
+def _i(x):
+    if isinstance(x, torch.Tensor) and x.dtype != torch.int64:
+        return x.long()
+    return x
+
+
+_CACHE = {}
+
+
+def compile_graph(graph):
+    """Returns the compiled function for `graph` (cached by graph.key())."""
+    key = graph.key()
+    fn = _CACHE.get(key)
+    if fn is None:
+        src = source(graph)
+        env = {"torch": torch, "_t": _t, "_f": _f, "_not": _not, "_where": _where, "_to": _to,
+               "_i": _i}
+        exec(compile(src, f"<flex_attention mod {len(_CACHE)}>", "exec"), env)
+        fn = env["mod"]
+        fn.__neuron_source__ = src
+        _CACHE[key] = fn
+    return fn
+
+
+def cache_size():
+    return len(_CACHE)
