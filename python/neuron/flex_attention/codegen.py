@@ -8,6 +8,8 @@ Because every node is a torch operation, the function has torch's own dtype and 
 differentiates it, which is how the backward derives gradients of learnable captured tensors.
 Compiled functions are cached by the graph's key (graph text + input shapes and dtypes).
 """
+import math
+
 import torch
 
 from .tracing import Node
@@ -110,7 +112,7 @@ def compile_graph(graph):
     fn = _CACHE.get(key)
     if fn is None:
         src = source(graph)
-        env = {"torch": torch, "_t": _t, "_f": _f, "_not": _not, "_where": _where, "_to": _to,
+        env = {"inf": math.inf, "nan": math.nan, "torch": torch, "_t": _t, "_f": _f, "_not": _not, "_where": _where, "_to": _to,
                "_i": _i}
         exec(compile(src, f"<flex_attention mod {len(_CACHE)}>", "exec"), env)
         fn = env["mod"]
