@@ -132,14 +132,18 @@ def forward(prob):
             acc = torch.zeros(B, Hkv, G, qr, Ev, dtype=prob.wd)
             for ch in chunks:
                 kc = prob.kv_chunk(ch, "k")
-                _, s, keep = prob.scores(qi, q0, ch, kc)
-                s = masked(s, keep)
+                raw, s, keep = prob.scores(qi, q0, ch, kc)
+                if s is not raw and (s._base is not None or s.shape != raw.shape):
+                    s = s.expand(raw.shape).clone()  # a view or a captured tensor: copy
+                # s is a fresh tensor from here on: update it in place (one pass per step).
+                if keep is not None:
+                    s.masked_fill_(~keep, NEG_INF)
                 m_new = torch.maximum(m, s.amax(-1))
                 m_use = torch.where(torch.isneginf(m_new), 0.0, m_new)
-                p = torch.exp(s - m_use.unsqueeze(-1))
+                p = s.sub_(m_use.unsqueeze(-1)).exp_()
                 alpha = torch.exp(m - m_use)
-                l = l * alpha + p.sum(-1)
-                acc = acc * alpha.unsqueeze(-1) + torch.matmul(p, prob.kv_chunk(ch, "v"))
+                l = l.mul_(alpha).add_(p.sum(-1))
+                acc = acc.mul_(alpha.unsqueeze(-1)).add_(torch.matmul(p, prob.kv_chunk(ch, "v")))
                 m = m_new
             seen = l > 0
             out[..., q0:q0 + qr, :] = torch.where(seen.unsqueeze(-1),
