@@ -1,13 +1,14 @@
 """flex_attention: the public entry point, argument checks with PyTorch's wording, tracing
 of the mods, autograd wiring and the return conventions (out / (out, lse) / (out, AuxOutput))."""
 import math
+import os
 import warnings
 from typing import NamedTuple, Optional
 
 import torch
 
 from . import backward as _bwd
-from . import codegen, plan as _plan, reference, tracing
+from . import codegen, kernel as _kernel, plan as _plan, reference, tracing
 from .block_mask import _LARGE_BLOCK, _sliced_mask_mod_error, ordered_to_dense
 from .fallback import warn_fallback
 from .forward import Problem, forward as _fwd
@@ -121,6 +122,46 @@ class _Flex(torch.autograd.Function):
         return (None, None, dq.to(qd), dk.to(kd), dv.to(vd), *grads)
 
 
+_BACKENDS = ("host", "native", "simulator")
+_warned_kernel = set()
+
+
+def _kernel_backend(kernel_options):
+    """'native' / 'simulator': run the forward as a neuron kernel (kernel.py); 'host' (the
+    default): the torch-vectorized path. kernel_options={"BACKEND": ...} or
+    NEURON_FLEX_BACKEND."""
+    b = (kernel_options or {}).get("BACKEND") or os.environ.get("NEURON_FLEX_BACKEND", "host")
+    b = b.lower()
+    if b not in _BACKENDS:
+        if b in ("auto", "triton", "triton_decode", "flash"):  # PyTorch's values: ours decides
+            return None
+        raise ValueError(f"kernel_options BACKEND={b!r}; neuron.flex_attention knows "
+                         f"{', '.join(_BACKENDS)}")
+    return None if b == "host" else b
+
+
+def _kernel_ok(q, k, v, score_graph, mask_graph, block_mask):
+    """Whether the neuron kernel can run this call; else warns once why and returns False."""
+    why = None
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
+                                    (score_graph is not None and
+                                     any(t.requires_grad for t in score_graph.inputs))):
+        why = "gradients are needed (the kernel is forward only)"
+    elif q.size(-1) > 128 or v.size(-1) > 128:
+        why = f"head dims {q.size(-1)}, {v.size(-1)} above 128"
+    elif _kernel.static_rows(block_mask, q.size(2), k.size(2)) is None:
+        why = "the block mask is per batch/head or its blocks are not 128 x 128"
+    else:
+        why = _kernel.lowerable(score_graph) or _kernel.lowerable(mask_graph)
+    if why is None:
+        return True
+    if why not in _warned_kernel:
+        _warned_kernel.add(why)
+        warnings.warn(f"neuron.flex_attention: the neuron kernel cannot run this call ({why}); "
+                      "using the host path", RuntimeWarning, stacklevel=3)
+    return False
+
+
 def _trace(mod, names):
     try:
         return tracing.trace(mod, names), None
@@ -171,6 +212,13 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
             blocks = tuple(block_mask.BLOCK_SIZE)
         out, lse, mx = reference.attention(query, key, value, score_mod, mask_mod, dense,
                                            scale, blocks)
+    elif _kernel_backend(kernel_options) and not (return_aux is not None and
+                                                  return_aux.max_scores) and _kernel_ok(query, key, value, score_graph,
+                                                      mask_graph, block_mask):
+        rows = _kernel.static_rows(block_mask, L, S)
+        out, lse = _kernel.forward(query, key, value, rows, score_graph, mask_graph, scale,
+                                   simulate=_kernel_backend(kernel_options) == "simulator")
+        mx = torch.full_like(lse, math.nan)  # max_scores: not produced by the kernel
     else:
         score_fn = codegen.compile_graph(score_graph) if score_graph is not None else None
         mask_fn = codegen.compile_graph(mask_graph) if mask_graph is not None else None
