@@ -11,7 +11,7 @@ key has p = 0 everywhere: zero gradients, no NaN.
 """
 import torch
 
-from .forward import masked
+from .forward import bmm, masked
 
 
 def backward(prob, out, lse, dout, dlse, grad_inputs):
@@ -49,7 +49,7 @@ def backward(prob, out, lse, dout, dlse, grad_inputs):
             kc = prob.kv_chunk(ch, "k")
             vc = prob.kv_chunk(ch, "v")
             with torch.enable_grad():
-                raw = (torch.matmul(qi, kc.transpose(-1, -2)) * prob.scale).detach()
+                raw = bmm(qi, kc, transpose=True).mul_(prob.scale).detach()
                 if need_graph:
                     raw.requires_grad_(True)
                 _, s, keep = prob.scores(qi, q0, ch, kc, score_inputs=leaves, raw=raw)
@@ -57,7 +57,7 @@ def backward(prob, out, lse, dout, dlse, grad_inputs):
             p = torch.exp(masked(s_d, keep) - lse_safe[..., rows].unsqueeze(-1))
             if keep is not None:
                 p = torch.where(keep, p, 0.0)
-            dp = torch.matmul(doi, vc.transpose(-1, -2))
+            dp = bmm(doi, vc, transpose=True)
             ds = p * (dp - corr.unsqueeze(-1))
             if need_graph and (s.requires_grad):
                 wrt = [raw] + [leaves[j] for j in grad_inputs]
@@ -69,7 +69,7 @@ def backward(prob, out, lse, dout, dlse, grad_inputs):
             else:
                 ds_raw = ds
             ds_raw = ds_raw * prob.scale
-            dq[..., rows, :] += torch.matmul(ds_raw, kc)
+            dq[..., rows, :] += bmm(ds_raw, kc)
             _scatter(prob, ch, dkb, torch.matmul(ds_raw.transpose(-1, -2), qi))
             _scatter(prob, ch, dvb, torch.matmul(p.transpose(-1, -2), doi))
     S = prob.S

@@ -67,7 +67,7 @@ class Problem:
         (None: all) of one chunk. `raw` reuses precomputed raw scores (the backward passes a
         leaf that requires grad); score_inputs overrides the captured tensors."""
         qr = qi.shape[-2]
-        s_raw = torch.matmul(qi, kc.transpose(-1, -2)) * self.scale if raw is None else raw
+        s_raw = bmm(qi, kc, transpose=True).mul_(self.scale) if raw is None else raw
         kv = self.kv_index(ch)
         q_idx = (q0 + torch.arange(qr)).view(1, 1, 1, qr, 1)
         kv_eval = kv.clamp(max=self.S - 1) if ch.tail else kv
@@ -93,6 +93,18 @@ class Problem:
                 m = m | self.slot_expand(ch.full, ch)
             keep = m if keep is None else keep & m
         return s_raw, s, keep
+
+
+def bmm(a, b, transpose=False):
+    """a [B, Hkv, G, M, K] @ b [B', Hkv, G', N, K]^T (transpose) or b [B', Hkv, G', K, N].
+    When b is shared by the G query heads of a kv head (G' = 1), they are stacked into one
+    [G * M, K] operand: one plain batched GEMM, no broadcast copy of b."""
+    B, H, G, M, K = a.shape
+    bt = b.transpose(-1, -2) if transpose else b
+    if b.shape[2] == 1 and b.shape[0] == B:
+        r = torch.matmul(a.reshape(B, H, G * M, K), bt.squeeze(2))
+        return r.view(B, H, G, M, r.shape[-1])
+    return torch.matmul(a, bt)
 
 
 def _blocks(x, nK, KB):
@@ -137,13 +149,18 @@ def forward(prob):
                     s = s.expand(raw.shape).clone()  # a view or a captured tensor: copy
                 # s is a fresh tensor from here on: update it in place (one pass per step).
                 if keep is not None:
-                    s.masked_fill_(~keep, NEG_INF)
+                    if prob.score_fn is None and keep.numel() * 4 <= s.numel():
+                        # Scores are finite here: adding a small broadcast 0/-inf bias is one
+                        # fast pass, where masked_fill_ with a broadcast mask is slow.
+                        s.add_(torch.where(keep, 0.0, NEG_INF).to(s.dtype))
+                    else:
+                        s.masked_fill_(~keep, NEG_INF)
                 m_new = torch.maximum(m, s.amax(-1))
                 m_use = torch.where(torch.isneginf(m_new), 0.0, m_new)
                 p = s.sub_(m_use.unsqueeze(-1)).exp_()
                 alpha = torch.exp(m - m_use)
                 l = l.mul_(alpha).add_(p.sum(-1))
-                acc = acc.mul_(alpha.unsqueeze(-1)).add_(torch.matmul(p, prob.kv_chunk(ch, "v")))
+                acc = acc.mul_(alpha.unsqueeze(-1)).add_(bmm(p, prob.kv_chunk(ch, "v")))
                 m = m_new
             seen = l > 0
             out[..., q0:q0 + qr, :] = torch.where(seen.unsqueeze(-1),
