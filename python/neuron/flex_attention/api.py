@@ -227,6 +227,8 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
         p = _plan.build(block_mask, B, Hq, Hkv, L, S)
         prob = Problem(query, key, value, scale, p, score_fn, score_inputs, mask_fn,
                        mask_inputs)
+        if score_graph is not None:
+            prob.score_fn_inplace = codegen.compile_graph(score_graph, inplace=True)
         grad_idx = tuple(i for i, t in enumerate(score_inputs)
                          if t.requires_grad and t.is_floating_point())
         needs_grad = torch.is_grad_enabled() and (

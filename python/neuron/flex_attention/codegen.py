@@ -55,8 +55,43 @@ def _to(x, dtype):
     return _t(x).to(dtype)
 
 
-def source(graph, name="mod"):
-    """The Python source of the graph's function."""
+# In-place forms: `x` is a temporary nobody else reads (or the forward's own score tile), so
+# when the result has x's shape and dtype it is written into x: one pass, no allocation.
+_IP_BIN = {"add": "add_", "sub": "sub_", "mul": "mul_", "truediv": "div_"}
+_IP_UN = {"exp": "exp_", "log": "log_", "tanh": "tanh_", "sin": "sin_", "cos": "cos_",
+          "sigmoid": "sigmoid_", "sqrt": "sqrt_", "abs": "abs_", "neg": "neg_"}
+
+
+def _ip_bin(method, x, y, fallback):
+    if (isinstance(x, torch.Tensor) and x.is_floating_point()
+            and torch.result_type(x, y) == x.dtype
+            and (not isinstance(y, torch.Tensor)
+                 or torch.broadcast_shapes(x.shape, y.shape) == x.shape)):
+        return getattr(x, method)(y)
+    return fallback(x, y)
+
+
+def _ip_un(method, x, fallback):
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return getattr(x, method)()
+    return fallback(x)
+
+
+def source(graph, name="mod", inplace=False):
+    """The Python source of the graph's function. inplace: temporaries used once (and the
+    `score` argument) are updated in place."""
+    uses = {}
+    for n in graph.nodes:
+        for x in n.args:
+            if isinstance(x, Node) and x.op != "input":
+                uses[x.id] = uses.get(x.id, 0) + 1
+    owned = set()  # node ids whose value this function may overwrite
+    if inplace:
+        owned = {n.id for n in graph.nodes
+                 if uses.get(n.id, 0) == 1
+                 # gather / cast / where may return an input or the captured tensor itself
+                 and (n.op not in ("arg", "const", "gather", "cast", "where")
+                      or (n.op == "arg" and n.args[0] == "score"))}
     args = list(graph.args)
     params = args + [f"in{i}" for i in range(len(graph.inputs))]
     names = {}
@@ -79,8 +114,14 @@ def source(graph, name="mod"):
             expr = f"_to({a[0]}, {n.args[1]})"
         elif n.op == "where":
             expr = f"_where({a[0]}, {a[1]}, {a[2]})"
+        elif n.op in _IP_BIN and n.args[0].id in owned:
+            expr = f"_ip_bin({_IP_BIN[n.op]!r}, {a[0]}, {a[1]}, lambda x, y: {_BIN[n.op].format('x', 'y')})"
+        elif n.op in ("add", "mul") and n.args[1].id in owned:
+            expr = f"_ip_bin({_IP_BIN[n.op]!r}, {a[1]}, {a[0]}, lambda x, y: {_BIN[n.op].format('y', 'x')})"
         elif n.op in _BIN:
             expr = _BIN[n.op].format(a[0], a[1])
+        elif n.op in _IP_UN and n.args[0].id in owned:
+            expr = f"_ip_un({_IP_UN[n.op]!r}, {a[0]}, lambda x: {_UN[n.op].format('x')})"
         elif n.op in _UN:
             expr = _UN[n.op].format(a[0])
         else:
@@ -106,14 +147,17 @@ def _i(x):
 _CACHE = {}
 
 
-def compile_graph(graph):
-    """Returns the compiled function for `graph` (cached by graph.key())."""
-    key = graph.key()
+def compile_graph(graph, inplace=False):
+    """Returns the compiled function for `graph` (cached by graph.key()). inplace=True: the
+    variant that may overwrite its `score` argument (the forward, which owns its score tile;
+    never under autograd)."""
+    key = (graph.key(), inplace)
     fn = _CACHE.get(key)
     if fn is None:
-        src = source(graph)
-        env = {"inf": math.inf, "nan": math.nan, "torch": torch, "_t": _t, "_f": _f, "_not": _not, "_where": _where, "_to": _to,
-               "_i": _i}
+        src = source(graph, inplace=inplace)
+        env = {"inf": math.inf, "nan": math.nan, "torch": torch, "_t": _t, "_f": _f,
+               "_not": _not, "_where": _where, "_to": _to, "_i": _i, "_ip_bin": _ip_bin,
+               "_ip_un": _ip_un}
         exec(compile(src, f"<flex_attention mod {len(_CACHE)}>", "exec"), env)
         fn = env["mod"]
         fn.__neuron_source__ = src

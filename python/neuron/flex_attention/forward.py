@@ -28,6 +28,7 @@ class Problem:
         self.scale = scale
         self.plan = plan
         self.score_fn, self.score_inputs = score_fn, score_inputs
+        self.score_fn_inplace = None  # the forward's variant that overwrites its score tile
         self.mask_fn, self.mask_inputs = mask_fn, mask_inputs
         KB, nK = plan.KB, plan.nK
         self.qw = q.to(self.wd).reshape(B, Hkv, self.G, L, E)
@@ -62,7 +63,7 @@ class Problem:
         KB = self.plan.KB
         return t.unsqueeze(-1).expand(*t.shape, KB).reshape(*t.shape[:3], 1, -1)
 
-    def scores(self, qi, q0, ch, kc, score_inputs=None, raw=None):
+    def scores(self, qi, q0, ch, kc, score_inputs=None, raw=None, fn=None):
         """(s_raw, s_mod, keep): raw scaled scores, after score_mod, and the attend mask
         (None: all) of one chunk. `raw` reuses precomputed raw scores (the backward passes a
         leaf that requires grad); score_inputs overrides the captured tensors."""
@@ -74,7 +75,7 @@ class Problem:
         s = s_raw
         if self.score_fn is not None:
             ins = self.score_inputs if score_inputs is None else score_inputs
-            s = self.score_fn(s_raw, self.b_idx, self.h_idx, q_idx, kv_eval, *ins)
+            s = (fn or self.score_fn)(s_raw, self.b_idx, self.h_idx, q_idx, kv_eval, *ins)
             s = torch.as_tensor(s)
             if s.dtype != self.wd:
                 s = s.to(self.wd)
@@ -144,7 +145,7 @@ def forward(prob):
             acc = torch.zeros(B, Hkv, G, qr, Ev, dtype=prob.wd)
             for ch in chunks:
                 kc = prob.kv_chunk(ch, "k")
-                raw, s, keep = prob.scores(qi, q0, ch, kc)
+                raw, s, keep = prob.scores(qi, q0, ch, kc, fn=prob.score_fn_inplace)
                 if s is not raw and (s._base is not None or s.shape != raw.shape):
                     s = s.expand(raw.shape).clone()  # a view or a captured tensor: copy
                 # s is a fresh tensor from here on: update it in place (one pass per step).
