@@ -79,13 +79,17 @@ def cases(L, H):
 
 def mask_child(n):
     """Runs in a child: create_block_mask(causal) at n x n; prints seconds and peak RSS MiB."""
-    import resource
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    def status(field):
+        for line in open("/proc/self/status"):
+            if line.startswith(field):
+                return int(line.split()[1])  # kB
+    before = status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:  # resets the peak (VmHWM) to the current RSS
+        f.write("5")
     t0 = time.perf_counter()
     bm = nfa.create_block_mask(lambda b, h, q, kv: q >= kv, 1, 1, n, n)
     took = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(f"{took:.2f} {(peak - before) / 1024:.0f} {bm.sparsity():.3f}")
+    print(f"{took:.2f} {(status('VmHWM') - before) / 1024:.0f} {bm.sparsity():.3f}")
 
 
 def main():
@@ -115,7 +119,6 @@ def main():
           f"median of {a.reps}")
     dts = {"fp32": torch.float32, "bf16": torch.bfloat16}
     all_cases = cases(a.L, a.H)
-    compiled = torch.compile(tfa.flex_attention) if a.compile else None
     for dn in a.dtypes.split(","):
         dt = dts[dn]
         q, k, v = (torch.randn(1, a.H, a.L, a.D, dtype=dt) for _ in range(3))
@@ -129,7 +132,11 @@ def main():
             if a.eager:
                 eager = timeit(lambda: tfa.flex_attention(q, k, v, score_mod, tbm), 1)
                 line += f" | eager {eager * 1e3:8.1f} ms ({eager / ours:5.2f}x)"
-            if compiled is not None:
+            if a.compile:
+                # A fresh compile per case: one function recompiled for every mod would hit
+                # dynamo's recompile limit and silently run eagerly.
+                torch._dynamo.reset()
+                compiled = torch.compile(tfa.flex_attention)
                 t0 = time.perf_counter()
                 compiled(q, k, v, score_mod, tbm)
                 first = time.perf_counter() - t0
