@@ -283,3 +283,17 @@ def test_neuron_kernel_backend_says_why_it_cannot_run():
     torch.testing.assert_close(out, fh.dense_reference(q, q, q, per_head)[0])
     with pytest.raises(ValueError, match="BACKEND='gpu'"):
         flex_attention(q, q, q, kernel_options={"BACKEND": "gpu"})
+
+
+def test_pytorchs_block_mask_and_partial_only_masks_work():
+    q, k, v = (torch.randn(1, 2, 100, 16) for _ in range(3))
+    golden = fh.dense_reference(q.double(), k.double(), v.double(), None, fh.causal)[0]
+    tbm = tfa.create_block_mask(fh.causal, 1, 1, 100, 100, device="cpu", BLOCK_SIZE=32)
+    torch.testing.assert_close(flex_attention(q, k, v, block_mask=tbm), golden.float())
+    # Every block listed as partial (no full lists): mask_mod runs on all of them.
+    dense = create_block_mask(fh.causal, 1, 1, 100, 100, BLOCK_SIZE=32).to_dense()
+    from neuron.flex_attention.block_mask import dense_to_ordered
+    num, idx = dense_to_ordered(dense)
+    bm = nfa.BlockMask.from_kv_blocks(num, idx, BLOCK_SIZE=32, mask_mod=fh.causal,
+                                      seq_lengths=(100, 100))
+    torch.testing.assert_close(flex_attention(q, k, v, block_mask=bm), golden.float())
