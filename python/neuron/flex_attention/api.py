@@ -212,9 +212,9 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
             blocks = tuple(block_mask.BLOCK_SIZE)
         out, lse, mx = reference.attention(query, key, value, score_mod, mask_mod, dense,
                                            scale, blocks)
-    elif _kernel_backend(kernel_options) and not (return_aux is not None and
-                                                  return_aux.max_scores) and _kernel_ok(query, key, value, score_graph,
-                                                      mask_graph, block_mask):
+    elif (_kernel_backend(kernel_options)
+          and not (return_aux is not None and return_aux.max_scores)
+          and _kernel_ok(query, key, value, score_graph, mask_graph, block_mask)):
         rows = _kernel.static_rows(block_mask, L, S)
         out, lse = _kernel.forward(query, key, value, rows, score_graph, mask_graph, scale,
                                    simulate=_kernel_backend(kernel_options) == "simulator")

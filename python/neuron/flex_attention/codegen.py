@@ -115,9 +115,11 @@ def source(graph, name="mod", inplace=False):
         elif n.op == "where":
             expr = f"_where({a[0]}, {a[1]}, {a[2]})"
         elif n.op in _IP_BIN and n.args[0].id in owned:
-            expr = f"_ip_bin({_IP_BIN[n.op]!r}, {a[0]}, {a[1]}, lambda x, y: {_BIN[n.op].format('x', 'y')})"
+            plain = _BIN[n.op].format("x", "y")
+            expr = f"_ip_bin({_IP_BIN[n.op]!r}, {a[0]}, {a[1]}, lambda x, y: {plain})"
         elif n.op in ("add", "mul") and n.args[1].id in owned:
-            expr = f"_ip_bin({_IP_BIN[n.op]!r}, {a[1]}, {a[0]}, lambda x, y: {_BIN[n.op].format('y', 'x')})"
+            plain = _BIN[n.op].format("y", "x")  # x is the owned right operand
+            expr = f"_ip_bin({_IP_BIN[n.op]!r}, {a[1]}, {a[0]}, lambda x, y: {plain})"
         elif n.op in _BIN:
             expr = _BIN[n.op].format(a[0], a[1])
         elif n.op in _IP_UN and n.args[0].id in owned:
