@@ -27,7 +27,7 @@ def dense_reference(q, k, v, score_mod=None, mask_mod=None, scale=None):
     qi = torch.arange(L).view(1, 1, L, 1)
     ki = torch.arange(S).view(1, 1, 1, S)
     if score_mod is not None:
-        s = score_mod(s, b, h, qi, ki).to(s.dtype)
+        s = torch.broadcast_to(torch.as_tensor(score_mod(s, b, h, qi, ki)).to(s.dtype), s.shape)
     if mask_mod is not None:
         s = torch.where(mask_mod(b, h, qi, ki), s, torch.tensor(-math.inf, dtype=s.dtype))
     m = s.amax(-1, keepdim=True).detach()

@@ -66,8 +66,14 @@ def backward(prob, out, lse, dout, dlse, grad_inputs):
                 for n, g in enumerate(grads[1:]):
                     if g is not None:
                         d_inputs[n] += g
+            elif need_graph:
+                ds_raw = torch.zeros_like(ds)  # score_mod ignores the score: no dq, dk
             else:
                 ds_raw = ds
+            if keep is not None and need_graph:
+                # Masked positions (and the padding of the last key block) get no gradient,
+                # as through PyTorch's where(): 0 * inf from the mod's vjp must not become NaN.
+                ds_raw = torch.where(keep, ds_raw, 0.0)
             ds_raw = ds_raw * prob.scale
             dq[..., rows, :] += bmm(ds_raw, kc)
             _scatter(prob, ch, dkb, torch.matmul(ds_raw.transpose(-1, -2), qi))
