@@ -10,7 +10,8 @@
         return out
 
 Submodules: language (nl), isa (nisa), cache, registry, dtypes, errors, eager, runtime are
-imported with the package; torch, compat and legacy on first use (neuron.torch imports torch;
+imported with the package; torch, compat, legacy and flex_attention on first use (neuron.torch
+and neuron.flex_attention import torch;
 neuron.legacy adds the legacy tensor methods), so `neuron.torch.custom_op` works after a bare
 `import neuron`.
 """
@@ -25,9 +26,10 @@ from . import runs
 
 __all__ = ["kernel", "simulate", "profile", "Profile", "runs", "Kernel", "NeuronError", "language", "isa", "cache",
            "registry", "dtypes", "errors", "eager", "runtime", "torch", "compat", "legacy",
+           "flex_attention",
            "parse_kernel", "trace_example"]
 
-_LAZY = ("torch", "compat", "legacy")
+_LAZY = ("torch", "compat", "legacy", "flex_attention")
 
 
 def __getattr__(name):

@@ -1,0 +1,247 @@
+"""flex_attention: the public entry point, argument checks with PyTorch's wording, tracing
+of the mods, autograd wiring and the return conventions (out / (out, lse) / (out, AuxOutput))."""
+import math
+import os
+import warnings
+from typing import NamedTuple, Optional
+
+import torch
+
+from . import backward as _bwd
+from . import codegen, kernel as _kernel, plan as _plan, reference, tracing
+from .block_mask import _LARGE_BLOCK, _sliced_mask_mod_error, ordered_to_dense
+from .fallback import warn_fallback
+from .forward import Problem, forward as _fwd
+
+
+class AuxRequest(NamedTuple):
+    """Which auxiliary outputs flex_attention returns."""
+    lse: bool = False
+    max_scores: bool = False
+
+
+class AuxOutput(NamedTuple):
+    """Auxiliary outputs; a field is None unless requested."""
+    lse: Optional[torch.Tensor] = None
+    max_scores: Optional[torch.Tensor] = None
+
+
+_warned_lse = False
+
+
+def _validate(query, key, value, block_mask, enable_gqa):
+    if query.dtype != key.dtype or query.dtype != value.dtype:
+        raise ValueError(
+            f"Expected query, key, and value to have the same dtype, but got query.dtype: "
+            f"{query.dtype}, key.dtype: {key.dtype}, and value.dtype: {value.dtype} instead.")
+    if query.device != key.device or query.device != value.device:
+        raise ValueError(
+            f"Expected query, key, and value to have the same device type, but got "
+            f"query.device: {query.device}, key.device: {key.device}, and value.device: "
+            f"{value.device} instead.")
+    if query.device.type != "cpu":
+        raise ValueError(f"neuron.flex_attention runs on CPU tensors; got {query.device}")
+    if not query.is_floating_point():
+        raise ValueError(f"flex_attention needs floating-point inputs, got {query.dtype}")
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        raise NotImplementedError("NYI: query, key, and value must be 4D tensors")
+    if query.size(-1) != key.size(-1):
+        raise ValueError(
+            f"Expect query and key/value to have the same embedding dimension but got "
+            f"E={query.size(-1)} and E={key.size(-1)}.")
+    if key.shape[:3] != value.shape[:3]:
+        raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} must agree in "
+                         "batch, heads and sequence length")
+    if (not enable_gqa) and query.size(-3) != key.size(-3):
+        raise ValueError(
+            f"Expect query and key/value to have the same number of heads but got "
+            f"Hq={query.size(-3)} and Hkv={key.size(-3)}. Try setting enable_gqa=True for GQA.")
+    if enable_gqa and query.size(1) % key.size(1) != 0:
+        raise ValueError(
+            f"Expect number of query heads to be a multiple of kv heads for GQA but got "
+            f"Hq={query.size(1)} and Hkv={key.size(1)}.")
+    if query.size(0) != key.size(0) and key.size(0) != 1:
+        if block_mask is None:
+            raise ValueError(
+                f"Expect query and key/value to have the same batch size, or non-none "
+                f"block_mask, but got block_mask=None, Bq={query.size(0)}, and "
+                f"Bkv={key.size(0)}.")
+        if block_mask.kv_num_blocks.size(0) != query.size(0):
+            raise ValueError(
+                f"Expect query and key/value to have the same batch size, or block_mask and "
+                f"query to have the same batch size, but got Bq={query.size(0)}, "
+                f"Bkv={key.size(0)}, B_block_mask={block_mask.kv_num_blocks.size(0)}.")
+        raise ValueError(f"key/value batch {key.size(0)} must be 1 or the query's "
+                         f"{query.size(0)}")
+    if block_mask is not None:
+        if getattr(block_mask, "mask_mod", None) is _sliced_mask_mod_error:
+            raise RuntimeError("Cannot use mask_mod from a sliced BlockMask")
+        if tuple(block_mask.BLOCK_SIZE) == (_LARGE_BLOCK, _LARGE_BLOCK):
+            return None
+        qlen, kvlen = block_mask.shape[-2], block_mask.shape[-1]
+        L, S = query.size(-2), key.size(-2)
+        if L > qlen or S > kvlen:
+            raise ValueError(
+                f"block_mask was created for block_mask.shape={block_mask.shape} but got "
+                f"q_len={L} and kv_len={S}. As the block mask was created for a smaller length "
+                "than you're using it for, you likely need to create a new block mask.")
+        if L < qlen or S < kvlen:
+            raise ValueError(
+                f"block_mask was created for block_mask.shape={block_mask.shape} but got "
+                f"q_len={L} and kv_len={S}. As the block mask was created for a larger length "
+                "than you're using it for, you can either 1. create a new block mask with the "
+                "correct length, or 2. 'adjust' the existing block mask to the correct length "
+                "by calling block_mask._adjust(q_len, kv_len). This essentially 'crops' the "
+                "block mask to the upper left corner, which does not work for all mask_mods!")
+        if block_mask.kv_num_blocks.device != query.device:
+            raise RuntimeError(
+                f"Expect q/k/v and block_mask to be on the same device but got {query.device} "
+                f"and {block_mask.kv_num_blocks.device}.")
+    return block_mask
+
+
+class _Flex(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, prob, grad_idx, q, k, v, *score_inputs):
+        out, lse, mx = _fwd(prob)
+        ctx.prob, ctx.grad_idx = prob, grad_idx
+        ctx.dtypes = (q.dtype, k.dtype, v.dtype)
+        ctx.save_for_backward(out, lse)
+        ctx.mark_non_differentiable(mx)
+        ctx.set_materialize_grads(False)
+        return out, lse, mx
+
+    @staticmethod
+    def backward(ctx, dout, dlse, dmx):
+        out, lse = ctx.saved_tensors
+        dq, dk, dv, dins = _bwd.backward(ctx.prob, out, lse, dout, dlse, ctx.grad_idx)
+        grads = [None] * len(ctx.prob.score_inputs)
+        for n, i in enumerate(ctx.grad_idx):
+            grads[i] = dins[n].to(ctx.prob.score_inputs[i].dtype)
+        qd, kd, vd = ctx.dtypes
+        return (None, None, dq.to(qd), dk.to(kd), dv.to(vd), *grads)
+
+
+_BACKENDS = ("host", "native", "simulator")
+_warned_kernel = set()
+
+
+def _kernel_backend(kernel_options):
+    """'native' / 'simulator': run the forward as a neuron kernel (kernel.py); 'host' (the
+    default): the torch-vectorized path. kernel_options={"BACKEND": ...} or
+    NEURON_FLEX_BACKEND."""
+    b = (kernel_options or {}).get("BACKEND") or os.environ.get("NEURON_FLEX_BACKEND", "host")
+    b = b.lower()
+    if b not in _BACKENDS:
+        if b in ("auto", "triton", "triton_decode", "flash"):  # PyTorch's values: ours decides
+            return None
+        raise ValueError(f"kernel_options BACKEND={b!r}; neuron.flex_attention knows "
+                         f"{', '.join(_BACKENDS)}")
+    return None if b == "host" else b
+
+
+def _kernel_ok(q, k, v, score_graph, mask_graph, block_mask):
+    """Whether the neuron kernel can run this call; else warns once why and returns False."""
+    why = None
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
+                                    (score_graph is not None and
+                                     any(t.requires_grad for t in score_graph.inputs))):
+        why = "gradients are needed (the kernel is forward only)"
+    elif q.size(-1) > 128 or v.size(-1) > 128:
+        why = f"head dims {q.size(-1)}, {v.size(-1)} above 128"
+    elif _kernel.static_rows(block_mask, q.size(2), k.size(2)) is None:
+        why = "the block mask is per batch/head or its blocks are not 128 x 128"
+    else:
+        why = _kernel.lowerable(score_graph) or _kernel.lowerable(mask_graph)
+    if why is None:
+        return True
+    if why not in _warned_kernel:
+        _warned_kernel.add(why)
+        warnings.warn(f"neuron.flex_attention: the neuron kernel cannot run this call ({why}); "
+                      "using the host path", RuntimeWarning, stacklevel=3)
+    return False
+
+
+def _trace(mod, names):
+    try:
+        return tracing.trace(mod, names), None
+    except tracing.UnsupportedModError as e:
+        return None, e
+
+
+@torch.compiler.disable
+def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
+                   enable_gqa=False, return_lse=False, kernel_options=None, *, return_aux=None):
+    """Drop-in for torch.nn.attention.flex_attention.flex_attention (docs/flex_attention.md).
+    Runs on CPU tensors, forward and backward."""
+    global _warned_lse
+    block_mask = _validate(query, key, value, block_mask, enable_gqa)
+    if return_lse and return_aux is not None:
+        raise ValueError(
+            "Cannot specify both return_lse and return_aux. return_lse is deprecated, please "
+            "use return_aux=AuxRequest(lse=True) instead.")
+    if return_lse and not _warned_lse:
+        _warned_lse = True
+        warnings.warn("return_lse is deprecated and will be removed in v2.10. Please use "
+                      "return_aux=AuxRequest(lse=True) instead.", FutureWarning, stacklevel=2)
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.size(-1))
+    B, Hq, L, _ = query.shape
+    Hkv, S = key.size(1), key.size(2)
+
+    score_graph = mask_graph = None
+    error = None
+    if score_mod is not None:
+        score_graph, error = _trace(score_mod, tracing.ARGS_SCORE)
+    mask_mod = getattr(block_mask, "mask_mod", None) if block_mask is not None else None
+    if error is None and mask_mod is not None:
+        mask_graph, error = _trace(mask_mod, tracing.ARGS_MASK)
+    if mask_graph is not None and any(t.requires_grad for t in mask_graph.inputs):
+        raise RuntimeError("flex_attention: a tensor captured by mask_mod requires grad; masks "
+                           "are not differentiable (detach it or capture it in score_mod)")
+
+    if error is not None:
+        warn_fallback(error)
+        dense = None
+        blocks = (1, 1)
+        if block_mask is not None:
+            dense = ordered_to_dense(block_mask.kv_num_blocks, block_mask.kv_indices)
+            if block_mask.full_kv_num_blocks is not None:
+                dense = dense | ordered_to_dense(block_mask.full_kv_num_blocks,
+                                                 block_mask.full_kv_indices)
+            blocks = tuple(block_mask.BLOCK_SIZE)
+        out, lse, mx = reference.attention(query, key, value, score_mod, mask_mod, dense,
+                                           scale, blocks)
+    elif (_kernel_backend(kernel_options)
+          and not (return_aux is not None and return_aux.max_scores)
+          and _kernel_ok(query, key, value, score_graph, mask_graph, block_mask)):
+        rows = _kernel.static_rows(block_mask, L, S)
+        out, lse = _kernel.forward(query, key, value, rows, score_graph, mask_graph, scale,
+                                   simulate=_kernel_backend(kernel_options) == "simulator")
+        mx = torch.full_like(lse, math.nan)  # max_scores: not produced by the kernel
+    else:
+        score_fn = codegen.compile_graph(score_graph) if score_graph is not None else None
+        mask_fn = codegen.compile_graph(mask_graph) if mask_graph is not None else None
+        score_inputs = list(score_graph.inputs) if score_graph is not None else []
+        mask_inputs = [t.detach() for t in mask_graph.inputs] if mask_graph is not None else []
+        p = _plan.build(block_mask, B, Hq, Hkv, L, S)
+        prob = Problem(query, key, value, scale, p, score_fn, score_inputs, mask_fn,
+                       mask_inputs)
+        if score_graph is not None:
+            prob.score_fn_inplace = codegen.compile_graph(score_graph, inplace=True)
+        grad_idx = tuple(i for i, t in enumerate(score_inputs)
+                         if t.requires_grad and t.is_floating_point())
+        needs_grad = torch.is_grad_enabled() and (
+            query.requires_grad or key.requires_grad or value.requires_grad or grad_idx)
+        if needs_grad:
+            out, lse, mx = _Flex.apply(prob, grad_idx, query, key, value, *score_inputs)
+        else:
+            out, lse, mx = _fwd(prob)
+    lse_dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
+    lse = lse.to(lse_dtype)
+    if return_aux is not None:
+        return out, AuxOutput(lse=lse if return_aux.lse else None,
+                              max_scores=mx.to(lse_dtype) if return_aux.max_scores else None)
+    if return_lse:
+        return out, lse
+    return out

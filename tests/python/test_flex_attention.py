@@ -1,0 +1,299 @@
+# Conformance of neuron.flex_attention with torch.nn.attention.flex_attention, by FLEX.md's
+# rule: forward against PyTorch's own eager flex_attention in the same dtype, backward against
+# the dense reference in the same dtype (PyTorch refuses flex backward on CPU), both judged
+# against the float64 golden result.
+import warnings
+
+import pytest
+import torch
+import torch.nn.attention.flex_attention as tfa
+
+import neuron.flex_attention as nfa
+from neuron.flex_attention import (AuxOutput, AuxRequest, and_masks, create_block_mask,
+                                   flex_attention, or_masks)
+
+import flex_helpers as fh
+
+DOC = fh.doc_lengths(200, [30, 70, 5, 60, 35])
+
+
+def late_start(b, h, q_idx, kv_idx):
+    return kv_idx <= q_idx - 40  # query rows 0..39 see no key
+
+
+# name: (score_mod, mask_mod, B, Hq, Hkv, Bkv, L, S, E, Ev, BLOCK_SIZE)
+CASES = {
+    "plain": (None, None, 2, 2, 2, 2, 200, 200, 32, 32, 128),
+    "causal": (None, fh.causal, 2, 2, 2, 2, 200, 200, 32, 32, 64),
+    "alibi": (fh.alibi(4), fh.causal, 1, 4, 4, 1, 200, 200, 32, 32, 64),
+    "rel_bias": (fh.rel_bias, None, 1, 2, 2, 1, 160, 200, 32, 16, 64),
+    "softcap": (fh.softcap(2.0), fh.causal, 1, 2, 2, 1, 200, 200, 32, 32, 64),
+    "document": (None, fh.document(DOC), 1, 2, 2, 1, 200, 200, 32, 32, 32),
+    "sliding_window": (None, fh.sliding_window(48), 1, 2, 2, 1, 200, 200, 32, 32, 32),
+    "prefix_lm": (None, fh.prefix_lm(50), 1, 2, 2, 1, 200, 200, 32, 32, 64),
+    "and_or": (None, or_masks(and_masks(fh.causal, fh.sliding_window(30)), fh.prefix_lm(20)),
+               1, 2, 2, 1, 200, 200, 32, 32, 32),
+    "gqa": (fh.rel_bias, fh.causal, 2, 4, 2, 2, 130, 130, 32, 32, 64),
+    "batch_broadcast_kv": (None, fh.causal, 2, 2, 2, 1, 130, 130, 32, 32, 64),
+    "odd_lengths": (fh.softcap(3.0), None, 1, 2, 2, 1, 77, 131, 24, 40, 32),
+    "tuple_blocks": (None, fh.causal, 1, 2, 2, 1, 200, 150, 32, 32, (64, 32)),
+    "fully_masked_rows": (None, late_start, 1, 2, 2, 1, 100, 100, 16, 16, 32),
+}
+
+
+def _inputs(case, dtype, grad=False, seed=0):
+    _, _, B, Hq, Hkv, Bk, L, S, E, Ev, _ = case
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, Hq, L, E, generator=g, dtype=torch.float64)
+    k = torch.randn(Bk, Hkv, S, E, generator=g, dtype=torch.float64)
+    v = torch.randn(Bk, Hkv, S, Ev, generator=g, dtype=torch.float64)
+    return [t.to(dtype).requires_grad_(grad) for t in (q, k, v)]
+
+
+def _masks(case):
+    score_mod, mask_mod, B, Hq, _, _, L, S, _, _, bs = case
+    if mask_mod is None:
+        return None, None
+    return (create_block_mask(mask_mod, B, Hq, L, S, BLOCK_SIZE=bs),
+            tfa.create_block_mask(mask_mod, B, Hq, L, S, device="cpu", BLOCK_SIZE=bs))
+
+
+def _expand_kv(q, k, v):
+    # PyTorch's eager path wants equal batches; broadcast K/V for the peer only.
+    if k.shape[0] != q.shape[0]:
+        k, v = k.expand(q.shape[0], *k.shape[1:]), v.expand(q.shape[0], *v.shape[1:])
+    return k, v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_forward(name, dtype):
+    case = CASES[name]
+    score_mod, mask_mod = case[0], case[1]
+    q, k, v = _inputs(case, dtype)
+    ours_bm, ref_bm = _masks(case)
+    gqa = q.shape[1] != k.shape[1]
+    out, aux = flex_attention(q, k, v, score_mod=score_mod, block_mask=ours_bm, enable_gqa=gqa,
+                              return_aux=AuxRequest(lse=True))
+    kx, vx = _expand_kv(q, k, v)
+    ref, ref_aux = tfa.flex_attention(q, kx, vx, score_mod=score_mod, block_mask=ref_bm,
+                                      enable_gqa=gqa, return_aux=tfa.AuxRequest(lse=True))
+    ref_lse = ref_aux.lse
+    golden, golden_lse = fh.dense_reference(*(t.double() for t in (q, k, v)), score_mod,
+                                            mask_mod)
+    assert out.dtype == dtype and out.shape == ref.shape
+    assert aux.lse.dtype == torch.float32 and aux.max_scores is None
+    fh.judge(f"{name} out", out, golden, ref)
+    fh.lse_close(f"{name} lse", aux.lse, golden_lse)
+    fh.lse_close(f"{name} lse vs torch", aux.lse, ref_lse)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_backward(name):
+    case = CASES[name]
+    score_mod, mask_mod = case[0], case[1]
+    dtype = torch.float32
+    q, k, v = _inputs(case, dtype, grad=True)
+    ours_bm, _ = _masks(case)
+    gqa = q.shape[1] != k.shape[1]
+    out, aux = flex_attention(q, k, v, score_mod=score_mod, block_mask=ours_bm, enable_gqa=gqa,
+                              return_aux=AuxRequest(lse=True))
+    lse = aux.lse
+    g = torch.Generator().manual_seed(1)
+    dout = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    dlse = torch.randn(lse.shape, generator=g, dtype=torch.float64)
+
+    def loss(o, l):
+        fin = torch.isfinite(l)
+        return (o.double() * dout).sum() + (torch.where(fin, l.double(), 0) * dlse).sum()
+    ours = torch.autograd.grad(loss(out, lse), (q, k, v))
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    golden = torch.autograd.grad(loss(*fh.dense_reference(q64, k64, v64, score_mod, mask_mod)),
+                                 (q64, k64, v64))
+    qr, kr, vr = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    ref = torch.autograd.grad(loss(*fh.dense_reference(qr, kr, vr, score_mod, mask_mod)),
+                              (qr, kr, vr))
+    for n, a, gold, r in zip("qkv", ours, golden, ref):
+        assert a.dtype == dtype
+        fh.judge(f"{name} d{n}", a, gold, r)
+
+
+def test_backward_bf16_causal_gqa():
+    # Small: the bf16 dense reference runs bf16 matmuls, slow on CPUs without bf16 units.
+    case = (fh.rel_bias, fh.causal, 1, 4, 2, 1, 96, 96, 32, 32, 32)
+    q, k, v = _inputs(case, torch.bfloat16, grad=True)
+    bm, _ = _masks(case)
+    out = flex_attention(q, k, v, score_mod=case[0], block_mask=bm, enable_gqa=True)
+    dout = torch.randn(out.shape, dtype=torch.float64)
+    ours = torch.autograd.grad((out.double() * dout).sum(), (q, k, v))
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    gold = torch.autograd.grad((fh.dense_reference(q64, k64, v64, case[0], case[1])[0] * dout)
+                               .sum(), (q64, k64, v64))
+    qr, kr, vr = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    ref = torch.autograd.grad((fh.dense_reference(qr, kr, vr, case[0], case[1])[0].double()
+                               * dout).sum(), (qr, kr, vr))
+    for n, a, g, r in zip("qkv", ours, gold, ref):
+        fh.judge(f"bf16 d{n}", a, g, r)
+
+
+def test_learnable_bias_gets_its_gradient():
+    H, L = 2, 96
+    bias = torch.randn(H, L, L, dtype=torch.float32, requires_grad=True)
+    scale_h = torch.rand(H, requires_grad=True)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score * scale_h[h] + bias[h, q_idx, kv_idx]
+    q, k, v = (torch.randn(1, H, L, 16, requires_grad=True) for _ in range(3))
+    bm = create_block_mask(fh.causal, 1, 1, L, L, BLOCK_SIZE=32)
+    out = flex_attention(q, k, v, score_mod=score_mod, block_mask=bm)
+    dout = torch.randn_like(out, dtype=torch.float64)
+    ours = torch.autograd.grad((out.double() * dout).sum(), (bias, scale_h, q))
+    b64, s64 = bias.detach().double().requires_grad_(), scale_h.detach().double().requires_grad_()
+
+    def mod64(score, b, h, q_idx, kv_idx):
+        return score * s64[h] + b64[h, q_idx, kv_idx]
+    q64 = q.detach().double().requires_grad_()
+    out64, _ = fh.dense_reference(q64, k.detach().double(), v.detach().double(), mod64,
+                                  fh.causal)
+    gold = torch.autograd.grad((out64 * dout).sum(), (b64, s64, q64))
+    br, sr = bias.detach().clone().requires_grad_(), scale_h.detach().clone().requires_grad_()
+
+    def mod32(score, b, h, q_idx, kv_idx):
+        return score * sr[h] + br[h, q_idx, kv_idx]
+    qr = q.detach().clone().requires_grad_()
+    outr, _ = fh.dense_reference(qr, k.detach(), v.detach(), mod32, fh.causal)
+    ref = torch.autograd.grad((outr.double() * dout).sum(), (br, sr, qr))
+    for n, a, g, r in zip(("dbias", "dscale", "dq"), ours, gold, ref):
+        fh.judge(n, a, g, r)
+    # Bias above the diagonal is masked: exactly zero gradient there.
+    assert torch.count_nonzero(torch.triu(ours[0], diagonal=1)) == 0
+
+
+def test_fully_masked_rows_are_zero_with_zero_gradients():
+    q, k, v = (torch.randn(1, 2, 64, 16, requires_grad=True) for _ in range(3))
+    bm = create_block_mask(late_start, 1, 1, 64, 64, BLOCK_SIZE=16)
+    out, aux = flex_attention(q, k, v, block_mask=bm, return_aux=AuxRequest(True, True))
+    assert torch.all(out[:, :, :40] == 0) and torch.all(torch.isneginf(aux.lse[:, :, :40]))
+    assert torch.all(torch.isneginf(aux.max_scores[:, :, :40]))
+    dq, dk, dv = torch.autograd.grad(out.sum() + aux.lse[:, :, 40:].sum(), (q, k, v))
+    assert torch.all(dq[:, :, :40] == 0)
+    assert not any(torch.isnan(t).any() for t in (dq, dk, dv))
+
+
+def test_return_conventions():
+    q = torch.randn(1, 2, 50, 16)
+    out = flex_attention(q, q, q)
+    assert isinstance(out, torch.Tensor)
+    with pytest.warns(FutureWarning, match="return_lse is deprecated"):
+        nfa.api._warned_lse = False
+        out2, lse = flex_attention(q, q, q, return_lse=True)
+    assert torch.equal(out, out2) and lse.shape == (1, 2, 50)
+    out3, aux = flex_attention(q, q, q, return_aux=AuxRequest(lse=True, max_scores=True))
+    assert isinstance(aux, AuxOutput) and torch.equal(aux.lse, lse)
+    s = q @ q.transpose(-1, -2) / 4
+    torch.testing.assert_close(aux.max_scores, s.amax(-1))
+    with pytest.raises(ValueError, match="Cannot specify both return_lse and return_aux"):
+        flex_attention(q, q, q, return_lse=True, return_aux=AuxRequest(lse=True))
+    torch.testing.assert_close(flex_attention(q, q, q, scale=0.3),
+                               fh.dense_reference(q, q, q, scale=0.3)[0])
+
+
+def test_errors_use_pytorchs_wording():
+    q = torch.randn(1, 2, 64, 16)
+    with pytest.raises(ValueError, match="same dtype"):
+        flex_attention(q, q.double(), q)
+    with pytest.raises(NotImplementedError, match="must be 4D"):
+        flex_attention(q[0], q[0], q[0])
+    with pytest.raises(ValueError, match="same embedding dimension"):
+        flex_attention(q, q[..., :8], q)
+    with pytest.raises(ValueError, match="Try setting enable_gqa=True"):
+        flex_attention(q, q[:, :1], q[:, :1])
+    q3 = torch.randn(1, 3, 64, 16)
+    with pytest.raises(ValueError, match="multiple of kv heads"):
+        flex_attention(q3, q[:, :2], q[:, :2], enable_gqa=True)
+    bm = create_block_mask(fh.causal, 1, 1, 128, 128)
+    with pytest.raises(ValueError, match="smaller length"):
+        flex_attention(torch.randn(1, 2, 200, 16), *(torch.randn(1, 2, 200, 16),) * 2,
+                       block_mask=bm)
+    with pytest.raises(ValueError, match="larger length"):
+        flex_attention(q, q, q, block_mask=bm)
+    with pytest.raises(RuntimeError, match="sliced BlockMask"):
+        flex_attention(torch.randn(1, 2, 128, 16), *(torch.randn(1, 2, 128, 16),) * 2,
+                       block_mask=bm[0])
+    w = torch.randn(128, requires_grad=True)
+    bmw = create_block_mask(lambda b, h, qi, kv: w[kv] > 0, 1, 1, 128, 128)
+    with pytest.raises(RuntimeError, match="captured by mask_mod requires grad"):
+        flex_attention(*(torch.randn(1, 2, 128, 16),) * 3, block_mask=bmw)
+
+
+def test_patch_makes_torch_names_ours():
+    original = tfa.flex_attention
+    with nfa.patch():
+        assert tfa.flex_attention is flex_attention
+        assert tfa.create_block_mask is create_block_mask
+        q = torch.randn(1, 2, 64, 16, requires_grad=True)  # torch's own refuses CPU backward
+        tfa.flex_attention(q, q, q).sum().backward()
+        assert q.grad is not None
+    assert tfa.flex_attention is original
+
+
+def test_inside_torch_compile():
+    # Our call is a graph break (torch.compiler.disable); the rest of the model compiles.
+    bm = create_block_mask(fh.causal, 1, 1, 64, 64, BLOCK_SIZE=32)
+
+    def block(x, w):
+        qkv = (x @ w).chunk(3, dim=-1)
+        return flex_attention(*(t.unsqueeze(1) for t in qkv), block_mask=bm).squeeze(1)
+    x, w = torch.randn(1, 64, 16), torch.randn(16, 48)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(block, backend="eager")(x, w)
+    torch.testing.assert_close(got, block(x, w))
+
+
+def _capped_rel(score, b, h, q_idx, kv_idx):
+    return 4 * torch.tanh(score / 4) - (q_idx - kv_idx) * 0.02
+
+
+@pytest.mark.parametrize("backend", ["native", "simulator"])
+def test_neuron_kernel_backend(backend):
+    # The forward as a @neuron.kernel: traced mods emitted as nl tile ops, static block lists.
+    q, k, v = (torch.randn(1, 2, n, 32) for n in (130, 150, 150))
+    bm = create_block_mask(fh.causal, 1, 1, 130, 150)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no silent switch to the host path
+        out, aux = flex_attention(q, k, v, score_mod=_capped_rel, block_mask=bm,
+                                  kernel_options={"BACKEND": backend},
+                                  return_aux=AuxRequest(lse=True))
+    host, host_aux = flex_attention(q, k, v, score_mod=_capped_rel, block_mask=bm,
+                                    return_aux=AuxRequest(lse=True))
+    golden, golden_lse = fh.dense_reference(q.double(), k.double(), v.double(), _capped_rel,
+                                            fh.causal)
+    fh.judge(f"{backend} out", out, golden, host)
+    fh.lse_close(f"{backend} lse", aux.lse, golden_lse, tol=1e-5)
+
+
+def test_neuron_kernel_backend_says_why_it_cannot_run():
+    q = torch.randn(1, 2, 64, 16)
+
+    def per_head(score, b, h, q_idx, kv_idx):
+        return score * (h + 1)
+    with pytest.warns(RuntimeWarning, match="uses h"):
+        out = flex_attention(q, q, q, score_mod=per_head, kernel_options={"BACKEND": "native"})
+    torch.testing.assert_close(out, fh.dense_reference(q, q, q, per_head)[0])
+    with pytest.raises(ValueError, match="BACKEND='gpu'"):
+        flex_attention(q, q, q, kernel_options={"BACKEND": "gpu"})
+
+
+def test_pytorchs_block_mask_and_partial_only_masks_work():
+    q, k, v = (torch.randn(1, 2, 100, 16) for _ in range(3))
+    golden = fh.dense_reference(q.double(), k.double(), v.double(), None, fh.causal)[0]
+    tbm = tfa.create_block_mask(fh.causal, 1, 1, 100, 100, device="cpu", BLOCK_SIZE=32)
+    torch.testing.assert_close(flex_attention(q, k, v, block_mask=tbm), golden.float())
+    # Every block listed as partial (no full lists): mask_mod runs on all of them.
+    dense = create_block_mask(fh.causal, 1, 1, 100, 100, BLOCK_SIZE=32).to_dense()
+    from neuron.flex_attention.block_mask import dense_to_ordered
+    num, idx = dense_to_ordered(dense)
+    bm = nfa.BlockMask.from_kv_blocks(num, idx, BLOCK_SIZE=32, mask_mod=fh.causal,
+                                      seq_lengths=(100, 100))
+    torch.testing.assert_close(flex_attention(q, k, v, block_mask=bm), golden.float())
