@@ -37,4 +37,5 @@ PYBIND11_MODULE(_C, m) {
   neuron::python::init_runtime(m);
   neuron::python::init_registry(m);
   neuron::python::init_rules(m);
+  neuron::python::init_dynamic(m);
 }

@@ -19,6 +19,7 @@ import numpy as np
 from . import _C
 from . import eager
 from . import runtime
+from . import unroll
 from ._span import function_span
 from .dtypes import to_dtype
 from .errors import NeuronError, strip_toolkit_frames
@@ -208,11 +209,14 @@ class Kernel:
     def _trace(self, call, specs):
         if self._registered is not None:
             return self._registered.trace(specs, call.params)
-        _State.serial += 1
         fn = call.function(self.fn)
+
+        def once():
+            _State.serial += 1  # a new trace: generators of an aborted one close nothing
+            return _C.trace(self.fn.__name__, fn, specs, function_span(self.fn))
         try:
             with eager.paused():
-                return _C.trace(self.fn.__name__, fn, specs, function_span(self.fn))
+                return unroll.trace(once)
         except (TypeError, AttributeError, NeuronError) as e:
             self._param_note(call, e)
             raise

@@ -99,7 +99,7 @@ void affine_select(const tensor& dst, const pattern& pattern, int64_t channel_mu
 // DMA copy between HBM and SBUF (either direction, or SBUF to SBUF).
 void dma_copy(const tensor& dst, const tensor& src, Span span = Span::current());
 // An indirect DMA (NKI's .ap(vector_offset=rows)): partition p moves row rows[p, 0] of the HBM
-// side's first kept dim (src when rows_of_src, else dst), which the view takes whole from 0.
+// side's first kept dim (src when rows_of_src, else dst), which the view takes from row 0.
 void dma_copy_rows(const tensor& dst, const tensor& src, const tensor& rows, bool rows_of_src,
                    nl::oob_mode oob = nl::oob_mode::error, Span span = Span::current());
 // dst[p, j] = data[p, indices[p, j]] over data's flattened free dims (GpSimd; indices integers

@@ -189,9 +189,14 @@ namespace neuron::isa {
 void dma_copy_rows(const tensor& dst, const tensor& src, const tensor& rows, bool rows_of_src,
                    nl::oob_mode oob, Span span) {
   dsl::require_trace(span);
+  const int64_t P = rows.shape().empty() ? 1 : rows.shape()[0];
+  auto side = [&](const tensor& t, bool indirect) {
+    return indirect ? dsl::rows_view(t, P, dsl::spell("dma_copy_rows", "nisa.dma_copy"), span)
+                    : view_of(t, span);
+  };
   dsl::emit(Opcode::dma_copy,
-            {{"dst", view_of(dst, span)},
-             {"src", view_of(src, span)},
+            {{"dst", side(dst, !rows_of_src)},
+             {"src", side(src, rows_of_src)},
              {rows_of_src ? "src_rows" : "dst_rows", view_of(rows, span)},
              {"oob_mode", static_cast<int64_t>(oob)}},
             span);

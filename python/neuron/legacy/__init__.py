@@ -25,12 +25,12 @@ import numpy as np
 from .. import _C, _span, errors, runtime
 from ..kernel import Kernel, param_key
 from ..kernel import simulate as _simulate
-from . import isa, language, methods, typing, views
+from . import compiler, isa, language, methods, typing, views
 
 methods.install()
 tensor = _C.Tensor  # nki.tensor
 __all__ = ["jit", "simulate_kernel", "baremetal", "benchmark", "profile", "tensor", "language",
-           "isa", "typing"]
+           "isa", "typing", "compiler"]
 
 
 def _is_array(v):

@@ -6,6 +6,7 @@ import enum
 
 from .. import isa as _isa
 from .. import language as _nl
+from ..access import IndirectView as _IndirectView
 from . import language as _lnl
 from .grid import Cmp as _Cmp, Grid as _Grid, Mask as _Mask
 from .grid import broadcast_shapes as _broadcast_shapes, const_int as _const_int
@@ -317,10 +318,17 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
 
 
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=None, **kwargs):
-    """DMA copy (with cast) between HBM and SBUF views of equal element counts."""
+    """DMA copy (with cast) between HBM and SBUF views of equal element counts; one side may be
+    t[idx_tile[i_p, 0], i_f] (rows chosen at run time; oob_mode.skip leaves bad rows alone)."""
     if dst_rmw_op is not None:
         _error("unsupported", "dma_copy(dst_rmw_op=...) is not supported by neuron's legacy "
                "layer")
+    if isinstance(dst, _IndirectView) or isinstance(src, _IndirectView):
+        _lnl._no_mask(mask, "nisa.dma_copy of rows chosen at run time")
+        d = dst if isinstance(dst, _IndirectView) else _tile(dst, "nisa.dma_copy")
+        s = src if isinstance(src, _IndirectView) else _tile(src, "nisa.dma_copy")
+        _isa.dma_copy(d, s, oob_mode=_nl_oob(oob_mode))
+        return
     d, s = _operand(dst, "nisa.dma_copy"), _operand(src, "nisa.dma_copy")
     shape = list(d.shape)
     rect = _mask_rect(mask, shape, d, s)
@@ -333,8 +341,52 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=No
     _isa.dma_copy(dv, sv)
 
 
-UNSUPPORTED = ("tensor_partition_reduce tensor_tensor_scan tensor_copy_dynamic_src "
-               "tensor_copy_dynamic_dst range_select select_reduce bn_stats bn_aggr local_gather "
-               "dropout max8 nc_find_index8 nc_match_replace8 nc_stream_shuffle dma_transpose "
-               "sequence_bounds").split()
+def _nl_oob(mode):
+    return _isa.oob_mode.error if mode is None else _isa.oob_mode(int(mode))
+
+
+# ---- the dynamic half: runtime offsets and gathers ----------------------------------------------
+
+def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=None, **kwargs):
+    """A copy of src, whose subscript holds a runtime offset (src[i_p, off_tile[0, k] + i_f]:
+    the one-element tile is read into a register when the copy runs)."""
+    return tensor_copy(src, mask=mask, dtype=dtype)
+
+
+def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=None, **kwargs):
+    """Copies src into dst, whose subscript holds a runtime offset (dst[i_p, off_tile[0, k] +
+    i_f])."""
+    d = _tile(dst, "nisa.tensor_copy_dynamic_dst")
+    rect = _rectangle(mask, list(d.shape))
+    if rect is None:
+        return
+    s = _tile(src, "src") if _is_view(src) else _nl.full(list(d.shape), float(src), d.dtype)
+    _isa.tensor_copy(_index_rect(d, rect), _index_rect(s, rect))
+
+
+def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs):
+    """nl.gather_flattened (nisa.nc_n_gather into a new tile of indices' shape)."""
+    return _lnl.gather_flattened(data, indices, mask=mask, dtype=dtype)
+
+
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None,
+                 **kwargs):
+    """Per group of 16 partitions, num_elem_per_idx elements of each partition's row of
+    src_buffer at each of the group's indices (index's 16 rows read partition-first, the
+    first num_valid_indices of them): a new [P, num_valid_indices * num_elem_per_idx] tile of
+    src_buffer's dtype."""
+    _lnl._no_mask(mask, "nisa.local_gather")
+    src = _tile(src_buffer, "nisa.local_gather")
+    idx = _tile(index, "nisa.local_gather")
+    per = int(num_elem_per_idx)
+    valid = 16 * (idx.shape[1] if len(idx.shape) > 1 else 1) if num_valid_indices is None \
+        else int(num_valid_indices)
+    dst = _new_like([src.shape[0], valid * per], src.dtype)
+    _isa.local_gather(dst, src, idx, per, num_valid_indices)
+    return dst
+
+
+UNSUPPORTED = ("tensor_partition_reduce tensor_tensor_scan range_select select_reduce bn_stats "
+               "bn_aggr dropout max8 nc_find_index8 nc_match_replace8 nc_stream_shuffle "
+               "dma_transpose sequence_bounds").split()
 _define_unsupported(globals(), "nisa", UNSUPPORTED)

@@ -10,6 +10,10 @@ from .. import _C
 from .._span import user_span
 from .. import isa as _isa
 from .. import language as _nl
+from . import compiler as _compiler
+from ..access import IndirectView as _IndirectView
+from .dynamic import register_of as _register_of, _tile as _tile_key
+from .loop_reduce import LoopReduce as _LoopReduce
 from .blocks import Blocks as _Blocks, allocate as _allocate
 from .blocks import par_dim  # noqa: F401 (re-exported)
 from .grid import arange, mgrid  # noqa: F401 (re-exported)
@@ -71,13 +75,39 @@ def _unrolled(args):
                 _C.close_loop(loop_id)
 
 
-def affine_range(*args):
-    """Unrolled at trace time (yields ints) so masks and index grids see concrete indices."""
+def affine_range(*args, directives=None, multi_buffer=None, **kwargs):
+    """Unrolled at trace time (yields ints) so masks and index grids see concrete indices.
+    Scheduling hints (directives=ncc.no_reorder(), multi_buffer=...) are accepted and ignored:
+    neuron schedules by dependencies."""
     return _unrolled(args)
+
+
+def dynamic_range(*args):
+    """A runtime loop, traced once (not unrolled): range(*args) whose bounds may be one-element
+    tiles (read when the loop starts) as well as ints; the index is symbolic, so use it in
+    subscripts and index grids (t[i * 128 + i_p, i_f]), not in masks."""
+    vals = [_register_of(_tile_key(a)) if _tile_key(a) is not None else a for a in args]
+    return _nl.dynamic_range(*vals)
 
 
 sequential_range = static_range = affine_range
 program_id = _nl.program_id
+
+
+class nc(int):
+    """nl.nc(n): n NeuronCores along a launch-grid dim (nl.spmd_dim(a, nl.nc(2))). neuron runs
+    every program of the grid on its one simulated core, so it only multiplies the dim."""
+
+    def __repr__(self):
+        return f"nl.nc({int(self)})"
+
+
+def spmd_dim(*sizes):
+    """A launch-grid dim of prod(sizes) programs (sizes are ints and nl.nc(n))."""
+    for s in sizes:
+        if isinstance(s, bool) or not isinstance(s, int) or s <= 0:
+            _error("unsupported", f"nl.spmd_dim takes positive ints and nl.nc(n), got {s!r}")
+    return int(np.prod([int(s) for s in sizes]))
 
 
 def num_programs(axes=None):
@@ -100,13 +130,19 @@ def _make(shape, dtype, buffer, name, fill=None):
     def tile(tshape, suffix):
         n = name + suffix if name else ""
         if fill is None:
-            return _nl.ndarray(tshape, dtype, buffer=buffer, name=n)
-        return _nl.full(tshape, fill, dtype, buffer=buffer, name=n)
+            return _nl.ndarray(tshape, dtype, buffer=_memory(buffer), name=n)
+        return _nl.full(tshape, fill, dtype, buffer=_memory(buffer), name=n)
     return _allocate(shape, tile)
 
 
 def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
     return _make(shape, dtype, sbuf if buffer is None else buffer, name)
+
+
+def _memory(buffer):
+    # buffer= may be a direct-allocation request (ncc.sbuf.mod_alloc(...)): neuron places the
+    # tile itself (compiler.py says why that keeps the kernel's values).
+    return _compiler.memory_of(buffer)
 
 
 def zeros(shape, dtype, *, buffer=None, name="", **kwargs):
@@ -139,8 +175,18 @@ def empty_like(a, dtype=None, *, buffer=None, name="", **kwargs):
 
 # ---- data movement -----------------------------------------------------------------------------
 
+def _no_mask(mask, what):
+    if mask is not None and mask is not True:
+        _error("mask", f"{what} takes no mask= here (restrict the operands with subscripts "
+               "instead)")
+
+
 def load(src, *, mask=None, dtype=None, **kwargs):
-    """HBM -> a new SBUF tile; masked elements are not loaded."""
+    """HBM -> a new SBUF tile; masked elements are not loaded. t[idx_tile[i_p, 0], i_f] loads
+    the rows the index tile names (at run time)."""
+    if isinstance(src, _IndirectView):
+        _no_mask(mask, "nl.load of rows chosen at run time")
+        return _nl.load(src, None if dtype is None else _nl.to_dtype(dtype))
     src = _operand(src, "nl.load")
     if len(src.shape) == 1:  # A[a:b, i] on HBM: tiles have 2 dims, so this loads [n, 1]
         src = _GridView(_concrete(src), None, (src.shape[0], 1))
@@ -158,7 +204,17 @@ def load(src, *, mask=None, dtype=None, **kwargs):
 
 
 def store(dst, value, *, mask=None, **kwargs):
-    """Tile (SBUF or PSUM) or scalar -> HBM; only the masked (and valid) elements."""
+    """Tile (SBUF or PSUM) or scalar -> HBM; only the masked (and valid) elements.
+    t[idx_tile[i_p, 0], i_f] as dst stores row p of value to the row idx_tile[p, 0]."""
+    if isinstance(dst, _IndirectView):
+        _no_mask(mask, "nl.store to rows chosen at run time")
+        if not _is_view(value):
+            value = _nl.full(list(dst.shape), float(value), dst.dtype)
+        value = _concrete(_operand(value, "nl.store"))
+        if value.buffer == psum:
+            value = _nl.copy(value)
+        _nl.store(dst, value)
+        return
     dst = _operand(dst, "nl.store")
     shape = list(dst.shape)
     rect = _mask_rect(mask, shape, dst, value)
@@ -191,6 +247,21 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
     dst = _new_like([b, a], dt)
     _write_rect(dst, rect, t)
     return _mark_partial(dst, rect)
+
+
+def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs):
+    """Per partition, data's flattened free dims gathered at indices: a new SBUF tile of
+    indices' shape (nisa.nc_n_gather)."""
+    _no_mask(mask, "nl.gather_flattened")
+    return _nl.gather_flattened(_concrete(_operand(data, "nl.gather_flattened")),
+                                _concrete(_operand(indices, "nl.gather_flattened")), 0,
+                                None if dtype is None else _nl.to_dtype(dtype))
+
+
+def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
+    """The value to assign to the accumulating view (LoopReduce)."""
+    _no_mask(mask, "nl.loop_reduce")
+    return _LoopReduce(x, op, dtype)
 
 
 def broadcast_to(src, *, shape, **kwargs):
@@ -333,7 +404,7 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mas
 # ---- not provided: a clear error instead of an AttributeError ----------------------------------
 
 UNSUPPORTED = ("floor ceil trunc tan arctan gelu_dx gelu_apprx_sigmoid silu_dx mish erf_dx "
-               "invert mod fmod prod var all dropout loop_reduce all_reduce rand random_seed "
-               "shared_constant shared_identity_matrix expand_dims atomic_rmw gather_flattened "
-               "nc spmd_dim finfo").split()
+               "invert mod fmod prod var all dropout all_reduce rand random_seed "
+               "shared_constant shared_identity_matrix expand_dims atomic_rmw "
+               "finfo").split()
 _define_unsupported(globals(), "nl", UNSUPPORTED)

@@ -184,7 +184,7 @@ def _translate(shape, on_chip, keys, name):
                   "negative stride, which a view cannot express")
         if coef[j] != 1 and isinstance(k.const, _C.Affine) and not k.const.is_constant():
             error("index", f"the strided subscript of dim {d} of '{name}' starts at '{k.const}' "
-                  "(a program id); strided grids need a constant start")
+                  "(a program id or runtime value); strided grids need a constant start")
         if j in owner:
             error("index", f"dims {owner[j]} and {d} of '{name}' both walk grid axis {j} (a "
                   "diagonal); only one subscript may use each grid axis")
