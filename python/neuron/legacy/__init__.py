@@ -78,6 +78,7 @@ class _Traced:
                 kwargs[p.name] = values[p.name]
         try:
             out = self._lk_fn(*args, **kwargs)
+            created = list(views._State.shared)
         finally:
             views.end_trace()
         single = not isinstance(out, (tuple, list))
@@ -88,7 +89,11 @@ class _Traced:
         dummy = not kept and any(i is not None for i in inputs)
         if dummy:  # only mutated parameters are returned; a kernel needs one output
             kept = [language.ndarray((1,), language.float32, buffer=language.shared_hbm)]
-        self._lk_returned[key] = (single and out is not None, inputs, dummy)
+        # shared_hbm tensors the kernel wrote but did not return are scratch in NKI: neuron
+        # makes them outputs too (its rule) and run() drops them.
+        scratch = [t for t in created if out is not None and not any(t is o for o in kept)]
+        self._lk_returned[key] = (single and out is not None, inputs, dummy, len(scratch))
+        kept = kept + scratch
         return kept if len(kept) != 1 else kept[0]
 
 
@@ -173,7 +178,10 @@ class LegacyKernel:
             raise e.with_traceback(errors.strip_toolkit_frames(e.__traceback__)) from None
         spec = tuple((tuple(a.shape), runtime.to_dtype(a.dtype))
                      for a in map(runtime.to_numpy, arrays))
-        single, inputs, dummy = traced._lk_returned.get(spec, (False, [], False))
+        single, inputs, dummy, scratch = traced._lk_returned.get(spec, (False, [], False, 0))
+        if scratch:  # drop the scratch outputs (see _Traced)
+            out = out[:-scratch]
+            out = out[0] if len(out) == 1 else out
         if not any(i is not None for i in inputs):
             return out
         outs = [] if dummy else list(out) if isinstance(out, tuple) else [out]

@@ -12,7 +12,9 @@ from .grid import Cmp as _Cmp, Grid as _Grid, Mask as _Mask
 from .grid import broadcast_shapes as _broadcast_shapes, const_int as _const_int
 from .grid import error as _error, is_scalar_index as _is_scalar_index
 from .mask import rectangle as _rectangle
+from .deferred import Deferred as _Deferred, wrap_module as _wrap_module
 from .ops import define_unsupported as _define_unsupported
+from .ops import is_full as _is_full
 from .ops import matmul_parts as _matmul_parts, new_like as _new_like
 from .ops import operand as _operand, promote as _promote, reduced as _reduced
 from .views import concrete as _concrete, index_rect as _index_rect, is_view as _is_view
@@ -99,6 +101,10 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     if perf_mode not in (None, "", "none"):
         _error("unsupported", f"nc_matmul(perf_mode={perf_mode!r}) is not supported")
     st, mv, sr, mr, mn, out = _matmul_parts(stationary, moving, True, mask)
+    if out is not None and _is_full(out, mn):  # written straight into its destination
+        s, m = _index_rect(st, sr), _index_rect(mv, mr)
+        return _Deferred(mn, _nl.float32, _nl.psum,
+                         lambda d: _isa.nc_matmul(d, s, m, accumulate=False))
     dst = _new_like(mn, _nl.float32, _nl.psum)
     if out is not None:
         _isa.nc_matmul(_index_rect(dst, out), _index_rect(st, sr), _index_rect(mv, mr),
@@ -114,6 +120,8 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, **kwargs):
     if x.buffer == _nl.psum:
         x = _nl.copy(x)
     p, f = x.shape
+    if mask is None and (dtype is None or _nl.to_dtype(dtype) == x.dtype):
+        return _Deferred([f, p], x.dtype, _nl.psum, lambda d: _isa.nc_transpose(d, x))
     dst, rect = _begin(x, mask, None, _nl.psum, [f, p])
     if rect is not None:
         _isa.nc_transpose(_index_rect(dst, rect), _index_rect(x, [rect[1], rect[0]]))
@@ -390,3 +398,4 @@ UNSUPPORTED = ("tensor_partition_reduce tensor_tensor_scan range_select select_r
                "bn_aggr dropout max8 nc_find_index8 nc_match_replace8 nc_stream_shuffle "
                "dma_transpose sequence_bounds").split()
 _define_unsupported(globals(), "nisa", UNSUPPORTED)
+_wrap_module(globals())

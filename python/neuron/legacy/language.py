@@ -14,6 +14,8 @@ from . import compiler as _compiler
 from ..access import IndirectView as _IndirectView
 from .dynamic import register_of as _register_of, _tile as _tile_key
 from .loop_reduce import LoopReduce as _LoopReduce
+from .deferred import flush as _flush, resolve as _resolve, wrap_module as _wrap_module
+from .split import SplitView as _SplitView
 from .blocks import Blocks as _Blocks, allocate as _allocate
 from .blocks import par_dim  # noqa: F401 (re-exported)
 from .grid import arange, mgrid  # noqa: F401 (re-exported)
@@ -67,11 +69,13 @@ def _unrolled(args):
         return
     span, serial = user_span(), _nl._State.serial
     for i in builtins.range(*args):
+        _flush()  # a pending result belongs to the code before the iteration (deferred.py)
         _, loop_id, _ = _C.open_loop(0, 1, 1, False, span)
         try:
             yield i
         finally:
             if serial == _nl._State.serial:  # not a stale generator of an aborted trace
+                _flush()
                 _C.close_loop(loop_id)
 
 
@@ -130,8 +134,12 @@ def _make(shape, dtype, buffer, name, fill=None):
     def tile(tshape, suffix):
         n = name + suffix if name else ""
         if fill is None:
-            return _nl.ndarray(tshape, dtype, buffer=_memory(buffer), name=n)
-        return _nl.full(tshape, fill, dtype, buffer=_memory(buffer), name=n)
+            t = _nl.ndarray(tshape, dtype, buffer=_memory(buffer), name=n)
+        else:
+            t = _nl.full(tshape, fill, dtype, buffer=_memory(buffer), name=n)
+        if _memory(buffer) == shared_hbm and _State.active:
+            _State.shared.append(t)  # returned, or scratch (legacy/__init__.py)
+        return t
     return _allocate(shape, tile)
 
 
@@ -195,6 +203,10 @@ def load(src, *, mask=None, dtype=None, **kwargs):
     dt = src.dtype if dtype is None else _nl.to_dtype(dtype)
     if rect is None:
         return _mark_partial(_new_like(shape, dt), None)
+    if isinstance(src, _SplitView):  # dims walked by several grid axes: one DMA per piece
+        dst = _new_like(shape, dt)
+        src.copy_into(dst, rect)
+        return _mark_partial(dst, rect)
     view = src.resolve(rect) if isinstance(src, _GridView) else _index_rect(src, rect)
     if _is_full(rect, shape) and list(view.shape) == shape:
         return _nl.load(view, dt)
@@ -216,6 +228,14 @@ def store(dst, value, *, mask=None, **kwargs):
         _nl.store(dst, value)
         return
     dst = _operand(dst, "nl.store")
+    if isinstance(dst, _SplitView):  # dims walked by several grid axes: one DMA per piece
+        _no_mask(mask, "nl.store to a subscript that combines grid axes in one dim")
+        if _is_view(value):
+            value = _concrete(_operand(value, "nl.store"))
+            value = _nl.copy(value) if value.buffer == psum else value
+        dst.assign(value, lambda view, v: _store_view(view, v) if _is_view(v) else
+                   _nl._fill_hbm(view, float(v), user_span()))
+        return
     shape = list(dst.shape)
     rect = _mask_rect(mask, shape, dst, value)
     known, valid = _partial_rect(value)
@@ -283,6 +303,10 @@ def matmul(x, y, *, transpose_x=False, mask=None, **kwargs):
     xt, yt, xr, yr, mn, out = _matmul_parts(x, y, bool(transpose_x), mask)
     if out is None:
         return _mark_partial(_new_like(mn, float32, psum), None)
+    # TensorE reads SBUF: a PSUM operand (say, an nl.transpose result) is copied out first, as
+    # NKI's compiler does for nl.matmul.
+    xt = _nl.copy(xt) if xt.buffer == psum else xt
+    yt = _nl.copy(yt) if yt.buffer == psum else yt
     if _is_full(out, mn) and xr == [(0, n) for n in xt.shape] and \
             yr == [(0, n) for n in yt.shape]:
         return _nl.matmul(xt, yt, bool(transpose_x))
@@ -328,6 +352,9 @@ class _Fn:
         return self.default_dtype
 
     def __call__(self, x, *args, dtype=None, mask=None, **kwargs):
+        _flush()
+        x, args = _resolve(x), tuple(_resolve(a) for a in args)
+        kwargs = {k: _resolve(v) for k, v in kwargs.items()}
         if self.kind == "unary":
             dt = self._dtype(dtype)
             return _masked(lambda a: self.fn(a, dt), [x], mask,
@@ -408,3 +435,7 @@ UNSUPPORTED = ("floor ceil trunc tan arctan gelu_dx gelu_apprx_sigmoid silu_dx m
                "shared_constant shared_identity_matrix expand_dims atomic_rmw "
                "finfo").split()
 _define_unsupported(globals(), "nl", UNSUPPORTED)
+_wrap_module(globals(), skip={"arange", "mgrid", "ds", "program_id", "num_programs",
+                              "program_ndim", "spmd_dim", "loop_reduce", "affine_range",
+                              "sequential_range", "static_range", "dynamic_range",
+                              "static_cast"})

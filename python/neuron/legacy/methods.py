@@ -9,6 +9,8 @@ from .. import language as _nl
 from ..access import IndirectView
 from . import dynamic
 from .loop_reduce import LoopReduce
+from .split import SplitView
+from . import deferred
 from .grid import Cmp, Grid, Mask, error
 from .mask import rectangle
 from .views import (ON_CHIP, GridView, MaskedOperand, Reshaped, as_gridview, concrete, grid_view,
@@ -57,6 +59,12 @@ def assign(view, value):
     known, rect = partial_rect(value)
     if known and rect is None:
         return  # a fully masked value: nothing to write
+    if isinstance(view, SplitView):  # dims walked by several grid axes: piece by piece
+        if rect is not None:
+            error("mask", "a masked value cannot be assigned to a subscript that combines grid "
+                  "axes in one dim")
+        view.assign(value, assign)
+        return
     view = as_gridview(view)
     if rect is not None:
         value = index_rect(value, rect)
@@ -87,6 +95,12 @@ def assign(view, value):
 
 def legacy_setitem(self, key, value):
     keys = key if isinstance(key, tuple) else (key,)
+    if isinstance(value, deferred.Deferred):  # `t[k] = nisa.nc_matmul(...)`: write t[k] directly
+        view = legacy_getitem(self, key) if _is_legacy(keys) else _prev_getitem(self, key)
+        if value.into(view):
+            return
+        value = value.tile()
+    deferred.flush()
     if isinstance(value, LoopReduce):  # dst[...] = nl.loop_reduce(x, op, ...): dst op= x
         value.apply(concrete(legacy_getitem(self, key)))
         return
@@ -108,6 +122,8 @@ def legacy_setitem(self, key, value):
 
 
 def legacy_iadd(self, other):
+    deferred.flush()
+    other = deferred.resolve(other)
     known, rect = partial_rect(other)
     if known:
         if rect is not None:
