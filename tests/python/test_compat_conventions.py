@@ -152,3 +152,21 @@ def test_legacy_value_returning_psum_results_are_written_in_place():
     ir = str(blocks_of_products.trace(q, k))
     # Straight into the blocks: no fresh PSUM tile and no copy besides the two nl.copy calls.
     assert ir.count("alloc") == 2 + 2 + 2 and ir.count("copy(") == 2, ir
+
+
+@nki.jit(mode="simulation")
+def with_constants(x):
+    """nl.shared_constant arrays (hidden inputs) and nc_matmul(is_transpose=True)."""
+    out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    ident = nl.shared_constant(np.identity(128, dtype=np.int8), dtype=nl.float32)
+    scale = nl.shared_constant(np.arange(128, dtype=np.float32).reshape(128, 1))
+    t = nisa.nc_matmul(nl.load(x), nl.load(ident), is_transpose=True)
+    nl.store(out, nl.multiply(nl.copy(t), nl.load(scale)))
+    return out
+
+
+def test_shared_constants_and_transposing_matmul():
+    x = RNG.uniform(-1, 1, (128, 128)).astype(np.float32)
+    want = x.T * np.arange(128, dtype=np.float32)[:, None]
+    np.testing.assert_array_equal(with_constants(x), want)
+    np.testing.assert_array_equal(with_constants(x), want)  # cached, constants passed again

@@ -94,10 +94,14 @@ def _done(dst, rect):
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,
               is_transpose=False, tile_position=(), tile_size=(), mask=None, perf_mode=None,
               **kwargs):
-    """stationary[K, M].T @ moving[K, N] -> a new PSUM fp32 [M, N] tile."""
+    """stationary[K, M].T @ moving[K, N] -> a new PSUM fp32 [M, N] tile. is_transpose=True
+    (moving an identity): stationary.T exactly, in stationary's dtype (nc_transpose here)."""
     if is_transpose:
-        _error("unsupported", "nc_matmul(is_transpose=True) is not supported; use "
-               "nisa.nc_transpose")
+        if mask is not None:
+            _error("unsupported", "nc_matmul(is_transpose=True, mask=...) is not supported")
+        x = _tile(stationary, "nisa.nc_matmul")
+        p, f = x.shape
+        return _Deferred([f, p], x.dtype, _nl.psum, lambda d: _isa.nc_transpose(d, x))
     if perf_mode not in (None, "", "none"):
         _error("unsupported", f"nc_matmul(perf_mode={perf_mode!r}) is not supported")
     st, mv, sr, mr, mn, out = _matmul_parts(stationary, moving, True, mask)

@@ -14,6 +14,7 @@ from . import compiler as _compiler
 from ..access import IndirectView as _IndirectView
 from .dynamic import register_of as _register_of, _tile as _tile_key
 from .loop_reduce import LoopReduce as _LoopReduce
+from . import constants as _constants
 from .deferred import flush as _flush, resolve as _resolve, wrap_module as _wrap_module
 from .split import SplitView as _SplitView
 from .blocks import Blocks as _Blocks, allocate as _allocate
@@ -278,6 +279,12 @@ def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs):
                                 None if dtype is None else _nl.to_dtype(dtype))
 
 
+def shared_constant(constant, dtype=None, **kwargs):
+    """A constant HBM tensor holding the NumPy array `constant` (cast to dtype): a hidden
+    kernel input (constants.py)."""
+    return _constants.request(constant, dtype)
+
+
 def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
     """The value to assign to the accumulating view (LoopReduce)."""
     _no_mask(mask, "nl.loop_reduce")
@@ -432,7 +439,7 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mas
 
 UNSUPPORTED = ("floor ceil trunc tan arctan gelu_dx gelu_apprx_sigmoid silu_dx mish erf_dx "
                "invert mod fmod prod var all dropout all_reduce rand random_seed "
-               "shared_constant shared_identity_matrix expand_dims atomic_rmw "
+               "shared_identity_matrix expand_dims atomic_rmw "
                "finfo").split()
 _define_unsupported(globals(), "nl", UNSUPPORTED)
 _wrap_module(globals(), skip={"arange", "mgrid", "ds", "program_id", "num_programs",
