@@ -27,6 +27,7 @@ class _Sites(threading.local):
     opened = ()         # sites of the rolled loops opened so far
     closed = frozenset()  # sites of the rolled loops that have run to their end
     loops = None        # loop variable -> its site
+    partly = False      # the last trace unrolled loops for values and kept others rolled
 
 
 _state = _Sites()
@@ -66,16 +67,20 @@ def need_value(a):
         raise NeedsValue(mine | _state.closed)
 
 
-def trace(run):
-    """run() (one trace), restarted with more loops unrolled while it needs index values."""
+def trace(run, unroll_all=False):
+    """run() (one trace), restarted with more loops unrolled while it needs index values
+    (unroll_all: every loop unrolled from the start)."""
     saved = (_state.active, _state.unroll, _state.opened, _state.closed, _state.loops)
-    unroll = frozenset()
+    unroll = frozenset(["*"]) if unroll_all else frozenset()
+    _state.partly = False
     try:
         while True:
             _state.active, _state.unroll, _state.opened = True, unroll, ()
             _state.closed, _state.loops = frozenset(), {}
             try:
-                return run()
+                result = run()
+                _state.partly = bool(unroll) and "*" not in unroll and bool(_state.opened)
+                return result
             except NeedsValue as e:
                 if e.args[0] <= unroll:  # cannot happen: an unrolled loop's index is an int
                     raise RuntimeError("neuron: a loop index needed a value after unrolling")
@@ -86,6 +91,11 @@ def trace(run):
                 unroll = frozenset(["*"])
     finally:
         _state.active, _state.unroll, _state.opened, _state.closed, _state.loops = saved
+
+
+def partly_unrolled():
+    """Did the last trace unroll some loops for their values and keep others rolled?"""
+    return _state.partly
 
 
 def _index(self):
