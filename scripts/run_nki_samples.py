@@ -7,7 +7,9 @@ and the tests in tests/python never depend on them (docs/nki-compat.md, "Publish
     PYTHONPATH=build/python python3 scripts/run_nki_samples.py /path/to/nki-samples [names...]
 
 Each kernel runs in its own process (a fresh import of the samples, a timeout: --timeout S).
-The inputs are the samples' own sizes (their test harnesses' or __main__ blocks'), seeded."""
+The inputs are the samples' own sizes (their test harnesses' or __main__ blocks'), seeded;
+NKI_SAMPLES_ATTENTION_SEQLEN=1024 runs the tiled attention tutorials (v3 on) at another
+sequence length than their harness's 4096 (a quicker check on a loaded machine)."""
 import argparse
 import importlib
 import os
@@ -67,8 +69,9 @@ def ref_maxpool(x, k):
 
 def attention(version, seqlen):
     def inputs():
+        n = int(os.environ.get("NKI_SAMPLES_ATTENTION_SEQLEN", seqlen)) if seqlen > 128 else seqlen
         r = rng()
-        return [((r.random((128, seqlen)) - 0.5) * 2).astype(np.float32) for _ in range(3)]
+        return [((r.random((128, n)) - 0.5) * 2).astype(np.float32) for _ in range(3)]
     return (f"attention {version}", f"{T}/attention_fwd_performance/attention_kernels.py",
             f"attn_fwd_{version}", inputs, ref_attention, 0, 1e-2)
 

@@ -55,6 +55,15 @@ def tensor_tensor(dst, data1, data2, op, engine=None, name=None):
 
 
 @_eager.op(writes=("dst",))
+def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False,
+                       name=None):
+    """Per partition along the free dims: r = initial (a number or [P, 1] tile), then
+    r = op1(op0(data0[i], r), data1[i]), dst[i] = r (reverse0/1 swap an op's operands)."""
+    _C.tensor_tensor_scan(dst, data0, data1, _operand(initial), _op(op0), _op(op1),
+                          bool(reverse0), bool(reverse1), user_span())
+
+
+@_eager.op(writes=("dst",))
 def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
                   reverse1=False, engine=None, name=None):
     _C.tensor_scalar(dst, data, _op(op0), _operand(operand0), bool(reverse0),

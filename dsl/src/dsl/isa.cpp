@@ -72,6 +72,22 @@ void tensor_tensor(const tensor& dst, const tensor& data1, const tensor& data2, 
             span);
 }
 
+void tensor_tensor_scan(const tensor& dst, const tensor& data0, const tensor& data1,
+                        operand initial, alu op0, alu op1, bool reverse0, bool reverse1,
+                        Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::tensor_tensor_scan,
+            {{"dst", view_of(dst, span)},
+             {"data0", view_of(data0, span)},
+             {"data1", view_of(data1, span)},
+             {"initial", operand_arg(initial, span)},
+             {"op0", op_name(op0.get(span))},
+             {"op1", op_name(op1.get(span))},
+             {"reverse0", int64_t{reverse0}},
+             {"reverse1", int64_t{reverse1}}},
+            span);
+}
+
 void tensor_scalar(const tensor& dst, const tensor& data, alu op0, operand operand0, bool reverse0,
                    std::optional<alu> op1, std::optional<operand> operand1, bool reverse1,
                    Span span) {

@@ -173,6 +173,19 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwa
     return _done(dst, rect)
 
 
+def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *,
+                       dtype=None, mask=None, **kwargs):
+    """Per partition, r = op1(op0(data0[i], r), data1[i]) from r = initial (a number or a
+    [P, 1] tile): a new tile of data0's shape."""
+    a, b = _tile(data0, "nisa.tensor_tensor_scan"), _tile(data1, "nisa.tensor_tensor_scan")
+    dst, rect = _begin(a, mask, dtype or _promote(a.dtype, b.dtype))
+    if rect is not None:
+        _isa.tensor_tensor_scan(_index_rect(dst, rect), _index_rect(a, rect),
+                                _index_rect(b, rect), _column(initial, rect, "initial"),
+                                _name(op0), _name(op1), reverse0, reverse1)
+    return _done(dst, rect)
+
+
 def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
                   *, dtype=None, mask=None, engine=None, **kwargs):
     """(data op0 operand0) op1 operand1; operands are numbers or [P, 1] tiles."""
@@ -398,7 +411,7 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
     return dst
 
 
-UNSUPPORTED = ("tensor_partition_reduce tensor_tensor_scan range_select select_reduce bn_stats "
+UNSUPPORTED = ("tensor_partition_reduce range_select select_reduce bn_stats "
                "bn_aggr dropout max8 nc_find_index8 nc_match_replace8 nc_stream_shuffle "
                "dma_transpose sequence_bounds").split()
 _define_unsupported(globals(), "nisa", UNSUPPORTED)
