@@ -15,6 +15,7 @@
 
 #include "../examples/softmax.hpp"
 #include "neuron/runtime/native/native.hpp"
+#include "rmsnorm.hpp"
 #include "spmd_matmul.hpp"
 
 namespace {
@@ -60,6 +61,19 @@ const Entry& softmax_kernel(int64_t rows, int64_t cols) {
   if (it != g_kernels.end()) return it->second;
   auto k =
       neuron::trace("bench_softmax", examples::softmax, {{{rows, cols}, neuron::DType::float32}});
+  Entry e{neuron::compile_native(k), {rows / 128}};
+  return g_kernels.emplace(key, std::move(e)).first->second;
+}
+
+const Entry& rmsnorm_kernel(int64_t rows, int64_t cols, neuron::DType dt) {
+  std::string key = fmt::format("rmsnorm {} {} {}", rows, cols, neuron::dtype_name(dt));
+  std::lock_guard lock(g_mutex);
+  auto it = g_kernels.find(key);
+  if (it != g_kernels.end()) return it->second;
+  auto k = neuron::trace(
+      "bench_rmsnorm",
+      [](neuron::nl::tensor x, neuron::nl::tensor w) { return bench::rmsnorm(x, w, 1e-6f); },
+      {{{rows, cols}, dt}, {{1, cols}, dt}});
   Entry e{neuron::compile_native(k), {rows / 128}};
   return g_kernels.emplace(key, std::move(e)).first->second;
 }
@@ -116,6 +130,19 @@ double neuron_bench_softmax(int64_t rows, int64_t cols, int threads, int iters, 
     std::vector<neuron::Tensor> t{
         neuron::Tensor::borrow(x, {rows, cols}, neuron::DType::float32),
         neuron::Tensor::borrow(out, {rows, cols}, neuron::DType::float32)};
+    return time_runs(e, t, threads, iters);
+  });
+}
+
+// RMSNorm of x[rows, cols] with weight w[1, cols] (eps 1e-6), fp32 or bf16 bits, into out.
+double neuron_bench_rmsnorm(int64_t rows, int64_t cols, int dtype_is_bf16, int threads, int iters,
+                            void* x, void* w, void* out) {
+  return guarded([&] {
+    auto dt = dtype_is_bf16 ? neuron::DType::bfloat16 : neuron::DType::float32;
+    const Entry& e = rmsnorm_kernel(rows, cols, dt);
+    std::vector<neuron::Tensor> t{neuron::Tensor::borrow(x, {rows, cols}, dt),
+                                  neuron::Tensor::borrow(w, {1, cols}, dt),
+                                  neuron::Tensor::borrow(out, {rows, cols}, dt)};
     return time_runs(e, t, threads, iters);
   });
 }

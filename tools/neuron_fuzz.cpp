@@ -7,8 +7,10 @@
 // Each case folder holds kernel.ir (the generated kernel), compiled.ir (after legalize and
 // allocate: what the reference executes), meta.txt, the inputs in_<name>.bin and each
 // executor's outputs <executor>.<name>.bin (raw little-endian element bytes). A kernel the
-// compiler rejects gets rejected.txt; a crash or error while running gets error.txt. Adding an
-// executor is one entry in `executors()`.
+// compiler rejects gets rejected.txt; an executor that raises while running gets
+// <executor>.error.txt (the UserError's rule, or "exception", on the first line, then the
+// message): an index read at run time may be out of bounds, and the reference then expects
+// that error from every executor. Adding an executor is one entry in `executors()`.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -128,9 +130,12 @@ void run_case(const Kernel& k, const std::vector<int64_t>& grid, uint64_t seed, 
       for (size_t i = 0; i < outs.size(); ++i)
         write_file(dir / fmt::format("{}.{}.bin", ex.name, k.outputs[i]->name), outs[i].data(),
                    outs[i].bytes());
+    } catch (const UserError& e) {
+      ++tot.errors;
+      write_text(dir / fmt::format("{}.error.txt", ex.name), fmt::format("{}\n{}\n", e.rule(), e.what()));
     } catch (const std::exception& e) {
       ++tot.errors;
-      write_text(dir / "error.txt", fmt::format("{}: {}\n", ex.name, e.what()));
+      write_text(dir / fmt::format("{}.error.txt", ex.name), fmt::format("exception\n{}\n", e.what()));
     }
   }
   write_text(dir / "meta.txt", meta);

@@ -354,6 +354,8 @@ inline Generated KernelGen::generate() {
   F_ = chance(0.5) ? pick(1, 8) : pick(1, 48);
   const int64_t G = chance(0.3) ? pick(2, 3) : 1;
   const int64_t L = pick(1, 3);
+  G_ = G;
+  L_ = L;
   const int64_t rows = G * L * P_;
   auto hbm = [&](const char* name, std::vector<int64_t> shape, DType dt) {
     auto b = std::make_shared<Buffer>();
@@ -369,25 +371,57 @@ inline Generated KernelGen::generate() {
   auto acc_out = hbm("acc", {G * P_, F_}, DType::float32);
   const Affine pid_rows = G > 1 ? Affine::var("pid0", P_) : Affine(0);
   row_ = (G > 1 ? Affine::var("pid0", L * P_) : Affine(0)) + Affine::var("i0", P_);
+  pid_ = G > 1 ? Affine::var("pid0") : Affine(0);
+  dynamic_ = chance(opts_.dynamic);
+  fault_left_ = dynamic_ && chance(opts_.fault);
+  if (dynamic_) {
+    ix_ = hbm("ix", {rows, F_}, DType::int32);
+    if (chance(0.5)) {
+      R_ = pick(P_, 128);
+      sc_ = hbm("sc", {G, R_, F_}, rand_dtype());
+    }
+  }
 
   std::vector<StmtPtr> top;
   body_ = &top;
   auto acc = new_tile(Memory::sbuf, {P_, F_}, DType::float32);
   emit(Opcode::memset, {{"dst", whole(acc)}, {"value", 0.0}});
+  if (sc_) {  // every element of sc is written before the loop scatters rows into it
+    auto init = new_tile(Memory::sbuf, {R_, F_}, sc_->dtype);
+    emit(Opcode::iota, {{"dst", whole(init)},
+                        {"pattern", std::vector<int64_t>{1, F_}},
+                        {"offset", pick(-20, 20)},
+                        {"channel_multiplier", pick(-2, 2)}});
+    Access all;
+    all.buffer = sc_;
+    all.dims = {DimSlice{pid_, 1, 1, false}, DimSlice{Affine(0), R_, 1, true},
+                DimSlice{Affine(0), F_, 1, true}};
+    emit(Opcode::dma_copy, {{"dst", all}, {"src", whole(init)}});
+  }
 
   std::vector<StmtPtr> loop;
   body_ = &loop;
   tiles_.clear();
+  if (dynamic_) {
+    xi_ = new_tile(Memory::sbuf, {P_, F_}, DType::int32);
+    Access src;
+    src.buffer = ix_;
+    src.dims = {DimSlice{row_, P_, 1, true}, DimSlice{Affine(0), F_, 1, true}};
+    emit(Opcode::dma_copy, {{"dst", whole(xi_)}, {"src", src}});
+  }
   const int n_init = static_cast<int>(pick(1, 3));
   for (int i = 0; i < n_init; ++i) add_tile_by_full_write();
   const int n = static_cast<int>(pick(1, opts_.max_instrs));
   for (int i = 0; i < n; ++i) {
-    if (chance(0.3))
+    if (dynamic_ && chance(0.35))
+      dynamic_instr();
+    else if (chance(0.3))
       add_tile_by_full_write();
     else
       random_instr();
   }
-  // A tile carried across iterations makes the loop sequential.
+  // A tile carried across iterations makes the loop sequential (so do rows of sc written at
+  // indices read from data: iterations may write the same rows).
   const bool carry = chance(0.5);
   if (carry)
     emit(Opcode::tensor_tensor, {{"dst", whole(acc)},
@@ -401,7 +435,8 @@ inline Generated KernelGen::generate() {
        {{"dst", store}, {"src", whole(tiles_.back().buf)}});
 
   body_ = &top;
-  top.push_back(For::make("i0", L, carry ? LoopKind::sequential : LoopKind::affine,
+  top.push_back(For::make("i0", L,
+                          carry || sc_in_loop_ ? LoopKind::sequential : LoopKind::affine,
                           Block::make(std::move(loop))));
   Access acc_store;
   acc_store.buffer = acc_out;
@@ -411,10 +446,13 @@ inline Generated KernelGen::generate() {
   Generated g;
   g.kernel.name = "fuzz";
   g.kernel.inputs = {a_, b_};
+  if (ix_) g.kernel.inputs.push_back(ix_);
   g.kernel.outputs = {out, acc_out};
+  if (sc_) g.kernel.outputs.push_back(sc_);
   g.kernel.body = Block::make(std::move(top));
   g.grid = {G};
   g.instructions = instrs_;
+  g.may_fault = may_fault_;
   return g;
 }
 

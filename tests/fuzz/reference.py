@@ -6,6 +6,10 @@ native backend. It reads the kernel printed by neuron::print after legalize/allo
 ml_dtypes. Allocated offsets and slots are ignored: every `alloc` gets fresh storage, so an
 allocator that makes live buffers overlap shows up as a difference.
 
+The dynamic half (see dynamic semantics below): registers, runtime loops, indirect DMA rows and
+the gathers. An index read at run time outside its range is a `Fault`: the expected outcome of
+the run is then an out-of-bounds error from every executor, not outputs.
+
     python3 reference.py CASE_DIR      # checks one case folder, prints the verdict
 """
 import math
@@ -15,6 +19,8 @@ from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
+
+import reference_math
 
 DTYPES = {
     "float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16,
@@ -27,6 +33,25 @@ FLOAT_DTYPES = {"float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2"}
 
 class RefError(Exception):
     pass
+
+
+class Fault(Exception):
+    """The run must fail: an index known only at run time is out of range.
+
+    op: the instruction; needles: strings the executors' message must contain (the offending
+    index and where it was read); the message is for people."""
+
+    def __init__(self, op, message, needles):
+        super().__init__(f"{op}: {message}")
+        self.op = op
+        self.needles = needles
+
+
+REGISTER = re.compile(r"^r[0-9]+$")
+
+
+def is_register(name):
+    return bool(REGISTER.match(name))
 
 
 # ---- parsing the text form -----------------------------------------------------------------
@@ -79,6 +104,11 @@ class Stmt:
     body: list = field(default_factory=list)
     var: str = ""
     extent: int = 0
+    loop: str = "static"  # static (affine/sequential_range), range (dynamic_range), while
+    start: tuple = (0, {})
+    stop: tuple = (0, {})
+    step: int = 1
+    cond: str = ""
     decl: Decl = None
     op: str = ""
     args: dict = field(default_factory=dict)
@@ -175,12 +205,26 @@ class Parser:
             self.next()
             var = self.name()
             self.expect("in")
-            self.name()  # affine_range / sequential_range: same semantics for a sequential run
+            kind = self.name()
             self.expect("(")
-            extent = self.integer()
+            if kind in ("affine_range", "sequential_range"):
+                # Same semantics for a sequential run.
+                st = Stmt("for", var=var, extent=self.integer())
+            elif kind == "dynamic_range":
+                start = self.affine()
+                self.expect(",")
+                stop = self.affine()
+                self.expect(",")
+                st = Stmt("for", var=var, loop="range", start=start, stop=stop,
+                          step=self.integer())
+            elif kind == "while_nonzero":
+                st = Stmt("for", var=var, loop="while", cond=self.name())
+            else:
+                raise RefError(f"loop kind {kind} not modelled")
             self.expect(")")
             self.skip_loc()
-            return Stmt("for", var=var, extent=extent, body=[self.stmt()])
+            st.body = [self.stmt()]
+            return st
         if tok == ("id", "alloc"):
             self.next()
             d = self.decl()
@@ -375,6 +419,11 @@ def alu(op, a, b):
 
 
 def activation_fn(func, t):
+    # The transcendentals follow docs/numerics.md's algorithms step by step (reference_math.py);
+    # the rest are exact operations, computed in double and rounded once.
+    r = reference_math.activation(func, t)
+    if r is not None:
+        return r
     x = t.astype(np.float64)
     with np.errstate(all="ignore"):
         if func == "copy":
@@ -448,6 +497,34 @@ def fma_f32(prod, acc):
     return np.where(pick_other, other, f).astype(F)
 
 
+# ---- dynamic semantics: registers and indices read at run time ---------------------------------
+
+def wrap_int32(v):
+    """Registers are 32-bit two's-complement integers."""
+    return ((int(v) + 2**31) % 2**32) - 2**31
+
+
+def register_value(raw, dtype):
+    """The value register_load reads from one element: an integer element exactly (wrapped to
+    32 bits), a float element converted like any fp32 -> int32 conversion (docs/numerics.md:
+    round to nearest even, NaN -> 0, saturate)."""
+    if dtype in FLOAT_DTYPES:
+        return int(from_f32(to_f32(raw), "int32"))
+    return wrap_int32(int(raw))
+
+
+def convert_values(raw, src_dtype, dst_dtype):
+    """Element moves (DMA rows, gathers): bit copies within a dtype, else through fp32."""
+    if src_dtype == dst_dtype:
+        return raw.copy()
+    return from_f32(to_f32(raw), dst_dtype)
+
+
+def per_partition(arr):
+    """A [P, ...] array as [P, elements per partition], row-major."""
+    return arr.reshape(arr.shape[0], -1) if arr.ndim else arr.reshape(1, 1)
+
+
 # ---- execution --------------------------------------------------------------------------------
 
 class Machine:
@@ -456,8 +533,10 @@ class Machine:
         self.decls = dict(decls)  # name -> Decl
         self.local = {}  # on-chip buffers of the running program
         self.mm = {}  # psum buffer -> bool mask: element last written by a matmul
-        self.env = {}
+        self.env = {}  # loop variables, program ids and registers
+        self.dynamic_vars = set()  # variables of the enclosing runtime loops
         self.instructions = 0
+        self.op_name = "?"  # the running instruction (named by faults)
 
     def arr(self, name):
         if name in self.local:
@@ -466,16 +545,38 @@ class Machine:
             return self.hbm[name]
         raise RefError(f"unknown buffer {name}")
 
-    def index(self, v):
+    def value_of(self, var):
+        if var in self.env:
+            return self.env[var]
+        if is_register(var):
+            return 0  # registers start at 0 in every program
+        raise RefError(f"unknown variable {var}")
+
+    def eval_affine(self, a):
+        c, terms = a
+        return c + sum(k * self.value_of(n) for n, k in terms.items())
+
+    def runtime(self, a):
+        """Whether an index expression depends on a value read at run time."""
+        return any(is_register(n) or n in self.dynamic_vars for n in a[1])
+
+    def index(self, v, op="?", rows_dim=None):
+        """Index arrays of view v. rows_dim: an indirect DMA's row dim, left out of the checks
+        (its positions come from the index tile); its index array is [0]."""
         arr = self.arr(v.buf)
         if len(v.dims) != arr.ndim:
             raise RefError(f"view of {v.buf} has {len(v.dims)} dims, buffer {arr.ndim}")
         idx, full, kept = [], [], []
-        for d, ((c, terms), size, step, keep) in enumerate(v.dims):
-            start = c + sum(k * self.env[n] for n, k in terms.items())
+        for d, (start_expr, size, step, keep) in enumerate(v.dims):
+            start = self.eval_affine(start_expr)
             ix = start + step * np.arange(size)
-            if size and (ix.min() < 0 or ix.max() >= arr.shape[d]):
-                raise RefError(f"out of bounds: {v.buf} dim {d} index {ix.min()}..{ix.max()}")
+            if d == rows_dim:
+                ix = np.zeros(size, np.int64)
+            elif size and (ix.min() < 0 or ix.max() >= arr.shape[d]):
+                where = f"{v.buf} dim {d} index {ix.min()}..{ix.max()} of {arr.shape[d]}"
+                if self.runtime(start_expr):
+                    raise Fault(op, f"a runtime index is out of bounds: {where}", [])
+                raise RefError(f"out of bounds: {where}")
             idx.append(ix)
             full.append(size)
             if keep:
@@ -483,14 +584,14 @@ class Machine:
         return arr, np.ix_(*idx), full, kept
 
     def read(self, v):
-        arr, ix, _, kept = self.index(v)
+        arr, ix, _, kept = self.index(v, self.op_name)
         return arr[ix].reshape(kept)
 
     def dtype(self, v):
         return self.decls[v.buf].dtype
 
     def write(self, v, values, from_matmul=False):
-        arr, ix, full, _ = self.index(v)
+        arr, ix, full, _ = self.index(v, self.op_name)
         arr[ix] = np.asarray(values).reshape(full)
         if v.buf in self.mm:
             self.mm[v.buf][ix] = from_matmul
@@ -523,10 +624,7 @@ class Machine:
         if s.kind == "block":
             self.run_block(s.body)
         elif s.kind == "for":
-            for i in range(s.extent):
-                self.env[s.var] = i
-                self.run(s.body[0], [])
-            self.env.pop(s.var, None)
+            self.run_loop(s)
         elif s.kind == "alloc":
             d = s.decl
             self.decls[d.name] = d
@@ -536,7 +634,125 @@ class Machine:
             allocated.append(d.name)
         else:
             self.instructions += 1
+            self.op_name = s.op
             self.op(s.op, s.args)
+
+    # A while loop that never ends is a bug of the generator (or of the reference).
+    MAX_WHILE_TRIPS = 100000
+
+    def run_loop(self, s):
+        """affine/sequential_range(n): var = 0..n-1. dynamic_range(start, stop, step): the trip
+        count max(0, ceil((stop - start) / step)) is read once, when the loop starts, and var
+        counts 0, 1, ... (the front end folds start and step into the indices). while_nonzero(r):
+        var counts 0, 1, ... while register r is non-zero, tested before every iteration."""
+        if s.loop == "static":
+            trips = s.extent
+        elif s.loop == "range":
+            span = self.eval_affine(s.stop) - self.eval_affine(s.start)
+            trips = max(0, -(-span // s.step))
+            self.dynamic_vars.add(s.var)
+        else:
+            self.dynamic_vars.add(s.var)
+        i = 0
+        while (i < trips) if s.loop != "while" else (self.value_of(s.cond) != 0):
+            if i >= self.MAX_WHILE_TRIPS:
+                raise RefError(f"while_nonzero({s.cond}) ran {i} times")
+            self.env[s.var] = i
+            self.run(s.body[0], [])
+            i += 1
+        self.env.pop(s.var, None)
+        self.dynamic_vars.discard(s.var)
+
+    def indirect_dma(self, a):
+        """dma_copy with src_rows (a gather of rows) or dst_rows (a scatter of rows).
+
+        The HBM side's first kept dim is the row dim; its view takes it whole from 0 with one
+        position per partition of the on-chip side. Partition p moves row rows[p] of that dim
+        (its other dims as the view says). An index outside the dim's rows is an error, or with
+        oob_mode=1 the row is skipped (nothing moves for that partition)."""
+        side = "src" if "src_rows" in a else "dst"
+        rows_arg = side + "_rows"
+        hbm_v, chip_v = (a["src"], a["dst"]) if side == "src" else (a["dst"], a["src"])
+        kept = [d for d, dim in enumerate(hbm_v.dims) if dim[3]]
+        if not kept:
+            raise RefError("indirect DMA view without a kept dim")
+        rd = kept[0]
+        nrows = self.decls[hbm_v.buf].shape[rd]
+        hbm_arr, hbm_ix, hbm_full, _ = self.index(hbm_v, "dma_copy", rows_dim=rd)
+        chip = per_partition(self.read(chip_v))  # checks the on-chip side's bounds
+        rows = self.read(a[rows_arg]).reshape(-1).astype(np.int64)
+        P = chip.shape[0]
+        if rows.size != P:
+            raise RefError(f"{rows_arg} has {rows.size} elements for {P} partitions")
+        skip = a.get("oob_mode", 0) == 1
+        hdt, cdt = self.dtype(hbm_v), self.dtype(chip_v)
+        new_chip = chip.copy()
+        for p in range(P):
+            r = int(rows[p])
+            if r < 0 or r >= nrows:
+                if skip:
+                    continue
+                raise Fault("dma_copy",
+                            f"row index {r} (element {p} of {rows_arg}) outside {nrows} rows "
+                            f"of '{hbm_v.buf}'", [f"row index {r} ", f"element {p} ",
+                                                  f"{nrows} rows", f"'{hbm_v.buf}'"])
+            ix = list(hbm_ix)
+            ix[rd] = ix[rd] + r
+            ix = tuple(ix)
+            if side == "src":
+                new_chip[p] = convert_values(hbm_arr[ix].reshape(-1), hdt, cdt)
+            else:
+                hbm_arr[ix] = convert_values(chip[p], cdt, hdt).reshape(hbm_arr[ix].shape)
+        if side == "src":
+            self.write(chip_v, new_chip)
+
+    def nc_n_gather(self, a):
+        """dst[p, j] = data[p, indices[p, j]]: data's free dims flattened row-major per
+        partition; j runs over dst's (and indices') elements of partition p. An index outside
+        data's elements of a partition is an error."""
+        data = per_partition(self.read(a["data"]))
+        idx = per_partition(self.read(a["indices"])).astype(np.int64)
+        dst = a["dst"]
+        out = per_partition(self.read(dst)).copy()
+        if out.shape != idx.shape or data.shape[0] != idx.shape[0]:
+            raise RefError(f"nc_n_gather shapes {data.shape} {idx.shape} {out.shape}")
+        m = data.shape[1]
+        for p in range(idx.shape[0]):
+            for j in range(idx.shape[1]):
+                k = int(idx[p, j])
+                if k < 0 or k >= m:
+                    raise Fault("nc_n_gather", f"index {k} at partition {p} outside {m} elements",
+                                [f"index {k} ", f"partition {p} ", f"{m} elements"])
+        out = np.take_along_axis(data, idx, axis=1)
+        self.write(dst, convert_values(out, self.dtype(a["data"]), self.dtype(dst)))
+
+    def local_gather(self, a):
+        """Partitions work in groups of 16. Group g's index list is its 16 rows of `index` read
+        partition-first (index k is index[16g + k % 16, k // 16]); the first num_valid_indices
+        (all 16 * columns when absent) are used. Index k selects num_elem_per_idx consecutive
+        elements starting there in every partition's own row of src, stored at dst[p, k*per
+        ...]. An index whose elements leave src's row is an error."""
+        src = per_partition(self.read(a["src"]))
+        idx = per_partition(self.read(a["index"])).astype(np.int64)
+        dst = a["dst"]
+        out = per_partition(self.read(dst)).copy()
+        per = a.get("num_elem_per_idx", 1)
+        valid = a.get("num_valid_indices", 16 * idx.shape[1])
+        P, m = src.shape
+        if P % 16 or out.shape[1] != valid * per:
+            raise RefError(f"local_gather shapes {src.shape} {idx.shape} {out.shape}")
+        for g in range(P // 16):
+            for k in range(valid):
+                q, c = 16 * g + k % 16, k // 16
+                start = int(idx[q, c])
+                if start < 0 or start + per > m:
+                    raise Fault("local_gather", f"index {start} at partition {q} with {per} "
+                                f"elements outside {m} elements",
+                                [f"index {start} ", f"partition {q} ", f"{m} elements"])
+                out[16 * g:16 * g + 16, k * per:(k + 1) * per] = convert_values(
+                    src[16 * g:16 * g + 16, start:start + per], self.dtype(a["src"]),
+                    self.dtype(dst))
+        self.write(dst, out)
 
     def affine_values(self, a, dst):
         shape = self.read(dst).shape
@@ -555,7 +771,21 @@ class Machine:
         if op == "device_print":
             return
         dt = self.dtype(dst) if isinstance(dst, View) else None
-        if op in ("dma_copy", "tensor_copy"):
+        if op == "dma_copy" and ("src_rows" in a or "dst_rows" in a):
+            self.indirect_dma(a)
+        elif op == "nc_n_gather":
+            self.nc_n_gather(a)
+        elif op == "local_gather":
+            self.local_gather(a)
+        elif op == "register_load":
+            self.env[a["reg"]] = register_value(self.read(a["src"]).reshape(-1)[0],
+                                                self.dtype(a["src"]))
+        elif op == "register_store":
+            self.write(dst, from_int(np.full(self.read(dst).shape, self.value_of(a["reg"])), dt))
+        elif op == "register_move":
+            v = self.value_of(a["src"]) if "src" in a else a["value"]
+            self.env[a["reg"]] = wrap_int32(v)
+        elif op in ("dma_copy", "tensor_copy"):
             self.write(dst, self.convert(a["src"], dt))
         elif op == "memset":
             self.write(dst, from_double(a["value"], dt, self.read(dst).shape))
@@ -610,11 +840,9 @@ class Machine:
             # dst first, then the reduction result (it may alias a column of dst).
             self.write(dst, from_f32(r, dt))
             if "reduce_res" in a:
+                # Each partition's values in row-major order, in the lane-blocked order.
                 flat = r.reshape(r.shape[0], -1)
-                acc = np.zeros(flat.shape[0], F)
-                with np.errstate(all="ignore"):
-                    for j in range(flat.shape[1]):
-                        acc = (acc + flat[:, j]).astype(F)
+                acc = reference_math.reduce_lanes(flat, "add", alu, 0.0)
                 rr = a["reduce_res"]
                 self.write(rr, from_f32(acc.reshape(self.read(rr).shape), self.dtype(rr)))
         elif op == "tensor_reduce":
@@ -624,11 +852,11 @@ class Machine:
             rest = [d for d in range(x.ndim) if d not in axes]
             xt = np.transpose(x, rest + list(axes)).reshape(
                 [x.shape[d] for d in rest] + [-1])
-            ident = {"add": 0.0, "multiply": 1.0, "maximum": -np.inf, "minimum": np.inf}[o]
-            acc = np.full(xt.shape[:-1], F(ident), F)
+            ident = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": -np.inf,
+                     "minimum": np.inf}[o]
+            # The reduced elements of each result in row-major order, lane-blocked.
+            acc = reference_math.reduce_lanes(xt, o, alu, ident)
             with np.errstate(all="ignore"):
-                for j in range(xt.shape[-1]):
-                    acc = alu(o, acc, xt[..., j])
                 if a.get("negate", 0):
                     acc = (acc * F(-1)).astype(F)
             self.write(dst, from_f32(acc.reshape(self.read(dst).shape), dt))
@@ -644,7 +872,7 @@ class Machine:
             elif accum == 0:
                 acc = np.zeros_like(old)
             else:
-                _, ix, _, kept = self.index(dst)
+                _, ix, _, kept = self.index(dst, op)
                 acc = np.where(self.mm[dst.buf][ix].reshape(kept), old, F(0)).astype(F)
             with np.errstate(all="ignore"):
                 for k in range(s.shape[0]):
@@ -710,14 +938,47 @@ def load_meta(case):
     return meta
 
 
+def executor_errors(case, executors):
+    """{executor: (rule, message)} for the executors that raised (neuron-fuzz writes
+    <executor>.error.txt: the UserError's rule, or "exception", then the message)."""
+    import os
+    out = {}
+    for ex in executors:
+        path = f"{case}/{ex}.error.txt"
+        if os.path.exists(path):
+            with open(path) as f:
+                rule, _, msg = f.read().partition("\n")
+            out[ex] = (rule.strip(), msg.strip())
+    return out
+
+
+def check_fault(fault, errors, executors):
+    """The reference expects a run-time out-of-bounds error: every executor must raise one,
+    naming the instruction and the offending index."""
+    problems = []
+    for ex in executors:
+        if ex not in errors:
+            problems.append(f"{ex} ran without error; expected out-of-bounds ({fault})")
+            continue
+        rule, msg = errors[ex]
+        missing = [n for n in [fault.op] + fault.needles if n not in msg]
+        if rule != "out-of-bounds" or missing:
+            problems.append(f"{ex} raised {rule}: {msg!r}; expected out-of-bounds ({fault}) "
+                            f"naming {missing}")
+    # Faults found by the instruction kernels carry the same message on every executor.
+    if fault.needles and not problems and len({errors[ex][1] for ex in executors}) > 1:
+        problems.append("executors' messages differ: " +
+                        " / ".join(f"{ex}: {errors[ex][1]!r}" for ex in executors))
+    return problems
+
+
 def check_case(case, max_ulp=1):
     """Returns (ok, message, reference instruction count)."""
     import os
     if os.path.exists(f"{case}/rejected.txt"):
         return True, "rejected", 0
-    if os.path.exists(f"{case}/error.txt"):
-        return False, open(f"{case}/error.txt").read().strip(), 0
     meta = load_meta(case)
+    errors = executor_errors(case, meta["executor"])
     inputs = {n: np.fromfile(f"{case}/in_{n}.bin", dtype=DTYPES[dt]).reshape(shape)
               for n, dt, shape in meta["input"]}
     with open(f"{case}/compiled.ir") as f:
@@ -726,6 +987,11 @@ def check_case(case, max_ulp=1):
         ref, count = execute(text, inputs, meta["grid"])
     except RefError as e:
         return False, f"reference error: {e}", 0
+    except Fault as fault:
+        problems = check_fault(fault, errors, meta["executor"])
+        return (not problems), "; ".join(problems) or f"expected fault: {fault}", 0
+    if errors:
+        return False, "; ".join(f"{ex} raised {r}: {m}" for ex, (r, m) in errors.items()), 0
     problems = []
     for ex in meta["executor"]:
         for n, dt, shape in meta["output"]:

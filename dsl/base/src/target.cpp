@@ -36,10 +36,18 @@ EngineTiming engine(double ghz, int64_t latency) {
   return EngineTiming{ghz, 64, latency};
 }
 
+// The fields every generation shares (tile_limits) plus its usable SBUF bytes per partition.
+Target from_tile_limits(const char* name, int64_t sbuf_bytes_per_partition) {
+  using namespace tile_limits;
+  return Target{name,          pmax,           sbuf_bytes_per_partition,
+                psum_banks * psum_bank_bytes, psum_banks, psum_bank_bytes,
+                gemm_stationary_fmax, gemm_moving_fmax};
+}
+
 Target make_trn1() {
   // trn1 / NeuronCore-v2: 24 MiB SBUF = 128 x 192 KiB; usable 180224 bytes per partition per the
   // KLR tracer (NKI_API.md 2.1). PSUM 128 x 16 KiB in 8 banks of 2 KiB.
-  Target t{"trn1", 128, 180224, 16384, 8, 2048, 128, 512};
+  Target t = from_tile_limits("trn1", 180224);
   // [arch] TensorE 2.8 GHz (2 * 128 * 128 * 2.8e9 = 91.8 TFLOPS bf16, the ~92 published),
   // VectorE 1.12 GHz, ScalarE and GpSimd 1.4 GHz.
   t.tensor = engine(2.8, 330);
@@ -80,7 +88,7 @@ Target make_trn1() {
 
 Target make_trn2() {
   // trn2 / NeuronCore-v3: 28 MiB SBUF = 128 x 224 KiB; usable 212984 bytes (KLR tracer).
-  Target t{"trn2", 128, 212984, 16384, 8, 2048, 128, 512};
+  Target t = from_tile_limits("trn2", 212984);
   // [arch] TensorE 2.4 GHz (78.6 TFLOPS bf16, the ~79 published); VectorE 0.96 GHz; ScalarE and
   // GpSimd 1.2 GHz.
   t.tensor = engine(2.4, 330);
@@ -114,7 +122,7 @@ Target make_trn2() {
 
 Target make_trn3() {
   // trn3 / NeuronCore-v4: 32 MiB SBUF = 128 x 256 KiB; usable 245752 bytes (KLR tracer).
-  Target t{"trn3", 128, 245752, 16384, 8, 2048, 128, 512};
+  Target t = from_tile_limits("trn3", 245752);
   // [arch] TensorE 2.4 GHz; VectorE 1.2 GHz; ScalarE 1.2 GHz (256 bf16 / 128 other elements per
   // cycle: 2x in bf16); GpSimd 1.2 GHz. Latencies: [assume] NC-v3's.
   t.tensor = engine(2.4, 330);

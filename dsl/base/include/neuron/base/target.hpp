@@ -8,6 +8,19 @@
 
 namespace neuron {
 
+// Tile limits every generation shares: NKI's nl.tile_size. The target tables below are built
+// from them, the C++ DSL's nl::tile_size and Python's nl.tile_size read them, so each number is
+// written once. (A generation that changed one would get its own Target field, as SBUF has.)
+namespace tile_limits {
+inline constexpr int64_t pmax = 128;               // partitions of any SBUF/PSUM tile
+inline constexpr int64_t psum_fmax = 512;          // fp32 elements per partition in a PSUM bank
+inline constexpr int64_t gemm_stationary_fmax = 128;  // matmul stationary free size (M)
+inline constexpr int64_t gemm_moving_fmax = 512;   // matmul moving free size (N)
+inline constexpr int64_t bn_stats_fmax = 512;      // free elements one bn_stats reads
+inline constexpr int psum_banks = 8;               // PSUM banks per partition
+inline constexpr int64_t psum_bank_bytes = psum_fmax * 4;
+}  // namespace tile_limits
+
 // Timing of one compute engine. An instruction holds its engine for its occupancy (the
 // initiation interval: its streaming cycles, at least min_ii_cycles); its results are visible
 // latency_cycles after that (access start, pipeline drain and write-back). So back-to-back
