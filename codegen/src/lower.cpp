@@ -165,6 +165,20 @@ class Lowerer {
         src(in, op, "data2");
         args.op0 = alu(op, "op");
         break;
+      case Opcode::tensor_tensor_scan:  // initial: operand0 (a [P, 1] tile or imm0)
+        src(in, op, "data0");
+        src(in, op, "data1");
+        args.op0 = alu(op, "op0");
+        args.op1 = alu(op, "op1");
+        args.reverse0 = op.get_int("reverse0", 0) != 0;
+        args.reverse1 = op.get_int("reverse1", 0) != 0;
+        if (op.access("initial")) {
+          src(in, op, "initial");
+          args.operand0_tile = true;
+        } else {
+          args.imm0 = op.get_float("initial", 0.0);
+        }
+        break;
       case Opcode::tensor_scalar:
         src(in, op, "data");
         args.op0 = alu(op, "op0");

@@ -59,6 +59,14 @@ const std::vector<ArgSpec>& op_arg_specs(Opcode code) {
                                                      {"data1", K::view, req},
                                                      {"data2", K::view, req},
                                                      {"op", K::name, req}};
+  static const std::vector<ArgSpec> tensor_tensor_scan = {{"dst", K::view, req},
+                                                          {"data0", K::view, req},
+                                                          {"data1", K::view, req},
+                                                          {"initial", K::view_or_number, req},
+                                                          {"op0", K::name, req},
+                                                          {"op1", K::name, req},
+                                                          {"reverse0", K::integer, opt},
+                                                          {"reverse1", K::integer, opt}};
   static const std::vector<ArgSpec> tensor_scalar = {{"dst", K::view, req},
                                                      {"data", K::view, req},
                                                      {"op0", K::name, req},
@@ -126,6 +134,8 @@ const std::vector<ArgSpec>& op_arg_specs(Opcode code) {
       return activation;
     case Opcode::tensor_tensor:
       return tensor_tensor;
+    case Opcode::tensor_tensor_scan:
+      return tensor_tensor_scan;
     case Opcode::tensor_scalar:
       return tensor_scalar;
     case Opcode::tensor_reduce:

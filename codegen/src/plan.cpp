@@ -214,6 +214,17 @@ void check_instr(const Instr& in) {
       same_count(in, src[0], "data1", dst, "destination");
       same_count(in, src[1], "data2", dst, "destination");
       break;
+    case Opcode::tensor_tensor_scan:
+      need_src(in, 2 + a.operand0_tile);
+      same_count(in, src[0], "data0", dst, "destination");
+      same_count(in, src[1], "data1", dst, "destination");
+      if (src[0].partitions() != dst.partitions())
+        user_error(in.span, "shape-mismatch",
+                   "tensor_tensor_scan: data0 has {} partitions, the destination {}; the scan "
+                   "runs along each partition",
+                   src[0].partitions(), dst.partitions());
+      if (a.operand0_tile) column(in, src[2], src[0], "initial");
+      break;
     case Opcode::tensor_scalar: {
       need_src(in, 1 + a.operand0_tile + a.operand1_tile);
       same_count(in, src[0], "data", dst, "destination");

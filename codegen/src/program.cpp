@@ -101,6 +101,9 @@ class Lister {
       }
       case Opcode::tensor_tensor:
         return {"data1", "data2"};
+      case Opcode::tensor_tensor_scan:
+        if (a.operand0_tile) return {"data0", "data1", "initial"};
+        return {"data0", "data1"};
       case Opcode::tensor_scalar: {
         std::vector<std::string> n = {"data"};
         if (a.operand0_tile) n.push_back("operand0");
@@ -146,6 +149,13 @@ class Lister {
         break;
       case Opcode::tensor_tensor:
         t.push_back("op=" + alu(a.op0));
+        break;
+      case Opcode::tensor_tensor_scan:
+        if (!a.operand0_tile) t.push_back("initial=" + float_text(a.imm0));
+        t.push_back("op0=" + alu(a.op0));
+        t.push_back("op1=" + alu(a.op1));
+        t.push_back(fmt::format("reverse0={}", a.reverse0 ? 1 : 0));
+        t.push_back(fmt::format("reverse1={}", a.reverse1 ? 1 : 0));
         break;
       case Opcode::tensor_scalar:
         t.push_back("op0=" + alu(a.op0));

@@ -668,6 +668,17 @@ class Verifier {
         same_layout(op, opname, "dst", "data2");
         break;
       }
+      case Opcode::tensor_tensor_scan: {
+        alu(op, opname, "op0", 2);
+        alu(op, opname, "op1", 2);
+        if (mem("data0") == Memory::psum && mem("data1") == Memory::psum)
+          user_error(op.span, "engine-memory",
+                     "{}: 'data0' and 'data1' are both in PSUM; at most one input may be", opname);
+        same_layout(op, opname, "dst", "data0");
+        same_layout(op, opname, "dst", "data1");
+        column(op, opname, "initial", "data0");
+        break;
+      }
       case Opcode::tensor_scalar: {
         AluOp a0 = alu(op, opname, "op0");
         integer_operands(op, opname, a0, {"dst", "data"});

@@ -38,4 +38,5 @@ PYBIND11_MODULE(_C, m) {
   neuron::python::init_profile(m);
   neuron::python::init_registry(m);
   neuron::python::init_rules(m);
+  neuron::python::init_dynamic(m);
 }

@@ -288,6 +288,13 @@ void init_trace(py::module_& m) {
                             const std::string& op, const Span& span) {
     isa::tensor_tensor(dst, a, b, alu_named(op), span);
   });
+  m.def("tensor_tensor_scan", [](const nl::tensor& dst, const nl::tensor& data0,
+                                 const nl::tensor& data1, const Operand& initial,
+                                 const std::string& op0, const std::string& op1, bool reverse0,
+                                 bool reverse1, const Span& span) {
+    isa::tensor_tensor_scan(dst, data0, data1, to_operand(initial, span), alu_named(op0),
+                            alu_named(op1), reverse0, reverse1, span);
+  });
   m.def("tensor_scalar", [](const nl::tensor& dst, const nl::tensor& data, const std::string& op0,
                             const Operand& operand0, bool reverse0,
                             std::optional<std::string> op1, std::optional<Operand> operand1,

@@ -3,8 +3,9 @@ resolve to neuron, so published kernels run unmodified here:
 
 - current API: `import nki`, `nki.language`, `nki.isa` -> neuron, neuron.language, neuron.isa;
 - legacy API: `neuronxcc.nki` (also `from neuronxcc import nki`), `neuronxcc.nki.language`,
-  `neuronxcc.nki.isa`, `neuronxcc.nki.typing` -> neuron.legacy and its modules (value-returning
-  nisa calls, nl.arange index grids, mask=, nl.par_dim blocks; loops unrolled at trace time).
+  `neuronxcc.nki.isa`, `neuronxcc.nki.typing`, `neuronxcc.nki.compiler` -> neuron.legacy and
+  its modules (value-returning nisa calls, nl.arange index grids, mask=, nl.par_dim blocks;
+  loops unrolled at trace time).
 
 `python -m neuron.compat script.py [args]` runs a script with the aliases installed."""
 import os
@@ -55,7 +56,7 @@ def _install_legacy():
     neuronxcc.nki = legacy
     sys.modules["neuronxcc"] = neuronxcc
     sys.modules["neuronxcc.nki"] = legacy
-    for name in ("language", "isa", "typing"):
+    for name in ("language", "isa", "typing", "compiler"):
         sys.modules[f"neuronxcc.nki.{name}"] = getattr(legacy, name)
     return legacy
 

@@ -17,7 +17,9 @@ import numpy as np
 
 from . import _C, runtime
 from ._span import user_span
-from .eager_values import _HBM, EagerIndex, _Base, _numpy_key, _symbolic_slice_check, _view_of
+from .access import IndirectView
+from .eager_values import _HBM, ApKey, EagerIndex, _Base, _numpy_key, _symbolic_slice_check, \
+    _view_of, frozen, traced_bound
 from .errors import user_error
 
 
@@ -90,11 +92,13 @@ class EagerTensor:
     __str__ = __repr__
 
     def _apply(self, root):
+        view = root
         for key, _ in self._chain:
-            root = root[key]
-        return root
+            view = key.apply(root) if isinstance(key, ApKey) else view[key]
+        return view
 
     def __getitem__(self, key):
+        key = frozen(key)  # registers: their current values
         span = user_span()
         _symbolic_slice_check(key, span)
         shape = _check_index(self, key, span)
@@ -148,6 +152,7 @@ class _Launch:
         self.program_shared = []  # the ones allocated by the running program
         self.names = {}           # next number of unnamed tiles (t) and outputs (out)
         self.loops = 0            # rolled loops opened: one symbol each
+        self.registers = 0        # registers allocated: one symbol each
 
 
 def run_kernel(fn, name, span, specs, arrays, grid, target):
@@ -253,7 +258,7 @@ def loop(fn):
             return fn(*args)
 
         def first():
-            g = fn(*args)
+            g = fn(*(traced_bound(a) for a in args))
             next(g, None)
             g.close()
         _check(first, user_span())
@@ -318,6 +323,9 @@ def _bases_of(values):
         if isinstance(v, EagerTensor):
             if not any(b is v._base for b in bases):
                 bases.append(v._base)
+        elif isinstance(v, IndirectView):
+            visit(v.view)
+            visit(v.rows)
         elif isinstance(v, (list, tuple)):
             for x in v:
                 visit(x)
@@ -376,6 +384,11 @@ def _run(spec, args, kwargs, fn):
     _no_index_values(values)
     bases = _bases_of(values)
     written = [(n, arguments[n]) for n in spec.writes if isinstance(arguments.get(n), EagerTensor)]
+    # Rows stored at run time (t.ap(..., vector_offset=rows) as dst): the other rows of the HBM
+    # view keep their values, so the one-op kernel's output starts as a copy of the input.
+    indirect = [arguments[n].view for n in spec.writes
+                if isinstance(arguments.get(n), IndirectView)]
+    written += [(None, v) for v in indirect]
     written_bases = []
     for _, t in written:
         if not any(b is t._base for b in written_bases):
@@ -390,12 +403,16 @@ def _run(spec, args, kwargs, fn):
             if not b.on_chip and any(w is b for w in written_bases):
                 r = _C.ndarray(list(b.array.shape), b.dtype, _C.Memory.shared_hbm,
                                f"{b.name}_eager_out", span)
+                if any(v._base is b for v in indirect):
+                    _C.dma_copy(r, inp, span)
             writes.append(r)
 
         def sub(v, write):
             if isinstance(v, EagerTensor):
                 i = next(k for k, b in enumerate(bases) if b is v._base)
                 return v._apply((writes if write else reads)[i])
+            if isinstance(v, IndirectView):
+                return IndirectView(sub(v.view, write), sub(v.rows, False))
             if isinstance(v, list):
                 return [sub(x, write) for x in v]
             if isinstance(v, tuple):

@@ -1,6 +1,8 @@
 """Values in eager mode (python/neuron/eager.py): loop indices and program ids, which keep
 their affine form so eager mode refuses what compiling refuses, and the NumPy arrays behind
 eager tensors with the views that subscripts select."""
+import re
+
 import numpy as np
 
 from . import _C
@@ -38,13 +40,16 @@ def _index_cmp(name):
     f = getattr(int, name)
 
     def cmp(self, other=0):
-        if _is_int(other) and (self._sym - _sym_of(other)).is_constant():
+        # A rolled loop's index ("i<n>") compares: compiled kernels unroll that loop
+        # (unroll.py). Program ids, registers and runtime loop indices have no value there.
+        diff = self._sym - _sym_of(other) if _is_int(other) else None
+        if diff is not None and has_value(diff):
             return f(int(self), int(other))
-        user_error("control-flow", f"loop index or program id (here {int(self)}) cannot be "
-                   "compared or branched on: a compiled kernel traces it once as a symbol, so "
-                   "eager mode refuses it too; unroll with range / nl.static_range, or select "
-                   "on data with nl.where / nisa.affine_select (int(i) gives its value for "
-                   "debugging)", user_span())
+        user_error("control-flow", f"'{diff if diff is not None else self._sym}' (a program "
+                   f"id, register or runtime loop index; here {int(self)}) has no value when "
+                   "the kernel is compiled, so eager mode refuses to compare or branch on it "
+                   "too; select on data with nl.where / nisa.affine_select, or loop at run time "
+                   "with nl.while_loop (int(i) gives its value for debugging)", user_span())
     return cmp
 
 
@@ -120,6 +125,9 @@ def _numpy_key(key, shape):
     """The NumPy subscript of an nl subscript (already checked by the tracer), keeping every
     dim: a scalar index k becomes k:k+1, so the view reshapes to the traced shape."""
     keys = key if isinstance(key, tuple) else (key,)
+    if any(k is Ellipsis for k in keys):  # `...`: whole dims for the ones not named
+        i = next(j for j, k in enumerate(keys) if k is Ellipsis)
+        keys = keys[:i] + (slice(None),) * (len(shape) - len(keys) + 1) + keys[i + 1:]
     out = []
     for i, k in enumerate(keys):
         n = shape[i] if i < len(shape) else 1
@@ -144,7 +152,98 @@ def _numpy_key(key, shape):
 def _view_of(array, chain):
     v = array
     for key, shape in chain:
-        v = v[_numpy_key(key, v.shape)].reshape(shape)
+        if isinstance(key, ApKey):  # t.ap(...): a view of the whole storage
+            v = array[key.numpy_key()].reshape(shape)
+        else:
+            v = v[_numpy_key(key, v.shape)].reshape(shape)
         if v.size and not np.may_share_memory(v, array):
             raise AssertionError("eager view is a copy")  # pragma: no cover (our bug)
     return v
+
+
+# ---- registers and access patterns -------------------------------------------------------------
+
+class EagerRegister:
+    """A register (nisa.register_alloc) in eager mode: a mutable Python int. Reading it in an
+    index expression gives an EagerIndex of its current value (its affine form is the register,
+    so comparing or branching on it is refused, as when compiled)."""
+
+    def __init__(self, value, sym):
+        self.value, self.sym = int(value), sym
+
+    def index(self):
+        return EagerIndex(self.value, self.sym)
+
+    def __int__(self):
+        return self.value
+
+    __index__ = __int__
+
+    def __repr__(self):
+        return f"<register {self.sym} = {self.value}>"
+
+    def __bool__(self):
+        return bool(self.index())
+
+
+def _register_op(name):
+    return lambda self, *args: getattr(self.index(), name)(*args)
+
+
+for _name in ("add radd sub rsub mul rmul neg pos eq ne lt le gt ge".split()):
+    setattr(EagerRegister, f"__{_name}__", _register_op(f"__{_name}__"))
+EagerRegister.__hash__ = None
+
+
+def has_value(sym):
+    """Does an index's affine form have a value when compiled? Only rolled loop indices
+    ("i<n>") do (unroll.py); program ids, registers and runtime loop indices do not."""
+    return all(re.fullmatch(r"i\d+", n) for n in re.findall(r"[A-Za-z_]\w*", str(sym)))
+
+
+def traced_bound(v):
+    """A loop bound as the traced loop sees it: a value without one at compile time (a
+    register, a program id) as its symbol, so the tracer refuses it as a compiled kernel does."""
+    if isinstance(v, EagerRegister):
+        return v.sym
+    if isinstance(v, EagerIndex) and not has_value(v._sym):
+        return v._sym
+    return v
+
+
+def frozen(v):
+    """v with every register replaced by its current value (an EagerIndex): subscripts, nl.ds
+    starts and slices read registers when they are evaluated, as instructions do."""
+    if isinstance(v, EagerRegister):
+        return v.index()
+    if isinstance(v, tuple):
+        return tuple(frozen(x) for x in v)
+    if isinstance(v, slice):
+        return slice(frozen(v.start), frozen(v.stop), frozen(v.step))
+    if hasattr(v, "start") and hasattr(v, "size") and isinstance(v.start, EagerRegister):
+        return type(v)(frozen(v.start), v.size)  # nl.ds
+    return v
+
+
+class ApKey:
+    """t.ap(...) in an eager view chain: the view's slice of each storage dim (start, size, step,
+    kept), as the C++ DSL chose it. It applies to the whole storage, not to the view before it."""
+
+    def __init__(self, dims):
+        self.dims = [tuple(d) for d in dims]
+
+    def apply(self, root):
+        span, subs = user_span(), []
+        for start, size, step, keep in self.dims:
+            if not keep:
+                subs.append(_C.subscript("scalar", _C.Affine(start), 0, 0, span))
+            elif step == 1:
+                subs.append(_C.subscript("ds", _C.Affine(start), size, 0, span))
+            else:
+                subs.append(_C.subscript("slice", _C.Affine(start), start + step * (size - 1) + 1,
+                                         step, span))
+        return _C.index(root, subs)
+
+    def numpy_key(self):
+        return tuple(slice(s, s + st * (n - 1) + 1, st) if keep else s
+                     for s, n, st, keep in self.dims)

@@ -3,9 +3,15 @@ comes first and nothing is returned; the output dtype is the destination's. `nam
 scheduling label) and `engine=` are accepted and ignored: the compiler picks the engine."""
 from . import _C
 from . import eager as _eager
+from . import eager_dynamic as _eager_dynamic
 from ._span import user_span
+from .access import IndirectView, as_index as _as_index
 from .errors import user_error
 from .language import _Fn, _int, _operand
+
+# What an indirect DMA (.ap(vector_offset=...)) does with a row index outside the tensor: a
+# NeuronError naming the index (error), or leave that row alone (skip).
+oob_mode = _C.oob_mode
 
 
 def _op(f):
@@ -49,6 +55,15 @@ def tensor_tensor(dst, data1, data2, op, engine=None, name=None):
 
 
 @_eager.op(writes=("dst",))
+def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False,
+                       name=None):
+    """Per partition along the free dims: r = initial (a number or [P, 1] tile), then
+    r = op1(op0(data0[i], r), data1[i]), dst[i] = r (reverse0/1 swap an op's operands)."""
+    _C.tensor_tensor_scan(dst, data0, data1, _operand(initial), _op(op0), _op(op1),
+                          bool(reverse0), bool(reverse1), user_span())
+
+
+@_eager.op(writes=("dst",))
 def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
                   reverse1=False, engine=None, name=None):
     _C.tensor_scalar(dst, data, _op(op0), _operand(operand0), bool(reverse0),
@@ -65,7 +80,9 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
 
 
 @_eager.op(writes=("dst",))
-def tensor_copy(dst, src, engine=None, name=None):
+def tensor_copy(dst, src, engine=None, name=None, dtype=None):
+    """dst = src (with a cast to dst's dtype). dtype= (the NKI 0.2 beta form) is accepted: the
+    destination's dtype decides, as in the current API."""
     _C.tensor_copy(dst, src, user_span())
 
 
@@ -100,5 +117,76 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
 
 
 @_eager.op(writes=("dst",))
-def dma_copy(dst, src, name=None):
-    _C.dma_copy(dst, src, user_span())
+def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, engine=None,
+             name=None):
+    """DMA copy between HBM and SBUF (either way, or SBUF to SBUF) with a cast; one side may
+    be t.ap(..., vector_offset=rows) (rows chosen at run time, oob_mode for bad rows)."""
+    span = user_span()
+    if isinstance(oob_mode, int) and not isinstance(oob_mode, _C.oob_mode):
+        oob_mode = _C.oob_mode(int(oob_mode))
+    if isinstance(src, IndirectView) and isinstance(dst, IndirectView):
+        user_error("indirect-dma", "dma_copy: only one side may select rows with vector_offset",
+                   span)
+    if isinstance(src, IndirectView):
+        _C.dma_copy_rows(dst, src.view, src.rows, True, oob_mode, span)
+    elif isinstance(dst, IndirectView):
+        _C.dma_copy_rows(dst.view, src, dst.rows, False, oob_mode, span)
+    else:
+        if oob_mode != _C.oob_mode.error:
+            user_error("unknown-arg", "dma_copy: oob_mode applies to indirect rows only (a side "
+                       "given as t.ap(..., vector_offset=rows))", span)
+        _C.dma_copy(dst, src, span)
+
+
+# ---- gathers ---------------------------------------------------------------------------------
+
+@_eager.op(writes=("dst",))
+def nc_n_gather(dst, data, indices, name=None):
+    """dst[p, j] = data[p, indices[p, j]] over data's flattened free dims (integer indices in
+    0 .. elements per partition - 1)."""
+    _C.nc_n_gather(dst, data, indices, user_span())
+
+
+@_eager.op(writes=("dst",))
+def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
+    """Per group of 16 partitions: the group's indices (index's 16 rows read partition-first,
+    the first num_valid_indices of them) each select num_elem_per_idx consecutive elements of
+    every partition's own row of src_buffer; dst is [P, num_valid_indices * num_elem_per_idx]."""
+    _C.local_gather(dst, src_buffer, index, _int(num_elem_per_idx, "num_elem_per_idx"),
+                    -1 if num_valid_indices is None else
+                    _int(num_valid_indices, "num_valid_indices"), user_span())
+
+
+# ---- registers: runtime integers (offsets and loop bounds) -------------------------------------
+
+def _register(r, fn):
+    if not isinstance(r, _C.Affine):
+        raise TypeError(f"nisa.{fn}: expected a register (from nisa.register_alloc), got {r!r} "
+                        f"({type(r).__name__})")
+    return r
+
+
+@_eager_dynamic.register_op("alloc")
+def register_alloc(x=None):
+    """A new register (a 32-bit integer known at run time), set to x (default 0). Use it in
+    index expressions (t[nl.ds(r * 128, 128)], .ap(scalar_offset=r)) and as a loop bound."""
+    return _C.register_alloc(0 if x is None else _int(x, "register_alloc x"), user_span())
+
+
+@_eager_dynamic.register_op("move")
+def register_move(dst, src):
+    """dst = src, an int or another register."""
+    _C.register_move(_register(dst, "register_move"), _as_index(src, "register_move src"),
+                     user_span())
+
+
+@_eager_dynamic.register_op("load")
+def register_load(dst, src):
+    """dst = the one element of src (a [1, 1] or [1] SBUF or HBM tensor; floats rounded)."""
+    _C.register_load(_register(dst, "register_load"), src, user_span())
+
+
+@_eager_dynamic.register_op("store")
+def register_store(dst, src):
+    """The one element of dst (SBUF or HBM) = register src."""
+    _C.register_store(dst, _register(src, "register_store"), user_span())

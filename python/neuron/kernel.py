@@ -19,6 +19,7 @@ import numpy as np
 from . import _C
 from . import eager
 from . import runtime
+from . import unroll
 from ._span import function_span
 from .dtypes import to_dtype
 from .errors import NeuronError, strip_toolkit_frames
@@ -205,14 +206,17 @@ class Kernel:
         except NeuronError as e:
             raise e.with_traceback(strip_toolkit_frames(e.__traceback__)) from None
 
-    def _trace(self, call, specs):
+    def _trace(self, call, specs, unroll_all=False):
         if self._registered is not None:
             return self._registered.trace(specs, call.params)
-        _State.serial += 1
         fn = call.function(self.fn)
+
+        def once():
+            _State.serial += 1  # a new trace: generators of an aborted one close nothing
+            return _C.trace(self.fn.__name__, fn, specs, function_span(self.fn))
         try:
             with eager.paused():
-                return _C.trace(self.fn.__name__, fn, specs, function_span(self.fn))
+                return unroll.trace(once, unroll_all)
         except (TypeError, AttributeError, NeuronError) as e:
             self._param_note(call, e)
             raise
@@ -236,11 +240,23 @@ class Kernel:
         compiled = self._cache.get(key)
         if compiled is None:
             ir = self._trace(call, call.specs())
-            text = str(ir)
-            compiled = self._by_ir.get(text)
-            if compiled is None:
-                compiled = self._by_ir.setdefault(text, _C.compile(ir, self.target))
+            try:
+                compiled = self._compile_ir(ir)
+            except NeuronError as e:
+                # Partly unrolled (unroll.py) and out of SBUF/PSUM: the loops left rolled
+                # rotate their tiles over several slots; fully unrolled, each has one.
+                if e.rule not in ("sbuf-capacity", "psum-capacity") or \
+                        not unroll.partly_unrolled():
+                    raise
+                compiled = self._compile_ir(self._trace(call, call.specs(), unroll_all=True))
             compiled = self._cache.setdefault(key, compiled)
+        return compiled
+
+    def _compile_ir(self, ir):
+        text = str(ir)
+        compiled = self._by_ir.get(text)
+        if compiled is None:
+            compiled = self._by_ir.setdefault(text, _C.compile(ir, self.target))
         return compiled
 
     def __call__(self, *args, **kwargs):

@@ -7,7 +7,10 @@ import numpy as np
 
 from . import _C
 from . import eager as _eager
+from . import eager_dynamic as _eager_dynamic
+from . import unroll as _unroll
 from ._span import user_span
+from .access import IndirectView, ap as _ap, as_index as _as_index
 from .dtypes import to_dtype  # noqa: F401 (nl.to_dtype)
 from .errors import user_error
 
@@ -76,12 +79,33 @@ def empty_like(x, dtype=None, buffer=None, name=""):
 
 @_eager.op()
 def load(src, dtype=None):
+    if isinstance(src, IndirectView):  # t.ap(..., vector_offset=rows): rows read at run time
+        return _C.load_rows(src.view, src.rows, _C.oob_mode.error, to_dtype(dtype), user_span())
     return _C.load(src, to_dtype(dtype), user_span())
 
 
 @_eager.op(writes=("dst",))
 def store(dst, value):
+    if isinstance(dst, IndirectView):
+        _C.store_rows(dst.view, dst.rows, value, _C.oob_mode.error, user_span())
+        return
     _C.store(dst, value, user_span())
+
+
+@_eager.op()
+def gather_flattened(data, indices, axis=0, dtype=None):
+    """result[p, j...] = data[p, indices[p, j...]] over data's flattened free dims: a new SBUF
+    tile of indices' shape (nisa.nc_n_gather)."""
+    span = user_span()
+    if _int(axis, "gather_flattened axis") != 0:
+        user_error("unsupported", f"gather_flattened(axis={axis}): only axis=0 (gather within "
+                   "each partition) is supported", span)
+    _tensor_arg(data, "gather_flattened")
+    _tensor_arg(indices, "gather_flattened")
+    dst = _C.ndarray(list(indices.shape), data.dtype if dtype is None else to_dtype(dtype), sbuf,
+                     "", span)
+    _C.nc_n_gather(dst, data, indices, span)
+    return dst
 
 
 @_eager.op()
@@ -214,8 +238,19 @@ def _range_args(args):
 
 def _rolled(args, sequential):
     span = user_span()
+    for a in args:  # a rolled loop's index as a bound: unroll that loop (unroll.py)
+        if isinstance(a, _C.Affine):
+            _unroll.need_value(a)
+    if builtins.any(isinstance(a, _C.Affine) and not a.is_constant() for a in args):
+        user_error("range", f"a range bound of nl.affine_range / nl.sequential_range must be "
+                   f"known when tracing, got {builtins.list(map(str, args))}; loop to a value read "
+                   "at run time with nl.fori_loop or nl.dynamic_range", span)
     start, stop, step = (_int(a, "a range bound") for a in _range_args(args))
+    if _unroll.unrolled(span):  # the kernel's Python needs this loop's index values
+        yield from builtins.range(start, stop, step)
+        return
     var, loop_id, extent = _C.open_loop(start, stop, step, sequential, span)
+    _unroll.opened(var, span)
     if extent == 0:
         return
     serial = _State.serial
@@ -224,6 +259,7 @@ def _rolled(args, sequential):
     finally:
         if serial == _State.serial:
             _C.close_loop(loop_id)
+            _unroll.closed(span)
 
 
 @_eager.loop
@@ -241,6 +277,43 @@ def sequential_range(*args):
 def static_range(*args):
     """Unrolled at trace time, like Python's range."""
     return builtins.range(*args)
+
+
+# ---- runtime loops: trip counts read when the loop starts (registers) ------------------------
+
+@_eager_dynamic.runtime_loop
+def fori_loop(lower, upper, body_fun, step=1):
+    """body_fun(i) for i in range(lower, upper, step) at run time: the bounds are ints or
+    registers (nisa.register_alloc), step a positive int; body_fun is traced once and returns
+    nothing. i is an index usable in subscripts and .ap offsets."""
+    _C.fori_loop(_as_index(lower, "fori_loop lower"), _as_index(upper, "fori_loop upper"),
+                 body_fun, _int(step, "fori_loop step"), user_span())
+
+
+@_eager_dynamic.runtime_loop
+def while_loop(init, body_fun):
+    """r = init; while r != 0: r = body_fun(r), at run time: init is an int or a register;
+    body_fun is traced once and returns the register's next value (a register or an int)."""
+    _C.while_loop(_as_index(init, "while_loop init"), body_fun, user_span())
+
+
+@_eager_dynamic.runtime_range
+def dynamic_range(start, stop=None, step=1):
+    """A runtime loop (deprecated in NKI 0.6: use fori_loop): range(start, stop, step) whose
+    bounds may be registers, its trip count read when the loop starts; traced once."""
+    if stop is None:
+        start, stop = 0, start
+    loop = _C.open_dynamic_range(_as_index(start, "dynamic_range start"),
+                                 _as_index(stop, "dynamic_range stop"),
+                                 _int(step, "dynamic_range step"), user_span())
+    serial = _State.serial
+    try:
+        yield loop.index
+    finally:
+        if serial == _State.serial:
+            loop.close()
+        else:
+            loop.abandon()  # a stale generator of an aborted trace
 
 
 class ds:
@@ -379,6 +452,7 @@ def _no_bool(self):
 
 tensor.__getitem__ = _getitem
 tensor.__setitem__ = _setitem
+tensor.ap = _ap
 for _name, _op in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
                    ("truediv", "divide"), ("pow", "power")):
     setattr(tensor, f"__{_name}__", _binop(_op))
@@ -422,10 +496,13 @@ def _affine_cmp(op):
         other_const = not isinstance(other, _C.Affine) or other.is_constant()
         if self.is_constant() and other_const:
             return fn(self.constant, other.constant if isinstance(other, _C.Affine) else other)
-        user_error("control-flow", f"'{self}' (a loop index or program id) has no value at "
-                   "trace time, so it cannot be compared or branched on; unroll with range / "
-                   "nl.static_range, or select on data with nl.where / nisa.affine_select",
-                   user_span())
+        for v in (self, other):  # a rolled loop's index: unroll that loop (unroll.py)
+            if isinstance(v, _C.Affine):
+                _unroll.need_value(v)
+        user_error("control-flow", f"'{self}' (a program id, register or runtime loop index) "
+                   "has no value at trace time, so it cannot be compared or branched on; select "
+                   "on data with nl.where / nisa.affine_select, or loop at run time with "
+                   "nl.while_loop", user_span())
     return cmp
 
 

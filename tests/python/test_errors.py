@@ -113,21 +113,30 @@ def test_dsl_call_outside_a_kernel():
     assert info.value.rule == "no-trace"
 
 
-def test_branching_on_a_loop_index_is_an_error_not_a_silent_choice():
+def test_branching_on_a_loop_index_unrolls_that_loop_and_on_a_program_id_is_an_error():
     def k(x):
         out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
         for i in nl.affine_range(2):
             t = nl.load(x[i * 128:(i + 1) * 128, :])
-            if i == 0:
+            if i == 0:  # NKI 0.3+: the index is a Python value (unroll.py)
                 t = t * 2.0
             nl.store(out[i * 128:(i + 1) * 128, :], t)
         return out
 
+    x = np.ones((256, 4), np.float32)
+    np.testing.assert_array_equal(neuron.kernel(k)(x)[:, 0], [2.0] * 128 + [1.0] * 128)
+
+    def by_pid(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        if nl.program_id(0) == 0:
+            nl.store(out, nl.load(x))
+        return out
+
     with pytest.raises(neuron.NeuronError) as info:
-        neuron.kernel(k)(np.zeros((256, 4), np.float32))
+        neuron.kernel(by_pid)[2](np.zeros((128, 4), np.float32))
     assert info.value.rule == "control-flow"
-    assert info.value.line == line_of(k, "if i == 0")
-    assert "nl.static_range" in info.value.message
+    assert info.value.line == line_of(by_pid, "if nl.program_id(0) == 0")
+    assert "nl.where" in info.value.message
 
 
 def test_python_range_index_compares_normally():

@@ -662,7 +662,7 @@ def unsupported_call(x):
 
 
 ERRORS = [
-    (permuted, (128, 64), "index", "i2 * 8 + i1", "free-axis permutations are not supported"),
+    (permuted, (128, 64), "shape", "i2 * 8 + i1", "assigning a value of shape [128, 64]"),
     (transposed, (64, 128), "index", "x[iy, ix]", "transposed placement"),
     (strided_partition, (128, 64), "index", "t[2 * ix, iy]", "must be indexed with unit stride"),
     (or_mask, (128, 64), "mask", "(ix < 64) | (iy < 8)", "joined with & only"),

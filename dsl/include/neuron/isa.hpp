@@ -75,6 +75,12 @@ void activation(const tensor& dst, act op, const tensor& data,
 // dst = op(data1, data2), same shapes (no broadcasting at the ISA level).
 void tensor_tensor(const tensor& dst, const tensor& data1, const tensor& data2, alu op,
                    Span span = Span::current());
+// A scan along each partition's free dims (row-major): r = initial (a float or [P,1] tile),
+// then per element r = op1(op0(data0[i], r), data1[i]) and dst[i] = r; reverse0 / reverse1
+// swap the operands of op0 / op1. data0, data1 and dst have the same shape.
+void tensor_tensor_scan(const tensor& dst, const tensor& data0, const tensor& data1,
+                        operand initial, alu op0, alu op1, bool reverse0 = false,
+                        bool reverse1 = false, Span span = Span::current());
 // dst = (data op0 operand0) op1 operand1; operands are floats or [P,1] tiles; reverse swaps
 // the two sides of a stage.
 void tensor_scalar(const tensor& dst, const tensor& data, alu op0, operand operand0,
@@ -99,7 +105,7 @@ void affine_select(const tensor& dst, const pattern& pattern, int64_t channel_mu
 // DMA copy between HBM and SBUF (either direction, or SBUF to SBUF).
 void dma_copy(const tensor& dst, const tensor& src, Span span = Span::current());
 // An indirect DMA (NKI's .ap(vector_offset=rows)): partition p moves row rows[p, 0] of the HBM
-// side's first kept dim (src when rows_of_src, else dst), which the view takes whole from 0.
+// side's first kept dim (src when rows_of_src, else dst), which the view takes from row 0.
 void dma_copy_rows(const tensor& dst, const tensor& src, const tensor& rows, bool rows_of_src,
                    nl::oob_mode oob = nl::oob_mode::error, Span span = Span::current());
 // dst[p, j] = data[p, indices[p, j]] over data's flattened free dims (GpSimd; indices integers

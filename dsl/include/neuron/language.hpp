@@ -196,6 +196,18 @@ void register_store(const tensor& dst, const index& reg, Span span = Span::curre
 // reg = value, a constant or another register.
 void register_move(const index& reg, const index& value, Span span = Span::current());
 
+// NKI's access pattern t.ap(pattern, offset, scalar_offset, indirect_dim): the view of t's whole
+// buffer that walks pattern = {{stride, count}, ...} (strides in elements of the row-major
+// buffer) from element `offset` (default: t's own first element), moved by scalar_offset (a
+// register, usually) times the element stride of dim indirect_dim. Each entry walks one buffer
+// dim, in dim order (its stride a multiple of that dim's stride, staying inside the dim); on
+// chip the first entry walks the partitions. Dims no entry walks are fixed at the offset.
+// Patterns that split or merge dims are a UserError "access-pattern".
+tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& pattern,
+          std::optional<index> offset = std::nullopt,
+          std::optional<index> scalar_offset = std::nullopt, int64_t indirect_dim = 0,
+          Span span = Span::current());
+
 // Runtime loops (NKI's nl.fori_loop / nl.while_loop): body(i) for i in range(lower, upper, step)
 // with the trip count read when the loop starts; body(r) while r != 0, r = init first and then
 // what body returns (a register or a constant). Bodies are traced once.

@@ -1,40 +1,22 @@
 // The dynamic half of the nl surface: indirect rows, registers and while loops (language.hpp).
 #include "neuron/dsl/builder.hpp"
 #include "neuron/dsl/emit.hpp"
+#include "neuron/dsl/syntax.hpp"
 #include "neuron/language.hpp"
 
 namespace neuron::nl {
 
 namespace {
 
+using dsl::rows_view;
 using dsl::view_of;
-
-// The HBM view an indirect DMA moves: its first kept dim (the rows) becomes 0:P.
-Access rows_view(const tensor& t, int64_t P, const char* what, const Span& span) {
-  Access v = view_of(t, span);
-  if (is_on_chip(v.buffer->memory))
-    user_error(span, "indirect-dma", "{}: '{}' is in {}; indirect rows index an HBM tensor", what,
-               v.buffer->name, memory_name(v.buffer->memory));
-  for (auto& d : v.dims)
-    if (d.keep) {
-      if (!(d.start == Affine(0)) || d.step != 1)
-        user_error(span, "indirect-dma",
-                   "{}: the row dim of '{}' must be taken whole from row 0 (the rows come from "
-                   "the index tile), got start {} step {}",
-                   what, v.buffer->name, d.start.str(), d.step);
-      d.size = P;
-      return v;
-    }
-  user_error(span, "indirect-dma", "{}: '{}' has no dim left to select rows of", what,
-             v.buffer->name);
-}
 
 // A register named by an index expression: exactly one register with coefficient 1.
 std::string register_name(const index& r, const char* what, const Span& span) {
   if (r.constant != 0 || r.terms.size() != 1 || r.terms[0].coeff != 1 ||
       !is_register_var(r.terms[0].var))
-    user_error(span, "register", "{}: '{}' is not a register (make one with register_alloc)",
-               what, r.str());
+    user_error(span, "register", "{}: '{}' is not a register (make one with {})", what, r.str(),
+               dsl::spell("nl::register_alloc", "nisa.register_alloc"));
   return r.terms[0].var;
 }
 
@@ -44,7 +26,7 @@ tensor load_rows(const tensor& src, const tensor& rows, oob_mode oob, std::optio
                  Span span) {
   dsl::require_trace(span);
   const int64_t P = rows.shape().empty() ? 1 : rows.shape()[0];
-  Access v = rows_view(src, P, "load_rows", span);
+  Access v = rows_view(src, P, dsl::spell("load_rows", "nl.load of indirect rows"), span);
   tensor dst = dsl::new_tile(v.shape(), dtype.value_or(src.dtype()), Memory::sbuf, span);
   dsl::emit(Opcode::nl_load,
             {{"dst", dst.access()},
@@ -59,7 +41,7 @@ void store_rows(const tensor& dst, const tensor& rows, const tensor& value, oob_
                 Span span) {
   dsl::require_trace(span);
   const int64_t P = rows.shape().empty() ? 1 : rows.shape()[0];
-  Access v = rows_view(dst, P, "store_rows", span);
+  Access v = rows_view(dst, P, dsl::spell("store_rows", "nl.store to indirect rows"), span);
   dsl::emit(Opcode::nl_store,
             {{"dst", std::move(v)},
              {"src", view_of(value, span)},
@@ -130,3 +112,26 @@ void while_loop_end(const index& reg, const index& next, Span span) {
 }
 
 }  // namespace neuron::nl
+
+namespace neuron::dsl {
+
+Access rows_view(const nl::tensor& t, int64_t P, std::string_view what, const Span& span) {
+  Access v = view_of(t, span);
+  if (is_on_chip(v.buffer->memory))
+    user_error(span, "indirect-dma", "{}: '{}' is in {}; indirect rows index an HBM tensor", what,
+               v.buffer->name, memory_name(v.buffer->memory));
+  for (auto& d : v.dims)
+    if (d.keep) {
+      if (!(d.start == Affine(0)) || d.step != 1)
+        user_error(span, "indirect-dma",
+                   "{}: the row dim of '{}' must be taken whole from row 0 (the rows come from "
+                   "the index tile), got start {} step {}",
+                   what, v.buffer->name, d.start.str(), d.step);
+      d.size = P;
+      return v;
+    }
+  user_error(span, "indirect-dma", "{}: '{}' has no dim left to select rows of", what,
+             v.buffer->name);
+}
+
+}  // namespace neuron::dsl

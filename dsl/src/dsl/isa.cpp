@@ -72,6 +72,22 @@ void tensor_tensor(const tensor& dst, const tensor& data1, const tensor& data2, 
             span);
 }
 
+void tensor_tensor_scan(const tensor& dst, const tensor& data0, const tensor& data1,
+                        operand initial, alu op0, alu op1, bool reverse0, bool reverse1,
+                        Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::tensor_tensor_scan,
+            {{"dst", view_of(dst, span)},
+             {"data0", view_of(data0, span)},
+             {"data1", view_of(data1, span)},
+             {"initial", operand_arg(initial, span)},
+             {"op0", op_name(op0.get(span))},
+             {"op1", op_name(op1.get(span))},
+             {"reverse0", int64_t{reverse0}},
+             {"reverse1", int64_t{reverse1}}},
+            span);
+}
+
 void tensor_scalar(const tensor& dst, const tensor& data, alu op0, operand operand0, bool reverse0,
                    std::optional<alu> op1, std::optional<operand> operand1, bool reverse1,
                    Span span) {
@@ -189,9 +205,14 @@ namespace neuron::isa {
 void dma_copy_rows(const tensor& dst, const tensor& src, const tensor& rows, bool rows_of_src,
                    nl::oob_mode oob, Span span) {
   dsl::require_trace(span);
+  const int64_t P = rows.shape().empty() ? 1 : rows.shape()[0];
+  auto side = [&](const tensor& t, bool indirect) {
+    return indirect ? dsl::rows_view(t, P, dsl::spell("dma_copy_rows", "nisa.dma_copy"), span)
+                    : view_of(t, span);
+  };
   dsl::emit(Opcode::dma_copy,
-            {{"dst", view_of(dst, span)},
-             {"src", view_of(src, span)},
+            {{"dst", side(dst, !rows_of_src)},
+             {"src", side(src, rows_of_src)},
              {rows_of_src ? "src_rows" : "dst_rows", view_of(rows, span)},
              {"oob_mode", static_cast<int64_t>(oob)}},
             span);

@@ -25,12 +25,12 @@ import numpy as np
 from .. import _C, _span, errors, runtime
 from ..kernel import Kernel, param_key
 from ..kernel import simulate as _simulate
-from . import isa, language, methods, typing, views
+from . import compiler, constants, isa, language, methods, typing, views
 
 methods.install()
 tensor = _C.Tensor  # nki.tensor
 __all__ = ["jit", "simulate_kernel", "baremetal", "benchmark", "profile", "tensor", "language",
-           "isa", "typing"]
+           "isa", "typing", "compiler"]
 
 
 def _is_array(v):
@@ -50,17 +50,23 @@ class _Traced:
     """The function neuron traces: the kernel with its non-array arguments bound. It carries
     the kernel's code object, so trace errors point at the kernel's `def` line."""
 
-    def __init__(self, fn, names, consts, grid):
+    def __init__(self, fn, names, consts, grid, shared_constants=None):
         # Kernel copies this object's __dict__ onto itself (functools.update_wrapper): private
         # names only.
         self._lk_fn, self._lk_names, self._lk_consts, self._lk_grid = fn, names, consts, grid
+        # nl.shared_constant arrays found so far: hidden inputs after the kernel's own
+        self._lk_constants = [] if shared_constants is None else shared_constants
+        hidden = [f"shared_constant{i}" for i in range(len(self._lk_constants))]
         self.__code__, self.__name__ = fn.__code__, fn.__name__
         self.__qualname__ = getattr(fn, "__qualname__", fn.__name__)
         self.__signature__ = inspect.Signature(
-            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+             for n in names + hidden])
         self._lk_returned = {}  # spec key -> (single?, positions of returned inputs)
 
     def __call__(self, *tensors):
+        tensors, hidden = tensors[:len(self._lk_names)], tensors[len(self._lk_names):]
+        constants.begin(self._lk_constants, hidden)
         views.begin_trace(self._lk_grid)
         sig = inspect.signature(self._lk_fn)
         values = dict(self._lk_consts, **dict(zip(self._lk_names, tensors)))
@@ -78,6 +84,7 @@ class _Traced:
                 kwargs[p.name] = values[p.name]
         try:
             out = self._lk_fn(*args, **kwargs)
+            created = list(views._State.shared)
         finally:
             views.end_trace()
         single = not isinstance(out, (tuple, list))
@@ -88,7 +95,11 @@ class _Traced:
         dummy = not kept and any(i is not None for i in inputs)
         if dummy:  # only mutated parameters are returned; a kernel needs one output
             kept = [language.ndarray((1,), language.float32, buffer=language.shared_hbm)]
-        self._lk_returned[key] = (single and out is not None, inputs, dummy)
+        # shared_hbm tensors the kernel wrote but did not return are scratch in NKI: neuron
+        # makes them outputs too (its rule) and run() drops them.
+        scratch = [t for t in created if out is not None and not any(t is o for o in kept)]
+        self._lk_returned[key] = (single and out is not None, inputs, dummy, len(scratch))
+        kept = kept + scratch
         return kept if len(kept) != 1 else kept[0]
 
 
@@ -128,7 +139,7 @@ class LegacyKernel:
             return self.fn(*args, **kwargs)
         return self.run(args, kwargs, self.mode)
 
-    def _kernel_for(self, args, kwargs, mode):
+    def _kernel_for(self, args, kwargs, mode, retrace=False):
         """(neuron Kernel, its _Traced, array arguments) for this call's constants."""
         sig = inspect.signature(self.fn)
         bound = sig.bind(*args, **kwargs)
@@ -147,33 +158,48 @@ class LegacyKernel:
         key = (tuple(names), tuple(sorted((n, _freeze(n, v)) for n, v in consts.items())),
                self.grid, mode or "native")
         k, traced = self._kernels.get(key, (None, None))
-        if k is None:
-            traced = _Traced(self.fn, names, consts, self.grid)
+        if k is None or retrace:  # retrace: traced met a new nl.shared_constant
+            traced = _Traced(self.fn, names, consts, self.grid,
+                             None if traced is None else traced._lk_constants)
             k = Kernel(traced, grid=self.grid, target=self.target, mode=mode or "native")
             self._kernels[key] = (k, traced)
-        return k, traced, arrays
+        return k, traced, arrays + list(traced._lk_constants)
 
     def trace(self, *args, **kwargs):
         """The Kernel IR for these arguments (arrays; other arguments are constants)."""
         __tracebackhide__ = True
-        k, _, arrays = self._kernel_for(args, kwargs, None)
-        return k.trace(*arrays)
+        retrace = False
+        while True:
+            k, _, arrays = self._kernel_for(args, kwargs, None, retrace)
+            try:
+                return k.trace(*arrays)
+            except constants.Retrace:
+                retrace = True
 
     def run(self, args, kwargs, mode, profile=False):
         __tracebackhide__ = True
-        k, traced, arrays = self._kernel_for(args, kwargs, mode)
-        try:
-            if profile:
-                sim = _simulate(k)
-                out = sim(*arrays)
-                self.profile_text = sim.profile
-            else:
-                out = k(*arrays)
-        except errors.NeuronError as e:  # the user's frames only, as neuron kernels do
-            raise e.with_traceback(errors.strip_toolkit_frames(e.__traceback__)) from None
+        retrace = False
+        while True:
+            k, traced, arrays = self._kernel_for(args, kwargs, mode, retrace)
+            try:
+                if profile:
+                    sim = _simulate(k)
+                    out = sim(*arrays)
+                    self.profile_text = sim.profile
+                else:
+                    out = k(*arrays)
+                break
+            except constants.Retrace:  # one more nl.shared_constant input (constants.py)
+                retrace = True
+            except errors.NeuronError as e:  # the user's frames only, as neuron kernels do
+                raise e.with_traceback(errors.strip_toolkit_frames(e.__traceback__)) from None
+        arrays = arrays[:len(arrays) - len(traced._lk_constants)]
         spec = tuple((tuple(a.shape), runtime.to_dtype(a.dtype))
                      for a in map(runtime.to_numpy, arrays))
-        single, inputs, dummy = traced._lk_returned.get(spec, (False, [], False))
+        single, inputs, dummy, scratch = traced._lk_returned.get(spec, (False, [], False, 0))
+        if scratch:  # drop the scratch outputs (see _Traced)
+            out = out[:-scratch]
+            out = out[0] if len(out) == 1 else out
         if not any(i is not None for i in inputs):
             return out
         outs = [] if dummy else list(out) if isinstance(out, tuple) else [out]

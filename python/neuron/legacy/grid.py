@@ -5,6 +5,8 @@ A grid expression is `const + sum_j coef[j] * s[j]` over the positions s of an n
 (numpy broadcasting: a size-1 dim does not vary). const is an int or a neuron Affine (a
 program id); loop indices of the legacy API are plain ints because its loops are unrolled.
 """
+import re
+
 import numpy as np
 
 from .. import _C
@@ -29,8 +31,9 @@ def const_int(v, what):
     """v as an int; an Affine must be constant (a symbolic program id is not decidable)."""
     if isinstance(v, _C.Affine):
         if not v.is_constant():
-            error("mask", f"{what} depends on '{v}' (a program id), which has no value at trace "
-                  "time; use index grids, loop indices and constants here")
+            kind = "a runtime value" if re.search(r"\b[ri]\d", str(v)) else "a program id"
+            error("mask", f"{what} depends on '{v}' ({kind}), which has no value at trace "
+                  "time; use index grids, unrolled loop indices and constants here")
         return int(v.constant)
     return int(v)
 

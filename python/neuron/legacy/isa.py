@@ -6,12 +6,15 @@ import enum
 
 from .. import isa as _isa
 from .. import language as _nl
+from ..access import IndirectView as _IndirectView
 from . import language as _lnl
 from .grid import Cmp as _Cmp, Grid as _Grid, Mask as _Mask
 from .grid import broadcast_shapes as _broadcast_shapes, const_int as _const_int
 from .grid import error as _error, is_scalar_index as _is_scalar_index
 from .mask import rectangle as _rectangle
+from .deferred import Deferred as _Deferred, wrap_module as _wrap_module
 from .ops import define_unsupported as _define_unsupported
+from .ops import is_full as _is_full
 from .ops import matmul_parts as _matmul_parts, new_like as _new_like
 from .ops import operand as _operand, promote as _promote, reduced as _reduced
 from .views import concrete as _concrete, index_rect as _index_rect, is_view as _is_view
@@ -91,13 +94,21 @@ def _done(dst, rect):
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,
               is_transpose=False, tile_position=(), tile_size=(), mask=None, perf_mode=None,
               **kwargs):
-    """stationary[K, M].T @ moving[K, N] -> a new PSUM fp32 [M, N] tile."""
+    """stationary[K, M].T @ moving[K, N] -> a new PSUM fp32 [M, N] tile. is_transpose=True
+    (moving an identity): stationary.T exactly, in stationary's dtype (nc_transpose here)."""
     if is_transpose:
-        _error("unsupported", "nc_matmul(is_transpose=True) is not supported; use "
-               "nisa.nc_transpose")
+        if mask is not None:
+            _error("unsupported", "nc_matmul(is_transpose=True, mask=...) is not supported")
+        x = _tile(stationary, "nisa.nc_matmul")
+        p, f = x.shape
+        return _Deferred([f, p], x.dtype, _nl.psum, lambda d: _isa.nc_transpose(d, x))
     if perf_mode not in (None, "", "none"):
         _error("unsupported", f"nc_matmul(perf_mode={perf_mode!r}) is not supported")
     st, mv, sr, mr, mn, out = _matmul_parts(stationary, moving, True, mask)
+    if out is not None and _is_full(out, mn):  # written straight into its destination
+        s, m = _index_rect(st, sr), _index_rect(mv, mr)
+        return _Deferred(mn, _nl.float32, _nl.psum,
+                         lambda d: _isa.nc_matmul(d, s, m, accumulate=False))
     dst = _new_like(mn, _nl.float32, _nl.psum)
     if out is not None:
         _isa.nc_matmul(_index_rect(dst, out), _index_rect(st, sr), _index_rect(mv, mr),
@@ -113,6 +124,8 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, **kwargs):
     if x.buffer == _nl.psum:
         x = _nl.copy(x)
     p, f = x.shape
+    if mask is None and (dtype is None or _nl.to_dtype(dtype) == x.dtype):
+        return _Deferred([f, p], x.dtype, _nl.psum, lambda d: _isa.nc_transpose(d, x))
     dst, rect = _begin(x, mask, None, _nl.psum, [f, p])
     if rect is not None:
         _isa.nc_transpose(_index_rect(dst, rect), _index_rect(x, [rect[1], rect[0]]))
@@ -157,6 +170,19 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwa
     if rect is not None:
         _isa.tensor_tensor(_index_rect(dst, rect), _index_rect(a, rect), _index_rect(b, rect),
                            _name(op))
+    return _done(dst, rect)
+
+
+def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *,
+                       dtype=None, mask=None, **kwargs):
+    """Per partition, r = op1(op0(data0[i], r), data1[i]) from r = initial (a number or a
+    [P, 1] tile): a new tile of data0's shape."""
+    a, b = _tile(data0, "nisa.tensor_tensor_scan"), _tile(data1, "nisa.tensor_tensor_scan")
+    dst, rect = _begin(a, mask, dtype or _promote(a.dtype, b.dtype))
+    if rect is not None:
+        _isa.tensor_tensor_scan(_index_rect(dst, rect), _index_rect(a, rect),
+                                _index_rect(b, rect), _column(initial, rect, "initial"),
+                                _name(op0), _name(op1), reverse0, reverse1)
     return _done(dst, rect)
 
 
@@ -317,10 +343,17 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
 
 
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=None, **kwargs):
-    """DMA copy (with cast) between HBM and SBUF views of equal element counts."""
+    """DMA copy (with cast) between HBM and SBUF views of equal element counts; one side may be
+    t[idx_tile[i_p, 0], i_f] (rows chosen at run time; oob_mode.skip leaves bad rows alone)."""
     if dst_rmw_op is not None:
         _error("unsupported", "dma_copy(dst_rmw_op=...) is not supported by neuron's legacy "
                "layer")
+    if isinstance(dst, _IndirectView) or isinstance(src, _IndirectView):
+        _lnl._no_mask(mask, "nisa.dma_copy of rows chosen at run time")
+        d = dst if isinstance(dst, _IndirectView) else _tile(dst, "nisa.dma_copy")
+        s = src if isinstance(src, _IndirectView) else _tile(src, "nisa.dma_copy")
+        _isa.dma_copy(d, s, oob_mode=_nl_oob(oob_mode))
+        return
     d, s = _operand(dst, "nisa.dma_copy"), _operand(src, "nisa.dma_copy")
     shape = list(d.shape)
     rect = _mask_rect(mask, shape, d, s)
@@ -333,8 +366,53 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=No
     _isa.dma_copy(dv, sv)
 
 
-UNSUPPORTED = ("tensor_partition_reduce tensor_tensor_scan tensor_copy_dynamic_src "
-               "tensor_copy_dynamic_dst range_select select_reduce bn_stats bn_aggr local_gather "
-               "dropout max8 nc_find_index8 nc_match_replace8 nc_stream_shuffle dma_transpose "
-               "sequence_bounds").split()
+def _nl_oob(mode):
+    return _isa.oob_mode.error if mode is None else _isa.oob_mode(int(mode))
+
+
+# ---- the dynamic half: runtime offsets and gathers ----------------------------------------------
+
+def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=None, **kwargs):
+    """A copy of src, whose subscript holds a runtime offset (src[i_p, off_tile[0, k] + i_f]:
+    the one-element tile is read into a register when the copy runs)."""
+    return tensor_copy(src, mask=mask, dtype=dtype)
+
+
+def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=None, **kwargs):
+    """Copies src into dst, whose subscript holds a runtime offset (dst[i_p, off_tile[0, k] +
+    i_f])."""
+    d = _tile(dst, "nisa.tensor_copy_dynamic_dst")
+    rect = _rectangle(mask, list(d.shape))
+    if rect is None:
+        return
+    s = _tile(src, "src") if _is_view(src) else _nl.full(list(d.shape), float(src), d.dtype)
+    _isa.tensor_copy(_index_rect(d, rect), _index_rect(s, rect))
+
+
+def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs):
+    """nl.gather_flattened (nisa.nc_n_gather into a new tile of indices' shape)."""
+    return _lnl.gather_flattened(data, indices, mask=mask, dtype=dtype)
+
+
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None,
+                 **kwargs):
+    """Per group of 16 partitions, num_elem_per_idx elements of each partition's row of
+    src_buffer at each of the group's indices (index's 16 rows read partition-first, the
+    first num_valid_indices of them): a new [P, num_valid_indices * num_elem_per_idx] tile of
+    src_buffer's dtype."""
+    _lnl._no_mask(mask, "nisa.local_gather")
+    src = _tile(src_buffer, "nisa.local_gather")
+    idx = _tile(index, "nisa.local_gather")
+    per = int(num_elem_per_idx)
+    valid = 16 * (idx.shape[1] if len(idx.shape) > 1 else 1) if num_valid_indices is None \
+        else int(num_valid_indices)
+    dst = _new_like([src.shape[0], valid * per], src.dtype)
+    _isa.local_gather(dst, src, idx, per, num_valid_indices)
+    return dst
+
+
+UNSUPPORTED = ("tensor_partition_reduce range_select select_reduce bn_stats "
+               "bn_aggr dropout max8 nc_find_index8 nc_match_replace8 nc_stream_shuffle "
+               "dma_transpose sequence_bounds").split()
 _define_unsupported(globals(), "nisa", UNSUPPORTED)
+_wrap_module(globals())

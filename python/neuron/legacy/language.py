@@ -10,6 +10,13 @@ from .. import _C
 from .._span import user_span
 from .. import isa as _isa
 from .. import language as _nl
+from . import compiler as _compiler
+from ..access import IndirectView as _IndirectView
+from .dynamic import register_of as _register_of, _tile as _tile_key
+from .loop_reduce import LoopReduce as _LoopReduce
+from . import constants as _constants
+from .deferred import flush as _flush, resolve as _resolve, wrap_module as _wrap_module
+from .split import SplitView as _SplitView
 from .blocks import Blocks as _Blocks, allocate as _allocate
 from .blocks import par_dim  # noqa: F401 (re-exported)
 from .grid import arange, mgrid  # noqa: F401 (re-exported)
@@ -63,21 +70,49 @@ def _unrolled(args):
         return
     span, serial = user_span(), _nl._State.serial
     for i in builtins.range(*args):
+        _flush()  # a pending result belongs to the code before the iteration (deferred.py)
         _, loop_id, _ = _C.open_loop(0, 1, 1, False, span)
         try:
             yield i
         finally:
             if serial == _nl._State.serial:  # not a stale generator of an aborted trace
+                _flush()
                 _C.close_loop(loop_id)
 
 
-def affine_range(*args):
-    """Unrolled at trace time (yields ints) so masks and index grids see concrete indices."""
+def affine_range(*args, directives=None, multi_buffer=None, **kwargs):
+    """Unrolled at trace time (yields ints) so masks and index grids see concrete indices.
+    Scheduling hints (directives=ncc.no_reorder(), multi_buffer=...) are accepted and ignored:
+    neuron schedules by dependencies."""
     return _unrolled(args)
+
+
+def dynamic_range(*args):
+    """A runtime loop, traced once (not unrolled): range(*args) whose bounds may be one-element
+    tiles (read when the loop starts) as well as ints; the index is symbolic, so use it in
+    subscripts and index grids (t[i * 128 + i_p, i_f]), not in masks."""
+    vals = [_register_of(_tile_key(a)) if _tile_key(a) is not None else a for a in args]
+    return _nl.dynamic_range(*vals)
 
 
 sequential_range = static_range = affine_range
 program_id = _nl.program_id
+
+
+class nc(int):
+    """nl.nc(n): n NeuronCores along a launch-grid dim (nl.spmd_dim(a, nl.nc(2))). neuron runs
+    every program of the grid on its one simulated core, so it only multiplies the dim."""
+
+    def __repr__(self):
+        return f"nl.nc({int(self)})"
+
+
+def spmd_dim(*sizes):
+    """A launch-grid dim of prod(sizes) programs (sizes are ints and nl.nc(n))."""
+    for s in sizes:
+        if isinstance(s, bool) or not isinstance(s, int) or s <= 0:
+            _error("unsupported", f"nl.spmd_dim takes positive ints and nl.nc(n), got {s!r}")
+    return int(np.prod([int(s) for s in sizes]))
 
 
 def num_programs(axes=None):
@@ -100,13 +135,23 @@ def _make(shape, dtype, buffer, name, fill=None):
     def tile(tshape, suffix):
         n = name + suffix if name else ""
         if fill is None:
-            return _nl.ndarray(tshape, dtype, buffer=buffer, name=n)
-        return _nl.full(tshape, fill, dtype, buffer=buffer, name=n)
+            t = _nl.ndarray(tshape, dtype, buffer=_memory(buffer), name=n)
+        else:
+            t = _nl.full(tshape, fill, dtype, buffer=_memory(buffer), name=n)
+        if _memory(buffer) == shared_hbm and _State.active:
+            _State.shared.append(t)  # returned, or scratch (legacy/__init__.py)
+        return t
     return _allocate(shape, tile)
 
 
 def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
     return _make(shape, dtype, sbuf if buffer is None else buffer, name)
+
+
+def _memory(buffer):
+    # buffer= may be a direct-allocation request (ncc.sbuf.mod_alloc(...)): neuron places the
+    # tile itself (compiler.py says why that keeps the kernel's values).
+    return _compiler.memory_of(buffer)
 
 
 def zeros(shape, dtype, *, buffer=None, name="", **kwargs):
@@ -139,8 +184,18 @@ def empty_like(a, dtype=None, *, buffer=None, name="", **kwargs):
 
 # ---- data movement -----------------------------------------------------------------------------
 
+def _no_mask(mask, what):
+    if mask is not None and mask is not True:
+        _error("mask", f"{what} takes no mask= here (restrict the operands with subscripts "
+               "instead)")
+
+
 def load(src, *, mask=None, dtype=None, **kwargs):
-    """HBM -> a new SBUF tile; masked elements are not loaded."""
+    """HBM -> a new SBUF tile; masked elements are not loaded. t[idx_tile[i_p, 0], i_f] loads
+    the rows the index tile names (at run time)."""
+    if isinstance(src, _IndirectView):
+        _no_mask(mask, "nl.load of rows chosen at run time")
+        return _nl.load(src, None if dtype is None else _nl.to_dtype(dtype))
     src = _operand(src, "nl.load")
     if len(src.shape) == 1:  # A[a:b, i] on HBM: tiles have 2 dims, so this loads [n, 1]
         src = _GridView(_concrete(src), None, (src.shape[0], 1))
@@ -149,6 +204,10 @@ def load(src, *, mask=None, dtype=None, **kwargs):
     dt = src.dtype if dtype is None else _nl.to_dtype(dtype)
     if rect is None:
         return _mark_partial(_new_like(shape, dt), None)
+    if isinstance(src, _SplitView):  # dims walked by several grid axes: one DMA per piece
+        dst = _new_like(shape, dt)
+        src.copy_into(dst, rect)
+        return _mark_partial(dst, rect)
     view = src.resolve(rect) if isinstance(src, _GridView) else _index_rect(src, rect)
     if _is_full(rect, shape) and list(view.shape) == shape:
         return _nl.load(view, dt)
@@ -158,8 +217,26 @@ def load(src, *, mask=None, dtype=None, **kwargs):
 
 
 def store(dst, value, *, mask=None, **kwargs):
-    """Tile (SBUF or PSUM) or scalar -> HBM; only the masked (and valid) elements."""
+    """Tile (SBUF or PSUM) or scalar -> HBM; only the masked (and valid) elements.
+    t[idx_tile[i_p, 0], i_f] as dst stores row p of value to the row idx_tile[p, 0]."""
+    if isinstance(dst, _IndirectView):
+        _no_mask(mask, "nl.store to rows chosen at run time")
+        if not _is_view(value):
+            value = _nl.full(list(dst.shape), float(value), dst.dtype)
+        value = _concrete(_operand(value, "nl.store"))
+        if value.buffer == psum:
+            value = _nl.copy(value)
+        _nl.store(dst, value)
+        return
     dst = _operand(dst, "nl.store")
+    if isinstance(dst, _SplitView):  # dims walked by several grid axes: one DMA per piece
+        _no_mask(mask, "nl.store to a subscript that combines grid axes in one dim")
+        if _is_view(value):
+            value = _concrete(_operand(value, "nl.store"))
+            value = _nl.copy(value) if value.buffer == psum else value
+        dst.assign(value, lambda view, v: _store_view(view, v) if _is_view(v) else
+                   _nl._fill_hbm(view, float(v), user_span()))
+        return
     shape = list(dst.shape)
     rect = _mask_rect(mask, shape, dst, value)
     known, valid = _partial_rect(value)
@@ -193,6 +270,27 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
     return _mark_partial(dst, rect)
 
 
+def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs):
+    """Per partition, data's flattened free dims gathered at indices: a new SBUF tile of
+    indices' shape (nisa.nc_n_gather)."""
+    _no_mask(mask, "nl.gather_flattened")
+    return _nl.gather_flattened(_concrete(_operand(data, "nl.gather_flattened")),
+                                _concrete(_operand(indices, "nl.gather_flattened")), 0,
+                                None if dtype is None else _nl.to_dtype(dtype))
+
+
+def shared_constant(constant, dtype=None, **kwargs):
+    """A constant HBM tensor holding the NumPy array `constant` (cast to dtype): a hidden
+    kernel input (constants.py)."""
+    return _constants.request(constant, dtype)
+
+
+def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
+    """The value to assign to the accumulating view (LoopReduce)."""
+    _no_mask(mask, "nl.loop_reduce")
+    return _LoopReduce(x, op, dtype)
+
+
 def broadcast_to(src, *, shape, **kwargs):
     return _nl.broadcast_to(_concrete(_operand(src)), list(shape))
 
@@ -212,6 +310,10 @@ def matmul(x, y, *, transpose_x=False, mask=None, **kwargs):
     xt, yt, xr, yr, mn, out = _matmul_parts(x, y, bool(transpose_x), mask)
     if out is None:
         return _mark_partial(_new_like(mn, float32, psum), None)
+    # TensorE reads SBUF: a PSUM operand (say, an nl.transpose result) is copied out first, as
+    # NKI's compiler does for nl.matmul.
+    xt = _nl.copy(xt) if xt.buffer == psum else xt
+    yt = _nl.copy(yt) if yt.buffer == psum else yt
     if _is_full(out, mn) and xr == [(0, n) for n in xt.shape] and \
             yr == [(0, n) for n in yt.shape]:
         return _nl.matmul(xt, yt, bool(transpose_x))
@@ -257,6 +359,9 @@ class _Fn:
         return self.default_dtype
 
     def __call__(self, x, *args, dtype=None, mask=None, **kwargs):
+        _flush()
+        x, args = _resolve(x), tuple(_resolve(a) for a in args)
+        kwargs = {k: _resolve(v) for k, v in kwargs.items()}
         if self.kind == "unary":
             dt = self._dtype(dtype)
             return _masked(lambda a: self.fn(a, dt), [x], mask,
@@ -333,7 +438,11 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mas
 # ---- not provided: a clear error instead of an AttributeError ----------------------------------
 
 UNSUPPORTED = ("floor ceil trunc tan arctan gelu_dx gelu_apprx_sigmoid silu_dx mish erf_dx "
-               "invert mod fmod prod var all dropout loop_reduce all_reduce rand random_seed "
-               "shared_constant shared_identity_matrix expand_dims atomic_rmw gather_flattened "
-               "nc spmd_dim finfo").split()
+               "invert mod fmod prod var all dropout all_reduce rand random_seed "
+               "shared_identity_matrix expand_dims atomic_rmw "
+               "finfo").split()
 _define_unsupported(globals(), "nl", UNSUPPORTED)
+_wrap_module(globals(), skip={"arange", "mgrid", "ds", "program_id", "num_programs",
+                              "program_ndim", "spmd_dim", "loop_reduce", "affine_range",
+                              "sequential_range", "static_range", "dynamic_range",
+                              "static_cast"})

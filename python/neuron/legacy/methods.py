@@ -6,6 +6,11 @@ behaves as before), plus the legacy tensor methods `reshape` (HBM, size-1 dims),
 from .. import _C
 from .._span import user_span
 from .. import language as _nl
+from ..access import IndirectView
+from . import dynamic
+from .loop_reduce import LoopReduce
+from .split import SplitView
+from . import deferred
 from .grid import Cmp, Grid, Mask, error
 from .mask import rectangle
 from .views import (ON_CHIP, GridView, MaskedOperand, Reshaped, as_gridview, concrete, grid_view,
@@ -14,6 +19,8 @@ from .views import (ON_CHIP, GridView, MaskedOperand, Reshaped, as_gridview, con
 _prev_getitem = _C.Tensor.__getitem__
 _prev_setitem = _C.Tensor.__setitem__
 _prev_iadd = getattr(_C.Tensor, "__iadd__", None)
+_prev_add = _C.Tensor.__add__
+_prev_radd = _C.Tensor.__radd__
 
 
 def _is_legacy(keys):
@@ -23,6 +30,8 @@ def _is_legacy(keys):
 
 def legacy_getitem(self, key):
     keys = key if isinstance(key, tuple) else (key,)
+    if dynamic.is_runtime_key(keys):  # index tiles and one-element offset tiles
+        return dynamic.subscript(self, keys, _prev_getitem)
     if not _is_legacy(keys):
         return _prev_getitem(self, key)
     if len(keys) == 1 and isinstance(keys[0], (Cmp, Mask)):
@@ -50,6 +59,12 @@ def assign(view, value):
     known, rect = partial_rect(value)
     if known and rect is None:
         return  # a fully masked value: nothing to write
+    if isinstance(view, SplitView):  # dims walked by several grid axes: piece by piece
+        if rect is not None:
+            error("mask", "a masked value cannot be assigned to a subscript that combines grid "
+                  "axes in one dim")
+        view.assign(value, assign)
+        return
     view = as_gridview(view)
     if rect is not None:
         value = index_rect(value, rect)
@@ -80,6 +95,23 @@ def assign(view, value):
 
 def legacy_setitem(self, key, value):
     keys = key if isinstance(key, tuple) else (key,)
+    if isinstance(value, deferred.Deferred):  # `t[k] = nisa.nc_matmul(...)`: write t[k] directly
+        view = legacy_getitem(self, key) if _is_legacy(keys) else _prev_getitem(self, key)
+        if value.into(view):
+            return
+        value = value.tile()
+    deferred.flush()
+    if isinstance(value, LoopReduce):  # dst[...] = nl.loop_reduce(x, op, ...): dst op= x
+        value.apply(concrete(legacy_getitem(self, key)))
+        return
+    if dynamic.is_runtime_key(keys):
+        view = legacy_getitem(self, key)
+        if isinstance(view, IndirectView):  # rows chosen at run time
+            from .language import store
+            store(view, value)
+        else:
+            assign(view, value)
+        return
     # `t[a:b] += x` ends in t.__setitem__(key, view): neuron's own __setitem__ recognises it
     # (legacy_iadd marks the view as updated in place) and records nothing more.
     if not _is_legacy(keys) and not partial_rect(value)[0] and \
@@ -90,6 +122,8 @@ def legacy_setitem(self, key, value):
 
 
 def legacy_iadd(self, other):
+    deferred.flush()
+    other = deferred.resolve(other)
     known, rect = partial_rect(other)
     if known:
         if rect is not None:
@@ -98,6 +132,19 @@ def legacy_iadd(self, other):
         _prev_iadd(self, concrete(other) if isinstance(other, (GridView, Reshaped)) else other)
     _nl._State.last_inplace = self  # the whole view was updated in place (see legacy_setitem)
     return self
+
+
+def legacy_add(self, other):
+    # off_tile[0, k] + i_f: an index grid moved by a runtime value (legacy dynamic offsets).
+    if isinstance(other, Grid):
+        return dynamic.plus_grid(self, other)
+    return _prev_add(self, other)
+
+
+def legacy_radd(self, other):
+    if isinstance(other, Grid):
+        return dynamic.plus_grid(self, other)
+    return _prev_radd(self, other)
 
 
 def _reshape(self, shape, *more):
@@ -136,6 +183,8 @@ def install():
     _C.Tensor.__setitem__ = legacy_setitem
     if _prev_iadd is not None:
         _C.Tensor.__iadd__ = legacy_iadd
+    _C.Tensor.__add__ = legacy_add
+    _C.Tensor.__radd__ = legacy_radd
     for name, fn in (("reshape", _reshape), ("broadcast_to", _broadcast_to),
                      ("astype", _astype), ("assert_shape", _assert_shape)):
         if not hasattr(_C.Tensor, name):

@@ -24,6 +24,7 @@ class _TraceState(threading.local):  # per thread: threads may trace concurrentl
         self.frames = {}        # id(view) -> (view, grid axes, grid rank) of grid subscripts
         self.grid = (1,)        # the launch grid of the kernel being traced
         self.active = False     # tracing a legacy kernel
+        self.shared = []        # shared_hbm tensors the kernel created (nl.ndarray & co.)
 
 
 _State = _TraceState()
@@ -31,11 +32,15 @@ _State = _TraceState()
 
 def begin_trace(grid):
     end_trace()
+    from .deferred import reset
+    reset()
     _State.grid, _State.active = tuple(grid), True
 
 
 def end_trace():
-    _State.partial, _State.frames = {}, {}  # drop the traced tiles' handles
+    from .deferred import reset
+    reset()  # an unused pending result is dead code
+    _State.partial, _State.frames, _State.shared = {}, {}, []  # drop the traced handles
     _State.active = False
 
 
@@ -140,7 +145,11 @@ class GridView:
         return _C.index(self.base, subs)
 
 
-def _translate(shape, on_chip, keys, name):
+class CombinedAxes(Exception):
+    """A dim walked by several grid axes (grid_view splits it: split.py)."""
+
+
+def _translate(shape, on_chip, keys, name, combined_ok=False):
     """(entries per tensor dim, result shape, the grid axis of each result dim, the grid's
     rank) of a grid subscript of a tensor of `shape`."""
     if any(k is Ellipsis for k in keys):
@@ -170,6 +179,8 @@ def _translate(shape, on_chip, keys, name):
                   "and loop indices)")
         coef = k.coefs_in(S)
         varying = [j for j, c in enumerate(coef) if c != 0 and S[j] > 1]
+        if len(varying) > 1 and combined_ok:
+            raise CombinedAxes()
         if len(varying) > 1:
             error("index", f"the subscript of dim {d} of '{name}' combines grid axes {varying} "
                   "(like i2*F1 + i1); each subscript may walk one grid axis only, so free-axis "
@@ -184,7 +195,7 @@ def _translate(shape, on_chip, keys, name):
                   "negative stride, which a view cannot express")
         if coef[j] != 1 and isinstance(k.const, _C.Affine) and not k.const.is_constant():
             error("index", f"the strided subscript of dim {d} of '{name}' starts at '{k.const}' "
-                  "(a program id); strided grids need a constant start")
+                  "(a program id or runtime value); strided grids need a constant start")
         if j in owner:
             error("index", f"dims {owner[j]} and {d} of '{name}' both walk grid axis {j} (a "
                   "diagonal); only one subscript may use each grid axis")
@@ -265,7 +276,14 @@ def _finish(v):
 
 def grid_view(t, keys):
     """t[keys] for grid keys."""
-    entries, S, axes, frame = _translate(list(t.shape), t.buffer in ON_CHIP, keys, t.name)
+    try:
+        entries, S, axes, frame = _translate(list(t.shape), t.buffer in ON_CHIP, keys, t.name,
+                                             combined_ok=True)
+    except CombinedAxes:
+        from .split import SplitView
+        keys = list(keys) + [0] * (len(t.shape) - len(keys))
+        grids = [k for k in keys if isinstance(k, Grid)]
+        return SplitView(t, keys, broadcast_shapes([g.shape for g in grids]))
     return _finish(GridView(t, entries, S, axes, frame))
 
 

@@ -101,6 +101,17 @@ void call_instr(E& e, const Instr& in) {
                     dt(in.src[1]), op(a.op0),
                     same_flags(in, {&l0, &l1, &ld}, {&in.src[0], &in.src[1]}));
     }
+    case Opcode::tensor_tensor_scan: {
+      auto x = e.view(in.src[0], in, l0);
+      auto y = e.view(in.src[1], in, l1);
+      NormLayout lc;
+      const AccessPattern* init = a.operand0_tile ? &in.src[2] : nullptr;
+      auto vi = init ? e.view(*init, in, lc) : e.no_view();
+      auto d = e.view(in.dst, in, ld);
+      return e.call(NEURON_KERNEL(tensor_tensor_scan), d, x, y, vi, dt(in.dst), dt(in.src[0]),
+                    dt(in.src[1]), init ? dt(*init) : 0, op(a.op0), op(a.op1), int{a.reverse0},
+                    int{a.reverse1}, a.imm0);
+    }
     case Opcode::tensor_scalar: {
       auto s = e.view(in.src[0], in, l0);
       size_t next = 1;

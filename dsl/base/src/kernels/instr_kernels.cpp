@@ -690,6 +690,31 @@ void neuron_k_gather(const NView* d, const NView* s, const NView* idx, int ddt, 
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
+void neuron_k_tensor_tensor_scan(const NView* d, const NView* a, const NView* bv,
+                                 const NView* init, int ddt, int adt, int bdt, int idt, int op0_,
+                                 int op1_, int rev0, int rev1, double init_imm) {
+  const AluOp op0 = static_cast<AluOp>(op0_), op1 = static_cast<AluOp>(op1_);
+  const int64_t P = d->size[0], per = P > 0 ? count_of(*d) / P : 0;
+  Scratch<float> r0(P);
+  column(init, idt, init_imm, P, r0.data);
+  // Sources are read before the destination is written, as the simulator does elsewhere.
+  Snapshot sa(a, adt, d, ddt), sb(bv, bdt, d, ddt);
+  Cursor ca(sa.view), cb(sb.view), cd(d);
+  for (int64_t p = 0; p < P; ++p) {
+    float r = r0.data[p];
+    for (int64_t i = 0; i < per; ++i) {
+      const float x = b::load_f32(ca.p, dt(adt)), y = b::load_f32(cb.p, dt(bdt));
+      const float t = rev0 ? b::alu(op0, r, x) : b::alu(op0, x, r);
+      r = rev1 ? b::alu(op1, y, t) : b::alu(op1, t, y);
+      b::store_f32(cd.p, dt(ddt), r);
+      ca.next();
+      cb.next();
+      cd.next();
+    }
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
 void neuron_k_local_gather(const NView* d, const NView* s, const NView* idx, int ddt, int sdt,
                            int idt, int64_t per, int64_t valid, int instr) {
   const int64_t P = d->size[0], F = per_partition(*s), I = per_partition(*idx);

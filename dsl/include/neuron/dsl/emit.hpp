@@ -31,4 +31,8 @@ Value operand_value(const nl::operand& x, const std::vector<int64_t>& shape, con
 // A memset value: an int for integer tiles given an integral value, else a float.
 Value fill_value(double v, DType dtype);
 
+// The HBM view an indirect DMA moves (rows chosen by a [P, 1] index tile): t's first kept dim,
+// which must be taken from row 0 with step 1, becomes 0:P (rule "indirect-dma").
+Access rows_view(const nl::tensor& t, int64_t P, std::string_view what, const Span& span);
+
 }  // namespace neuron::dsl

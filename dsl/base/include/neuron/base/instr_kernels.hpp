@@ -62,7 +62,7 @@ Fault take_fault();  // the first fault since the last call (kind kFaultNone: no
   X(memset, inline) X(tensor_reduce, inline) X(transpose, call) X(matmul, call)                \
   X(copy_predicated, call) X(iota, call) X(affine_select, call) X(print, call)                 \
   X(dma_indirect, call) X(gather, call) X(local_gather, call) X(load_scalar, inline)           \
-  X(store_scalar, inline)
+  X(store_scalar, inline) X(tensor_tensor_scan, call)
 // The cold paths of the streaming kernels (host only; see instr_kernels.cpp).
 #define NEURON_INSTR_SNAPSHOTS(X) \
   X(copy) X(tensor_tensor) X(tensor_scalar) X(activation) X(copy_predicated) X(affine_select)
@@ -131,6 +131,13 @@ void neuron_k_gather(const neuron_nview* d, const neuron_nview* s, const neuron_
 // `valid`) each select `per` consecutive elements of every partition's own row of s.
 void neuron_k_local_gather(const neuron_nview* d, const neuron_nview* s, const neuron_nview* idx,
                            int ddt, int sdt, int idt, int64_t per, int64_t valid, int instr);
+// tensor_tensor_scan: per partition, over the free dims in row-major order,
+// r[i] = op1(op0(a[i], r[i-1]), b[i]) from r[-1] = init (a [P, 1] column, or init_imm when null);
+// rev0 / rev1 swap op0's / op1's operands. The running value is fp32; d[i] is r[i] in d's dtype.
+void neuron_k_tensor_tensor_scan(const neuron_nview* d, const neuron_nview* a,
+                                 const neuron_nview* b, const neuron_nview* init, int ddt, int adt,
+                                 int bdt, int idt, int op0, int op1, int rev0, int rev1,
+                                 double init_imm);
 // register_load / register_store: one element as a 32-bit register value.
 int64_t neuron_k_load_scalar(const neuron_nview* s, int sdt);
 void neuron_k_store_scalar(const neuron_nview* d, int ddt, int64_t value);

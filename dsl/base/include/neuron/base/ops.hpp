@@ -32,6 +32,7 @@ namespace neuron {
   X(nc_transpose, "nc_transpose", Isa, tensor, 1)                                         \
   X(activation, "activation", Isa, scalar, 1)                                             \
   X(tensor_tensor, "tensor_tensor", Isa, vector, 2)                                       \
+  X(tensor_tensor_scan, "tensor_tensor_scan", Isa, vector, 2) /* per partition, see kernels */ \
   X(tensor_scalar, "tensor_scalar", Isa, vector, 1)                                       \
   X(tensor_reduce, "tensor_reduce", Isa, vector, 1)                                       \
   X(tensor_copy, "tensor_copy", Isa, vector, 1)                                           \

@@ -1,0 +1,128 @@
+// Bindings for the dynamic half of the DSL (language.hpp, isa.hpp): registers, runtime loops,
+// access patterns, indirect DMA rows with oob_mode, nc_n_gather and local_gather. Loop bodies
+// are Python callables that the C++ loops trace once.
+#include <memory>
+
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings.hpp"
+#include "neuron/dsl/builder.hpp"
+#include "neuron/isa.hpp"
+#include "neuron/language.hpp"
+
+namespace py = pybind11;
+
+namespace neuron::python {
+
+namespace {
+
+// A Python value used as an index (an int, or an Affine: loop index, program id, register).
+nl::index as_index(const py::handle& v, const char* what, const Span& span) {
+  if (py::isinstance<Affine>(v)) return v.cast<Affine>();
+  if (py::isinstance<py::int_>(v) && !py::isinstance<py::bool_>(v)) return v.cast<int64_t>();
+  user_error(span, "register", "{} must be a register or an int, got {} ({})", what,
+             std::string(py::repr(v)), std::string(py::str(v.get_type().attr("__name__"))));
+}
+
+// An open nl.dynamic_range loop: the C++ loop_range, closed by close() (or when dropped).
+struct DynamicRange {
+  std::unique_ptr<nl::loop_range> range;
+  nl::index value;
+};
+
+}  // namespace
+
+void init_dynamic(py::module_& m) {
+  py::enum_<nl::oob_mode>(m, "oob_mode")
+      .value("error", nl::oob_mode::error)
+      .value("skip", nl::oob_mode::skip);
+
+  // ---- registers ----
+  m.def("register_alloc", [](int64_t init, const Span& span) {
+    return nl::register_alloc(init, span);
+  });
+  m.def("register_load", [](const Affine& reg, const nl::tensor& src, const Span& span) {
+    nl::register_load(reg, src, span);
+  });
+  m.def("register_store", [](const nl::tensor& dst, const Affine& reg, const Span& span) {
+    nl::register_store(dst, reg, span);
+  });
+  m.def("register_move", [](const Affine& reg, const Affine& value, const Span& span) {
+    nl::register_move(reg, value, span);
+  });
+
+  // ---- runtime loops ----
+  m.def("fori_loop", [](const Affine& lower, const Affine& upper, const py::function& body,
+                        int64_t step, const Span& span) {
+    nl::fori_loop(lower, upper, [&](const nl::index& i) { body(i); }, step, span);
+  });
+  m.def("while_loop", [](const Affine& init, const py::function& body, const Span& span) {
+    nl::while_loop(
+        init,
+        [&](const nl::index& r) {
+          return as_index(body(r), "the value nl.while_loop's body_fun returns (the register's "
+                                   "next value)", span);
+        },
+        span);
+  });
+  py::class_<DynamicRange>(m, "DynamicRange")
+      .def_readonly("index", &DynamicRange::value)
+      // Ends the loop (the body has been traced).
+      .def("close", [](DynamicRange& r) { r.range.reset(); })
+      // Forgets the loop without closing it: its trace was abandoned (an exception).
+      .def("abandon", [](DynamicRange& r) { (void)r.range.release(); });
+  // Opens a runtime loop over range(start, stop, step); the loop is open until close().
+  m.def("open_dynamic_range", [](const Affine& start, const Affine& stop, int64_t step,
+                                 const Span& span) {
+    DynamicRange r;
+    r.range = std::make_unique<nl::loop_range>(start, stop, step, span);
+    auto it = r.range->begin();
+    r.value = *it;
+    return r;
+  });
+
+  // ---- access patterns and indirect rows ----
+  m.def("ap", [](const nl::tensor& t, const std::vector<std::pair<int64_t, int64_t>>& pattern,
+                 std::optional<Affine> offset, std::optional<Affine> scalar_offset,
+                 int64_t indirect_dim, const Span& span) {
+    return nl::ap(t, pattern, offset, scalar_offset, indirect_dim, span);
+  });
+  m.def("storage_shape", [](const nl::tensor& t) {
+    return t.valid() ? t.access().buffer->shape : std::vector<int64_t>{};
+  });
+  // (start, size, step, kept) of each storage dim of a view whose starts are constants (eager
+  // mode applies .ap() views to NumPy arrays with them).
+  m.def("view_dims", [](const nl::tensor& t) {
+    std::vector<std::tuple<int64_t, int64_t, int64_t, bool>> out;
+    for (auto& d : t.access().dims) {
+      if (!d.start.is_constant())
+        throw py::value_error("view_dims: the view starts at '" + d.start.str() + "'");
+      out.emplace_back(d.start.constant, d.size, d.step, d.keep);
+    }
+    return out;
+  });
+  m.def("load_rows", [](const nl::tensor& src, const nl::tensor& rows, nl::oob_mode oob,
+                        std::optional<DType> dtype, const Span& span) {
+    return nl::load_rows(src, rows, oob, dtype, span);
+  });
+  m.def("store_rows", [](const nl::tensor& dst, const nl::tensor& rows, const nl::tensor& value,
+                         nl::oob_mode oob, const Span& span) {
+    nl::store_rows(dst, rows, value, oob, span);
+  });
+  m.def("dma_copy_rows", [](const nl::tensor& dst, const nl::tensor& src, const nl::tensor& rows,
+                            bool rows_of_src, nl::oob_mode oob, const Span& span) {
+    isa::dma_copy_rows(dst, src, rows, rows_of_src, oob, span);
+  });
+
+  // ---- gathers ----
+  m.def("nc_n_gather", [](const nl::tensor& dst, const nl::tensor& data, const nl::tensor& indices,
+                          const Span& span) { isa::nc_n_gather(dst, data, indices, span); });
+  m.def("local_gather", [](const nl::tensor& dst, const nl::tensor& src, const nl::tensor& index,
+                           int64_t num_elem_per_idx, int64_t num_valid_indices, const Span& span) {
+    isa::local_gather(dst, src, index, num_elem_per_idx, num_valid_indices, span);
+  });
+}
+
+}  // namespace neuron::python

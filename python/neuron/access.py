@@ -1,0 +1,106 @@
+"""NKI access patterns: `t.ap(pattern, offset=None, scalar_offset=None, vector_offset=None,
+indirect_dim=0)` (NKI_API.md 6.3). The C++ DSL (nl::ap) maps the pattern onto an ordinary view
+of t's storage; scalar_offset (a register, or a [1, 1] SBUF tile read into one) moves it at run
+time. vector_offset (a [P, 1] SBUF index tile) selects rows of an HBM tensor at run time: the
+result is an IndirectView, which nl.load, nl.store and nisa.dma_copy move row by row."""
+import math
+
+import numpy as np
+
+from . import _C
+from ._span import user_span
+from .errors import user_error
+
+
+class IndirectView:
+    """Rows of an HBM tensor chosen at run time: partition p of the on-chip side moves row
+    rows[p, 0] of `view`'s first dim (taken whole). From t.ap(..., vector_offset=rows) or, in
+    the legacy API, t[idx_tile[i_p, 0], i_f]."""
+
+    def __init__(self, view, rows):
+        self.view, self.rows = view, rows
+
+    shape = property(lambda self: (self.rows.shape[0],) + tuple(self.view.shape[1:]))
+    ndim = property(lambda self: len(self.view.shape))
+    dtype = property(lambda self: self.view.dtype)
+    buffer = property(lambda self: self.view.buffer)
+    name = property(lambda self: self.view.name)
+
+    def __repr__(self):
+        return f"<rows {self.rows.name}[:, 0] of {self.view!r}>"
+
+
+def is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def as_index(v, what):
+    """An int or an Affine (loop index, program id, register) as an Affine."""
+    if isinstance(v, _C.Affine):
+        return v
+    if is_int(v):
+        return _C.Affine(int(v))
+    raise TypeError(f"{what} must be an int or a register (nisa.register_alloc), got {v!r} "
+                    f"({type(v).__name__})")
+
+
+def scalar_register(v, what, span):
+    """scalar_offset: a register or int as is; a one-element tile read into a fresh register."""
+    if isinstance(v, _C.Tensor):
+        r = _C.register_alloc(0, span)
+        _C.register_load(r, v, span)
+        return r
+    return as_index(v, what)
+
+
+def pattern_pairs(pattern):
+    try:
+        pairs = [tuple(p) for p in pattern]
+    except TypeError:
+        pairs = None
+    if not pairs or any(len(p) != 2 or not all(is_int(v) for v in p) for p in pairs):
+        raise TypeError(f"ap: pattern must be a list of [stride, count] int pairs, got "
+                        f"{pattern!r}")
+    return [(int(s), int(c)) for s, c in pairs]
+
+
+def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0,
+       dtype=None):
+    """The view of this tensor's storage walking pattern = [[stride, count], ...] from element
+    `offset` (None: this view's first element); see the module doc."""
+    span = user_span()
+    pat = pattern_pairs(pattern)
+    if dtype is not None:
+        user_error("unsupported", "ap(dtype=...) (a reinterpreting view) is not supported",
+                   span)
+    if not is_int(indirect_dim):
+        raise TypeError(f"ap: indirect_dim must be an int, got {indirect_dim!r}")
+    off = None if offset is None else as_index(offset, "ap offset")
+    if vector_offset is None:
+        so = None if scalar_offset is None else \
+            scalar_register(scalar_offset, "ap scalar_offset", span)
+        return _C.ap(self, pat, off, so, int(indirect_dim), span)
+    if scalar_offset is not None:
+        user_error("access-pattern", "ap: scalar_offset and vector_offset are mutually "
+                   "exclusive", span)
+    whole = indirect_pattern(self, pat, vector_offset, indirect_dim, _C.storage_shape(self),
+                             span)
+    return IndirectView(_C.ap(self, whole, off, None, 0, span), vector_offset)
+
+
+def indirect_pattern(t, pat, rows, indirect_dim, storage, span):
+    """The pattern of the HBM view that t.ap(pat, vector_offset=rows) moves row by row: its row
+    dim taken whole (the stride comes from the storage, as in NKI), the index tile picking the
+    rows at run time."""
+    if not hasattr(rows, "shape") or not hasattr(rows, "buffer"):
+        raise TypeError(f"ap: vector_offset must be a [P, 1] SBUF index tile, got {rows!r}")
+    if int(indirect_dim) != 0:
+        user_error("access-pattern", f"ap: vector_offset selects rows of dim 0; indirect_dim="
+                   f"{indirect_dim} is not supported", span)
+    if t.buffer in (_C.Memory.sbuf, _C.Memory.psum):
+        user_error("indirect-dma", f"ap: vector_offset selects rows of an HBM tensor; "
+                   f"'{t.name}' is in {t.buffer.name}", span)
+    if pat[0][1] != rows.shape[0]:
+        user_error("access-pattern", f"ap: the pattern's first entry counts {pat[0][1]} rows "
+                   f"but vector_offset '{rows.name}' has {rows.shape[0]} partitions", span)
+    return [(math.prod(storage[1:]), storage[0])] + pat[1:]

@@ -1,0 +1,98 @@
+"""Legacy `dst[...] = nisa.nc_matmul(...)` (and nc_transpose) writes dst directly.
+
+A value-returning PSUM instruction returns a Deferred: the instruction, not yet emitted. Assigned
+to a view of the same memory, dtype and shape, it is emitted into that view (no fresh tile, no
+copy: the kernel's own PSUM layout fits where it fits on hardware). Used any other way it is
+emitted into a fresh tile first, as before. Order is kept: the pending instruction is emitted
+before the next legacy call, tensor subscript or loop iteration runs (flush), so nothing the
+kernel does later can change its operands first; one instruction is pending at a time."""
+import functools
+import inspect
+
+from .. import _C
+from .. import language as _nl
+
+
+class _Pending:
+    current = None  # the Deferred not yet emitted (per trace; traces are per thread in
+    # practice, and a trace never interleaves with another on one thread)
+
+
+class Deferred:
+    def __init__(self, shape, dtype, buffer, emit):
+        flush()
+        self.shape, self.dtype, self.buffer, self._emit = tuple(shape), dtype, buffer, emit
+        self._tile = None
+        _Pending.current = self
+
+    ndim = property(lambda self: len(self.shape))
+
+    def tile(self):
+        """The result in a fresh tile (emitted now if still pending)."""
+        if self._tile is None:
+            if _Pending.current is self:
+                _Pending.current = None
+            self._tile = _nl.ndarray(list(self.shape), self.dtype, buffer=self.buffer)
+            self._emit(self._tile)
+        return self._tile
+
+    def into(self, view):
+        """Emits straight into view when it can hold the result; True when done."""
+        if _Pending.current is not self or not isinstance(view, _C.Tensor) or \
+                view.buffer != self.buffer or view.dtype != self.dtype or \
+                list(view.shape) != list(self.shape):
+            return False
+        _Pending.current = None
+        self._emit(view)
+        return True
+
+    def __getattr__(self, name):  # tile attributes and methods (name, reshape, ...)
+        return getattr(self.tile(), name)
+
+    def __repr__(self):
+        return f"<pending {list(self.shape)} {self.dtype} result>"
+
+
+def _binary(name):
+    return lambda self, *args: getattr(self.tile(), name)(*map(resolve, args))
+
+
+for _name in ("getitem setitem add radd sub rsub mul rmul truediv rtruediv neg pow iadd isub "
+              "imul itruediv lt le gt ge").split():
+    setattr(Deferred, f"__{_name}__", _binary(f"__{_name}__"))
+
+
+def flush():
+    """Emits the pending instruction (into its own fresh tile)."""
+    if _Pending.current is not None:
+        _Pending.current.tile()
+
+
+def reset():
+    _Pending.current = None  # a new trace: an aborted trace's pending result is dropped
+
+
+def resolve(v):
+    """v with Deferred results (also inside lists and tuples) as their tiles."""
+    if isinstance(v, Deferred):
+        return v.tile()
+    if isinstance(v, (list, tuple)) and any(isinstance(x, Deferred) for x in v):
+        return type(v)(resolve(x) for x in v)
+    return v
+
+
+def flushing(fn):
+    """fn with the pending instruction emitted first and Deferred arguments resolved."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        flush()
+        return fn(*map(resolve, args), **{k: resolve(v) for k, v in kwargs.items()})
+    return call
+
+
+def wrap_module(namespace, skip=()):
+    """Applies flushing() to the public functions of a module namespace."""
+    for name, fn in list(namespace.items()):
+        if not name.startswith("_") and name not in skip and inspect.isfunction(fn) and \
+                getattr(fn, "__module__", "").startswith("neuron.legacy"):
+            namespace[name] = flushing(fn)

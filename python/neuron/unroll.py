@@ -1,0 +1,110 @@
+"""Rolled loops unrolled where the kernel's Python needs an index value (docs/python.md, "Loops").
+
+nl.affine_range / nl.sequential_range are traced once, with a symbolic index: the fast path, and
+all most kernels need. In NKI 0.3+ they are Python ranges, so published kernels also use the
+index as a number: `tiles[k]` (a Python list of tiles), `range(k)`, `if k == 0`, `min(k, n)`.
+When that happens the trace restarts with that loop unrolled (its index is an int then), and
+with it every rolled loop that had already run to its end: their bodies may have built what the
+value is used on (a list filled by `tiles.append(t)` must hold one tile per iteration). The
+loops still open around the use stay rolled: their bodies are traced once either way. A trace
+that fails with an IndexError while loops were rolled (say, a list built across iterations of
+an enclosing loop) is retried with every loop unrolled. Program ids, registers and runtime loop
+indices have no value at trace time and are never unrolled."""
+import re
+import threading
+
+from . import _C
+
+
+class NeedsValue(Exception):
+    """The running trace needs the value of a rolled loop's index: restart (trace() catches
+    it; it never reaches the user)."""
+
+
+class _Sites(threading.local):
+    active = False      # tracing under trace() (restarts possible)
+    unroll = frozenset()  # loop sites to unroll in this trace ("*": all)
+    opened = ()         # sites of the rolled loops opened so far
+    closed = frozenset()  # sites of the rolled loops that have run to their end
+    loops = None        # loop variable -> its site
+    partly = False      # the last trace unrolled loops for values and kept others rolled
+
+
+_state = _Sites()
+
+
+def site(span):
+    return (span.file, span.line, span.column)
+
+
+def unrolled(span):
+    """Should the loop at span be unrolled in this trace?"""
+    return _state.active and ("*" in _state.unroll or site(span) in _state.unroll)
+
+
+def opened(var, span):
+    """A rolled loop (variable var) was opened at span."""
+    if _state.active:
+        _state.loops[var] = site(span)
+        _state.opened = _state.opened + (site(span),)
+
+
+def closed(span):
+    """The rolled loop opened at span has run to its end."""
+    if _state.active:
+        _state.closed = _state.closed | {site(span)}
+
+
+def need_value(a):
+    """Kernel Python needs the value of Affine a: restart with the loops it depends on, and
+    the rolled loops already closed, unrolled. Returns when a depends on no rolled loop (the
+    caller then raises its own error)."""
+    if not _state.active:
+        return
+    names = re.findall(r"[A-Za-z_]\w*", str(a))
+    mine = frozenset(_state.loops[n] for n in names if n in _state.loops)
+    if mine:
+        raise NeedsValue(mine | _state.closed)
+
+
+def trace(run, unroll_all=False):
+    """run() (one trace), restarted with more loops unrolled while it needs index values
+    (unroll_all: every loop unrolled from the start)."""
+    saved = (_state.active, _state.unroll, _state.opened, _state.closed, _state.loops)
+    unroll = frozenset(["*"]) if unroll_all else frozenset()
+    _state.partly = False
+    try:
+        while True:
+            _state.active, _state.unroll, _state.opened = True, unroll, ()
+            _state.closed, _state.loops = frozenset(), {}
+            try:
+                result = run()
+                _state.partly = bool(unroll) and "*" not in unroll and bool(_state.opened)
+                return result
+            except NeedsValue as e:
+                if e.args[0] <= unroll:  # cannot happen: an unrolled loop's index is an int
+                    raise RuntimeError("neuron: a loop index needed a value after unrolling")
+                unroll = unroll | e.args[0]
+            except IndexError:
+                if not _state.opened or "*" in unroll:
+                    raise
+                unroll = frozenset(["*"])
+    finally:
+        _state.active, _state.unroll, _state.opened, _state.closed, _state.loops = saved
+
+
+def partly_unrolled():
+    """Did the last trace unroll some loops for their values and keep others rolled?"""
+    return _state.partly
+
+
+def _index(self):
+    if self.is_constant():
+        return self.constant
+    need_value(self)
+    raise TypeError(f"'{self}' (a program id or register) has no value at trace time; it can "
+                    "index tensors, not Python lists")
+
+
+_C.Affine.__index__ = _index
+_C.Affine.__int__ = _index

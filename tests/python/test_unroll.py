@@ -1,0 +1,106 @@
+# Rolled loops unrolled where the kernel's Python needs an index value (neuron/unroll.py): lists
+# of tiles indexed by loop indices, comparisons, range(k); loops that never need one stay rolled.
+import numpy as np
+import pytest
+
+import neuron
+import neuron.isa as nisa
+import neuron.language as nl
+
+RNG = np.random.default_rng(31)
+f64 = np.float64
+
+
+def hoisted_matmul(lhsT, rhs):
+    """The shape of the NKI tutorial's hoisted-load matmul: tiles kept in Python lists that a
+    later loop indexes with its own loop index."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    out = nl.ndarray((M, N), nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(M // 128):
+        lhs_tiles = []
+        for k in nl.affine_range(K // 128):
+            t = nl.ndarray((128, 128), lhsT.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=lhsT[k * 128:(k + 1) * 128, m * 128:(m + 1) * 128])
+            lhs_tiles.append(t)
+        for n in nl.affine_range(N // 256):  # never needs a value: stays rolled
+            rhs_tiles = []
+            for k in nl.affine_range(K // 128):
+                t = nl.ndarray((128, 256), rhs.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=rhs[k * 128:(k + 1) * 128, n * 256:(n + 1) * 256])
+                rhs_tiles.append(t)
+            acc = nl.ndarray((128, 256), nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(K // 128):
+                nisa.nc_matmul(dst=acc, stationary=lhs_tiles[k], moving=rhs_tiles[k])
+            res = nl.ndarray((128, 256), nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res, src=acc, dtype=nl.float32)
+            nisa.dma_copy(dst=out[m * 128:(m + 1) * 128, n * 256:(n + 1) * 256], src=res)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["native", "simulate"])
+def test_lists_of_tiles_indexed_by_loop_indices(mode):
+    a = RNG.uniform(-1, 1, (384, 256)).astype(np.float32)
+    b = RNG.uniform(-1, 1, (384, 512)).astype(np.float32)
+    got = neuron.kernel(hoisted_matmul, mode=mode)(a, b)
+    np.testing.assert_allclose(got, a.astype(f64).T @ b.astype(f64), rtol=1e-4, atol=1e-4)
+
+
+def test_the_needing_loop_and_the_closed_ones_unroll_enclosing_loops_stay_rolled():
+    ir = str(neuron.kernel(hoisted_matmul).trace(((384, 256), nl.float32),
+                                                 ((384, 512), nl.float32)))
+    # `lhs_tiles[k]` needs k: that k loop unrolls, with the two k loops that filled the lists
+    # (closed by then); m and n, still open around the use, stay rolled.
+    assert ir.count("affine_range(") == 2 and "affine_range(3)" not in ir
+
+
+def first_tile_special(x):
+    out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.load(x[i * 128:(i + 1) * 128, :])
+        if i == 0:  # a comparison on the index: Python needs its value
+            t = t * 2.0
+        nl.store(out[i * 128:(i + 1) * 128, :], t + float(min(i, 1)))
+    for j in nl.affine_range(2):  # opened after: stays rolled
+        nl.store(out[j * 128:(j + 1) * 128, 0:1], nl.load(x[j * 128:(j + 1) * 128, 0:1]))
+    return out
+
+
+def test_comparisons_and_min_unroll_and_later_loops_stay_rolled():
+    x = RNG.uniform(-1, 1, (384, 8)).astype(np.float32)
+    want = x.astype(f64).copy()
+    want[:128] *= 2
+    want[128:] += 1
+    want[:256, 0] = x[:256, 0]
+    np.testing.assert_allclose(neuron.kernel(first_tile_special)(x), want, rtol=1e-6)
+    ir = str(neuron.kernel(first_tile_special).trace(((384, 8), nl.float32)))
+    assert ir.count("affine_range(") == 1 and "affine_range(2)" in ir
+
+
+def rolled_only(x):
+    out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(3):
+        nl.store(out[i * 128:(i + 1) * 128, :], nl.load(x[i * 128:(i + 1) * 128, :]) + 1.0)
+    return out
+
+
+def test_kernels_that_never_need_a_value_trace_once_rolled():
+    calls = []
+
+    def k(x):
+        calls.append(1)
+        return rolled_only(x)
+    assert "affine_range(3)" in str(neuron.kernel(k).trace(((384, 8), nl.float32)))
+    assert len(calls) == 1
+
+
+def program_id_as_list_index(x):
+    out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+    scales = [1.0, 2.0]
+    nl.store(out, nl.load(x) * scales[nl.program_id(0)])
+    return out
+
+
+def test_a_program_id_as_a_list_index_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="program id or register"):
+        neuron.kernel(program_id_as_list_index)[2](np.zeros((128, 8), np.float32))
