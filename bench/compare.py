@@ -204,8 +204,8 @@ def main():
             f"{args.threads} thread(s) (`torch.set_num_threads`, our `NativeOptions::threads`). "
             "\"ours / peer\" is peer time / our time: above 1.00x we are faster. GFLOP/s = "
             "2n^3 / time for matmul and 5 flops per element for softmax. Ours is "
-            f"`bench/spmd_matmul.hpp` (row blocks per program: {blocks[1024]} at 1024, "
-            f"{blocks[2048]} at 2048) and `examples/softmax.hpp`.", width=100),
+            f"the library's `kernels/matmul.hpp` (rows per program: {128 * blocks[1024]} at 1024, "
+            f"{128 * blocks[2048]} at 2048) and `kernels/softmax.hpp`.", width=100),
         "",
         table,
         "",

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "../examples/softmax.hpp"
+#include "neuron/kernels/matmul.hpp"
 #include "neuron/runtime/native/native.hpp"
-#include "spmd_matmul.hpp"
 
 namespace {
 
@@ -44,12 +44,16 @@ const Entry& matmul_kernel(int64_t M, int64_t N, int64_t K, neuron::DType dt, in
   std::lock_guard lock(g_mutex);
   auto it = g_kernels.find(key);
   if (it != g_kernels.end()) return it->second;
-  auto k = neuron::trace("bench_spmd_matmul",
-                         [blocks](neuron::nl::tensor a, neuron::nl::tensor b) {
-                           return bench::spmd_matmul(a, b, blocks);
+  // The library matmul with lhsT stored [K, M]; each program owns 128 * blocks rows.
+  neuron::kernels::MatmulConfig cfg;
+  cfg.transpose_a = true;
+  cfg.programs = M % (128 * blocks) == 0 ? M / (128 * blocks) : 1;
+  auto k = neuron::trace("bench_matmul",
+                         [cfg](neuron::nl::tensor a, neuron::nl::tensor b) {
+                           return neuron::kernels::matmul(a, b, cfg);
                          },
                          {{{K, M}, dt}, {{K, N}, dt}});
-  Entry e{neuron::compile_native(k), {M / (128 * blocks)}};
+  Entry e{neuron::compile_native(k), neuron::kernels::matmul_grid(cfg)};
   return g_kernels.emplace(key, std::move(e)).first->second;
 }
 

@@ -14,8 +14,7 @@
 #include "neuron/trace.hpp"
 
 // The C++ example kernels, traced here so tests can compare Python-traced IR with them.
-#include "matmul.hpp"
-#include "softmax.hpp"
+#include "profile_matmul.hpp"
 #include "vector_add.hpp"
 
 namespace py = pybind11;
@@ -25,6 +24,18 @@ namespace neuron::python {
 namespace {
 
 using Operand = std::variant<nl::tensor, double>;
+
+// One 128-row tile of a row softmax per program: the C++ twin of tests/python/test_ir.py's
+// softmax, for the front-end parity test.
+nl::tensor row_softmax(nl::tensor x) {
+  auto out = nl::ndarray(x.shape(), x.dtype(), nl::shared_hbm, "out");
+  auto rows = nl::ds(nl::program_id(0) * nl::tile_size::pmax, nl::tile_size::pmax);
+  auto t = nl::load(x(rows), nl::float32);
+  auto e = nl::exp(t - nl::max(t, 1));
+  auto inv = nl::reciprocal(nl::sum(e, 1));
+  nl::store(out(rows), nl::multiply(e, inv, x.dtype()));
+  return out;
+}
 
 nl::operand to_operand(const Operand& v, const Span& span) {
   if (auto* t = std::get_if<nl::tensor>(&v)) return nl::operand(*t, span);
@@ -202,11 +213,13 @@ void init_trace(py::module_& m) {
   m.def("close_loop", &dsl::close_loop);
   m.def("require_trace", &dsl::require_trace);
 
-  // Traces one of the C++ example kernels (examples/*.hpp), for IR comparison in tests.
+  // Traces one of the C++ example kernels (examples/*.hpp), for IR comparison in tests:
+  // "matmul" is the tiled loop nest of examples/profile_matmul.hpp, "softmax" the one-tile row
+  // softmax below (the library's general kernels live in kernels/ and differ from both).
   m.def("trace_example", [](const std::string& which, const std::vector<TensorSpec>& specs) {
     if (which == "vector_add") return trace("vector_add", examples::vector_add, specs);
-    if (which == "matmul") return trace("matmul", examples::matmul, specs);
-    if (which == "softmax") return trace("softmax", examples::softmax, specs);
+    if (which == "matmul") return trace("matmul", examples::matmul_naive, specs);
+    if (which == "softmax") return trace("softmax", row_softmax, specs);
     throw py::value_error("unknown example kernel " + which);
   });
 

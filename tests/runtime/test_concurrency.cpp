@@ -26,7 +26,7 @@
 #include <thread>
 
 #include "cache_test_util.hpp"
-#include "matmul.hpp"
+#include "neuron/kernels/matmul.hpp"
 #include "neuron/runtime/native/native.hpp"
 #include "neuron/runtime/run.hpp"
 #include "softmax.hpp"
@@ -98,7 +98,12 @@ std::vector<Case> make_cases() {
   auto matmul = [](int64_t k, int64_t m, int64_t n) {
     return Case{fmt::format("matmul {}x{}x{}", m, k, n),
                 [=] {
-                  return trace("matmul", examples::matmul, {{{k, m}, f32}, {{k, n}, f32}});
+                  kernels::MatmulConfig cfg;
+                  cfg.transpose_a = true;  // lhsT [K, M]
+                  return trace(
+                      "matmul",
+                      [cfg](nl::tensor a, nl::tensor b) { return kernels::matmul(a, b, cfg); },
+                      {{{k, m}, f32}, {{k, n}, f32}});
                 },
                 {{k, m}, {k, n}},
                 {1},
