@@ -10,8 +10,9 @@
 #include <vector>
 
 #include "../examples/profile_matmul.hpp"
-#include "../examples/softmax.hpp"
 #include "neuron/kernels/matmul.hpp"
+#include "neuron/neuron.hpp"
+#include "neuron/kernels/softmax.hpp"
 #include "neuron/runtime/native/native.hpp"
 
 namespace {
@@ -58,8 +59,10 @@ void matmul(benchmark::State& state, neuron::DType dt, int64_t rows) {
 void softmax(benchmark::State& state) {
   const int64_t rows = state.range(0), cols = state.range(1);
   const int threads = static_cast<int>(state.range(2));
-  auto k = neuron::compile_native(
-      neuron::trace("softmax", examples::softmax, {{{rows, cols}, neuron::DType::float32}}));
+  const kn::SoftmaxConfig cfg{rows / 128};
+  auto k = neuron::compile_native(neuron::trace(
+      "softmax", [cfg](neuron::nl::tensor x) { return kn::softmax(x, cfg); },
+      {{{rows, cols}, neuron::DType::float32}}));
   auto x = random_tensor({rows, cols}, neuron::DType::float32, 3, 4.0f);
   auto out = neuron::Tensor::empty({rows, cols}, neuron::DType::float32);
   neuron::NativeOptions opts;

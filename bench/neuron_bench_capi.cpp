@@ -13,8 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "../examples/softmax.hpp"
 #include "neuron/kernels/matmul.hpp"
+#include "neuron/neuron.hpp"
+#include "neuron/kernels/softmax.hpp"
 #include "neuron/runtime/native/native.hpp"
 
 namespace {
@@ -62,9 +63,12 @@ const Entry& softmax_kernel(int64_t rows, int64_t cols) {
   std::lock_guard lock(g_mutex);
   auto it = g_kernels.find(key);
   if (it != g_kernels.end()) return it->second;
-  auto k =
-      neuron::trace("bench_softmax", examples::softmax, {{{rows, cols}, neuron::DType::float32}});
-  Entry e{neuron::compile_native(k), {rows / 128}};
+  // The library softmax, one program per 128 rows (rows a multiple of 128).
+  const neuron::kernels::SoftmaxConfig cfg{rows % 128 == 0 ? rows / 128 : 1};
+  auto k = neuron::trace(
+      "bench_softmax", [cfg](neuron::nl::tensor x) { return neuron::kernels::softmax(x, cfg); },
+      {{{rows, cols}, neuron::DType::float32}});
+  Entry e{neuron::compile_native(k), neuron::kernels::softmax_grid(cfg)};
   return g_kernels.emplace(key, std::move(e)).first->second;
 }
 
