@@ -1,0 +1,234 @@
+// Flash attention forward: out = softmax(q @ k^T * scale + mask) @ v and its logsumexp, with
+// an online softmax (fp32 statistics), causal or not, GQA, any lengths, L != S, E != Ev. Memory
+// is O(L + S): the L x S score matrix is never formed, only 128 x 512 tiles of it.
+//
+// Shapes: q [B, Hq, L, E], k [B, Hkv, S, E], v [B, Hkv, S, Ev], E, Ev <= 128, Hq a multiple
+// of Hkv (query head h reads kv head h / (Hq / Hkv)). out [B, Hq, L, Ev] in q's dtype, lse
+// [B, Hq, L] fp32 (natural log). Causal: key j is visible to query i when j <= i + offset
+// (offset 0 is PyTorch's is_causal; S - L aligns the diagonal bottom-right as flash-attn
+// does). A query that sees no key gets out 0 and lse -inf, never NaN.
+//
+// Tiling and engine plan. One SPMD program per (batch, kv head, query head in the group):
+// grid attention_grid(). Each program first transposes its K on the Tensor engine into an
+// HBM scratch K^T [E, S] (E on partitions, the contraction layout), so the main loop loads
+// ready [E, 512] tiles by DMA. Then per tile of 128 queries (Q^T [E, 128] transposed once):
+//  - for each block of 512 keys, sequential because the statistics carry:
+//    scores [128, 512] = nc_matmul(Q^T, K^T block) in one PSUM bank (Tensor engine);
+//    on diagonal blocks of a causal mask, affine_select (GpSimd) writes -inf where j > i +
+//    offset; the Vector engine takes the row max and the new running max m; the Scalar
+//    engine computes p = exp(scale * s - scale * m) with its row sum in one activation, and
+//    the rescale factor alpha = exp(scale * (m_old - m)); p goes to the input dtype, is
+//    transposed 128 columns at a time on the Tensor engine and multiplied with the V rows
+//    (accumulating [128, Ev] in PSUM); the Vector engine does l = l * alpha + rowsum and
+//    acc = acc * alpha + p @ v.
+//  - the Vector engine writes out = acc / l, the Scalar engine lse = scale * m + log(l).
+// Non-causal query tiles are one rolled loop. Causal ones are unrolled (each sees a different
+// number of key blocks): blocks left of the diagonal run unmasked in a rolled loop, the one or
+// two blocks on it are masked; blocks right of it are skipped. Rows before the first visible
+// key (negative offsets) are written directly as 0 / -inf.
+#pragma once
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "neuron/kernels/tiling.hpp"
+
+namespace neuron::kernels {
+
+struct AttentionConfig {
+  bool causal = false;
+  std::optional<double> scale;  // default 1 / sqrt(E)
+  int64_t causal_offset = 0;    // key j visible to query i when j <= i + causal_offset
+};
+
+// Grids: the forward runs one program per (batch, kv head, query head of the group), the
+// backward one per (batch, kv head).
+inline std::vector<int64_t> attention_grid(const std::vector<int64_t>& q_shape,
+                                           const std::vector<int64_t>& k_shape) {
+  return {q_shape.at(0), k_shape.at(1), q_shape.at(1) / k_shape.at(1)};
+}
+inline std::vector<int64_t> attention_backward_grid(const std::vector<int64_t>& q_shape,
+                                                    const std::vector<int64_t>& k_shape) {
+  return {q_shape.at(0), k_shape.at(1)};
+}
+
+inline constexpr int64_t kKeyBlock = 512;  // keys per score tile: one PSUM bank of fp32
+
+namespace detail {
+
+struct AttentionDims {
+  int64_t B, Hq, Hkv, G, L, S, E, Ev;
+  double scale;
+  // Queries before q_start see no key (causal with a negative offset).
+  int64_t q_start;
+};
+
+inline AttentionDims check_attention(const nl::tensor& q, const nl::tensor& k, const nl::tensor& v,
+                                     const AttentionConfig& cfg, const char* kernel,
+                                     const Span& span) {
+  for (auto [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) {
+    require_rank(*t, 4, kernel, name, span);
+    require_float(*t, kernel, name, span);
+  }
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype())
+    args_error(span, kernel, "q, k and v must have one dtype, got {}, {} and {}",
+               dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
+  const auto qs = q.shape(), ks = k.shape(), vs = v.shape();
+  AttentionDims d{qs[0], qs[1], ks[1], 1, qs[2], ks[2], qs[3], vs[3], 0, 0};
+  if (ks[0] != d.B || vs[0] != d.B || vs[1] != d.Hkv || vs[2] != d.S || ks[3] != d.E)
+    args_error(span, kernel,
+               "shapes do not match: q {} (B, Hq, L, E), k {} (B, Hkv, S, E), v {} (B, Hkv, S, "
+               "Ev)",
+               shape_str(qs), shape_str(ks), shape_str(vs));
+  if (d.Hq % d.Hkv != 0)
+    args_error(span, kernel, "the {} query heads must be a multiple of the {} key/value heads",
+               d.Hq, d.Hkv);
+  if (d.E > kPartitions || d.Ev > kPartitions)
+    args_error(span, kernel, "head dims E={} and Ev={} must be at most {}", d.E, d.Ev, kPartitions);
+  d.G = d.Hq / d.Hkv;
+  d.scale = cfg.scale.value_or(1.0 / std::sqrt(double(d.E)));
+  if (!(d.scale > 0) || !std::isfinite(d.scale))
+    args_error(span, kernel, "scale={} must be a positive number", d.scale);
+  d.q_start = cfg.causal ? std::clamp<int64_t>(-cfg.causal_offset, 0, d.L) : 0;
+  return d;
+}
+
+inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// Causal mask of a score tile whose rows are queries q0.. and columns keys s0..: keeps s where
+// key <= query + offset, else -inf. All three are static.
+inline void mask_causal(const nl::tensor& s, int64_t q0, int64_t s0, int64_t offset) {
+  const int64_t cols = s.shape()[1];
+  // value(p, f) = (q0 + p + offset) - (s0 + f) >= 0
+  isa::affine_select(s, {{-1, cols}}, 1, s, kNegInf, nl::greater_equal, q0 + offset - s0);
+}
+
+// The key range a causal query tile [q0, q0 + qr) visits: keys [0, masked_from) are visible to
+// every row, keys [masked_from, end) to some (masked_from rounded down to 128).
+struct KeyRange {
+  int64_t masked_from, end;
+};
+inline KeyRange causal_keys(int64_t q0, int64_t qr, int64_t offset, int64_t S) {
+  const int64_t all_see = std::clamp<int64_t>(q0 + offset + 1, 0, S);
+  const int64_t end = std::clamp<int64_t>(q0 + qr + offset, 0, S);
+  return {all_see / kPartitions * kPartitions, end};
+}
+
+// Transposes rows [0, n) of a [n, D] HBM view through the Tensor engine into an HBM scratch
+// [D, n] (`dst` a view of it), 128 rows at a time.
+inline void transpose_into(const nl::tensor& dst, const nl::tensor& src, int64_t n) {
+  for_each_tile(n, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
+    auto t = nl::load(src(nl::ds(r0, rr), nl::all));
+    nl::store(dst(nl::all, nl::ds(r0, rr)), transpose_to_sbuf(t, "tT"));
+  });
+}
+
+// Stores zeros in rows [0, n) of a [.., D] HBM view (queries that see no key).
+inline void store_zero_rows(const nl::tensor& dst, int64_t n, int64_t D) {
+  for_each_tile(n, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
+    nl::store(dst(nl::ds(r0, rr), nl::all), nl::zeros({rr, D}, dst.dtype(), nl::sbuf, "zero"));
+  });
+}
+
+}  // namespace detail
+
+// Returns {out [B, Hq, L, Ev], lse [B, Hq, L] fp32}. Launch with attention_grid(q, k).
+inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
+                                                            const nl::tensor& k,
+                                                            const nl::tensor& v,
+                                                            const AttentionConfig& cfg = {},
+                                                            Span span = Span::current()) {
+  using namespace detail;
+  const AttentionDims d = check_attention(q, k, v, cfg, "attention_forward", span);
+  const DType dt = q.dtype();
+  auto out = nl::ndarray({d.B, d.Hq, d.L, d.Ev}, dt, nl::shared_hbm, "out");
+  auto lse = nl::ndarray({d.B, d.Hq, d.L}, nl::float32, nl::shared_hbm, "lse");
+  const nl::index b = nl::program_id(0), hk = nl::program_id(1), hq = hk * d.G + nl::program_id(2);
+  auto out_h = out(b, hq, nl::all, nl::all);
+  auto lse_h = lse(b, hq, nl::all);
+
+  auto kT = nl::ndarray({d.E, d.S}, dt, nl::hbm, "kT");
+  transpose_into(kT, k(b, hk, nl::all, nl::all), d.S);
+
+  // Rows that see no key.
+  for_each_tile(d.q_start, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
+    nl::store(out_h(nl::ds(r0, rr), nl::all), nl::zeros({rr, d.Ev}, dt, nl::sbuf, "zero"));
+    isa::dma_copy(lse_h(nl::ds(r0, rr)), nl::full({rr, 1}, kNegInf, nl::float32, nl::sbuf, "ninf"));
+  });
+
+  // One tile of queries [q0, q0 + qr): `blocks(step)` calls step(s0, sw, mask_q0) for its key
+  // blocks in order (mask_q0 >= 0: mask as a causal diagonal block with static query start).
+  auto query_tile = [&](const nl::index& q0, int64_t qr, const auto& blocks) {
+    auto qT = transpose_to_sbuf(nl::load(q(b, hq, nl::ds(q0, qr), nl::all)), "qT");
+    auto m = nl::full({qr, 1}, kNegInf, nl::float32, nl::sbuf, "m");
+    auto l = nl::zeros({qr, 1}, nl::float32, nl::sbuf, "l");
+    auto acc = nl::zeros({qr, d.Ev}, nl::float32, nl::sbuf, "acc");
+    auto step = [&](const nl::index& s0, int64_t sw, std::optional<int64_t> mask_q0) {
+      auto kt = nl::load(kT(nl::all, nl::ds(s0, sw)));
+      auto s_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "scores");
+      isa::nc_matmul(s_ps, qT, kt, /*accumulate=*/false);
+      nl::tensor s = s_ps;
+      if (mask_q0) {
+        s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "masked");
+        isa::tensor_copy(s, s_ps);
+        mask_causal(s, *mask_q0, s0.constant, cfg.causal_offset);
+      }
+      auto m_new = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "m_new");
+      isa::tensor_reduce(m_new, nl::max, s, 1);
+      isa::tensor_tensor(m_new, m_new, m, nl::maximum);
+      auto neg_sm = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "neg_sm");
+      isa::tensor_scalar(neg_sm, m_new, nl::multiply, -d.scale);
+      auto p = nl::ndarray({qr, sw}, dt, nl::sbuf, "p");
+      auto rowsum = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "rowsum");
+      isa::activation(p, nl::exp, s, neg_sm, d.scale, nl::add, rowsum);
+      auto alpha = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "alpha");
+      isa::activation(alpha, nl::exp, m, neg_sm, d.scale);
+      isa::tensor_scalar(l, l, nl::multiply, alpha, false, nl::add, rowsum);
+      auto pv = nl::ndarray({qr, d.Ev}, nl::float32, nl::psum, "pv");
+      for_each_static_tile(0, sw, kPartitions, [&](int64_t c, int64_t cw) {
+        auto pT = transpose_to_sbuf(p(nl::all, nl::ds(c, cw)), "pT");
+        auto vt = nl::load(v(b, hk, nl::ds(s0 + c, cw), nl::all));
+        isa::nc_matmul(pv, pT, vt, /*accumulate=*/c > 0);
+      });
+      isa::tensor_scalar(acc, acc, nl::multiply, alpha);
+      isa::tensor_tensor(acc, acc, pv, nl::add);
+      isa::tensor_copy(m, m_new);
+    };
+    blocks(step);
+    auto o = nl::ndarray({qr, d.Ev}, dt, nl::sbuf, "o");
+    isa::tensor_scalar(o, acc, nl::multiply, nl::reciprocal(l));
+    nl::store(out_h(nl::ds(q0, qr), nl::all), o);
+    auto logl = nl::log(l);
+    auto lse_t = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "lse_t");
+    isa::tensor_scalar(lse_t, m, nl::multiply, d.scale, false, nl::add, logl);
+    isa::dma_copy(lse_h(nl::ds(q0, qr)), lse_t);
+  };
+
+  if (!cfg.causal) {
+    for_each_tile(d.L, kPartitions, [&](nl::index, nl::index q0, int64_t qr) {
+      query_tile(q0, qr, [&](const auto& step) {
+        for_each_tile(
+            d.S, kKeyBlock,
+            [&](nl::index, nl::index s0, int64_t sw) { step(s0, sw, std::nullopt); }, 0,
+            LoopKind::sequential);
+      });
+    });
+  } else {
+    for_each_static_tile(d.q_start, d.L, kPartitions, [&](int64_t q0, int64_t qr) {
+      const KeyRange keys = causal_keys(q0, qr, cfg.causal_offset, d.S);
+      query_tile(q0, qr, [&](const auto& step) {
+        for_each_tile(
+            keys.masked_from, kKeyBlock,
+            [&](nl::index, nl::index s0, int64_t sw) { step(s0, sw, std::nullopt); }, 0,
+            LoopKind::sequential);
+        for_each_static_tile(keys.masked_from, keys.end, kKeyBlock,
+                             [&](int64_t s0, int64_t sw) { step(s0, sw, q0); });
+      });
+    });
+  }
+  return {out, lse};
+}
+
+}  // namespace neuron::kernels
