@@ -13,8 +13,8 @@
 #include <immintrin.h>
 #endif
 
-#include "../runtime/src/native/matmul_variants.hpp"
-#include "neuron/runtime/native/matmul_kernel.hpp"
+#include "../dsl/base/src/kernels/matmul_variants.hpp"
+#include "neuron/base/matmul_kernel.hpp"
 
 namespace {
 

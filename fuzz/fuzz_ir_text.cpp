@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "neuron/codegen/pipeline.hpp"
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 #include "neuron/ir/equality.hpp"
 #include "neuron/ir/printer.hpp"
 

@@ -16,10 +16,10 @@ JOBS=${JOBS:-2}
 CXX=${CXX_FUZZ:-clang++-14}
 mkdir -p "$BUILD_DIR/obj" "$BUILD_DIR/corpus"
 FLAGS=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined
-       -fno-sanitize-recover=undefined -I"$ROOT/dsl/include" -I"$ROOT/codegen/include"
+       -fno-sanitize-recover=undefined -I"$ROOT/dsl/base/include" -I"$ROOT/dsl/include" -I"$ROOT/codegen/include"
        -I"$ROOT/runtime/include")
 # Only the front half of the toolkit: IR, text form, passes and the target tables.
-SOURCES=$(ls "$ROOT"/dsl/src/ir/*.cpp "$ROOT"/codegen/src/*.cpp "$ROOT"/runtime/src/target.cpp "$ROOT"/runtime/src/config.cpp)
+SOURCES=$(ls "$ROOT"/dsl/base/src/*.cpp "$ROOT"/dsl/src/ir/*.cpp "$ROOT"/codegen/src/*.cpp)
 objs=()
 for src in $SOURCES; do
   obj="$BUILD_DIR/obj/$(echo "${src#$ROOT/}" | tr / _).o"

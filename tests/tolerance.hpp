@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "neuron/ir/dtype.hpp"
+#include "neuron/base/dtype.hpp"
 
 namespace neuron::testing {
 

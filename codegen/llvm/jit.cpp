@@ -20,11 +20,11 @@
 #include <mutex>
 
 #include "llvm_util.hpp"
-#include "neuron/error.hpp"
-#include "neuron/runtime/native/instr_abi.hpp"
-#include "neuron/runtime/native/matmul_kernel.hpp"
+#include "neuron/base/error.hpp"
+#include "neuron/base/instr_kernels.hpp"
+#include "neuron/base/matmul_kernel.hpp"
 
-// codegen/llvm/kernel_bitcode.cpp: the embedded bitcode of runtime/src/native/instr_kernels.cpp.
+// codegen/llvm/kernel_bitcode.cpp: the embedded bitcode of dsl/base/src/kernels/instr_kernels.cpp.
 extern "C" const char neuron_instr_kernels_bc[];
 extern "C" const char neuron_instr_kernels_bc_end[];
 
@@ -109,32 +109,14 @@ Jit& jit() {
     };
     add("neuron_matmul_f32", reinterpret_cast<const void*>(&neuron_matmul_f32));
     add("neuron_matmul_bf16", reinterpret_cast<const void*>(&neuron_matmul_bf16));
-    add("neuron_k_print", reinterpret_cast<const void*>(&neuron_k_print));
-    // Kernels called rather than specialized: "neuron_host_k_<name>" (see lower_program.cpp).
-    add("neuron_host_k_copy", reinterpret_cast<const void*>(&neuron_k_copy));
-    add("neuron_host_k_tensor_tensor", reinterpret_cast<const void*>(&neuron_k_tensor_tensor));
-    add("neuron_host_k_tensor_scalar", reinterpret_cast<const void*>(&neuron_k_tensor_scalar));
-    add("neuron_host_k_activation", reinterpret_cast<const void*>(&neuron_k_activation));
-    add("neuron_host_k_tensor_reduce", reinterpret_cast<const void*>(&neuron_k_tensor_reduce));
-    add("neuron_host_k_transpose", reinterpret_cast<const void*>(&neuron_k_transpose));
-    add("neuron_host_k_matmul", reinterpret_cast<const void*>(&neuron_k_matmul));
-    add("neuron_host_k_copy_predicated",
-        reinterpret_cast<const void*>(&neuron_k_copy_predicated));
-    add("neuron_host_k_memset", reinterpret_cast<const void*>(&neuron_k_memset));
-    add("neuron_host_k_iota", reinterpret_cast<const void*>(&neuron_k_iota));
-    add("neuron_host_k_affine_select", reinterpret_cast<const void*>(&neuron_k_affine_select));
-    // The cold partial-overlap paths the specialized kernels call (instr_kernels.cpp).
-    add("neuron_host_k_snapshot_copy", reinterpret_cast<const void*>(&neuron_k_snapshot_copy));
-    add("neuron_host_k_snapshot_tensor_tensor",
-        reinterpret_cast<const void*>(&neuron_k_snapshot_tensor_tensor));
-    add("neuron_host_k_snapshot_tensor_scalar",
-        reinterpret_cast<const void*>(&neuron_k_snapshot_tensor_scalar));
-    add("neuron_host_k_snapshot_activation",
-        reinterpret_cast<const void*>(&neuron_k_snapshot_activation));
-    add("neuron_host_k_snapshot_copy_predicated",
-        reinterpret_cast<const void*>(&neuron_k_snapshot_copy_predicated));
-    add("neuron_host_k_snapshot_affine_select",
-        reinterpret_cast<const void*>(&neuron_k_snapshot_affine_select));
+    // Every kernel by its host alias "neuron_host_k_<name>" (called rather than specialized:
+    // lower_program.cpp), and the cold partial-overlap paths the specialized ones call.
+#define X(n, how) add("neuron_host_k_" #n, reinterpret_cast<const void*>(&neuron_k_##n));
+    NEURON_INSTR_KERNELS(X)
+#undef X
+#define X(n) add("neuron_host_k_snapshot_" #n, reinterpret_cast<const void*>(&neuron_k_snapshot_##n));
+    NEURON_INSTR_SNAPSHOTS(X)
+#undef X
     if (auto e = main.define(llvm::orc::absoluteSymbols(std::move(syms))))
       fail(std::move(e), "defining host symbols in the JIT");
     return r;

@@ -1,5 +1,5 @@
 // Embeds the instruction kernels' bitcode (built by clang-14 from
-// runtime/src/native/instr_kernels.cpp, see CMakeLists.txt) as neuron_instr_kernels_bc[].
+// dsl/base/src/kernels/instr_kernels.cpp, see CMakeLists.txt) as neuron_instr_kernels_bc[].
 #ifndef NEURON_INSTR_KERNELS_BC
 #error "NEURON_INSTR_KERNELS_BC (path of instr_kernels.bc) must be defined by the build"
 #endif

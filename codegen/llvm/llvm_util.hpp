@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "neuron/codegen/program.hpp"
-#include "neuron/runtime/native/jit.hpp"
+#include "neuron/codegen/jit.hpp"
 
 namespace neuron::native {
 
@@ -16,7 +16,7 @@ namespace neuron::native {
 // so features, not the CPU name, decide AVX-512 and AVX512-BF16).
 std::unique_ptr<llvm::TargetMachine> host_target_machine(int opt_level);
 
-// The instruction kernels as a lazily loaded module in `ctx` (runtime/src/native/
+// The instruction kernels as a lazily loaded module in `ctx` (dsl/base/src/kernels/
 // instr_kernels.cpp compiled to bitcode at build time and embedded in the library).
 std::unique_ptr<llvm::Module> load_kernel_bitcode(llvm::LLVMContext& ctx);
 

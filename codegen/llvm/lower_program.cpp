@@ -1,6 +1,7 @@
 // Engine program -> LLVM module: rolled loops become LLVM loops, affine offsets and rotation
 // become integer arithmetic on loop variables and program ids, and every instruction becomes a
-// call to its instruction kernel with resolved views and constant dtypes/ops.
+// call to its instruction kernel with resolved views and constant dtypes/ops (which kernel and
+// which arguments: codegen/instr_calls.hpp, shared with the simulator).
 #include <fmt/format.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/DerivedTypes.h>
@@ -11,56 +12,60 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <map>
+#include <type_traits>
 
 #include "llvm_util.hpp"
-#include "neuron/error.hpp"
-#include "neuron/runtime/native/plan.hpp"
-#include "neuron/runtime/target.hpp"
+#include "neuron/base/error.hpp"
+#include "neuron/codegen/instr_calls.hpp"
+#include "neuron/codegen/plan.hpp"
+#include "neuron/base/target.hpp"
 
 namespace neuron::native {
 namespace {
 
-constexpr const char* kKernelNames[] = {
-    "neuron_k_copy",       "neuron_k_tensor_tensor",   "neuron_k_tensor_scalar",
-    "neuron_k_activation", "neuron_k_tensor_reduce",   "neuron_k_transpose",
-    "neuron_k_matmul",     "neuron_k_copy_predicated", "neuron_k_memset",
-    "neuron_k_iota",       "neuron_k_affine_select"};
-
-// Kernels whose per-element work is an expression over constant ops/dtypes: linked in from
-// bitcode and inlined so they specialize. The others (matmul, transpose, reductions, iota, ...)
-// do little per element or call the fast matmul; they are called in the library, which keeps
-// cold compiles short (docs/native.md has the measurements).
-bool specialize(const std::string& name) {
-  return name == "neuron_k_copy" || name == "neuron_k_tensor_tensor" ||
-         name == "neuron_k_tensor_scalar" || name == "neuron_k_activation" ||
-         name == "neuron_k_memset";
+bool inline_kernel(std::string_view name) {
+#define X(n, how) \
+  if (name == #n) return std::string_view(#how) == "inline";
+  NEURON_INSTR_KERNELS(X)
+#undef X
+  return false;
 }
 
+// The LLVM executor of instr_calls.hpp: operands are NView slots resolved by generated code,
+// constants become LLVM constants, and each kernel call is a call instruction.
 class Lowering {
  public:
   Lowering(const Program& p, llvm::LLVMContext& ctx, llvm::Module& m, const llvm::Module& kernels,
            bool bitcode)
-      : p_(p), ctx_(ctx), m_(m), b_(ctx) {
+      : p_(p), ctx_(ctx), m_(m), b_(ctx), kernels_(kernels), bitcode_(bitcode) {
     target_ = &(p.target.empty() ? default_target() : target_by_name(p.target));
     pitch_ = physical_pitch(p, analyze_bounds(p), *target_);
-    // Kernel signatures come from the bitcode, so the ABI has one source of truth.
-    for (const char* name : kKernelNames) {
-      const llvm::Function* f = kernels.getFunction(name);
-      NEURON_ASSERT(f, "instruction kernel {} missing from the embedded bitcode", name);
-      // Called kernels go by their host alias ("neuron_host_k_*", an absolute symbol in the JIT),
-      // so linking the bitcode leaves them alone.
-      std::string callee =
-          bitcode && specialize(name) ? std::string(name) : "neuron_host_" + std::string(name + 7);
-      fns_[name] = llvm::cast<llvm::Function>(
-          m_.getOrInsertFunction(callee, f->getFunctionType()).getCallee());
-    }
-    view_ptr_ = llvm::cast<llvm::PointerType>(fns_["neuron_k_copy"]->getArg(0)->getType());
+    // The NView type comes from the bitcode, so the ABI has one source of truth.
+    const llvm::Function* copy = kernels.getFunction("neuron_k_copy");
+    NEURON_ASSERT(copy, "instruction kernel neuron_k_copy missing from the embedded bitcode");
+    view_ptr_ = llvm::cast<llvm::PointerType>(copy->getArg(0)->getType());
     view_ty_ = llvm::cast<llvm::StructType>(view_ptr_->getPointerElementType());
-    auto* i8p = b_.getInt8PtrTy();
-    auto* print_ty =
-        llvm::FunctionType::get(b_.getVoidTy(), {view_ptr_, b_.getInt32Ty(), i8p}, false);
-    fns_["neuron_k_print"] =
-        llvm::cast<llvm::Function>(m_.getOrInsertFunction("neuron_k_print", print_ty).getCallee());
+  }
+
+  // ---- the executor interface of instr_calls.hpp ----
+  using View = llvm::Value*;
+  View view(const AccessPattern& ap, const Instr& in, NormLayout& layout) {
+    return resolve(ap, in, layout);
+  }
+  View no_view() { return llvm::ConstantPointerNull::get(view_ptr_); }
+  View value_pattern(const NormLayout& l) {
+    llvm::Value* slot = new_view();
+    store_view(slot, nullptr, nullptr, l.size, l.stride);
+    return slot;
+  }
+  View text(const std::string& s) { return b_.CreateGlobalStringPtr(s); }
+  template <class R, class... P, class... A>
+  void call(R (*)(P...), const char* name, const A&... args) {
+    static_assert(sizeof...(P) == sizeof...(A), "a kernel call passes every parameter");
+    llvm::Function* f = kernel(name, llvm::FunctionType::get(b_.getVoidTy(), {type<P>()...}, false));
+    unsigned i = 0;
+    std::vector<llvm::Value*> vals{constant(f->getFunctionType()->getParamType(i++), args)...};
+    b_.CreateCall(f, vals);
   }
 
   llvm::Function* run() {
@@ -129,12 +134,45 @@ class Lowering {
     }
   }
 
+  // The LLVM type of a kernel parameter.
+  template <class P>
+  llvm::Type* type() {
+    if constexpr (std::is_same_v<P, const NView*>) return view_ptr_;
+    else if constexpr (std::is_same_v<P, const char*>) return b_.getInt8PtrTy();
+    else if constexpr (std::is_same_v<P, double>) return b_.getDoubleTy();
+    else return b_.getIntNTy(8 * sizeof(P));
+  }
+  template <class A>
+  llvm::Value* constant(llvm::Type* t, const A& x) {
+    if constexpr (std::is_same_v<A, llvm::Value*>) return x;
+    else if constexpr (std::is_floating_point_v<A>) return llvm::ConstantFP::get(t, x);
+    else return llvm::ConstantInt::get(t, static_cast<uint64_t>(static_cast<int64_t>(x)), true);
+  }
+  // An inline kernel is linked from the bitcode (its declared type must be the C++ one); the
+  // others are called in the library by their host alias ("neuron_host_k_*", an absolute symbol
+  // in the JIT, see jit.cpp), so linking the bitcode leaves them alone.
+  llvm::Function* kernel(const char* name, llvm::FunctionType* type) {
+    auto it = fns_.find(name);
+    if (it != fns_.end()) return it->second;
+    const bool link = bitcode_ && inline_kernel(name);
+    const std::string callee = (link ? "neuron_k_" : "neuron_host_k_") + std::string(name);
+    if (link) {
+      const llvm::Function* bc = kernels_.getFunction(callee);
+      NEURON_ASSERT(bc && bc->getFunctionType() == type,
+                    "instruction kernel {} is missing from the embedded bitcode or its type "
+                    "differs from its C++ declaration",
+                    callee);
+    }
+    auto* f = llvm::cast<llvm::Function>(m_.getOrInsertFunction(callee, type).getCallee());
+    fns_[name] = f;
+    return f;
+  }
+
   // Resolves a pattern for the current loop iteration into a view.
-  llvm::Value* view(const AccessPattern& ap, const Instr& in, NormLayout* out = nullptr) {
+  llvm::Value* resolve(const AccessPattern& ap, const Instr& in, NormLayout& l) {
     const bool chip = is_on_chip(ap.memory);
     const int64_t pb = !chip ? 0 : ap.memory == Memory::psum ? pitch_.psum : pitch_.sbuf;
-    NormLayout l = normalize(ap, in, pb);
-    if (out) *out = l;
+    l = normalize(ap, in, pb);
     llvm::Value *base, *flags = nullptr;
     if (chip) {
       llvm::Value* off = eval(ap.offset, in.span);
@@ -161,174 +199,10 @@ class Lowering {
     return slot;
   }
 
-  // iota/affine_select value pattern: sizes {P, counts...}, strides = coefficients.
-  llvm::Value* value_pattern(const Instr& in) {
-    int64_t sizes[kDims], coef[kDims];
-    for (int i = 0; i < kDims; ++i) sizes[i] = 1, coef[i] = 0;
-    sizes[0] = in.dst.dims.empty() ? 1 : in.dst.dims[0].size;
-    coef[0] = in.args.channel_multiplier;
-    const auto& pat = in.args.pattern;
-    const size_t pairs = pat.size() / 2, pad = static_cast<size_t>(kDims) - 1 - pairs;
-    for (size_t i = 0; i < pairs; ++i) {
-      coef[1 + pad + i] = pat[2 * i];
-      sizes[1 + pad + i] = pat[2 * i + 1];
-    }
-    llvm::Value* slot = new_view();
-    store_view(slot, nullptr, nullptr, sizes, coef);
-    return slot;
-  }
-
-  llvm::Value* null_view() { return llvm::ConstantPointerNull::get(view_ptr_); }
-
-  // Call with integer/double constants converted to the callee's parameter types.
-  struct Arg {
-    llvm::Value* v = nullptr;
-    double num = 0;
-  };
-  void call(const char* name, std::vector<Arg> args) {
-    llvm::Function* f = fns_.at(name);
-    std::vector<llvm::Value*> vals;
-    for (size_t i = 0; i < args.size(); ++i) {
-      llvm::Type* t = f->getFunctionType()->getParamType(static_cast<unsigned>(i));
-      if (args[i].v)
-        vals.push_back(args[i].v);
-      else if (t->isDoubleTy())
-        vals.push_back(llvm::ConstantFP::get(t, args[i].num));
-      else
-        vals.push_back(llvm::ConstantInt::get(
-            t, static_cast<uint64_t>(static_cast<int64_t>(args[i].num)), true));
-    }
-    NEURON_ASSERT(vals.size() == f->arg_size(), "{} takes {} arguments, lowering passes {}", name,
-                  f->arg_size(), vals.size());
-    b_.CreateCall(f, vals);
-  }
-  static Arg n(double v) { return Arg{nullptr, v}; }
-  static Arg n(int64_t v) { return Arg{nullptr, static_cast<double>(v)}; }
-  static Arg dt(const AccessPattern& ap) { return Arg{nullptr, static_cast<double>(ap.dtype)}; }
-  static Arg dt0() { return Arg{nullptr, 0}; }
-  static Arg op(AluOp o) { return Arg{nullptr, static_cast<double>(static_cast<int>(o))}; }
-  static Arg flag(bool b) { return Arg{nullptr, b ? 1.0 : 0.0}; }
-  static Arg v(llvm::Value* x) { return Arg{x, 0}; }
-
-  void emit_instr(const Instr& in) {
-    const auto& a = in.args;
-    NormLayout ld, l0, l1, l2;
-    // The kernels' `same` flags (instr_abi.hpp): one loop nest, and whether a source may share
-    // bytes with the destination (then the kernel checks for a partial overlap at run time).
-    auto same = [&](std::initializer_list<const NormLayout*> ls,
-                    std::initializer_list<const AccessPattern*> sources) {
-      int f = same_shape(std::vector<const NormLayout*>(ls)) ? kSameShape : 0;
-      for (auto* src : sources)
-        if (may_overlap(*src, in.dst)) f |= kMayOverlap;
-      return n(int64_t{f});
-    };
-    switch (in.op) {
-      case Opcode::tensor_copy:
-      case Opcode::dma_copy: {
-        llvm::Value* s = view(in.src[0], in, &l0);
-        llvm::Value* d = view(in.dst, in, &ld);
-        return call("neuron_k_copy",
-                    {v(d), v(s), dt(in.dst), dt(in.src[0]), same({&l0, &ld}, {&in.src[0]})});
-      }
-      case Opcode::tensor_tensor: {
-        llvm::Value* x = view(in.src[0], in, &l0);
-        llvm::Value* y = view(in.src[1], in, &l1);
-        llvm::Value* d = view(in.dst, in, &ld);
-        return call("neuron_k_tensor_tensor",
-                    {v(d), v(x), v(y), dt(in.dst), dt(in.src[0]), dt(in.src[1]), op(a.op0),
-                     same({&l0, &l1, &ld}, {&in.src[0], &in.src[1]})});
-      }
-      case Opcode::tensor_scalar: {
-        llvm::Value* s = view(in.src[0], in, &l0);
-        size_t next = 1;
-        const AccessPattern* c0 = a.operand0_tile ? &in.src[next++] : nullptr;
-        const AccessPattern* c1 = a.operand1_tile ? &in.src[next++] : nullptr;
-        llvm::Value* v0 = c0 ? view(*c0, in) : null_view();
-        llvm::Value* v1 = c1 ? view(*c1, in) : null_view();
-        llvm::Value* d = view(in.dst, in, &ld);
-        return call("neuron_k_tensor_scalar",
-                    {v(d), v(s), v(v0), v(v1), dt(in.dst), dt(in.src[0]), c0 ? dt(*c0) : dt0(),
-                     c1 ? dt(*c1) : dt0(), op(a.op0), op(a.op1), flag(a.reverse0), flag(a.reverse1),
-                     n(a.imm0), n(a.imm1), same({&l0, &ld}, {&in.src[0]})});
-      }
-      case Opcode::activation: {
-        llvm::Value* s = view(in.src[0], in, &l0);
-        size_t next = 1;
-        const AccessPattern* bias = a.bias_tile ? &in.src[next++] : nullptr;
-        const AccessPattern* scale = a.scale_tile ? &in.src[next++] : nullptr;
-        llvm::Value* vb = bias ? view(*bias, in) : null_view();
-        llvm::Value* vs = scale ? view(*scale, in) : null_view();
-        llvm::Value* d = view(in.dst, in, &ld);
-        llvm::Value* rr = in.has_reduce_res ? view(in.reduce_res, in) : null_view();
-        return call("neuron_k_activation",
-                    {v(d), v(s), v(vb), v(vs), v(rr), dt(in.dst), dt(in.src[0]),
-                     bias ? dt(*bias) : dt0(), scale ? dt(*scale) : dt0(),
-                     in.has_reduce_res ? dt(in.reduce_res) : dt0(), n(static_cast<int64_t>(a.func)),
-                     op(a.reduce_op), n(a.scale), same({&l0, &ld}, {&in.src[0]})});
-      }
-      case Opcode::tensor_reduce: {
-        llvm::Value* s = view(in.src[0], in, &l0);
-        llvm::Value* d = view(in.dst, in, &ld);
-        const int nd = static_cast<int>(in.src[0].dims.size());
-        int mask = 0;
-        for (int ax : a.axes) mask |= 1 << (ax + (kDims - nd));
-        return call("neuron_k_tensor_reduce", {v(d), v(s), dt(in.dst), dt(in.src[0]),
-                                               op(a.reduce_op), n(int64_t{mask}), flag(a.negate)});
-      }
-      case Opcode::nc_transpose: {
-        llvm::Value* s = view(in.src[0], in);
-        llvm::Value* d = view(in.dst, in);
-        return call("neuron_k_transpose", {v(d), v(s), dt(in.dst), dt(in.src[0])});
-      }
-      case Opcode::nc_matmul: {
-        llvm::Value* st = view(in.src[0], in, &l0);
-        llvm::Value* mv = view(in.src[1], in, &l1);
-        llvm::Value* d = view(in.dst, in, &ld);
-        return call("neuron_k_matmul",
-                    {v(d), v(st), v(mv), dt(in.dst), dt(in.src[0]), dt(in.src[1]),
-                     n(int64_t{a.accumulate}), flag(matmul_fast_layout(in, ld, l0, l1))});
-      }
-      case Opcode::tensor_copy_predicated: {
-        llvm::Value* s = view(in.src[0], in, &l0);
-        llvm::Value* pr = view(in.src[1], in, &l1);
-        llvm::Value* d = view(in.dst, in, &ld);
-        return call("neuron_k_copy_predicated",
-                    {v(d), v(s), v(pr), dt(in.dst), dt(in.src[0]), dt(in.src[1]),
-                     same({&l0, &l1, &ld}, {&in.src[0], &in.src[1]})});
-      }
-      case Opcode::memset: {
-        llvm::Value* d = view(in.dst, in);
-        return call("neuron_k_memset", {v(d), dt(in.dst), n(a.imm0)});
-      }
-      case Opcode::iota: {
-        llvm::Value* d = view(in.dst, in);
-        return call("neuron_k_iota", {v(d), v(value_pattern(in)), dt(in.dst), n(a.offset)});
-      }
-      case Opcode::affine_select: {
-        llvm::Value* s = view(in.src[0], in);
-        llvm::Value* d = view(in.dst, in);
-        return call("neuron_k_affine_select",
-                    {v(d), v(s), v(value_pattern(in)), dt(in.dst), dt(in.src[0]), n(a.offset),
-                     op(a.cmp_op), n(a.imm0)});
-      }
-      case Opcode::device_print: {
-        llvm::Value* s = view(in.src[0], in);
-        std::vector<int64_t> shape;
-        for (auto& d : in.src[0].dims) shape.push_back(d.size);
-        llvm::Value* prefix = b_.CreateGlobalStringPtr(fmt::format(
-            "{} [{}] {}\n", a.prefix, fmt::join(shape, ", "), dtype_name(in.src[0].dtype)));
-        return call("neuron_k_print", {v(s), dt(in.src[0]), v(prefix)});
-      }
-      default:
-        internal_error("the native backend has no lowering for '{}' at {}", opcode_name(in.op),
-                       in.span.str());
-    }
-  }
-
   void emit_body(const std::vector<ProgNode>& body) {
     for (auto& node : body) {
       if (node.kind == ProgNode::Kind::instr) {
-        emit_instr(node.instr);
+        call_instr(*this, node.instr);
         continue;
       }
       if (node.extent <= 0) continue;
@@ -360,6 +234,8 @@ class Lowering {
   llvm::IRBuilder<> b_;
   const Target* target_ = nullptr;
   Pitch pitch_;
+  const llvm::Module& kernels_;
+  bool bitcode_ = true;
   std::map<std::string, llvm::Function*> fns_;
   llvm::PointerType* view_ptr_ = nullptr;
   llvm::StructType* view_ty_ = nullptr;

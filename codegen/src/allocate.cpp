@@ -11,7 +11,7 @@
 
 #include "neuron/codegen/pipeline.hpp"
 #include "neuron/ir/visitor.hpp"
-#include "neuron/runtime/target.hpp"
+#include "neuron/base/target.hpp"
 #include "view_util.hpp"
 
 namespace neuron {

@@ -3,7 +3,7 @@
 #include <map>
 
 #include "neuron/codegen/pipeline.hpp"
-#include "neuron/runtime/target.hpp"
+#include "neuron/base/target.hpp"
 #include "view_util.hpp"
 
 namespace neuron {

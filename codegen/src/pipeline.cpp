@@ -8,8 +8,8 @@
 #include <functional>
 
 #include "neuron/ir/printer.hpp"
-#include "neuron/runtime/config.hpp"
-#include "neuron/runtime/target.hpp"
+#include "neuron/base/config.hpp"
+#include "neuron/base/target.hpp"
 
 namespace neuron {
 

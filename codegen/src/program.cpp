@@ -7,17 +7,6 @@
 
 namespace neuron {
 
-std::string_view engine_name(Engine e) {
-  switch (e) {
-#define X(e, name) \
-  case Engine::e:  \
-    return name;
-    NEURON_ENGINES(X)
-#undef X
-  }
-  return "?";
-}
-
 int64_t AccessPattern::elements() const {
   int64_t n = 1;
   for (auto& d : dims) n *= d.size;

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "neuron/codegen/pipeline.hpp"
-#include "neuron/runtime/target.hpp"
+#include "neuron/base/target.hpp"
 #include "op_args.hpp"
 #include "view_util.hpp"
 

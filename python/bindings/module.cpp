@@ -2,7 +2,7 @@
 #include <pybind11/pybind11.h>
 
 #include "bindings.hpp"
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 
 namespace py = pybind11;
 

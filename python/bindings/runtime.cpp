@@ -8,7 +8,7 @@
 
 #include "bindings.hpp"
 #include "neuron/runtime/cache.hpp"
-#include "neuron/runtime/config.hpp"
+#include "neuron/base/config.hpp"
 #include "neuron/runtime/native/native.hpp"
 #include "neuron/runtime/profile.hpp"
 #include "neuron/runtime/run.hpp"

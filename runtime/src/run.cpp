@@ -5,8 +5,8 @@
 
 #include <atomic>
 
-#include "neuron/error.hpp"
-#include "neuron/runtime/config.hpp"
+#include "neuron/base/error.hpp"
+#include "neuron/base/config.hpp"
 
 namespace neuron {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 
 namespace neuron {
 

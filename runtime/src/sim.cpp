@@ -1,4 +1,6 @@
-// The functional simulator's driver: call checks, SPMD grid, memories, loop walk and bounds checks.
+// The simulator: call checks, SPMD grid, memories, loop walk, bounds checks and the timing model.
+// What each instruction computes is not here: it runs the instruction kernels (instr_kernels.hpp)
+// with the arguments instr_calls.hpp gives, exactly as native code does.
 #include "neuron/runtime/sim.hpp"
 
 #include <fmt/format.h>
@@ -14,47 +16,16 @@
 
 #include <sys/mman.h>
 
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
+#include "neuron/base/print.hpp"
+#include "neuron/base/target.hpp"
+#include "neuron/codegen/instr_calls.hpp"
+#include "neuron/codegen/plan.hpp"
 #include "neuron/runtime/profile.hpp"
-#include "neuron/runtime/target.hpp"
 #include "neuron/runtime/timing.hpp"
-#include "sim_state.hpp"
 
 namespace neuron {
 namespace sim {
-
-std::vector<int64_t> row_major_map(const std::vector<int64_t>& sizes,
-                                   const std::vector<int64_t>& coef) {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  std::vector<int64_t> out(static_cast<size_t>(std::max<int64_t>(n, 0)));
-  if (n <= 0) return out;
-  const int nd = static_cast<int>(sizes.size());
-  if (nd == 0) {
-    out[0] = 0;
-    return out;
-  }
-  // Odometer over the outer dims; the innermost dim is a tight loop.
-  std::vector<int64_t> idx(nd, 0);
-  const int64_t inner = sizes[nd - 1], ic = coef[nd - 1];
-  int64_t base = 0, k = 0;
-  while (true) {
-    for (int64_t i = 0; i < inner; ++i) out[k++] = base + i * ic;
-    int d = nd - 2;
-    for (; d >= 0; --d) {
-      base += coef[d];
-      if (++idx[d] < sizes[d]) break;
-      base -= coef[d] * sizes[d];
-      idx[d] = 0;
-    }
-    if (d < 0) break;
-  }
-  return out;
-}
-
-std::vector<int64_t> View::offsets() const {
-  return row_major_map(sizes, strides);
-}
 
 namespace {
 
@@ -205,7 +176,7 @@ struct Machine {
   std::vector<int64_t> env;
   const Slots* slots = nullptr;
   size_t grid_dims = 1;
-  ExecState exec;
+  std::ostream* print = nullptr;
   bool execute = true;
   TimingModel* timing = nullptr;
   int64_t flat_pid = 0;
@@ -231,19 +202,18 @@ struct Machine {
     return s;
   }
 
-  // Resolves a pattern and checks every element it touches. `what` names the operand.
-  View resolve(const CPattern& cp, const Instr& in, const char* what, bool writes) {
+  // Resolves a pattern into the kernels' view for the current iteration and checks every element
+  // it touches. `what` names the operand.
+  native::NView resolve(const CPattern& cp, const Instr& in, const char* what, bool writes,
+                        native::NormLayout& l) {
     const AccessPattern& ap = *cp.ap;
-    View v;
-    v.memory = ap.memory;
-    v.dtype = ap.dtype;
-    v.esize = dtype_bytes(ap.dtype);
-    v.count = 1;
+    const int64_t esize = dtype_bytes(ap.dtype);
+    int64_t count = 1;
     for (auto& d : ap.dims) {
       if (d.size < 0)
         user_error(in.span, "out-of-bounds", "{} of {} has a negative dimension size {}", what,
                    opcode_name(in.op), d.size);
-      v.count *= d.size;
+      count *= d.size;
     }
     // Smallest and largest value of sum(stride * idx) over the given dims.
     auto extent = [&](size_t first) {
@@ -254,6 +224,7 @@ struct Machine {
       }
       return std::pair{lo, hi};
     };
+    native::NView v{};
     if (is_on_chip(ap.memory)) {
       NEURON_ASSERT(!ap.dims.empty(), "on-chip pattern without a partition dim at {}",
                     in.span.str());
@@ -268,7 +239,7 @@ struct Machine {
       }
       const int64_t pstep = ap.dims[0].stride, pcount = ap.dims[0].size;
       auto [flo, fhi] = extent(1);
-      if (v.count > 0) {
+      if (count > 0) {
         int64_t plo = p0 + std::min<int64_t>(0, pstep * (pcount - 1));
         int64_t phi = p0 + std::max<int64_t>(0, pstep * (pcount - 1));
         if (plo < 0 || phi >= partitions)
@@ -277,7 +248,7 @@ struct Machine {
                      "(start partition {}, step {}, count {}; {})",
                      what, opcode_name(in.op), plo, phi, partitions, memory_name(ap.memory), p0,
                      pstep, pcount, env_str());
-        int64_t blo = off + flo * v.esize, bhi = off + fhi * v.esize + v.esize;
+        int64_t blo = off + flo * esize, bhi = off + fhi * esize + esize;
         if (blo < 0 || bhi > pb)
           user_error(in.span, "out-of-bounds",
                      "{} of {} touches bytes [{}, {}) of each partition, outside the {} bytes of "
@@ -286,16 +257,10 @@ struct Machine {
                      env_str());
         if (writes) (sb ? sbuf_dirty : psum_dirty) = std::max(sb ? sbuf_dirty : psum_dirty, bhi);
       }
-      std::byte* mem = sb ? sbuf.data() : psum.data();
-      int64_t base = p0 * pb + off;
-      v.base = mem + base;
+      const int64_t base = p0 * pb + off;
+      v.base = reinterpret_cast<char*>((sb ? sbuf.data() : psum.data()) + base);
       if (!sb) v.flags = reinterpret_cast<uint8_t*>(psum_flags.data()) + base;
-      v.sizes.push_back(pcount);
-      v.strides.push_back(pstep * pb);
-      for (size_t i = 1; i < ap.dims.size(); ++i) {
-        v.sizes.push_back(ap.dims[i].size);
-        v.strides.push_back(ap.dims[i].stride * v.esize);
-      }
+      l = native::normalize(ap, in, pb);
     } else {
       NEURON_ASSERT(ap.tensor >= 0 && ap.tensor < static_cast<int>(hbm.size()),
                     "pattern names tensor {} of {} at {}", ap.tensor, hbm.size(), in.span.str());
@@ -305,18 +270,17 @@ struct Machine {
                     dtype_name(ap.dtype), decl.name, dtype_name(t.dtype()));
       int64_t off = cp.offset.eval(env);
       auto [lo, hi] = extent(0);
-      if (v.count > 0 && (off + lo < 0 || off + hi >= t.elements()))
+      if (count > 0 && (off + lo < 0 || off + hi >= t.elements()))
         user_error(in.span, "out-of-bounds",
                    "{} of {} touches elements {}..{} of tensor '{}' (shape [{}], {} elements) at "
                    "element offset {} ({})",
                    what, opcode_name(in.op), off + lo, off + hi, decl.name,
                    fmt::join(t.shape(), ", "), t.elements(), off, env_str());
-      v.base = static_cast<std::byte*>(t.data()) + off * v.esize;
-      for (auto& d : ap.dims) {
-        v.sizes.push_back(d.size);
-        v.strides.push_back(d.stride * v.esize);
-      }
+      v.base = static_cast<char*>(t.data()) + off * esize;
+      l = native::normalize(ap, in, 0);
     }
+    std::copy(l.size, l.size + native::kDims, v.size);
+    std::copy(l.stride, l.stride + native::kDims, v.stride);
     return v;
   }
 
@@ -385,18 +349,49 @@ struct Machine {
   void run_instr(const CInstr& ci) {
     if (timing) time_instr(ci);
     if (!execute) return;
-    const Instr& in = *ci.in;
-    std::vector<View> src;
-    src.reserve(ci.src.size());
-    for (size_t i = 0; i < ci.src.size(); ++i)
-      src.push_back(resolve(ci.src[i], in, "source", false));
-    // device_print has no destination.
-    View dst;
-    if (in.op != Opcode::device_print) dst = resolve(ci.dst, in, "destination", true);
-    View rr;
-    if (in.has_reduce_res) rr = resolve(ci.reduce_res, in, "reduce_res", true);
-    sim::execute(in, dst, src, in.has_reduce_res ? &rr : nullptr, exec);
+    Executor e{*this, ci};
+    native::call_instr(e, *ci.in);
   }
+
+  // The simulator's executor of instr_calls.hpp: operands resolved (and bounds-checked) for the
+  // current iteration, kernels called directly.
+  struct Executor {
+    Machine& m;
+    const CInstr& ci;
+    native::NView views[8];
+    int used = 0;
+    std::string header;
+
+    using View = const native::NView*;
+    View view(const AccessPattern& ap, const Instr& in, native::NormLayout& l) {
+      NEURON_ASSERT(used < 8, "{} has more operands than the simulator holds", opcode_name(in.op));
+      if (&ap == &in.dst) return keep(m.resolve(ci.dst, in, "destination", true, l));
+      if (&ap == &in.reduce_res) return keep(m.resolve(ci.reduce_res, in, "reduce_res", true, l));
+      for (size_t i = 0; i < in.src.size(); ++i)
+        if (&ap == &in.src[i]) return keep(m.resolve(ci.src[i], in, "source", false, l));
+      internal_error("{} at {}: operand is not one of the instruction's", opcode_name(in.op),
+                     in.span.str());
+    }
+    View no_view() { return nullptr; }
+    View value_pattern(const native::NormLayout& l) {
+      native::NView v{};
+      std::copy(l.size, l.size + native::kDims, v.size);
+      std::copy(l.stride, l.stride + native::kDims, v.stride);
+      return keep(v);
+    }
+    const char* text(const std::string& s) {
+      header = s;
+      return header.c_str();
+    }
+    template <class R, class... P, class... A>
+    void call(R (*kernel)(P...), const char*, const A&... args) {
+      kernel(static_cast<P>(args)...);
+    }
+    View keep(const native::NView& v) {
+      views[used] = v;
+      return &views[used++];
+    }
+  };
 
   void run(const std::vector<CNode>& body) {
     for (auto& n : body) {
@@ -462,6 +457,7 @@ void simulate(const Program& p, const std::vector<Tensor>& tensors,
   using namespace sim;
   const bool timing_only = !opts.execute && tensors.empty();
   check_call(p, tensors, grid, /*check_tensors=*/!timing_only);
+  native::check_program(p);  // the instructions' shape rules, as native code checks them
 
   const Target& target = p.target.empty() ? default_target() : target_by_name(p.target);
   Slots slots;
@@ -477,7 +473,7 @@ void simulate(const Program& p, const std::vector<Tensor>& tensors,
   m.psum_flags.allocate(static_cast<size_t>(m.partitions * m.psum_pb));
   m.slots = &slots;
   m.grid_dims = grid.size();
-  m.exec.print = opts.print ? opts.print : &std::cout;
+  m.print = opts.print ? opts.print : &std::cout;
   m.env.assign(slots.names().size(), 0);
   m.execute = opts.execute;
   size_t next = 0;
@@ -512,6 +508,12 @@ void simulate(const Program& p, const std::vector<Tensor>& tensors,
     m.timing = timing.get();
   }
 
+  // device_print output goes to the run's stream (the kernels write to this thread's stream).
+  struct PrintTo {
+    std::ostream* saved = native::print_stream();
+    explicit PrintTo(std::ostream* os) { native::set_print_stream(os); }
+    ~PrintTo() { native::set_print_stream(saved); }
+  } print_to(m.print);
   int64_t total = 1;
   for (int64_t g : grid) total *= g;
   for (size_t a = 0; a < 4; ++a) m.env[kNpidSlot + a] = a < grid.size() ? grid[a] : 1;

@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "neuron/error.hpp"
-#include "neuron/runtime/builtins.hpp"
+#include "neuron/base/error.hpp"
+#include "neuron/base/builtins.hpp"
 
 namespace neuron {
 

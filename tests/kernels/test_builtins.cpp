@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "neuron/runtime/builtins.hpp"
+#include "neuron/base/builtins.hpp"
 
 using namespace neuron;
 namespace b = neuron::builtins;

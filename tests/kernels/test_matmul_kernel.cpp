@@ -15,8 +15,8 @@
 #include <xmmintrin.h>
 #endif
 
-#include "../../runtime/src/native/matmul_variants.hpp"
-#include "neuron/runtime/native/matmul_kernel.hpp"
+#include "../../dsl/base/src/kernels/matmul_variants.hpp"
+#include "neuron/base/matmul_kernel.hpp"
 
 namespace {
 

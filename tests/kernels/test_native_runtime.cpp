@@ -12,11 +12,11 @@
 #include "kernels/differential.hpp"
 #include "kernels/sim_test_util.hpp"
 #include "neuron/codegen/pipeline.hpp"
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 #include "neuron/ir/printer.hpp"
 #include "neuron/runtime/cache.hpp"
-#include "neuron/runtime/native/jit.hpp"
-#include "neuron/runtime/native/plan.hpp"
+#include "neuron/codegen/jit.hpp"
+#include "neuron/codegen/plan.hpp"
 #include "vector_add.hpp"
 
 using namespace neuron;

@@ -12,7 +12,7 @@
 
 #include "kernels/differential.hpp"
 #include "kernels/sim_test_util.hpp"
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 #include "neuron/runtime/sim.hpp"
 
 using namespace neuron;

@@ -7,7 +7,7 @@
 #include "kernels/sim_test_util.hpp"
 #include "neuron/runtime/profile.hpp"
 #include "neuron/runtime/sim.hpp"
-#include "neuron/runtime/target.hpp"
+#include "neuron/base/target.hpp"
 #include "neuron/runtime/timing.hpp"
 
 using namespace neuron;

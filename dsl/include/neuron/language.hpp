@@ -9,7 +9,7 @@
 
 #include "neuron/dsl/range.hpp"
 #include "neuron/dsl/tensor.hpp"
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 #include "neuron/ir/ir.hpp"
 
 namespace neuron::nl {

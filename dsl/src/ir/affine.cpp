@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 
 namespace neuron {
 

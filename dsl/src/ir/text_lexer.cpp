@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 
 namespace neuron::ir_text {
 

@@ -10,14 +10,14 @@
 #include <mutex>
 
 #include "native_impl.hpp"
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 #include "neuron/ir/printer.hpp"
 #include "neuron/runtime/cache.hpp"
-#include "neuron/runtime/config.hpp"
-#include "neuron/runtime/native/jit.hpp"
-#include "neuron/runtime/native/plan.hpp"
+#include "neuron/base/config.hpp"
+#include "neuron/codegen/jit.hpp"
+#include "neuron/codegen/plan.hpp"
 #include "neuron/runtime/run.hpp"
-#include "neuron/runtime/target.hpp"
+#include "neuron/base/target.hpp"
 
 namespace neuron {
 

@@ -3,9 +3,9 @@
 #include <memory>
 
 #include "neuron/codegen/program.hpp"
-#include "neuron/runtime/native/jit.hpp"
+#include "neuron/codegen/jit.hpp"
 #include "neuron/runtime/native/native.hpp"
-#include "neuron/runtime/native/plan.hpp"
+#include "neuron/codegen/plan.hpp"
 
 namespace neuron {
 

@@ -13,11 +13,11 @@
 #include <thread>
 
 #include "native_impl.hpp"
-#include "neuron/error.hpp"
-#include "neuron/runtime/config.hpp"
-#include "neuron/runtime/native/print.hpp"
+#include "neuron/base/error.hpp"
+#include "neuron/base/config.hpp"
+#include "neuron/base/print.hpp"
 #include "neuron/runtime/sim.hpp"
-#include "neuron/runtime/target.hpp"
+#include "neuron/base/target.hpp"
 
 namespace neuron {
 namespace {

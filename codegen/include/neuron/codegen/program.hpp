@@ -9,16 +9,6 @@
 
 namespace neuron {
 
-#define NEURON_ENGINES(X) \
-  X(tensor, "tensor") X(vector, "vector") X(scalar, "scalar") X(gpsimd, "gpsimd") X(dma, "dma") \
-  X(none, "none")
-
-enum class Engine {
-#define X(e, name) e,
-  NEURON_ENGINES(X)
-#undef X
-};
-std::string_view engine_name(Engine e);
 
 // A rotating slot: the pattern's offset advances by `bytes` per iteration of loop `var`,
 // wrapping after `count` slots: offset += (var mod count) * bytes.

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 #include "neuron/ir/ir.hpp"
 
 namespace neuron::nl {

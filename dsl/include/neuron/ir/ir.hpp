@@ -6,10 +6,10 @@
 #include <variant>
 #include <vector>
 
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 #include "neuron/ir/affine.hpp"
-#include "neuron/ir/dtype.hpp"
-#include "neuron/ir/ops.hpp"
+#include "neuron/base/dtype.hpp"
+#include "neuron/base/ops.hpp"
 
 namespace neuron {
 

@@ -16,8 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "neuron/error.hpp"
-#include "neuron/runtime/config.hpp"
+#include "neuron/base/error.hpp"
+#include "neuron/base/config.hpp"
 
 namespace neuron {
 

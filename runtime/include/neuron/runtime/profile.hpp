@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "neuron/codegen/program.hpp"
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 
 namespace neuron {
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "neuron/ir/dtype.hpp"
+#include "neuron/base/dtype.hpp"
 
 namespace neuron {
 

@@ -7,7 +7,7 @@
 
 #include "neuron/codegen/program.hpp"
 #include "neuron/runtime/profile.hpp"
-#include "neuron/runtime/target.hpp"
+#include "neuron/base/target.hpp"
 
 namespace neuron {
 

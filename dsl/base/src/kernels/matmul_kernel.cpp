@@ -1,5 +1,5 @@
 // nc_matmul for the native backend: chooses the ISA variant once, and the portable variant.
-#include "neuron/runtime/native/matmul_kernel.hpp"
+#include "neuron/base/matmul_kernel.hpp"
 
 #include <cmath>
 #include <cstdlib>
@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "matmul_variants.hpp"
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 
 namespace neuron::native {
 

@@ -6,9 +6,9 @@
 #include <ostream>
 #include <vector>
 
-#include "neuron/runtime/builtins.hpp"
-#include "neuron/runtime/native/instr_abi.hpp"
-#include "neuron/runtime/native/print.hpp"
+#include "neuron/base/builtins.hpp"
+#include "neuron/base/instr_kernels.hpp"
+#include "neuron/base/print.hpp"
 
 namespace neuron::native {
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "neuron/codegen/program.hpp"
-#include "neuron/runtime/native/instr_abi.hpp"
-#include "neuron/runtime/target.hpp"
+#include "neuron/base/instr_kernels.hpp"
+#include "neuron/base/target.hpp"
 
 namespace neuron::native {
 

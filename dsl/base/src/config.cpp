@@ -1,5 +1,5 @@
 // Reading NEURON_* environment variables into Config.
-#include "neuron/runtime/config.hpp"
+#include "neuron/base/config.hpp"
 
 #include <pwd.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 
 namespace neuron {
 

@@ -30,8 +30,8 @@
 #include <cstring>
 #include <limits>
 
-#include "neuron/ir/dtype.hpp"
-#include "neuron/ir/ops.hpp"
+#include "neuron/base/dtype.hpp"
+#include "neuron/base/ops.hpp"
 
 namespace neuron::builtins {
 

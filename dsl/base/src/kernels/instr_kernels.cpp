@@ -1,15 +1,16 @@
-// The native instruction kernels: each ISA instruction over resolved NViews, numbers via the
-// builtins (the simulator's semantics, runtime/src/sim_instrs.cpp, by construction).
+// The instruction kernels: what each engine instruction computes over resolved NViews, numbers
+// via the builtins. The one definition both executors run (instr_kernels.hpp).
 //
-// Compiled into the library and, by clang-14, to bitcode linked into every JIT module, where
-// the constant dtype/op/shape arguments specialize these loops (docs/native.md). So: no fmt,
-// no exceptions, no static state; shape rules were checked when the kernel was compiled.
+// Compiled into the library (the simulator calls it, and generated code calls its `call`
+// kernels) and, by clang-14, to bitcode linked into every JIT module, where the constant
+// dtype/op/shape arguments specialize these loops (docs/native.md). So: no fmt, no exceptions,
+// no static state; shape rules were checked before (codegen's check_program).
 #include <cstdlib>
 #include <cstring>
 
-#include "neuron/runtime/builtins.hpp"
-#include "neuron/runtime/native/instr_abi.hpp"
-#include "neuron/runtime/native/matmul_kernel.hpp"
+#include "neuron/base/builtins.hpp"
+#include "neuron/base/instr_kernels.hpp"
+#include "neuron/base/matmul_kernel.hpp"
 
 namespace {
 
@@ -256,12 +257,9 @@ inline bool is_int(int t) {
 #ifdef NEURON_KERNELS_BITCODE
 #define NEURON_SNAPSHOT(name) neuron_host_k_snapshot_##name
 extern "C" {
-decltype(neuron_k_snapshot_copy) neuron_host_k_snapshot_copy;
-decltype(neuron_k_snapshot_tensor_tensor) neuron_host_k_snapshot_tensor_tensor;
-decltype(neuron_k_snapshot_tensor_scalar) neuron_host_k_snapshot_tensor_scalar;
-decltype(neuron_k_snapshot_activation) neuron_host_k_snapshot_activation;
-decltype(neuron_k_snapshot_copy_predicated) neuron_host_k_snapshot_copy_predicated;
-decltype(neuron_k_snapshot_affine_select) neuron_host_k_snapshot_affine_select;
+#define X(n) decltype(neuron_k_snapshot_##n) neuron_host_k_snapshot_##n;
+NEURON_INSTR_SNAPSHOTS(X)
+#undef X
 }
 #else
 #define NEURON_SNAPSHOT(name) neuron_k_snapshot_##name

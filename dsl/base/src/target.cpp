@@ -1,9 +1,9 @@
 // The one file of hardware numbers. Sources: ../shared/TRAINIUM.md and NKI_API.md section 2.
-#include "neuron/runtime/target.hpp"
+#include "neuron/base/target.hpp"
 
 #include <fmt/format.h>
 
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 
 namespace neuron {
 

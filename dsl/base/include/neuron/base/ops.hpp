@@ -91,6 +91,16 @@ enum class Memory {
 #undef X
 };
 
+#define NEURON_ENGINES(X) \
+  X(tensor, "tensor") X(vector, "vector") X(scalar, "scalar") X(gpsimd, "gpsimd") X(dma, "dma") \
+  X(none, "none")
+
+enum class Engine {
+#define X(e, name) e,
+  NEURON_ENGINES(X)
+#undef X
+};
+
 inline bool is_on_chip(Memory m) { return m == Memory::sbuf || m == Memory::psum; }
 
 std::string_view opcode_name(Opcode op);
@@ -103,5 +113,7 @@ std::string_view act_func_name(ActFunc f);
 std::optional<ActFunc> act_func_from_name(std::string_view s);
 std::string_view memory_name(Memory m);
 std::optional<Memory> memory_from_name(std::string_view s);
+std::string_view engine_name(Engine e);
+std::optional<Engine> engine_from_name(std::string_view s);
 
 }  // namespace neuron

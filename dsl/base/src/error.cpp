@@ -1,5 +1,5 @@
 // Rendering of user errors with the offending source line and a caret.
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 
 #include <fstream>
 

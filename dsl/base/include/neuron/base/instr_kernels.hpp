@@ -1,10 +1,13 @@
-// The calling convention between JIT-generated kernel code and the native instruction kernels.
+// The instruction kernels: the one definition of what each engine instruction computes, and the
+// calling convention both executors use to run them.
 //
-// Generated code resolves every access pattern of an instruction into an NView (base pointer,
-// five dims of byte strides) and calls one neuron_k_* function with constant dtypes and ops.
-// The kernels (runtime/src/native/instr_kernels.cpp) are compiled twice: into the library and,
-// with clang-14, to bitcode that the JIT links into each kernel module so the constants
-// specialize them. Keep this header C-compatible in spirit: no LLVM, no std containers.
+// An executor resolves every access pattern of an instruction into an NView (base pointer, five
+// dims of byte strides) and calls one neuron_k_* function with the instruction's dtypes and ops
+// (codegen/instr_calls.hpp says which, once for both). The kernels
+// (dsl/base/src/kernels/instr_kernels.cpp) are compiled twice: into the library, where the
+// simulator calls them, and, with clang-14, to bitcode that the JIT links into each kernel
+// module so the constants specialize them. Keep this header C-compatible in spirit: no LLVM, no
+// std containers.
 #pragma once
 #include <cstdint>
 
@@ -29,6 +32,18 @@ struct NView {
 inline constexpr int kSameShape = 1, kMayOverlap = 2;
 
 }  // namespace neuron::native
+
+// Every kernel: X(name, how). `inline` kernels are linked into JIT modules from bitcode and
+// specialized (their per-element work is an expression over constant ops and dtypes); `call`
+// kernels do little per element or call the fast matmul, so generated code calls the library's
+// copy ("neuron_host_k_<name>"), which keeps cold compiles short (docs/native.md).
+#define NEURON_INSTR_KERNELS(X)                                                                \
+  X(copy, inline) X(tensor_tensor, inline) X(tensor_scalar, inline) X(activation, inline)      \
+  X(memset, inline) X(tensor_reduce, call) X(transpose, call) X(matmul, call)                  \
+  X(copy_predicated, call) X(iota, call) X(affine_select, call) X(print, call)
+// The cold paths of the streaming kernels (host only; see instr_kernels.cpp).
+#define NEURON_INSTR_SNAPSHOTS(X) \
+  X(copy) X(tensor_tensor) X(tensor_scalar) X(activation) X(copy_predicated) X(affine_select)
 
 extern "C" {
 using neuron_nview = neuron::native::NView;

@@ -1,12 +1,12 @@
 // Static checks and access bounds of an engine program for the native backend (plan.hpp).
-#include "neuron/runtime/native/plan.hpp"
+#include "neuron/codegen/plan.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
 
-#include "neuron/error.hpp"
+#include "neuron/base/error.hpp"
 
 namespace neuron::native {
 

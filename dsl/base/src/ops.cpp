@@ -1,5 +1,5 @@
 // Name tables for the X-macro lists in ops.hpp.
-#include "neuron/ir/ops.hpp"
+#include "neuron/base/ops.hpp"
 
 namespace neuron {
 
@@ -97,6 +97,25 @@ std::optional<Memory> memory_from_name(std::string_view s) {
 #define X(e, name) \
   if (s == name) return Memory::e;
   NEURON_MEMORIES(X)
+#undef X
+  return std::nullopt;
+}
+
+std::string_view engine_name(Engine e) {
+  switch (e) {
+#define X(e, name) \
+  case Engine::e:  \
+    return name;
+    NEURON_ENGINES(X)
+#undef X
+  }
+  return "?";
+}
+
+std::optional<Engine> engine_from_name(std::string_view s) {
+#define X(e, name) \
+  if (s == name) return Engine::e;
+  NEURON_ENGINES(X)
 #undef X
   return std::nullopt;
 }
