@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "neuron/ir/ops.hpp"
+#include "neuron/base/ops.hpp"
 
 namespace neuron::testing::ref {
 
