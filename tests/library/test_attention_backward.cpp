@@ -56,22 +56,19 @@ void run_backward(const ref::AttentionShape& a, DType dt, bool native_only = fal
 }  // namespace
 
 TEST_CASE("attention backward: non-causal, odd lengths, L != S, E != Ev, GQA") {
-  run_backward({1, 2, 1, 7, 130, 16, 8}, DType::float32);
-  run_backward({2, 1, 1, 129, 5, 32, 24}, DType::float32);
+  run_backward({2, 2, 1, 7, 600, 16, 8}, DType::float32);
 }
 
 TEST_CASE("attention backward: causal, fully masked rows, GQA") {
-  run_backward({1, 1, 1, 129, 129, 32, 32, true}, DType::float32);
   run_backward({1, 4, 2, 130, 70, 16, 40, true}, DType::float32);
-  run_backward({1, 1, 1, 20, 10, 8, 8, true, -10}, DType::float32);
+  run_backward({1, 1, 1, 150, 20, 8, 8, true, -135}, DType::float32);
   run_backward({1, 2, 2, 40, 200, 8, 8, true, 160}, DType::float32);
 }
 
 TEST_CASE("attention backward: bf16") {
-  run_backward({1, 4, 2, 130, 100, 64, 40, true}, DType::bfloat16);
+  run_backward({1, 4, 2, 129, 100, 64, 40, true}, DType::bfloat16);
 }
 
 TEST_CASE("attention backward: larger sizes natively") {
   run_backward({1, 4, 1, 300, 300, 128, 128, true}, DType::bfloat16, /*native_only=*/true);
-  run_backward({1, 2, 2, 300, 520, 64, 96}, DType::float32, /*native_only=*/true);
 }

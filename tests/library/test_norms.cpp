@@ -123,22 +123,17 @@ void run_norm(const Case& cs, bool native_only = false) {
 
 TEST_CASE("rms_norm forward and backward") {
   run_norm({false, 1, 1});
-  run_norm({false, 7, 129});
-  run_norm({false, 130, 64, DType::float32, false});
   run_norm({false, 129, 600, DType::bfloat16});
-  run_norm({false, 256, 33, DType::float32, true, false, 2});
+  run_norm({false, 256, 33, DType::float32, false, false, 2});
 }
 
 TEST_CASE("layer_norm forward and backward") {
-  run_norm({true, 1, 2});
   run_norm({true, 129, 127});
   run_norm({true, 7, 40, DType::float32, false, false});
   run_norm({true, 9, 33, DType::float32, true, false});
-  run_norm({true, 130, 520, DType::bfloat16});
-  run_norm({true, 300, 17, DType::float32, true, true, 3});
+  run_norm({true, 300, 17, DType::bfloat16, true, true, 3});
 }
 
 TEST_CASE("norms: larger sizes natively") {
-  run_norm({false, 1000, 1000, DType::bfloat16, true, false, kn::split_rows(1000)}, true);
   run_norm({true, 1000, 4096, DType::float32, true, true, kn::split_rows(1000)}, true);
 }

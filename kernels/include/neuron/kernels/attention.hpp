@@ -9,9 +9,12 @@
 // does). A query that sees no key gets out 0 and lse -inf, never NaN.
 //
 // Tiling and engine plan. One SPMD program per (batch, kv head, query head in the group):
-// grid attention_grid(). Each program first transposes its K on the Tensor engine into an
-// HBM scratch K^T [E, S] (E on partitions, the contraction layout), so the main loop loads
-// ready [E, 512] tiles by DMA. Then per tile of 128 queries (Q^T [E, 128] transposed once):
+// grid attention_grid(). Each program first transposes its K on the Tensor engine into K^T
+// [E, S] (E on partitions, the contraction layout) and gathers V's rows 128 per tile; both stay
+// in SBUF for the whole program when they fit cfg.resident_kv_bytes (64 KiB per partition:
+// S up to 16k in bf16 at E = Ev = 128), else K^T goes to an HBM scratch and the main loop
+// loads [E, 512] blocks of it and V's rows per step. Then per tile of 128 queries (Q^T [E, 128]
+// transposed once):
 //  - for each block of 512 keys, sequential because the statistics carry:
 //    scores [128, 512] = nc_matmul(Q^T, K^T block) in one PSUM bank (Tensor engine);
 //    on diagonal blocks of a causal mask, affine_select (GpSimd) writes -inf where j > i +
@@ -41,6 +44,10 @@ struct AttentionConfig {
   bool causal = false;
   std::optional<double> scale;  // default 1 / sqrt(E)
   int64_t causal_offset = 0;    // key j visible to query i when j <= i + causal_offset
+  // SBUF bytes per partition the forward may spend keeping K^T and V on chip for the whole
+  // program (loaded once, reused by every query tile); beyond it they stream from HBM per key
+  // block. 0 always streams.
+  int64_t resident_kv_bytes = 64 * 1024;
 };
 
 // Grids: the forward runs one program per (batch, kv head, query head of the group), the
@@ -106,14 +113,17 @@ inline void mask_causal(const nl::tensor& s, int64_t q0, int64_t s0, int64_t off
 }
 
 // The key range a causal query tile [q0, q0 + qr) visits: keys [0, masked_from) are visible to
-// every row, keys [masked_from, end) to some (masked_from rounded down to 128).
+// every row and run unmasked, keys [masked_from, end) go through the mask. masked_from is
+// rounded down to a whole key block (masking visible keys changes nothing), so the unmasked
+// part is one rolled loop without a tail and the masked part is usually a single block: two
+// copies of the loop body per query tile, which keeps the unrolled IR small.
 struct KeyRange {
   int64_t masked_from, end;
 };
 inline KeyRange causal_keys(int64_t q0, int64_t qr, int64_t offset, int64_t S) {
   const int64_t all_see = std::clamp<int64_t>(q0 + offset + 1, 0, S);
   const int64_t end = std::clamp<int64_t>(q0 + qr + offset, 0, S);
-  return {all_see / kPartitions * kPartitions, end};
+  return {all_see / kKeyBlock * kKeyBlock, end};
 }
 
 // Transposes rows [0, n) of a [n, D] HBM view through the Tensor engine into an HBM scratch
@@ -123,6 +133,17 @@ inline void transpose_into(const nl::tensor& dst, const nl::tensor& src, int64_t
     auto t = nl::load(src(nl::ds(r0, rr), nl::all));
     nl::store(dst(nl::all, nl::ds(r0, rr)), transpose_to_sbuf(t, "tT"));
   });
+}
+
+// a / d for an index whose constant and coefficients are multiples of d.
+inline nl::index div_exact(const nl::index& a, int64_t d) {
+  nl::index r(a.constant / d);
+  NEURON_ASSERT(a.constant % d == 0, "{} is not a multiple of {}", a.str(), d);
+  for (auto& t : a.terms) {
+    NEURON_ASSERT(t.coeff % d == 0, "{} is not a multiple of {}", a.str(), d);
+    r = r + nl::index::var(t.var, t.coeff / d);
+  }
+  return r;
 }
 
 // Stores zeros in rows [0, n) of a [.., D] HBM view (queries that see no key).
@@ -149,8 +170,32 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
   auto out_h = out(b, hq, nl::all, nl::all);
   auto lse_h = lse(b, hq, nl::all);
 
-  auto kT = nl::ndarray({d.E, d.S}, dt, nl::hbm, "kT");
-  transpose_into(kT, k(b, hk, nl::all, nl::all), d.S);
+  // K^T [E, S] (keys on the free axis: the moving operand of the score matmul) and V's rows,
+  // 128 per tile: on chip for the whole program when they fit, else K^T in an HBM scratch
+  // and both read per key block. Key blocks start at multiples of 128.
+  const int64_t ST = ceil_div(d.S, kPartitions);
+  const bool resident = (d.S + ST * d.Ev) * dtype_bytes(dt) <= cfg.resident_kv_bytes;
+  std::optional<nl::tensor> kT_sb, v_sb, kT_hbm;
+  if (resident) {
+    kT_sb = nl::ndarray({d.E, d.S}, dt, nl::sbuf, "kT");
+    v_sb = nl::ndarray({std::min(d.S, kPartitions), ST, d.Ev}, dt, nl::sbuf, "v_rows");
+    for_each_tile(d.S, kPartitions, [&](nl::index t, nl::index s0, int64_t sr) {
+      auto rows = nl::load(k(b, hk, nl::ds(s0, sr), nl::all));
+      isa::tensor_copy((*kT_sb)(nl::all, nl::ds(s0, sr)), nl::transpose(rows));
+      isa::dma_copy((*v_sb)(nl::ds(0, sr), t, nl::all), v(b, hk, nl::ds(s0, sr), nl::all));
+    });
+  } else {
+    kT_hbm = nl::ndarray({d.E, d.S}, dt, nl::hbm, "kT");
+    transpose_into(*kT_hbm, k(b, hk, nl::all, nl::all), d.S);
+  }
+  auto key_block = [&](const nl::index& s0, int64_t sw) {
+    return resident ? (*kT_sb)(nl::all, nl::ds(s0, sw))
+                    : nl::load((*kT_hbm)(nl::all, nl::ds(s0, sw)));
+  };
+  auto value_rows = [&](const nl::index& r0, int64_t rr) {
+    return resident ? (*v_sb)(nl::ds(0, rr), div_exact(r0, kPartitions), nl::all)
+                    : nl::load(v(b, hk, nl::ds(r0, rr), nl::all));
+  };
 
   // Rows that see no key.
   for_each_tile(d.q_start, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
@@ -166,11 +211,12 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
     auto l = nl::zeros({qr, 1}, nl::float32, nl::sbuf, "l");
     auto acc = nl::zeros({qr, d.Ev}, nl::float32, nl::sbuf, "acc");
     auto step = [&](const nl::index& s0, int64_t sw, std::optional<int64_t> mask_q0) {
-      auto kt = nl::load(kT(nl::all, nl::ds(s0, sw)));
+      auto kt = key_block(s0, sw);
       auto s_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "scores");
       isa::nc_matmul(s_ps, qT, kt, /*accumulate=*/false);
       nl::tensor s = s_ps;
       if (mask_q0) {
+        NEURON_ASSERT(s0.is_constant(), "masked key blocks have static starts");
         s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "masked");
         isa::tensor_copy(s, s_ps);
         mask_causal(s, *mask_q0, s0.constant, cfg.causal_offset);
@@ -188,8 +234,8 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
       isa::tensor_scalar(l, l, nl::multiply, alpha, false, nl::add, rowsum);
       auto pv = nl::ndarray({qr, d.Ev}, nl::float32, nl::psum, "pv");
       for_each_static_tile(0, sw, kPartitions, [&](int64_t c, int64_t cw) {
-        auto pT = transpose_to_sbuf(p(nl::all, nl::ds(c, cw)), "pT");
-        auto vt = nl::load(v(b, hk, nl::ds(s0 + c, cw), nl::all));
+        auto pT = transpose_to_sbuf(p(nl::all, nl::ds(c, cw)), "pT", /*evacuate_on_scalar=*/true);
+        auto vt = value_rows(s0 + c, cw);
         isa::nc_matmul(pv, pT, vt, /*accumulate=*/c > 0);
       });
       isa::tensor_scalar(acc, acc, nl::multiply, alpha);

@@ -99,6 +99,7 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
     isa::nc_matmul(s_ps, t.qT, nl::load(kT(nl::all, nl::ds(s0, sw))), /*accumulate=*/false);
     nl::tensor s = s_ps;
     if (mask_q0) {
+      NEURON_ASSERT(s0.is_constant(), "masked key blocks have static starts");
       s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "masked");
       isa::tensor_copy(s, s_ps);
       mask_causal(s, *mask_q0, s0.constant, off);

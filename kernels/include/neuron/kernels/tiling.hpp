@@ -49,11 +49,17 @@ void for_each_static_tile(int64_t begin, int64_t end, int64_t tile, const Body& 
 }
 
 // x [P, F] (SBUF, F <= 128) transposed on the Tensor engine through PSUM into an SBUF tile
-// [F, P] of the same dtype (a bit-exact copy).
-inline nl::tensor transpose_to_sbuf(const nl::tensor& x, const std::string& name = "xT") {
+// [F, P] of the same dtype (a bit-exact copy). The PSUM evacuation runs on the Vector engine,
+// or on the Scalar engine (an identity activation) when the caller's Vector engine is the
+// busier one.
+inline nl::tensor transpose_to_sbuf(const nl::tensor& x, const std::string& name = "xT",
+                                    bool evacuate_on_scalar = false) {
   auto s = x.shape();
   auto t = nl::ndarray({s[1], s[0]}, x.dtype(), nl::sbuf, name);
-  isa::tensor_copy(t, nl::transpose(x));
+  if (evacuate_on_scalar)
+    isa::activation(t, nl::copy, nl::transpose(x));
+  else
+    isa::tensor_copy(t, nl::transpose(x));
   return t;
 }
 
