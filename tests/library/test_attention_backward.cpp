@@ -5,7 +5,7 @@
 
 #include "attention_cases.hpp"
 #include "library_check.hpp"
-#include "neuron/kernels/attention_backward.hpp"
+#include "neuron/kernels.hpp"  // the umbrella header: every family
 #include "reference.hpp"
 
 using namespace neuron;

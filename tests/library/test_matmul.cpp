@@ -18,6 +18,7 @@ struct Case {
   bool ta = false, tb = false, bias = false;
   std::optional<ActFunc> act = std::nullopt;
   int64_t programs = 1;
+  bool stream_a = false;  // no A panel: A tiles load inside the K loop
 };
 
 void run_case(const Case& cs, bool native_only = false) {
@@ -29,11 +30,13 @@ void run_case(const Case& cs, bool native_only = false) {
   CAPTURE(cs.tb);
   CAPTURE(cs.bias);
   CAPTURE(cs.programs);
+  CAPTURE(cs.stream_a);
   kn::MatmulConfig cfg;
   cfg.transpose_a = cs.ta;
   cfg.transpose_b = cs.tb;
   cfg.activation = cs.act;
   cfg.programs = cs.programs;
+  if (cs.stream_a) cfg.panel_bytes = 0;
   std::vector<int64_t> ashape =
       cs.ta ? std::vector<int64_t>{cs.K, cs.M} : std::vector<int64_t>{cs.M, cs.K};
   std::vector<int64_t> bshape =
@@ -95,6 +98,14 @@ TEST_CASE("matmul: rows split over SPMD programs") {
   for (Case cs : {Case{256, 64, 96, DType::float32, false, false, false, std::nullopt, 2},
                   Case{300, 50, 70, DType::float32, false, true, true, ActFunc::relu, 3}})
     run_case(cs);
+}
+
+TEST_CASE("matmul: A streamed through the K loop when its panel is over budget") {
+  for (bool ta : {false, true}) {
+    Case cs{130, 300, 70, DType::float32, ta, !ta, true};
+    cs.stream_a = true;
+    run_case(cs);
+  }
 }
 
 TEST_CASE("linear is x @ w.T + bias") {

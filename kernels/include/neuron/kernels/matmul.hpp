@@ -6,8 +6,9 @@
 // 4 x 128 (2 x 128 when B is stored [N, K] and needs transposes, to leave PSUM banks free).
 //  - The group's A panel [K, rows] comes on chip once with K on partitions (the Tensor
 //    engine's contraction layout): DMA straight from A when A is stored [K, M], else 128 x 128
-//    tiles transposed on the Tensor engine through PSUM. A panel over the SBUF budget
-//    (K beyond ~16k fp32) is not kept: its tiles are then loaded inside the K loop.
+//    tiles transposed on the Tensor engine through PSUM. A panel over cfg.panel_bytes (64 KiB
+//    per partition: K up to 4096 fp32 / 8192 bf16 for 512-row groups) is not kept: its tiles
+//    are then loaded (and transposed) inside the K loop, for each column block.
 //  - For each 512-column block of C (one PSUM bank of fp32 per 128-row subtile), each 128-row
 //    slice of K loads one B tile [k, 512] by DMA (transposed by the Tensor engine, 128 columns
 //    at a time, when B is [N, K]) and feeds one nc_matmul per subtile: the moving tile is
@@ -30,6 +31,9 @@ struct MatmulConfig {
   std::optional<ActFunc> activation;  // applied after the bias: relu, gelu, silu, tanh, ...
   std::optional<DType> out_dtype;     // default: A's dtype
   int64_t programs = 1;               // SPMD programs along M; must divide M
+  // SBUF bytes per partition a row group's A panel may take (it is double-buffered); larger
+  // panels are not kept and A tiles load inside the K loop. 0 never keeps one.
+  int64_t panel_bytes = 64 * 1024;
 };
 
 inline std::vector<int64_t> matmul_grid(const MatmulConfig& cfg) {
@@ -37,9 +41,6 @@ inline std::vector<int64_t> matmul_grid(const MatmulConfig& cfg) {
 }
 
 namespace detail {
-
-// SBUF bytes per partition an A panel may take (it is double-buffered across row groups).
-inline constexpr int64_t kPanelBudget = 64 * 1024;
 
 inline nl::tensor matmul_impl(const nl::tensor& a, const nl::tensor& b,
                               const std::optional<nl::tensor>& bias, const MatmulConfig& cfg,
@@ -67,7 +68,6 @@ inline nl::tensor matmul_impl(const nl::tensor& a, const nl::tensor& b,
   const nl::index row0 = nl::program_id(0) * rows;
   const int64_t KP = std::min(K, kPartitions), KT = ceil_div(K, kPartitions);
   const int64_t subtiles = cfg.transpose_b ? 2 : 4;
-  const bool keep_panel = KT * subtiles * kPartitions * dtype_bytes(a.dtype()) <= kPanelBudget;
 
   // A's [kr, cw] tile with K on partitions: rows [r0, r0 + cw) of C, K rows [k0, k0 + kr).
   auto load_a = [&](const nl::index& r0, int64_t cw, const nl::index& k0, int64_t kr) {
@@ -88,7 +88,7 @@ inline nl::tensor matmul_impl(const nl::tensor& a, const nl::tensor& b,
   for_each_tile(rows, subtiles * kPartitions, [&](nl::index, nl::index g0, int64_t gr) {
     const nl::index grow = row0 + g0;
     std::optional<nl::tensor> panel;
-    if (keep_panel) {
+    if (KT * gr * dtype_bytes(a.dtype()) <= cfg.panel_bytes) {
       panel = nl::ndarray({KP, KT, gr}, a.dtype(), nl::sbuf, "a_panel");
       for_each_tile(K, kPartitions, [&](nl::index kt, nl::index k0, int64_t kr) {
         if (cfg.transpose_a) {
