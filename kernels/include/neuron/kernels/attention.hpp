@@ -25,7 +25,8 @@
 //    (accumulating [128, Ev] in PSUM); the Vector engine does l = l * alpha + rowsum and
 //    acc = acc * alpha + p @ v.
 //  - the Vector engine writes out = acc / l, the Scalar engine lse = scale * m + log(l).
-// Non-causal query tiles are one rolled loop. Causal ones are unrolled (each sees a different
+// Non-causal query tiles go two at a time through one rolled loop, phase by phase, so one
+// tile's softmax overlaps the other's matmuls. Causal ones are unrolled (each sees a different
 // number of key blocks): blocks left of the diagonal run unmasked in a rolled loop, the one or
 // two blocks on it are masked; blocks right of it are skipped. Rows before the first visible
 // key (negative offsets) are written directly as 0 / -inf.
@@ -203,75 +204,105 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
     isa::dma_copy(lse_h(nl::ds(r0, rr)), nl::full({rr, 1}, kNegInf, nl::float32, nl::sbuf, "ninf"));
   });
 
-  // One tile of queries [q0, q0 + qr): `blocks(step)` calls step(s0, sw, mask_q0) for its key
-  // blocks in order (mask_q0 >= 0: mask as a causal diagonal block with static query start).
-  auto query_tile = [&](const nl::index& q0, int64_t qr, const auto& blocks) {
-    auto qT = transpose_to_sbuf(nl::load(q(b, hq, nl::ds(q0, qr), nl::all)), "qT");
-    auto m = nl::full({qr, 1}, kNegInf, nl::float32, nl::sbuf, "m");
-    auto l = nl::zeros({qr, 1}, nl::float32, nl::sbuf, "l");
-    auto acc = nl::zeros({qr, d.Ev}, nl::float32, nl::sbuf, "acc");
-    auto step = [&](const nl::index& s0, int64_t sw, std::optional<int64_t> mask_q0) {
-      auto kt = key_block(s0, sw);
-      auto s_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "scores");
-      isa::nc_matmul(s_ps, qT, kt, /*accumulate=*/false);
-      nl::tensor s = s_ps;
+  // The online-softmax state of one tile of queries [q0, q0 + qr).
+  struct QueryTile {
+    nl::index q0;
+    int64_t qr;
+    nl::tensor qT, m, l, acc;
+  };
+  auto open_tile = [&](const nl::index& q0, int64_t qr) {
+    return QueryTile{q0,
+                     qr,
+                     transpose_to_sbuf(nl::load(q(b, hq, nl::ds(q0, qr), nl::all)), "qT"),
+                     nl::full({qr, 1}, kNegInf, nl::float32, nl::sbuf, "m"),
+                     nl::zeros({qr, 1}, nl::float32, nl::sbuf, "l"),
+                     nl::zeros({qr, d.Ev}, nl::float32, nl::sbuf, "acc")};
+  };
+  // One key block [s0, s0 + sw) for a group of query tiles, phase by phase across the group:
+  // the tiles' chains are independent, so one tile's softmax (Vector and Scalar engines)
+  // overlaps another's matmuls (Tensor engine). mask_q0: the group is one causal tile whose
+  // block is on the diagonal (static query start; s0 is static too).
+  auto step = [&](std::vector<QueryTile>& tiles, const nl::index& s0, int64_t sw,
+                  std::optional<int64_t> mask_q0) {
+    auto kt = key_block(s0, sw);
+    std::vector<nl::tensor> scores, m_new, alpha, p;
+    for (auto& t : tiles) {
+      auto s_ps = nl::ndarray({t.qr, sw}, nl::float32, nl::psum, "scores");
+      isa::nc_matmul(s_ps, t.qT, kt, /*accumulate=*/false);
+      scores.push_back(s_ps);
+    }
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      auto& t = tiles[i];
+      nl::tensor s = scores[i];
       if (mask_q0) {
         NEURON_ASSERT(s0.is_constant(), "masked key blocks have static starts");
-        s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "masked");
-        isa::tensor_copy(s, s_ps);
+        s = nl::ndarray({t.qr, sw}, nl::float32, nl::sbuf, "masked");
+        isa::tensor_copy(s, scores[i]);
         mask_causal(s, *mask_q0, s0.constant, cfg.causal_offset);
       }
-      auto m_new = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "m_new");
-      isa::tensor_reduce(m_new, nl::max, s, 1);
-      isa::tensor_tensor(m_new, m_new, m, nl::maximum);
-      auto neg_sm = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "neg_sm");
-      isa::tensor_scalar(neg_sm, m_new, nl::multiply, -d.scale);
-      auto p = nl::ndarray({qr, sw}, dt, nl::sbuf, "p");
-      auto rowsum = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "rowsum");
-      isa::activation(p, nl::exp, s, neg_sm, d.scale, nl::add, rowsum);
-      auto alpha = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "alpha");
-      isa::activation(alpha, nl::exp, m, neg_sm, d.scale);
-      isa::tensor_scalar(l, l, nl::multiply, alpha, false, nl::add, rowsum);
-      auto pv = nl::ndarray({qr, d.Ev}, nl::float32, nl::psum, "pv");
-      for_each_static_tile(0, sw, kPartitions, [&](int64_t c, int64_t cw) {
-        auto pT = transpose_to_sbuf(p(nl::all, nl::ds(c, cw)), "pT", /*evacuate_on_scalar=*/true);
-        auto vt = value_rows(s0 + c, cw);
-        isa::nc_matmul(pv, pT, vt, /*accumulate=*/c > 0);
-      });
-      isa::tensor_scalar(acc, acc, nl::multiply, alpha);
-      isa::tensor_tensor(acc, acc, pv, nl::add);
-      isa::tensor_copy(m, m_new);
-    };
-    blocks(step);
-    auto o = nl::ndarray({qr, d.Ev}, dt, nl::sbuf, "o");
-    isa::tensor_scalar(o, acc, nl::multiply, nl::reciprocal(l));
-    nl::store(out_h(nl::ds(q0, qr), nl::all), o);
-    auto logl = nl::log(l);
-    auto lse_t = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "lse_t");
-    isa::tensor_scalar(lse_t, m, nl::multiply, d.scale, false, nl::add, logl);
-    isa::dma_copy(lse_h(nl::ds(q0, qr)), lse_t);
+      m_new.push_back(nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "m_new"));
+      isa::tensor_reduce(m_new[i], nl::max, s, 1);
+      isa::tensor_tensor(m_new[i], m_new[i], t.m, nl::maximum);
+      auto neg_sm = nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "neg_sm");
+      isa::tensor_scalar(neg_sm, m_new[i], nl::multiply, -d.scale);
+      p.push_back(nl::ndarray({t.qr, sw}, dt, nl::sbuf, "p"));
+      auto rowsum = nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "rowsum");
+      isa::activation(p[i], nl::exp, s, neg_sm, d.scale, nl::add, rowsum);
+      alpha.push_back(nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "alpha"));
+      isa::activation(alpha[i], nl::exp, t.m, neg_sm, d.scale);
+      isa::tensor_scalar(t.l, t.l, nl::multiply, alpha[i], false, nl::add, rowsum);
+    }
+    std::vector<nl::tensor> pv;
+    for (auto& t : tiles) pv.push_back(nl::ndarray({t.qr, d.Ev}, nl::float32, nl::psum, "pv"));
+    for_each_static_tile(0, sw, kPartitions, [&](int64_t c, int64_t cw) {
+      auto vt = value_rows(s0 + c, cw);
+      for (size_t i = 0; i < tiles.size(); ++i) {
+        auto pT =
+            transpose_to_sbuf(p[i](nl::all, nl::ds(c, cw)), "pT", /*evacuate_on_scalar=*/true);
+        isa::nc_matmul(pv[i], pT, vt, /*accumulate=*/c > 0);
+      }
+    });
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      auto& t = tiles[i];
+      isa::tensor_scalar(t.acc, t.acc, nl::multiply, alpha[i]);
+      isa::tensor_tensor(t.acc, t.acc, pv[i], nl::add);
+      isa::tensor_copy(t.m, m_new[i]);
+    }
+  };
+  auto close_tile = [&](const QueryTile& t) {
+    auto o = nl::ndarray({t.qr, d.Ev}, dt, nl::sbuf, "o");
+    isa::tensor_scalar(o, t.acc, nl::multiply, nl::reciprocal(t.l));
+    nl::store(out_h(nl::ds(t.q0, t.qr), nl::all), o);
+    auto logl = nl::log(t.l);
+    auto lse_t = nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "lse_t");
+    isa::tensor_scalar(lse_t, t.m, nl::multiply, d.scale, false, nl::add, logl);
+    isa::dma_copy(lse_h(nl::ds(t.q0, t.qr)), lse_t);
   };
 
   if (!cfg.causal) {
-    for_each_tile(d.L, kPartitions, [&](nl::index, nl::index q0, int64_t qr) {
-      query_tile(q0, qr, [&](const auto& step) {
-        for_each_tile(
-            d.S, kKeyBlock,
-            [&](nl::index, nl::index s0, int64_t sw) { step(s0, sw, std::nullopt); }, 0,
-            LoopKind::sequential);
-      });
+    // Groups of two query tiles share each key block.
+    for_each_tile(d.L, 2 * kPartitions, [&](nl::index, nl::index g0, int64_t gr) {
+      std::vector<QueryTile> tiles;
+      for_each_static_tile(0, gr, kPartitions,
+                           [&](int64_t c, int64_t cw) { tiles.push_back(open_tile(g0 + c, cw)); });
+      for_each_tile(
+          d.S, kKeyBlock,
+          [&](nl::index, nl::index s0, int64_t sw) { step(tiles, s0, sw, std::nullopt); }, 0,
+          LoopKind::sequential);
+      for (auto& t : tiles) close_tile(t);
     });
   } else {
+    // Each causal tile sees its own number of key blocks: unrolled, one tile at a time.
     for_each_static_tile(d.q_start, d.L, kPartitions, [&](int64_t q0, int64_t qr) {
       const KeyRange keys = causal_keys(q0, qr, cfg.causal_offset, d.S);
-      query_tile(q0, qr, [&](const auto& step) {
-        for_each_tile(
-            keys.masked_from, kKeyBlock,
-            [&](nl::index, nl::index s0, int64_t sw) { step(s0, sw, std::nullopt); }, 0,
-            LoopKind::sequential);
-        for_each_static_tile(keys.masked_from, keys.end, kKeyBlock,
-                             [&](int64_t s0, int64_t sw) { step(s0, sw, q0); });
-      });
+      std::vector<QueryTile> tiles{open_tile(q0, qr)};
+      for_each_tile(
+          keys.masked_from, kKeyBlock,
+          [&](nl::index, nl::index s0, int64_t sw) { step(tiles, s0, sw, std::nullopt); }, 0,
+          LoopKind::sequential);
+      for_each_static_tile(keys.masked_from, keys.end, kKeyBlock,
+                           [&](int64_t s0, int64_t sw) { step(tiles, s0, sw, q0); });
+      close_tile(tiles[0]);
     });
   }
   return {out, lse};
