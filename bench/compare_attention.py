@@ -28,6 +28,7 @@ def load_lib(build):
     lib.neuron_bench_attention_backward.argtypes = [i64] * 5 + [c_int] * 4 + [vp] * 9
     lib.neuron_bench_attention_backward.restype = ctypes.c_double
     lib.neuron_bench_last_compile_seconds.restype = ctypes.c_double
+    lib.neuron_bench_last_compile_cache.restype = ctypes.c_char_p
     lib.neuron_bench_error.restype = ctypes.c_char_p
     return lib
 
@@ -79,6 +80,7 @@ def main():
             t0 = time.perf_counter()
             fwd(0)
             compile_s = lib.neuron_bench_last_compile_seconds()
+            compile_kind = lib.neuron_bench_last_compile_cache().decode()
             # Correctness first (FLEX.md's judge): error against float64 within a fudge factor of
             # PyTorch's own error in the same dtype.
             qd, kd, vd = q.double(), k.double(), v.double()
@@ -90,7 +92,7 @@ def main():
             ok = err_ours <= fudge * max(err_peer, 1e-12)
             notes.append(f"{name} forward: mean error vs float64 ours {err_ours:.2e}, "
                          f"SDPA {err_peer:.2e} ({'ok' if ok else 'FAILS'} the judge, fudge {fudge}); "
-                         f"our cold compile {compile_s:.1f} s")
+                         f"our compile {compile_s:.1f} s ({compile_kind})")
             t_ours = fwd(reps)
             t_peer = compare.median_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), reps)
             rows.append((f"{name} forward", t_ours, t_peer))
@@ -105,6 +107,7 @@ def main():
 
                 bwd(0)
                 bwd_compile_s = lib.neuron_bench_last_compile_seconds()
+                bwd_compile_kind = lib.neuron_bench_last_compile_cache().decode()
                 qg, kg, vg = (t.detach().double().requires_grad_() for t in (q, k, v))
                 F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal).backward(dout.double())
                 qp, kp, vp = (t.detach().clone().requires_grad_() for t in (q, k, v))
@@ -118,7 +121,7 @@ def main():
                     e_p = (theirs.grad.double() - ref.grad).abs().mean().item()
                     notes.append(f"{name} {label}: mean error ours {e_o:.2e}, SDPA {e_p:.2e} "
                                  f"({'ok' if e_o <= fudge * max(e_p, 1e-12) else 'FAILS'})")
-                notes.append(f"{name} backward: our cold compile {bwd_compile_s:.1f} s")
+                notes.append(f"{name} backward: our compile {bwd_compile_s:.1f} s ({bwd_compile_kind})")
                 t_bwd = bwd(reps)
                 t_pb = compare.median_time(peer_fwd_bwd, reps)
                 rows.append((f"{name} forward + backward", t_ours + t_bwd, t_pb))

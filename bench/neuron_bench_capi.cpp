@@ -76,8 +76,9 @@ const Entry& softmax_kernel(int64_t rows, int64_t cols) {
 }
 
 // Flash attention (kernels/attention.hpp, kernels/attention_backward.hpp), one kv head per query
-// head; compile seconds of the last new kernel in g_compile_s.
+// head; compile seconds of the last new kernel and where it came from ("cold", "disk", ...).
 double g_compile_s = 0;
+std::string g_compile_cache;
 
 const Entry& attention_kernel(bool backward, int64_t B, int64_t H, int64_t L, int64_t S,
                               int64_t D, bool causal, neuron::DType dt) {
@@ -109,6 +110,7 @@ const Entry& attention_kernel(bool backward, int64_t B, int64_t H, int64_t L, in
   Entry e{neuron::compile_native(k), backward ? neuron::kernels::attention_backward_grid(qs, ks)
                                               : neuron::kernels::attention_grid(qs, ks)};
   g_compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  g_compile_cache = e.kernel.report().cache;
   return g_kernels.emplace(key, std::move(e)).first->second;
 }
 
@@ -203,9 +205,13 @@ double neuron_bench_attention_backward(int64_t B, int64_t H, int64_t L, int64_t 
   });
 }
 
-// Seconds the last newly compiled attention kernel took to compile (trace excluded).
+// Seconds the last newly compiled attention kernel took to compile (trace excluded), and
+// whether it was compiled ("cold") or loaded from the compile cache ("disk", "memory").
 double neuron_bench_last_compile_seconds() {
   return g_compile_s;
+}
+const char* neuron_bench_last_compile_cache() {
+  return g_compile_cache.c_str();
 }
 
 // Row blocks per program the matmul uses for these sizes (for the report).
