@@ -15,4 +15,9 @@ inline nl::tensor vector_add(nl::tensor a, nl::tensor b) {
   return out;
 }
 
+NEURON_KERNEL(vector_add, vector_add,
+              "out = a + b over [N, F] tensors; launch grid (N / 128,): one 128-row tile per "
+              "program",
+              neuron::inputs("a", "b"));
+
 }  // namespace examples

@@ -3,7 +3,7 @@
 # examples (docs/reliability.md). Too slow for every CI run on a 2-core machine.
 #
 #   scripts/sanitize.sh                 # ASan + UBSan (+ LeakSanitizer): all C++ tiers + e2e
-#   scripts/sanitize.sh -L kernels      # extra ctest arguments
+#   scripts/sanitize.sh -L exec      # extra ctest arguments
 #   scripts/sanitize.sh --thread        # ThreadSanitizer: the runtime tier (threads, processes,
 #                                       # the compile cache) in build-tsan/
 #   BUILD_DIR=/tmp/asan JOBS=2 scripts/sanitize.sh
@@ -20,7 +20,7 @@ if (( ${#args[@]} > 0 )) && [[ ${args[0]} == --thread ]]; then
 else
   BUILD_DIR=${BUILD_DIR:-$ROOT/build-asan}
   FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-  default_labels="ir|passes|errors|kernels|runtime|e2e"
+  default_labels="ir|passes|errors|exec|runtime|e2e"
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 fi

@@ -117,6 +117,8 @@ Jit& jit() {
 #define X(n) add("neuron_host_k_snapshot_" #n, reinterpret_cast<const void*>(&neuron_k_snapshot_##n));
     NEURON_INSTR_SNAPSHOTS(X)
 #undef X
+    add("neuron_k_fault", reinterpret_cast<const void*>(&neuron_k_fault));  // from kernels
+    add("neuron_host_k_fault", reinterpret_cast<const void*>(&neuron_k_fault));  // generated code
     if (auto e = main.define(llvm::orc::absoluteSymbols(std::move(syms))))
       fail(std::move(e), "defining host symbols in the JIT");
     return r;

@@ -12,6 +12,7 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <map>
+#include <set>
 #include <type_traits>
 
 #include "llvm_util.hpp"
@@ -22,6 +23,9 @@
 
 namespace neuron::native {
 namespace {
+
+// neuron_k_fault's C++ type, for emit_call (the host function is bound by name in jit.cpp).
+void neuron_k_fault_decl(int, int, int64_t, int64_t, int64_t, int64_t) {}
 
 bool inline_kernel(std::string_view name) {
 #define X(n, how) \
@@ -60,12 +64,22 @@ class Lowering {
   }
   View text(const std::string& s) { return b_.CreateGlobalStringPtr(s); }
   template <class R, class... P, class... A>
-  void call(R (*)(P...), const char* name, const A&... args) {
-    static_assert(sizeof...(P) == sizeof...(A), "a kernel call passes every parameter");
-    llvm::Function* f = kernel(name, llvm::FunctionType::get(b_.getVoidTy(), {type<P>()...}, false));
-    unsigned i = 0;
-    std::vector<llvm::Value*> vals{constant(f->getFunctionType()->getParamType(i++), args)...};
-    b_.CreateCall(f, vals);
+  void call(R (*kernel_fn)(P...), const char* name, const A&... args) {
+    emit_call(kernel_fn, name, args...);
+  }
+  using Int = llvm::Value*;
+  Int reg(const std::string& r) { return b_.CreateLoad(b_.getInt64Ty(), reg_slot(r)); }
+  Int integer(int64_t v) { return i64(v); }
+  void set_reg(const std::string& r, Int v) {
+    // Registers are 32-bit.
+    b_.CreateStore(b_.CreateSExt(b_.CreateTrunc(v, b_.getInt32Ty()), b_.getInt64Ty()),
+                   reg_slot(r));
+  }
+  template <class... P, class... A>
+  void call_into(const std::string& r, int64_t (*kernel_fn)(P...), const char* name,
+                 const A&... args) {
+    llvm::Value* v = emit_call(kernel_fn, name, args...);
+    b_.CreateStore(v, reg_slot(r));  // already wrapped to 32 bits by the kernel
   }
 
   llvm::Function* run() {
@@ -104,6 +118,10 @@ class Lowering {
   llvm::Value* eval(const Affine& a, const Span& span) {
     llvm::Value* v = i64(a.constant);
     for (auto& t : a.terms) {
+      if (is_register_var(t.var)) {
+        v = b_.CreateAdd(v, b_.CreateMul(reg(t.var), i64(t.coeff)));
+        continue;
+      }
       auto it = vars_.find(t.var);
       NEURON_ASSERT(it != vars_.end(), "engine program uses unknown variable '{}' at {}", t.var,
                     span.str());
@@ -132,6 +150,106 @@ class Lowering {
       for (int i = 0; i < kDims; ++i)
         b_.CreateStore(i64((f == 2 ? sizes : strides)[i]), b_.CreateConstGEP2_32(aty, arr, 0, i));
     }
+  }
+
+  // The call of one kernel; when an operand of the instruction was found out of bounds at run
+  // time (guard_ false), the call is skipped: the fault is recorded and the run reports it.
+  template <class R, class... P, class... A>
+  llvm::Value* emit_call(R (*)(P...), const char* name, const A&... args) {
+    static_assert(sizeof...(P) == sizeof...(A), "a kernel call passes every parameter");
+    llvm::Type* ret = std::is_void_v<R> ? b_.getVoidTy() : type<R>();
+    llvm::Function* f = kernel(name, llvm::FunctionType::get(ret, {type<P>()...}, false));
+    unsigned i = 0;
+    std::vector<llvm::Value*> vals{constant(f->getFunctionType()->getParamType(i++), args)...};
+    llvm::Value* guard = guard_;
+    guard_ = nullptr;
+    if (!guard) return b_.CreateCall(f, vals);
+    auto* run = llvm::BasicBlock::Create(ctx_, "in_bounds", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "after", fn_);
+    llvm::BasicBlock* skip = b_.GetInsertBlock();
+    b_.CreateCondBr(guard, run, done);
+    b_.SetInsertPoint(run);
+    llvm::Value* r = b_.CreateCall(f, vals);
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    if (std::is_void_v<R>) return nullptr;
+    llvm::PHINode* phi = b_.CreatePHI(ret, 2);
+    phi->addIncoming(r, run);
+    phi->addIncoming(llvm::Constant::getNullValue(ret), skip);
+    return phi;
+  }
+
+  // A register's slot (an i64 in the entry block, 0 when the program starts).
+  llvm::Value* reg_slot(const std::string& r) {
+    auto it = regs_.find(r);
+    if (it != regs_.end()) return it->second;
+    llvm::IRBuilder<> eb(ctx_);
+    eb.SetInsertPoint(alloca_point_, alloca_point_->getFirstInsertionPt());
+    llvm::Value* slot = eb.CreateAlloca(b_.getInt64Ty(), nullptr, r);
+    eb.CreateStore(i64(0), slot);
+    return regs_[r] = slot;
+  }
+
+  // Whether an expression depends on a register or the variable of a dynamic loop.
+  bool dynamic(const Affine& a) const {
+    for (auto& t : a.terms)
+      if (is_register_var(t.var) || dynamic_vars_.count(t.var)) return true;
+    return false;
+  }
+
+  // Checks, at run time, an access whose offset depends on registers or dynamic loops (the
+  // others were checked per launch): out of bounds records a fault and skips the instruction.
+  void check_dynamic(const AccessPattern& ap, const Instr& in, llvm::Value* offset) {
+    const bool rotating = !ap.rotation.var.empty() && dynamic_vars_.count(ap.rotation.var);
+    if (!dynamic(ap.offset) && !dynamic(ap.partition) && !rotating) return;
+    const bool chip = is_on_chip(ap.memory);
+    const bool indirect = in.op == Opcode::dma_copy &&
+                          in.args.indirect != InstrArgs::Indirect::none &&
+                          &ap == (in.args.indirect == InstrArgs::Indirect::src ? &in.src[0] : &in.dst);
+    int64_t lo = 0, hi = 0;
+    for (size_t i = chip ? 1 : 0; i < ap.dims.size(); ++i) {
+      const int64_t size = i == 0 && indirect ? in.args.indirect_rows : ap.dims[i].size;
+      const int64_t reach = ap.dims[i].stride * (size - 1);
+      (reach < 0 ? lo : hi) += reach;
+    }
+    const int64_t es = dtype_bytes(ap.dtype), unit = chip ? es : 1;
+    const int64_t limit =
+        chip ? bytes_per_partition(*target_, ap.memory) : [&] {
+          int64_t n = 1;
+          for (int64_t d : p_.tensors.at(static_cast<size_t>(ap.tensor)).shape) n *= d;
+          return n;
+        }();
+    int64_t operand = -1;
+    for (size_t i = 0; i < in.src.size(); ++i)
+      if (&ap == &in.src[i]) operand = static_cast<int64_t>(i);
+    auto range_check = [&](llvm::Value* first, llvm::Value* last, int64_t lim, int kind) {
+      llvm::Value* ok = b_.CreateAnd(b_.CreateICmpSGE(first, i64(0)),
+                                     b_.CreateICmpSLT(last, i64(lim)));
+      auto* bad = llvm::BasicBlock::Create(ctx_, "out_of_bounds", fn_);
+      auto* next = llvm::BasicBlock::Create(ctx_, "checked", fn_);
+      b_.CreateCondBr(ok, next, bad);
+      b_.SetInsertPoint(bad);
+      emit_call(&neuron_k_fault_decl, "fault", kind, in.id, first, last, operand, lim);
+      b_.CreateBr(next);
+      b_.SetInsertPoint(next);
+      guard_ = guard_ ? b_.CreateAnd(guard_, ok) : ok;
+    };
+    llvm::Value* first = b_.CreateAdd(offset, i64(lo * unit));
+    llvm::Value* last = b_.CreateAdd(offset, i64(hi * unit + unit - 1));
+    llvm::Value* saved = guard_;
+    guard_ = nullptr;
+    range_check(first, last, limit, kFaultAccess);
+    llvm::Value* ok = guard_;
+    if (chip) {
+      guard_ = nullptr;
+      llvm::Value* p0 = eval(ap.partition, in.span);
+      const int64_t pspan = ap.dims.empty() ? 0 : ap.dims[0].stride * (ap.dims[0].size - 1);
+      range_check(b_.CreateAdd(p0, i64(std::min<int64_t>(0, pspan))),
+                  b_.CreateAdd(p0, i64(std::max<int64_t>(0, pspan))), target_->partitions,
+                  kFaultPartition);
+      ok = b_.CreateAnd(ok, guard_);
+    }
+    guard_ = saved ? b_.CreateAnd(saved, ok) : ok;
   }
 
   // The LLVM type of a kernel parameter.
@@ -183,6 +301,7 @@ class Lowering {
         llvm::Value* r = b_.CreateURem(it->second, i64(ap.rotation.count));
         off = b_.CreateAdd(off, b_.CreateMul(r, i64(ap.rotation.bytes)));
       }
+      check_dynamic(ap, in, off);
       llvm::Value* byte = b_.CreateAdd(b_.CreateMul(eval(ap.partition, in.span), i64(pb)), off);
       const bool ps = ap.memory == Memory::psum;
       base = b_.CreateGEP(b_.getInt8Ty(), ps ? psum_ : sbuf_, byte);
@@ -191,7 +310,9 @@ class Lowering {
       NEURON_ASSERT(ap.tensor >= 0 && ap.tensor < static_cast<int>(tensors_.size()),
                     "pattern names tensor {} of {} at {}", ap.tensor, tensors_.size(),
                     in.span.str());
-      llvm::Value* off = b_.CreateMul(eval(ap.offset, in.span), i64(dtype_bytes(ap.dtype)));
+      llvm::Value* elem = eval(ap.offset, in.span);
+      check_dynamic(ap, in, elem);
+      llvm::Value* off = b_.CreateMul(elem, i64(dtype_bytes(ap.dtype)));
       base = b_.CreateGEP(b_.getInt8Ty(), tensors_[static_cast<size_t>(ap.tensor)], off);
     }
     llvm::Value* slot = new_view();
@@ -205,22 +326,52 @@ class Lowering {
         call_instr(*this, node.instr);
         continue;
       }
-      if (node.extent <= 0) continue;
-      // Rotated do-while: the trip count is at least one.
-      llvm::BasicBlock* pre = b_.GetInsertBlock();
-      auto* loop = llvm::BasicBlock::Create(ctx_, node.var, fn_);
-      auto* exit = llvm::BasicBlock::Create(ctx_, node.var + ".end", fn_);
-      b_.CreateBr(loop);
-      b_.SetInsertPoint(loop);
-      llvm::PHINode* iv = b_.CreatePHI(b_.getInt64Ty(), 2, node.var);
-      iv->addIncoming(i64(0), pre);
+      const bool dyn = node.loop_kind == LoopKind::dynamic;
+      if (!dyn && node.extent <= 0) continue;
       auto saved = vars_.find(node.var) != vars_.end() ? vars_[node.var] : nullptr;
-      vars_[node.var] = iv;
-      emit_body(node.body);
-      llvm::Value* next = b_.CreateAdd(iv, i64(1), "", true, true);
-      iv->addIncoming(next, b_.GetInsertBlock());
-      b_.CreateCondBr(b_.CreateICmpSLT(next, i64(node.extent)), loop, exit);
-      b_.SetInsertPoint(exit);
+      if (dyn) dynamic_vars_.insert(node.var);
+      if (!dyn) {
+        // Rotated do-while: the trip count is at least one.
+        llvm::BasicBlock* pre = b_.GetInsertBlock();
+        auto* loop = llvm::BasicBlock::Create(ctx_, node.var, fn_);
+        auto* exit = llvm::BasicBlock::Create(ctx_, node.var + ".end", fn_);
+        b_.CreateBr(loop);
+        b_.SetInsertPoint(loop);
+        llvm::PHINode* iv = b_.CreatePHI(b_.getInt64Ty(), 2, node.var);
+        iv->addIncoming(i64(0), pre);
+        vars_[node.var] = iv;
+        emit_body(node.body);
+        llvm::Value* next = b_.CreateAdd(iv, i64(1), "", true, true);
+        iv->addIncoming(next, b_.GetInsertBlock());
+        b_.CreateCondBr(b_.CreateICmpSLT(next, i64(node.extent)), loop, exit);
+        b_.SetInsertPoint(exit);
+      } else {
+        // A runtime loop: the trip count (or the condition register) is read when it starts
+        // (or before every iteration), so the test comes first.
+        llvm::Value* trip = nullptr;
+        if (node.cond.empty()) {
+          llvm::Value* span = b_.CreateSub(eval(node.stop, {}), eval(node.start, {}));
+          trip = b_.CreateSDiv(b_.CreateAdd(span, i64(node.step - 1)), i64(node.step));
+        }
+        llvm::BasicBlock* pre = b_.GetInsertBlock();
+        auto* head = llvm::BasicBlock::Create(ctx_, node.var + ".test", fn_);
+        auto* body = llvm::BasicBlock::Create(ctx_, node.var, fn_);
+        auto* exit = llvm::BasicBlock::Create(ctx_, node.var + ".end", fn_);
+        b_.CreateBr(head);
+        b_.SetInsertPoint(head);
+        llvm::PHINode* iv = b_.CreatePHI(b_.getInt64Ty(), 2, node.var);
+        iv->addIncoming(i64(0), pre);
+        llvm::Value* go = trip ? b_.CreateICmpSLT(iv, trip)
+                               : b_.CreateICmpNE(reg(node.cond), i64(0));
+        b_.CreateCondBr(go, body, exit);
+        b_.SetInsertPoint(body);
+        vars_[node.var] = iv;
+        emit_body(node.body);
+        iv->addIncoming(b_.CreateAdd(iv, i64(1), "", true, true), b_.GetInsertBlock());
+        b_.CreateBr(head);
+        b_.SetInsertPoint(exit);
+        dynamic_vars_.erase(node.var);
+      }
       if (saved)
         vars_[node.var] = saved;
       else
@@ -244,6 +395,9 @@ class Lowering {
   llvm::Value *sbuf_ = nullptr, *psum_ = nullptr, *flags_ = nullptr;
   std::vector<llvm::Value*> tensors_;
   std::map<std::string, llvm::Value*> vars_;
+  std::map<std::string, llvm::Value*> regs_;
+  std::set<std::string> dynamic_vars_;  // variables of the enclosing dynamic loops
+  llvm::Value* guard_ = nullptr;       // the current instruction's run-time bounds, if any
 };
 
 void set_host_attributes(llvm::Function& f, llvm::TargetMachine& tm) {

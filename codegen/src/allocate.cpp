@@ -103,7 +103,7 @@ class Allocator : public IRMutator {
     pending_ = LoopCtx{n.var, n.extent, n.loop_kind};
     StmtPtr body = mutate(n.body);
     pending_.reset();
-    return body == n.body ? self : For::make(n.var, n.extent, n.loop_kind, body, n.span);
+    return body == n.body ? self : n.with_body(body);
   }
 
   StmtPtr mutate_Block(const Block& n, const StmtPtr& self) override {

@@ -93,6 +93,13 @@ class Legalizer : public IRMutator {
 
   static bool same_buffer(const Access& a, const Access& b) { return a.buffer == b.buffer; }
 
+  // nl.load/nl.store keep their indirect rows (src_rows, dst_rows, oob_mode) on the DMA.
+  static std::vector<Arg> with_rows(const Op& op, std::vector<Arg> args) {
+    for (const char* name : {"src_rows", "dst_rows", "oob_mode"})
+      if (const Value* v = op.find(name)) args.push_back({name, *v});
+    return args;
+  }
+
   void expand(const Op& op, std::vector<StmtPtr>& out) {
     out_ = &out;
     span_ = op.span;
@@ -101,7 +108,7 @@ class Legalizer : public IRMutator {
     const std::string base = dst->buffer->name;
     switch (op.code) {
       case Opcode::nl_load:
-        emit(Opcode::dma_copy, {{"dst", *dst}, {"src", *op.access("src")}});
+        emit(Opcode::dma_copy, with_rows(op, {{"dst", *dst}, {"src", *op.access("src")}}));
         break;
       case Opcode::nl_store: {
         Access src = *op.access("src");
@@ -111,7 +118,7 @@ class Legalizer : public IRMutator {
           emit(Opcode::tensor_copy, {{"dst", t}, {"src", src}});
           src = t;
         }
-        emit(Opcode::dma_copy, {{"dst", *dst}, {"src", src}});
+        emit(Opcode::dma_copy, with_rows(op, {{"dst", *dst}, {"src", src}}));
         break;
       }
       case Opcode::nl_copy: {

@@ -12,33 +12,6 @@ namespace {
 
 using namespace passes;
 
-Engine engine_of(Opcode op) {
-  switch (op) {
-    case Opcode::nc_matmul:
-    case Opcode::nc_transpose:
-      return Engine::tensor;
-    case Opcode::activation:
-      return Engine::scalar;
-    case Opcode::tensor_tensor:
-    case Opcode::tensor_scalar:
-    case Opcode::tensor_reduce:
-    case Opcode::tensor_copy:
-    case Opcode::tensor_copy_predicated:
-    case Opcode::memset:
-      return Engine::vector;
-    case Opcode::iota:
-    case Opcode::affine_select:
-      return Engine::gpsimd;
-    case Opcode::dma_copy:
-      return Engine::dma;
-    case Opcode::device_print:
-      return Engine::none;
-    default:
-      internal_error("lower: nl helper {} reached lower (legalize must run first)",
-                     opcode_name(op));
-  }
-}
-
 // Elements between consecutive indices of each buffer dimension (row-major).
 std::vector<int64_t> row_strides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> s(shape.size(), 1);
@@ -149,7 +122,10 @@ class Lowerer {
   Instr instr(const Op& op) {
     Instr in;
     in.op = op.code;
-    in.engine = engine_of(op.code);
+    NEURON_ASSERT(opcode_level(op.code) == OpLevel::Isa,
+                  "lower: nl helper {} reached lower (legalize must run first)",
+                  opcode_name(op.code));
+    in.engine = opcode_engine(op.code);
     in.span = op.span;
     if (auto d = op.access("dst")) in.dst = pattern(*d);
     InstrArgs& args = in.args;
@@ -215,8 +191,42 @@ class Lowerer {
         args.negate = op.get_int("negate", 0) != 0;
         break;
       case Opcode::tensor_copy:
+        src(in, op, "src");
+        break;
       case Opcode::dma_copy:
         src(in, op, "src");
+        for (const char* side : {"src_rows", "dst_rows"}) {
+          const Access* rows = op.access(side);
+          if (!rows) continue;
+          const bool on_src = side[0] == 's';
+          const Access& hbm = *op.access(on_src ? "src" : "dst");
+          in.src.push_back(pattern(*rows));
+          args.indirect = on_src ? InstrArgs::Indirect::src : InstrArgs::Indirect::dst;
+          args.indirect_rows = hbm.buffer->shape.at(rows_dim(hbm));
+          args.oob_skip = op.get_int("oob_mode", 0) != 0;
+        }
+        break;
+      case Opcode::nc_n_gather:
+        src(in, op, "data");
+        src(in, op, "indices");
+        break;
+      case Opcode::local_gather:
+        src(in, op, "src");
+        src(in, op, "index");
+        args.num_elem_per_idx = op.get_int("num_elem_per_idx", 1);
+        args.num_valid_indices = op.get_int("num_valid_indices", -1);
+        break;
+      case Opcode::register_load:
+        src(in, op, "src");
+        args.reg = op.get_string("reg");
+        break;
+      case Opcode::register_store:
+        args.reg = op.get_string("reg");
+        break;
+      case Opcode::register_move:
+        args.reg = op.get_string("reg");
+        args.src_reg = op.get_string("src");
+        args.imm0 = static_cast<double>(op.get_int("value", 0));
         break;
       case Opcode::tensor_copy_predicated:
         src(in, op, "src");
@@ -259,6 +269,10 @@ class Lowerer {
       n.var = f->var;
       n.extent = f->extent;
       n.loop_kind = f->loop_kind;
+      n.start = f->start;
+      n.stop = f->stop;
+      n.step = f->step;
+      n.cond = f->cond;
       lower_stmt(f->body, n.body);
       out.push_back(std::move(n));
     } else if (auto op = s->as<Op>()) {

@@ -10,6 +10,23 @@ constexpr bool req = true, opt = false;
 const std::vector<ArgSpec>& op_arg_specs(Opcode code) {
   using K = ArgKind;
   static const std::vector<ArgSpec> dst_src = {{"dst", K::view, req}, {"src", K::view, req}};
+  // Indirect rows: src_rows/dst_rows is a [P, 1] integer tile whose element p selects the row
+  // of src/dst moved by partition p (src/dst dim `rows_dim`); oob_mode 0 errors on an index
+  // outside that dim, 1 skips its row.
+  static const std::vector<ArgSpec> dma = {{"dst", K::view, req},       {"src", K::view, req},
+                                           {"src_rows", K::view, opt},  {"dst_rows", K::view, opt},
+                                           {"oob_mode", K::integer, opt}};
+  static const std::vector<ArgSpec> gather = {
+      {"dst", K::view, req}, {"data", K::view, req}, {"indices", K::view, req}};
+  static const std::vector<ArgSpec> local_gather = {{"dst", K::view, req},
+                                                    {"src", K::view, req},
+                                                    {"index", K::view, req},
+                                                    {"num_elem_per_idx", K::integer, opt},
+                                                    {"num_valid_indices", K::integer, opt}};
+  static const std::vector<ArgSpec> register_load = {{"reg", K::name, req}, {"src", K::view, req}};
+  static const std::vector<ArgSpec> register_store = {{"dst", K::view, req}, {"reg", K::name, req}};
+  static const std::vector<ArgSpec> register_move = {
+      {"reg", K::name, req}, {"value", K::integer, opt}, {"src", K::name, opt}};
   static const std::vector<ArgSpec> matmul = {{"dst", K::view, req},
                                               {"x", K::view, req},
                                               {"y", K::view, req},
@@ -74,10 +91,21 @@ const std::vector<ArgSpec>& op_arg_specs(Opcode code) {
   switch (code) {
     case Opcode::nl_load:
     case Opcode::nl_store:
+    case Opcode::dma_copy:
+      return dma;
     case Opcode::nl_copy:
     case Opcode::tensor_copy:
-    case Opcode::dma_copy:
       return dst_src;
+    case Opcode::nc_n_gather:
+      return gather;
+    case Opcode::local_gather:
+      return local_gather;
+    case Opcode::register_load:
+      return register_load;
+    case Opcode::register_store:
+      return register_store;
+    case Opcode::register_move:
+      return register_move;
     case Opcode::nl_transpose:
       return dst_src;
     case Opcode::nl_matmul:

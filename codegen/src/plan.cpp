@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "neuron/base/error.hpp"
 
@@ -166,7 +167,7 @@ void check_instr(const Instr& in) {
   std::vector<Shape> src;
   for (auto& s : in.src) src.push_back(shape(s, in, "source"));
   Shape dst;
-  if (in.op != Opcode::device_print) dst = shape(in.dst, in, "destination");
+  if (has_dst(in.op)) dst = shape(in.dst, in, "destination");
   const auto& a = in.args;
   switch (in.op) {
     case Opcode::nc_matmul: {
@@ -244,9 +245,83 @@ void check_instr(const Instr& in) {
       break;
     }
     case Opcode::tensor_copy:
+      need_src(in, 1);
+      same_count(in, src[0], "source", dst, "destination");
+      break;
     case Opcode::dma_copy:
       need_src(in, 1);
       same_count(in, src[0], "source", dst, "destination");
+      if (a.indirect != InstrArgs::Indirect::none) {
+        need_src(in, 2);
+        const bool on_src = a.indirect == InstrArgs::Indirect::src;
+        const Shape& hbm = on_src ? src[0] : dst;
+        const AccessPattern& hp = on_src ? in.src[0] : in.dst;
+        if (is_on_chip(hp.memory) || !is_on_chip(in.src[1].memory))
+          user_error(in.span, "indirect-dma",
+                     "dma_copy: indirect rows select rows of an HBM tensor with an on-chip index "
+                     "tile");
+        if (src[1].count != hbm.partitions())
+          user_error(in.span, "shape-mismatch",
+                     "dma_copy: the row index {} must hold one row number per moved row ({})",
+                     src[1].str(), hbm.partitions());
+        if (dtype_is_float(in.src[1].dtype))
+          user_error(in.span, "dtype", "dma_copy: the row index is {}; it must be an integer tile",
+                     dtype_name(in.src[1].dtype));
+      }
+      break;
+    case Opcode::nc_n_gather: {
+      need_src(in, 2);
+      const Shape &data = src[0], &idx = src[1];
+      if (idx.partitions() != data.partitions() || dst.partitions() != data.partitions() ||
+          dst.count != idx.count)
+        user_error(in.span, "shape-mismatch",
+                   "nc_n_gather: data {}, indices {} and destination {} need the same partitions "
+                   "and as many destination elements as indices",
+                   data.str(), idx.str(), dst.str());
+      if (dtype_is_float(in.src[1].dtype))
+        user_error(in.span, "dtype", "nc_n_gather: indices are {}; they must be integers",
+                   dtype_name(in.src[1].dtype));
+      break;
+    }
+    case Opcode::local_gather: {
+      need_src(in, 2);
+      const Shape &data = src[0], &idx = src[1];
+      const int64_t P = data.partitions(), per = a.num_elem_per_idx;
+      const int64_t valid = a.num_valid_indices < 0 ? 16 * idx.per_partition() : a.num_valid_indices;
+      if (P % 16 != 0 || idx.partitions() != P || dst.partitions() != P)
+        user_error(in.span, "shape-mismatch",
+                   "local_gather: src {}, index {} and destination {} need the same partition "
+                   "count, a multiple of 16 (GpSimd works in groups of 16 partitions)",
+                   data.str(), idx.str(), dst.str());
+      if (per != 1 && per != 2 && per != 4 && per != 8 && per != 16 && per != 32)
+        user_error(in.span, "local-gather",
+                   "local_gather: num_elem_per_idx is {}; it must be 1, 2, 4, 8, 16 or 32", per);
+      if (valid < 0 || valid > 16 * idx.per_partition() || valid > 4096)
+        user_error(in.span, "local-gather",
+                   "local_gather: num_valid_indices is {}; a group of 16 partitions holds {} "
+                   "indices (at most 4096 are used)",
+                   valid, 16 * idx.per_partition());
+      if (dst.per_partition() != valid * per)
+        user_error(in.span, "shape-mismatch",
+                   "local_gather: {} indices x {} elements need {} destination elements per "
+                   "partition, got {}",
+                   valid, per, valid * per, dst.per_partition());
+      if (dtype_is_float(in.src[1].dtype))
+        user_error(in.span, "dtype", "local_gather: the index is {}; it must be integers",
+                   dtype_name(in.src[1].dtype));
+      break;
+    }
+    case Opcode::register_load:
+      need_src(in, 1);
+      if (src[0].count != 1)
+        user_error(in.span, "register", "register_load: src {} must be one element",
+                   src[0].str());
+      break;
+    case Opcode::register_store:
+      if (dst.count != 1)
+        user_error(in.span, "register", "register_store: dst {} must be one element", dst.str());
+      break;
+    case Opcode::register_move:
       break;
     case Opcode::tensor_copy_predicated:
       need_src(in, 2);
@@ -283,7 +358,7 @@ void check_body(const std::vector<ProgNode>& body) {
   }
 }
 
-// Loop variables in scope: name -> extent.
+// Loop variables in scope: name -> extent (-1: a dynamic loop, its extent known at run time).
 using Scope = std::map<std::string, int64_t>;
 
 int pid_axis(const std::string& var, const char* prefix) {
@@ -294,9 +369,12 @@ int pid_axis(const std::string& var, const char* prefix) {
 }
 
 // [lo, hi] of an affine expression (+ rotation) over the loop box; pid terms go to pid/npid.
-void fold(const Affine& a, const Rotation* rot, const Scope& scope, const Instr& in, int64_t& lo,
+// Returns false when the expression depends on a register or a dynamic loop (the access is then
+// checked at run time).
+bool fold(const Affine& a, const Rotation* rot, const Scope& scope, const Instr& in, int64_t& lo,
           int64_t& hi, std::array<int64_t, 4>& pid, std::array<int64_t, 4>& npid) {
   lo = hi = a.constant;
+  bool known = true;
   const bool rotates = rot && !rot->var.empty() && rot->count > 1;
   for (auto& t : a.terms) {
     if (int ax = pid_axis(t.var, "pid"); ax >= 0) {
@@ -307,9 +385,17 @@ void fold(const Affine& a, const Rotation* rot, const Scope& scope, const Instr&
       npid[static_cast<size_t>(ax)] += t.coeff;
       continue;
     }
+    if (is_register_var(t.var)) {
+      known = false;
+      continue;
+    }
     auto it = scope.find(t.var);
     NEURON_ASSERT(it != scope.end(), "engine program uses unknown variable '{}' at {}", t.var,
                   in.span.str());
+    if (it->second < 0) {
+      known = false;
+      continue;
+    }
     if (rotates && t.var == rot->var) continue;  // folded with the rotation below
     const int64_t end = t.coeff * (it->second - 1);
     lo += std::min<int64_t>(0, end);
@@ -320,6 +406,11 @@ void fold(const Affine& a, const Rotation* rot, const Scope& scope, const Instr&
     NEURON_ASSERT(it != scope.end(), "rotation over unknown loop variable '{}' at {}", rot->var,
                   in.span.str());
     // Exact over the loop: c * v + (v mod count) * bytes is not monotonic in v.
+    if (it->second < 0) {  // a dynamic loop: every slot, c * v unknown
+      if (a.coeff_of(rot->var) != 0) known = false;
+      hi += (rot->count - 1) * rot->bytes;
+      return known;
+    }
     const int64_t c = a.coeff_of(rot->var);
     int64_t rlo = INT64_MAX, rhi = INT64_MIN;
     for (int64_t v = 0; v < it->second; ++v) {
@@ -330,14 +421,26 @@ void fold(const Affine& a, const Rotation* rot, const Scope& scope, const Instr&
     lo += rlo;
     hi += rhi;
   }
+  return known;
 }
 
-void add_access(ProgramBounds& b, const Instr& in, const AccessPattern& ap, const char* what,
+void add_access(ProgramBounds& b, const Instr& in, const AccessPattern& pattern, const char* what,
                 bool writes, const Scope& scope) {
+  // An indirect DMA's HBM side: its rows are data (checked by the kernel, one by one, against
+  // indirect_rows), so the static bound covers all the rows of the indexed dim.
+  AccessPattern rows_view;
+  const bool indirect =
+      in.op == Opcode::dma_copy && in.args.indirect != InstrArgs::Indirect::none &&
+      &pattern == (in.args.indirect == InstrArgs::Indirect::src ? &in.src[0] : &in.dst);
+  if (indirect) {
+    rows_view = pattern;
+    rows_view.dims.at(0).size = in.args.indirect_rows;
+  }
+  const AccessPattern& ap = indirect ? rows_view : pattern;
   AccessBound ab;
   ab.in = &in;
   ab.what = what;
-  ab.ap = &ap;
+  ab.ap = &pattern;  // (rows_view is local; memory and tensor are the same)
   ab.writes = writes;
   int64_t count = 1, elo = 0, ehi = 0;
   const bool chip = is_on_chip(ap.memory);
@@ -349,13 +452,13 @@ void add_access(ProgramBounds& b, const Instr& in, const AccessPattern& ap, cons
   }
   if (count <= 0) return;
   int64_t olo, ohi;
-  fold(ap.offset, &ap.rotation, scope, in, olo, ohi, ab.pid, ab.npid);
+  ab.dynamic = !fold(ap.offset, &ap.rotation, scope, in, olo, ohi, ab.pid, ab.npid);
   if (chip) {
     const int64_t es = dtype_bytes(ap.dtype);
     ab.lo = olo + elo * es;
     ab.hi = ohi + ehi * es + es - 1;
     int64_t plo, phi;
-    fold(ap.partition, nullptr, scope, in, plo, phi, ab.ppid, ab.pnpid);
+    ab.dynamic |= !fold(ap.partition, nullptr, scope, in, plo, phi, ab.ppid, ab.pnpid);
     const int64_t pspan = ap.dims.empty() ? 0 : ap.dims[0].stride * (ap.dims[0].size - 1);
     ab.plo = plo + std::min<int64_t>(0, pspan);
     ab.phi = phi + std::max<int64_t>(0, pspan);
@@ -369,19 +472,22 @@ void add_access(ProgramBounds& b, const Instr& in, const AccessPattern& ap, cons
 void bounds_body(const std::vector<ProgNode>& body, Scope& scope, ProgramBounds& b) {
   for (auto& n : body) {
     if (n.kind == ProgNode::Kind::loop) {
-      if (n.extent <= 0) continue;
-      auto saved = scope.find(n.var) != scope.end() ? scope[n.var] : -1;
-      scope[n.var] = n.extent;
+      const bool dynamic = n.loop_kind == LoopKind::dynamic;
+      if (!dynamic && n.extent <= 0) continue;
+      auto it = scope.find(n.var);
+      std::optional<int64_t> saved;
+      if (it != scope.end()) saved = it->second;
+      scope[n.var] = dynamic ? -1 : n.extent;
       bounds_body(n.body, scope, b);
-      if (saved >= 0)
-        scope[n.var] = saved;
+      if (saved)
+        scope[n.var] = *saved;
       else
         scope.erase(n.var);
       continue;
     }
     const Instr& in = n.instr;
     for (auto& s : in.src) add_access(b, in, s, "source", false, scope);
-    if (in.op != Opcode::device_print) add_access(b, in, in.dst, "destination", true, scope);
+    if (has_dst(in.op)) add_access(b, in, in.dst, "destination", true, scope);
     if (in.has_reduce_res) add_access(b, in, in.reduce_res, "reduce_res", true, scope);
   }
 }
@@ -423,6 +529,7 @@ Pitch physical_pitch(const Program& p, const ProgramBounds& b, const Target& t) 
     int64_t hi = 0;
     for (const AccessBound& ab : b.accesses) {
       if (ab.ap->memory != m) continue;
+      if (ab.dynamic) return full;
       for (size_t a = 0; a < 4; ++a)
         if (ab.pid[a] != 0 || ab.npid[a] != 0) return full;
       if (ab.lo < 0) return full;
@@ -446,6 +553,12 @@ LaunchExtent check_launch(const Program& p, const ProgramBounds& b, const Target
   for (const AccessBound& ab : b.accesses) {
     const AccessPattern& ap = *ab.ap;
     const bool chip = is_on_chip(ap.memory);
+    if (ab.dynamic) {  // checked at run time by the generated code; may write anywhere
+      if (chip && ab.writes)
+        (ap.memory == Memory::sbuf ? ext.sbuf_written : ext.psum_written) =
+            bytes_per_partition(t, ap.memory);
+      continue;
+    }
     const int64_t limit =
         chip ? bytes_per_partition(t, ap.memory) : tensor_elements[static_cast<size_t>(ap.tensor)];
     const int64_t nconst = eval_pids(ab.npid, npid), pconst = eval_pids(ab.pnpid, npid);

@@ -7,6 +7,11 @@
 
 namespace neuron {
 
+bool has_dst(Opcode op) {
+  return op != Opcode::device_print && op != Opcode::register_load &&
+         op != Opcode::register_move;
+}
+
 int64_t AccessPattern::elements() const {
   int64_t n = 1;
   for (auto& d : dims) n *= d.size;
@@ -105,9 +110,17 @@ class Lister {
       case Opcode::tensor_reduce:
         return {"data"};
       case Opcode::tensor_copy:
-      case Opcode::dma_copy:
       case Opcode::device_print:
+      case Opcode::register_load:
         return {"src"};
+      case Opcode::dma_copy:
+        if (a.indirect != InstrArgs::Indirect::none)
+          return {"src", a.indirect == InstrArgs::Indirect::src ? "src_rows" : "dst_rows"};
+        return {"src"};
+      case Opcode::nc_n_gather:
+        return {"data", "indices"};
+      case Opcode::local_gather:
+        return {"src", "index"};
       case Opcode::tensor_copy_predicated:
         return {"src", "predicate"};
       case Opcode::affine_select:
@@ -165,6 +178,23 @@ class Lister {
       case Opcode::device_print:
         t.push_back(fmt::format("prefix=\"{}\"", a.prefix));
         break;
+      case Opcode::dma_copy:
+        if (a.indirect != InstrArgs::Indirect::none)
+          t.push_back(fmt::format("rows={} oob_mode={}", a.indirect_rows, a.oob_skip ? 1 : 0));
+        break;
+      case Opcode::local_gather:
+        t.push_back(fmt::format("num_elem_per_idx={}", a.num_elem_per_idx));
+        t.push_back(fmt::format("num_valid_indices={}", a.num_valid_indices));
+        break;
+      case Opcode::register_load:
+      case Opcode::register_store:
+        t.push_back("reg=" + a.reg);
+        break;
+      case Opcode::register_move:
+        t.push_back("reg=" + a.reg);
+        t.push_back(a.src_reg.empty() ? fmt::format("value={}", static_cast<int64_t>(a.imm0))
+                                      : "src=" + a.src_reg);
+        break;
       default:
         break;
     }
@@ -175,7 +205,7 @@ class Lister {
     std::vector<std::string> parts = {fmt::format("[{}]", in.id),
                                       std::string(engine_name(in.engine)),
                                       std::string(opcode_name(in.op))};
-    if (in.op != Opcode::device_print) parts.push_back("dst=" + pattern(in.dst));
+    if (has_dst(in.op)) parts.push_back("dst=" + pattern(in.dst));
     auto names = source_names(in);
     for (size_t i = 0; i < in.src.size(); ++i) {
       std::string n = i < names.size() ? names[i] : fmt::format("src{}", i);
@@ -194,7 +224,13 @@ class Lister {
         continue;
       }
       indent(depth);
-      out += fmt::format("for {} in {}({}) {{\n", n.var, loop_kind_name(n.loop_kind), n.extent);
+      if (n.loop_kind != LoopKind::dynamic)
+        out += fmt::format("for {} in {}({}) {{\n", n.var, loop_kind_name(n.loop_kind), n.extent);
+      else if (!n.cond.empty())
+        out += fmt::format("for {} in while_nonzero({}) {{\n", n.var, n.cond);
+      else
+        out += fmt::format("for {} in dynamic_range({}, {}, {}) {{\n", n.var, n.start.str(),
+                           n.stop.str(), n.step);
       nodes(n.body, depth + 1);
       indent(depth);
       out += "}\n";

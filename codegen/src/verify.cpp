@@ -71,6 +71,9 @@ bool is_compute(Opcode c) {
     case Opcode::nl_copy:
     case Opcode::dma_copy:
     case Opcode::device_print:
+    case Opcode::register_load:
+    case Opcode::register_store:
+    case Opcode::register_move:
       return false;
     default:
       return true;
@@ -99,7 +102,9 @@ class Verifier {
       for (auto& st : b->stmts) walk(st);
       scopes_.pop_back();
     } else if (auto f = s->as<For>()) {
-      loops_.emplace_back(f->var, f->extent);
+      if (f->is_dynamic()) check_dynamic_loop(*f);
+      // A dynamic loop's extent is known at run time only (-1: unbounded, checked there).
+      loops_.emplace_back(f->var, f->is_dynamic() ? kUnknownExtent : f->extent);
       walk(f->body);
       loops_.pop_back();
     } else if (auto a = s->as<Alloc>()) {
@@ -111,9 +116,36 @@ class Verifier {
   }
 
  private:
+  static constexpr int64_t kUnknownExtent = -1;
   const Target& target_;
   std::vector<std::vector<std::string>> scopes_;
   std::vector<std::pair<std::string, int64_t>> loops_;
+  // The dim of an indirect DMA's HBM view whose positions are row indices read at run time:
+  // {argument, dim}; its static bounds are not checked (the executors check each row).
+  std::pair<std::string, size_t> indirect_dim_{"", 0};
+
+  // Registers and the variables of dynamic loops: known only at run time.
+  bool runtime_var(const std::string& v) const {
+    if (is_register_var(v)) return true;
+    auto ext = loop_extent(v);
+    return ext && *ext == kUnknownExtent;
+  }
+
+  void check_dynamic_loop(const For& f) {
+    if (f.step <= 0)
+      user_error(f.span, "range", "a runtime loop's step must be a positive integer, got {}",
+                 f.step);
+    if (!f.cond.empty() && !is_register_var(f.cond))
+      user_error(f.span, "register", "a while loop's condition must be a register, got '{}'",
+                 f.cond);
+    for (const Affine* e : {&f.start, &f.stop})
+      for (auto& t : e->terms)
+        if (!is_register_var(t.var) && !loop_extent(t.var) && !is_grid_var(t.var))
+          user_error(f.span, "loop-scope",
+                     "a runtime loop's bound uses '{}', which is not a register, the variable of "
+                     "an enclosing loop or a program id",
+                     t.var);
+  }
 
   bool in_scope(const std::string& name) const {
     for (auto& sc : scopes_)
@@ -145,6 +177,53 @@ class Verifier {
       user_error(a.span, "psum-bank",
                  "PSUM buffer {} needs {} bytes per partition but a PSUM bank holds {}",
                  buffer_str(b), b.slot_bytes(), target_.psum_bank_bytes);
+  }
+
+  // Indirect rows (src_rows / dst_rows): an integer [P, 1] SBUF tile whose element p is the row
+  // of the HBM side moved by partition p; that row dim is the HBM view's first kept dim, taken
+  // whole from row 0 (size P, step 1).
+  void check_indirect(const Op& op, std::string_view opname) {
+    const bool src = op.has("src_rows"), dst = op.has("dst_rows");
+    if (!src && !dst) {
+      if (op.has("oob_mode"))
+        user_error(op.span, "unknown-arg", "{}: oob_mode applies to indirect rows only "
+                   "(src_rows or dst_rows)", opname);
+      return;
+    }
+    if (src && dst)
+      user_error(op.span, "indirect-dma", "{}: give src_rows or dst_rows, not both", opname);
+    const char* side = src ? "src" : "dst";
+    const char* rows_arg = src ? "src_rows" : "dst_rows";
+    const Access& hbm = view(op, side);
+    const Access& other = view(op, src ? "dst" : "src");
+    const Access& rows = view(op, rows_arg);
+    if (!is_hbm(hbm.buffer->memory) || !is_on_chip(other.buffer->memory))
+      user_error(op.span, "indirect-dma",
+                 "{}: {} selects rows of '{}' in {}; indirect rows index an HBM tensor moved to "
+                 "or from SBUF",
+                 opname, rows_arg, hbm.buffer->name, memory_name(hbm.buffer->memory));
+    if (rows.buffer->memory != Memory::sbuf || dtype_is_float(rows.buffer->dtype))
+      user_error(op.span, "indirect-dma",
+                 "{}: {} must be an integer SBUF tile, got '{}' ({} in {})", opname, rows_arg,
+                 rows.buffer->name, dtype_name(rows.buffer->dtype),
+                 memory_name(rows.buffer->memory));
+    const int64_t P = partitions(other);
+    if (partitions(rows) != P || free_elements(rows) != 1)
+      user_error(op.span, "shape-mismatch",
+                 "{}: {} has shape {}; it must be [{}, 1], one row index per partition of '{}'",
+                 opname, rows_arg, shape_str(pattern_shape(rows)), P, other.buffer->name);
+    const size_t d = rows_dim(hbm);
+    const DimSlice& r = hbm.dims.at(d);
+    if (!(r.start == Affine(0)) || r.step != 1 || r.size != P)
+      user_error(op.span, "indirect-dma",
+                 "{}: dim {} of '{}' is the row dim {} selects; index it as 0:{} (the rows come "
+                 "from the index tile), got start {}, size {}, step {}",
+                 opname, d, hbm.buffer->name, rows_arg, P, r.start.str(), r.size, r.step);
+    const int64_t mode = op.get_int("oob_mode", 0);
+    if (mode != 0 && mode != 1)
+      user_error(op.span, "unknown-arg", "{}: oob_mode is 0 (error) or 1 (skip), got {}", opname,
+                 mode);
+    indirect_dim_ = {side, d};
   }
 
   // ---- arguments -------------------------------------------------------------------------
@@ -218,8 +297,9 @@ class Verifier {
                     size_t d) {
     // A body under a zero-trip loop never runs: its indices have no range to check.
     for (auto& [var, extent] : loops_)
-      if (extent <= 0) return;
+      if (extent == 0) return;
     const DimSlice& s = a.dims[d];
+    if (indirect_dim_.first == arg && indirect_dim_.second == d) return;
     int64_t dim = a.buffer->shape[d];
     if (s.size < 1)
       user_error(op.span, "shape-mismatch", "{} argument '{}' has size {} in dim {}", opname, arg,
@@ -232,6 +312,18 @@ class Verifier {
     bool lo_known = true, hi_known = true;
     for (auto& t : s.start.terms) {
       auto ext = loop_extent(t.var);
+      if (runtime_var(t.var)) {
+        // A register or a dynamic loop: this side is checked when the instruction runs.
+        if (d == 0 && is_on_chip(a.buffer->memory))
+          user_error(op.span, "dynamic-partition",
+                     "{} argument '{}' selects partitions of '{}' with '{}', a value known only at "
+                     "run time; on-chip partitions must be static (index rows of an HBM tensor "
+                     "with an index tile instead)",
+                     opname, arg, a.buffer->name, t.var);
+        (t.coeff > 0 ? hi_known : lo_known) = false;
+        if (is_register_var(t.var)) (t.coeff > 0 ? lo_known : hi_known) = false;  // any sign
+        continue;
+      }
       if (!ext) {
         if (!is_grid_var(t.var))
           user_error(op.span, "loop-scope",
@@ -427,6 +519,9 @@ class Verifier {
   void check_op(const Op& op) {
     std::string_view opname = opcode_name(op.code);
     check_args(op, opname);
+    indirect_dim_ = {"", 0};
+    if (op.code == Opcode::nl_load || op.code == Opcode::nl_store || op.code == Opcode::dma_copy)
+      check_indirect(op, opname);
     for (auto& a : op.args)
       if (auto v = std::get_if<Access>(&a.value)) check_view(op, opname, a.name, *v);
 
@@ -614,7 +709,42 @@ class Verifier {
       }
       case Opcode::device_print:
         break;
+      case Opcode::nc_n_gather:
+      case Opcode::local_gather: {
+        const char* data = op.code == Opcode::nc_n_gather ? "data" : "src";
+        const char* idx = op.code == Opcode::nc_n_gather ? "indices" : "index";
+        for (const char* a : {"dst", data, idx})
+          require_memory(op, opname, a, mem(a) == Memory::sbuf, "engine-memory", "SBUF");
+        if (dtype_is_float(view(op, idx).buffer->dtype))
+          user_error(op.span, "dtype", "{}: '{}' is {}; indices are integers", opname, idx,
+                     dtype_name(view(op, idx).buffer->dtype));
+        break;
+      }
+      case Opcode::register_load:
+      case Opcode::register_store: {
+        const char* a = op.code == Opcode::register_load ? "src" : "dst";
+        if (view_elements(view(op, a)) != 1)
+          user_error(op.span, "register", "{}: '{}' has shape {}; a register holds one element",
+                     opname, a, shape_str(pattern_shape(view(op, a))));
+        require_memory(op, opname, a, mem(a) != Memory::psum, "engine-memory", "SBUF or HBM");
+        check_register(op, opname, "reg");
+        break;
+      }
+      case Opcode::register_move:
+        check_register(op, opname, "reg");
+        if (op.has("src")) check_register(op, opname, "src");
+        if (op.has("src") == op.has("value"))
+          user_error(op.span, "unknown-arg", "{}: give a value or a src register, not {}", opname,
+                     op.has("src") ? "both" : "neither");
+        break;
     }
+  }
+
+  void check_register(const Op& op, std::string_view opname, const char* arg) {
+    const std::string r = op.get_string(arg);
+    if (!is_register_var(r))
+      user_error(op.span, "register", "{}: {}='{}' is not a register (r0, r1, ...)", opname, arg,
+                 r);
   }
 };
 

@@ -67,6 +67,14 @@ inline bool broadcasts_free(const Access& a) {
   return false;
 }
 
+// The dim an indirect DMA's row index selects: the HBM view's first kept dim (its rows move to
+// the partitions of the on-chip side).
+inline size_t rows_dim(const Access& hbm) {
+  for (size_t d = 0; d < hbm.dims.size(); ++d)
+    if (hbm.dims[d].keep) return d;
+  return 0;
+}
+
 inline std::string shape_str(const std::vector<int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }

@@ -28,7 +28,9 @@ void init_ir(py::module_& m) {
   NEURON_DTYPES(X)
 #undef X
   dtype.def_property_readonly("name_", [](DType t) { return std::string(dtype_name(t)); })
-      .def_property_readonly("itemsize", [](DType t) { return dtype_bytes(t); });
+      .def_property_readonly("itemsize", [](DType t) { return dtype_bytes(t); })
+      .def_property_readonly("is_float", [](DType t) { return dtype_is_float(t); })
+      .def_property_readonly("is_signed", [](DType t) { return dtype_is_signed(t); });
   m.def("dtype_from_name", [](const std::string& s) { return dtype_from_name(s); });
 
   py::enum_<Memory>(m, "Memory")

@@ -3,6 +3,7 @@
 
 #include "bindings.hpp"
 #include "neuron/base/error.hpp"
+#include "neuron/dsl/syntax.hpp"
 
 namespace py = pybind11;
 
@@ -27,8 +28,13 @@ PYBIND11_MODULE(_C, m) {
       PyErr_SetString(PyExc_RuntimeError, e.what());
     }
   });
+  // Messages quote code as Python outside C++ kernels (a trace of a C++ kernel from Python
+  // still uses C++: its errors point at C++ source).
+  neuron::dsl::set_default_syntax(neuron::dsl::Syntax::python);
   neuron::python::init_ir(m);
   neuron::python::init_trace(m);
   neuron::python::init_compile(m);
   neuron::python::init_runtime(m);
+  neuron::python::init_registry(m);
+  neuron::python::init_rules(m);
 }

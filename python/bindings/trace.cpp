@@ -13,10 +13,6 @@
 #include "neuron/language.hpp"
 #include "neuron/trace.hpp"
 
-// The C++ example kernels, traced here so tests can compare Python-traced IR with them.
-#include "profile_matmul.hpp"
-#include "vector_add.hpp"
-
 namespace py = pybind11;
 
 namespace neuron::python {
@@ -24,18 +20,6 @@ namespace neuron::python {
 namespace {
 
 using Operand = std::variant<nl::tensor, double>;
-
-// One 128-row tile of a row softmax per program: the C++ twin of tests/python/test_ir.py's
-// softmax, for the front-end parity test.
-nl::tensor row_softmax(nl::tensor x) {
-  auto out = nl::ndarray(x.shape(), x.dtype(), nl::shared_hbm, "out");
-  auto rows = nl::ds(nl::program_id(0) * nl::tile_size::pmax, nl::tile_size::pmax);
-  auto t = nl::load(x(rows), nl::float32);
-  auto e = nl::exp(t - nl::max(t, 1));
-  auto inv = nl::reciprocal(nl::sum(e, 1));
-  nl::store(out(rows), nl::multiply(e, inv, x.dtype()));
-  return out;
-}
 
 nl::operand to_operand(const Operand& v, const Span& span) {
   if (auto* t = std::get_if<nl::tensor>(&v)) return nl::operand(*t, span);
@@ -140,7 +124,7 @@ nl::tensor index_tensor(const nl::tensor& t, const std::vector<nl::subscript>& s
 // Runs fn with one tensor per spec inside a trace scope (the C++ neuron::trace, for Python).
 Kernel trace_python(const std::string& name, const py::function& fn,
                     const std::vector<TensorSpec>& specs, const Span& span) {
-  dsl::TraceScope scope(name, span);
+  dsl::TraceScope scope(name, span, dsl::Syntax::python);
   std::vector<nl::tensor> inputs = scope.inputs(specs);
   py::tuple args(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) args[i] = py::cast(inputs[i]);
@@ -202,9 +186,7 @@ void init_trace(py::module_& m) {
   m.def("open_loop", [](int64_t start, int64_t stop, int64_t step, bool sequential,
                         const Span& span) {
     dsl::require_trace(span);
-    if (step == 0) user_error(span, "range", "range step must not be 0");
-    int64_t extent = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                              : (start > stop ? (start - stop - step - 1) / -step : 0);
+    int64_t extent = nl::trip_count(start, stop, step, span);
     if (extent == 0) return std::make_tuple(std::string(), -1, int64_t{0});
     auto [var, id] =
         dsl::open_loop(extent, sequential ? LoopKind::sequential : LoopKind::affine, span);
@@ -212,16 +194,6 @@ void init_trace(py::module_& m) {
   });
   m.def("close_loop", &dsl::close_loop);
   m.def("require_trace", &dsl::require_trace);
-
-  // Traces one of the C++ example kernels (examples/*.hpp), for IR comparison in tests:
-  // "matmul" is the tiled loop nest of examples/profile_matmul.hpp, "softmax" the one-tile row
-  // softmax below (the library's general kernels live in kernels/ and differ from both).
-  m.def("trace_example", [](const std::string& which, const std::vector<TensorSpec>& specs) {
-    if (which == "vector_add") return trace("vector_add", examples::vector_add, specs);
-    if (which == "matmul") return trace("matmul", examples::matmul_naive, specs);
-    if (which == "softmax") return trace("softmax", row_softmax, specs);
-    throw py::value_error("unknown example kernel " + which);
-  });
 
   // ---- nl ----
   m.def("ndarray", [](std::vector<int64_t> shape, DType dtype, Memory buffer,

@@ -8,14 +8,34 @@
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         nl.store(out, nl.load(a) + nl.load(b))
         return out
+
+Submodules: language (nl), isa (nisa), cache, registry, dtypes, errors, eager, runtime are
+imported with the package; torch, compat and legacy on first use (neuron.torch imports torch;
+neuron.legacy adds the legacy tensor methods), so `neuron.torch.custom_op` works after a bare
+`import neuron`.
 """
+import importlib
+
 from . import _C
-from . import isa, language
+from . import cache, dtypes, eager, errors, isa, language, registry, runtime
 from .errors import NeuronError
 from .kernel import Kernel, kernel, simulate
 
-__all__ = ["kernel", "simulate", "Kernel", "NeuronError", "language", "isa", "parse_kernel",
-           "trace_example"]
+__all__ = ["kernel", "simulate", "Kernel", "NeuronError", "language", "isa", "cache",
+           "registry", "dtypes", "errors", "eager", "runtime", "torch", "compat", "legacy",
+           "parse_kernel", "trace_example"]
+
+_LAZY = ("torch", "compat", "legacy")
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'neuron' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def parse_kernel(text, source_name="<ir>"):
@@ -24,7 +44,7 @@ def parse_kernel(text, source_name="<ir>"):
 
 
 def trace_example(name, specs):
-    """Traces a built-in C++ example kernel (vector_add, matmul, softmax) to Kernel IR;
-    specs are (shape, dtype, name) tuples."""
-    return _C.trace_example(name, [_C.TensorSpec(list(s), language.to_dtype(d), n)
-                                   for s, d, n in specs])
+    """The Kernel IR of registered kernel `name` for specs, (shape, dtype, name) tuples: the
+    same as neuron.registry.get(name).trace(...) with those tensors."""
+    return registry.get(name).trace(*[_C.TensorSpec(list(s), dtypes.to_dtype(d), n)
+                                      for s, d, n in specs])

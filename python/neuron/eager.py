@@ -15,8 +15,8 @@ import threading
 
 import numpy as np
 
-from . import _C
-from ._span import function_span, user_span
+from . import _C, runtime
+from ._span import user_span
 from .eager_values import _HBM, EagerIndex, _Base, _numpy_key, _symbolic_slice_check, _view_of
 from .errors import user_error
 
@@ -150,12 +150,12 @@ class _Launch:
         self.loops = 0            # rolled loops opened: one symbol each
 
 
-def run_kernel(fn, name, specs, arrays, grid, target):
-    """Runs fn eagerly once per program of grid (row-major, the last dim fastest, as the
-    simulator does); returns the output arrays."""
+def run_kernel(fn, name, span, specs, arrays, grid, target):
+    """Runs fn (the kernel with its parameters bound; `span` its def line) eagerly once per
+    program of grid (row-major, the last dim fastest, as the simulator does); returns the
+    output arrays."""
     launch = _Launch(name, target)
     launch.grid = tuple(grid)
-    span = function_span(fn)
     inputs = [EagerTensor(_Base(a, _C.Memory.shared_hbm, s.dtype, s.name, span, True))
               for a, s in zip(arrays, specs)]
     outputs = []
@@ -167,49 +167,42 @@ def run_kernel(fn, name, specs, arrays, grid, target):
             r = fn(*inputs)
         finally:
             _state.launch = saved
-        outputs = _kernel_outputs(launch, r, span)
+        outputs = _kernel_outputs(launch, inputs, r, span)
     return [b.array for b in outputs]
 
 
-def _kernel_outputs(launch, r, span):
-    """The bases a program returns, under the rules of a traced kernel (dsl TraceScope)."""
-    name = launch.name
-    if r is None:
-        outs = list(launch.program_shared)
-    else:
-        items = list(r) if isinstance(r, (tuple, list)) else [r]
-        if not isinstance(r, (tuple, list)) and not isinstance(r, EagerTensor):
-            user_error("kernel-output", f"kernel '{name}' returned a {type(r).__name__}; return "
-                       "nl.ndarray(..., buffer=nl.shared_hbm) tensors or nothing", span)
-        outs = []
-        for t in items:
-            if not isinstance(t, EagerTensor):
-                user_error("kernel-output", f"kernel '{name}' returned a {type(t).__name__} "
-                           "among its outputs", span)
-            b = t._base
-            if b.buffer != _C.Memory.shared_hbm:
-                user_error("kernel-output", "kernel outputs must be created with "
-                           f"nl::ndarray(..., nl::shared_hbm); '{b.name}' lives in "
-                           f"{b.buffer.name}", span)
-            if b.is_input:
-                user_error("kernel-output", f"kernel input '{b.name}' cannot be returned as an "
-                           "output", span)
-            v = t._view()
-            if v.shape != b.array.shape or v.strides != b.array.strides or \
-                    v.__array_interface__["data"][0] != b.array.__array_interface__["data"][0]:
-                user_error("kernel-output", "kernel outputs must be whole tensors, not a view "
-                           f"of '{b.name}'", span)
-            if any(o is b for o in outs):
-                user_error("kernel-output", f"'{b.name}' is returned twice", span)
-            outs.append(b)
+def _kernel_outputs(launch, inputs, r, span):
+    """The bases a program returns (r) or, when it returns None, the shared_hbm ones it
+    allocated, after the tracer's own checks of a kernel's outputs (dsl TraceScope::finish):
+    a kernel over the same inputs allocates the program's shared_hbm tensors and returns the
+    traced counterparts of r's tensors (with their subscripts), so any rule r breaks is
+    reported by the C++ tracer, with its message."""
+    traced = {}
+
+    def as_traced(v):
+        if not isinstance(v, EagerTensor):
+            return v  # the tracer names what was returned instead of a tensor
+        b = v._base
+        if id(b) not in traced:  # an on-chip tile or HBM scratch
+            traced[id(b)] = _C.ndarray(list(b.array.shape), b.dtype, b.buffer, b.name, span)
+        return v._apply(traced[id(b)])
+
+    def check(*roots):
+        for t, root in zip(inputs, roots):
+            traced[id(t._base)] = root
         for b in launch.program_shared:
-            if not any(o is b for o in outs):
-                user_error("kernel-output", f"shared_hbm tensor '{b.name}' is not returned by "
-                           "the kernel (return it, or use nl::hbm for scratch)", b.span)
-    if not outs:
-        user_error("kernel-output", f"kernel '{name}' has no outputs: create them with "
-                   "nl::ndarray(shape, dtype, nl::shared_hbm) and return them", span)
-    return outs
+            traced[id(b)] = _C.ndarray(list(b.array.shape), b.dtype, _C.Memory.shared_hbm,
+                                       b.name, b.span)
+        if isinstance(r, (tuple, list)):
+            return type(r)(as_traced(x) for x in r)
+        return as_traced(r)
+
+    specs = [_C.TensorSpec(list(t._base.array.shape), t.dtype, t.name) for t in inputs]
+    with paused():
+        _C.trace(launch.name, check, specs, span)
+    if r is None:
+        return list(launch.program_shared)
+    return [t._base for t in (r if isinstance(r, (tuple, list)) else [r])]
 
 
 # ---- one-op kernels --------------------------------------------------------------------------
@@ -264,11 +257,10 @@ def loop(fn):
             next(g, None)
             g.close()
         _check(first, user_span())
-        from .language import _range_args
-        start, stop, step = (int(a) for a in _range_args(args))
+        r = range(*(int(a) for a in args))  # the arguments the traced loop just accepted
         launch.loops += 1
-        var = _C.Affine.var(f"i{launch.loops}", step) + start
-        return (EagerIndex(v, var) for v in range(start, stop, step))
+        var = _C.Affine.var(f"i{launch.loops}", r.step) + r.start
+        return (EagerIndex(v, var) for v in r)
     return call
 
 
@@ -500,7 +492,6 @@ def _execute(kernel, bases, span):
     """Traces, compiles (the compile cache keys on the IR) and simulates a one-op kernel over
     the bases' arrays; returns its outputs as NumPy arrays (device_print output goes to
     sys.stdout at once)."""
-    from . import runtime
     launch = _state.launch
     specs = [_spec(b, i) for i, b in enumerate(bases)]
     with paused():

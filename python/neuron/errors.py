@@ -9,28 +9,22 @@ from ._span import is_toolkit_file
 NeuronError = _C.UserError
 
 
-def user_error(rule, message, span):
-    """Raises a NeuronError rendered like the C++ diagnostics."""
-    where = f"{span.file}:{span.line}:{span.column}" if span.line > 0 else "<unknown location>"
-    text = f"{where}: error: [{rule}] {message}"
-    try:
-        with open(span.file) as f:
-            line = f.read().splitlines()[span.line - 1]
-        text += f"\n  {line}\n  {' ' * max(span.column - 1, 0)}^"
-    except (OSError, IndexError):
-        pass
-    e = NeuronError(text)
+def _error(rule, message, span):
+    # Rendered by the C++ toolkit (neuron/error.hpp), like every other diagnostic.
+    e = NeuronError(_C.render_diagnostic(rule, message, span))
     e.rule, e.message = rule, message
     e.file, e.line, e.column = span.file, span.line, span.column
-    raise e
+    return e
+
+
+def user_error(rule, message, span):
+    """Raises a NeuronError at the user's line, rendered like the C++ diagnostics."""
+    raise _error(rule, message, span)
 
 
 def call_error(rule, message):
     """A NeuronError about a call rather than a kernel line (no source location)."""
-    e = NeuronError(f"error: [{rule}] {message}")
-    e.rule, e.message = rule, message
-    e.file, e.line, e.column = "", 0, 0
-    return e
+    return _error(rule, message, _C.Span())
 
 
 def strip_toolkit_frames(tb):

@@ -1,19 +1,34 @@
-"""@neuron.kernel: traces a Python function into Kernel IR, compiles it once per argument
-signature and runs it natively (LLVM JIT, the default) or on the simulator; or runs it eagerly,
-one operation at a time (mode="eager", or NEURON_EAGER=1: python/neuron/eager.py)."""
+"""@neuron.kernel: traces a Python function into Kernel IR, compiles it once per signature (the
+shapes and dtypes of its tensors and the values of its compile-time parameters) and runs it
+natively (LLVM JIT, the default) or on the simulator; or runs it eagerly, one operation at a
+time (mode="eager", or NEURON_EAGER=1: python/neuron/eager.py).
+
+A call's arguments are bound to the function's parameters as Python binds them (positional or
+keyword, defaults applied). A NumPy array or torch tensor is a tensor of the kernel; any other
+value is a compile-time parameter, passed to the function as is while it traces: an int,
+float, bool, str, None (an optional tensor left out), enum member, dtype, nl function, function,
+or a tuple or list of those."""
+import enum
 import functools
 import inspect
 import threading
+import types
+
+import numpy as np
 
 from . import _C
 from . import eager
 from . import runtime
 from ._span import function_span
+from .dtypes import to_dtype
 from .errors import NeuronError, strip_toolkit_frames
-from .language import _State
+from .language import _Fn, _State
 
 
 MODES = ("native", "simulate", "eager")
+
+_PARAM_KINDS = ("int, float, bool, str, None, an enum member, a dtype, an nl function, a function, "
+                "or a tuple or list of those")
 
 
 def default_mode():
@@ -22,22 +37,146 @@ def default_mode():
     return "eager" if _C.config().eager else "native"
 
 
+def _is_tensor(v):
+    return isinstance(v, np.ndarray) or runtime.is_torch(v)
+
+
+def _is_spec(v):
+    """A tensor described without data, as trace() and compile() take it: a TensorSpec or a
+    (shape, dtype) pair (a tuple of ints, then a dtype)."""
+    if isinstance(v, _C.TensorSpec):
+        return True
+    return (isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], (tuple, list)) and
+            v[1] is not None and not isinstance(v[1], (tuple, list)))
+
+
+def param_key(name, v):
+    """A hashable key of a compile-time parameter value that two values share only when they
+    trace alike: the type is part of it (1, 1.0 and True differ), floats are keyed by their
+    bits (-0.0 is not 0.0; NaN equals NaN), functions by identity."""
+    if isinstance(v, (bool, np.bool_)):
+        return ("bool", bool(v))
+    if isinstance(v, (int, np.integer)):
+        return ("int", int(v))
+    if isinstance(v, (float, np.floating)):
+        return ("float", float(v).hex())
+    if v is None or isinstance(v, str):
+        return (type(v).__name__, v)
+    if isinstance(v, enum.Enum):
+        return ("enum", type(v).__module__, type(v).__qualname__, v.name)
+    if isinstance(v, _C.DType):
+        return ("dtype", v.name_)
+    if isinstance(v, _Fn):
+        return ("nl", v.name)
+    if isinstance(v, (tuple, list)):
+        return (type(v).__name__,) + tuple(param_key(name, x) for x in v)
+    if isinstance(v, _C.Tensor):
+        raise TypeError(f"argument '{name}' is a traced nl tensor: a kernel cannot be called from "
+                        "inside another kernel's trace; call its Python function to inline it")
+    if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, functools.partial)):
+        return ("function", v)  # the object itself: kept alive, equal only to itself
+    try:
+        return ("dtype", type(v).__name__, to_dtype(v).name_)  # NumPy / torch dtypes
+    except TypeError:
+        pass
+    raise TypeError(f"argument '{name}' is a {type(v).__name__}: kernel arguments are NumPy "
+                    f"arrays or torch tensors (the kernel's tensors), or compile-time parameters: "
+                    f"{_PARAM_KINDS}")
+
+
+class _Call:
+    """One call's arguments split into tensors (name -> value) and parameters (name -> value),
+    with how to call the function with traced tensors in place of the arrays."""
+
+    def __init__(self, kernel, args, kwargs, specs_ok):
+        names = kernel._params
+        if not kwargs and len(args) == len(names) and kernel._positional:
+            self.bound = None  # the common case, without inspect's binding (a call's cost)
+            arguments = dict(zip(names, args))
+        else:
+            try:
+                self.bound = kernel._signature.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"kernel {kernel.__name__}{kernel._signature}: {e}") from None
+            self.bound.apply_defaults()
+            arguments = self.bound.arguments
+        self.arguments = arguments
+        self.tensors, self.params = {}, {}
+        for name, v in arguments.items():
+            if _is_tensor(v) or (specs_ok and _is_spec(v)):
+                self.tensors[name] = v
+            else:
+                self.params[name] = v
+        self.param_key = tuple((n, param_key(n, v)) for n, v in self.params.items())
+
+    def key(self):
+        """The signature: each tensor's name, shape and dtype, and the parameter keys."""
+        out = []
+        for name, a in self.tensors.items():
+            if isinstance(a, _C.TensorSpec):
+                out.append((a.name or name, tuple(a.shape), a.dtype))
+            elif _is_spec(a):
+                out.append((name, tuple(a[0]), to_dtype(a[1])))
+            else:
+                out.append((name, tuple(a.shape), to_dtype(a.dtype)))
+        return tuple(out), self.param_key
+
+    def specs(self):
+        specs = []
+        for name, a in self.tensors.items():
+            if isinstance(a, _C.TensorSpec):
+                specs.append(_C.TensorSpec(list(a.shape), a.dtype, a.name or name))
+            elif _is_spec(a):
+                specs.append(_C.TensorSpec(list(a[0]), to_dtype(a[1]), name))
+            else:
+                specs.append(runtime.spec_of(runtime.to_numpy(a), name))
+        return specs
+
+    def function(self, fn):
+        """fn with the parameters bound: called with the kernel's tensors, in order."""
+        names = list(self.tensors)
+        arguments, bound = dict(self.arguments), self.bound
+
+        def call(*tensors):
+            if bound is None:
+                arguments.update(zip(names, tensors))
+                return fn(*arguments.values())
+            for n, t in zip(names, tensors):
+                bound.arguments[n] = t
+            return fn(*bound.args, **bound.kwargs)
+        return call
+
+
 class Kernel:
     """A traced-on-call kernel. kernel[g0, g1](...) launches a grid of programs."""
 
-    def __init__(self, fn, grid=(1,), target="trn2", profile=False, _cache=None, mode=None):
+    def __init__(self, fn, grid=(1,), target="trn2", profile=False, _cache=None, mode=None,
+                 _by_ir=None):
         mode = default_mode() if mode is None else mode
         if mode not in MODES:
             raise ValueError(f"mode is 'native', 'simulate' or 'eager', got {mode!r}")
+        if not callable(fn):
+            raise TypeError(f"neuron.kernel takes a function, got {type(fn).__name__}")
         self.fn = fn
         self.mode = mode
         self.grid = tuple(grid)
         self.target = target
         self.profile = profile
         self._last = threading.local()  # per thread: threads may call one kernel at once
+        # signature (tensor specs, parameter keys) -> Compiled; and IR text -> Compiled, so
+        # parameter values that trace to the same IR share one compile.
         self._cache = {} if _cache is None else _cache
+        self._by_ir = {} if _by_ir is None else _by_ir
         functools.update_wrapper(self, fn, updated=())  # never copy fn.__dict__ over ours
-        self._params = [p.name for p in inspect.signature(fn).parameters.values()]
+        self._signature = inspect.signature(fn)
+        for p in self._signature.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise TypeError(f"kernel {fn.__name__}: *args and **kwargs parameters are not "
+                                "supported; name each tensor and parameter")
+        self._params = list(self._signature.parameters)
+        self._positional = all(p.kind == p.POSITIONAL_OR_KEYWORD
+                               for p in self._signature.parameters.values())
+        self._registered = getattr(fn, "_neuron_registered", None)  # a C++ kernel (registry.py)
 
     @property
     def last_report(self):
@@ -53,48 +192,67 @@ class Kernel:
         grid = grid if isinstance(grid, tuple) else (grid,)
         if not 1 <= len(grid) <= 4 or not all(isinstance(g, int) and g > 0 for g in grid):
             raise ValueError(f"a launch grid is 1 to 4 positive ints, got {grid!r}")
-        return Kernel(self.fn, grid, self.target, self.profile, self._cache, self.mode)
+        return Kernel(self.fn, grid, self.target, self.profile, self._cache, self.mode,
+                      self._by_ir)
 
-    def trace(self, *args):
-        """The Kernel IR for these arguments (arrays, or (shape, dtype) pairs)."""
+    def trace(self, *args, **kwargs):
+        """The Kernel IR for these arguments: arrays, or (shape, dtype) pairs / TensorSpecs,
+        for the tensors, and the compile-time parameters."""
         __tracebackhide__ = True
         try:
-            return self._trace_specs(self._specs(args))
+            call = _Call(self, args, kwargs, specs_ok=True)
+            return self._trace(call, call.specs())
         except NeuronError as e:
             raise e.with_traceback(strip_toolkit_frames(e.__traceback__)) from None
 
-    def _specs(self, args):
-        if len(args) != len(self._params):
-            raise TypeError(f"kernel {self.fn.__name__} takes {len(self._params)} tensors, "
-                            f"got {len(args)}")
-        specs = []
-        for a, name in zip(args, self._params):
-            if isinstance(a, tuple) and len(a) == 2 and not hasattr(a, "shape"):
-                specs.append(_C.TensorSpec(list(a[0]), runtime.to_dtype(a[1]), name))
-            else:
-                specs.append(runtime.spec_of(runtime.to_numpy(a), name))
-        return specs
-
-    def _trace_specs(self, specs):
+    def _trace(self, call, specs):
+        if self._registered is not None:
+            return self._registered.trace(specs, call.params)
         _State.serial += 1
-        with eager.paused():
-            return _C.trace(self.fn.__name__, self.fn, specs, function_span(self.fn))
+        fn = call.function(self.fn)
+        try:
+            with eager.paused():
+                return _C.trace(self.fn.__name__, fn, specs, function_span(self.fn))
+        except (TypeError, AttributeError, NeuronError) as e:
+            self._param_note(call, e)
+            raise
 
-    def compile(self, *args):
-        specs = self._specs(args)
-        key = tuple((tuple(s.shape), s.dtype) for s in specs)
-        if key not in self._cache:
-            self._cache[key] = _C.compile(self._trace_specs(specs), self.target)
-        return self._cache[key]
+    def _param_note(self, call, e):
+        # A value meant as a tensor but given as something else is a parameter; say so.
+        given = [n for n in call.params
+                 if self._signature.parameters[n].default is inspect.Parameter.empty]
+        if given:
+            v = repr(call.params[given[0]])
+            e.add_note(f"note: argument '{given[0]}' = {v[:60]}{'...' if len(v) > 60 else ''} "
+                       f"is not an array, so kernel {self.__name__} received it as a compile-time "
+                       "parameter; pass a NumPy array or torch tensor for a tensor")
 
-    def __call__(self, *args):
+    def compile(self, *args, **kwargs):
+        """The compiled kernel for these arguments (as trace() takes them)."""
+        return self._compiled(_Call(self, args, kwargs, specs_ok=True))
+
+    def _compiled(self, call):
+        key = call.key()
+        compiled = self._cache.get(key)
+        if compiled is None:
+            ir = self._trace(call, call.specs())
+            text = str(ir)
+            compiled = self._by_ir.get(text)
+            if compiled is None:
+                compiled = self._by_ir.setdefault(text, _C.compile(ir, self.target))
+            compiled = self._cache.setdefault(key, compiled)
+        return compiled
+
+    def __call__(self, *args, **kwargs):
         __tracebackhide__ = True  # pytest and IPython hide this frame (the re-raise below)
         try:
+            call = _Call(self, args, kwargs, specs_ok=False)
+            tensors = list(call.tensors.values())
             if self.mode == "eager":
-                outs = self._run_eager(args)
+                outs = self._run_eager(call, tensors)
             else:
-                compiled = self.compile(*args)
-                arrays, write_back = runtime.host_arrays(args)
+                compiled = self._compiled(call)
+                arrays, write_back = runtime.host_arrays(tensors)
                 outs, report = runtime.run(compiled, arrays, self.grid, self.mode, self.profile)
                 write_back()
                 if self.mode == "native":
@@ -103,15 +261,19 @@ class Kernel:
                     self._last.profile = report
         except NeuronError as e:
             raise e.with_traceback(strip_toolkit_frames(e.__traceback__)) from None
-        like_torch = any(runtime.is_torch(a) for a in args)
+        like_torch = any(runtime.is_torch(a) for a in tensors)
         outs = [runtime.from_numpy(o, like_torch) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _run_eager(self, args):
+    def _run_eager(self, call, tensors):
+        if self._registered is not None:
+            raise TypeError(f"kernel {self.__name__} is a C++ kernel: it cannot run eagerly "
+                            "(mode='eager' runs Python kernels); use mode='simulate'")
         # The caller's contiguous arrays are the kernel's HBM inputs (zero-copy, as compiled).
-        specs = self._specs(args)
-        arrays, write_back = runtime.host_arrays(args)
-        outs = eager.run_kernel(self.fn, self.fn.__name__, specs, arrays, self.grid, self.target)
+        specs = call.specs()
+        arrays, write_back = runtime.host_arrays(tensors)
+        outs = eager.run_kernel(call.function(self.fn), self.fn.__name__,
+                                function_span(self.fn), specs, arrays, self.grid, self.target)
         write_back()
         return outs
 
@@ -126,14 +288,14 @@ def kernel(fn=None, *, target="trn2", mode=None):
 
 class _Simulated:
     def __init__(self, k):
-        self.kernel = Kernel(k.fn, k.grid, k.target, True, k._cache, "simulate") \
+        self.kernel = Kernel(k.fn, k.grid, k.target, True, k._cache, "simulate", k._by_ir) \
             if isinstance(k, Kernel) else Kernel(k, profile=True, mode="simulate")
 
     def __getitem__(self, grid):
         return _Simulated(self.kernel[grid])
 
-    def __call__(self, *args):
-        out = self.kernel(*args)
+    def __call__(self, *args, **kwargs):
+        out = self.kernel(*args, **kwargs)
         self.profile = self.kernel.last_profile
         return out
 

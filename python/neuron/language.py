@@ -8,6 +8,7 @@ import numpy as np
 from . import _C
 from . import eager as _eager
 from ._span import user_span
+from .dtypes import to_dtype  # noqa: F401 (nl.to_dtype)
 from .errors import user_error
 
 tensor = _C.Tensor
@@ -27,27 +28,6 @@ class tile_size:
     psum_fmax = 512
     gemm_stationary_fmax = 128
     gemm_moving_fmax = 512
-
-
-_NUMPY_NAMES = {"float32": float32, "float16": float16, "bfloat16": bfloat16, "int8": int8,
-                "int16": int16, "int32": int32, "uint8": uint8, "uint16": uint16,
-                "uint32": uint32, "bool": bool_, "float8_e4m3": float8_e4m3,
-                "float8_e5m2": float8_e5m2}
-
-
-def to_dtype(d):
-    """A neuron DType from an nl dtype, a NumPy dtype (ml_dtypes bfloat16 too) or a name."""
-    if d is None or isinstance(d, _C.DType):
-        return d
-    if isinstance(d, str):
-        found = _C.dtype_from_name(d)
-        if found is not None:
-            return found
-    name = np.dtype(d).name if not isinstance(d, str) else d
-    if name in _NUMPY_NAMES:
-        return _NUMPY_NAMES[name]
-    raise TypeError(f"unsupported dtype {name}: kernels take float32, bfloat16, float16, "
-                    "int8/16/32, uint8/16/32 or bool (cast float64 data to float32 first)")
 
 
 # ---- allocation ------------------------------------------------------------------------------

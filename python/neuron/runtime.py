@@ -5,39 +5,12 @@ import sys
 import numpy as np
 
 from . import _C
-from .language import to_dtype  # noqa: F401 (re-exported)
-
-try:
-    import ml_dtypes
-    _BF16 = np.dtype(ml_dtypes.bfloat16)
-    # neuron's float8_e4m3 is the IEEE-style one (inf and NaN), ml_dtypes.float8_e4m3, not
-    # float8_e4m3fn (docs/numerics.md).
-    _ML_DTYPES = {_C.DType.bfloat16: _BF16,
-                  _C.DType.float8_e4m3: np.dtype(ml_dtypes.float8_e4m3),
-                  _C.DType.float8_e5m2: np.dtype(ml_dtypes.float8_e5m2)}
-except ImportError:  # pragma: no cover
-    ml_dtypes = None
-    _BF16 = None
-    _ML_DTYPES = {}
-
+from .dtypes import from_ml_dtypes, numpy_dtype, to_dtype, torch_dtype
 
 
 def _torch():
     # torch is never imported here: a torch tensor argument means the caller already has it.
     return sys.modules.get("torch")
-
-
-def _numpy_dtype(d):
-    if d in (_C.DType.bfloat16, _C.DType.float8_e4m3, _C.DType.float8_e5m2):
-        if d not in _ML_DTYPES:
-            raise TypeError(f"{d} arrays need ml_dtypes")
-        return _ML_DTYPES[d]
-    names = {_C.DType.float32: "float32", _C.DType.float16: "float16", _C.DType.int8: "int8",
-             _C.DType.int16: "int16", _C.DType.int32: "int32", _C.DType.uint8: "uint8",
-             _C.DType.uint16: "uint16", _C.DType.uint32: "uint32", _C.DType.bool_: "bool"}
-    if d not in names:
-        raise TypeError(f"{d} has no NumPy dtype here")
-    return np.dtype(names[d])
 
 
 def is_torch(x):
@@ -52,14 +25,10 @@ def to_numpy(x):
         if x.device.type != "cpu":
             raise TypeError(f"neuron kernels take CPU tensors; got a tensor on {x.device}")
         t = x.detach()  # shares memory; a non-contiguous tensor gives a strided view
-        if t.dtype == torch.bfloat16:
-            return t.view(torch.int16).numpy().view(_BF16)
-        if t.dtype == torch.float8_e5m2:
-            return t.view(torch.uint8).numpy().view(_ML_DTYPES[_C.DType.float8_e5m2])
-        if t.dtype == torch.float8_e4m3fn:
-            raise TypeError("torch.float8_e4m3fn (no inf, largest 448) is not neuron's "
-                            "IEEE-style float8_e4m3 (largest 240); pass an ml_dtypes.float8_e4m3 "
-                            "NumPy array, or convert")
+        if t.is_floating_point() and from_ml_dtypes(to_dtype(t.dtype)):
+            # NumPy has no such dtype: view the bits as ints, then as ml_dtypes'.
+            bits = torch.uint8 if t.element_size() == 1 else torch.int16
+            return t.view(bits).numpy().view(numpy_dtype(to_dtype(t.dtype)))
         return t.numpy()
     if isinstance(x, np.ndarray):
         return x
@@ -92,13 +61,10 @@ def from_numpy(a, like_torch):
     if not like_torch:
         return a
     torch = _torch()
-    if a.dtype == _BF16:
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    if a.dtype == _ML_DTYPES.get(_C.DType.float8_e5m2):
-        return torch.from_numpy(a.view(np.uint8)).view(torch.float8_e5m2)
-    if a.dtype == _ML_DTYPES.get(_C.DType.float8_e4m3):
-        raise TypeError("a float8_e4m3 output has no torch dtype (torch.float8_e4m3fn is a "
-                        "different format); return float8_e5m2 or a wider type to torch callers")
+    d = to_dtype(a.dtype)
+    t = torch_dtype(d, torch)
+    if from_ml_dtypes(d):  # torch cannot read ml_dtypes arrays: through their bits
+        return torch.from_numpy(a.view(np.uint8 if a.itemsize == 1 else np.int16)).view(t)
     return torch.from_numpy(a)
 
 
@@ -118,4 +84,4 @@ def run(compiled, arrays, grid, mode="native", profile=False):
         outs, printed, summary = _C.simulate(compiled, host, list(grid), profile)
     if printed:
         sys.stdout.write(printed)
-    return [o.to_numpy(_numpy_dtype(o.dtype)) for o in outs], summary
+    return [o.to_numpy(numpy_dtype(o.dtype)) for o in outs], summary

@@ -19,6 +19,7 @@
 #include "neuron/base/error.hpp"
 #include "neuron/base/print.hpp"
 #include "neuron/base/target.hpp"
+#include "neuron/codegen/fault.hpp"
 #include "neuron/codegen/instr_calls.hpp"
 #include "neuron/codegen/plan.hpp"
 #include "neuron/runtime/profile.hpp"
@@ -59,6 +60,11 @@ struct CNode {
   bool loop = false;
   int slot = -1;
   int64_t extent = 0;
+  // A dynamic loop: trip count from start/stop/step when it starts, or while cond_slot != 0.
+  bool dynamic = false;
+  CAffine start, stop;
+  int64_t step = 1;
+  int cond_slot = -1;
   std::vector<CNode> body;
   CInstr instr;
 };
@@ -84,7 +90,8 @@ class Slots {
     names_.push_back(name);
     return s;
   }
-  int lookup(const std::string& name, const Span& span) const {
+  int lookup(const std::string& name, const Span& span) {
+    if (is_register_var(name)) return get_or_add(name);  // registers start at 0
     auto it = by_name_.find(name);
     NEURON_ASSERT(it != by_name_.end(), "engine program uses unknown variable '{}' at {}", name,
                   span.str());
@@ -97,14 +104,14 @@ class Slots {
   std::vector<std::string> names_;
 };
 
-CAffine compile_affine(const Affine& a, const Slots& slots, const Span& span) {
+CAffine compile_affine(const Affine& a, Slots& slots, const Span& span) {
   CAffine c;
   c.constant = a.constant;
   for (auto& t : a.terms) c.terms.emplace_back(slots.lookup(t.var, span), t.coeff);
   return c;
 }
 
-CPattern compile_pattern(const AccessPattern& ap, const Slots& slots, const Span& span) {
+CPattern compile_pattern(const AccessPattern& ap, Slots& slots, const Span& span) {
   CPattern c;
   c.ap = &ap;
   c.partition = compile_affine(ap.partition, slots, span);
@@ -122,11 +129,21 @@ std::vector<CNode> compile_body(const std::vector<ProgNode>& body, Slots& slots)
       c.loop = true;
       c.slot = slots.get_or_add(n.var);
       c.extent = n.extent;
+      if (n.loop_kind == LoopKind::dynamic) {
+        c.dynamic = true;
+        Span none;
+        c.start = compile_affine(n.start, slots, none);
+        c.stop = compile_affine(n.stop, slots, none);
+        c.step = n.step;
+        if (!n.cond.empty()) c.cond_slot = slots.get_or_add(n.cond);
+      }
       c.body = compile_body(n.body, slots);
     } else {
       const Instr& in = n.instr;
       c.instr.in = &in;
-      if (in.op != Opcode::device_print) c.instr.dst = compile_pattern(in.dst, slots, in.span);
+      if (!in.args.reg.empty()) slots.get_or_add(in.args.reg);
+      if (!in.args.src_reg.empty()) slots.get_or_add(in.args.src_reg);
+      if (has_dst(in.op)) c.instr.dst = compile_pattern(in.dst, slots, in.span);
       if (in.has_reduce_res) c.instr.reduce_res = compile_pattern(in.reduce_res, slots, in.span);
       for (auto& s : in.src) c.instr.src.push_back(compile_pattern(s, slots, in.span));
     }
@@ -174,7 +191,7 @@ struct Machine {
   int64_t sbuf_dirty = 0, psum_dirty = 0;  // bytes per partition written since the last reset
   std::vector<Tensor> hbm;                 // Program::tensors order
   std::vector<int64_t> env;
-  const Slots* slots = nullptr;
+  Slots* slots = nullptr;
   size_t grid_dims = 1;
   std::ostream* print = nullptr;
   bool execute = true;
@@ -204,8 +221,10 @@ struct Machine {
 
   // Resolves a pattern into the kernels' view for the current iteration and checks every element
   // it touches. `what` names the operand.
+  // `rows`: an indirect DMA's HBM side, whose dim 0 positions are data: its bounds are checked
+  // over all `rows` rows of the indexed dim (the kernel checks each row index).
   native::NView resolve(const CPattern& cp, const Instr& in, const char* what, bool writes,
-                        native::NormLayout& l) {
+                        native::NormLayout& l, int64_t rows = 0) {
     const AccessPattern& ap = *cp.ap;
     const int64_t esize = dtype_bytes(ap.dtype);
     int64_t count = 1;
@@ -219,7 +238,8 @@ struct Machine {
     auto extent = [&](size_t first) {
       int64_t lo = 0, hi = 0;
       for (size_t i = first; i < ap.dims.size(); ++i) {
-        int64_t span = ap.dims[i].stride * (ap.dims[i].size - 1);
+        const int64_t size = i == 0 && rows > 0 ? rows : ap.dims[i].size;
+        int64_t span = ap.dims[i].stride * (size - 1);
         (span < 0 ? lo : hi) += span;
       }
       return std::pair{lo, hi};
@@ -341,7 +361,7 @@ struct Machine {
     Footprint f;
     for (auto& s : ci.src)
       if (footprint(s, f)) reads.push_back(f);
-    if (in.op != Opcode::device_print && footprint(ci.dst, f)) writes.push_back(f);
+    if (has_dst(in.op) && footprint(ci.dst, f)) writes.push_back(f);
     if (in.has_reduce_res && footprint(ci.reduce_res, f)) writes.push_back(f);
     timing->issue(ci.timing, reads, writes, flat_pid);
   }
@@ -351,6 +371,7 @@ struct Machine {
     if (!execute) return;
     Executor e{*this, ci};
     native::call_instr(e, *ci.in);
+    native::raise_fault(*prog, native::take_fault(), env_str());
   }
 
   // The simulator's executor of instr_calls.hpp: operands resolved (and bounds-checked) for the
@@ -365,10 +386,16 @@ struct Machine {
     using View = const native::NView*;
     View view(const AccessPattern& ap, const Instr& in, native::NormLayout& l) {
       NEURON_ASSERT(used < 8, "{} has more operands than the simulator holds", opcode_name(in.op));
-      if (&ap == &in.dst) return keep(m.resolve(ci.dst, in, "destination", true, l));
+      const auto side = in.args.indirect;
+      const int64_t rows = in.args.indirect_rows;
+      if (&ap == &in.dst)
+        return keep(m.resolve(ci.dst, in, "destination", true, l,
+                              side == InstrArgs::Indirect::dst ? rows : 0));
       if (&ap == &in.reduce_res) return keep(m.resolve(ci.reduce_res, in, "reduce_res", true, l));
       for (size_t i = 0; i < in.src.size(); ++i)
-        if (&ap == &in.src[i]) return keep(m.resolve(ci.src[i], in, "source", false, l));
+        if (&ap == &in.src[i])
+          return keep(m.resolve(ci.src[i], in, "source", false, l,
+                                i == 0 && side == InstrArgs::Indirect::src ? rows : 0));
       internal_error("{} at {}: operand is not one of the instruction's", opcode_name(in.op),
                      in.span.str());
     }
@@ -387,6 +414,19 @@ struct Machine {
     void call(R (*kernel)(P...), const char*, const A&... args) {
       kernel(static_cast<P>(args)...);
     }
+    using Int = int64_t;
+    Int reg(const std::string& r) { return m.env[reg_slot(r)]; }
+    Int integer(int64_t v) { return v; }
+    void set_reg(const std::string& r, Int v) {
+      m.env[reg_slot(r)] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(v)));
+    }
+    template <class... P, class... A>
+    void call_into(const std::string& r, int64_t (*kernel)(P...), const char*, const A&... args) {
+      m.env[reg_slot(r)] = kernel(static_cast<P>(args)...);
+    }
+    size_t reg_slot(const std::string& r) {
+      return static_cast<size_t>(m.slots->lookup(r, ci.in->span));
+    }
     View keep(const native::NView& v) {
       views[used] = v;
       return &views[used++];
@@ -399,12 +439,32 @@ struct Machine {
         run_instr(n.instr);
         continue;
       }
-      int64_t& var = env[static_cast<size_t>(n.slot)];
-      for (var = 0; var < n.extent; ++var) run(n.body);
-      var = 0;
+      int64_t extent = n.extent;
+      if (n.dynamic && n.cond_slot < 0) {
+        const int64_t span = n.stop.eval(env) - n.start.eval(env);
+        extent = span > 0 ? (span + n.step - 1) / n.step : 0;
+      }
+      const size_t var = static_cast<size_t>(n.slot);
+      if (n.cond_slot >= 0) {
+        for (env[var] = 0; env[static_cast<size_t>(n.cond_slot)] != 0; ++env[var]) run(n.body);
+      } else {
+        for (env[var] = 0; env[var] < extent; ++env[var]) run(n.body);
+      }
+      env[var] = 0;
     }
   }
 };
+
+bool is_dynamic(const std::vector<ProgNode>& body) {
+  for (auto& n : body) {
+    if (n.kind == ProgNode::Kind::loop) {
+      if (n.loop_kind == LoopKind::dynamic || is_dynamic(n.body)) return true;
+    } else if (!n.instr.args.reg.empty()) {
+      return true;
+    }
+  }
+  return false;
+}
 
 void register_instrs(std::vector<CNode>& body, TimingModel& tm) {
   for (auto& n : body) {
@@ -457,6 +517,11 @@ void simulate(const Program& p, const std::vector<Tensor>& tensors,
   using namespace sim;
   const bool timing_only = !opts.execute && tensors.empty();
   check_call(p, tensors, grid, /*check_tensors=*/!timing_only);
+  if (!opts.execute && is_dynamic(p.body))
+    user_error(Span{}, "timing-only",
+               "kernel '{}' has runtime loops or registers, whose values come from its data, so "
+               "it cannot be simulated for timing only: simulate it with its inputs",
+               p.name);
   native::check_program(p);  // the instructions' shape rules, as native code checks them
 
   const Target& target = p.target.empty() ? default_target() : target_by_name(p.target);
@@ -495,7 +560,7 @@ void simulate(const Program& p, const std::vector<Tensor>& tensors,
       for (auto& n : nodes) {
         if (n.kind == ProgNode::Kind::loop) {
           self(self, n.body);
-        } else if (n.instr.op != Opcode::device_print && !is_on_chip(n.instr.dst.memory) &&
+        } else if (has_dst(n.instr.op) && !is_on_chip(n.instr.dst.memory) &&
                    n.instr.dst.tensor >= 0 &&
                    static_cast<size_t>(n.instr.dst.tensor) < written.size()) {
           written[static_cast<size_t>(n.instr.dst.tensor)] = true;
@@ -525,6 +590,8 @@ void simulate(const Program& p, const std::vector<Tensor>& tensors,
       rest /= grid[static_cast<size_t>(a)];
     }
     m.flat_pid = flat;
+    // Loop variables and registers start at 0 in every program.
+    std::fill(m.env.begin() + kFirstLoopSlot, m.env.end(), 0);
     if (flat > 0 && m.execute) {
       m.reset_on_chip();
       for (size_t i = 0; i < p.tensors.size(); ++i)

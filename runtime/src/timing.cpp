@@ -62,7 +62,7 @@ std::string operand_str(const AccessPattern& ap) {
 
 InstrCost instr_cost(const Instr& in, const Target& t) {
   InstrCost c;
-  if (in.op == Opcode::device_print) return c;
+  if (in.engine == Engine::none) return c;  // device_print, registers: the sequencer
   int64_t bytes = in.dst.elements() * dtype_bytes(in.dst.dtype);
   for (auto& s : in.src) bytes += s.elements() * dtype_bytes(s.dtype);
   if (in.engine == Engine::dma || in.op == Opcode::dma_copy) {
@@ -97,7 +97,7 @@ InstrCost instr_cost(const Instr& in, const Target& t) {
     case Engine::vector: {
       const AccessPattern& data = in.src.empty() ? in.dst : in.src[0];
       int64_t elems = std::max(per_partition(data), per_partition(in.dst));
-      bool two_inputs = in.op == Opcode::tensor_tensor || in.op == Opcode::tensor_copy_predicated;
+      bool two_inputs = opcode_streamed_inputs(in.op) == 2;
       bool half = is_half(in.dst.dtype) || is_fp8(in.dst.dtype);
       for (auto& s : in.src) half = half && (is_half(s.dtype) || is_fp8(s.dtype));
       double rate = !two_inputs && half ? t.vector_perf_mode_elems_per_cycle
@@ -367,7 +367,7 @@ int TimingModel::add_instr(const Instr& in) {
   pi.span = in.span;
   std::vector<std::string> srcs;
   for (auto& s : in.src) srcs.push_back(operand_str(s));
-  pi.operands = in.op == Opcode::device_print
+  pi.operands = !has_dst(in.op)
                     ? fmt::format("{}", fmt::join(srcs, ", "))
                     : fmt::format("{} <- {}", operand_str(in.dst), fmt::join(srcs, ", "));
   impl_->out.instrs.push_back(std::move(pi));

@@ -9,7 +9,8 @@ inside @neuron.kernel bodies (and outside them), run in worker subprocesses.
 Every input must end in success or in a neuron.NeuronError, TypeError or ValueError with a
 message. A finding is a crash (the worker dies: segfault, abort), a hang (no answer within
 --case-timeout seconds), an InternalError (RuntimeError from the bindings), any other exception
-type, an empty message, or the simulator and the native JIT disagreeing on a kernel both ran.
+type, an empty message, a message quoting C++ (nl::, isa::, neuron::, std::), or the simulator
+and the native JIT disagreeing on a kernel both ran.
 
 First the corpus (tests/fuzz/python_corpus/*.json) is replayed: each file is one case with an
 "expect" field ("ok": must succeed; "error": must end in an allowed error; "clean": either),
@@ -493,6 +494,16 @@ class Gen:
             "nisa.iota(None, [[1, 4]])", "nl.matmul(None, None)", "nl.sum(None, axis=1)",
             "neuron.trace_example('nope', [])",
             "neuron.trace_example('vector_add', [((256, 64), 'float32', 'a')])",
+            "neuron.kernel(lambda a, k=1: a)(np.zeros((4, 4), np.float32), k={})",
+            "neuron.kernel(lambda a, k=1: a)(np.zeros((4, 4), np.float32), j=2)",
+            "neuron.kernel(lambda a, b=None: a)(None)", "neuron.registry.get('nope')",
+            "neuron.registry.get('softmax')(1.0)", "neuron.registry.info(3)",
+            "neuron.registry.get('scaled_activation')(np.zeros((128, 4), np.float32), rows=0)",
+            "neuron.registry.get('scaled_activation')(np.zeros((128, 4), np.float32), act=2)",
+            "neuron.registry.get('scaled_activation')(np.zeros((128, 4), np.float32), "
+            "out_dtype='float64')",
+            "neuron.registry.get('scaled_activation')(np.zeros((128, 4), np.float32), "
+            "rows=2**70)",
         ]
         picked = [self.pick(calls) for _ in range(self.r.randint(1, 3))]
         call = "".join(f"result = {c}\n" for c in picked)
@@ -553,6 +564,10 @@ def classify(exc):
     if exc is None:
         return "ok"
     msg = str(exc)
+    # The message, not the quoted source line (a registered C++ kernel's line is C++).
+    said = getattr(exc, "message", None) or msg
+    if any(cpp in said for cpp in ("nl::", "isa::", "neuron::", "std::")):
+        return "bad:C++ syntax in a message to a Python user"
     if isinstance(exc, neuron.NeuronError):
         if not msg.strip() or not getattr(exc, "rule", ""):
             return "bad:NeuronError without a message or rule"

@@ -57,7 +57,7 @@ TEST_CASE("malformed text reports rule, message and position") {
                "  tensor_copy(dst=t[0:+4, 0:+8], src=a[0:+4, 0:+8])\n}",
        "unknown buffer 't'", 5, 19},
       {kHead + "  for i0 in range(4) {}\n}",
-       "expected 'affine_range' or 'sequential_range', found 'range'", 2, 13},
+       "expected 'affine_range', 'sequential_range', 'dynamic_range' or 'while_nonzero', found 'range'", 2, 13},
       {kHead + "  memset(dst a[0:+4, 0:+8])\n}", "expected '=', found 'a'", 2, 14},
       {kHead + "  memset(dst=a[0:+4, 0:+8], value=foo)\n}", "expected a value", 2, 35},
       {kHead + "  memset(dst=a[i0*:+4, 0:+8], value=0)\n}", "expected an integer, found ':'", 2,

@@ -793,3 +793,19 @@ def test_dtype_promotion_of_dropped_results_follows_the_nki_table():
              (nl.int32, nl.uint32, nl.float32)]  # NKI_API.md section 3.3
     for a, b, want in table:
         assert promote(a, b) == want and promote(b, a) == want, (a, b)
+
+
+def test_constants_are_keyed_by_type_and_exact_value():
+    @nki.jit
+    def add_const(a, c):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        # The kernel looks at the sign of a zero and at the type: every call traces differently.
+        v = (math.copysign(1.0, c) if isinstance(c, float) else 10.0 * c)
+        nl.store(out, nl.add(nl.load(a), v))
+        return out
+    a = np.zeros((128, 4), np.float32)
+    assert add_const(a, 0.0)[0, 0] == 1.0
+    assert add_const(a, -0.0)[0, 0] == -1.0  # 0.0 == -0.0, yet a different constant
+    assert add_const(a, 1)[0, 0] == 10.0
+    assert add_const(a, True)[0, 0] == 10.0
+    assert len(add_const._kernels) == 4

@@ -163,3 +163,117 @@ def test_without_a_reference_the_error_says_how_to_get_one():
 def test_meta_tensors_get_shapes_from_the_traced_kernel():
     y = scale2_op(torch.empty(64, 16, device="meta"))
     assert y.device.type == "meta" and tuple(y.shape) == (64, 16) and y.dtype == torch.float32
+
+
+# ---- parameters, optional tensors, and a backward that reads what the forward saved ----------
+
+def softmax_lse(x):
+    """Row softmax of one [128, F] tile and its logsumexp (what flash attention saves)."""
+    y = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    lse = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    m = nl.max(t, axis=1)
+    e = nl.exp(t - m)
+    s = nl.sum(e, axis=1)
+    nl.store(y, e * nl.reciprocal(s))
+    nl.store(lse, nl.log(s) + m)
+    return y, lse
+
+
+def softmax_lse_backward(grad_y, x, lse):
+    """dx = p * (g - rowsum(g * p)), p recomputed from x and the saved logsumexp."""
+    dx = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    p = nl.exp(nl.load(x) - nl.load(lse))
+    g = nl.load(grad_y)
+    nl.store(dx, p * (g - nl.sum(g * p, axis=1)))
+    return dx
+
+
+softmax_lse_op = nt.custom_op(
+    "neuron_test::softmax_lse", softmax_lse, num_outputs=2, backward=softmax_lse_backward,
+    save=lambda inputs, outputs: (inputs[0], outputs[1]), grads=(0,))
+
+
+def scaled_exp(x, scale=1.0):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.exp(nl.load(x) * scale))
+    return out
+
+
+def scaled_exp_backward(grad, y, scale=1.0):
+    """d exp(s x) / dx = s * y: needs the forward's output and its parameter."""
+    dx = nl.ndarray(y.shape, y.dtype, buffer=nl.shared_hbm)
+    nl.store(dx, nl.load(grad) * nl.load(y) * scale)
+    return dx
+
+
+scaled_exp_op = nt.custom_op("neuron_test::scaled_exp", scaled_exp, backward=scaled_exp_backward,
+                             save=lambda inputs, outputs: outputs)
+
+
+def _softmax_grad_reference(x, w):
+    x64 = x.detach().double().requires_grad_()
+    (torch.softmax(x64, dim=1) * w.double()).sum().backward()
+    return x64.grad
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_backward_receives_a_saved_forward_output(compiled):
+    torch.manual_seed(0)
+    x = torch.randn(128, 48, requires_grad=True)
+    w = torch.randn(128, 48)
+
+    def loss(x):
+        y, lse = softmax_lse_op(x)
+        return (y * w).sum(), lse
+
+    f = torch.compile(loss, fullgraph=True, backend="aot_eager") if compiled else loss
+    value, lse = f(x)
+    assert not lse.requires_grad  # outputs without a gradient are non-differentiable
+    torch.testing.assert_close(lse.double(), torch.logsumexp(x.detach().double(), 1,
+                                                             keepdim=True), rtol=1e-6, atol=1e-6)
+    value.backward()
+    torch.testing.assert_close(x.grad.double(), _softmax_grad_reference(x, w), rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_operator_parameters_reach_forward_and_backward(compiled):
+    x = torch.linspace(-1, 1, 128 * 8).reshape(128, 8).requires_grad_()
+    f = (lambda t: scaled_exp_op(t, scale=0.5))
+    if compiled:
+        f = torch.compile(f, fullgraph=True, backend="aot_eager")
+    y = f(x)
+    x64 = x.detach().double()
+    torch.testing.assert_close(y.double(), torch.exp(0.5 * x64), rtol=1e-6, atol=1e-6)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad.double(), 0.5 * torch.exp(0.5 * x64), rtol=1e-6,
+                               atol=1e-6)
+    schema = str(torch.ops.neuron_test.scaled_exp.default._schema)
+    assert "float scale=1." in schema
+
+
+def add_bias(x, bias=None):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(out, t if bias is None else t + nl.load(bias))
+    return out
+
+
+add_bias_op = nt.custom_op("neuron_test::add_bias", add_bias)
+
+
+def test_optional_tensor_arguments_of_an_operator():
+    x, b = torch.randn(128, 8), torch.randn(128, 8)
+    torch.testing.assert_close(add_bias_op(x), x)
+    torch.testing.assert_close(add_bias_op(x, b), x + b)
+    compiled = torch.compile(lambda t, u: add_bias_op(t, u) + add_bias_op(t), fullgraph=True,
+                             backend="aot_eager")
+    torch.testing.assert_close(compiled(x, b), 2 * x + b)
+
+
+def test_parameters_torch_operators_cannot_take_are_refused_when_registering():
+    def k(x, dtype=nl.float32):
+        return x
+    with pytest.raises(TypeError, match="parameter 'dtype'.*no torch operator type"):
+        nt.custom_op("neuron_test::bad_param", k)

@@ -5,8 +5,8 @@ namespace neuron {
 
 std::string_view opcode_name(Opcode op) {
   switch (op) {
-#define X(e, name, level) \
-  case Opcode::e:         \
+#define X(e, name, level, engine, streams) \
+  case Opcode::e:                          \
     return name;
     NEURON_OPCODES(X)
 #undef X
@@ -16,8 +16,8 @@ std::string_view opcode_name(Opcode op) {
 
 OpLevel opcode_level(Opcode op) {
   switch (op) {
-#define X(e, name, level) \
-  case Opcode::e:         \
+#define X(e, name, level, engine, streams) \
+  case Opcode::e:                          \
     return OpLevel::level;
     NEURON_OPCODES(X)
 #undef X
@@ -25,8 +25,30 @@ OpLevel opcode_level(Opcode op) {
   return OpLevel::Isa;
 }
 
+Engine opcode_engine(Opcode op) {
+  switch (op) {
+#define X(e, name, level, engine, streams) \
+  case Opcode::e:                          \
+    return Engine::engine;
+    NEURON_OPCODES(X)
+#undef X
+  }
+  return Engine::none;
+}
+
+int opcode_streamed_inputs(Opcode op) {
+  switch (op) {
+#define X(e, name, level, engine, streams) \
+  case Opcode::e:                          \
+    return streams;
+    NEURON_OPCODES(X)
+#undef X
+  }
+  return 1;
+}
+
 std::optional<Opcode> opcode_from_name(std::string_view s) {
-#define X(e, name, level) \
+#define X(e, name, level, engine, streams) \
   if (s == name) return Opcode::e;
   NEURON_OPCODES(X)
 #undef X

@@ -98,5 +98,19 @@ void affine_select(const tensor& dst, const pattern& pattern, int64_t channel_mu
                    int64_t offset = 0, Span span = Span::current());
 // DMA copy between HBM and SBUF (either direction, or SBUF to SBUF).
 void dma_copy(const tensor& dst, const tensor& src, Span span = Span::current());
+// An indirect DMA (NKI's .ap(vector_offset=rows)): partition p moves row rows[p, 0] of the HBM
+// side's first kept dim (src when rows_of_src, else dst), which the view takes whole from 0.
+void dma_copy_rows(const tensor& dst, const tensor& src, const tensor& rows, bool rows_of_src,
+                   nl::oob_mode oob = nl::oob_mode::error, Span span = Span::current());
+// dst[p, j] = data[p, indices[p, j]] over data's flattened free dims (GpSimd; indices integers
+// in 0..elements per partition - 1).
+void nc_n_gather(const tensor& dst, const tensor& data, const tensor& indices,
+                 Span span = Span::current());
+// For each group of 16 partitions: the group's indices (index's 16 rows read partition-first,
+// the first num_valid_indices of them, all when -1) each select num_elem_per_idx consecutive
+// elements of every partition's own row of src; dst is [P, num_valid_indices * num_elem_per_idx].
+void local_gather(const tensor& dst, const tensor& src, const tensor& index,
+                  int64_t num_elem_per_idx = 1, int64_t num_valid_indices = -1,
+                  Span span = Span::current());
 
 }  // namespace neuron::isa

@@ -109,6 +109,18 @@ struct axes {
   axes(std::vector<int64_t> l) : list(std::move(l)) {}  // NOLINT
 };
 
+// The shape rule of a reduction over `axes` of a tile of `shape`: the axes normalised (negative
+// ones count from the end; sorted), the result's shape with reduced dims as size 1, and the
+// dims of it that the returned view keeps: all with keepdims, else all but the reduced ones,
+// except that the last reduced dims stay (as size 1) while fewer than 2 dims would remain.
+// Axis 0 (partitions), an axis out of range or listed twice, or no axis are UserErrors
+// "reduce-axis".
+struct Reduction {
+  std::vector<int64_t> axes, shape, kept;
+};
+Reduction reduction(const std::vector<int64_t>& shape, const std::vector<int64_t>& axes,
+                    bool keepdims, const Span& span);
+
 // Reductions over free axes (nl.reduce). keepdims=false drops the reduced dims from the
 // returned view unless that leaves fewer than 2 dims: a [P,F] tile reduces to [P,1].
 struct reduce_fn {
@@ -150,5 +162,49 @@ tensor where(const tensor& cond, operand x, operand y, std::optional<DType> dtyp
 // This program's index along grid axis `axis` (0..3), and the grid size along it.
 index program_id(int axis = 0, Span span = Span::current());
 index num_programs(int axis = 0, Span span = Span::current());
+
+// ---- the dynamic half: values read at run time ---------------------------------------------
+
+// What an indirect DMA does with a row index outside the tensor: a UserError naming the index
+// (error), or leave that row alone (skip).
+enum class oob_mode { error = 0, skip = 1 };
+
+// Rows chosen at run time: result row p is row rows[p, 0] of src's first kept dim (src is an HBM
+// tensor or a view whose first kept dim is taken whole from 0); rows is an integer [P, 1] SBUF
+// tile. The result is [P, other kept dims of src...] in SBUF.
+tensor load_rows(const tensor& src, const tensor& rows, oob_mode oob = oob_mode::error,
+                 std::optional<DType> dtype = std::nullopt, Span span = Span::current());
+// The inverse: row p of value goes to row rows[p, 0] of dst's first kept dim.
+void store_rows(const tensor& dst, const tensor& rows, const tensor& value,
+                oob_mode oob = oob_mode::error, Span span = Span::current());
+
+// Registers: 32-bit integers known at run time, usable in index expressions (dynamic offsets:
+// t(nl::ds(r * 128, 128))) and as runtime loop bounds. A register is an nl::index naming it.
+index register_alloc(int64_t init = 0, Span span = Span::current());
+// reg = the one element of src (SBUF or HBM; integer values, floats rounded).
+void register_load(const index& reg, const tensor& src, Span span = Span::current());
+// dst (one element) = reg.
+void register_store(const tensor& dst, const index& reg, Span span = Span::current());
+// reg = value, a constant or another register.
+void register_move(const index& reg, const index& value, Span span = Span::current());
+
+// Runtime loops (NKI's nl.fori_loop / nl.while_loop): body(i) for i in range(lower, upper, step)
+// with the trip count read when the loop starts; body(r) while r != 0, r = init first and then
+// what body returns (a register or a constant). Bodies are traced once.
+template <typename F>
+void fori_loop(index lower, index upper, F&& body, int64_t step = 1,
+               Span span = Span::current()) {
+  for (index i : dynamic_range(std::move(lower), std::move(upper), step, span)) body(i);
+}
+void while_loop_begin(const index& reg, Span span);  // (implementation of while_loop)
+void while_loop_end(const index& reg, const index& next, Span span);
+template <typename F>
+void while_loop(index init, F&& body, Span span = Span::current()) {
+  index r = register_alloc(0, span);
+  register_move(r, init, span);
+  while_loop_begin(r, span);
+  index next = body(r);
+  while_loop_end(r, next, span);
+}
 
 }  // namespace neuron::nl

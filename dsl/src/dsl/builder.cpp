@@ -3,6 +3,7 @@
 
 #include <set>
 
+#include "neuron/dsl/syntax.hpp"
 #include "neuron/trace.hpp"
 
 namespace neuron::dsl {
@@ -16,6 +17,9 @@ struct Frame {
   std::string var;
   int64_t extent = 0;
   LoopKind kind = LoopKind::affine;
+  Affine start = 0, stop = 0;  // dynamic loops (For in ir.hpp)
+  int64_t step = 1;
+  std::string cond;
   Span span;
 };
 
@@ -25,7 +29,7 @@ struct TraceState {
   std::vector<BufferPtr> inputs;
   std::vector<BufferPtr> shared;  // shared_hbm tensors created by the kernel, in order
   std::vector<Frame> frames;      // frames[0] is the kernel body
-  int next_loop = 0, next_tile = 0, next_out = 0, next_loop_id = 0;
+  int next_loop = 0, next_tile = 0, next_out = 0, next_loop_id = 0, next_register = 0;
   std::set<std::string> names;
 };
 
@@ -33,9 +37,11 @@ thread_local TraceState* current = nullptr;
 
 TraceState& state(const Span& span) {
   if (!current)
-    user_error(span, "no-trace",
-               "DSL functions can only be called while a kernel is traced (inside the function "
-               "given to neuron::trace)");
+    user_error(span, "no-trace", "{}",
+               spell("DSL functions can only be called while a kernel is traced (inside the "
+                     "function given to neuron::trace)",
+                     "nl and nisa functions can only be called while a kernel is traced (inside "
+                     "a @neuron.kernel function)"));
   return *current;
 }
 
@@ -104,20 +110,39 @@ std::pair<std::string, int> open_loop(int64_t extent, LoopKind kind, const Span&
   return {st.frames.back().var, st.frames.back().id};
 }
 
+std::pair<std::string, int> open_dynamic_loop(Affine start, Affine stop, int64_t step,
+                                              std::string cond, const Span& span) {
+  auto [var, id] = open_loop(0, LoopKind::dynamic, span);
+  Frame& f = current->frames.back();
+  f.start = std::move(start);
+  f.stop = std::move(stop);
+  f.step = step;
+  f.cond = std::move(cond);
+  return {var, id};
+}
+
+std::string new_register(const Span& span) {
+  TraceState& st = state(span);
+  return register_var(st.next_register++);
+}
+
 void close_loop(int id) noexcept {
   if (!current || current->frames.size() < 2 || current->frames.back().id != id) return;
   Frame f = std::move(current->frames.back());
   current->frames.pop_back();
   auto body = Block::make(std::move(f.stmts), f.span);
-  current->frames.back().stmts.push_back(For::make(f.var, f.extent, f.kind, body, f.span));
+  current->frames.back().stmts.push_back(
+      f.kind == LoopKind::dynamic
+          ? For::make_dynamic(f.var, f.start, f.stop, f.step, f.cond, body, f.span)
+          : For::make(f.var, f.extent, f.kind, body, f.span));
 }
 
-TraceScope::TraceScope(std::string name, Span span) {
+TraceScope::TraceScope(std::string name, Span span, Syntax syntax) : syntax_(syntax) {
   if (current)
     user_error(span, "nested-trace",
-               "neuron::trace called while tracing kernel '{}' (started at {}); kernels cannot "
-               "be traced from inside another kernel",
-               current->name, current->span.str());
+               "{} called while tracing kernel '{}' (started at {}); kernels cannot be traced "
+               "from inside another kernel",
+               spell("neuron::trace", "a @neuron.kernel"), current->name, current->span.str());
   current = new TraceState();
   current->name = std::move(name);
   current->span = std::move(span);
@@ -179,8 +204,9 @@ Kernel TraceScope::finish(const std::optional<std::vector<nl::tensor>>& outputs)
       const BufferPtr& b = t.access().buffer;
       if (b->memory != Memory::shared_hbm)
         user_error(st.span, "kernel-output",
-                   "kernel outputs must be created with nl::ndarray(..., nl::shared_hbm); '{}' "
-                   "lives in {}",
+                   "kernel outputs must be created with {}; '{}' lives in {}",
+                   spell("nl::ndarray(..., nl::shared_hbm)",
+                         "nl.ndarray(..., buffer=nl.shared_hbm)"),
                    b->name, memory_name(b->memory));
       for (auto& in : st.inputs)
         if (in == b)
@@ -199,17 +225,17 @@ Kernel TraceScope::finish(const std::optional<std::vector<nl::tensor>>& outputs)
       if (!returned)
         user_error(b->span, "kernel-output",
                    "shared_hbm tensor '{}' is not returned by the kernel (return it, or use "
-                   "nl::hbm for scratch)",
-                   b->name);
+                   "{} for scratch)",
+                   b->name, spell("nl::hbm", "nl.hbm"));
     }
   } else {
     k.outputs = st.shared;
   }
   if (k.outputs.empty())
     user_error(st.span, "kernel-output",
-               "kernel '{}' has no outputs: create them with nl::ndarray(shape, dtype, "
-               "nl::shared_hbm) and return them",
-               st.name);
+               "kernel '{}' has no outputs: create them with {} and return them", st.name,
+               spell("nl::ndarray(shape, dtype, nl::shared_hbm)",
+                     "nl.ndarray(shape, dtype, buffer=nl.shared_hbm)"));
   k.body = Block::make(std::move(st.frames[0].stmts), st.span);
   return k;
 }

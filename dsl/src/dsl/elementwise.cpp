@@ -107,8 +107,8 @@ void emit_binary(const Access& dst, const operand& x, const operand& y, AluOp op
 tensor binary_fn::operator()(operand x, operand y, std::optional<DType> dtype, Span span) const {
   dsl::require_trace(span);
   if (!x.is_tile() && !y.is_tile())
-    user_error(span, "operand", "nl::{} needs at least one tile operand, got two scalars",
-               alu_op_name(alu));
+    user_error(span, "operand", "{}{} needs at least one tile operand, got two scalars",
+               dsl::spell("nl::", "nl."), alu_op_name(alu));
   std::vector<int64_t> shape;
   DType out;
   if (x.is_tile() && y.is_tile()) {

@@ -1,6 +1,7 @@
 // Fresh tiles, numpy broadcasting as step-0 views, and operand values for the DSL ops.
 #include "neuron/dsl/emit.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace neuron::dsl {
@@ -25,9 +26,14 @@ nl::tensor new_tile(std::vector<int64_t> shape, DType dtype, Memory memory, cons
 }
 
 std::vector<int64_t> broadcast_shape(const std::vector<std::vector<int64_t>>& shapes,
-                                     const Span& span) {
+                                     const Span& span, bool pad_ranks) {
+  if (shapes.empty()) internal_error("broadcast_shape of no shapes");
+  size_t rank = 0;
+  for (auto& s : shapes) rank = std::max(rank, s.size());
   std::vector<int64_t> out = shapes.front();
-  for (auto& s : shapes) {
+  if (pad_ranks) out.insert(out.begin(), rank - out.size(), 1);
+  for (auto s : shapes) {
+    if (pad_ranks) s.insert(s.begin(), rank - s.size(), 1);
     if (s.size() != out.size())
       user_error(span, "broadcast",
                  "operands of shapes {} and {} have different ranks; tiles broadcast only "
@@ -41,7 +47,7 @@ std::vector<int64_t> broadcast_shape(const std::vector<std::vector<int64_t>>& sh
       }
       std::vector<std::string> all;
       for (auto& t : shapes) all.push_back(shape_text(t));
-      user_error(span, "broadcast", "operand shapes {} do not broadcast (dim {}: {} vs {})",
+      user_error(span, "broadcast", "shapes {} do not broadcast (dim {}: {} vs {})",
                  fmt::join(all, " and "), d, out[d], s[d]);
     }
   }

@@ -25,9 +25,10 @@ Value operand_arg(const operand& x, const Span& span) {
 AluOp alu::get(const Span& span) const {
   if (op_) return *op_;
   if (what_)
-    user_error(span, "alu-op", "nl::{} is an activation function, not an ALU operator",
-               act_func_name(*what_));
-  user_error(span, "alu-op", "nl::{} has no ALU operator", reduce_ ? reduce_ : "?");
+    user_error(span, "alu-op", "{}{} is an activation function, not an ALU operator",
+               dsl::spell("nl::", "nl."), act_func_name(*what_));
+  user_error(span, "alu-op", "{}{} has no ALU operator", dsl::spell("nl::", "nl."),
+             reduce_ ? reduce_ : "?");
 }
 
 void nc_matmul(const tensor& dst, const tensor& stationary, const tensor& moving,
@@ -179,6 +180,41 @@ void affine_select(const tensor& dst, const pattern& pattern, int64_t channel_mu
 void dma_copy(const tensor& dst, const tensor& src, Span span) {
   dsl::require_trace(span);
   dsl::emit(Opcode::dma_copy, {{"dst", view_of(dst, span)}, {"src", view_of(src, span)}}, span);
+}
+
+}  // namespace neuron::isa
+
+namespace neuron::isa {
+
+void dma_copy_rows(const tensor& dst, const tensor& src, const tensor& rows, bool rows_of_src,
+                   nl::oob_mode oob, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::dma_copy,
+            {{"dst", view_of(dst, span)},
+             {"src", view_of(src, span)},
+             {rows_of_src ? "src_rows" : "dst_rows", view_of(rows, span)},
+             {"oob_mode", static_cast<int64_t>(oob)}},
+            span);
+}
+
+void nc_n_gather(const tensor& dst, const tensor& data, const tensor& indices, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::nc_n_gather,
+            {{"dst", view_of(dst, span)},
+             {"data", view_of(data, span)},
+             {"indices", view_of(indices, span)}},
+            span);
+}
+
+void local_gather(const tensor& dst, const tensor& src, const tensor& index,
+                  int64_t num_elem_per_idx, int64_t num_valid_indices, Span span) {
+  dsl::require_trace(span);
+  std::vector<Arg> args{{"dst", view_of(dst, span)},
+                        {"src", view_of(src, span)},
+                        {"index", view_of(index, span)},
+                        {"num_elem_per_idx", num_elem_per_idx}};
+  if (num_valid_indices >= 0) args.push_back({"num_valid_indices", num_valid_indices});
+  dsl::emit(Opcode::local_gather, std::move(args), span);
 }
 
 }  // namespace neuron::isa

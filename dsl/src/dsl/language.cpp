@@ -18,8 +18,8 @@ tensor fill(std::vector<int64_t> shape, double value, DType dtype, Memory buffer
   if (!is_on_chip(buffer))
     user_error(span, "hbm-init",
                "HBM tensors cannot be created with an initial value (buffer {}); create it with "
-               "nl::ndarray and store into it",
-               memory_name(buffer));
+               "{} and store into it",
+               memory_name(buffer), dsl::spell("nl::ndarray", "nl.ndarray"));
   tensor t = dsl::new_tile(std::move(shape), dtype, buffer, span, name);
   dsl::emit(Opcode::memset, {{"dst", t.access()}, {"value", dsl::fill_value(value, dtype)}}, span);
   return t;
@@ -91,8 +91,8 @@ tensor matmul(const tensor& x, const tensor& y, bool transpose_x, Span span) {
   dsl::require_trace(span);
   auto xs = view_of(x, span).shape(), ys = view_of(y, span).shape();
   if (xs.size() != 2 || ys.size() != 2)
-    user_error(span, "matmul-rank", "nl::matmul takes 2-D tiles, got x {} and y {}", shape_text(xs),
-               shape_text(ys));
+    user_error(span, "matmul-rank", "{} takes 2-D tiles, got x {} and y {}",
+               dsl::spell("nl::matmul", "nl.matmul"), shape_text(xs), shape_text(ys));
   int64_t m = transpose_x ? xs[1] : xs[0];
   int64_t k = transpose_x ? xs[0] : xs[1];
   if (k != ys[0])
@@ -113,19 +113,18 @@ tensor transpose(const tensor& x, std::optional<DType> dtype, Span span) {
   dsl::require_trace(span);
   auto xs = view_of(x, span).shape();
   if (xs.size() != 2)
-    user_error(span, "transpose-rank", "nl::transpose takes a 2-D tile, got {}", shape_text(xs));
+    user_error(span, "transpose-rank", "{} takes a 2-D tile, got {}",
+               dsl::spell("nl::transpose", "nl.transpose"), shape_text(xs));
   tensor dst = dsl::new_tile({xs[1], xs[0]}, dtype.value_or(x.dtype()), Memory::psum, span);
   dsl::emit(Opcode::nl_transpose, {{"dst", dst.access()}, {"src", x.access()}}, span);
   return dst;
 }
 
-tensor reduce_fn::operator()(const tensor& x, axes axis, std::optional<DType> dtype, bool keepdims,
-                             Span span) const {
-  dsl::require_trace(span);
-  auto xs = view_of(x, span).shape();
+Reduction reduction(const std::vector<int64_t>& xs, const std::vector<int64_t>& axes,
+                    bool keepdims, const Span& span) {
   const int64_t rank = static_cast<int64_t>(xs.size());
   std::vector<int64_t> ax;
-  for (int64_t a : axis.list) {
+  for (int64_t a : axes) {
     int64_t n = a < 0 ? a + rank : a;
     if (n == 0)
       user_error(span, "reduce-axis",
@@ -141,20 +140,32 @@ tensor reduce_fn::operator()(const tensor& x, axes axis, std::optional<DType> dt
   }
   if (ax.empty()) user_error(span, "reduce-axis", "no reduction axis given");
   std::sort(ax.begin(), ax.end());
+  Reduction r;
+  r.axes = ax;
+  r.shape = xs;
+  for (auto a : ax) r.shape[a] = 1;
+  // Drop reduced dims, keeping the last ones as size 1 when fewer than 2 dims would remain.
+  size_t can_drop = keepdims ? 0 : ax.size();
+  while (can_drop > 0 && xs.size() - can_drop < 2) --can_drop;
+  for (int64_t d = 0; d < rank; ++d)
+    if (std::find(ax.begin(), ax.begin() + can_drop, d) == ax.begin() + can_drop)
+      r.kept.push_back(d);
+  return r;
+}
+
+tensor reduce_fn::operator()(const tensor& x, axes axis, std::optional<DType> dtype, bool keepdims,
+                             Span span) const {
+  dsl::require_trace(span);
+  Reduction r = reduction(view_of(x, span).shape(), axis.list, keepdims, span);
   DType out = dtype.value_or(x.dtype());
   if (!dtype && std::string_view(op) == "mean" && !dtype_is_float(x.dtype())) out = DType::float32;
-  std::vector<int64_t> shape = xs;
-  for (auto a : ax) shape[a] = 1;
-  tensor dst = dsl::new_tile(shape, out, Memory::sbuf, span);
+  tensor dst = dsl::new_tile(r.shape, out, Memory::sbuf, span);
   dsl::emit(Opcode::nl_reduce,
-            {{"dst", dst.access()}, {"x", x.access()}, {"op", std::string(op)}, {"axes", ax}},
+            {{"dst", dst.access()}, {"x", x.access()}, {"op", std::string(op)}, {"axes", r.axes}},
             span);
-  if (keepdims) return dst;
-  // Drop reduced dims, keeping the last ones as size 1 when fewer than 2 dims would remain.
   Access view = dst.access();
-  size_t can_drop = ax.size();
-  while (can_drop > 0 && xs.size() - can_drop < 2) --can_drop;
-  for (size_t i = 0; i < can_drop; ++i) view.dims[ax[i]].keep = false;
+  for (size_t d = 0; d < view.dims.size(); ++d)
+    view.dims[d].keep = std::find(r.kept.begin(), r.kept.end(), int64_t(d)) != r.kept.end();
   return tensor(std::move(view));
 }
 

@@ -107,6 +107,7 @@ bool equal(const StmtPtr& a, const StmtPtr& b) {
       auto& x = static_cast<const For&>(*a);
       auto& y = static_cast<const For&>(*b);
       return x.var == y.var && x.extent == y.extent && x.loop_kind == y.loop_kind &&
+             x.start == y.start && x.stop == y.stop && x.step == y.step && x.cond == y.cond &&
              equal(x.body, y.body);
     }
     case StmtKind::Alloc:
@@ -142,6 +143,12 @@ size_t hash_value(const StmtPtr& s) {
       mix(h, hash_of(f.var));
       mix(h, hash_of(f.extent));
       mix(h, static_cast<size_t>(f.loop_kind));
+      if (f.is_dynamic()) {
+        mix(h, hash_value(f.start));
+        mix(h, hash_value(f.stop));
+        mix(h, hash_of(f.step));
+        mix(h, hash_of(f.cond));
+      }
       mix(h, hash_value(f.body));
       break;
     }

@@ -46,6 +46,37 @@ StmtPtr For::make(std::string var, int64_t extent, LoopKind kind, StmtPtr body, 
   return n;
 }
 
+StmtPtr For::make_dynamic(std::string var, Affine start, Affine stop, int64_t step,
+                          std::string cond, StmtPtr body, Span span) {
+  auto n = std::make_shared<For>();
+  n->var = std::move(var);
+  n->loop_kind = LoopKind::dynamic;
+  n->start = std::move(start);
+  n->stop = std::move(stop);
+  n->step = step;
+  n->cond = std::move(cond);
+  n->body = std::move(body);
+  n->span = std::move(span);
+  return n;
+}
+
+StmtPtr For::with_body(StmtPtr b) const {
+  auto n = std::make_shared<For>(*this);
+  n->body = std::move(b);
+  return n;
+}
+
+bool is_register_var(std::string_view var) {
+  if (var.size() < 2 || var[0] != 'r') return false;
+  for (size_t i = 1; i < var.size(); ++i)
+    if (var[i] < '0' || var[i] > '9') return false;
+  return true;
+}
+
+std::string register_var(int n) {
+  return "r" + std::to_string(n);
+}
+
 StmtPtr Alloc::make(BufferPtr buffer, Span span) {
   auto n = std::make_shared<Alloc>();
   n->buffer = std::move(buffer);
@@ -104,7 +135,15 @@ std::vector<int64_t> Op::get_ints(std::string_view name) const {
 }
 
 std::string_view loop_kind_name(LoopKind k) {
-  return k == LoopKind::affine ? "affine_range" : "sequential_range";
+  switch (k) {
+    case LoopKind::affine:
+      return "affine_range";
+    case LoopKind::sequential:
+      return "sequential_range";
+    case LoopKind::dynamic:
+      return "dynamic_range";
+  }
+  return "?";
 }
 
 }  // namespace neuron

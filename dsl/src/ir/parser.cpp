@@ -269,22 +269,43 @@ class Parser {
     keyword("for");
     std::string var = name("a loop variable");
     keyword("in");
-    LoopKind kind;
-    if (at_ident("affine_range"))
-      kind = LoopKind::affine;
-    else if (at_ident("sequential_range"))
-      kind = LoopKind::sequential;
-    else
-      fail(cur(), "expected 'affine_range' or 'sequential_range'");
-    next();
-    expect("(");
-    int64_t extent = integer();
+    LoopKind kind = LoopKind::affine;
+    int64_t extent = 0, step = 1;
+    Affine start = 0, stop = 0;
+    std::string cond;
+    if (at_ident("affine_range") || at_ident("sequential_range")) {
+      kind = at_ident("affine_range") ? LoopKind::affine : LoopKind::sequential;
+      next();
+      expect("(");
+      extent = integer();
+    } else if (at_ident("dynamic_range")) {
+      kind = LoopKind::dynamic;
+      next();
+      expect("(");
+      start = affine();
+      expect(",");
+      stop = affine();
+      expect(",");
+      step = integer();
+      if (step <= 0) fail(cur(), "a dynamic_range step must be positive");
+    } else if (at_ident("while_nonzero")) {
+      kind = LoopKind::dynamic;
+      next();
+      expect("(");
+      cond = name("a register");
+      if (!is_register_var(cond)) fail(cur(), "expected a register (r0, r1, ...)");
+    } else {
+      fail(cur(), "expected 'affine_range', 'sequential_range', 'dynamic_range' or 'while_nonzero'");
+    }
     expect(")");
     Span s = opt_loc("loc").value_or(Span{});
     // A non-block body still gets its own scope, as a block body would.
     scopes_.emplace_back();
     StmtPtr body = stmt(depth + 1);
     scopes_.pop_back();
+    if (kind == LoopKind::dynamic)
+      return For::make_dynamic(std::move(var), std::move(start), std::move(stop), step,
+                               std::move(cond), std::move(body), std::move(s));
     return For::make(std::move(var), extent, kind, std::move(body), std::move(s));
   }
 

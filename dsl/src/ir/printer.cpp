@@ -157,8 +157,14 @@ class Printer {
         return;
       case StmtKind::For: {
         auto& f = static_cast<const For&>(*s);
-        out += fmt::format("for {} in {}({})", name_text(f.var), loop_kind_name(f.loop_kind),
-                           f.extent);
+        if (!f.is_dynamic())
+          out += fmt::format("for {} in {}({})", name_text(f.var), loop_kind_name(f.loop_kind),
+                             f.extent);
+        else if (!f.cond.empty())
+          out += fmt::format("for {} in while_nonzero({})", name_text(f.var), f.cond);
+        else
+          out += fmt::format("for {} in dynamic_range({}, {}, {})", name_text(f.var),
+                             f.start.str(), f.stop.str(), f.step);
         loc(f.span);
         out += " ";
         inline_stmt(f.body, depth);

@@ -47,7 +47,7 @@ StmtPtr IRMutator::mutate_Block(const Block& n, const StmtPtr& self) {
 
 StmtPtr IRMutator::mutate_For(const For& n, const StmtPtr& self) {
   StmtPtr body = mutate(n.body);
-  return body == n.body ? self : For::make(n.var, n.extent, n.loop_kind, body, n.span);
+  return body == n.body ? self : n.with_body(body);
 }
 
 StmtPtr IRMutator::mutate_Alloc(const Alloc&, const StmtPtr& self) { return self; }

@@ -23,7 +23,7 @@ import re
 import numpy as np
 
 from .. import _C, _span, errors, runtime
-from ..kernel import Kernel
+from ..kernel import Kernel, param_key
 from ..kernel import simulate as _simulate
 from . import isa, language, methods, typing, views
 
@@ -37,10 +37,11 @@ def _is_array(v):
     return isinstance(v, np.ndarray) or runtime.is_torch(v)
 
 
-def _freeze(v):
+def _freeze(name, v):
+    """A constant's compile key: the current API's parameter key (type and exact value: 1, 1.0
+    and True differ, and so do 0.0 and -0.0), or for other values their type and repr."""
     try:
-        hash(v)
-        return (type(v).__name__, v)
+        return param_key(name, v)
     except TypeError:
         return (type(v).__name__, repr(v))
 
@@ -143,7 +144,7 @@ class LegacyKernel:
                 arrays.append(v)
             else:
                 consts[name] = v
-        key = (tuple(names), tuple(sorted((n, _freeze(v)) for n, v in consts.items())),
+        key = (tuple(names), tuple(sorted((n, _freeze(n, v)) for n, v in consts.items())),
                self.grid, mode or "native")
         k, traced = self._kernels.get(key, (None, None))
         if k is None:

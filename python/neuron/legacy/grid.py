@@ -36,16 +36,9 @@ def const_int(v, what):
 
 
 def broadcast_shapes(shapes):
-    rank = max(len(s) for s in shapes)
-    out = [1] * rank
-    for s in shapes:
-        s = (1,) * (rank - len(s)) + tuple(s)
-        for d, n in enumerate(s):
-            if n != 1 and out[d] not in (1, n):
-                error("index", "index grids of shapes "
-                      f"{' and '.join(str(tuple(x)) for x in shapes)} do not broadcast")
-            out[d] = max(out[d], n) if n != 1 else out[d]
-    return tuple(out)
+    """NumPy's broadcast of index-grid shapes (shorter ones padded with leading 1s), by the
+    C++ DSL's rule (rule "broadcast")."""
+    return tuple(_C.broadcast_shape([list(s) for s in shapes], user_span(), pad_ranks=True))
 
 
 class Grid:

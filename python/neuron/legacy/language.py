@@ -49,8 +49,8 @@ class fp32:
 
 def static_cast(value, dtype):
     """Host-side cast of a NumPy array (as used by legacy test scripts)."""
-    from ..runtime import _numpy_dtype
-    return np.asarray(value).astype(_numpy_dtype(_nl.to_dtype(dtype)))
+    from ..dtypes import numpy_dtype
+    return np.asarray(value).astype(numpy_dtype(_nl.to_dtype(dtype)))
 
 
 # ---- loops: unrolled (ints), and SPMD ----------------------------------------------------------

@@ -1,43 +1,20 @@
 """Applying legacy mask= predicates: the op runs on the operands restricted to the mask's
 rectangle and writes that rectangle of a fresh full-shape result (a "partial" tile; the other
 elements are left unwritten, as NKI leaves them); a mask that holds nowhere drops the op."""
+from .. import _C
 from .. import isa as _isa
 from .. import language as _nl
+from .._span import user_span
 from .blocks import check_tile
 from .grid import error
 from .mask import rectangle
 from .views import (ON_CHIP, GridView, MaskedOperand, Reshaped, as_gridview, concrete,
                     index_rect, is_view, mark_partial, mask_rect, restrict)
 
-_FLOATS = {"float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2"}
-
-
-def is_float(d):
-    return d.name in _FLOATS
-
-
 def promote(a, b):
-    """The C++ DSL's promotion (NKI_API.md 3.3), for results that are never computed."""
-    if a == b:
-        return a
-    fa, fb = is_float(a), is_float(b)
-    if fa != fb:
-        return a if fa else b
-    wa, wb = a.itemsize, b.itemsize
-    if fa:
-        return (a if wa > wb else b) if wa != wb else (
-            _nl.float32 if wa == 2 else _nl.bfloat16)
-    if a == _nl.bool_:
-        return b
-    if b == _nl.bool_:
-        return a
-    sa, sb = a.name.startswith("int"), b.name.startswith("int")
-    if sa == sb:
-        return a if wa > wb else b
-    ws, wu = (wa, wb) if sa else (wb, wa)
-    if ws > wu:
-        return a if sa else b
-    return {1: _nl.int16, 2: _nl.int32}.get(wu, _nl.float32)
+    """The result dtype of a binary op on tiles of dtypes a and b: the C++ DSL's rule
+    (nl::promote, NKI_API.md 3.3), for results that are never computed (dropped masked ops)."""
+    return _C.promote(a, b)
 
 
 def operand(x, what="this call"):
@@ -50,17 +27,12 @@ def operand(x, what="this call"):
 
 
 def space(operands):
-    """The index space (numpy broadcast of the view operands' shapes; equal ranks)."""
+    """The index space: the broadcast of the view operands' shapes (the C++ DSL's rule: equal
+    ranks, size-1 dims expand)."""
     shapes = [list(o.shape) for o in operands if is_view(o)]
     if not shapes:
         error("operand", "at least one operand must be a tile")
-    out = shapes[0]
-    for s in shapes[1:]:
-        if len(s) != len(out):
-            error("broadcast", f"operands of shapes {shapes} have different ranks; tiles "
-                  "broadcast only between equal ranks")
-        out = [max(a, b) if 1 in (a, b) else a for a, b in zip(out, s)]
-    return out
+    return _C.broadcast_shape(shapes, user_span())
 
 
 def is_full(rect, shape):
@@ -137,16 +109,13 @@ def matmul_parts(x, y, x_km, mask):
 
 
 def reduced(shape, axis, keepdims):
-    """(axes, result dims, result shape) of a free-axis reduction: reduced dims are kept as
-    size 1 with keepdims, else dropped, but never below 2 dims on chip (then [P, 1], which
-    broadcasts against [P, F] as the legacy tutorials use it)."""
+    """(axes, result dims, result shape) of a free-axis reduction, by the C++ DSL's rule
+    (nl::reduction): reduced dims are kept as size 1 with keepdims, else dropped, but never
+    below 2 dims on chip (then [P, 1], which broadcasts against [P, F] as the legacy tutorials
+    use it)."""
     axes = [axis] if isinstance(axis, int) else list(axis)
-    axes = sorted(a % len(shape) for a in axes)
-    kept = [d for d in range(len(shape)) if d not in axes]
-    if not keepdims and len(kept) < 2:
-        kept = sorted(kept + axes[len(axes) - (2 - len(kept)):])
-    dims = list(range(len(shape))) if keepdims else kept
-    return axes, dims, [1 if d in axes else shape[d] for d in dims]
+    axes, full, kept = _C.reduction(list(shape), axes, bool(keepdims), user_span())
+    return axes, kept, [full[d] for d in kept]
 
 
 def define_unsupported(namespace, module, names):

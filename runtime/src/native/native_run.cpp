@@ -16,6 +16,7 @@
 #include "neuron/base/error.hpp"
 #include "neuron/base/config.hpp"
 #include "neuron/base/print.hpp"
+#include "neuron/codegen/fault.hpp"
 #include "neuron/runtime/sim.hpp"
 #include "neuron/base/target.hpp"
 
@@ -169,6 +170,15 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
         for (auto& t : scratch) std::memset(t.data(), 0, t.bytes());
       first = false;
       k.entry(ptrs.data(), pids, npids, s->sbuf.get(), s->psum.get(), s->flags.get());
+      // An index read at run time out of range: the kernels skipped it and recorded a fault.
+      const native::Fault f = native::take_fault();
+      if (f.kind != native::kFaultNone) {
+        pool().give(std::move(s));
+        std::string where;
+        for (size_t a = 0; a < grid.size(); ++a)
+          where += fmt::format("{}pid{}={}", a ? ", " : "", a, pids[a]);
+        native::raise_fault(p, f, where);
+      }
     }
     native::set_print_stream(nullptr);
     pool().give(std::move(s));

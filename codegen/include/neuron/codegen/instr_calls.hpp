@@ -13,7 +13,14 @@
 //   View text(const std::string& s);                     // a NUL-terminated string constant
 //   template <class R, class... P, class... A>
 //   void call(R (*kernel)(P...), const char* name, const A&... args);
-//       // args are Views or numbers (converted to the kernel's parameter types)
+//       // args are Views, Ints or numbers (converted to the kernel's parameter types)
+//   using Int = ...;    // a runtime integer: int64_t (simulator), llvm::Value* (LLVM)
+//   Int reg(const std::string& r);                  // a register's value
+//   Int integer(int64_t v);                         // a constant
+//   void set_reg(const std::string& r, Int v);
+//   template <class... P, class... A>
+//   void call_into(const std::string& r, int64_t (*kernel)(P...), const char* name,
+//                  const A&... args);               // r = kernel(args...)
 #pragma once
 #include <string>
 
@@ -43,13 +50,49 @@ void call_instr(E& e, const Instr& in) {
   auto op = [](AluOp o) { return static_cast<int>(o); };
   NormLayout ld, l0, l1;
   switch (in.op) {
-    case Opcode::tensor_copy:
-    case Opcode::dma_copy: {
+    case Opcode::dma_copy:
+      if (a.indirect != InstrArgs::Indirect::none) {
+        auto s = e.view(in.src[0], in, l0);
+        auto idx = e.view(in.src[1], in, l1);
+        auto d = e.view(in.dst, in, ld);
+        return e.call(NEURON_KERNEL(dma_indirect), d, s, idx, dt(in.dst), dt(in.src[0]),
+                      dt(in.src[1]), a.indirect == InstrArgs::Indirect::src ? 1 : 2,
+                      a.indirect_rows, int{a.oob_skip}, in.id);
+      }
+      [[fallthrough]];
+    case Opcode::tensor_copy: {
       auto s = e.view(in.src[0], in, l0);
       auto d = e.view(in.dst, in, ld);
       return e.call(NEURON_KERNEL(copy), d, s, dt(in.dst), dt(in.src[0]),
                     same_flags(in, {&l0, &ld}, {&in.src[0]}));
     }
+    case Opcode::nc_n_gather: {
+      auto s = e.view(in.src[0], in, l0);
+      auto idx = e.view(in.src[1], in, l1);
+      auto d = e.view(in.dst, in, ld);
+      return e.call(NEURON_KERNEL(gather), d, s, idx, dt(in.dst), dt(in.src[0]), dt(in.src[1]),
+                    in.id);
+    }
+    case Opcode::local_gather: {
+      auto s = e.view(in.src[0], in, l0);
+      auto idx = e.view(in.src[1], in, l1);
+      auto d = e.view(in.dst, in, ld);
+      const int64_t valid = a.num_valid_indices >= 0 ? a.num_valid_indices
+                                                     : 16 * (l1.size[0] ? l1.count / l1.size[0] : 0);
+      return e.call(NEURON_KERNEL(local_gather), d, s, idx, dt(in.dst), dt(in.src[0]),
+                    dt(in.src[1]), a.num_elem_per_idx, valid, in.id);
+    }
+    case Opcode::register_load: {
+      auto s = e.view(in.src[0], in, l0);
+      return e.call_into(a.reg, NEURON_KERNEL(load_scalar), s, dt(in.src[0]));
+    }
+    case Opcode::register_store: {
+      auto d = e.view(in.dst, in, ld);
+      return e.call(NEURON_KERNEL(store_scalar), d, dt(in.dst), e.reg(a.reg));
+    }
+    case Opcode::register_move:
+      return e.set_reg(a.reg, a.src_reg.empty() ? e.integer(static_cast<int64_t>(a.imm0))
+                                                : e.reg(a.src_reg));
     case Opcode::tensor_tensor: {
       auto x = e.view(in.src[0], in, l0);
       auto y = e.view(in.src[1], in, l1);

@@ -44,6 +44,9 @@ struct AccessBound {
   const char* what = "";
   const AccessPattern* ap = nullptr;
   bool writes = false;
+  // Depends on a register or a dynamic loop: not checked per launch but at run time, by the
+  // generated code (lower_program.cpp), and the bounds below are not meaningful.
+  bool dynamic = false;
   // Element offset (HBM) or byte offset in the partition (on chip), including the pattern's own
   // extent: [lo, hi] inclusive of the last byte/element touched.
   int64_t lo = 0, hi = 0;

@@ -62,15 +62,23 @@ struct InstrArgs {
   int64_t offset = 0, channel_multiplier = 0;
   AluOp cmp_op = AluOp::equal;         // affine_select comparison against 0
   std::string prefix;                  // device_print
+  // dma_copy with indirect rows: the last source is the [P, 1] index tile; element p selects
+  // the row (dims[0] of the HBM side, `indirect_rows` of them) partition p moves.
+  enum class Indirect { none, src, dst } indirect = Indirect::none;
+  int64_t indirect_rows = 0;
+  bool oob_skip = false;                // out-of-range rows are skipped, not an error
+  int64_t num_elem_per_idx = 1, num_valid_indices = -1;  // local_gather (-1: all)
+  std::string reg, src_reg;            // register_*: the register written/read; move source
   bool operator==(const InstrArgs&) const = default;
 };
 
 // One instruction. Source operand order per opcode:
-//   nc_matmul: stationary, moving          nc_transpose, tensor_copy, tensor_reduce, dma_copy,
-//   activation: data [, bias] [, scale]      device_print: data
+//   nc_matmul: stationary, moving          nc_transpose, tensor_copy, tensor_reduce,
+//   activation: data [, bias] [, scale]      device_print, register_load: data
 //   tensor_tensor: data1, data2            tensor_scalar: data [, operand0] [, operand1]
 //   tensor_copy_predicated: data, predicate   affine_select: on_true
-//   memset, iota: none
+//   dma_copy: src [, rows index]           nc_n_gather: data, indices   local_gather: src, index
+//   memset, iota, register_store, register_move: none
 struct Instr {
   Opcode op = Opcode::tensor_copy;
   Engine engine = Engine::vector;
@@ -83,13 +91,18 @@ struct Instr {
   Span span;
 };
 
-// A program node: an instruction or a rolled loop (var = 0 .. extent-1).
+// A program node: an instruction or a rolled loop (var = 0 .. extent-1). A dynamic loop
+// (LoopKind::dynamic) counts its trip from registers when it starts, or runs while `cond` is
+// non-zero (For in ir.hpp).
 struct ProgNode {
   enum class Kind { instr, loop } kind = Kind::instr;
   Instr instr;
   std::string var;
   int64_t extent = 0;
   LoopKind loop_kind = LoopKind::affine;
+  Affine start = 0, stop = 0;
+  int64_t step = 1;
+  std::string cond;
   std::vector<ProgNode> body;
 };
 
@@ -113,5 +126,7 @@ struct Program {
 };
 
 std::string print(const Program& p);
+// Whether an instruction writes its `dst` pattern (device_print and register loads/moves don't).
+bool has_dst(Opcode op);
 
 }  // namespace neuron

@@ -564,6 +564,101 @@ void neuron_k_affine_select(const NView* d, const NView* s, const NView* pat, in
   clear_flags(*d, e);
 }
 
+// The flat element `i` (row-major over dims 1..) of partition row `row` of v.
+inline char* element(const NView& v, char* row, int64_t i) {
+  for (int d = kDims - 1; d >= 1; --d) {
+    row += (i % v.size[d]) * v.stride[d];
+    i /= v.size[d];
+  }
+  return row;
+}
+inline int64_t per_partition(const NView& v) {
+  return v.size[0] ? count_of(v) / v.size[0] : 0;
+}
+inline void move_element(char* to, int tdt, const char* from, int fdt) {
+  if (tdt == fdt)
+    std::memcpy(to, from, static_cast<size_t>(neuron::dtype_bytes(dt(tdt))));
+  else
+    b::store_f32(to, dt(tdt), b::load_f32(from, dt(fdt)));
+}
+// Element p (row-major over all its dims) of an index operand, as an integer.
+inline int64_t index_at(const NView& idx, int idt, int64_t p) {
+  const int64_t per = per_partition(idx);
+  return b::load_int(element(idx, idx.base + (p / per) * idx.stride[0], p % per), dt(idt));
+}
+
+void neuron_k_dma_indirect(const NView* d, const NView* s, const NView* idx, int ddt, int sdt,
+                           int idt, int side, int64_t rows, int oob_skip, int instr) {
+  const int64_t P = d->size[0], n = per_partition(*d);
+  for (int64_t p = 0; p < P; ++p) {
+    const int64_t r = index_at(*idx, idt, p);
+    if (r < 0 || r >= rows) {
+      if (!oob_skip) neuron_k_fault(neuron::native::kFaultRowIndex, instr, r, rows, p, 0);
+      continue;
+    }
+    char* from = s->base + (side == 1 ? r : p) * s->stride[0];
+    char* to = d->base + (side == 2 ? r : p) * d->stride[0];
+    for (int64_t i = 0; i < n; ++i)
+      move_element(element(*d, to, i), ddt, element(*s, from, i), sdt);
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_gather(const NView* d, const NView* s, const NView* idx, int ddt, int sdt, int idt,
+                     int instr) {
+  const int64_t P = d->size[0], n = per_partition(*d), F = per_partition(*s);
+  for (int64_t p = 0; p < P; ++p) {
+    char* row = s->base + p * s->stride[0];
+    char* out = d->base + p * d->stride[0];
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t k = b::load_int(element(*idx, idx->base + p * idx->stride[0], j), dt(idt));
+      if (k < 0 || k >= F) {
+        neuron_k_fault(neuron::native::kFaultGatherIndex, instr, k, F, p, 0);
+        continue;
+      }
+      move_element(element(*d, out, j), ddt, element(*s, row, k), sdt);
+    }
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_local_gather(const NView* d, const NView* s, const NView* idx, int ddt, int sdt,
+                           int idt, int64_t per, int64_t valid, int instr) {
+  const int64_t P = d->size[0], F = per_partition(*s), I = per_partition(*idx);
+  for (int64_t g = 0; g < P / 16; ++g) {
+    // The group's indices, partition-first: index k is idx[16g + k % 16, k / 16].
+    for (int64_t k = 0; k < valid; ++k) {
+      const int64_t q = 16 * g + k % 16, c = k / 16;
+      if (c >= I) break;
+      const int64_t start =
+          b::load_int(element(*idx, idx->base + q * idx->stride[0], c), dt(idt));
+      if (start < 0 || start + per > F) {
+        neuron_k_fault(neuron::native::kFaultGatherIndex, instr, start, F, q, 0);
+        continue;
+      }
+      for (int64_t p = 16 * g; p < 16 * g + 16; ++p) {
+        char* row = s->base + p * s->stride[0];
+        char* out = d->base + p * d->stride[0];
+        for (int64_t e = 0; e < per; ++e)
+          move_element(element(*d, out, k * per + e), ddt, element(*s, row, start + e), sdt);
+      }
+    }
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+// Registers are 32-bit: a loaded value wraps to int32 (float elements convert by rounding).
+int64_t neuron_k_load_scalar(const NView* s, int sdt) {
+  const int64_t v = b::load_int(s->base, dt(sdt));
+  return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(v)));
+}
+
+void neuron_k_store_scalar(const NView* d, int ddt, int64_t value) {
+  const int64_t v = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(value)));
+  b::store_int(d->base, dt(ddt), v);
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
 // ---- the cold paths (declared in instr_abi.hpp) ----
 
 [[gnu::noinline, gnu::cold]] void neuron_k_snapshot_copy(const NView* d, const NView* s, int ddt,

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "neuron/dsl/syntax.hpp"
 #include "neuron/dsl/tensor.hpp"
 #include "neuron/ir/ir.hpp"
 
@@ -31,14 +32,21 @@ void emit(Opcode code, std::vector<Arg> args, const Span& span);
 // Opens a For; returns its loop variable ("i0", "i1", ... in the order loops are opened) and an
 // id that close_loop must be given.
 std::pair<std::string, int> open_loop(int64_t extent, LoopKind kind, const Span& span);
+// Opens a runtime loop (LoopKind::dynamic): max(0, ceil((stop - start) / step)) iterations
+// counted when it starts, or, with `cond` a register, iterations while it is non-zero.
+std::pair<std::string, int> open_dynamic_loop(Affine start, Affine stop, int64_t step,
+                                              std::string cond, const Span& span);
+// A fresh register ("r0", "r1", ... in trace order).
+std::string new_register(const Span& span);
 // Closes the innermost loop if it is `id`. Never throws (called from destructors).
 void close_loop(int id) noexcept;
 
 // A running trace. Constructing one starts tracing on this thread (nested traces are a
-// UserError "nested-trace"); destroying it without finish() discards everything.
+// UserError "nested-trace"); destroying it without finish() discards everything. `syntax` is
+// the language of the kernel's source, which user messages quote code in while it runs.
 class TraceScope {
  public:
-  TraceScope(std::string name, Span span);
+  TraceScope(std::string name, Span span, Syntax syntax = Syntax::cpp);
   ~TraceScope();
   TraceScope(const TraceScope&) = delete;
   TraceScope& operator=(const TraceScope&) = delete;
@@ -50,6 +58,7 @@ class TraceScope {
   Kernel finish(const std::optional<std::vector<nl::tensor>>& outputs);
 
  private:
+  SyntaxScope syntax_;
   bool active_ = false;
 };
 

@@ -17,9 +17,11 @@ const Access& view_of(const nl::tensor& t, const Span& span);
 nl::tensor new_tile(std::vector<int64_t> shape, DType dtype, Memory memory, const Span& span,
                     const std::string& name = "");
 
-// The common shape of operands under numpy broadcasting with equal ranks (rule "broadcast").
+// The common shape of operands under numpy broadcasting (rule "broadcast"): size-1 dims
+// expand. Tiles broadcast between equal ranks only; pad_ranks (numpy's full rule, for the
+// legacy API's index grids) first pads shorter shapes with leading 1s.
 std::vector<int64_t> broadcast_shape(const std::vector<std::vector<int64_t>>& shapes,
-                                     const Span& span);
+                                     const Span& span, bool pad_ranks = false);
 // The view `a` seen with `shape`: size-1 dims that must grow become step-0 dims.
 Access broadcast_view(const Access& a, const std::vector<int64_t>& shape, const Span& span);
 

@@ -7,6 +7,10 @@
 
 namespace neuron::nl {
 
+// The number of iterations of range(start, stop, step) (Python's rule); step 0 is a UserError
+// "range".
+int64_t trip_count(int64_t start, int64_t stop, int64_t step, const Span& span);
+
 // A rolled loop. `for (nl::index i : nl::affine_range(8))` runs its body exactly once, with
 // `i` the symbolic index start + step * iN, and records the body as For(iN, extent). The loop
 // is closed when the iteration ends, or by the destructor when the body `break`s or throws.
@@ -29,6 +33,8 @@ class loop_range {
   };
 
   loop_range(int64_t start, int64_t stop, int64_t step, LoopKind kind, Span span);
+  // A runtime loop (nl::dynamic_range): start/stop may use registers; step > 0.
+  loop_range(index start, index stop, int64_t step, Span span);
   ~loop_range() { close(); }
   loop_range(const loop_range&) = delete;
   loop_range& operator=(const loop_range&) = delete;
@@ -39,7 +45,8 @@ class loop_range {
 
  private:
   void close() noexcept;
-  int64_t start_, step_, extent_;
+  index start_, stop_;
+  int64_t step_, extent_;
   LoopKind kind_;
   Span span_;
   bool open_ = false, used_ = false;
@@ -54,6 +61,12 @@ loop_range affine_range(int64_t start, int64_t stop, int64_t step = 1, Span span
 loop_range sequential_range(int64_t stop, Span span = Span::current());
 loop_range sequential_range(int64_t start, int64_t stop, int64_t step = 1,
                             Span span = Span::current());
+
+// A runtime loop: its trip count max(0, ceil((stop - start) / step)) is read when it starts, so
+// start and stop may be registers (nl::register_alloc) or use them. The body is traced once;
+// `i` is start + step * (iteration), with start's registers read when the loop starts.
+loop_range dynamic_range(index stop, Span span = Span::current());
+loop_range dynamic_range(index start, index stop, int64_t step = 1, Span span = Span::current());
 
 // An unrolled loop: plain integers, C++ runs the body once per value.
 class static_range {

@@ -93,19 +93,36 @@ struct Block : Stmt {
 };
 
 // affine_range: iterations are independent (the allocator may rotate buffers across them);
-// sequential_range: iterations carry dependences. Loops always run var = 0 .. extent-1; the
-// front ends fold start/step into the index expressions.
-enum class LoopKind { affine, sequential };
+// sequential_range: iterations carry dependences; dynamic: a runtime loop whose trip count is
+// known only when it starts (it reads registers: nl.dynamic_range, fori_loop, while_loop). Loops
+// always run var = 0, 1, ...; the front ends fold start/step into the index expressions.
+enum class LoopKind { affine, sequential, dynamic };
+
+// Registers are runtime integer variables ("r0", "r1", ... in trace order) set by the
+// register_load/register_move instructions. Index expressions may use them (dynamic offsets), and
+// dynamic loops read them.
+bool is_register_var(std::string_view var);
+std::string register_var(int n);  // "r<n>"
 
 struct For : Stmt {
   static constexpr StmtKind static_kind = StmtKind::For;
   For() : Stmt(static_kind) {}
   std::string var;
-  int64_t extent = 0;
+  int64_t extent = 0;  // the trip count of an affine/sequential loop
   LoopKind loop_kind = LoopKind::affine;
+  // Dynamic loops: with `cond` empty, max(0, ceil((stop - start) / step)) iterations, evaluated
+  // once when the loop starts (start/stop may use registers, loop variables and program ids;
+  // step > 0); with `cond` a register, iterations run while it is non-zero (checked first).
+  Affine start = 0, stop = 0;
+  int64_t step = 1;
+  std::string cond;
   StmtPtr body;
   static StmtPtr make(std::string var, int64_t extent, LoopKind kind, StmtPtr body,
                       Span span = {});
+  static StmtPtr make_dynamic(std::string var, Affine start, Affine stop, int64_t step,
+                              std::string cond, StmtPtr body, Span span = {});
+  StmtPtr with_body(StmtPtr body) const;  // the same loop around another body
+  bool is_dynamic() const { return loop_kind == LoopKind::dynamic; }
 };
 
 // Declares a buffer; it lives until the end of the enclosing block.

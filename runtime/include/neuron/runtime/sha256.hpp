@@ -1,11 +1,18 @@
-// SHA-256 (FIPS 180-4) for cache keys and entry checksums, until LLVM's hashing is linked in.
+// SHA-256 digests for cache keys and entry checksums: LLVM's implementation
+// (llvm/Support/SHA256.h, in the LLVM the toolkit links), behind a small interface so the
+// runtime's headers do not include LLVM's.
 #pragma once
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+
+namespace llvm {
+class SHA256;
+}
 
 namespace neuron {
 
@@ -15,6 +22,7 @@ class Sha256 {
   using Digest = std::array<std::uint8_t, 32>;
 
   Sha256();
+  ~Sha256();
   void update(std::span<const std::uint8_t> bytes);
   void update(std::string_view text) {
     update({reinterpret_cast<const std::uint8_t*>(text.data()), text.size()});
@@ -22,12 +30,7 @@ class Sha256 {
   Digest digest();
 
  private:
-  void compress(const std::uint8_t* block);
-
-  std::array<std::uint32_t, 8> state_;
-  std::array<std::uint8_t, 64> buffer_{};
-  std::size_t buffered_ = 0;
-  std::uint64_t total_bytes_ = 0;
+  std::unique_ptr<llvm::SHA256> hash_;
   bool finished_ = false;
 };
 

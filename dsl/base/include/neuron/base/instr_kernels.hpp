@@ -31,6 +31,25 @@ struct NView {
 // (without it the check is compiled away).
 inline constexpr int kSameShape = 1, kMayOverlap = 2;
 
+// A data-dependent error found while an instruction runs (an index read at run time outside its
+// range): the kernel reports it with neuron_k_fault and skips the offending element or row; the
+// executor turns the first fault of a run into a UserError naming the instruction's line
+// (codegen/fault.hpp). Per thread.
+enum FaultKind : int {
+  kFaultNone = 0,
+  kFaultRowIndex = 1,     // indirect DMA: a = row index, b = rows, c = partition
+  kFaultGatherIndex = 2,  // nc_n_gather/local_gather: a = element index, b = elements, c = partition
+  kFaultAccess = 3,  // a register-dependent access: a = first, b = last touched, c = operand
+                     // (-1 dst, i src i), d = limit (elements or bytes per partition)
+  kFaultPartition = 4,  // the same for its partitions: a = first, b = last, c = operand, d = limit
+};
+struct Fault {
+  int kind = kFaultNone;
+  int instr = -1;
+  int64_t a = 0, b = 0, c = 0, d = 0;
+};
+Fault take_fault();  // the first fault since the last call (kind kFaultNone: none), cleared
+
 }  // namespace neuron::native
 
 // Every kernel: X(name, how). `inline` kernels are linked into JIT modules from bitcode and
@@ -40,7 +59,9 @@ inline constexpr int kSameShape = 1, kMayOverlap = 2;
 #define NEURON_INSTR_KERNELS(X)                                                                \
   X(copy, inline) X(tensor_tensor, inline) X(tensor_scalar, inline) X(activation, inline)      \
   X(memset, inline) X(tensor_reduce, call) X(transpose, call) X(matmul, call)                  \
-  X(copy_predicated, call) X(iota, call) X(affine_select, call) X(print, call)
+  X(copy_predicated, call) X(iota, call) X(affine_select, call) X(print, call)                 \
+  X(dma_indirect, call) X(gather, call) X(local_gather, call) X(load_scalar, inline)           \
+  X(store_scalar, inline)
 // The cold paths of the streaming kernels (host only; see instr_kernels.cpp).
 #define NEURON_INSTR_SNAPSHOTS(X) \
   X(copy) X(tensor_tensor) X(tensor_scalar) X(activation) X(copy_predicated) X(affine_select)
@@ -96,4 +117,23 @@ void neuron_k_snapshot_affine_select(const neuron_nview* d, const neuron_nview* 
                                      int cmp_op, double on_false);
 // device_print: host only (formats with fmt, writes to the stream the run was given).
 void neuron_k_print(const neuron_nview* s, int sdt, const char* prefix);
+// dma_copy with indirect rows: partition p moves row idx[p] (of `rows`) of the HBM side, `side` 1
+// (src) or 2 (dst), whose dim 0 stride is the row stride. Out-of-range rows fault or, with
+// oob_skip, are skipped.
+void neuron_k_dma_indirect(const neuron_nview* d, const neuron_nview* s, const neuron_nview* idx,
+                           int ddt, int sdt, int idt, int side, int64_t rows, int oob_skip,
+                           int instr);
+// nc_n_gather: d[p, j] = s[p, flat idx[p, j]] over s's flattened free dims.
+void neuron_k_gather(const neuron_nview* d, const neuron_nview* s, const neuron_nview* idx, int ddt,
+                     int sdt, int idt, int instr);
+// local_gather: per group of 16 partitions, the group's indices (partition-first, the first
+// `valid`) each select `per` consecutive elements of every partition's own row of s.
+void neuron_k_local_gather(const neuron_nview* d, const neuron_nview* s, const neuron_nview* idx,
+                           int ddt, int sdt, int idt, int64_t per, int64_t valid, int instr);
+// register_load / register_store: one element as a 32-bit register value.
+int64_t neuron_k_load_scalar(const neuron_nview* s, int sdt);
+void neuron_k_store_scalar(const neuron_nview* d, int ddt, int64_t value);
+// Records a fault (FaultKind) of instruction `instr` for the executor; host only, bound by name
+// in the JIT (kernels and generated code call it).
+void neuron_k_fault(int kind, int instr, int64_t a, int64_t b, int64_t c, int64_t d);
 }

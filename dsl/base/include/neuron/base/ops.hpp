@@ -6,40 +6,52 @@
 
 namespace neuron {
 
-// X(enumerator, printed name, level) where level is Nl (a helper that legalize expands into
-// ISA instructions) or Isa (an engine instruction that survives to the engine program).
-// Operands are named keyword arguments on the Op node (see ir.hpp); the names each opcode
-// takes are listed in docs/language-reference.md and checked by the verifier.
-#define NEURON_OPCODES(X)                                                        \
-  /* nl helpers, expanded by codegen/src/legalize.cpp */                          \
-  X(nl_load, "nl.load", Nl)           /* dst(sbuf) <- src(hbm) with dtype cast */ \
-  X(nl_store, "nl.store", Nl)         /* dst(hbm) <- src(sbuf|psum) */            \
-  X(nl_copy, "nl.copy", Nl)           /* dst <- src, dtype cast */                \
-  X(nl_matmul, "nl.matmul", Nl)       /* dst(psum) <- x @ y (transpose_x) */      \
-  X(nl_transpose, "nl.transpose", Nl) /* dst <- src.T */                          \
-  X(nl_unary, "nl.unary", Nl)         /* dst <- func(x) */                        \
-  X(nl_binary, "nl.binary", Nl)       /* dst <- op(x, y), numpy broadcasting */   \
-  X(nl_reduce, "nl.reduce", Nl)       /* dst <- op over free axes (add/max/min/mean) */ \
-  X(nl_where, "nl.where", Nl)         /* dst <- cond ? x : y */                   \
-  /* ISA instructions (nki.isa names) */                                          \
-  X(nc_matmul, "nc_matmul", Isa)                                                  \
-  X(nc_transpose, "nc_transpose", Isa)                                            \
-  X(activation, "activation", Isa)                                                \
-  X(tensor_tensor, "tensor_tensor", Isa)                                          \
-  X(tensor_scalar, "tensor_scalar", Isa)                                          \
-  X(tensor_reduce, "tensor_reduce", Isa)                                          \
-  X(tensor_copy, "tensor_copy", Isa)                                              \
-  X(tensor_copy_predicated, "tensor_copy_predicated", Isa)                        \
-  X(memset, "memset", Isa)                                                        \
-  X(iota, "iota", Isa)                                                            \
-  X(affine_select, "affine_select", Isa)                                          \
-  X(dma_copy, "dma_copy", Isa)                                                    \
-  X(device_print, "device_print", Isa)
+// The instruction table. X(enumerator, printed name, level, engine, streamed inputs):
+//  - level: Nl (a helper that legalize expands into ISA instructions) or Isa (an engine
+//    instruction that survives to the engine program and runs as an instruction kernel:
+//    codegen/instr_calls.hpp says which, dsl/base/src/kernels/instr_kernels.cpp defines it);
+//  - engine: the engine an ISA instruction runs on (none for nl helpers and device_print);
+//  - streamed inputs: how many full-size tensor operands the engine streams (the timing model's
+//    cost entry: two-input VectorE/GpSimd instructions run at half rate).
+// Operands are named keyword arguments on the Op node (see ir.hpp); the names each opcode takes
+// are its signature (op_arg_specs in ops.hpp, listed in docs/language-reference.md), checked by
+// the verifier.
+#define NEURON_OPCODES(X)                                                                \
+  /* nl helpers, expanded by codegen/src/legalize.cpp */                                  \
+  X(nl_load, "nl.load", Nl, none, 1)           /* dst(sbuf) <- src(hbm) with dtype cast */ \
+  X(nl_store, "nl.store", Nl, none, 1)         /* dst(hbm) <- src(sbuf|psum) */            \
+  X(nl_copy, "nl.copy", Nl, none, 1)           /* dst <- src, dtype cast */                \
+  X(nl_matmul, "nl.matmul", Nl, none, 1)       /* dst(psum) <- x @ y (transpose_x) */      \
+  X(nl_transpose, "nl.transpose", Nl, none, 1) /* dst <- src.T */                          \
+  X(nl_unary, "nl.unary", Nl, none, 1)         /* dst <- func(x) */                        \
+  X(nl_binary, "nl.binary", Nl, none, 2)       /* dst <- op(x, y), numpy broadcasting */   \
+  X(nl_reduce, "nl.reduce", Nl, none, 1)       /* dst <- op over free axes */              \
+  X(nl_where, "nl.where", Nl, none, 2)         /* dst <- cond ? x : y */                   \
+  /* ISA instructions (nki.isa names) */                                                  \
+  X(nc_matmul, "nc_matmul", Isa, tensor, 1)                                               \
+  X(nc_transpose, "nc_transpose", Isa, tensor, 1)                                         \
+  X(activation, "activation", Isa, scalar, 1)                                             \
+  X(tensor_tensor, "tensor_tensor", Isa, vector, 2)                                       \
+  X(tensor_scalar, "tensor_scalar", Isa, vector, 1)                                       \
+  X(tensor_reduce, "tensor_reduce", Isa, vector, 1)                                       \
+  X(tensor_copy, "tensor_copy", Isa, vector, 1)                                           \
+  X(tensor_copy_predicated, "tensor_copy_predicated", Isa, vector, 2)                     \
+  X(memset, "memset", Isa, vector, 0)                                                     \
+  X(iota, "iota", Isa, gpsimd, 0)                                                         \
+  X(affine_select, "affine_select", Isa, gpsimd, 1)                                       \
+  X(dma_copy, "dma_copy", Isa, dma, 1)          /* optional src_rows/dst_rows: indirect */ \
+  X(nc_n_gather, "nc_n_gather", Isa, gpsimd, 1) /* dst[p, j] = data[p, indices[p, j]] */      \
+  X(local_gather, "local_gather", Isa, gpsimd, 1) /* per 16-partition group, see kernels */   \
+  /* registers (runtime integers, ir.hpp), run by the engines' sequencers */               \
+  X(register_load, "register_load", Isa, none, 0)   /* reg <- one element of src */           \
+  X(register_store, "register_store", Isa, none, 0) /* dst (one element) <- reg */            \
+  X(register_move, "register_move", Isa, none, 0)   /* reg <- value, or reg <- src register */\
+  X(device_print, "device_print", Isa, none, 1)
 
 enum class OpLevel { Nl, Isa };
 
 enum class Opcode {
-#define X(e, name, level) e,
+#define X(e, name, level, engine, streams) e,
   NEURON_OPCODES(X)
 #undef X
 };
@@ -105,6 +117,8 @@ inline bool is_on_chip(Memory m) { return m == Memory::sbuf || m == Memory::psum
 
 std::string_view opcode_name(Opcode op);
 OpLevel opcode_level(Opcode op);
+Engine opcode_engine(Opcode op);
+int opcode_streamed_inputs(Opcode op);
 std::optional<Opcode> opcode_from_name(std::string_view s);
 std::string_view alu_op_name(AluOp op);
 int alu_op_arity(AluOp op);

@@ -9,8 +9,8 @@
 
 #include <unistd.h>
 
-#include "kernels/differential.hpp"
-#include "kernels/sim_test_util.hpp"
+#include "exec/differential.hpp"
+#include "exec/sim_test_util.hpp"
 #include "neuron/codegen/pipeline.hpp"
 #include "neuron/base/error.hpp"
 #include "neuron/ir/printer.hpp"

@@ -1,5 +1,5 @@
-// device_print for native kernels: a host function generated code calls (never bitcode: it
-// formats with fmt and writes to the stream of the current run).
+// The host-only parts of the instruction kernels (never bitcode): device_print, which formats
+// with fmt and writes to the stream of the current run, and the per-thread fault record.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -22,7 +22,21 @@ std::ostream* print_stream() {
   return t_print;
 }
 
+static thread_local Fault t_fault;
+
+Fault take_fault() {
+  Fault f = t_fault;
+  t_fault = Fault{};
+  return f;
+}
+
 }  // namespace neuron::native
+
+// Keeps the first fault: later ones are usually its consequences.
+extern "C" void neuron_k_fault(int kind, int instr, int64_t a, int64_t b, int64_t c, int64_t d) {
+  auto& f = neuron::native::t_fault;
+  if (f.kind == neuron::native::kFaultNone) f = neuron::native::Fault{kind, instr, a, b, c, d};
+}
 
 // `header` is the simulator's first line ("prefix [shape] dtype\n"), made at compile time.
 extern "C" void neuron_k_print(const neuron_nview* s, int sdt, const char* header) {

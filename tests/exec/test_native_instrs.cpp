@@ -5,8 +5,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "kernels/differential.hpp"
-#include "kernels/sim_test_util.hpp"
+#include "exec/differential.hpp"
+#include "exec/sim_test_util.hpp"
 
 using namespace neuron;
 using namespace neuron::sim_test;

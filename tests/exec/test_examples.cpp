@@ -1,12 +1,13 @@
 // The example kernels, run on the simulator AND natively: both executors must agree bit for bit
-// and both must match independent double-precision references. (The matmul and softmax the
-// examples use are the library's, tested in tests/library.)
+// and both must match independent double-precision references. (The examples' matmul programs
+// use the library's kernel, tested in tests/library.)
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <random>
 
-#include "kernels/differential.hpp"
+#include "exec/differential.hpp"
+#include "softmax.hpp"
 #include "vector_add.hpp"
 
 using namespace neuron;
@@ -57,5 +58,25 @@ TEST_CASE("vector_add over an SPMD grid matches a + b on both executors") {
       CHECK(rep.threads == threads);
       CHECK(rep.programs == n / 128);
     }
+  }
+}
+
+TEST_CASE("row softmax matches a double-precision reference on both executors") {
+  for (DType dtype : {DType::float32, DType::bfloat16}) {
+    CAPTURE(dtype_name(dtype));
+    const int64_t n = 384, f = 320;
+    auto k = trace("softmax", examples::softmax, {{{n, f}, dtype}});
+    Compiled c = compile(k, default_compile_options());
+    Tensor x = random_tensor({n, f}, dtype, 5, 6.0f);
+    auto ref = reference(n * f, [&](int64_t i) {
+      int64_t r = i / f;
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < f; ++j) mx = std::fmax(mx, x.get(r * f + j));
+      for (int64_t j = 0; j < f; ++j) sum += std::exp(double(x.get(r * f + j)) - mx);
+      return std::exp(double(x.get(i)) - mx) / sum;
+    });
+    NativeOptions o;
+    o.threads = 2;
+    check_reference(run_both(c, {x}, {n / 128}, o), 0, ref);
   }
 }

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "kernels/sim_test_util.hpp"
+#include "exec/sim_test_util.hpp"
 #include "neuron/runtime/profile.hpp"
 #include "neuron/runtime/sim.hpp"
 #include "neuron/base/target.hpp"

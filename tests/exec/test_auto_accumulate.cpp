@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "kernels/differential.hpp"
+#include "exec/differential.hpp"
 #include "neuron/neuron.hpp"
 
 using namespace neuron;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/differential.hpp"
-#include "kernels/sim_test_util.hpp"
+#include "exec/differential.hpp"
+#include "exec/sim_test_util.hpp"
 #include "neuron/base/error.hpp"
 #include "neuron/runtime/sim.hpp"
 

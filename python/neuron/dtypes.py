@@ -1,0 +1,93 @@
+"""The dtype table, one for the whole package: neuron's dtypes are the C++ list
+(neuron/ir/dtype.hpp, bound as _C.DType), and each one's NumPy and torch dtype is the one of
+the same name: NumPy's own, else ml_dtypes' (bfloat16, float8_e4m3, float8_e5m2), and torch's
+(none for float8_e4m3: torch.float8_e4m3fn is another format, docs/numerics.md)."""
+import sys
+
+import numpy as np
+
+from . import _C
+
+try:
+    import ml_dtypes
+except ImportError:  # pragma: no cover
+    ml_dtypes = None
+
+ALL = tuple(_C.DType.__members__.values())
+
+_E4M3FN = ("torch.float8_e4m3fn (no inf, largest 448) is not neuron's IEEE-style float8_e4m3 "
+           "(largest 240)")
+
+
+def numpy_dtype(d):
+    """The NumPy dtype of a neuron DType (ml_dtypes for bfloat16 and float8)."""
+    try:
+        return np.dtype(d.name_)
+    except TypeError:
+        pass
+    if ml_dtypes is None:  # pragma: no cover
+        raise TypeError(f"{d.name_} arrays need ml_dtypes")
+    return np.dtype(getattr(ml_dtypes, d.name_))
+
+
+def from_ml_dtypes(d):
+    """Whether d's NumPy dtype comes from ml_dtypes (torch cannot share such arrays)."""
+    return numpy_dtype(d).type.__module__.startswith("ml_dtypes")
+
+
+def torch_dtype(d, torch=None):
+    """The torch dtype of a neuron DType; TypeError when torch has none (float8_e4m3)."""
+    torch = torch or sys.modules["torch"]
+    t = getattr(torch, d.name_, None)
+    if not isinstance(t, torch.dtype):
+        raise TypeError(f"{d.name_} has no torch dtype (torch.float8_e4m3fn is a different "
+                        "format); use float8_e5m2 or a wider type with torch")
+    return t
+
+
+def _supported():
+    return ", ".join(d.name_ for d in ALL)
+
+
+_known = {}  # dtype-like -> DType, for the ones seen (a call converts one per tensor)
+
+
+def to_dtype(d):
+    """A neuron DType from an nl dtype, a name, a NumPy dtype (ml_dtypes too) or a torch
+    dtype; None stays None."""
+    if d is None or isinstance(d, _C.DType):
+        return d
+    try:
+        return _known[d]
+    except (KeyError, TypeError):  # TypeError: unhashable
+        pass
+    found = _convert(d)
+    try:
+        _known[d] = found
+    except TypeError:
+        pass
+    return found
+
+
+def _convert(d):
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(d, torch.dtype):
+        name = str(d).replace("torch.", "")
+    elif isinstance(d, str):
+        name = d
+    else:
+        try:
+            name = np.dtype(d).name
+        except (TypeError, ValueError):
+            raise TypeError(f"{d!r} is not a dtype") from None
+    found = _C.dtype_from_name(name)
+    if found is None:
+        extra = f"; {_E4M3FN}" if name == "float8_e4m3fn" else ""
+        raise TypeError(f"unsupported dtype {name}: {name} has no neuron type; kernels take "
+                        f"{_supported()} (cast float64 data to float32 first){extra}")
+    return found
+
+
+def of_array(a):
+    """The neuron DType of a NumPy array's dtype."""
+    return to_dtype(a.dtype)

@@ -1,0 +1,42 @@
+# Proves the layering the build enforces (CMakeLists.txt): a layer sees its own headers and those
+# of the layers below it, never those above. For every pair of layers (L, M) this compiles a probe
+# that includes one public header of M with exactly L's include path; it must compile when M is L
+# or below and fail with "No such file" when M is above. Run by the `layers` test:
+#   cmake -DCXX=<compiler> -DLAYERS=<base;dsl;...> -DINCLUDES=<dir per layer> -DPROBES=<header per
+#         layer> -DWORK=<scratch dir> -P check_layers.cmake
+list(LENGTH LAYERS n)
+math(EXPR last "${n} - 1")
+file(MAKE_DIRECTORY ${WORK})
+set(failures 0)
+foreach(i RANGE ${last})
+  list(GET LAYERS ${i} layer)
+  set(flags)
+  foreach(k RANGE ${i})
+    list(GET INCLUDES ${k} dir)
+    list(APPEND flags -I${dir})
+  endforeach()
+  foreach(j RANGE ${last})
+    list(GET LAYERS ${j} other)
+    list(GET PROBES ${j} header)
+    set(src ${WORK}/${layer}_includes_${other}.cpp)
+    file(WRITE ${src} "#include \"${header}\"\nint main() { return 0; }\n")
+    execute_process(COMMAND ${CXX} -std=c++20 -fsyntax-only ${flags} ${src}
+                    RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
+    if(j LESS_EQUAL i AND NOT rc EQUAL 0)
+      message(SEND_ERROR "layer ${layer} cannot include ${header} of its own or a lower layer (${other}):\n${err}")
+      math(EXPR failures "${failures} + 1")
+    elseif(j GREATER i AND (rc EQUAL 0 OR NOT err MATCHES "No such file"))
+      message(SEND_ERROR "layer ${layer} can include ${header} of the higher layer ${other}")
+      math(EXPR failures "${failures} + 1")
+    else()
+      if(j GREATER i)
+        message(STATUS "ok: ${layer} cannot include ${header} (${other} is above it)")
+      else()
+        message(STATUS "ok: ${layer} includes ${header}")
+      endif()
+    endif()
+  endforeach()
+endforeach()
+if(failures GREATER 0)
+  message(FATAL_ERROR "${failures} layering violations")
+endif()
