@@ -1,5 +1,5 @@
 // The library tier's harness: seeded random inputs, both executors (bit-identical, see
-// tests/kernels/differential.hpp) and a float64 reference written in the test.
+// tests/exec/differential.hpp) and a float64 reference written in the test.
 #pragma once
 #include <doctest/doctest.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/differential.hpp"
+#include "exec/differential.hpp"
 #include "neuron/neuron.hpp"
 #include "tolerance.hpp"
 
