@@ -1,10 +1,8 @@
 """Launching the kernel library's registered C++ kernels (neuron.registry) on torch tensors,
-for the operators in _operators.py: one neuron.Kernel per (kernel, grid), kept; shapes a
-kernel rejects when it is traced (NeuronError) fall back to the operator's PyTorch reference
-by DESIGN.md's rule (neuron.torch.note_fallback), remembered so the trace is not retried."""
-import functools
-
-from .. import registry
+for the operators in _operators.py: each signature compiled once and kept; shapes a kernel
+rejects when it is traced (NeuronError) fall back to the operator's PyTorch reference by
+DESIGN.md's rule (neuron.torch.note_fallback), remembered so the trace is not retried."""
+from .. import registry, runtime
 from ..errors import NeuronError
 from ..torch import note_fallback
 
@@ -22,34 +20,31 @@ def split_rows(rows, max_programs=64, min_rows=128):
     return best
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(name, grid):
-    """Registered kernel `name` launched over `grid` (a tuple), native."""
-    return registry.get(name)[grid]
-
-
 strict = None  # neuron.ops.strict() sets it; None: NEURON_STRICT decides
-_ready = set()  # signatures that traced and compiled
+_compiled = {}  # signature -> the compiled kernel
 _rejected = {}  # signature -> why the kernel refused it
 
 
 def launch(op, name, grid, tensors, params, reference):
-    """Runs registered kernel `name` over `grid` on contiguous CPU tensors with keyword
-    `params`; when the kernel rejects these shapes, counts and warns (or raises in strict mode)
-    and returns reference() instead. op names the torch operator in the warning."""
-    tensors = tuple(t.contiguous() for t in tensors)
-    k = kernel(name, tuple(grid))
-    key = (name, tuple(grid), tuple((tuple(t.shape), t.dtype) for t in tensors),
-           tuple(sorted(params.items())))
-    if key not in _ready:
+    """Runs registered kernel `name` natively over `grid` on CPU tensors with keyword `params`
+    and returns its outputs as torch tensors; when the kernel rejects these shapes, counts and
+    warns (or raises in strict mode) and returns reference() instead. op names the torch
+    operator in the warning. A signature is traced and compiled once; later calls go straight
+    to the runtime (no binding of arguments: the cost of a call is the copy-free conversion of
+    the tensors)."""
+    tensors = [t.contiguous() for t in tensors]
+    key = (name, tuple((tuple(t.shape), t.dtype) for t in tensors), tuple(params.items()))
+    compiled = _compiled.get(key)
+    if compiled is None:
         if key not in _rejected:
             try:
-                k.compile(*tensors, **params)
-                _ready.add(key)
+                compiled = _compiled[key] = registry.get(name).compile(*tensors, **params)
             except NeuronError as e:
                 _rejected[key] = e.message
-        if key in _rejected:
+        if compiled is None:
             note_fallback(op, "shape", f"kernel {name} rejects these shapes: {_rejected[key]}",
                           strict=strict, hint=" (strict mode: no fallback to PyTorch)")
             return reference()
-    return k(*tensors, **params)
+    outs, _ = runtime.run(compiled, [runtime.to_numpy(t) for t in tensors], grid)
+    outs = [runtime.from_numpy(o, True) for o in outs]
+    return outs[0] if len(outs) == 1 else tuple(outs)
