@@ -6,11 +6,11 @@
 
 namespace neuron::testing {
 
-struct Inputs {
+struct AttentionInputs {
   Tensor q, k, v;
 };
 
-inline Inputs make_inputs(const ref::AttentionShape& a, DType dt, uint32_t seed) {
+inline AttentionInputs make_inputs(const ref::AttentionShape& a, DType dt, uint32_t seed) {
   return {random_tensor({a.B, a.Hq, a.L, a.E}, dt, seed, -1.5, 1.5),
           random_tensor({a.B, a.Hkv, a.S, a.E}, dt, seed + 1, -1.5, 1.5),
           random_tensor({a.B, a.Hkv, a.S, a.Ev}, dt, seed + 2)};

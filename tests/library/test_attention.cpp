@@ -38,7 +38,7 @@ void run_forward(const ref::AttentionShape& a, DType dt, bool native_only = fals
   CAPTURE(a.offset);
   CAPTURE(dtype_name(dt));
   CAPTURE(stream);
-  Inputs in = make_inputs(a, dt, 11);
+  AttentionInputs in = make_inputs(a, dt, 11);
   auto want = ref::attention(a, values(in.q), values(in.k), values(in.v));
   Kernel k = forward_kernel(a, dt, stream);
   auto grid = kn::attention_grid({a.B, a.Hq, a.L, a.E}, {a.B, a.Hkv, a.S, a.E});

@@ -25,7 +25,7 @@ void run_backward(const ref::AttentionShape& a, DType dt, bool native_only = fal
   CAPTURE(a.causal);
   CAPTURE(a.offset);
   CAPTURE(dtype_name(dt));
-  Inputs in = make_inputs(a, dt, 61);
+  AttentionInputs in = make_inputs(a, dt, 61);
   Tensor dout = random_tensor({a.B, a.Hq, a.L, a.Ev}, dt, 64);
   // The saved forward results as the forward kernel would hand them over: out in dt, lse fp32.
   auto fwd = ref::attention(a, values(in.q), values(in.k), values(in.v));
