@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """neuron.ops (the kernel library through the torch.ops.neuron operators, as a PyTorch user calls
 it) against PyTorch's own functions, per op, in one process on the same thread count: forward,
-and forward + backward. Prints median times and the ratio ours / PyTorch (below 1: ours is
-faster) with the CPU model. Each op is first checked against float64 by FLEX.md's judge.
+and forward + backward. Prints median times and the ratio PyTorch / ours (above 1.00x ours is
+faster) with the CPU model, and writes the table into docs/performance.md (its own section).
+Each op is first checked against float64 by FLEX.md's judge.
 
     PYTHONPATH=build/python python3 bench/compare_ops.py [--threads 2] [--repeats 5]
-                                                        [--dtype fp32|bf16|both] [--only linear]
+        [--dtype fp32|bf16|both] [--only linear] [--no-backward] [--no-write]
 """
 import argparse
 import os
@@ -63,6 +64,7 @@ def main():
     ap.add_argument("--dtype", choices=("fp32", "bf16", "both"), default="both")
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
     ap.add_argument("--no-backward", action="store_true", help="forward only")
+    ap.add_argument("--no-write", action="store_true", help="do not update docs/performance.md")
     args = ap.parse_args()
 
     os.environ.setdefault("NEURON_THREADS", str(args.threads))
@@ -116,12 +118,53 @@ def main():
             t_peer = compare.median_time(fwd_bwd(peer), args.repeats)
             rows.append((label + " forward + backward", t_ours, t_peer))
 
-    print("\n".join(compare.machine(args.threads)))
-    print(f"{'case':58} {'ours ms':>9} {'torch ms':>9} {'ours/torch':>10}")
+    lines = ["| case | neuron.ops (ms) | PyTorch (ms) | PyTorch / ours |",
+             "| --- | ---: | ---: | ---: |"]
     for label, a, b in rows:
-        print(f"{label:58} {a * 1e3:9.2f} {b * 1e3:9.2f} {a / b:10.2f}")
-    print("\n".join(notes))
-
+        lines.append(f"| {label} | {a * 1e3:.2f} | {b * 1e3:.2f} | {b / a:.2f}x |")
+    table = "\n".join(lines)
+    desc = compare.machine(args.threads)
+    print(table)
+    print("\n".join(desc + notes))
+    if args.no_write or args.only:
+        return
+    cmd = (f"PYTHONPATH=build/python python3 bench/compare_ops.py --threads {args.threads} "
+           f"--repeats {args.repeats} --dtype {args.dtype}" +
+           (" --no-backward" if args.no_backward else ""))
+    begin = f"<!-- BEGIN bench/compare_ops.py threads={args.threads} -->"
+    end = f"<!-- END bench/compare_ops.py threads={args.threads} -->"
+    section = "\n".join([
+        begin,
+        f"### neuron.ops vs PyTorch per op, {args.threads} thread(s) (written by "
+        "bench/compare_ops.py)",
+        "",
+        f"Median of {args.repeats} timed runs after one warm-up, both in one process with "
+        f"{args.threads} thread(s), called as a PyTorch user calls them (neuron.ops' functions "
+        "through the torch.ops.neuron operators, against torch.nn.functional). \"PyTorch / "
+        "ours\" above 1.00x: ours is faster. Forward runs under no_grad; forward + backward is "
+        "one autograd step.",
+        "",
+        table,
+        "",
+        *[f"- {d}" for d in desc + notes],
+        "",
+        "Regenerate (from the repository root, after `ninja -C build neuron_python`):",
+        "",
+        "```",
+        cmd,
+        "```",
+        end,
+    ])
+    path = os.path.join(compare.ROOT, "docs", "performance.md")
+    with open(path) as f:
+        text = f.read()
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + section + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    with open(path, "w") as f:
+        f.write(text)
 
 if __name__ == "__main__":
     main()
