@@ -101,6 +101,8 @@ def main():
                 t_ours = compare.median_time(lambda: ours(*inputs), args.repeats)
                 t_peer = compare.median_time(lambda: peer(*inputs), args.repeats)
             rows.append((label + " forward", t_ours, t_peer))
+            print(f"  {label} forward: ours {t_ours * 1e3:.2f} ms, PyTorch {t_peer * 1e3:.2f} ms "
+                  f"(first call {first:.1f} s)", file=sys.stderr, flush=True)
             if args.no_backward:
                 continue
             leaves = [t.detach().requires_grad_() for t in inputs]
@@ -117,6 +119,8 @@ def main():
                 t_ours = compare.median_time(fwd_bwd(ours), args.repeats)
             t_peer = compare.median_time(fwd_bwd(peer), args.repeats)
             rows.append((label + " forward + backward", t_ours, t_peer))
+            print(f"  {label} forward + backward: ours {t_ours * 1e3:.2f} ms, PyTorch "
+                  f"{t_peer * 1e3:.2f} ms", file=sys.stderr, flush=True)
 
     lines = ["| case | neuron.ops (ms) | PyTorch (ms) | PyTorch / ours |",
              "| --- | ---: | ---: | ---: |"]
