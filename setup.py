@@ -47,5 +47,6 @@ setup(
     cmdclass={"build_ext": CMakeBuild},
     python_requires=">=3.11",
     install_requires=["numpy", "ml_dtypes"],
+    entry_points={"console_scripts": ["neuron=neuron.__main__:main"]},
     zip_safe=False,
 )

@@ -28,6 +28,8 @@ def load_lib(build):
     lib.neuron_bench_matmul.restype = ctypes.c_double
     lib.neuron_bench_softmax.argtypes = [i64, i64, c_int, c_int, vp, vp]
     lib.neuron_bench_softmax.restype = ctypes.c_double
+    lib.neuron_bench_rmsnorm.argtypes = [i64, i64, c_int, c_int, c_int, vp, vp, vp]
+    lib.neuron_bench_rmsnorm.restype = ctypes.c_double
     lib.neuron_bench_matmul_blocks.argtypes = [i64, c_int]
     lib.neuron_bench_matmul_blocks.restype = i64
     lib.neuron_bench_error.restype = ctypes.c_char_p
@@ -89,6 +91,9 @@ def machine(threads):
     ]
 
 
+CTX = {}  # what the cases share: args, lib, reps, rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="CMake build dir")
@@ -97,6 +102,9 @@ def main():
     ap.add_argument("--no-4096", action="store_true", help="skip the 4096 fp32 matmul")
     ap.add_argument("--no-write", action="store_true", help="do not update docs/performance.md")
     ap.add_argument("--softmax", default="4096x1024", help="softmax shape ROWSxCOLS")
+    ap.add_argument("--rmsnorm", default="4096x4096", help="RMSNorm shape ROWSxCOLS")
+    ap.add_argument("--only", choices=("matmul", "softmax", "rmsnorm"), action="append",
+                    help="run only these cases (repeatable); docs/performance.md is not written")
     args = ap.parse_args()
 
     # NumPy's OpenBLAS reads its thread count when it loads: same count as ours and torch's.
@@ -111,6 +119,7 @@ def main():
     torch.manual_seed(0)
     reps = args.repeats
     rows = []  # (case, peer, ours_s, peer_s, flops)
+    CTX.update(args=args, lib=lib, reps=reps, rows=rows)
 
     def matmul_case(n, dtype, peers):
         case_start = time.perf_counter()
@@ -146,21 +155,35 @@ def main():
         print(f"  done matmul {dtype} {n} ({time.perf_counter() - case_start:.1f} s)",
               file=sys.stderr, flush=True)
 
-    started = time.perf_counter()
-    matmul_case(1024, "fp32", ("torch", "numpy"))
-    matmul_case(2048, "fp32", ("torch", "numpy"))
+    want = set(args.only or ("matmul", "softmax", "rmsnorm"))
+    if args.only:
+        args.no_write = True
     note_4096 = ""
-    elapsed = time.perf_counter() - started
-    if args.no_4096:
-        note_4096 = "fp32 4096 skipped (--no-4096)."
-    elif elapsed > 20:
-        # 4096 costs ~8x the 2048 case (per run, three contenders).
-        note_4096 = (f"fp32 4096 skipped: the 1024 and 2048 cases took {elapsed:.0f} s, so 4096 "
-                     f"would exceed about a minute on this machine; run with a quieter machine.")
-    else:
-        matmul_case(4096, "fp32", ("torch", "numpy"))
-    matmul_case(2048, "bf16", ("torch",))
+    if "matmul" in want:
+        started = time.perf_counter()
+        matmul_case(1024, "fp32", ("torch", "numpy"))
+        matmul_case(2048, "fp32", ("torch", "numpy"))
+        elapsed = time.perf_counter() - started
+        if args.no_4096:
+            note_4096 = "fp32 4096 skipped (--no-4096)."
+        elif elapsed > 20:
+            # 4096 costs ~8x the 2048 case (per run, three contenders).
+            note_4096 = (f"fp32 4096 skipped: the 1024 and 2048 cases took {elapsed:.0f} s, so "
+                         f"4096 would exceed about a minute on this machine; run with a quieter "
+                         f"machine.")
+        else:
+            matmul_case(4096, "fp32", ("torch", "numpy"))
+        matmul_case(2048, "bf16", ("torch",))
+    if "softmax" in want:
+        softmax_case()
+    if "rmsnorm" in want:
+        for dtype in ("fp32", "bf16"):
+            rmsnorm_case(dtype)
+    table_and_write(args, lib, rows, reps, note_4096)
 
+
+def softmax_case():
+    args, lib, reps, rows = CTX["args"], CTX["lib"], CTX["reps"], CTX["rows"]
     r, c = (int(v) for v in args.softmax.split("x"))
     x = torch.randn(r, c, dtype=torch.float32) * 4
     y = torch.zeros_like(x)
@@ -172,6 +195,38 @@ def main():
     # Bytes moved (read x, write out) are the natural unit; GFLOP/s uses ~5 flops per element.
     rows.append((f"softmax fp32 {r}x{c}", "torch.softmax", t_ours, t, 5.0 * r * c))
 
+
+def rmsnorm_case(dtype):
+    args, lib, reps, rows = CTX["args"], CTX["lib"], CTX["reps"], CTX["rows"]
+    r, c = (int(v) for v in args.rmsnorm.split("x"))
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
+    x = torch.randn(r, c, dtype=torch.float32).to(tdt)
+    w = (torch.rand(1, c, dtype=torch.float32) + 0.5).to(tdt)
+    y = torch.zeros_like(x)
+    bf16 = 1 if dtype == "bf16" else 0
+
+    def ours(iters):
+        return checked(lib, lib.neuron_bench_rmsnorm(r, c, bf16, args.threads, iters, x.data_ptr(),
+                                                     w.data_ptr(), y.data_ptr()))
+
+    def peer():
+        return torch.nn.functional.rms_norm(x, (c,), w[0], 1e-6)
+
+    ours(0)
+    xd = x.double()
+    ref = xd / torch.sqrt((xd * xd).mean(dim=1, keepdim=True) + 1e-6) * w.double()
+    tol = 1e-2 if dtype == "bf16" else 1e-5
+    if not torch.allclose(y.double(), ref, rtol=tol, atol=tol):
+        raise SystemExit(f"rmsnorm {dtype}: ours disagrees with the reference "
+                         f"(max abs err {(y.double() - ref).abs().max().item():.3g})")
+    assert torch.allclose(peer().double(), ref, rtol=tol, atol=tol)
+    t_ours = ours(reps)
+    t = median_time(peer, reps)
+    # ~4 flops per element (square, add, two multiplies).
+    rows.append((f"rmsnorm {dtype} {r}x{c}", "F.rms_norm", t_ours, t, 4.0 * r * c))
+
+
+def table_and_write(args, lib, rows, reps, note_4096):
     header = "| case | peer | ours (ms) | peer (ms) | ours GFLOP/s | peer GFLOP/s | ours / peer |"
     lines = [header, "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for case, peer, to, tp, fl in rows:
@@ -203,9 +258,10 @@ def main():
             f"Median of {reps} timed runs after one warm-up, all contenders in one process with "
             f"{args.threads} thread(s) (`torch.set_num_threads`, our `NativeOptions::threads`). "
             "\"ours / peer\" is peer time / our time: above 1.00x we are faster. GFLOP/s = "
-            "2n^3 / time for matmul and 5 flops per element for softmax. Ours is "
+            "2n^3 / time for matmul, 5 flops per element for softmax and 4 for RMSNorm. Ours is "
             f"the library's `kernels/matmul.hpp` (rows per program: {128 * blocks[1024]} at 1024, "
-            f"{128 * blocks[2048]} at 2048) and `kernels/softmax.hpp`.", width=100),
+            f"{128 * blocks[2048]} at 2048), `kernels/softmax.hpp` and `bench/rmsnorm.hpp`.",
+            width=100),
         "",
         table,
         "",

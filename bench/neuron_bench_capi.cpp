@@ -20,6 +20,7 @@
 #include "neuron/kernels/softmax.hpp"
 #include "neuron/neuron.hpp"
 #include "neuron/runtime/native/native.hpp"
+#include "rmsnorm.hpp"
 
 namespace {
 
@@ -114,6 +115,19 @@ const Entry& attention_kernel(bool backward, int64_t B, int64_t H, int64_t L, in
   return g_kernels.emplace(key, std::move(e)).first->second;
 }
 
+const Entry& rmsnorm_kernel(int64_t rows, int64_t cols, neuron::DType dt) {
+  std::string key = fmt::format("rmsnorm {} {} {}", rows, cols, neuron::dtype_name(dt));
+  std::lock_guard lock(g_mutex);
+  auto it = g_kernels.find(key);
+  if (it != g_kernels.end()) return it->second;
+  auto k = neuron::trace(
+      "bench_rmsnorm",
+      [](neuron::nl::tensor x, neuron::nl::tensor w) { return bench::rmsnorm(x, w, 1e-6f); },
+      {{{rows, cols}, dt}, {{1, cols}, dt}});
+  Entry e{neuron::compile_native(k), {rows / 128}};
+  return g_kernels.emplace(key, std::move(e)).first->second;
+}
+
 // One warm-up run, then `iters` timed runs; the median, in seconds.
 double time_runs(const Entry& e, const std::vector<neuron::Tensor>& tensors, int threads,
                  int iters) {
@@ -182,6 +196,19 @@ double neuron_bench_attention(int64_t B, int64_t H, int64_t L, int64_t S, int64_
         neuron::Tensor::borrow(q, {B, H, L, D}, dt), neuron::Tensor::borrow(k, {B, H, S, D}, dt),
         neuron::Tensor::borrow(v, {B, H, S, D}, dt), neuron::Tensor::borrow(out, {B, H, L, D}, dt),
         neuron::Tensor::borrow(lse, {B, H, L}, neuron::DType::float32)};
+    return time_runs(e, t, threads, iters);
+  });
+}
+
+// RMSNorm of x[rows, cols] with weight w[1, cols] (eps 1e-6), fp32 or bf16 bits, into out.
+double neuron_bench_rmsnorm(int64_t rows, int64_t cols, int dtype_is_bf16, int threads, int iters,
+                            void* x, void* w, void* out) {
+  return guarded([&] {
+    auto dt = dtype_is_bf16 ? neuron::DType::bfloat16 : neuron::DType::float32;
+    const Entry& e = rmsnorm_kernel(rows, cols, dt);
+    std::vector<neuron::Tensor> t{neuron::Tensor::borrow(x, {rows, cols}, dt),
+                                  neuron::Tensor::borrow(w, {1, cols}, dt),
+                                  neuron::Tensor::borrow(out, {rows, cols}, dt)};
     return time_runs(e, t, threads, iters);
   });
 }

@@ -82,7 +82,12 @@ const HostTarget& host() {
 struct Jit {
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::atomic<int> next{0};
-  std::mutex mutex;
+  std::atomic<std::size_t> loaded{0};
+  std::mutex mutex;  // serializes loads and unloads (so session_errors belong to one load)
+  // What the session reported while materializing (e.g. "Cannot allocate memory" when mprotect
+  // fails): LLVM would print it on stderr and return only "Failed to materialize symbols".
+  std::mutex errors_mutex;
+  std::string session_errors;
 };
 
 Jit& jit() {
@@ -95,6 +100,14 @@ Jit& jit() {
     auto created = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create();
     if (!created) fail(created.takeError(), "creating the LLJIT");
     r->jit = std::move(*created);
+    r->jit->getExecutionSession().setErrorReporter([r](llvm::Error e) {
+      std::string msg;
+      llvm::raw_string_ostream os(msg);
+      os << e;
+      std::lock_guard lock(r->errors_mutex);
+      if (!r->session_errors.empty()) r->session_errors += "; ";
+      r->session_errors += os.str();
+    });
     auto& main = r->jit->getMainJITDylib();
     auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
         r->jit->getDataLayout().getGlobalPrefix());
@@ -225,25 +238,67 @@ std::string program_llvm_ir(const Program& p, const JitOptions& opts, bool opt) 
   return os.str();
 }
 
+namespace {
+
+std::string error_text(llvm::Error e) {
+  std::string msg;
+  llvm::raw_string_ostream os(msg);
+  os << e;
+  return os.str();
+}
+
+// The last owner of a kernel's code is gone: remove its JITDylib, which releases the object's
+// memory (RTDyld's memory manager unmaps its pages and deregisters its EH frames).
+void unload(llvm::orc::JITDylib* jd) {
+  Jit& j = jit();
+  std::lock_guard<std::mutex> lock(j.mutex);
+  if (auto e = j.jit->getExecutionSession().removeJITDylib(*jd))
+    // A destructor cannot throw; the code stays mapped, nothing is unsafe.
+    fmt::print(stderr, "neuron: warning: could not unload a JIT'd kernel: {}\n",
+               error_text(std::move(e)));
+  --j.loaded;
+}
+
+}  // namespace
+
 LoadedObject load_object(const std::vector<std::uint8_t>& object) {
   auto t0 = Clock::now();
   Jit& j = jit();
   LoadedObject out;
   std::lock_guard<std::mutex> lock(j.mutex);
+  {
+    std::lock_guard<std::mutex> errors(j.errors_mutex);
+    j.session_errors.clear();
+  }
   auto& es = j.jit->getExecutionSession();
   llvm::orc::JITDylib& jd = es.createBareJITDylib(fmt::format("neuron.kernel.{}", j.next++));
   jd.addToLinkOrder(j.jit->getMainJITDylib());
+  // A failed load leaves nothing behind: the JITDylib is removed, then the error is thrown.
+  auto failed = [&](llvm::Error e, const char* what) {
+    std::string msg = fmt::format("{}: {}", what, error_text(std::move(e)));
+    {
+      std::lock_guard<std::mutex> errors(j.errors_mutex);
+      if (!j.session_errors.empty()) msg += " (" + j.session_errors + ")";
+    }
+    if (auto e2 = es.removeJITDylib(jd)) msg += "; removing it: " + error_text(std::move(e2));
+    // ENOMEM from mmap/mprotect ("Cannot allocate memory") or RTDyld's "Unable to allocate
+    // section memory".
+    const bool oom = msg.find("allocate") != std::string::npos;
+    throw JitLoadError(msg, oom);
+  };
   auto buf = llvm::MemoryBuffer::getMemBufferCopy(
       llvm::StringRef(reinterpret_cast<const char*>(object.data()), object.size()),
       "neuron-kernel.o");
-  if (auto e = j.jit->addObjectFile(jd, std::move(buf))) fail(std::move(e), "adding a kernel object");
+  if (auto e = j.jit->addObjectFile(jd, std::move(buf))) failed(std::move(e), "adding a kernel object");
   auto sym = j.jit->lookup(jd, "neuron_entry");
-  if (!sym) fail(sym.takeError(), "resolving a kernel's entry point");
+  if (!sym) failed(sym.takeError(), "resolving a kernel's entry point");
   out.entry = reinterpret_cast<KernelEntry>(sym->getAddress());
-  // Code stays mapped for the life of the process (kernels are few and cached in memory).
-  out.owner = std::shared_ptr<void>(nullptr, [](void*) {});
+  ++j.loaded;
+  out.owner = std::shared_ptr<void>(&jd, [](void* p) { unload(static_cast<llvm::orc::JITDylib*>(p)); });
   out.load_ms = ms_since(t0);
   return out;
 }
+
+std::size_t loaded_object_count() { return jit().loaded.load(); }
 
 }  // namespace neuron::native

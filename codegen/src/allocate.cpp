@@ -4,7 +4,11 @@
 // stack would overflow, a buffer goes into the first hole left by dead buffers instead: a
 // buffer lives from its Alloc to the last statement of its block that uses it (a use inside a
 // nested loop counts as a use by that statement). So an unrolled loop (static_range, Python
-// range) allocating a tile per iteration fits as long as the live tiles do.
+// range) allocating a tile per iteration fits as long as the live tiles do. Rotation is an
+// optimisation: when a buffer fits nowhere while rotating buffers are live, the largest of those
+// loses a slot and the allocation starts over, so a block tile that was multi-buffered first does
+// not push a later, larger one out of SBUF; and a buffer short of its slots takes them from a
+// larger rotating one the same way (pipelining small tiles is cheaper).
 #include <algorithm>
 #include <map>
 #include <set>
@@ -48,6 +52,7 @@ class Space {
   struct Range {
     BufferPtr buffer;
     int64_t begin, end;
+    const Buffer* original = nullptr;  // the buffer as written (its key across retries)
   };
   std::vector<Range> live;
 
@@ -65,11 +70,10 @@ class Space {
     }
     return at;
   }
-  // Where `slots` slots of `size` units go (slots drops to 1 when two fit nowhere): on the
+  // Where `slots` slots of `size` units go (fewer slots when they fit nowhere, down to 1): on the
   // stack when it has room, else in the first hole between live ranges.
   int64_t place(int64_t size, int64_t& slots, int64_t align, int64_t capacity) const {
-    for (int64_t n : {slots, int64_t{1}}) {
-      if (n > slots) continue;
+    for (int64_t n = slots; n >= 1; --n) {
       const int64_t on_stack = align_up(stack, align);
       const int64_t at = on_stack + size * n <= capacity ? on_stack : first_fit(size * n, align);
       if (at + size * n <= capacity || n == 1) {
@@ -79,8 +83,8 @@ class Space {
     }
     return 0;  // unreachable: the n == 1 round returns
   }
-  void take(BufferPtr b, int64_t begin, int64_t end) {
-    live.push_back({std::move(b), begin, end});
+  void take(BufferPtr b, int64_t begin, int64_t end, const Buffer* original) {
+    live.push_back({std::move(b), begin, end, original});
     stack = std::max(stack, end);
   }
   int64_t top() const {
@@ -95,9 +99,16 @@ class Space {
   }
 };
 
+// Thrown when a buffer does not fit while `demote` rotates: retry with it one slot shorter.
+struct Demote {
+  const Buffer* demote;
+  int64_t slots;  // its slot count at the failure
+};
+
 class Allocator : public IRMutator {
  public:
-  explicit Allocator(const Target& t) : target_(t) {}
+  Allocator(const Target& t, const std::map<const Buffer*, int64_t>& max_slots)
+      : target_(t), max_slots_(max_slots) {}
 
   StmtPtr mutate_For(const For& n, const StmtPtr& self) override {
     pending_ = LoopCtx{n.var, n.extent, n.loop_kind};
@@ -148,30 +159,42 @@ class Allocator : public IRMutator {
     if (!is_on_chip(b.memory)) return self;
     int64_t slots = 1;
     std::string slot_var;
-    if (block_loop_ && block_loop_->kind == LoopKind::affine && block_loop_->extent > 1) {
-      slots = std::min<int64_t>(2, block_loop_->extent);
+    if (block_loop_ && block_loop_->extent > 1) {
+      // SBUF tiles rotate over three slots, so a load into a slot can start (its DMA takes about
+      // a microsecond to begin) while the two before it are still being read; PSUM over two.
+      // A tile allocated in a loop body is a fresh tile every iteration whatever the loop kind
+      // (a sequential loop carries its values in tiles allocated outside it), so both rotate.
+      slots = std::min<int64_t>(b.memory == Memory::sbuf ? 3 : 2, block_loop_->extent);
+      if (auto it = max_slots_.find(n.buffer.get()); it != max_slots_.end())
+        slots = std::min(slots, it->second);
       slot_var = block_loop_->var;
     }
     auto nb = std::make_shared<Buffer>(b);
-    // Rotation is an optimisation: when two slots do not fit, fall back to one before failing.
+    // Rotation is an optimisation: with fewer slots, or one, before failing.
     if (b.memory == Memory::sbuf) {
-      const int64_t cap = target_.sbuf_bytes_per_partition;
+      const int64_t cap = target_.sbuf_bytes_per_partition, wanted = slots;
       int64_t offset = sbuf_.place(b.slot_bytes(), slots, sbuf_align, cap);
+      // Short of slots while a larger buffer rotates: pipelining the small one is worth more.
+      if (slots < wanted) demote_larger(sbuf_, b.slot_bytes());
       place(*nb, offset, slots, slot_var);
-      sbuf_.take(nb, offset, offset + b.slot_bytes() * slots);
-      if (offset + b.slot_bytes() * slots > cap)
+      sbuf_.take(nb, offset, offset + b.slot_bytes() * slots, n.buffer.get());
+      if (offset + b.slot_bytes() * slots > cap) {
+        demote_one(sbuf_);
         user_error(n.span, "sbuf-capacity", "SBUF needs {} bytes per partition but {} has {}: {}",
                    sbuf_.top(), target_.name, cap, live_list(sbuf_));
+      }
     } else {
       const int64_t per_slot =
           align_up(b.slot_bytes(), target_.psum_bank_bytes) / target_.psum_bank_bytes;
       int64_t bank = psum_.place(per_slot, slots, 1, target_.psum_banks);
       place(*nb, bank * target_.psum_bank_bytes, slots, slot_var);
-      psum_.take(nb, bank, bank + per_slot * slots);
-      if (bank + per_slot * slots > target_.psum_banks)
+      psum_.take(nb, bank, bank + per_slot * slots, n.buffer.get());
+      if (bank + per_slot * slots > target_.psum_banks) {
+        demote_one(psum_);
         user_error(n.span, "psum-capacity", "PSUM needs {} banks of {} bytes but {} has {}: {}",
                    psum_.top(), target_.psum_bank_bytes, target_.name, target_.psum_banks,
                    live_list(psum_));
+      }
     }
     remap_[n.buffer.get()] = nb;
     return Alloc::make(nb, n.span);
@@ -193,9 +216,29 @@ class Allocator : public IRMutator {
 
  private:
   const Target& target_;
+  const std::map<const Buffer*, int64_t>& max_slots_;
   std::optional<LoopCtx> pending_, block_loop_;
   Space sbuf_, psum_;
   std::map<const Buffer*, BufferPtr> remap_;
+
+  // Out of space: if a live buffer rotates, throw to retry with the largest one a slot shorter.
+  static void demote_one(const Space& s) {
+    const Space::Range* best = nullptr;
+    for (auto& r : s.live)
+      if (r.buffer->slots > 1 && (!best || r.buffer->slot_bytes() > best->buffer->slot_bytes()))
+        best = &r;
+    if (best) throw Demote{best->original, best->buffer->slots};
+  }
+
+  // A live buffer rotating slots larger than `bytes`: throw to retry with it a slot shorter.
+  static void demote_larger(const Space& s, int64_t bytes) {
+    const Space::Range* best = nullptr;
+    for (auto& r : s.live)
+      if (r.buffer->slots > 1 && r.buffer->slot_bytes() > bytes &&
+          (!best || r.buffer->slot_bytes() > best->buffer->slot_bytes()))
+        best = &r;
+    if (best) throw Demote{best->original, best->buffer->slots};
+  }
 
   static void place(Buffer& b, int64_t offset, int64_t slots, const std::string& slot_var) {
     b.offset = offset;
@@ -216,10 +259,17 @@ class Allocator : public IRMutator {
 }  // namespace
 
 Kernel allocate(const Kernel& k, const std::string& target) {
-  Allocator a(target_by_name(target));
-  Kernel out = k;
-  out.body = a.mutate(k.body);
-  return out;
+  std::map<const Buffer*, int64_t> max_slots;
+  while (true) {
+    try {
+      Allocator a(target_by_name(target), max_slots);
+      Kernel out = k;
+      out.body = a.mutate(k.body);
+      return out;
+    } catch (const Demote& d) {
+      max_slots[d.demote] = d.slots - 1;  // each retry takes a slot away: this terminates
+    }
+  }
 }
 
 }  // namespace neuron

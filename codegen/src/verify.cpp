@@ -353,8 +353,13 @@ class Verifier {
     const DimSlice& p = a.dims[0];
     if (p.step == 0) return;  // one partition broadcast: legalize moves it with a DMA
     int64_t n = p.size;
-    int64_t align = n > 64 ? 128 : n > 32 ? 64 : 32;
-    const char* allowed = n > 64 ? "0" : n > 32 ? "0 or 64" : "0, 32, 64 or 96";
+    // The engines address partitions in quadrants: a view of more than half the partitions
+    // starts at 0, of more than a quarter at 0 or the half, else at any quadrant boundary.
+    const int64_t P = target_.partitions;
+    int64_t align = n > P / 2 ? P : n > P / 4 ? P / 2 : P / 4;
+    std::string allowed;
+    for (int64_t s = 0; s < P; s += align)
+      allowed += (s == 0 ? "" : s + align >= P ? " or " : ", ") + std::to_string(s);
     // An affine start stays aligned for every value of its variables exactly when the
     // constant and every coefficient are multiples of the alignment.
     bool ok = p.start.constant % align == 0;

@@ -8,6 +8,7 @@ void init_ir(pybind11::module_& m);       // Span, Affine, DType, Memory, Kernel
 void init_trace(pybind11::module_& m);    // nl::tensor, tracing, nl and isa calls
 void init_compile(pybind11::module_& m);  // compile, pass reports
 void init_runtime(pybind11::module_& m);  // Tensor, simulate
+void init_profile(pybind11::module_& m);  // Profile, timing-only simulation
 void init_registry(pybind11::module_& m); // registered C++ kernels
 void init_rules(pybind11::module_& m);    // C++ rules Python uses: promotion, shapes, messages
 

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings.hpp"
+#include "neuron/base/target.hpp"
 #include "neuron/codegen/pipeline.hpp"
 #include "neuron/ir/printer.hpp"
 
@@ -26,6 +27,17 @@ void init_compile(py::module_& m) {
     o.target = target;
     return compile(k, o);
   }, py::arg("kernel"), py::arg("target") = "trn2");
+  // The hardware numbers Python's nl.tile_size and friends show, from the one C++ table.
+  py::dict limits;
+  limits["pmax"] = tile_limits::pmax;
+  limits["psum_fmax"] = tile_limits::psum_fmax;
+  limits["gemm_stationary_fmax"] = tile_limits::gemm_stationary_fmax;
+  limits["gemm_moving_fmax"] = tile_limits::gemm_moving_fmax;
+  limits["bn_stats_fmax"] = tile_limits::bn_stats_fmax;
+  m.attr("tile_limits") = limits;
+  m.def("sbuf_bytes_per_partition", [](const std::string& target) {
+    return target_by_name(target).sbuf_bytes_per_partition;
+  }, py::arg("target") = "trn2");
 }
 
 }  // namespace neuron::python

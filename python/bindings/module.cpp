@@ -35,6 +35,7 @@ PYBIND11_MODULE(_C, m) {
   neuron::python::init_trace(m);
   neuron::python::init_compile(m);
   neuron::python::init_runtime(m);
+  neuron::python::init_profile(m);
   neuron::python::init_registry(m);
   neuron::python::init_rules(m);
 }

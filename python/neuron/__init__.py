@@ -22,10 +22,12 @@ from . import _C
 from . import cache, dtypes, eager, errors, isa, language, registry, runtime
 from .errors import NeuronError
 from .kernel import Kernel, kernel, simulate
+from .profile import Profile, profile
+from . import runs
 
-__all__ = ["kernel", "simulate", "Kernel", "NeuronError", "language", "isa", "cache",
-           "registry", "dtypes", "errors", "eager", "runtime", "torch", "ops", "compat",
-           "legacy", "parse_kernel", "trace_example"]
+__all__ = ["kernel", "simulate", "profile", "Profile", "runs", "Kernel", "NeuronError",
+           "language", "isa", "cache", "registry", "dtypes", "errors", "eager", "runtime", "torch",
+           "ops", "compat", "legacy", "parse_kernel", "trace_example"]
 
 _LAZY = ("torch", "ops", "compat", "legacy")
 

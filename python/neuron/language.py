@@ -24,10 +24,11 @@ sbuf, psum, hbm, shared_hbm = _C.Memory.sbuf, _C.Memory.psum, _C.Memory.hbm, _C.
 
 
 class tile_size:
-    pmax = 128
-    psum_fmax = 512
-    gemm_stationary_fmax = 128
-    gemm_moving_fmax = 512
+    """NKI's tile limits; the numbers come from the C++ target table (neuron/base/target.hpp)."""
+    pmax = _C.tile_limits["pmax"]
+    psum_fmax = _C.tile_limits["psum_fmax"]
+    gemm_stationary_fmax = _C.tile_limits["gemm_stationary_fmax"]
+    gemm_moving_fmax = _C.tile_limits["gemm_moving_fmax"]
 
 
 # ---- allocation ------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ CacheOptions CacheOptions::from_config(const Config& c) {
   o.mode = c.cache_mode;
   o.dir = c.cache_dir;
   o.max_disk_bytes = c.cache_max_bytes;
+  o.max_memory_entries = c.cache_memory_entries;
   return o;
 }
 
@@ -54,7 +55,8 @@ CompileCache& CompileCache::global() {
   {
     std::lock_guard lock(cache.mutex_);
     if (now.mode == cache.options_.mode && now.dir == cache.options_.dir &&
-        now.max_disk_bytes == cache.options_.max_disk_bytes)
+        now.max_disk_bytes == cache.options_.max_disk_bytes &&
+        now.max_memory_entries == cache.options_.max_memory_entries)
       return cache;
   }
   cache.reconfigure(std::move(now));

@@ -37,33 +37,54 @@ std::string where(const Span& s) {
 
 std::string us(double ns) { return fmt::format("{:.2f} us", ns / 1000.0); }
 
-}  // namespace
-
-ProfileStats analyze(const Profile& p) {
-  ProfileStats st;
-  st.unit_busy_ns.assign(p.units.size(), 0.0);
-  std::vector<std::pair<double, double>> dma;
-  for (auto& e : p.events) {
-    st.unit_busy_ns[static_cast<size_t>(e.unit)] += e.end_ns - e.start_ns;
-    if (e.unit == 0) st.tensor_flops += e.flops;
-    if (e.unit >= p.first_dma_unit) {
-      dma.emplace_back(e.start_ns, e.end_ns);
-      if (p.instrs[static_cast<size_t>(e.instr)].hbm) st.hbm_bytes += e.bytes;
-    }
-  }
-  std::sort(dma.begin(), dma.end());
-  double cur_s = -1, cur_e = -1;
-  for (auto& [s, e] : dma) {
+// Total length of the union of intervals (sorted in place).
+double union_ns(std::vector<std::pair<double, double>>& iv) {
+  std::sort(iv.begin(), iv.end());
+  double sum = 0, cur_s = 0, cur_e = -1;
+  for (auto& [s, e] : iv) {
     if (s > cur_e) {
-      st.dma_active_ns += std::max(0.0, cur_e - cur_s);
+      sum += std::max(0.0, cur_e - cur_s);
       cur_s = s;
       cur_e = e;
     } else {
       cur_e = std::max(cur_e, e);
     }
   }
-  st.dma_active_ns += std::max(0.0, cur_e - cur_s);
+  return sum + std::max(0.0, cur_e - cur_s);
+}
+
+}  // namespace
+
+ProfileStats analyze(const Profile& p) {
+  ProfileStats st;
+  st.unit_busy_ns.assign(p.units.size(), 0.0);
+  st.unit_occupancy_ns.assign(p.units.size(), 0.0);
+  st.unit_wait_ns.assign(p.units.size(), 0.0);
+  st.unit_count.assign(p.units.size(), 0);
+  // A unit is active while any of its instructions runs (start to results visible), as the
+  // vendor profiler counts it; pipelined instructions overlap, so this is a union.
+  std::vector<std::vector<std::pair<double, double>>> per_unit(p.units.size());
+  std::vector<std::pair<double, double>> dma;
+  for (auto& e : p.events) {
+    const size_t u = static_cast<size_t>(e.unit);
+    per_unit[u].emplace_back(e.start_ns, e.end_ns);
+    st.unit_occupancy_ns[u] += e.occupancy_ns;
+    st.unit_wait_ns[u] += e.wait_ns;
+    ++st.unit_count[u];
+    if (e.unit == 0) st.tensor_flops += e.flops;
+    if (e.unit >= p.first_dma_unit) {
+      dma.emplace_back(e.start_ns, e.end_ns);
+      if (p.instrs[static_cast<size_t>(e.instr)].hbm) st.hbm_bytes += e.bytes;
+    }
+  }
+  for (size_t u = 0; u < per_unit.size(); ++u) st.unit_busy_ns[u] = union_ns(per_unit[u]);
+  st.dma_active_ns = union_ns(dma);
   const double total = p.total_ns > 0 ? p.total_ns : 1;
+  double engines_busy = 0;
+  for (double b : p.dma_engine_busy_ns) engines_busy += b;
+  st.dma_engine_busy = p.dma_engine_busy_ns.empty()
+                           ? 0
+                           : engines_busy / static_cast<double>(p.dma_engine_busy_ns.size()) / total;
   st.tensor_hfu = p.tensor_peak_flops > 0 ? st.tensor_flops / (total * 1e-9 * p.tensor_peak_flops)
                                           : 0;
   st.hbm_gbps = static_cast<double>(st.hbm_bytes) / total;  // bytes/ns == GB/s
@@ -86,10 +107,13 @@ ProfileStats analyze(const Profile& p) {
     ++w.count;
   }
   // The busiest engine is the one whose stalls cost the kernel time; other engines mostly wait
-  // on it (VectorE evacuating PSUM waits on TensorE) and DMA queues wait for free buffers.
+  // on it (VectorE evacuating PSUM waits on TensorE) and DMA queues wait for free buffers. Busy
+  // here is the time it issued (its occupancy): a dependent chain keeps an engine "active" while
+  // each result drains, yet the engine mostly idles.
   int busiest = 0;
   for (int u = 1; u < p.first_dma_unit; ++u)
-    if (st.unit_busy_ns[static_cast<size_t>(u)] > st.unit_busy_ns[static_cast<size_t>(busiest)])
+    if (st.unit_occupancy_ns[static_cast<size_t>(u)] >
+        st.unit_occupancy_ns[static_cast<size_t>(busiest)])
       busiest = u;
   double busiest_wait_on_dma = 0, busiest_wait_on_engine = 0;
   for (auto& e : p.events)
@@ -113,7 +137,7 @@ ProfileStats analyze(const Profile& p) {
     auto& l = lines[key];
     l.file = in.span.file;
     l.line = in.span.line;
-    l.busy_ns += e.end_ns - e.start_ns;
+    l.busy_ns += e.occupancy_ns;  // engine time (DMA: its data movement)
     l.wait_ns += e.wait_ns;
     ++l.count;
     ops[key].insert(in.opcode);
@@ -124,18 +148,24 @@ ProfileStats analyze(const Profile& p) {
   }
   std::sort(st.top_lines.begin(), st.top_lines.end(),
             [](auto& a, auto& b) { return a.busy_ns > b.busy_ns; });
+  st.hints = profile_hints(p);
 
-  // Verdict (TRAINIUM.md): an engine >= 90% active is compute-bound; otherwise DMA-bound when
-  // the busiest engine mostly waits on DMA-produced data or HBM runs at >= 60% of the core's
-  // share; otherwise latency/dependence-bound (engines waiting on each other or on in-order
-  // queues).
-  double busiest_frac = st.unit_busy_ns[static_cast<size_t>(busiest)] / total;
+  // Verdict, from measured activity: an engine issuing >= 90% of the time is compute-bound; DMA
+  // engines >= 60% busy moving data is DMA-bound on bandwidth; DMA in flight >= 90% of the time,
+  // or the busiest engine waiting mostly on DMA-produced data, is DMA-bound on transfer latency
+  // (too few transfers in flight, or too small ones); anything else waits on dependences.
+  const double busiest_frac = st.unit_occupancy_ns[static_cast<size_t>(busiest)] / total;
+  const std::string busiest_name = p.units[static_cast<size_t>(busiest)];
   if (p.events.empty())
     st.verdict = "empty (no timed instructions)";
+  else if (busiest_frac >= 0.9 && busiest_frac >= st.dma_engine_busy)
+    st.verdict = fmt::format("compute-bound on {}", busiest_name);
+  else if (st.dma_engine_busy >= 0.6)
+    st.verdict = "DMA-bound (bandwidth)";
   else if (busiest_frac >= 0.9)
-    st.verdict = fmt::format("compute-bound on {}", p.units[static_cast<size_t>(busiest)]);
-  else if (busiest_wait_on_dma > busiest_wait_on_engine || st.hbm_gbps >= 0.6 * p.hbm_gbps)
-    st.verdict = "DMA-bound";
+    st.verdict = fmt::format("compute-bound on {}", busiest_name);
+  else if (st.dma_active_ns / total >= 0.9 || busiest_wait_on_dma > busiest_wait_on_engine)
+    st.verdict = "DMA-bound (latency: transfers in flight leave the DMA engines idle)";
   else
     st.verdict = "latency/dependence-bound";
   return st;
@@ -149,18 +179,24 @@ std::string summary_text(const Profile& p) {
   fmt::format_to(out, "kernel {} on {}{}: {} program{}, {} instructions, {} executed\n", p.kernel,
                  p.target, p.executed ? "" : " (timing only)", p.programs,
                  p.programs == 1 ? "" : "s", p.instrs.size(), p.events.size());
-  fmt::format_to(out, "total time        {}\n", us(p.total_ns));
+  fmt::format_to(out, "total time        {} on the device, {} with the {} launch floor\n",
+                 us(p.total_ns), us(p.total_ns + p.launch_ns), us(p.launch_ns));
   fmt::format_to(out, "engines active    ");
   for (int u = 0; u < p.first_dma_unit; ++u)
     fmt::format_to(out, "{} {:.1f}%{}", p.units[static_cast<size_t>(u)],
                    100 * st.unit_busy_ns[static_cast<size_t>(u)] / total,
+                   u + 1 < p.first_dma_unit ? ", " : " (instruction start to results visible)\n");
+  fmt::format_to(out, "engines issuing   ");
+  for (int u = 0; u < p.first_dma_unit; ++u)
+    fmt::format_to(out, "{} {:.1f}%{}", p.units[static_cast<size_t>(u)],
+                   100 * st.unit_occupancy_ns[static_cast<size_t>(u)] / total,
                    u + 1 < p.first_dma_unit ? ", " : "\n");
-  double q_busy = 0;
   int queues = 0;
-  for (size_t u = static_cast<size_t>(p.first_dma_unit); u < p.units.size(); ++u, ++queues)
-    q_busy += st.unit_busy_ns[u];
-  fmt::format_to(out, "DMA active        {:.1f}% (any queue), queues {:.1f}% busy on average\n",
-                 100 * st.dma_active_ns / total, queues ? 100 * q_busy / total / queues : 0.0);
+  for (size_t u = static_cast<size_t>(p.first_dma_unit); u < p.units.size(); ++u)
+    queues += st.unit_busy_ns[u] > 0;
+  fmt::format_to(out, "DMA active        {:.1f}% (any transfer in flight), engines {:.1f}% busy "
+                 "moving data ({} tracks of transfers)\n",
+                 100 * st.dma_active_ns / total, 100 * st.dma_engine_busy, queues);
   fmt::format_to(out, "TensorE HFU       {:.1f}% of the {:.1f} TFLOPS bf16 peak ({:.3g} GFLOP)\n",
                  100 * st.tensor_hfu, p.tensor_peak_flops / 1e12, st.tensor_flops / 1e9);
   fmt::format_to(out, "HBM bandwidth     {:.1f} GB/s achieved of the core's {:.1f} GB/s ({:.1f}%), "
@@ -189,6 +225,9 @@ std::string summary_text(const Profile& p) {
     fmt::format_to(out, "  {:<24} {:>12} busy {:>12} waiting  {:>7}x  {}\n",
                    where(Span{l.file, l.line, 0}), us(l.busy_ns), us(l.wait_ns), l.count, l.what);
   }
+  if (!st.hints.empty()) fmt::format_to(out, "costly patterns the compiler inserted:\n");
+  for (auto& h : st.hints)
+    fmt::format_to(out, "  {}: {}\n", where(Span{h.file, h.line, 0}), h.message);
   fmt::format_to(out, "SBUF              {} of {} bytes per partition allocated ({:.1f}%), live "
                  "data peak {:.0f} bytes per partition\n",
                  p.sbuf_alloc_bytes, p.sbuf_capacity,

@@ -18,12 +18,25 @@ CompileOptions default_compile_options() {
   return o;
 }
 
+namespace {
+
+// NEURON_PROFILE=dir: every profiled simulation writes its files, numbered per process.
+void write_if_asked(const Profile& p, const std::string& name) {
+  std::string dir = config().profile_dir;
+  if (dir.empty()) return;
+  static std::atomic<int> counter{0};
+  write_profile(p, dir, fmt::format("{}-{}", name, counter++));
+}
+
+}  // namespace
+
 SimResult simulate_profiled(const Compiled& c, const std::vector<Tensor>& inputs,
                             const std::vector<int64_t>& grid, SimOptions opts) {
   SimResult r;
   opts.profile = &r.profile;
   if (!opts.execute && inputs.empty()) {
     simulate(c.program, {}, grid, opts);
+    write_if_asked(r.profile, c.program.name);
     return r;
   }
   std::vector<Tensor> all = inputs;
@@ -33,19 +46,24 @@ SimResult simulate_profiled(const Compiled& c, const std::vector<Tensor>& inputs
     all.push_back(r.outputs.back());
   }
   simulate(c.program, all, grid, opts);
+  write_if_asked(r.profile, c.program.name);
   return r;
+}
+
+SimResult profile(const Kernel& k, const std::vector<Tensor>& inputs, const ProfileOptions& o) {
+  CompileOptions co = default_compile_options();
+  if (!o.target.empty()) co.target = o.target;
+  SimOptions so;
+  so.execute = !o.timing_only;
+  return simulate_profiled(compile(k, co), o.timing_only ? std::vector<Tensor>{} : inputs, o.grid,
+                           so);
 }
 
 std::vector<Tensor> simulate(const Compiled& c, const std::vector<Tensor>& inputs,
                              const std::vector<int64_t>& grid, const SimOptions& opts) {
-  // NEURON_PROFILE=dir: profile every simulated kernel, numbering files per process.
-  std::string dir = opts.profile ? std::string() : config().profile_dir;
-  if (!dir.empty()) {
-    static std::atomic<int> counter{0};
-    SimResult r = simulate_profiled(c, inputs, grid, opts);
-    write_profile(r.profile, dir, fmt::format("{}-{}", c.program.name, counter++));
-    return std::move(r.outputs);
-  }
+  // NEURON_PROFILE=dir: profile every simulated kernel (simulate_profiled writes the files).
+  if (!opts.profile && !config().profile_dir.empty())
+    return simulate_profiled(c, inputs, grid, opts).outputs;
   std::vector<Tensor> all = inputs;
   std::vector<Tensor> outputs;
   for (auto& t : c.program.tensors) {

@@ -330,6 +330,7 @@ struct Machine {
       }
       f.lo = off + lo * esize;
       f.hi = off + hi * esize + esize;
+      f.bytes = std::min(f.hi - f.lo, count / std::max<int64_t>(ap.dims[0].size, 1) * esize);
       f.row_stride = 0;
       return true;
     }

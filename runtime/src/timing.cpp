@@ -1,56 +1,101 @@
-// The timing model: static instruction costs, dependence tracking over byte ranges, in-order
-// engines and DMA queues, and a fluid model of the core's HBM bandwidth.
+// The timing model's scheduler: dependence tracking over byte ranges, list scheduling over a
+// lookahead window (each instruction goes into the first idle gap of its engine that its
+// operands allow), DMA transfers split over the DMA engines, and the live ranges of on-chip data.
+// Costs come from timing_cost.cpp; the figures from the target table (dsl/base/src/target.cpp).
 #include "neuron/runtime/timing.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <limits>
+#include <numeric>
+
+#include "neuron/base/error.hpp"
 
 namespace neuron {
 
 namespace {
 
-constexpr int kEngineUnits = 4;  // TensorE, VectorE, ScalarE, GpSimdE; DMA queues follow
-constexpr double kHbmBinNs = 100;  // granularity of the HBM bandwidth fluid model
+constexpr int kEngineUnits = 4;  // TensorE, VectorE, ScalarE, GpSimdE; DMA queue tracks follow
+// The vendor compiler schedules each engine's instruction stream across loop iterations, so an
+// instruction whose operands are ready runs before earlier ones (in program order) that still
+// wait, and loads are issued ahead of the compute that needs them. We model its scheduler as
+// list scheduling: the model reads kLookahead instructions ahead in program order; of each
+// engine's (and the DMA queues') first kPerUnit instructions there that depend on nothing
+// unplaced, the one that can start soonest is placed next ([model] choices, docs/profiling.md).
+constexpr size_t kLookahead = 512;
+constexpr int kPerUnit = 32;
+constexpr double kEps = 1e-6;
 
-int engine_unit(Engine e) {
-  switch (e) {
-    case Engine::tensor: return 0;
-    case Engine::vector: return 1;
-    case Engine::scalar: return 2;
-    case Engine::gpsimd: return 3;
-    default: return -1;
+// One unit's busy intervals; placement finds the first idle gap at or after a time.
+class Timeline {
+ public:
+  // The earliest start >= t of an idle gap `d` long.
+  double fit(double t, double d) const {
+    auto it = std::upper_bound(busy_.begin() + static_cast<std::ptrdiff_t>(head_), busy_.end(), t,
+                               [](double v, const std::pair<double, double>& b) {
+                                 return v < b.second;
+                               });
+    for (; it != busy_.end(); ++it) {
+      if (t + d <= it->first + kEps) return t;
+      t = std::max(t, it->second);
+    }
+    return t;
   }
-}
 
-bool is_fp8(DType d) { return d == DType::float8_e4m3 || d == DType::float8_e5m2; }
-bool is_half(DType d) { return d == DType::bfloat16 || d == DType::float16; }
-
-int64_t per_partition(const AccessPattern& ap) {
-  if (ap.dims.empty()) return 1;
-  int64_t p = std::max<int64_t>(ap.dims[0].size, 1);
-  return ap.elements() / p;
-}
-
-// TensorE: the moving tile streams one column per cycle with a 64-cycle floor ([perf]).
-double matmul_cycles(int64_t n, DType a, DType b, const Target& t) {
-  if (a == DType::float32 || b == DType::float32 || !(is_half(a) || is_fp8(a)))
-    return static_cast<double>(std::max<int64_t>(n, t.matmul_min_cycles)) * t.matmul_fp32_slowdown;
-  if (is_fp8(a) && is_fp8(b))
-    return std::max(static_cast<double>(n) / t.matmul_fp8_speedup,
-                    static_cast<double>(t.matmul_min_cycles));
-  return static_cast<double>(std::max<int64_t>(n, t.matmul_min_cycles));
-}
-
-// Does the innermost non-trivial dim of an access step more than `limit` bytes?
-bool strided(const AccessPattern& ap, int64_t limit) {
-  size_t first = is_on_chip(ap.memory) ? 1 : 0;
-  for (size_t i = ap.dims.size(); i-- > first;) {
-    if (ap.dims[i].size <= 1) continue;
-    return std::llabs(ap.dims[i].stride) * dtype_bytes(ap.dtype) > limit;
+  void occupy(double s, double e) {
+    if (e - s <= kEps) return;
+    auto it = std::lower_bound(busy_.begin() + static_cast<std::ptrdiff_t>(head_), busy_.end(),
+                               std::pair{s, e});
+    it = busy_.insert(it, {s, e});
+    // Merge with touching neighbours, which keeps the list short for back-to-back work.
+    if (it + 1 != busy_.end() && (it + 1)->first <= it->second + kEps) {
+      it->second = std::max(it->second, (it + 1)->second);
+      busy_.erase(it + 1);
+    }
+    if (it != busy_.begin() + static_cast<std::ptrdiff_t>(head_) &&
+        (it - 1)->second + kEps >= it->first) {
+      (it - 1)->second = std::max((it - 1)->second, it->second);
+      busy_.erase(it);
+    }
   }
-  return false;
+
+  // The end of the last busy interval ending at or before t (the unit idles from there to t).
+  double idle_since(double t) const {
+    auto it = std::upper_bound(busy_.begin() + static_cast<std::ptrdiff_t>(head_), busy_.end(), t,
+                               [](double v, const std::pair<double, double>& b) {
+                                 return v < b.second;
+                               });
+    return it == busy_.begin() + static_cast<std::ptrdiff_t>(head_) ? 0.0 : (it - 1)->second;
+  }
+
+  // Nothing will be placed before `t` any more: forget what ends before it.
+  void prune(double t) {
+    while (head_ < busy_.size() && busy_[head_].second <= t) ++head_;
+    if (head_ > 4096) {
+      busy_.erase(busy_.begin(), busy_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+    }
+  }
+
+ private:
+  std::vector<std::pair<double, double>> busy_;  // sorted, disjoint
+  size_t head_ = 0;
+};
+
+// The earliest start >= t free on every timeline in `tls` for `d`.
+double joint_fit(const std::vector<Timeline*>& tls, double t, double d) {
+  for (int guard = 0; guard < 1000; ++guard) {
+    double s = t;
+    for (auto* tl : tls) s = std::max(s, tl->fit(s, d));
+    bool all = true;
+    for (auto* tl : tls) all = all && tl->fit(s, d) <= s + kEps;
+    if (all) return s;
+    t = s;
+  }
+  return t;
 }
 
 std::string operand_str(const AccessPattern& ap) {
@@ -58,82 +103,9 @@ std::string operand_str(const AccessPattern& ap) {
                      ap.memory == Memory::psum ? " psum" : is_on_chip(ap.memory) ? "" : " hbm");
 }
 
-}  // namespace
+int64_t touched(const Footprint& f) { return f.bytes > 0 ? f.bytes : f.hi - f.lo; }
 
-InstrCost instr_cost(const Instr& in, const Target& t) {
-  InstrCost c;
-  if (in.engine == Engine::none) return c;  // device_print, registers: the sequencer
-  int64_t bytes = in.dst.elements() * dtype_bytes(in.dst.dtype);
-  for (auto& s : in.src) bytes += s.elements() * dtype_bytes(s.dtype);
-  if (in.engine == Engine::dma || in.op == Opcode::dma_copy) {
-    c.dma = true;
-    const AccessPattern& src = in.src.at(0);
-    c.bytes = std::max(src.elements() * dtype_bytes(src.dtype),
-                       in.dst.elements() * dtype_bytes(in.dst.dtype));
-    c.hbm = !is_on_chip(src.memory) || !is_on_chip(in.dst.memory);
-    bool slow = strided(src, t.dma_strided_bytes) || strided(in.dst, t.dma_strided_bytes);
-    c.effective_bytes = static_cast<double>(c.bytes) / (slow ? t.dma_strided_efficiency : 1.0);
-    c.ns = t.dma_latency_ns + c.effective_bytes / t.dma_queue_gbps;  // GB/s == bytes/ns
-    return c;
-  }
-  c.engine_unit = engine_unit(in.engine);
-  c.bytes = bytes;
-  double overhead = static_cast<double>(t.engine_overhead_cycles), ghz = 1;
-  switch (in.engine) {
-    case Engine::tensor: {
-      // nc_matmul streams `moving` (src 1); nc_transpose streams its data through an identity.
-      const AccessPattern& moving = in.src.size() > 1 ? in.src[1] : in.src.at(0);
-      const AccessPattern& stat = in.src.at(0);
-      int64_t n = per_partition(moving);
-      c.cycles = matmul_cycles(n, stat.dtype, moving.dtype, t);
-      int64_t k = moving.dims.empty() ? 1 : moving.dims[0].size;
-      int64_t m = in.src.size() > 1 ? per_partition(stat) : k;
-      c.flops = 2.0 * static_cast<double>(k) * static_cast<double>(m) * static_cast<double>(n);
-      ghz = t.tensor_ghz;
-      c.dependent_cycles = c.cycles;
-      c.ns = c.cycles / ghz;
-      return c;
-    }
-    case Engine::vector: {
-      const AccessPattern& data = in.src.empty() ? in.dst : in.src[0];
-      int64_t elems = std::max(per_partition(data), per_partition(in.dst));
-      bool two_inputs = opcode_streamed_inputs(in.op) == 2;
-      bool half = is_half(in.dst.dtype) || is_fp8(in.dst.dtype);
-      for (auto& s : in.src) half = half && (is_half(s.dtype) || is_fp8(s.dtype));
-      double rate = !two_inputs && half ? t.vector_perf_mode_elems_per_cycle
-                                        : t.vector_elems_per_cycle;
-      double stream = std::ceil(static_cast<double>(elems) / rate) *
-                      (two_inputs ? t.two_input_slowdown : 1.0);
-      c.cycles = overhead + stream;
-      c.dependent_cycles = static_cast<double>(t.vector_dependent_overhead_cycles) + stream;
-      c.flops = static_cast<double>(elems * (data.dims.empty() ? 1 : data.dims[0].size));
-      ghz = t.vector_ghz;
-      break;
-    }
-    case Engine::scalar: {
-      const AccessPattern& data = in.src.empty() ? in.dst : in.src[0];
-      int64_t elems = std::max(per_partition(data), per_partition(in.dst));
-      double rate = is_half(data.dtype) && is_half(in.dst.dtype) ? t.scalar_bf16_elems_per_cycle
-                                                                 : t.scalar_elems_per_cycle;
-      c.cycles = overhead + std::ceil(static_cast<double>(elems) / rate);
-      c.flops = static_cast<double>(elems * (data.dims.empty() ? 1 : data.dims[0].size));
-      ghz = t.scalar_ghz;
-      break;
-    }
-    case Engine::gpsimd: {
-      int64_t elems = per_partition(in.dst);
-      c.cycles = overhead + std::ceil(static_cast<double>(elems) / t.gpsimd_elems_per_cycle);
-      c.flops = static_cast<double>(elems * (in.dst.dims.empty() ? 1 : in.dst.dims[0].size));
-      ghz = t.gpsimd_ghz;
-      break;
-    }
-    default:
-      return InstrCost{};
-  }
-  if (c.dependent_cycles == 0) c.dependent_cycles = c.cycles;
-  c.ns = c.cycles / ghz;
-  return c;
-}
+}  // namespace
 
 bool overlaps(const Footprint& a, const Footprint& b) {
   if (a.space != b.space || a.p_hi <= b.p_lo || b.p_hi <= a.p_lo || a.hi <= b.lo || b.hi <= a.lo)
@@ -160,21 +132,53 @@ struct TimingModel::Impl {
   const Target& t;
   Profile& out;
   std::vector<InstrCost> costs;
+  std::vector<bool> matmul_like;  // nc_matmul / nc_transpose: src 0 is the stationary
   std::vector<bool> hbm_written;
-  std::vector<double> unit_free;
-  std::vector<int64_t> last_event;  // per unit
-  int next_queue = 0;
-  std::vector<double> hbm_used;  // bytes per bin of kHbmBinNs
-  std::vector<int> hbm_streams;  // transfers active per bin
+  std::vector<Timeline> engines;  // TensorE, VectorE, ScalarE, GpSimdE
+  std::vector<Timeline> dma;      // the DMA engines
+  Timeline psum_port, sbuf_port;  // NC-v2 shared access ports
+  std::vector<double> track_end;  // DMA display tracks
+  double last_trigger = 0;        // the previous transfer's trigger
+  int table = -1;                 // ScalarE's loaded activation table
+  Footprint stationary;           // TensorE's loaded stationary
+  bool have_stationary = false;
+
   struct Rec {
     Footprint fp;
     bool write = false;
     int64_t event = 0;
-    double start = 0, end = 0, last_read = 0;
+    int unit = -1;
+    double start = 0;
+    double done = 0;  // reads finished / the engine let go (issue order for pipelined writes)
+    double end = 0;   // writes visible; reads: = done
+    double last_read = 0;
+    double live = 0, live_since = 0;  // bytes per partition (average over 128) still live
   };
   std::vector<std::vector<Rec>> spaces;  // by Footprint::space
 
-  Impl(const Target& target, Profile& o) : t(target), out(o) {}
+  // A dynamic instruction in the scheduler's window.
+  struct Item {
+    int instr = 0;
+    int64_t program = 0;
+    std::vector<Footprint> reads, writes;
+    int blockers = 0;          // earlier items in the window it depends on
+    std::vector<Item*> blocks;  // later items that depend on it
+    double floor = 0;          // it starts no earlier than this
+    bool deps_known = false;   // all its producers are placed: the fields below are final
+    double ready = 0, stat_ready = 0;
+    int64_t dep = -1;
+    DepKind kind = DepKind::none;
+    int dep_space = 0;
+  };
+  std::vector<std::unique_ptr<Item>> window;  // program order
+  std::deque<double> recent_starts;           // starts of the last kLookahead placements
+  double floor = 0;  // no new instruction starts before the one kLookahead placements back
+
+  Impl(const Target& target, Profile& o) : t(target), out(o) {
+    engines.resize(kEngineUnits);
+    dma.resize(static_cast<size_t>(t.dma_engines));
+    track_end.assign(static_cast<size_t>(t.dma_engines), 0.0);
+  }
 
   std::vector<Rec>& space(int s) {
     if (static_cast<size_t>(s) >= spaces.size()) spaces.resize(static_cast<size_t>(s) + 1);
@@ -186,154 +190,301 @@ struct TimingModel::Impl {
     return tensor >= hbm_written.size() || hbm_written[tensor];
   }
 
-  void retire(const Rec& r) {
-    if (!r.write || r.fp.space >= 2) return;
-    double bytes = static_cast<double>(r.fp.hi - r.fp.lo) * static_cast<double>(r.fp.p_hi - r.fp.p_lo) /
-                   static_cast<double>(t.partitions);
-    out.live.push_back(LiveRange{r.fp.space == 0 ? Memory::sbuf : Memory::psum, r.start,
-                                 std::max(r.end, r.last_read), bytes});
+  double live_bytes(const Footprint& f) const {
+    return static_cast<double>(touched(f)) * static_cast<double>(f.p_hi - f.p_lo) /
+           static_cast<double>(t.partitions);
   }
 
-  // Moves `bytes` from `start` at the queue's rate, within the core's HBM bandwidth: each bin
-  // of kHbmBinNs has a byte capacity. Transfers are placed in program order, not time order, so
-  // a newcomer is guaranteed at least a fair share (capacity / streams in the bin) even where
-  // earlier-placed transfers took the rest: sixteen simultaneous loads then end together near
-  // bytes / share instead of the last ones crawling after the first ones finish.
-  double hbm_transfer(double start, double bytes, double qrate) {
-    const double cap_rate = t.hbm_gbps_per_core, cap = cap_rate * kHbmBinNs;
-    double now = start;
-    while (bytes > 1e-9) {
-      size_t b = static_cast<size_t>(now / kHbmBinNs);
-      if (b >= hbm_used.size()) {
-        hbm_used.resize(std::max(b + 1, hbm_used.size() * 2), 0.0);
-        hbm_streams.resize(hbm_used.size(), 0);
-      }
-      double bin_end = static_cast<double>(b + 1) * kHbmBinNs;
-      double avail = bin_end - now;
-      if (avail <= 1e-9) {
-        now = bin_end;
-        continue;
-      }
-      double left = std::max(0.0, cap - hbm_used[b]);
-      double rate = std::min(qrate, std::max(left / avail, cap_rate / (hbm_streams[b] + 1)));
-      ++hbm_streams[b];
-      if (rate * avail >= bytes) {
-        hbm_used[b] += bytes;
-        return now + bytes / rate;
-      }
-      hbm_used[b] += rate * avail;
-      bytes -= rate * avail;
-      now = bin_end;
+  // Ends a write's live range: at its last read, or when `cut` overwrote all of it.
+  void retire(const Rec& r, double cut = std::numeric_limits<double>::infinity()) {
+    if (!r.write || r.fp.space >= 2 || r.live <= 0) return;
+    double end = std::min(std::max(r.end, r.last_read), cut);
+    out.live.push_back(LiveRange{r.fp.space == 0 ? Memory::sbuf : Memory::psum, r.live_since,
+                                 std::max(end, r.live_since), r.live});
+  }
+  // A write that overwrites part of an older one: the overwritten part stops being live.
+  void shrink(Rec& r, const Footprint& f, double now) {
+    if (r.fp.space >= 2 || r.live <= 0) return;
+    const double span = static_cast<double>(std::max<int64_t>(r.fp.hi - r.fp.lo, 1));
+    const double density = static_cast<double>(touched(r.fp)) / span;
+    const double bytes = static_cast<double>(std::min(r.fp.hi, f.hi) - std::max(r.fp.lo, f.lo)) *
+                         density *
+                         static_cast<double>(std::min(r.fp.p_hi, f.p_hi) -
+                                             std::max(r.fp.p_lo, f.p_lo)) /
+                         static_cast<double>(t.partitions);
+    if (bytes <= 0) return;
+    if (now > r.live_since)
+      out.live.push_back(LiveRange{r.fp.space == 0 ? Memory::sbuf : Memory::psum, r.live_since,
+                                   now, r.live});
+    r.live = std::max(0.0, r.live - bytes);
+    r.live_since = std::max(r.live_since, now);
+  }
+
+  // Does `later` depend on `earlier` (true, anti or output dependence through their bytes)?
+  bool conflicts(const Item& earlier, const Item& later) const {
+    for (auto& w : earlier.writes) {
+      if (!tracked(w)) continue;
+      for (auto& r : later.reads)
+        if (overlaps(w, r)) return true;
+      for (auto& x : later.writes)
+        if (overlaps(w, x)) return true;
     }
-    return now;
-  }
-
-  // DMA queue choice, made when the transfer is issued (program order), like a compiler that
-  // balances queues: the queue that lets it start soonest; among queues already free by then,
-  // the one that became free last (best fit), so queues free earlier stay available for
-  // transfers later in program order that are ready sooner; then round-robin order.
-  int pick_queue(double ready) {
-    int best = -1;
-    double best_start = 0, best_free = 0;
-    for (int i = 0; i < t.dma_queues; ++i) {
-      int q = (next_queue + i) % t.dma_queues;
-      double free = unit_free[static_cast<size_t>(kEngineUnits + q)];
-      double start = std::max(free, ready);
-      if (best < 0 || start < best_start || (start == best_start && free > best_free)) {
-        best = q;
-        best_start = start;
-        best_free = free;
-      }
+    for (auto& r : earlier.reads) {
+      if (!tracked(r)) continue;
+      for (auto& x : later.writes)
+        if (overlaps(r, x)) return true;
     }
-    next_queue = (best + 1) % t.dma_queues;
-    return kEngineUnits + best;
+    return false;
   }
 
-  void issue(int instr, const std::vector<Footprint>& reads, const std::vector<Footprint>& writes,
-             int64_t program) {
-    const InstrCost& c = costs[static_cast<size_t>(instr)];
-    if (c.engine_unit < 0 && !c.dma) return;
-    int unit = c.engine_unit;
-    const int64_t me = static_cast<int64_t>(out.events.size());
-
-    // Operands ready: the latest end among the producers (RAW), earlier readers (WAR) and
-    // earlier writers (WAW) of overlapping bytes.
-    double ready = 0;
-    int64_t dep = -1;
-    DepKind kind = DepKind::none;
-    int dep_space = 0;
-    bool fed_by_own_previous = false;
-    auto consider = [&](const Rec& r, DepKind k) {
-      if (r.end > ready) {
-        ready = r.end;
-        dep = r.event;
-        kind = k;
-        dep_space = r.fp.space;
+  // Operands ready: the latest among the producers (RAW, results visible), earlier readers
+  // (WAR, reads done) and earlier writers (WAW) of overlapping bytes, each plus the semaphore
+  // wake-up; TensorE writes into PSUM behind TensorE writes pipeline (accumulation groups).
+  void find_deps(Item& it) {
+    const InstrCost& c = costs[static_cast<size_t>(it.instr)];
+    const bool stationary_first = matmul_like[static_cast<size_t>(it.instr)];
+    auto consider = [&](const Rec& r, DepKind k, bool stationary_operand) {
+      double at;
+      if (c.engine_unit == 0 && r.unit == 0 && r.fp.space == 1 && k != DepKind::raw)
+        at = r.done;
+      else
+        at = (k == DepKind::war ? r.done : r.end) + t.semaphore_ns;
+      if (at > it.ready) {
+        it.ready = at;
+        it.dep = r.event;
+        it.kind = k;
+        it.dep_space = r.fp.space;
       }
-      if (k == DepKind::raw && unit >= 0 && r.event == last_event[static_cast<size_t>(unit)])
-        fed_by_own_previous = true;
+      if (stationary_operand) it.stat_ready = std::max(it.stat_ready, at);
     };
-    for (auto& f : reads) {
+    for (size_t i = 0; i < it.reads.size(); ++i) {
+      const Footprint& f = it.reads[i];
       if (!tracked(f)) continue;
       for (auto& r : space(f.space))
-        if (r.write && overlaps(r.fp, f)) consider(r, DepKind::raw);
+        if (r.write && overlaps(r.fp, f)) consider(r, DepKind::raw, stationary_first && i == 0);
     }
-    for (auto& f : writes)
+    for (auto& f : it.writes)
       for (auto& r : space(f.space))
-        if (overlaps(r.fp, f)) consider(r, r.write ? DepKind::waw : DepKind::war);
+        if (overlaps(r.fp, f)) consider(r, r.write ? DepKind::waw : DepKind::war, false);
+    it.deps_known = true;
+  }
 
-    if (c.dma) unit = pick_queue(ready);
-    const double free = unit_free[static_cast<size_t>(unit)];
-    const double start = std::max(free, ready);
-    double end;
-    if (c.dma) {
-      double data_start = start + t.dma_latency_ns;
-      end = c.hbm ? hbm_transfer(data_start, c.effective_bytes, t.dma_queue_gbps)
-                  : data_start + c.effective_bytes / t.dma_queue_gbps;
-    } else {
-      double ghz = unit == 0 ? t.tensor_ghz : unit == 1 ? t.vector_ghz
-                 : unit == 2 ? t.scalar_ghz : t.gpsimd_ghz;
-      end = start + (fed_by_own_previous ? c.dependent_cycles : c.cycles) / ghz;
+  // Where an engine instruction would go now: its occupancy (with a table load) and start.
+  struct Slot {
+    double start = 0, occ = 0, table_ns = 0;
+    std::vector<Timeline*> tls;
+  };
+  Slot engine_slot(const Item& it) {
+    const InstrCost& c = costs[static_cast<size_t>(it.instr)];
+    const int engine = c.engine_unit;
+    Slot sl;
+    sl.occ = c.ns;
+    if (engine == 2 && c.act_table >= 0 && c.act_table != table) sl.table_ns = t.act_table_load_ns;
+    sl.occ += sl.table_ns;
+    double earliest = std::max(it.ready, it.floor);
+    if (matmul_like[static_cast<size_t>(it.instr)] && !same_stationary(it))
+      earliest = std::max(earliest, it.stat_ready + c.stationary_ns);
+    sl.tls.push_back(&engines[static_cast<size_t>(engine)]);
+    if (t.psum_port_shared && c.psum_access && (engine == 1 || engine == 2))
+      sl.tls.push_back(&psum_port);
+    if (t.sbuf_port_vector_gpsimd_shared && c.sbuf_access && (engine == 1 || engine == 3))
+      sl.tls.push_back(&sbuf_port);
+    sl.start = joint_fit(sl.tls, earliest, sl.occ);
+    return sl;
+  }
+  // A matmul whose stationary is already loaded needs no LoadStationary.
+  bool same_stationary(const Item& it) const {
+    if (!have_stationary || it.reads.empty()) return false;
+    const Footprint& st = it.reads[0];
+    return st.space == stationary.space && st.p_lo == stationary.p_lo &&
+           st.p_hi == stationary.p_hi && st.lo == stationary.lo && st.hi == stationary.hi;
+  }
+
+  // Does a newer write in `recs` cover the bytes `f` reads of recs[i]? Then the read sees that
+  // write's data, not recs[i]'s (whose live range must not be stretched by it). On chip only.
+  static bool overwritten(const std::vector<Rec>& recs, size_t i, const Footprint& f) {
+    const Footprint& o = recs[i].fp;
+    if (o.space >= 2) return false;
+    Footprint inter = o;
+    inter.p_lo = std::max(o.p_lo, f.p_lo);
+    inter.p_hi = std::min(o.p_hi, f.p_hi);
+    inter.lo = std::max(o.lo, f.lo);
+    inter.hi = std::min(o.hi, f.hi);
+    for (size_t j = i + 1; j < recs.size(); ++j)
+      if (recs[j].write && covers(recs[j].fp, inter)) return true;
+    return false;
+  }
+
+  // The DMA engines a transfer's packets go to: all of them, or the `n` that can start soonest.
+  std::vector<int> pick_engines(int n, double at, double d) const {
+    std::vector<int> all(dma.size());
+    std::iota(all.begin(), all.end(), 0);
+    if (n >= static_cast<int>(dma.size())) return all;
+    std::vector<std::pair<double, int>> by;
+    for (int e : all) by.emplace_back(dma[static_cast<size_t>(e)].fit(at, d), e);
+    std::stable_sort(by.begin(), by.end(), [](auto& a, auto& b) { return a.first < b.first; });
+    std::vector<int> chosen;
+    for (int i = 0; i < n; ++i) chosen.push_back(by[static_cast<size_t>(i)].second);
+    return chosen;
+  }
+
+  void add(int instr, const std::vector<Footprint>& reads, const std::vector<Footprint>& writes,
+           int64_t program) {
+    const InstrCost& c = costs[static_cast<size_t>(instr)];
+    if (c.engine_unit < 0 && !c.dma) return;
+    auto it = std::make_unique<Item>();
+    it->instr = instr;
+    it->program = program;
+    it->reads = reads;
+    it->writes = writes;
+    it->floor = floor;
+    for (auto& p : window)
+      if (conflicts(*p, *it)) {
+        p->blocks.push_back(it.get());
+        ++it->blockers;
+      }
+    window.push_back(std::move(it));
+    if (window.size() > kLookahead) place_next();
+  }
+
+  // List scheduling: of each unit's first kPerUnit instructions in the window that wait for
+  // nothing else in it, place the one that can start soonest (program order breaks ties).
+  void place_next() {
+    size_t best = window.size();
+    double best_start = 0;
+    int seen[kEngineUnits + 1] = {};
+    for (size_t i = 0; i < window.size(); ++i) {
+      Item& it = *window[i];
+      const int cls = costs[static_cast<size_t>(it.instr)].dma
+                          ? kEngineUnits
+                          : costs[static_cast<size_t>(it.instr)].engine_unit;
+      if (seen[cls]++ >= kPerUnit || it.blockers > 0) continue;
+      if (!it.deps_known) find_deps(it);
+      const InstrCost& c = costs[static_cast<size_t>(it.instr)];
+      double s = c.dma ? std::max(it.ready, it.floor) : engine_slot(it).start;
+      if (best == window.size() || s < best_start - kEps) {
+        best = i;
+        best_start = s;
+      }
     }
-    unit_free[static_cast<size_t>(unit)] = end;
-    last_event[static_cast<size_t>(unit)] = me;
+    NEURON_ASSERT(best < window.size(), "timing: a dependence cycle in the scheduling window");
+    std::unique_ptr<Item> it = std::move(window[best]);
+    window.erase(window.begin() + static_cast<std::ptrdiff_t>(best));
+    place(*it);
+    for (Item* b : it->blocks) --b->blockers;
+    // Nothing placed from now on starts before the oldest window entry's floor.
+    double horizon = floor;
+    for (auto& w : window) horizon = std::min(horizon, w->floor);
+    for (auto& tl : engines) tl.prune(horizon);
+    for (auto& tl : dma) tl.prune(horizon);
+    psum_port.prune(horizon);
+    sbuf_port.prune(horizon);
+  }
 
+  void place(const Item& it) {
+    const InstrCost& c = costs[static_cast<size_t>(it.instr)];
+    const int engine = c.engine_unit;  // -1 for DMA
+    const int64_t me = static_cast<int64_t>(out.events.size());
     InstrEvent ev;
-    ev.instr = instr;
-    ev.unit = unit;
-    ev.program = program;
-    ev.start_ns = start;
-    ev.end_ns = end;
+    ev.instr = it.instr;
+    ev.program = it.program;
     ev.bytes = c.bytes;
     ev.flops = c.flops;
-    if (ready > free && dep >= 0) {
-      ev.wait_on = dep;
-      ev.wait_kind = kind;
-      ev.wait_memory = dep_space == 0 ? Memory::sbuf : dep_space == 1 ? Memory::psum
-                                                                      : Memory::shared_hbm;
-      ev.wait_ns = ready - free;
+    double start, done, end;
+    if (c.dma) {
+      // Triggered when its operands allow; the first byte moves dma_latency_ns later, on the
+      // engines' next idle gaps; completion is seen dma_completion_ns after the last byte.
+      start = std::max(it.ready, it.floor);
+      const double data_at = start + t.dma_latency_ns;
+      double first = std::numeric_limits<double>::infinity(), last = data_at;
+      for (int e : pick_engines(c.dma_engines, data_at, c.engine_ns)) {
+        Timeline& tl = dma[static_cast<size_t>(e)];
+        double s = tl.fit(data_at, c.engine_ns);
+        tl.occupy(s, s + c.engine_ns);
+        out.dma_engine_busy_ns[static_cast<size_t>(e)] += c.engine_ns;
+        first = std::min(first, s);
+        last = std::max(last, s + c.engine_ns);
+      }
+      done = last;
+      end = last + t.dma_completion_ns;
+      ev.occupancy_ns = last - first;
+      // Display: the lowest track free at the trigger, else the one that frees first.
+      size_t track = 0;
+      for (size_t q = 0; q < track_end.size(); ++q) {
+        if (track_end[q] <= start + kEps) {
+          track = q;
+          break;
+        }
+        if (track_end[q] < track_end[track]) track = q;
+      }
+      track_end[track] = std::max(track_end[track], end);
+      ev.unit = kEngineUnits + static_cast<int>(track);
+      // A wait: the trigger came after the previous transfer's because of a dependence.
+      if (it.dep >= 0 && it.ready > last_trigger + kEps) {
+        ev.wait_ns = it.ready - last_trigger;
+        ev.wait_on = it.dep;
+      }
+      last_trigger = std::max(last_trigger, start);
+    } else {
+      Slot sl = engine_slot(it);
+      start = sl.start;
+      if (sl.table_ns > 0) {
+        ev.table_load_ns = sl.table_ns;  // ACT_TABLE_LOAD before the activation
+        table = c.act_table;
+      }
+      if (matmul_like[static_cast<size_t>(it.instr)] && !it.reads.empty()) {
+        stationary = it.reads[0];
+        have_stationary = true;
+      }
+      // A wait: the engine idled right before this instruction until its operands were ready.
+      const double idle = std::max(engines[static_cast<size_t>(engine)].idle_since(start), it.floor);
+      for (auto* tl : sl.tls) tl->occupy(start, start + sl.occ);
+      done = start + sl.occ;
+      end = done + c.latency_ns;
+      ev.unit = engine;
+      ev.occupancy_ns = sl.occ;
+      if (it.dep >= 0 && start > idle + kEps && it.ready > idle + kEps) {
+        ev.wait_ns = std::min(start, it.ready) - idle;
+        ev.wait_on = it.dep;
+      }
+    }
+    ev.start_ns = start;
+    ev.end_ns = end;
+    if (ev.wait_on >= 0) {
+      ev.wait_kind = it.kind;
+      ev.wait_memory = it.dep_space == 0 ? Memory::sbuf : it.dep_space == 1 ? Memory::psum
+                                                                            : Memory::shared_hbm;
     }
     out.events.push_back(ev);
     out.total_ns = std::max(out.total_ns, end);
+    recent_starts.push_back(start);
+    if (recent_starts.size() > kLookahead) {
+      floor = std::max(floor, recent_starts.front());
+      recent_starts.pop_front();
+    }
 
-    // Record this instruction's accesses; drop older records it makes redundant (a later
-    // access that covers them finishes no earlier, so it is what dependents must wait for).
-    for (auto& f : reads) {
+    // Record the accesses; drop older records they make redundant (a later access that covers
+    // them finishes no earlier, so it is what dependents must wait for).
+    for (auto& f : it.reads) {
       if (!tracked(f)) continue;
       auto& recs = space(f.space);
-      for (auto& r : recs)
-        if (r.write && overlaps(r.fp, f)) r.last_read = std::max(r.last_read, end);
-      std::erase_if(recs, [&](const Rec& r) { return !r.write && r.end <= end && covers(f, r.fp); });
-      recs.push_back(Rec{f, false, me, start, end, end});
+      for (size_t i = 0; i < recs.size(); ++i)
+        if (recs[i].write && overlaps(recs[i].fp, f) && !overwritten(recs, i, f))
+          recs[i].last_read = std::max(recs[i].last_read, done);
+      std::erase_if(recs, [&](const Rec& r) { return !r.write && r.end <= done && covers(f, r.fp); });
+      recs.push_back(Rec{f, false, me, engine, start, done, done, done, 0, 0});
     }
-    for (auto& f : writes) {
+    for (auto& f : it.writes) {
       auto& recs = space(f.space);
-      std::erase_if(recs, [&](const Rec& r) {
-        if (!covers(f, r.fp)) return false;
-        retire(r);
+      std::erase_if(recs, [&](Rec& r) {
+        if (!covers(f, r.fp)) {
+          if (r.write && overlaps(r.fp, f)) shrink(r, f, start);
+          return false;
+        }
+        retire(r, start);
         return true;
       });
-      recs.push_back(Rec{f, true, me, start, end, end});
+      recs.push_back(Rec{f, true, me, engine, start, done, end, end, live_bytes(f), start});
     }
   }
 };
@@ -343,7 +494,7 @@ TimingModel::TimingModel(const Target& t, const Program& prog, Profile& out)
   out.kernel = prog.name;
   out.target = t.name;
   out.units = {"TensorE", "VectorE", "ScalarE", "GpSimdE"};
-  for (int q = 0; q < t.dma_queues; ++q) out.units.push_back(fmt::format("DMA q{}", q));
+  for (int q = 0; q < t.dma_engines; ++q) out.units.push_back(fmt::format("DMA q{}", q));
   out.first_dma_unit = kEngineUnits;
   out.sbuf_alloc_bytes = prog.sbuf_bytes;
   out.psum_alloc_bytes = prog.psum_bytes;
@@ -351,22 +502,31 @@ TimingModel::TimingModel(const Target& t, const Program& prog, Profile& out)
   out.psum_capacity = t.psum_bytes_per_partition;
   out.tensor_peak_flops = t.tensor_peak_flops();
   out.hbm_gbps = t.hbm_gbps_per_core;
-  impl_->unit_free.assign(out.units.size(), 0.0);
-  impl_->last_event.assign(out.units.size(), -1);
+  out.launch_ns = t.launch_ns;
+  out.dma_engine_busy_ns.assign(static_cast<size_t>(t.dma_engines), 0.0);
 }
 
 TimingModel::~TimingModel() = default;
 
 int TimingModel::add_instr(const Instr& in) {
   impl_->costs.push_back(instr_cost(in, impl_->t));
+  impl_->matmul_like.push_back(in.op == Opcode::nc_matmul || in.op == Opcode::nc_transpose);
   ProfileInstr pi;
   pi.hbm = impl_->costs.back().hbm;
   pi.id = in.id;
   pi.opcode = std::string(opcode_name(in.op));
   pi.engine = in.engine;
   pi.span = in.span;
+  pi.dst_memory = in.dst.memory;
   std::vector<std::string> srcs;
-  for (auto& s : in.src) srcs.push_back(operand_str(s));
+  for (auto& s : in.src) {
+    srcs.push_back(operand_str(s));
+    pi.src_memory.push_back(s.memory);
+  }
+  if (in.op == Opcode::tensor_tensor || in.op == Opcode::tensor_scalar)
+    pi.op = std::string(alu_op_name(in.args.op0));
+  else if (in.op == Opcode::activation)
+    pi.op = std::string(act_func_name(in.args.func));
   pi.operands = !has_dst(in.op)
                     ? fmt::format("{}", fmt::join(srcs, ", "))
                     : fmt::format("{} <- {}", operand_str(in.dst), fmt::join(srcs, ", "));
@@ -380,10 +540,11 @@ void TimingModel::set_hbm_written(std::vector<bool> written) {
 
 void TimingModel::issue(int instr, const std::vector<Footprint>& reads,
                         const std::vector<Footprint>& writes, int64_t program) {
-  impl_->issue(instr, reads, writes, program);
+  impl_->add(instr, reads, writes, program);
 }
 
 void TimingModel::finish() {
+  while (!impl_->window.empty()) impl_->place_next();
   for (auto& recs : impl_->spaces) {
     for (auto& r : recs) impl_->retire(r);
     recs.clear();

@@ -145,6 +145,31 @@ TEST_CASE("nc_n_gather and local_gather pick elements by index") {
       }
 }
 
+TEST_CASE("nl::gather_flattened reads each partition's flattened row; a bad index faults") {
+  // data [16, 4, 6] (24 elements per partition), indices [16, 2, 5]: the result has indices'
+  // shape and result[p, a, b] = data[p, flat indices[p, a, b]].
+  auto k = neuron::trace("gather_flat",
+                         [](nl::tensor data, nl::tensor idx) {
+                           auto out = nl::ndarray({16, 2, 5}, nl::float32, nl::shared_hbm);
+                           nl::store(out, nl::gather_flattened(nl::load(data), nl::load(idx)));
+                           return out;
+                         },
+                         {{{16, 4, 6}, DType::float32}, {{16, 2, 5}, DType::int32}});
+  Tensor data = ramp({16, 4, 6}, 0.5f);
+  std::vector<int64_t> gi(16 * 10);
+  for (size_t i = 0; i < gi.size(); ++i) gi[i] = static_cast<int64_t>((i * 7 + 3) % 24);
+  auto c = build(k);
+  auto r = run_both(c, {data, ints({16, 2, 5}, gi)});
+  for (int64_t p = 0; p < 16; ++p)
+    for (int64_t j = 0; j < 10; ++j)
+      REQUIRE(r.sim[0].get(p * 10 + j) ==
+              data.get(p * 24 + gi[static_cast<size_t>(p * 10 + j)]));
+  gi[37] = 24;  // one past partition 3's row
+  Tensor bad = ints({16, 2, 5}, gi);
+  both_fail([&] { neuron::simulate(c, {data, bad}); },
+            [&] { neuron::run_native(c, {data, bad}); }, {"24", "test_dynamic.cpp"});
+}
+
 TEST_CASE("a register read from data offsets a load (dynamic scalar offset)") {
   auto k = neuron::trace("dyn_offset",
                          [](nl::tensor x, nl::tensor which) {

@@ -253,6 +253,62 @@ TEST_CASE("native tensor_reduce over one and two free axes") {
   }
 }
 
+// docs/numerics.md "Reductions", written out plainly: value i into lane i mod 16, then lanes
+// j and j + h added for h = 8, 4, 2, 1.
+float lane_blocked_sum(const float* v, int n) {
+  float lane[16] = {};
+  for (int i = 0; i < n; ++i) lane[i % 16] = lane[i % 16] + v[i];
+  for (int h = 8; h >= 1; h /= 2)
+    for (int j = 0; j < h; ++j) lane[j] = lane[j] + lane[j + h];
+  return lane[0];
+}
+
+TEST_CASE("reductions add in the lane-blocked order, natively and simulated") {
+  // Row 0: 2^24 then 31 ones. Left to right every 1 is lost to rounding (16777216); the
+  // lanes hold 2^24 + 1 -> 2^24 and 15 twos, and the tree gives 16777216 + 2 + 4 + 8 + 16 =
+  // 16777246 (exact: 16777247). Rows 1-2: random values, against the order written out.
+  const int P = 3, A = 4, B = 10, F = A * B;
+  auto x = random_values(P * F, 21, -100.0f, 100.0f);
+  for (int i = 0; i < 32; ++i) x[i] = i == 0 ? 16777216.0f : 1.0f;
+  for (int i = 32; i < F; ++i) x[i] = 0.0f;
+  Tensor in = vals(x, {P, F});
+  InstrArgs sum;
+  sum.reduce_op = AluOp::add;
+  sum.axes = {1, 2};
+  InstrArgs sub = sum;
+  sub.reduce_op = AluOp::subtract;
+  InstrArgs act;
+  act.func = ActFunc::copy;
+  act.reduce_op = AluOp::add;
+  ProgNode copy_reduce =
+      instr(Opcode::activation, sb(f32, 16384, P, {row(F)}), {sb(f32, 0, P, {row(F)})}, act);
+  copy_reduce.instr.has_reduce_res = true;
+  copy_reduce.instr.reduce_res = sb(f32, 8192, P, {row(1)});
+  // Over two reduced axes [A, B] (row-major positions), one axis of [A*B], the activation's
+  // reduce_res, and subtract (the negated sum).
+  Program p = program(
+      {decl("x", {P, F}, f32, kIn), decl("two_axes", {P, 1}, f32, kOut),
+       decl("act", {P, 1}, f32, kOut), decl("neg", {P, 1}, f32, kOut)},
+      {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)),
+       instr(Opcode::tensor_reduce, sb(f32, 4096, P, {row(1)}), {sb(f32, 0, P, {{B, A}, {1, B}})},
+             sum),
+       copy_reduce,
+       instr(Opcode::tensor_reduce, sb(f32, 12288, P, {row(1)}), {sb(f32, 0, P, {{B, A}, {1, B}})},
+             sub),
+       dma(hbm2(1, f32, P, 1, 1), sb(f32, 4096, P, {row(1)})),
+       dma(hbm2(2, f32, P, 1, 1), sb(f32, 8192, P, {row(1)})),
+       dma(hbm2(3, f32, P, 1, 1), sb(f32, 12288, P, {row(1)}))});
+  auto r = run_both(p, {in, Tensor::empty({P, 1}, f32), Tensor::empty({P, 1}, f32),
+                        Tensor::empty({P, 1}, f32)});
+  CHECK(r.native[0].get(0) == 16777246.0f);
+  for (int q = 0; q < P; ++q) {
+    const float want = lane_blocked_sum(x.data() + q * F, F);
+    CHECK(r.native[0].get(q) == want);
+    CHECK(r.native[1].get(q) == want);
+    CHECK(r.native[2].get(q) == -want);
+  }
+}
+
 TEST_CASE("native memset, iota, affine_select and tensor_copy_predicated") {
   const int P = 4, F = 12;
   const DType i32 = DType::int32;

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
+import reference_math
+
 DTYPES = {
     "float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16,
     "float8_e4m3": ml_dtypes.float8_e4m3, "float8_e5m2": ml_dtypes.float8_e5m2,
@@ -375,6 +377,11 @@ def alu(op, a, b):
 
 
 def activation_fn(func, t):
+    # The transcendentals follow docs/numerics.md's algorithms step by step (reference_math.py);
+    # the rest are exact operations, computed in double and rounded once.
+    r = reference_math.activation(func, t)
+    if r is not None:
+        return r
     x = t.astype(np.float64)
     with np.errstate(all="ignore"):
         if func == "copy":
@@ -610,11 +617,9 @@ class Machine:
             # dst first, then the reduction result (it may alias a column of dst).
             self.write(dst, from_f32(r, dt))
             if "reduce_res" in a:
+                # Each partition's values in row-major order, in the lane-blocked order.
                 flat = r.reshape(r.shape[0], -1)
-                acc = np.zeros(flat.shape[0], F)
-                with np.errstate(all="ignore"):
-                    for j in range(flat.shape[1]):
-                        acc = (acc + flat[:, j]).astype(F)
+                acc = reference_math.reduce_lanes(flat, "add", alu, 0.0)
                 rr = a["reduce_res"]
                 self.write(rr, from_f32(acc.reshape(self.read(rr).shape), self.dtype(rr)))
         elif op == "tensor_reduce":
@@ -624,11 +629,11 @@ class Machine:
             rest = [d for d in range(x.ndim) if d not in axes]
             xt = np.transpose(x, rest + list(axes)).reshape(
                 [x.shape[d] for d in rest] + [-1])
-            ident = {"add": 0.0, "multiply": 1.0, "maximum": -np.inf, "minimum": np.inf}[o]
-            acc = np.full(xt.shape[:-1], F(ident), F)
+            ident = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": -np.inf,
+                     "minimum": np.inf}[o]
+            # The reduced elements of each result in row-major order, lane-blocked.
+            acc = reference_math.reduce_lanes(xt, o, alu, ident)
             with np.errstate(all="ignore"):
-                for j in range(xt.shape[-1]):
-                    acc = alu(o, acc, xt[..., j])
                 if a.get("negate", 0):
                     acc = (acc * F(-1)).astype(F)
             self.write(dst, from_f32(acc.reshape(self.read(dst).shape), dt))

@@ -85,6 +85,31 @@ def main():
     check("reduce", run(k, {"a": np.array([[1.5, 2.25, -8.0]], F)})["o"], [[4.25]])
     check("reduce -0", run(k, {"a": np.array([[-0.0, -0.0, -0.0]], F)})["o"], [[-0.0]])
     assert math.isclose(float(R.activation_fn("gelu", np.array([1.0], F))[0]), 0.8413447, rel_tol=1e-6)
+    # Activation functions (reference_math.py, docs/numerics.md "Transcendentals"): where the
+    # algorithms give the correctly rounded value, it is Python's math value rounded once.
+    x = np.array([1.0], F)
+    for name, want in (("exp", math.e), ("tanh", math.tanh(1.0)), ("sin", math.sin(1.0)),
+                       ("cos", math.cos(1.0)), ("erf", math.erf(1.0)),
+                       ("sigmoid", 1 / (1 + math.exp(-1.0))), ("log", 0.0)):
+        check(name + "(1)", R.activation_fn(name, x), [F(want)])
+    check("specials", [R.activation_fn("sin", np.array([-0.0], F))[0],
+                       R.activation_fn("exp", np.array([-np.inf], F))[0],
+                       R.activation_fn("log", np.array([0.0], F))[0],
+                       R.activation_fn("sigmoid", np.array([-200.0], F))[0]],
+          [-0.0, 0.0, -np.inf, 0.0])
+    assert np.isnan(R.activation_fn("silu", np.array([-np.inf], F))[0]), "silu(-inf) is NaN"
+    # Reductions in the lane-blocked order (docs/numerics.md "Reductions"): 2^24 then 31 ones
+    # give 16777246 (left to right: 16777216).
+    k = """kernel k(a: float32[1, 32] shared_hbm) -> (o: float32[1, 1] shared_hbm) {
+  alloc t: float32[1, 32] sbuf
+  alloc s: float32[1, 1] sbuf
+  dma_copy(dst=t[0:+1, 0:+32], src=a[0:+1, 0:+32])
+  tensor_reduce(dst=s[0:+1, 0:+1], data=t[0:+1, 0:+32], op="add", axes=[1], negate=0)
+  dma_copy(dst=o[0:+1, 0:+1], src=s[0:+1, 0:+1])
+}"""
+    a = np.ones((1, 32), F)
+    a[0, 0] = 2.0 ** 24
+    check("lane-blocked sum", run(k, {"a": a})["o"], [[16777246.0]])
     print("reference self-test: ok")
 
 

@@ -50,17 +50,20 @@ TEST_CASE("allocate: SBUF offsets are 64-byte aligned and stack-scoped") {
   // b ends at 468; c starts at align64(468) = 512; after its loop ends d reuses the space.
   CHECK(c_.allocs["c"]->offset == 512);
   CHECK(c_.allocs["d"]->offset == 512);
-  for (auto& [name, buf] : c_.allocs) {
-    CHECK(buf->slots == 1);
-    CHECK(buf->slot_var.empty());
+  for (auto name : {"a", "b"}) {
+    CHECK(c_.allocs[name]->slots == 1);
+    CHECK(c_.allocs[name]->slot_var.empty());
   }
+  // A tile allocated in a sequential loop is fresh every iteration too: it rotates.
+  CHECK(c_.allocs["c"]->slots == 3);
+  CHECK(c_.allocs["c"]->slot_var == "i0");
   // Every op now refers to the allocated buffers, not the originals.
   for (auto& u : c_.used) CHECK(u == c_.allocs[u->name]);
   // The input kernel's buffers are untouched (buffers are shared and immutable).
   CHECK(a->offset == -1);
 }
 
-TEST_CASE("allocate: buffers directly in an affine_range body rotate over two slots") {
+TEST_CASE("allocate: SBUF buffers directly in a loop body rotate over three slots") {
   auto outer = sbuf("outer", {128, 16});  // 64 B
   auto t = sbuf("t", {128, 256});         // 1024 B per slot
   auto u = sbuf("u", {128, 4});           // nested one block deeper: no rotation
@@ -71,9 +74,9 @@ TEST_CASE("allocate: buffers directly in an affine_range body rotate over two sl
                      affine_for("i1", 1, {alloc(one), touch(one)})});
   auto c = collect(allocate(k, "trn2"));
   CHECK(c.allocs["t"]->offset == 64);
-  CHECK(c.allocs["t"]->slots == 2);
+  CHECK(c.allocs["t"]->slots == 3);
   CHECK(c.allocs["t"]->slot_var == "i0");
-  CHECK(c.allocs["u"]->offset == 64 + 2 * 1024);
+  CHECK(c.allocs["u"]->offset == 64 + 3 * 1024);
   CHECK(c.allocs["u"]->slots == 1);
   CHECK(c.allocs["one"]->slots == 1);
   CHECK(c.allocs["one"]->offset == 64);
@@ -95,12 +98,44 @@ TEST_CASE("allocate: PSUM buffers take whole banks, slots included") {
   CHECK(c.allocs["p3"]->offset == 4096 + 2 * 2048);
 }
 
-TEST_CASE("allocate: rotation falls back to one slot when two do not fit") {
+TEST_CASE("allocate: rotation falls back to fewer slots when three do not fit") {
   auto big = sbuf("big", {128, 40000});  // 160000 B: two slots exceed trn2's 212984
   Kernel k = kernel({}, {}, {affine_for("i0", 4, {alloc(big), touch(big)})});
   auto c = collect(allocate(k, "trn2"));
   CHECK(c.allocs["big"]->slots == 1);
   CHECK(c.allocs["big"]->offset == 0);
+  auto mid = sbuf("mid", {128, 25000});  // 100000 B: two slots fit, three do not
+  auto cm = collect(allocate(kernel({}, {}, {affine_for("i0", 4, {alloc(mid), touch(mid)})}),
+                             "trn2"));
+  CHECK(cm.allocs["mid"]->slots == 2);
+}
+
+TEST_CASE("allocate: an earlier rotating buffer gives up slots to a later one that does not fit") {
+  // a: 32 KiB per slot, rotating in i0; b: 128 KiB, rotating in i1 inside it. Three slots of a
+  // (96 KiB) leave no room for even one b on trn2 (208 KiB): a drops to two slots, b gets one.
+  auto a = sbuf("a", {128, 8192});
+  auto b = sbuf("b", {128, 32768});
+  Kernel k = kernel({}, {}, {affine_for("i0", 4, {alloc(a), touch(a),
+                                                  affine_for("i1", 4, {alloc(b), touch(b),
+                                                                       touch(a)})})});
+  auto c = collect(allocate(k, "trn2"));
+  CHECK(c.allocs["a"]->slots == 2);
+  CHECK(c.allocs["b"]->slots == 1);
+  CHECK(c.allocs["b"]->offset == 2 * 32768);
+}
+
+TEST_CASE("allocate: a small buffer short of slots takes them from a larger rotating one") {
+  // big: 64 KiB rotating in i0; small: 32 KiB rotating in i1. On trn1 (176 KiB) two slots of big
+  // leave room for one small; big gives up a slot so that small gets two (pipelining the small
+  // tile is cheaper than the large one).
+  auto big = sbuf("big", {128, 16384});
+  auto small = sbuf("small", {128, 8192});
+  Kernel k = kernel({}, {}, {affine_for("i0", 4, {alloc(big), touch(big),
+                                                  affine_for("i1", 2, {alloc(small), touch(small),
+                                                                       touch(big)})})});
+  auto c = collect(allocate(k, "trn1"));
+  CHECK(c.allocs["big"]->slots == 1);
+  CHECK(c.allocs["small"]->slots == 2);
 }
 
 TEST_CASE("allocate: capacity depends on the target") {

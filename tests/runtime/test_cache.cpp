@@ -165,6 +165,15 @@ TEST_CASE("disk entry layout") {
   CHECK(Blob(file.end() - 300, file.end()) == blob);
   // Nothing else is left in the directory (the temp file was renamed).
   CHECK(std::distance(fs::directory_iterator(d.path), fs::directory_iterator()) == 1);
+
+  // The checksum is plain SHA-256 of the payload (the FIPS 180-4 vector of "abc"), as in every
+  // version-1 entry: entries written before SHA-256 came from LLVM still verify.
+  std::string abc_key = test_key(4);
+  cache.store(abc_key, Blob{'a', 'b', 'c'});
+  Blob abc_file = read_file(entry_file(d, abc_key));
+  Sha256::Digest stored{};
+  std::copy(abc_file.begin() + 32, abc_file.begin() + 64, stored.begin());
+  CHECK(to_hex(stored) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 TEST_CASE("damaged entries are reported, removed and recompiled, never returned") {

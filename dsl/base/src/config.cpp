@@ -66,6 +66,15 @@ Config config() {
   if (const char* m = std::getenv("NEURON_CACHE_MAX_BYTES"); m && *m)
     c.cache_max_bytes = parse_bytes("NEURON_CACHE_MAX_BYTES", m);
   if (const char* m = std::getenv("NEURON_CACHE"); m && *m) c.cache_mode = parse_cache_mode(m);
+  if (const char* m = std::getenv("NEURON_CACHE_MEMORY_ENTRIES"); m && *m) {
+    std::string_view s(m);
+    std::size_t n = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    if (ec != std::errc() || end != s.data() + s.size())
+      user_error(Span{}, "config",
+                 "NEURON_CACHE_MEMORY_ENTRIES='{}' is not an entry count (digits; 0 keeps none)", s);
+    c.cache_memory_entries = n;
+  }
   // Native backend knobs.
   if (const char* t = std::getenv("NEURON_THREADS"); t && *t) {
     std::string_view s(t);

@@ -10,6 +10,7 @@
 #include "neuron/dsl/range.hpp"
 #include "neuron/dsl/tensor.hpp"
 #include "neuron/base/error.hpp"
+#include "neuron/base/target.hpp"
 #include "neuron/ir/ir.hpp"
 
 namespace neuron::nl {
@@ -25,11 +26,12 @@ inline constexpr DType float32 = DType::float32, bfloat16 = DType::bfloat16,
 inline constexpr Memory sbuf = Memory::sbuf, psum = Memory::psum, hbm = Memory::hbm,
                         shared_hbm = Memory::shared_hbm;
 
-namespace tile_size {
-inline constexpr int64_t pmax = 128;                  // partitions of any SBUF/PSUM tile
-inline constexpr int64_t psum_fmax = 512;             // fp32 elements per partition in a PSUM bank
-inline constexpr int64_t gemm_stationary_fmax = 128;  // matmul stationary free size (M)
-inline constexpr int64_t gemm_moving_fmax = 512;      // matmul moving free size (N)
+namespace tile_size {  // NKI's nl.tile_size; the numbers live in neuron/base/target.hpp
+using tile_limits::bn_stats_fmax;
+using tile_limits::gemm_moving_fmax;
+using tile_limits::gemm_stationary_fmax;
+using tile_limits::pmax;
+using tile_limits::psum_fmax;
 }  // namespace tile_size
 
 // The result dtype of a binary operation on two tiles (NKI's promotion table): float with int
@@ -177,6 +179,12 @@ tensor load_rows(const tensor& src, const tensor& rows, oob_mode oob = oob_mode:
 // The inverse: row p of value goes to row rows[p, 0] of dst's first kept dim.
 void store_rows(const tensor& dst, const tensor& rows, const tensor& value,
                 oob_mode oob = oob_mode::error, Span span = Span::current());
+
+// NKI's gather_flattened: result[p, j...] = data[p, flat free index indices[p, j...]] (each
+// partition gathers from its own row of data, free dims flattened); the result has indices'
+// shape and data's dtype (or dtype). An index outside the row is a fault naming it.
+tensor gather_flattened(const tensor& data, const tensor& indices,
+                        std::optional<DType> dtype = std::nullopt, Span span = Span::current());
 
 // Registers: 32-bit integers known at run time, usable in index expressions (dynamic offsets:
 // t(nl::ds(r * 128, 128))) and as runtime loop bounds. A register is an nl::index naming it.

@@ -68,6 +68,16 @@ void store_rows(const tensor& dst, const tensor& rows, const tensor& value, oob_
             span);
 }
 
+tensor gather_flattened(const tensor& data, const tensor& indices, std::optional<DType> dtype,
+                        Span span) {
+  dsl::require_trace(span);
+  tensor dst = dsl::new_tile(indices.shape(), dtype.value_or(data.dtype()), Memory::sbuf, span);
+  dsl::emit(Opcode::nc_n_gather,
+            {{"dst", dst.access()}, {"data", view_of(data, span)}, {"indices", view_of(indices, span)}},
+            span);
+  return dst;
+}
+
 index register_alloc(int64_t init, Span span) {
   dsl::require_trace(span);
   index r = index::var(dsl::new_register(span));

@@ -309,16 +309,20 @@ class Parser {
     return For::make(std::move(var), extent, kind, std::move(body), std::move(s));
   }
 
+  // A statement without loc(...) is located in the IR text itself (source name, line, column),
+  // so diagnostics and profiles of a parsed kernel still point somewhere.
   StmtPtr alloc_stmt() {
+    const Span here = span_of(cur());
     keyword("alloc");
     auto b = decl();
-    Span s = opt_loc("loc").value_or(Span{});
+    Span s = opt_loc("loc").value_or(here);
     b->span = opt_loc("buffer_loc").value_or(s);
     return Alloc::make(b, std::move(s));
   }
 
   StmtPtr op_stmt() {
     const Token& op_tok = cur();
+    const Span here = span_of(op_tok);
     auto code = opcode_from_name(op_tok.text);
     if (!code)
       fail(op_tok,
@@ -339,7 +343,7 @@ class Parser {
       if (!at_punct(")")) fail(cur(), "expected ',' or ')'");
     }
     expect(")");
-    Span s = opt_loc("loc").value_or(Span{});
+    Span s = opt_loc("loc").value_or(here);
     return Op::make(*code, std::move(args), std::move(s));
   }
 

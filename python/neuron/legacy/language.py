@@ -38,8 +38,8 @@ ds = _nl.ds
 
 
 class tile_size(_nl.tile_size):
-    bn_stats_fmax = 512
-    total_available_sbuf_size = 212984  # usable bytes per partition (trn2, NKI_API.md 2.1)
+    bn_stats_fmax = _C.tile_limits["bn_stats_fmax"]
+    total_available_sbuf_size = _C.sbuf_bytes_per_partition("trn2")  # usable bytes per partition
 
 
 class fp32:

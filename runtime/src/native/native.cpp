@@ -5,10 +5,11 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <fstream>
 #include <iostream>
-#include <map>
 #include <mutex>
 
+#include "lru.hpp"
 #include "native_impl.hpp"
 #include "neuron/base/error.hpp"
 #include "neuron/ir/printer.hpp"
@@ -33,17 +34,26 @@ struct LoadedCode {
   std::shared_ptr<void> owner;
 };
 
-// Loaded code by cache key, and whole kernels by their source IR (with spans, so errors name
-// the caller's lines) for compile_native(Kernel).
+// The memory level: loaded code by cache key, and whole kernels by their source IR (with
+// spans, so errors name the caller's lines) for compile_native(Kernel). Both are LRUs bounded
+// by NEURON_CACHE_MEMORY_ENTRIES. Entries share ownership of the code with every NativeKernel
+// handed out, so an evicted kernel keeps working for its holders and is unloaded after the
+// last one lets go.
 struct LoadedKernels {
   std::mutex mutex;
-  std::map<std::string, LoadedCode> code;
-  std::map<std::string, NativeKernel> by_source;
+  native::Lru<std::string, LoadedCode> code;
+  native::Lru<std::string, NativeKernel> by_source;
 };
 LoadedKernels& memory() {
   static LoadedKernels* m = new LoadedKernels;
   return *m;
 }
+
+// Evicted entries are destroyed by the caller after unlocking (destruction may unload code).
+struct Evicted {
+  std::vector<LoadedCode> code;
+  std::vector<NativeKernel> kernels;
+};
 
 native::JitOptions jit_options(const NativeCompileOptions& o) {
   native::JitOptions j;
@@ -53,6 +63,20 @@ native::JitOptions jit_options(const NativeCompileOptions& o) {
   j.bitcode_kernels = k == "bitcode";
   j.opt_level = o.opt_level;
   return j;
+}
+
+// Lines of /proc/self/maps (memory mappings of this process), for the exhaustion message.
+std::size_t mapping_count() {
+  std::ifstream f("/proc/self/maps");
+  std::size_t n = 0;
+  for (std::string line; std::getline(f, line);) ++n;
+  return n;
+}
+
+std::string max_map_count() {
+  std::ifstream f("/proc/sys/vm/max_map_count");
+  std::string s;
+  return std::getline(f, s) ? s : std::string("unknown");
 }
 
 void log_report(const CompileReport& r) {
@@ -88,6 +112,30 @@ std::string RunReport::str() const {
 const Program& NativeKernel::program() const {
   NEURON_ASSERT(impl_, "NativeKernel used before compile_native");
   return impl_->program;
+}
+
+// Loads an object; when the JIT cannot map memory, drops the memory level (unloading every
+// kernel no caller holds) and tries once more, then reports a UserError naming the numbers.
+static native::LoadedObject load(const Blob& blob, const std::string& kernel) {
+  try {
+    return native::load_object(blob);
+  } catch (const native::JitLoadError& e) {
+    if (!e.out_of_memory) internal_error("loading kernel '{}': {}", kernel, e.what());
+  }
+  clear_native_kernels();
+  try {
+    return native::load_object(blob);
+  } catch (const native::JitLoadError& e) {
+    if (!e.out_of_memory) internal_error("loading kernel '{}': {}", kernel, e.what());
+    user_error(Span{}, "jit-memory",
+               "cannot load the native code of kernel '{}': the JIT could not map memory for it "
+               "({}). {} kernels are still loaded, all held by NativeKernel objects of the caller "
+               "(the memory level was dropped and the load retried); this process has {} memory "
+               "mappings (vm.max_map_count: {}). Release kernels that are no longer needed, or "
+               "raise the limit",
+               kernel, e.what(), native::loaded_object_count(), mapping_count(),
+               max_map_count());
+  }
 }
 
 // Shared by every compile_native: `key` empty means no caching at any level.
@@ -128,9 +176,9 @@ NativeKernel compile_program(const Program& program, const std::string& ir_text,
   LoadedKernels& mem = memory();
   if (!rep.key.empty()) {
     std::lock_guard lock(mem.mutex);
-    if (auto it = mem.code.find(rep.key); it != mem.code.end()) {
-      impl->entry = it->second.entry;
-      impl->owner = it->second.owner;
+    if (LoadedCode* hit = mem.code.find(rep.key)) {
+      impl->entry = hit->entry;
+      impl->owner = hit->owner;
       rep.cache = "memory";
     }
   }
@@ -152,13 +200,15 @@ NativeKernel compile_program(const Program& program, const std::string& ir_text,
     } else {
       rep.cache = std::string(to_string(level));
     }
-    native::LoadedObject lo = native::load_object(blob);
+    native::LoadedObject lo = load(blob, program.name);
     rep.phases.push_back({"load", lo.load_ms});
     impl->entry = lo.entry;
     impl->owner = lo.owner;
     if (!rep.key.empty()) {
+      Evicted evicted;
       std::lock_guard lock(mem.mutex);
-      mem.code.emplace(rep.key, LoadedCode{impl->entry, impl->owner});
+      mem.code.put(rep.key, LoadedCode{impl->entry, impl->owner}, config().cache_memory_entries,
+                   &evicted.code);
     }
   }
   nk.impl_ = std::move(impl);
@@ -186,8 +236,8 @@ NativeKernel compile_native(const Kernel& k, const NativeCompileOptions& opts) {
   LoadedKernels& mem = memory();
   {
     std::lock_guard lock(mem.mutex);
-    if (auto it = mem.by_source.find(src); it != mem.by_source.end()) {
-      NativeKernel nk = it->second;
+    if (NativeKernel* hit = mem.by_source.find(src)) {
+      NativeKernel nk = *hit;
       nk.report_.cache = "memory";
       nk.report_.phases = {{"lookup", ms_since(t0)}};
       log_report(nk.report_);
@@ -196,8 +246,9 @@ NativeKernel compile_native(const Kernel& k, const NativeCompileOptions& opts) {
   }
   Compiled c = compile(k, co);
   NativeKernel nk = compile_native(c, opts);
+  Evicted evicted;
   std::lock_guard lock(mem.mutex);
-  mem.by_source.emplace(src, nk);
+  mem.by_source.put(src, nk, config().cache_memory_entries, &evicted.kernels);
   return nk;
 }
 
@@ -226,9 +277,12 @@ std::vector<Tensor> run_native(const Kernel& k, const std::vector<Tensor>& input
 
 void clear_native_kernels() {
   LoadedKernels& mem = memory();
+  Evicted evicted;
   std::lock_guard lock(mem.mutex);
-  mem.code.clear();
-  mem.by_source.clear();
+  mem.code.shrink(0, &evicted.code);
+  mem.by_source.shrink(0, &evicted.kernels);
 }
+
+std::size_t loaded_native_kernels() { return native::loaded_object_count(); }
 
 }  // namespace neuron

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -40,10 +41,25 @@ std::string program_llvm_ir(const Program& p, const JitOptions& opts, bool optim
 
 struct LoadedObject {
   KernelEntry entry = nullptr;
-  std::shared_ptr<void> owner;  // keeps the JIT'd code alive
+  // Owns the JIT'd code: when the last copy goes, the kernel's JITDylib is removed and its
+  // code and data pages are unmapped.
+  std::shared_ptr<void> owner;
   double load_ms = 0;
 };
+
+// Loading failed. `out_of_memory`: the JIT could not map pages for the code (mmap or mprotect
+// failed: the address space, RLIMIT_AS or vm.max_map_count is exhausted), so unloading
+// kernels may help; otherwise it is a toolkit bug. what() has LLVM's messages.
+struct JitLoadError : std::runtime_error {
+  JitLoadError(const std::string& what, bool oom) : std::runtime_error(what), out_of_memory(oom) {}
+  bool out_of_memory;
+};
+
 // Adds the object to the process-wide LLJIT (its own JITDylib) and resolves the entry.
+// Throws JitLoadError.
 LoadedObject load_object(const std::vector<std::uint8_t>& object);
+
+// Kernels whose code is loaded now (loaded and not yet released by their last owner).
+std::size_t loaded_object_count();
 
 }  // namespace neuron::native

@@ -358,50 +358,118 @@ void neuron_k_activation(const NView* d, const NView* s, const NView* bias, cons
   const AluOp rop =
       static_cast<AluOp>(reduce_op) == AluOp::bypass ? AluOp::add : static_cast<AluOp>(reduce_op);
   const int64_t P = s->size[0];
-  Scratch<float> bi(P), sc(P), red(P);
+  Scratch<float> bi(P), sc(P);
   column(bias, bdt, 0.0, P, bi.data);
   column(scale, scdt, scale_imm, P, sc.data);
-  const float ident = b::reduce_identity(rop);
-  for (int64_t p = 0; p < P; ++p) red.data[p] = ident;
-  const NView* vs[2] = {s, d};
-  each(vs, same, [&](char** p, int64_t part) {
-    float t = b::load_f32(p[0], dt(sdt)) * sc.data[part];
+  auto value = [&](const char* p, int64_t part) {
+    float t = b::load_f32(p, dt(sdt)) * sc.data[part];
     t = t + bi.data[part];
-    const float v = b::activate(func, t);
-    b::store_f32(p[1], dt(ddt), v);
-    if (rr) red.data[part] = b::alu(rop, red.data[part], v);
-  });
-  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
-  if (rr) {
-    int64_t i = 0;
-    each1(*rr, [&](char* p) { b::store_f32(p, dt(rrdt), red.data[i++]); });
-    clear_flags(*rr, neuron::dtype_bytes(dt(rrdt)));
+    return b::activate(func, t);
+  };
+  const NView* vs[2] = {s, d};
+  if (!rr) {
+    each(vs, same, [&](char** p, int64_t part) { b::store_f32(p[1], dt(ddt), value(p[0], part)); });
+    clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+    return;
   }
+  // With reduce_res: each partition's values, in row-major order, in the lane-blocked order of
+  // builtins.hpp. A row's values are kept in fp32 (dst may be narrower) and reduced after it,
+  // so both loops vectorize.
+  Scratch<float> red(P);
+  if (same & neuron::native::kSameShape) {
+    const NView& r = *s;
+    Scratch<float, 1> row(r.size[4]);
+    for (int64_t i0 = 0; i0 < r.size[0]; ++i0) {
+      float lane[b::kReduceLanes];
+      b::reduce_init(lane, rop);
+      int64_t pos = 0;
+      for (int64_t i1 = 0; i1 < r.size[1]; ++i1)
+        for (int64_t i2 = 0; i2 < r.size[2]; ++i2)
+          for (int64_t i3 = 0; i3 < r.size[3]; ++i3) {
+            const char* ps = s->base + i0 * s->stride[0] + i1 * s->stride[1] +
+                             i2 * s->stride[2] + i3 * s->stride[3];
+            char* pd = d->base + i0 * d->stride[0] + i1 * d->stride[1] + i2 * d->stride[2] +
+                       i3 * d->stride[3];
+            for (int64_t i4 = 0; i4 < r.size[4]; ++i4) {
+              const float v = value(ps + i4 * s->stride[4], i0);
+              b::store_f32(pd + i4 * d->stride[4], dt(ddt), v);
+              row.data[i4] = v;
+            }
+            b::reduce_run(lane, rop, pos, r.size[4], [&](int64_t k) { return row.data[k]; });
+            pos += r.size[4];
+          }
+      red.data[i0] = b::reduce_finish(lane, rop);
+    }
+  } else {
+    // Operands of different shapes stream in the source's row-major order, one partition
+    // after another: the k-th value of a partition goes to lane k mod 16.
+    Scratch<float> lanes(P * b::kReduceLanes);
+    Scratch<int64_t> seen(P);
+    for (int64_t p = 0; p < P; ++p) {
+      b::reduce_init(lanes.data + p * b::kReduceLanes, rop);
+      seen.data[p] = 0;
+    }
+    each(vs, same, [&](char** p, int64_t part) {
+      const float v = value(p[0], part);
+      b::store_f32(p[1], dt(ddt), v);
+      float& l = lanes.data[part * b::kReduceLanes + (seen.data[part]++ & (b::kReduceLanes - 1))];
+      l = b::alu(rop, l, v);
+    });
+    for (int64_t p = 0; p < P; ++p)
+      red.data[p] = b::reduce_finish(lanes.data + p * b::kReduceLanes, rop);
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+  int64_t i = 0;
+  each1(*rr, [&](char* p) { b::store_f32(p, dt(rrdt), red.data[i++]); });
+  clear_flags(*rr, neuron::dtype_bytes(dt(rrdt)));
 }
 
 void neuron_k_tensor_reduce(const NView* d, const NView* s, int ddt, int sdt, int op_, int reduced,
                             int negate) {
   const AluOp op = static_cast<AluOp>(op_);
-  int64_t coef[kDims], out_n = 1;
-  for (int i = kDims - 1; i >= 0; --i) {
-    coef[i] = (reduced >> i) & 1 ? 0 : out_n;
-    if (!((reduced >> i) & 1)) out_n *= s->size[i];
+  int64_t out_n = 1;
+  int64_t kept[kDims];  // loop extents over the kept dims (1 for reduced ones)
+  for (int i = 0; i < kDims; ++i) {
+    kept[i] = (reduced >> i) & 1 ? 1 : s->size[i];
+    out_n *= kept[i];
   }
+  // The reduced dims longer than 1, in order: the last is walked as a run (contiguous in the
+  // usual [P, F] -> [P, 1] reduction), the others around it.
+  int rd[kDims], nr = 0;
+  for (int i = 0; i < kDims; ++i)
+    if (((reduced >> i) & 1) && s->size[i] > 1) rd[nr++] = i;
+  int64_t run_n = 1, run_stride = 0, outer_n = 1;
+  if (nr > 0) {
+    --nr;
+    run_n = s->size[rd[nr]];
+    run_stride = s->stride[rd[nr]];
+  }
+  for (int m = 0; m < nr; ++m) outer_n *= s->size[rd[m]];
   Scratch<float> acc(out_n);
-  const float ident = b::reduce_identity(op);
-  for (int64_t i = 0; i < out_n; ++i) acc.data[i] = ident;
-  for (int64_t i0 = 0; i0 < s->size[0]; ++i0)
-    for (int64_t i1 = 0; i1 < s->size[1]; ++i1)
-      for (int64_t i2 = 0; i2 < s->size[2]; ++i2)
-        for (int64_t i3 = 0; i3 < s->size[3]; ++i3) {
-          const char* row = s->base + i0 * s->stride[0] + i1 * s->stride[1] + i2 * s->stride[2] +
-                            i3 * s->stride[3];
-          float* out = acc.data + i0 * coef[0] + i1 * coef[1] + i2 * coef[2] + i3 * coef[3];
-          for (int64_t i4 = 0; i4 < s->size[4]; ++i4) {
-            float& r = out[i4 * coef[4]];
-            r = b::alu(op, r, b::load_f32(row + i4 * s->stride[4], dt(sdt)));
+  int64_t o = 0;
+  for (int64_t i0 = 0; i0 < kept[0]; ++i0)
+    for (int64_t i1 = 0; i1 < kept[1]; ++i1)
+      for (int64_t i2 = 0; i2 < kept[2]; ++i2)
+        for (int64_t i3 = 0; i3 < kept[3]; ++i3)
+          for (int64_t i4 = 0; i4 < kept[4]; ++i4) {
+            const char* base = s->base + i0 * s->stride[0] + i1 * s->stride[1] +
+                               i2 * s->stride[2] + i3 * s->stride[3] + i4 * s->stride[4];
+            float lane[b::kReduceLanes];
+            b::reduce_init(lane, op);
+            int64_t idx[kDims] = {0, 0, 0, 0, 0}, pos = 0;
+            for (int64_t t = 0; t < outer_n; ++t) {
+              const char* p = base;
+              for (int m = 0; m < nr; ++m) p += idx[m] * s->stride[rd[m]];
+              b::reduce_run(lane, op, pos, run_n,
+                            [&](int64_t k) { return b::load_f32(p + k * run_stride, dt(sdt)); });
+              pos += run_n;
+              for (int m = nr - 1; m >= 0; --m) {
+                if (++idx[m] < s->size[rd[m]]) break;
+                idx[m] = 0;
+              }
+            }
+            acc.data[o++] = b::reduce_finish(lane, op);
           }
-        }
   int64_t i = 0;
   each1(*d, [&](char* p) {
     const float r = acc.data[i++];

@@ -1,5 +1,6 @@
-// The NeuronCore timing model: per-instruction cost and in-order engines/DMA queues that wait on
-// byte-range dependences. The simulator drives it; profile.hpp presents what it records.
+// The NeuronCore timing model: per-instruction costs, engines and DMA engines that run
+// instructions when their byte-range dependences allow, and the Profile they fill. The simulator
+// drives it; profile.hpp presents what it records. docs/profiling.md describes the model.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -11,16 +12,30 @@
 
 namespace neuron {
 
-// Static cost of one instruction on `t`, independent of other instructions.
+// Static cost of one instruction on `t`, independent of other instructions (timing_cost.cpp).
 struct InstrCost {
-  int engine_unit = -1;    // 0 TensorE, 1 VectorE, 2 ScalarE, 3 GpSimdE; -1 DMA or untimed
+  int engine_unit = -1;  // 0 TensorE, 1 VectorE, 2 ScalarE, 3 GpSimdE; -1 DMA or untimed
   bool dma = false;
-  double cycles = 0;       // engines: total cycles including the fixed overhead
-  double dependent_cycles = 0;  // VectorE: cycles when fed by its own previous instruction
-  double ns = 0;           // engines: cycles / clock; DMA: latency + bytes / queue bandwidth
-  int64_t bytes = 0;       // DMA: bytes moved; engines: bytes read + written
-  double effective_bytes = 0;  // DMA: bytes / efficiency (strided accesses cost double)
-  bool hbm = false;        // DMA touching HBM (shares the core's HBM bandwidth)
+  // Engines: the occupancy (initiation interval) and the latency after it until the results are
+  // visible, in cycles and in ns at the engine's clock.
+  double cycles = 0, latency_cycles = 0;
+  double ns = 0, latency_ns = 0;
+  // TensorE: the stationary operand is src 0; a matmul whose stationary changes needs it loaded
+  // this long before the stream starts (hidden behind the previous matmul when it is ready early).
+  double stationary_ns = 0;
+  bool accumulates = false;  // a matmul that adds into PSUM: back-to-back ones pipeline
+  // ScalarE: the activation table it needs (-1: none); a change costs Target::act_table_load_ns.
+  int act_table = -1;
+  bool psum_access = false;  // reads or writes PSUM (NC-v2: VectorE and ScalarE share the port)
+  bool sbuf_access = true;   // reads or writes SBUF (NC-v2: VectorE and GpSimd share the port)
+  // DMA: the transfer is split over `dma_engines` engines, each moving `engine_ns` worth of
+  // packets (descriptors x descriptor cost + bytes / rate); `ns` is that plus the fixed latency.
+  int dma_engines = 0;
+  double engine_ns = 0;
+  int64_t descriptors = 0;
+  bool strided = false;
+  int64_t bytes = 0;  // DMA: bytes moved; engines: bytes read + written
+  bool hbm = false;   // DMA touching HBM
   double flops = 0;
 };
 InstrCost instr_cost(const Instr& in, const Target& t);
@@ -33,6 +48,7 @@ struct Footprint {
   int64_t p_lo = 0, p_hi = 1;
   int64_t lo = 0, hi = 0;
   int64_t row_stride = 0, rows = 0, col_lo = 0, col_hi = 0;
+  int64_t bytes = 0;  // on chip: bytes per partition actually touched (hi - lo when 0)
 };
 bool overlaps(const Footprint& a, const Footprint& b);
 bool covers(const Footprint& outer, const Footprint& inner);

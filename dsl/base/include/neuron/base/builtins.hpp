@@ -2,12 +2,14 @@
 // activations.
 //
 // This header is also compiled to LLVM bitcode with clang-14 for the native backend, so it
-// depends only on <cmath>, <cstdint>, <cstring>, <limits> and the dtype/ops enums.
+// depends only on <cmath>, <cstdint>, <cstring>, <limits> and the dtype/ops enums. Functions
+// an instruction applies per element avoid libm calls (fmod and pow excepted), so the
+// specialized loops vectorize.
 //
 // Numeric rules (mirrored in docs/numerics.md; change both together):
 //  - Arithmetic: every input is converted to fp32, the op is evaluated in fp32, and the result
-//    is converted once to the output dtype. Activation functions evaluate in double and round
-//    to fp32 once ("exact math"), so both executors agree with <cmath>.
+//    is converted once to the output dtype. Activation functions are float32 implementations
+//    without libm (builtins_math.hpp) with measured error bounds (docs/numerics.md).
 //  - fp32 -> bf16 / fp16 / fp8 e4m3 / fp8 e5m2: round to nearest, ties to even, on every write
 //    to a narrower type. A value whose rounded magnitude exceeds the largest finite value
 //    becomes +-inf (all four types have inf, IEEE style). NaN stays NaN (quiet, sign kept).
@@ -24,6 +26,8 @@
 //    increasing k: acc = fma(stationary[k,m], moving[k,n], acc), acc starting at the old PSUM
 //    value (accumulate) or 0 (overwrite).
 //  - Same-dtype copies (tensor_copy, dma_copy, nc_transpose) are bit-exact.
+//  - Reductions (tensor_reduce, activation's reduce_res) use 16 lanes and a fixed tree
+//    (reduce_init / reduce_run / reduce_finish below).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -32,6 +36,7 @@
 
 #include "neuron/base/dtype.hpp"
 #include "neuron/base/ops.hpp"
+#include "neuron/base/builtins_math.hpp"
 
 namespace neuron::builtins {
 
@@ -404,7 +409,7 @@ inline float alu(AluOp op, float a, float b) {
     case AluOp::abs:
       return std::fabs(a);
     case AluOp::rsqrt:
-      return static_cast<float>(1.0 / std::sqrt(static_cast<double>(a)));
+      return math::rsqrt(a);
     case AluOp::reciprocal:
       return 1.0f / a;
     case AluOp::logical_not:
@@ -451,80 +456,104 @@ inline float reduce_identity(AluOp op) {
   }
 }
 
-// ---- activation functions
-// ------------------------------------------------------------------------
+// ---- reductions --------------------------------------------------------------------------------
 
-// Evaluated in double, rounded to fp32 once. gelu is the exact erf form; gelu_apprx_tanh the
-// tanh approximation; sign(NaN) is NaN; relu(NaN) is 0.
-inline float activate(ActFunc f, float xf) {
-  const double x = xf;
-  const double kInvSqrt2 = 0.70710678118654752440;
-  const double kSqrt2OverPi = 0.79788456080286535588;
-  double r = x;
+// Every reduction along free axes (tensor_reduce; activation's reduce_res; nl.sum, max, min,
+// mean) combines the n values v_0 .. v_{n-1} of one result (its reduced elements in row-major
+// order) in one order, the same in both executors, that a vector unit can follow:
+//   lane[j] = identity (j < 16);  lane[i mod 16] = op(lane[i mod 16], v_i) for i = 0, 1, ...;
+//   then for h = 8, 4, 2, 1: lane[j] = combine(lane[j], lane[j + h]) for j < h;  result lane[0].
+// combine is op itself, except for subtract, whose lanes hold negated partial sums and are
+// added. 16 lanes: one AVX-512 register of partial results, or two AVX2 ones.
+constexpr int kReduceLanes = 16;
+
+inline AluOp reduce_combine(AluOp op) {
+  return op == AluOp::subtract ? AluOp::add : op;
+}
+
+inline void reduce_init(float* lane, AluOp op) {
+  for (int j = 0; j < kReduceLanes; ++j) lane[j] = reduce_identity(op);
+}
+
+// Feeds the values load(0), ..., load(n - 1), at positions pos .. pos + n - 1 of the reduction,
+// into the lanes. Whole groups of 16 go through a local copy of the lanes with constant
+// indices, which the native backend's optimizer turns into vector operations.
+template <class Load>
+[[gnu::always_inline]] inline void reduce_run(float* lane, AluOp op, int64_t pos, int64_t n,
+                                              Load&& load) {
+  constexpr int64_t kMask = kReduceLanes - 1;
+  int64_t k = 0;
+  for (; k < n && ((pos + k) & kMask) != 0; ++k)
+    lane[(pos + k) & kMask] = alu(op, lane[(pos + k) & kMask], load(k));
+  if (k + kReduceLanes <= n) {
+    float acc[kReduceLanes];
+    for (int j = 0; j < kReduceLanes; ++j) acc[j] = lane[j];
+    for (; k + kReduceLanes <= n; k += kReduceLanes) {
+#pragma GCC unroll 16
+      for (int j = 0; j < kReduceLanes; ++j) acc[j] = alu(op, acc[j], load(k + j));
+    }
+    for (int j = 0; j < kReduceLanes; ++j) lane[j] = acc[j];
+  }
+  for (; k < n; ++k) lane[(pos + k) & kMask] = alu(op, lane[(pos + k) & kMask], load(k));
+}
+
+// The fixed tree that ends a reduction.
+inline float reduce_finish(float* lane, AluOp op) {
+  const AluOp c = reduce_combine(op);
+  for (int h = kReduceLanes / 2; h >= 1; h /= 2)
+    for (int j = 0; j < h; ++j) lane[j] = alu(c, lane[j], lane[j + h]);
+  return lane[0];
+}
+
+// ---- activation functions ------------------------------------------------------------------
+
+// float32 implementations (builtins_math.hpp; measured errors in docs/numerics.md). gelu is the
+// exact erf form; gelu_apprx_tanh the tanh approximation; sign(NaN) is NaN; relu(NaN) is 0.
+// Always inlined so a constant `f` folds the switch and the element loop around it vectorizes.
+[[gnu::always_inline]] inline float activate(ActFunc f, float x) {
   switch (f) {
     case ActFunc::copy:
-      return xf;
+      return x;
     case ActFunc::exp:
-      r = std::exp(x);
-      break;
+      return math::exp(x);
     case ActFunc::log:
-      r = std::log(x);
-      break;
+      return math::log(x);
     case ActFunc::tanh:
-      r = std::tanh(x);
-      break;
+      return math::tanh(x);
     case ActFunc::sqrt:
-      r = std::sqrt(x);
-      break;
+      return std::sqrt(x);
     case ActFunc::rsqrt:
-      r = 1.0 / std::sqrt(x);
-      break;
+      return math::rsqrt(x);
     case ActFunc::sigmoid:
-      r = 1.0 / (1.0 + std::exp(-x));
-      break;
+      return math::sigmoid(x);
     case ActFunc::silu:
-      r = x / (1.0 + std::exp(-x));
-      break;
-    // Written so negative x does not cancel: 1 + erf(x/sqrt2) = erfc(-x/sqrt2) and
-    // 1 + tanh(z) = 2 / (1 + exp(-2z)).
+      return math::silu(x);
     case ActFunc::gelu:
-      r = 0.5 * x * std::erfc(-x * kInvSqrt2);
-      break;
+      return math::gelu(x);
     case ActFunc::gelu_apprx_tanh:
-      r = x / (1.0 + std::exp(-2.0 * kSqrt2OverPi * (x + 0.044715 * x * x * x)));
-      break;
+      return math::gelu_apprx_tanh(x);
     case ActFunc::relu:
-      r = x > 0.0 ? x : 0.0;
-      break;
+      return x > 0.0f ? x : 0.0f;
     case ActFunc::abs:
-      r = std::fabs(x);
-      break;
+      return math::abs(x);
     case ActFunc::reciprocal:
-      r = 1.0 / x;
-      break;
+      return 1.0f / x;
     case ActFunc::square:
-      r = x * x;
-      break;
+      return x * x;
     case ActFunc::sign:
-      r = x > 0.0 ? 1.0 : x < 0.0 ? -1.0 : x;
-      break;  // keeps +-0 and NaN
+      return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;  // keeps +-0 and NaN
     case ActFunc::softplus:
-      // log1p(exp(x)) rewritten so large x does not overflow.
-      r = x > 0.0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-      break;
+      return math::softplus(x);
     case ActFunc::sin:
-      r = std::sin(x);
-      break;
+      return math::sin(x);
     case ActFunc::cos:
-      r = std::cos(x);
-      break;
+      return math::cos(x);
     case ActFunc::erf:
-      r = std::erf(x);
-      break;
+      return math::erf(x);
     case ActFunc::negative:
-      return -xf;
+      return -x;
   }
-  return static_cast<float>(r);
+  return x;
 }
 
 }  // namespace neuron::builtins

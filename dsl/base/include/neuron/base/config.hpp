@@ -1,5 +1,6 @@
 // The one place for the toolkit's knobs: every NEURON_* environment variable is read here.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -21,6 +22,10 @@ struct Config {
   // NEURON_CACHE_MAX_BYTES: bound on the disk cache; accepts K, M, G suffixes (powers of 1024).
   std::uint64_t cache_max_bytes = std::uint64_t(1) << 30;
   CacheMode cache_mode = CacheMode::on;
+  // NEURON_CACHE_MEMORY_ENTRIES: bound on each in-process (memory) level, least recently used
+  // evicted first: the compile cache's object blobs and the native backend's loaded kernels.
+  // An evicted kernel's code is unloaded once no NativeKernel holds it. 0 keeps none.
+  std::size_t cache_memory_entries = 512;
   // ---- native backend (runtime/native, docs/native.md) ----
   // NEURON_THREADS: worker threads for the SPMD grid; 0 (default) means the core count.
   int threads = 0;

@@ -53,12 +53,13 @@ Fault take_fault();  // the first fault since the last call (kind kFaultNone: no
 }  // namespace neuron::native
 
 // Every kernel: X(name, how). `inline` kernels are linked into JIT modules from bitcode and
-// specialized (their per-element work is an expression over constant ops and dtypes); `call`
+// specialized (their per-element work is an expression over constant ops and dtypes, and so
+// vectorizes: reductions follow the lane-blocked order of builtins.hpp); `call`
 // kernels do little per element or call the fast matmul, so generated code calls the library's
 // copy ("neuron_host_k_<name>"), which keeps cold compiles short (docs/native.md).
 #define NEURON_INSTR_KERNELS(X)                                                                \
   X(copy, inline) X(tensor_tensor, inline) X(tensor_scalar, inline) X(activation, inline)      \
-  X(memset, inline) X(tensor_reduce, call) X(transpose, call) X(matmul, call)                  \
+  X(memset, inline) X(tensor_reduce, inline) X(transpose, call) X(matmul, call)                \
   X(copy_predicated, call) X(iota, call) X(affine_select, call) X(print, call)                 \
   X(dma_indirect, call) X(gather, call) X(local_gather, call) X(load_scalar, inline)           \
   X(store_scalar, inline)

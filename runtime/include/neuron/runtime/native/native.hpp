@@ -99,7 +99,12 @@ std::vector<Tensor> run_native(const Kernel& k, const std::vector<Tensor>& input
                                const std::vector<int64_t>& grid = {1},
                                const NativeOptions& opts = {});
 
-// Forgets loaded kernels (the next compile_native reloads from the disk cache or compiles).
+// Empties the memory level (the next compile_native loads from the compile cache or compiles).
+// Kernels no NativeKernel holds are unloaded.
 void clear_native_kernels();
+
+// Kernels whose machine code is loaded in this process now: at most NEURON_CACHE_MEMORY_ENTRIES
+// per memory level, plus those evicted but still held by NativeKernel objects.
+std::size_t loaded_native_kernels();
 
 }  // namespace neuron
