@@ -1,5 +1,6 @@
-// Throughput of natively compiled kernels: the SPMD matmul (bench/spmd_matmul.hpp) and the
-// matmul example in fp32 and bf16 at 1024 and 2048, and the softmax example; GFLOP/s counters.
+// Throughput of natively compiled library kernels: matmul (kernels/matmul.hpp) in fp32 and bf16
+// at 1024 and 2048 over 1 and 2 threads, the one-program tiled example (matmul_naive of
+// examples/profile_matmul.hpp) for comparison, and the softmax; GFLOP/s counters.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -8,12 +9,15 @@
 #include <string>
 #include <vector>
 
-#include "../examples/matmul.hpp"
-#include "../examples/softmax.hpp"
+#include "../examples/profile_matmul.hpp"
+#include "neuron/kernels/matmul.hpp"
+#include "neuron/neuron.hpp"
+#include "neuron/kernels/softmax.hpp"
 #include "neuron/runtime/native/native.hpp"
-#include "spmd_matmul.hpp"
 
 namespace {
+
+namespace kn = neuron::kernels;
 
 neuron::Tensor random_tensor(std::vector<int64_t> shape, neuron::DType dt, uint32_t seed,
                              float scale = 1.0f) {
@@ -24,31 +28,26 @@ neuron::Tensor random_tensor(std::vector<int64_t> shape, neuron::DType dt, uint3
   return t;
 }
 
-// How the matmul is written: the example (one program), bench/spmd_matmul.hpp, or its variant
-// with the stationary stripes hoisted out of the n loop.
-enum class Variant { example, spmd, hoisted };
-
-neuron::Kernel matmul_kernel(Variant v, int64_t n, neuron::DType dt, int64_t blocks) {
-  const std::vector<neuron::TensorSpec> specs{{{n, n}, dt}, {{n, n}, dt}};
-  if (v == Variant::example) return neuron::trace("matmul", examples::matmul, specs);
-  return neuron::trace(
-      v == Variant::spmd ? "bench_spmd_matmul" : "bench_spmd_matmul_hoisted",
-      [v, blocks](neuron::nl::tensor a, neuron::nl::tensor b) {
-        return v == Variant::spmd ? bench::spmd_matmul(a, b, blocks)
-                                  : bench::spmd_matmul_hoisted(a, b, blocks);
-      },
-      specs);
-}
-
-// `blocks` row blocks per program for the SPMD variants.
-void matmul(benchmark::State& state, neuron::DType dt, Variant v, int64_t blocks) {
+// The library matmul (lhsT stored [K, M]) with `rows` rows per program, or (rows == 0) the
+// one-program example.
+void matmul(benchmark::State& state, neuron::DType dt, int64_t rows) {
   const int64_t n = state.range(0);
   const int threads = static_cast<int>(state.range(1));
-  auto kernel = matmul_kernel(v, n, dt, blocks);
+  const std::vector<neuron::TensorSpec> specs{{{n, n}, dt}, {{n, n}, dt}};
+  kn::MatmulConfig cfg;
+  cfg.transpose_a = true;
+  cfg.programs = rows ? n / rows : 1;
+  auto kernel =
+      rows
+          ? neuron::trace(
+                "matmul",
+                [cfg](neuron::nl::tensor a, neuron::nl::tensor b) { return kn::matmul(a, b, cfg); },
+                specs)
+          : neuron::trace("matmul_naive", examples::matmul_naive, specs);
   auto k = neuron::compile_native(kernel);
   auto a = random_tensor({n, n}, dt, 1), b = random_tensor({n, n}, dt, 2);
   auto out = neuron::Tensor::empty({n, n}, dt);
-  const std::vector<int64_t> grid{v == Variant::example ? 1 : n / (128 * blocks)};
+  const auto grid = kn::matmul_grid(cfg);
   neuron::NativeOptions opts;
   opts.threads = threads;
   k.run({a, b, out}, grid, opts);  // warm-up: worker scratch, page faults
@@ -60,8 +59,10 @@ void matmul(benchmark::State& state, neuron::DType dt, Variant v, int64_t blocks
 void softmax(benchmark::State& state) {
   const int64_t rows = state.range(0), cols = state.range(1);
   const int threads = static_cast<int>(state.range(2));
-  auto k = neuron::compile_native(
-      neuron::trace("softmax", examples::softmax, {{{rows, cols}, neuron::DType::float32}}));
+  const kn::SoftmaxConfig cfg{rows / 128};
+  auto k = neuron::compile_native(neuron::trace(
+      "softmax", [cfg](neuron::nl::tensor x) { return kn::softmax(x, cfg); },
+      {{{rows, cols}, neuron::DType::float32}}));
   auto x = random_tensor({rows, cols}, neuron::DType::float32, 3, 4.0f);
   auto out = neuron::Tensor::empty({rows, cols}, neuron::DType::float32);
   neuron::NativeOptions opts;
@@ -80,22 +81,16 @@ void softmax(benchmark::State& state) {
 int main(int argc, char** argv) {
   using neuron::DType;
   for (auto [dt, name] : {std::pair{DType::float32, "fp32"}, std::pair{DType::bfloat16, "bf16"}}) {
-    for (int64_t blocks : {4, 1}) {
-      benchmark::RegisterBenchmark(fmt::format("matmul_spmd_b{}/{}", blocks, name).c_str(), matmul,
-                                   dt, Variant::spmd, blocks)
+    for (int64_t rows : {512, 128}) {
+      benchmark::RegisterBenchmark(fmt::format("matmul_rows{}/{}", rows, name).c_str(), matmul, dt,
+                                   rows)
           ->ArgNames({"n", "threads"})
           ->ArgsProduct({{1024, 2048}, {1, 2}})
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }
-    benchmark::RegisterBenchmark(fmt::format("matmul_spmd_hoisted_b4/{}", name).c_str(), matmul, dt,
-                                 Variant::hoisted, int64_t{4})
-        ->ArgNames({"n", "threads"})
-        ->ArgsProduct({{1024, 2048}, {1, 2}})
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark(fmt::format("matmul_example/{}", name).c_str(), matmul, dt,
-                                 Variant::example, int64_t{0})
+    benchmark::RegisterBenchmark(fmt::format("matmul_naive/{}", name).c_str(), matmul, dt,
+                                 int64_t{0})
         ->ArgNames({"n", "threads"})
         ->ArgsProduct({{1024, 2048}, {1}})
         ->Unit(benchmark::kMillisecond)

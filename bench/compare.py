@@ -259,8 +259,9 @@ def table_and_write(args, lib, rows, reps, note_4096):
             f"{args.threads} thread(s) (`torch.set_num_threads`, our `NativeOptions::threads`). "
             "\"ours / peer\" is peer time / our time: above 1.00x we are faster. GFLOP/s = "
             "2n^3 / time for matmul, 5 flops per element for softmax and 4 for RMSNorm. Ours is "
-            f"`bench/spmd_matmul.hpp` (row blocks per program: {blocks[1024]} at 1024, "
-            f"{blocks[2048]} at 2048), `examples/softmax.hpp` and `bench/rmsnorm.hpp`.", width=100),
+            f"the library's `kernels/matmul.hpp` (rows per program: {128 * blocks[1024]} at 1024, "
+            f"{128 * blocks[2048]} at 2048), `kernels/softmax.hpp` and `bench/rmsnorm.hpp`.",
+            width=100),
         "",
         table,
         "",

@@ -1,5 +1,6 @@
-// A tiny C API over the native backend for bench/compare.py (ctypes): runs the compiled matmul
-// and softmax kernels on caller-owned buffers and returns the median seconds per run.
+// A tiny C API over the native backend for bench/compare.py and bench/compare_attention.py
+// (ctypes): runs the compiled library kernels (matmul, softmax, flash attention forward and
+// backward) on caller-owned buffers and returns the median seconds per run.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,10 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "../examples/softmax.hpp"
+#include "neuron/kernels/attention.hpp"
+#include "neuron/kernels/attention_backward.hpp"
+#include "neuron/kernels/matmul.hpp"
+#include "neuron/kernels/softmax.hpp"
+#include "neuron/neuron.hpp"
 #include "neuron/runtime/native/native.hpp"
 #include "rmsnorm.hpp"
-#include "spmd_matmul.hpp"
 
 namespace {
 
@@ -45,12 +49,16 @@ const Entry& matmul_kernel(int64_t M, int64_t N, int64_t K, neuron::DType dt, in
   std::lock_guard lock(g_mutex);
   auto it = g_kernels.find(key);
   if (it != g_kernels.end()) return it->second;
-  auto k = neuron::trace("bench_spmd_matmul",
-                         [blocks](neuron::nl::tensor a, neuron::nl::tensor b) {
-                           return bench::spmd_matmul(a, b, blocks);
+  // The library matmul with lhsT stored [K, M]; each program owns 128 * blocks rows.
+  neuron::kernels::MatmulConfig cfg;
+  cfg.transpose_a = true;
+  cfg.programs = M % (128 * blocks) == 0 ? M / (128 * blocks) : 1;
+  auto k = neuron::trace("bench_matmul",
+                         [cfg](neuron::nl::tensor a, neuron::nl::tensor b) {
+                           return neuron::kernels::matmul(a, b, cfg);
                          },
                          {{{K, M}, dt}, {{K, N}, dt}});
-  Entry e{neuron::compile_native(k), {M / (128 * blocks)}};
+  Entry e{neuron::compile_native(k), neuron::kernels::matmul_grid(cfg)};
   return g_kernels.emplace(key, std::move(e)).first->second;
 }
 
@@ -59,9 +67,51 @@ const Entry& softmax_kernel(int64_t rows, int64_t cols) {
   std::lock_guard lock(g_mutex);
   auto it = g_kernels.find(key);
   if (it != g_kernels.end()) return it->second;
-  auto k =
-      neuron::trace("bench_softmax", examples::softmax, {{{rows, cols}, neuron::DType::float32}});
-  Entry e{neuron::compile_native(k), {rows / 128}};
+  // The library softmax, one program per 128 rows (rows a multiple of 128).
+  const neuron::kernels::SoftmaxConfig cfg{rows % 128 == 0 ? rows / 128 : 1};
+  auto k = neuron::trace(
+      "bench_softmax", [cfg](neuron::nl::tensor x) { return neuron::kernels::softmax(x, cfg); },
+      {{{rows, cols}, neuron::DType::float32}});
+  Entry e{neuron::compile_native(k), neuron::kernels::softmax_grid(cfg)};
+  return g_kernels.emplace(key, std::move(e)).first->second;
+}
+
+// Flash attention (kernels/attention.hpp, kernels/attention_backward.hpp), one kv head per query
+// head; compile seconds of the last new kernel and where it came from ("cold", "disk", ...).
+double g_compile_s = 0;
+std::string g_compile_cache;
+
+const Entry& attention_kernel(bool backward, int64_t B, int64_t H, int64_t L, int64_t S,
+                              int64_t D, bool causal, neuron::DType dt) {
+  std::string key = fmt::format("attention{} {} {} {} {} {} {} {}", backward ? "_bwd" : "", B, H,
+                                L, S, D, causal, neuron::dtype_name(dt));
+  std::lock_guard lock(g_mutex);
+  auto it = g_kernels.find(key);
+  if (it != g_kernels.end()) return it->second;
+  neuron::kernels::AttentionConfig cfg;
+  cfg.causal = causal;
+  const std::vector<int64_t> qs{B, H, L, D}, ks{B, H, S, D};
+  neuron::Kernel k;
+  using neuron::nl::tensor;
+  if (backward)
+    k = neuron::trace(
+        "bench_attention_backward",
+        [cfg](tensor q, tensor k, tensor v, tensor o, tensor d, tensor l) {
+          return neuron::kernels::attention_backward(q, k, v, o, d, l, cfg);
+        },
+        {{qs, dt}, {ks, dt}, {ks, dt}, {qs, dt}, {qs, dt}, {{B, H, L}, neuron::DType::float32}});
+  else
+    k = neuron::trace(
+        "bench_attention",
+        [cfg](tensor q, tensor k, tensor v) {
+          return neuron::kernels::attention_forward(q, k, v, cfg);
+        },
+        {{qs, dt}, {ks, dt}, {ks, dt}});
+  auto t0 = std::chrono::steady_clock::now();
+  Entry e{neuron::compile_native(k), backward ? neuron::kernels::attention_backward_grid(qs, ks)
+                                              : neuron::kernels::attention_grid(qs, ks)};
+  g_compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  g_compile_cache = e.kernel.report().cache;
   return g_kernels.emplace(key, std::move(e)).first->second;
 }
 
@@ -134,6 +184,22 @@ double neuron_bench_softmax(int64_t rows, int64_t cols, int threads, int iters, 
   });
 }
 
+// Flash attention forward: q [B, H, L, D], k, v [B, H, S, D] (fp32, or bf16 bits), out
+// [B, H, L, D] like q, lse [B, H, L] fp32. Median seconds per run after one warm-up, -1 on error.
+double neuron_bench_attention(int64_t B, int64_t H, int64_t L, int64_t S, int64_t D, int causal,
+                              int dtype_is_bf16, int threads, int iters, void* q, void* k,
+                              void* v, void* out, float* lse) {
+  return guarded([&] {
+    auto dt = dtype_is_bf16 ? neuron::DType::bfloat16 : neuron::DType::float32;
+    const Entry& e = attention_kernel(false, B, H, L, S, D, causal != 0, dt);
+    std::vector<neuron::Tensor> t{
+        neuron::Tensor::borrow(q, {B, H, L, D}, dt), neuron::Tensor::borrow(k, {B, H, S, D}, dt),
+        neuron::Tensor::borrow(v, {B, H, S, D}, dt), neuron::Tensor::borrow(out, {B, H, L, D}, dt),
+        neuron::Tensor::borrow(lse, {B, H, L}, neuron::DType::float32)};
+    return time_runs(e, t, threads, iters);
+  });
+}
+
 // RMSNorm of x[rows, cols] with weight w[1, cols] (eps 1e-6), fp32 or bf16 bits, into out.
 double neuron_bench_rmsnorm(int64_t rows, int64_t cols, int dtype_is_bf16, int threads, int iters,
                             void* x, void* w, void* out) {
@@ -145,6 +211,34 @@ double neuron_bench_rmsnorm(int64_t rows, int64_t cols, int dtype_is_bf16, int t
                                   neuron::Tensor::borrow(out, {rows, cols}, dt)};
     return time_runs(e, t, threads, iters);
   });
+}
+
+// Flash attention backward from the forward's out and lse: dq, dk, dv like q, k, v.
+double neuron_bench_attention_backward(int64_t B, int64_t H, int64_t L, int64_t S, int64_t D,
+                                       int causal, int dtype_is_bf16, int threads, int iters,
+                                       void* q, void* k, void* v, void* out, void* dout,
+                                       float* lse, void* dq, void* dk, void* dv) {
+  return guarded([&] {
+    auto dt = dtype_is_bf16 ? neuron::DType::bfloat16 : neuron::DType::float32;
+    const Entry& e = attention_kernel(true, B, H, L, S, D, causal != 0, dt);
+    std::vector<neuron::Tensor> t{
+        neuron::Tensor::borrow(q, {B, H, L, D}, dt), neuron::Tensor::borrow(k, {B, H, S, D}, dt),
+        neuron::Tensor::borrow(v, {B, H, S, D}, dt), neuron::Tensor::borrow(out, {B, H, L, D}, dt),
+        neuron::Tensor::borrow(dout, {B, H, L, D}, dt),
+        neuron::Tensor::borrow(lse, {B, H, L}, neuron::DType::float32),
+        neuron::Tensor::borrow(dq, {B, H, L, D}, dt), neuron::Tensor::borrow(dk, {B, H, S, D}, dt),
+        neuron::Tensor::borrow(dv, {B, H, S, D}, dt)};
+    return time_runs(e, t, threads, iters);
+  });
+}
+
+// Seconds the last newly compiled attention kernel took to compile (trace excluded), and
+// whether it was compiled ("cold") or loaded from the compile cache ("disk", "memory").
+double neuron_bench_last_compile_seconds() {
+  return g_compile_s;
+}
+const char* neuron_bench_last_compile_cache() {
+  return g_compile_cache.c_str();
 }
 
 // Row blocks per program the matmul uses for these sizes (for the report).

@@ -31,6 +31,12 @@ inline nl::tensor matmul_naive(nl::tensor lhsT, nl::tensor rhs) {
   return out;
 }
 
+// The C++ twin of tests/python/test_ir.py's matmul (front-end parity); the library's general
+// matmul is registered as "matmul".
+NEURON_KERNEL(matmul_naive, matmul_naive,
+              "out[M, N] = lhsT[K, M].T @ rhs[K, N]; M, K multiples of 128, N of 512",
+              neuron::inputs("lhsT", "rhs"));
+
 // The same product, blocked for reuse and overlap:
 //  - a block of BM = 512 output rows keeps its whole lhsT panel [K, 512] in SBUF (K on
 //    partitions, one 128-row slice per `kt`), loaded once and reused for every column block;

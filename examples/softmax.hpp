@@ -18,7 +18,8 @@ inline nl::tensor softmax(nl::tensor x) {
   return out;
 }
 
-NEURON_KERNEL(softmax, softmax,
+// The C++ twin of tests/python/test_ir.py's softmax; the library's is registered as "softmax".
+NEURON_KERNEL(row_softmax, softmax,
               "row softmax of a [N, F] tensor; launch grid (N / 128,): 128 rows per program",
               neuron::inputs("x"));
 

@@ -47,3 +47,31 @@ Comparison compare(int64_t n, Got got, Ref ref, Tolerance tol) {
 }
 
 }  // namespace neuron::testing
+
+namespace neuron::testing {
+
+// Library kernels (tests/library) chain many roundings: long fp32 sums, intermediates rounded
+// to the input dtype before a matmul (attention's probabilities, gradients of scores). Their
+// results are checked element-wise (|got - ref| <= atol + rtol * |ref|) and in the mean:
+// mean|got - ref| <= mean_rel * mean|ref| + mean_abs. The absolute terms are for results that
+// cancel (gradients, column sums of O(1) terms): their error is that of the terms, not of the
+// result. Inputs in the tests are O(1).
+struct LibraryTolerance {
+  Tolerance element;
+  double mean_rel, mean_abs;
+};
+
+inline LibraryTolerance library_tolerance(DType t) {
+  switch (t) {
+    // fp32 sums of up to ~10^4 O(1) terms: partial sums of ~10^2 round at ~10^-5 each, a random
+    // walk over the terms stays below ~10^-4.
+    case DType::float32: return {{1e-4, 1e-4}, 1e-5, 1e-5};
+    // bf16 results: half an ulp is 2^-9 relative; intermediates in bf16 add a few such
+    // errors; element bound 4 ulps, mean bound 2 ulps.
+    case DType::bfloat16: return {{1.0 / 64, 1.0 / 64}, 1.0 / 128, 1.0 / 256};
+    case DType::float16: return {{1.0 / 512, 1.0 / 512}, 1.0 / 1024, 1.0 / 2048};
+    default: return {tolerance_for(t), 0.0, 0.0};
+  }
+}
+
+}  // namespace neuron::testing

@@ -1,5 +1,6 @@
 """Tiled matmul out[M,N] = lhsT.T @ rhs with rolled loops and PSUM accumulation
-(examples/matmul.hpp in Python). Run: PYTHONPATH=build/python python3 examples/python/matmul.py"""
+(matmul_naive of examples/profile_matmul.hpp in Python; the library's matmul for any size is
+kernels/include/neuron/kernels/matmul.hpp). Run: PYTHONPATH=build/python python3 examples/python/matmul.py"""
 import sys
 
 import numpy as np

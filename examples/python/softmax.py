@@ -1,4 +1,5 @@
-"""Row softmax, one 128-row tile per program (examples/softmax.hpp in Python), on the
+"""Row softmax, one 128-row tile per program (the one-pass path of the library's
+kernels/include/neuron/kernels/softmax.hpp, simplified, in Python), on the
 simulator with its profile. Run: PYTHONPATH=build/python python3 examples/python/softmax.py"""
 import sys
 

@@ -9,7 +9,7 @@
 
 // Every kernel registered in these headers is in the module's registry (NEURON_KERNEL runs in
 // each program that includes the header): the examples, and the kernel library when present.
-#include "matmul.hpp"
+#include "profile_matmul.hpp"
 #include "scaled_activation.hpp"
 #include "softmax.hpp"
 #include "vector_add.hpp"

@@ -10,12 +10,14 @@
         return out
 
 Submodules: language (nl), isa (nisa), cache, registry, dtypes, errors, eager, runtime are
-imported with the package; torch, compat, legacy and flex_attention on first use (neuron.torch
-and neuron.flex_attention import torch;
-neuron.legacy adds the legacy tensor methods), so `neuron.torch.custom_op` works after a bare
-`import neuron`.
+imported with the package; torch, ops, compat, legacy and flex_attention on first use
+(neuron.torch and neuron.flex_attention import torch; neuron.legacy adds the legacy tensor
+methods), so `neuron.torch.custom_op` works after a bare `import neuron`. When torch is
+already imported, `import neuron` imports neuron.ops too, so the torch.ops.neuron.*
+operators exist from then on.
 """
 import importlib
+import sys
 
 from . import _C
 from . import cache, dtypes, eager, errors, isa, language, registry, runtime
@@ -24,12 +26,11 @@ from .kernel import Kernel, kernel, simulate
 from .profile import Profile, profile
 from . import runs
 
-__all__ = ["kernel", "simulate", "profile", "Profile", "runs", "Kernel", "NeuronError", "language", "isa", "cache",
-           "registry", "dtypes", "errors", "eager", "runtime", "torch", "compat", "legacy",
-           "flex_attention",
-           "parse_kernel", "trace_example"]
+__all__ = ["kernel", "simulate", "profile", "Profile", "runs", "Kernel", "NeuronError",
+           "language", "isa", "cache", "registry", "dtypes", "errors", "eager", "runtime", "torch",
+           "ops", "compat", "legacy", "flex_attention", "parse_kernel", "trace_example"]
 
-_LAZY = ("torch", "compat", "legacy", "flex_attention")
+_LAZY = ("torch", "ops", "compat", "legacy", "flex_attention")
 
 
 def __getattr__(name):
@@ -52,3 +53,7 @@ def trace_example(name, specs):
     same as neuron.registry.get(name).trace(...) with those tensors."""
     return registry.get(name).trace(*[_C.TensorSpec(list(s), dtypes.to_dtype(d), n)
                                       for s, d, n in specs])
+
+
+if "torch" in sys.modules:  # registering the operators costs little once torch is loaded
+    from . import ops  # noqa: E402, F401

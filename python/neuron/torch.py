@@ -35,12 +35,29 @@ _warned = set()
 
 def fallback_counts():
     """How many calls of each operator fell back to the reference, by kind of reason:
-    {("ns::name", "device" | "dtype" | "shape"): count}."""
+    {("ns::name", "device" | "dtype" | "shape"): count}; neuron.ops' functions count under
+    ("neuron.ops.<name>", kind) with kinds such as "mask", "dropout", "dim", "grad", "empty"
+    too, and their operators' kernel rejections under ("neuron::<op>", "shape")."""
     return dict(_fallbacks)
 
 
 def _strict(flag):
     return _C.config().strict if flag is None else bool(flag)
+
+
+def note_fallback(op, kind, reason, strict=None,
+                  hint=" (strict mode: no fallback to the reference)", stacklevel=3):
+    """DESIGN.md's fallback rule for operator `op` that cannot run its kernel on some inputs:
+    in strict mode (`strict`, else NEURON_STRICT) raises NeuronError "unsupported-input" naming
+    the reason; otherwise counts the fallback under (op, kind) and warns the first time."""
+    if _strict(strict):
+        raise call_error("unsupported-input", f"operator {op} cannot run its kernel on these "
+                         f"inputs: {reason}{hint}")
+    _fallbacks[(op, kind)] += 1
+    if (op, kind) not in _warned:
+        _warned.add((op, kind))
+        warnings.warn(f"operator {op} falls back to its PyTorch reference: {reason}",
+                      FallbackWarning, stacklevel=stacklevel + 1)
 
 
 def _input_problem(tensors):
@@ -110,16 +127,10 @@ def custom_op(name, kernel, num_outputs=1, grid=None, backward=None, reference=N
         return k if g is None else k[tuple(g) if isinstance(g, (tuple, list)) else g]
 
     def fall_back(args, kind, reason):
-        if reference is None or _strict(strict):
-            hint = (" (give custom_op a reference= function to fall back to)" if reference is None
-                    else " (strict mode: no fallback to the reference)")
-            raise call_error("unsupported-input", f"operator {name} cannot run its kernel on "
-                             f"these inputs: {reason}{hint}")
-        _fallbacks[(name, kind)] += 1
-        if (name, kind) not in _warned:
-            _warned.add((name, kind))
-            warnings.warn(f"operator {name} falls back to its PyTorch reference: {reason}",
-                          FallbackWarning, stacklevel=3)
+        if reference is None:
+            note_fallback(name, kind, reason, strict=True,
+                          hint=" (give custom_op a reference= function to fall back to)")
+        note_fallback(name, kind, reason, strict)
         return reference(*args)
 
     def _impl(*args):

@@ -1,12 +1,12 @@
 // The example kernels, run on the simulator AND natively: both executors must agree bit for bit
-// and both must match independent double-precision references.
+// and both must match independent double-precision references. (The examples' matmul programs
+// use the library's kernel, tested in tests/library.)
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <random>
 
 #include "exec/differential.hpp"
-#include "matmul.hpp"
 #include "softmax.hpp"
 #include "vector_add.hpp"
 
@@ -58,34 +58,6 @@ TEST_CASE("vector_add over an SPMD grid matches a + b on both executors") {
       CHECK(rep.threads == threads);
       CHECK(rep.programs == n / 128);
     }
-  }
-}
-
-TEST_CASE("tiled matmul matches a double-precision reference on both executors") {
-  struct Case {
-    DType dtype;
-    int64_t M, K, N;
-  };
-  for (Case cs : {Case{DType::float32, 128, 128, 512}, Case{DType::float32, 256, 384, 1024},
-                  Case{DType::float32, 128, 256, 256}, Case{DType::bfloat16, 256, 256, 512},
-                  Case{DType::bfloat16, 384, 128, 128}}) {
-    CAPTURE(dtype_name(cs.dtype));
-    CAPTURE(cs.M);
-    CAPTURE(cs.K);
-    CAPTURE(cs.N);
-    auto k = trace("matmul", examples::matmul, {{{cs.K, cs.M}, cs.dtype}, {{cs.K, cs.N}, cs.dtype}});
-    Compiled c = compile(k, default_compile_options());
-    Tensor lhsT = random_tensor({cs.K, cs.M}, cs.dtype, 3, 0.5f);
-    Tensor rhs = random_tensor({cs.K, cs.N}, cs.dtype, 4, 0.5f);
-    auto ref = reference(cs.M * cs.N, [&](int64_t i) {
-      int64_t m = i / cs.N, n = i % cs.N;
-      double s = 0;
-      for (int64_t kk = 0; kk < cs.K; ++kk) s += double(lhsT.get(kk * cs.M + m)) * rhs.get(kk * cs.N + n);
-      return s;
-    });
-    NativeOptions o;
-    o.threads = 2;
-    check_reference(run_both(c, {lhsT, rhs}, {1}, o), 0, ref);
   }
 }
 

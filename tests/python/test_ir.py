@@ -18,7 +18,7 @@ def vector_add(a, b):
 
 
 @neuron.kernel
-def softmax(x):
+def row_softmax(x):
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm, name="out")
     rows = nl.ds(nl.program_id(0) * nl.tile_size.pmax, nl.tile_size.pmax)
     t = nl.load(x[rows], dtype=nl.float32)
@@ -30,7 +30,7 @@ def softmax(x):
 
 
 @neuron.kernel
-def matmul(lhsT, rhs):
+def matmul_naive(lhsT, rhs):
     K, M = lhsT.shape
     N = rhs.shape[1]
     TM, TK = nl.tile_size.gemm_stationary_fmax, nl.tile_size.pmax
@@ -56,14 +56,14 @@ def test_vector_add_ir_equals_cpp():
 
 
 def test_softmax_ir_equals_cpp():
-    py = softmax.trace(((256, 64), nl.bfloat16))
-    cpp = neuron.trace_example("softmax", [((256, 64), "bfloat16", "x")])
+    py = row_softmax.trace(((256, 64), nl.bfloat16))
+    cpp = neuron.trace_example("row_softmax", [((256, 64), "bfloat16", "x")])
     assert str(py) == str(cpp)
 
 
 def test_matmul_ir_equals_cpp_with_nested_rolled_loops():
-    py = matmul.trace(((256, 256), nl.bfloat16), ((256, 1024), nl.bfloat16))
-    cpp = neuron.trace_example("matmul", [((256, 256), "bfloat16", "lhsT"),
+    py = matmul_naive.trace(((256, 256), nl.bfloat16), ((256, 1024), nl.bfloat16))
+    cpp = neuron.trace_example("matmul_naive", [((256, 256), "bfloat16", "lhsT"),
                                           ((256, 1024), "bfloat16", "rhs")])
     assert str(py) == str(cpp)
     text = str(py)
@@ -73,7 +73,7 @@ def test_matmul_ir_equals_cpp_with_nested_rolled_loops():
 
 
 def test_print_parse_round_trip():
-    k = matmul.trace(((128, 128), nl.float32), ((128, 512), nl.float32))
+    k = matmul_naive.trace(((128, 128), nl.float32), ((128, 512), nl.float32))
     assert neuron.parse_kernel(str(k)) == k
 
 
@@ -82,10 +82,10 @@ def test_ir_from_python_runs_like_numpy():
     lhsT = rng.standard_normal((256, 128)).astype(np.float32)
     rhs = rng.standard_normal((256, 512)).astype(np.float32)
     ref = lhsT.astype(np.float64).T @ rhs.astype(np.float64)
-    np.testing.assert_allclose(matmul(lhsT, rhs), ref, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(matmul_naive(lhsT, rhs), ref, rtol=1e-4, atol=1e-3)
     x = rng.standard_normal((256, 64)).astype(np.float32)
     e = np.exp(x - x.max(axis=1, keepdims=True))
-    np.testing.assert_allclose(softmax[2](x), e / e.sum(axis=1, keepdims=True), rtol=1e-5,
+    np.testing.assert_allclose(row_softmax[2](x), e / e.sum(axis=1, keepdims=True), rtol=1e-5,
                                atol=1e-6)
 
 

@@ -26,10 +26,10 @@
 #include <thread>
 
 #include "cache_test_util.hpp"
-#include "matmul.hpp"
+#include "neuron/kernels/matmul.hpp"
+#include "neuron/kernels/softmax.hpp"
 #include "neuron/runtime/native/native.hpp"
 #include "neuron/runtime/run.hpp"
-#include "softmax.hpp"
 #include "tolerance.hpp"
 #include "vector_add.hpp"
 
@@ -82,7 +82,12 @@ std::vector<Case> make_cases() {
   };
   auto softmax = [](int64_t n, int64_t f) {
     return Case{fmt::format("softmax {}x{}", n, f),
-                [=] { return trace("softmax", examples::softmax, {{{n, f}, f32}}); },
+                [=] {
+                  const kernels::SoftmaxConfig cfg{n / 128};
+                  return trace(
+                      "softmax", [cfg](nl::tensor x) { return kernels::softmax(x, cfg); },
+                      {{{n, f}, f32}});
+                },
                 {{n, f}},
                 {n / 128},
                 [f](const std::vector<std::vector<float>>& in, int64_t i) {
@@ -98,7 +103,12 @@ std::vector<Case> make_cases() {
   auto matmul = [](int64_t k, int64_t m, int64_t n) {
     return Case{fmt::format("matmul {}x{}x{}", m, k, n),
                 [=] {
-                  return trace("matmul", examples::matmul, {{{k, m}, f32}, {{k, n}, f32}});
+                  kernels::MatmulConfig cfg;
+                  cfg.transpose_a = true;  // lhsT [K, M]
+                  return trace(
+                      "matmul",
+                      [cfg](nl::tensor a, nl::tensor b) { return kernels::matmul(a, b, cfg); },
+                      {{{k, m}, f32}, {{k, n}, f32}});
                 },
                 {{k, m}, {k, n}},
                 {1},

@@ -1,0 +1,311 @@
+// Flash attention forward: out = softmax(q @ k^T * scale + mask) @ v and its logsumexp, with
+// an online softmax (fp32 statistics), causal or not, GQA, any lengths, L != S, E != Ev. Memory
+// is O(L + S): the L x S score matrix is never formed, only 128 x 512 tiles of it.
+//
+// Shapes: q [B, Hq, L, E], k [B, Hkv, S, E], v [B, Hkv, S, Ev], E, Ev <= 128, Hq a multiple
+// of Hkv (query head h reads kv head h / (Hq / Hkv)). out [B, Hq, L, Ev] in q's dtype, lse
+// [B, Hq, L] fp32 (natural log). Causal: key j is visible to query i when j <= i + offset
+// (offset 0 is PyTorch's is_causal; S - L aligns the diagonal bottom-right as flash-attn
+// does). A query that sees no key gets out 0 and lse -inf, never NaN.
+//
+// Tiling and engine plan. One SPMD program per (batch, kv head, query head in the group):
+// grid attention_grid(). Each program first transposes its K on the Tensor engine into K^T
+// [E, S] (E on partitions, the contraction layout) and gathers V's rows 128 per tile; both stay
+// in SBUF for the whole program when they fit cfg.resident_kv_bytes (64 KiB per partition:
+// S up to 16k in bf16 at E = Ev = 128), else K^T goes to an HBM scratch and the main loop
+// loads [E, 512] blocks of it and V's rows per step. Then per tile of 128 queries (Q^T [E, 128]
+// transposed once):
+//  - for each block of 512 keys, sequential because the statistics carry:
+//    scores [128, 512] = nc_matmul(Q^T, K^T block) in one PSUM bank (Tensor engine);
+//    on diagonal blocks of a causal mask, affine_select (GpSimd) writes -inf where j > i +
+//    offset; the Vector engine takes the row max and the new running max m; the Scalar
+//    engine computes p = exp(scale * s - scale * m) with its row sum in one activation, and
+//    the rescale factor alpha = exp(scale * (m_old - m)); p goes to the input dtype, is
+//    transposed 128 columns at a time on the Tensor engine and multiplied with the V rows
+//    (accumulating [128, Ev] in PSUM); the Vector engine does l = l * alpha + rowsum and
+//    acc = acc * alpha + p @ v.
+//  - the Vector engine writes out = acc / l, the Scalar engine lse = scale * m + log(l).
+// Non-causal query tiles go two at a time through one rolled loop, phase by phase, so one
+// tile's softmax overlaps the other's matmuls. Causal ones are unrolled (each sees a different
+// number of key blocks): blocks left of the diagonal run unmasked in a rolled loop, the one or
+// two blocks on it are masked; blocks right of it are skipped. Rows before the first visible
+// key (negative offsets) are written directly as 0 / -inf.
+#pragma once
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "neuron/kernels/tiling.hpp"
+
+namespace neuron::kernels {
+
+struct AttentionConfig {
+  bool causal = false;
+  std::optional<double> scale;  // default 1 / sqrt(E)
+  int64_t causal_offset = 0;    // key j visible to query i when j <= i + causal_offset
+  // SBUF bytes per partition the forward may spend keeping K^T and V on chip for the whole
+  // program (loaded once, reused by every query tile); beyond it they stream from HBM per key
+  // block. 0 always streams.
+  int64_t resident_kv_bytes = 64 * 1024;
+};
+
+// Grids: the forward runs one program per (batch, kv head, query head of the group), the
+// backward one per (batch, kv head).
+inline std::vector<int64_t> attention_grid(const std::vector<int64_t>& q_shape,
+                                           const std::vector<int64_t>& k_shape) {
+  return {q_shape.at(0), k_shape.at(1), q_shape.at(1) / k_shape.at(1)};
+}
+inline std::vector<int64_t> attention_backward_grid(const std::vector<int64_t>& q_shape,
+                                                    const std::vector<int64_t>& k_shape) {
+  return {q_shape.at(0), k_shape.at(1)};
+}
+
+inline constexpr int64_t kKeyBlock = 512;  // keys per score tile: one PSUM bank of fp32
+
+namespace detail {
+
+struct AttentionDims {
+  int64_t B, Hq, Hkv, G, L, S, E, Ev;
+  double scale;
+  // Queries before q_start see no key (causal with a negative offset).
+  int64_t q_start;
+};
+
+inline AttentionDims check_attention(const nl::tensor& q, const nl::tensor& k, const nl::tensor& v,
+                                     const AttentionConfig& cfg, const char* kernel,
+                                     const Span& span) {
+  for (auto [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) {
+    require_rank(*t, 4, kernel, name, span);
+    require_float(*t, kernel, name, span);
+  }
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype())
+    args_error(span, kernel, "q, k and v must have one dtype, got {}, {} and {}",
+               dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
+  const auto qs = q.shape(), ks = k.shape(), vs = v.shape();
+  AttentionDims d{qs[0], qs[1], ks[1], 1, qs[2], ks[2], qs[3], vs[3], 0, 0};
+  if (ks[0] != d.B || vs[0] != d.B || vs[1] != d.Hkv || vs[2] != d.S || ks[3] != d.E)
+    args_error(span, kernel,
+               "shapes do not match: q {} (B, Hq, L, E), k {} (B, Hkv, S, E), v {} (B, Hkv, S, "
+               "Ev)",
+               shape_str(qs), shape_str(ks), shape_str(vs));
+  if (d.Hq % d.Hkv != 0)
+    args_error(span, kernel, "the {} query heads must be a multiple of the {} key/value heads",
+               d.Hq, d.Hkv);
+  if (d.E > kPartitions || d.Ev > kPartitions)
+    args_error(span, kernel, "head dims E={} and Ev={} must be at most {}", d.E, d.Ev, kPartitions);
+  d.G = d.Hq / d.Hkv;
+  d.scale = cfg.scale.value_or(1.0 / std::sqrt(double(d.E)));
+  if (!(d.scale > 0) || !std::isfinite(d.scale))
+    args_error(span, kernel, "scale={} must be a positive number", d.scale);
+  d.q_start = cfg.causal ? std::clamp<int64_t>(-cfg.causal_offset, 0, d.L) : 0;
+  return d;
+}
+
+inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// Causal mask of a score tile whose rows are queries q0.. and columns keys s0..: keeps s where
+// key <= query + offset, else -inf. All three are static.
+inline void mask_causal(const nl::tensor& s, int64_t q0, int64_t s0, int64_t offset) {
+  const int64_t cols = s.shape()[1];
+  // value(p, f) = (q0 + p + offset) - (s0 + f) >= 0
+  isa::affine_select(s, {{-1, cols}}, 1, s, kNegInf, nl::greater_equal, q0 + offset - s0);
+}
+
+// The key range a causal query tile [q0, q0 + qr) visits: keys [0, masked_from) are visible to
+// every row and run unmasked, keys [masked_from, end) go through the mask. masked_from is
+// rounded down to a whole key block (masking visible keys changes nothing), so the unmasked
+// part is one rolled loop without a tail and the masked part is usually a single block: two
+// copies of the loop body per query tile, which keeps the unrolled IR small.
+struct KeyRange {
+  int64_t masked_from, end;
+};
+inline KeyRange causal_keys(int64_t q0, int64_t qr, int64_t offset, int64_t S) {
+  const int64_t all_see = std::clamp<int64_t>(q0 + offset + 1, 0, S);
+  const int64_t end = std::clamp<int64_t>(q0 + qr + offset, 0, S);
+  return {all_see / kKeyBlock * kKeyBlock, end};
+}
+
+// Transposes rows [0, n) of a [n, D] HBM view through the Tensor engine into an HBM scratch
+// [D, n] (`dst` a view of it), 128 rows at a time.
+inline void transpose_into(const nl::tensor& dst, const nl::tensor& src, int64_t n) {
+  for_each_tile(n, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
+    auto t = nl::load(src(nl::ds(r0, rr), nl::all));
+    nl::store(dst(nl::all, nl::ds(r0, rr)), transpose_to_sbuf(t, "tT"));
+  });
+}
+
+// a / d for an index whose constant and coefficients are multiples of d.
+inline nl::index div_exact(const nl::index& a, int64_t d) {
+  nl::index r(a.constant / d);
+  NEURON_ASSERT(a.constant % d == 0, "{} is not a multiple of {}", a.str(), d);
+  for (auto& t : a.terms) {
+    NEURON_ASSERT(t.coeff % d == 0, "{} is not a multiple of {}", a.str(), d);
+    r = r + nl::index::var(t.var, t.coeff / d);
+  }
+  return r;
+}
+
+// Stores zeros in rows [0, n) of a [.., D] HBM view (queries that see no key).
+inline void store_zero_rows(const nl::tensor& dst, int64_t n, int64_t D) {
+  for_each_tile(n, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
+    nl::store(dst(nl::ds(r0, rr), nl::all), nl::zeros({rr, D}, dst.dtype(), nl::sbuf, "zero"));
+  });
+}
+
+}  // namespace detail
+
+// Returns {out [B, Hq, L, Ev], lse [B, Hq, L] fp32}. Launch with attention_grid(q, k).
+inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
+                                                            const nl::tensor& k,
+                                                            const nl::tensor& v,
+                                                            const AttentionConfig& cfg = {},
+                                                            Span span = Span::current()) {
+  using namespace detail;
+  const AttentionDims d = check_attention(q, k, v, cfg, "attention_forward", span);
+  const DType dt = q.dtype();
+  auto out = nl::ndarray({d.B, d.Hq, d.L, d.Ev}, dt, nl::shared_hbm, "out");
+  auto lse = nl::ndarray({d.B, d.Hq, d.L}, nl::float32, nl::shared_hbm, "lse");
+  const nl::index b = nl::program_id(0), hk = nl::program_id(1), hq = hk * d.G + nl::program_id(2);
+  auto out_h = out(b, hq, nl::all, nl::all);
+  auto lse_h = lse(b, hq, nl::all);
+
+  // K^T [E, S] (keys on the free axis: the moving operand of the score matmul) and V's rows,
+  // 128 per tile: on chip for the whole program when they fit, else K^T in an HBM scratch
+  // and both read per key block. Key blocks start at multiples of 128.
+  const int64_t ST = ceil_div(d.S, kPartitions);
+  const bool resident = (d.S + ST * d.Ev) * dtype_bytes(dt) <= cfg.resident_kv_bytes;
+  std::optional<nl::tensor> kT_sb, v_sb, kT_hbm;
+  if (resident) {
+    kT_sb = nl::ndarray({d.E, d.S}, dt, nl::sbuf, "kT");
+    v_sb = nl::ndarray({std::min(d.S, kPartitions), ST, d.Ev}, dt, nl::sbuf, "v_rows");
+    for_each_tile(d.S, kPartitions, [&](nl::index t, nl::index s0, int64_t sr) {
+      auto rows = nl::load(k(b, hk, nl::ds(s0, sr), nl::all));
+      isa::tensor_copy((*kT_sb)(nl::all, nl::ds(s0, sr)), nl::transpose(rows));
+      isa::dma_copy((*v_sb)(nl::ds(0, sr), t, nl::all), v(b, hk, nl::ds(s0, sr), nl::all));
+    });
+  } else {
+    kT_hbm = nl::ndarray({d.E, d.S}, dt, nl::hbm, "kT");
+    transpose_into(*kT_hbm, k(b, hk, nl::all, nl::all), d.S);
+  }
+  auto key_block = [&](const nl::index& s0, int64_t sw) {
+    return resident ? (*kT_sb)(nl::all, nl::ds(s0, sw))
+                    : nl::load((*kT_hbm)(nl::all, nl::ds(s0, sw)));
+  };
+  auto value_rows = [&](const nl::index& r0, int64_t rr) {
+    return resident ? (*v_sb)(nl::ds(0, rr), div_exact(r0, kPartitions), nl::all)
+                    : nl::load(v(b, hk, nl::ds(r0, rr), nl::all));
+  };
+
+  // Rows that see no key.
+  for_each_tile(d.q_start, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
+    nl::store(out_h(nl::ds(r0, rr), nl::all), nl::zeros({rr, d.Ev}, dt, nl::sbuf, "zero"));
+    isa::dma_copy(lse_h(nl::ds(r0, rr)), nl::full({rr, 1}, kNegInf, nl::float32, nl::sbuf, "ninf"));
+  });
+
+  // The online-softmax state of one tile of queries [q0, q0 + qr).
+  struct QueryTile {
+    nl::index q0;
+    int64_t qr;
+    nl::tensor qT, m, l, acc;
+  };
+  auto open_tile = [&](const nl::index& q0, int64_t qr) {
+    return QueryTile{q0,
+                     qr,
+                     transpose_to_sbuf(nl::load(q(b, hq, nl::ds(q0, qr), nl::all)), "qT"),
+                     nl::full({qr, 1}, kNegInf, nl::float32, nl::sbuf, "m"),
+                     nl::zeros({qr, 1}, nl::float32, nl::sbuf, "l"),
+                     nl::zeros({qr, d.Ev}, nl::float32, nl::sbuf, "acc")};
+  };
+  // One key block [s0, s0 + sw) for a group of query tiles, phase by phase across the group:
+  // the tiles' chains are independent, so one tile's softmax (Vector and Scalar engines)
+  // overlaps another's matmuls (Tensor engine). mask_q0: the group is one causal tile whose
+  // block is on the diagonal (static query start; s0 is static too).
+  auto step = [&](std::vector<QueryTile>& tiles, const nl::index& s0, int64_t sw,
+                  std::optional<int64_t> mask_q0) {
+    auto kt = key_block(s0, sw);
+    std::vector<nl::tensor> scores, m_new, alpha, p;
+    for (auto& t : tiles) {
+      auto s_ps = nl::ndarray({t.qr, sw}, nl::float32, nl::psum, "scores");
+      isa::nc_matmul(s_ps, t.qT, kt, /*accumulate=*/false);
+      scores.push_back(s_ps);
+    }
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      auto& t = tiles[i];
+      nl::tensor s = scores[i];
+      if (mask_q0) {
+        NEURON_ASSERT(s0.is_constant(), "masked key blocks have static starts");
+        s = nl::ndarray({t.qr, sw}, nl::float32, nl::sbuf, "masked");
+        isa::tensor_copy(s, scores[i]);
+        mask_causal(s, *mask_q0, s0.constant, cfg.causal_offset);
+      }
+      m_new.push_back(nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "m_new"));
+      isa::tensor_reduce(m_new[i], nl::max, s, 1);
+      isa::tensor_tensor(m_new[i], m_new[i], t.m, nl::maximum);
+      auto neg_sm = nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "neg_sm");
+      isa::tensor_scalar(neg_sm, m_new[i], nl::multiply, -d.scale);
+      p.push_back(nl::ndarray({t.qr, sw}, dt, nl::sbuf, "p"));
+      auto rowsum = nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "rowsum");
+      isa::activation(p[i], nl::exp, s, neg_sm, d.scale, nl::add, rowsum);
+      alpha.push_back(nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "alpha"));
+      isa::activation(alpha[i], nl::exp, t.m, neg_sm, d.scale);
+      isa::tensor_scalar(t.l, t.l, nl::multiply, alpha[i], false, nl::add, rowsum);
+    }
+    std::vector<nl::tensor> pv;
+    for (auto& t : tiles) pv.push_back(nl::ndarray({t.qr, d.Ev}, nl::float32, nl::psum, "pv"));
+    for_each_static_tile(0, sw, kPartitions, [&](int64_t c, int64_t cw) {
+      auto vt = value_rows(s0 + c, cw);
+      for (size_t i = 0; i < tiles.size(); ++i) {
+        auto pT =
+            transpose_to_sbuf(p[i](nl::all, nl::ds(c, cw)), "pT", /*evacuate_on_scalar=*/true);
+        isa::nc_matmul(pv[i], pT, vt, /*accumulate=*/c > 0);
+      }
+    });
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      auto& t = tiles[i];
+      isa::tensor_scalar(t.acc, t.acc, nl::multiply, alpha[i]);
+      isa::tensor_tensor(t.acc, t.acc, pv[i], nl::add);
+      isa::tensor_copy(t.m, m_new[i]);
+    }
+  };
+  auto close_tile = [&](const QueryTile& t) {
+    auto o = nl::ndarray({t.qr, d.Ev}, dt, nl::sbuf, "o");
+    isa::tensor_scalar(o, t.acc, nl::multiply, nl::reciprocal(t.l));
+    nl::store(out_h(nl::ds(t.q0, t.qr), nl::all), o);
+    auto logl = nl::log(t.l);
+    auto lse_t = nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "lse_t");
+    isa::tensor_scalar(lse_t, t.m, nl::multiply, d.scale, false, nl::add, logl);
+    isa::dma_copy(lse_h(nl::ds(t.q0, t.qr)), lse_t);
+  };
+
+  if (!cfg.causal) {
+    // Groups of two query tiles share each key block.
+    for_each_tile(d.L, 2 * kPartitions, [&](nl::index, nl::index g0, int64_t gr) {
+      std::vector<QueryTile> tiles;
+      for_each_static_tile(0, gr, kPartitions,
+                           [&](int64_t c, int64_t cw) { tiles.push_back(open_tile(g0 + c, cw)); });
+      for_each_tile(
+          d.S, kKeyBlock,
+          [&](nl::index, nl::index s0, int64_t sw) { step(tiles, s0, sw, std::nullopt); }, 0,
+          LoopKind::sequential);
+      for (auto& t : tiles) close_tile(t);
+    });
+  } else {
+    // Each causal tile sees its own number of key blocks: unrolled, one tile at a time.
+    for_each_static_tile(d.q_start, d.L, kPartitions, [&](int64_t q0, int64_t qr) {
+      const KeyRange keys = causal_keys(q0, qr, cfg.causal_offset, d.S);
+      std::vector<QueryTile> tiles{open_tile(q0, qr)};
+      for_each_tile(
+          keys.masked_from, kKeyBlock,
+          [&](nl::index, nl::index s0, int64_t sw) { step(tiles, s0, sw, std::nullopt); }, 0,
+          LoopKind::sequential);
+      for_each_static_tile(keys.masked_from, keys.end, kKeyBlock,
+                           [&](int64_t s0, int64_t sw) { step(tiles, s0, sw, q0); });
+      close_tile(tiles[0]);
+    });
+  }
+  return {out, lse};
+}
+
+}  // namespace neuron::kernels

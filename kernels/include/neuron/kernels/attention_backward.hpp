@@ -1,0 +1,202 @@
+// Flash attention backward from the forward's saved logsumexp: dq, dk, dv, with dk and dv
+// summed over the query heads of each kv head (GQA). Same shapes, masks and limits as
+// attention.hpp; never forms the L x S matrix (memory O(L + S)).
+//
+// Math (per query i and key j, s = scale * q_i . k_j): p = exp(s - lse_i), D_i = dout_i . out_i,
+// dp = dout_i . v_j, ds = p * (dp - D_i); dv_j = sum_i p dout_i, dk_j = scale sum_i ds q_i,
+// dq_i = scale sum_j ds k_j. Rows that see no key (lse -inf) get dq 0 and add nothing.
+//
+// Tiling and engine plan. One SPMD program per (batch, kv head): grid
+// attention_backward_grid(). Every product keeps its contraction on partitions:
+//  - Prologue: the Tensor engine transposes K, V and, for each query head of the group, Q and
+//    dout into HBM scratch (K^T [E, S], V^T [Ev, S], Q^T, dout^T [G, E|Ev, L]); the Vector
+//    engine computes D = rowsum(dout * out) [G, L] (fp32).
+//  - Pass 1 (dk, dv): per block of 128 keys, dk and dv accumulate in two PSUM tiles [128, E|Ev]
+//    over every query head of the group and every tile of 128 queries: scores and dp
+//    ([queries, keys], queries on partitions) are nc_matmuls of the transposed operands; the
+//    Scalar engine recomputes p = exp(scale * s - lse) (bias column -lse), the Vector engine
+//    forms ds = p * (dp - D); p and ds, queries on partitions, are directly the stationary
+//    operands of dv += p^T dout and dk += ds^T q. The Vector engine scales dk on the way out.
+//  - Pass 2 (dq): per query tile, blocks of 512 keys recompute p and ds the same way, in fp32
+//    (dq is the gradient most sensitive to ds's rounding); ds is transposed 128 keys at a time
+//    on the Tensor engine so dq += ds k accumulates in PSUM.
+// Causal masks work as in the forward: diagonal tiles are masked by affine_select, tiles that
+// no query sees are skipped, and the loops over them are unrolled (their extents differ).
+// Two passes recompute the scores twice instead of accumulating dq across programs, which
+// would need atomics the machine does not have.
+#pragma once
+#include <tuple>
+
+#include "neuron/kernels/attention.hpp"
+
+namespace neuron::kernels {
+
+// Returns {dq [B, Hq, L, E], dk [B, Hkv, S, E], dv [B, Hkv, S, Ev]} in q's dtype, from the
+// forward's inputs, its output `out`, the output gradient `dout` and its `lse` [B, Hq, L].
+// Launch with attention_backward_grid(q, k).
+inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
+    const nl::tensor& q, const nl::tensor& k, const nl::tensor& v, const nl::tensor& out,
+    const nl::tensor& dout, const nl::tensor& lse, const AttentionConfig& cfg = {},
+    Span span = Span::current()) {
+  using namespace detail;
+  const char* kernel = "attention_backward";
+  const AttentionDims d = check_attention(q, k, v, cfg, kernel, span);
+  const std::vector<int64_t> os{d.B, d.Hq, d.L, d.Ev};
+  if (out.shape() != os || dout.shape() != os)
+    args_error(span, kernel, "out {} and dout {} must have shape {}", shape_str(out.shape()),
+               shape_str(dout.shape()), shape_str(os));
+  if (lse.shape() != std::vector<int64_t>{d.B, d.Hq, d.L} || lse.dtype() != DType::float32)
+    args_error(span, kernel, "lse is {} {}; it must be float32 [{}, {}, {}]",
+               dtype_name(lse.dtype()), shape_str(lse.shape()), d.B, d.Hq, d.L);
+  const DType dt = q.dtype();
+  auto dq = nl::ndarray({d.B, d.Hq, d.L, d.E}, dt, nl::shared_hbm, "dq");
+  auto dk = nl::ndarray({d.B, d.Hkv, d.S, d.E}, dt, nl::shared_hbm, "dk");
+  auto dv = nl::ndarray({d.B, d.Hkv, d.S, d.Ev}, dt, nl::shared_hbm, "dv");
+  const nl::index b = nl::program_id(0), hk = nl::program_id(1);
+  const int64_t off = cfg.causal_offset;
+
+  // ---- prologue: transposed operands and D in HBM scratch ----
+  auto kT = nl::ndarray({d.E, d.S}, dt, nl::hbm, "kT");
+  auto vT = nl::ndarray({d.Ev, d.S}, dt, nl::hbm, "vT");
+  auto qT = nl::ndarray({d.G, d.E, d.L}, dt, nl::hbm, "qT");
+  auto doT = nl::ndarray({d.G, d.Ev, d.L}, dt, nl::hbm, "doT");
+  auto dsum = nl::ndarray({d.G, d.L}, nl::float32, nl::hbm, "D");
+  transpose_into(kT, k(b, hk, nl::all, nl::all), d.S);
+  transpose_into(vT, v(b, hk, nl::all, nl::all), d.S);
+  for (nl::index g : nl::affine_range(d.G)) {
+    const nl::index hq = hk * d.G + g;
+    transpose_into(qT(g, nl::all, nl::all), q(b, hq, nl::all, nl::all), d.L);
+    transpose_into(doT(g, nl::all, nl::all), dout(b, hq, nl::all, nl::all), d.L);
+    for_each_tile(d.L, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
+      auto ot = nl::load(out(b, hq, nl::ds(r0, rr), nl::all), nl::float32);
+      auto dot = nl::load(dout(b, hq, nl::ds(r0, rr), nl::all), nl::float32);
+      auto prod = nl::ndarray({rr, d.Ev}, nl::float32, nl::sbuf, "prod");
+      isa::tensor_tensor(prod, ot, dot, nl::multiply);
+      auto di = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "Di");
+      isa::tensor_reduce(di, nl::add, prod, 1);
+      isa::dma_copy(dsum(g, nl::ds(r0, rr)), di);
+    });
+  }
+
+  // Per query tile of head g: Q^T, dout^T, -lse and D (fp32 columns).
+  struct QueryTile {
+    nl::tensor qT, doT, neg_lse, di;
+  };
+  auto load_query_tile = [&](const nl::index& g, const nl::index& q0, int64_t qr) {
+    QueryTile t{nl::load(qT(g, nl::all, nl::ds(q0, qr))), nl::load(doT(g, nl::all, nl::ds(q0, qr))),
+                nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "neg_lse"),
+                nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "Di")};
+    isa::dma_copy(t.neg_lse, lse(b, hk * d.G + g, nl::ds(q0, qr)));
+    isa::tensor_scalar(t.neg_lse, t.neg_lse, nl::multiply, -1.0);
+    isa::dma_copy(t.di, dsum(g, nl::ds(q0, qr)));
+    return t;
+  };
+  // p = exp(scale * s - lse) and ds = p * (dp - D) for a [qr, sw] tile, both in pdt. mask_q0:
+  // the static first query of a causal diagonal tile (s0 then static too).
+  auto probs = [&](const QueryTile& t, const nl::index& s0, int64_t sw,
+                   std::optional<int64_t> mask_q0, DType pdt) {
+    const int64_t qr = t.qT.shape()[1];
+    auto s_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "scores");
+    isa::nc_matmul(s_ps, t.qT, nl::load(kT(nl::all, nl::ds(s0, sw))), /*accumulate=*/false);
+    nl::tensor s = s_ps;
+    if (mask_q0) {
+      NEURON_ASSERT(s0.is_constant(), "masked key blocks have static starts");
+      s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "masked");
+      isa::tensor_copy(s, s_ps);
+      mask_causal(s, *mask_q0, s0.constant, off);
+    }
+    auto p = nl::ndarray({qr, sw}, pdt, nl::sbuf, "p");
+    isa::activation(p, nl::exp, s, t.neg_lse, d.scale);
+    auto dp_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "dp");
+    isa::nc_matmul(dp_ps, t.doT, nl::load(vT(nl::all, nl::ds(s0, sw))), /*accumulate=*/false);
+    auto dpd = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "dp_minus_D");
+    isa::tensor_scalar(dpd, dp_ps, nl::subtract, t.di);
+    auto ds = nl::ndarray({qr, sw}, pdt, nl::sbuf, "ds");
+    isa::tensor_tensor(ds, dpd, p, nl::multiply);
+    return std::pair{p, ds};
+  };
+
+  // ---- pass 1: dk, dv per block of 128 keys ----
+  auto key_tile = [&](const nl::index& s0, int64_t sr, bool is_static) {
+    auto dv_ps = nl::zeros({sr, d.Ev}, nl::float32, nl::psum, "dv_acc");
+    auto dk_ps = nl::zeros({sr, d.E}, nl::float32, nl::psum, "dk_acc");
+    for (nl::index g : nl::affine_range(d.G)) {
+      const nl::index hq = hk * d.G + g;
+      auto pair = [&](const nl::index& q0, int64_t qr, std::optional<int64_t> mask_q0) {
+        QueryTile t = load_query_tile(g, q0, qr);
+        auto [p, ds] = probs(t, s0, sr, mask_q0, dt);
+        isa::nc_matmul(dv_ps, p, nl::load(dout(b, hq, nl::ds(q0, qr), nl::all)), true);
+        isa::nc_matmul(dk_ps, ds, nl::load(q(b, hq, nl::ds(q0, qr), nl::all)), true);
+      };
+      if (!cfg.causal) {
+        for_each_tile(d.L, kPartitions,
+                      [&](nl::index, nl::index q0, int64_t qr) { pair(q0, qr, std::nullopt); });
+      } else {
+        NEURON_ASSERT(is_static, "causal key tiles are unrolled");
+        // Queries r see this block when r + off >= s0; all of it when r + off >= s0 + sr - 1.
+        const int64_t s0c = s0.constant;
+        const int64_t lo = std::clamp<int64_t>(s0c - off, d.q_start, d.L);
+        const int64_t mid = std::clamp<int64_t>(s0c + sr - 1 - off, lo, d.L);
+        for_each_static_tile(lo, mid, kPartitions,
+                             [&](int64_t q0, int64_t qr) { pair(q0, qr, q0); });
+        for_each_tile(
+            d.L - mid, kPartitions,
+            [&](nl::index, nl::index q0, int64_t qr) { pair(q0, qr, std::nullopt); }, mid);
+      }
+    }
+    auto dkt = nl::ndarray({sr, d.E}, dt, nl::sbuf, "dk_t");
+    isa::tensor_scalar(dkt, dk_ps, nl::multiply, d.scale);
+    nl::store(dk(b, hk, nl::ds(s0, sr), nl::all), dkt);
+    nl::store(dv(b, hk, nl::ds(s0, sr), nl::all), nl::copy(dv_ps, dt));
+  };
+  if (!cfg.causal)
+    for_each_tile(d.S, kPartitions,
+                  [&](nl::index, nl::index s0, int64_t sr) { key_tile(s0, sr, false); });
+  else
+    for_each_static_tile(0, d.S, kPartitions,
+                         [&](int64_t s0, int64_t sr) { key_tile(s0, sr, true); });
+
+  // ---- pass 2: dq per tile of 128 queries ----
+  for (nl::index g : nl::affine_range(d.G)) {
+    const nl::index hq = hk * d.G + g;
+    auto dq_h = dq(b, hq, nl::all, nl::all);
+    store_zero_rows(dq_h, d.q_start, d.E);
+    auto query_tile = [&](const nl::index& q0, int64_t qr, const auto& blocks) {
+      QueryTile t = load_query_tile(g, q0, qr);
+      auto dq_ps = nl::zeros({qr, d.E}, nl::float32, nl::psum, "dq_acc");
+      blocks([&](const nl::index& s0, int64_t sw, std::optional<int64_t> mask_q0) {
+        // ds stays fp32 for dq (a bf16 ds cost dq about 10% more error than PyTorch's).
+        auto [p, ds] = probs(t, s0, sw, mask_q0, nl::float32);
+        for_each_static_tile(0, sw, kPartitions, [&](int64_t c, int64_t cw) {
+          auto dsT = transpose_to_sbuf(ds(nl::all, nl::ds(c, cw)), "dsT");
+          auto kc = nl::load(k(b, hk, nl::ds(s0 + c, cw), nl::all), nl::float32);
+          isa::nc_matmul(dq_ps, dsT, kc, true);
+        });
+      });
+      auto dqt = nl::ndarray({qr, d.E}, dt, nl::sbuf, "dq_t");
+      isa::tensor_scalar(dqt, dq_ps, nl::multiply, d.scale);
+      nl::store(dq_h(nl::ds(q0, qr), nl::all), dqt);
+    };
+    if (!cfg.causal) {
+      for_each_tile(d.L, kPartitions, [&](nl::index, nl::index q0, int64_t qr) {
+        query_tile(q0, qr, [&](const auto& step) {
+          for_each_tile(d.S, kKeyBlock,
+                        [&](nl::index, nl::index s0, int64_t sw) { step(s0, sw, std::nullopt); });
+        });
+      });
+    } else {
+      for_each_static_tile(d.q_start, d.L, kPartitions, [&](int64_t q0, int64_t qr) {
+        const KeyRange keys = causal_keys(q0, qr, off, d.S);
+        query_tile(q0, qr, [&](const auto& step) {
+          for_each_tile(keys.masked_from, kKeyBlock,
+                        [&](nl::index, nl::index s0, int64_t sw) { step(s0, sw, std::nullopt); });
+          for_each_static_tile(keys.masked_from, keys.end, kKeyBlock,
+                               [&](int64_t s0, int64_t sw) { step(s0, sw, q0); });
+        });
+      });
+    }
+  }
+  return {dq, dk, dv};
+}
+
+}  // namespace neuron::kernels

@@ -1,0 +1,173 @@
+// matmul and linear: C[M, N] = op(A) @ op(B) (+ bias, then an activation), any M, N, K,
+// float32 / bfloat16 / float16 operands with float32 accumulation.
+//
+// Tiling and engine plan. Each SPMD program owns M / programs consecutive rows of C (launch
+// with grid matmul_grid(cfg); split_rows picks `programs`). Its rows go in groups of up to
+// 4 x 128 (2 x 128 when B is stored [N, K] and needs transposes, to leave PSUM banks free).
+//  - The group's A panel [K, rows] comes on chip once with K on partitions (the Tensor
+//    engine's contraction layout): DMA straight from A when A is stored [K, M], else 128 x 128
+//    tiles transposed on the Tensor engine through PSUM. A panel over cfg.panel_bytes (64 KiB
+//    per partition: K up to 4096 fp32 / 8192 bf16 for 512-row groups) is not kept: its tiles
+//    are then loaded (and transposed) inside the K loop, for each column block.
+//  - For each 512-column block of C (one PSUM bank of fp32 per 128-row subtile), each 128-row
+//    slice of K loads one B tile [k, 512] by DMA (transposed by the Tensor engine, 128 columns
+//    at a time, when B is [N, K]) and feeds one nc_matmul per subtile: the moving tile is
+//    reused by the whole group. The K loop accumulates in PSUM (fp32).
+//  - Epilogue: the bias row (broadcast over partitions once per column block) is added by the
+//    Vector engine while evacuating PSUM, the activation and the cast to the output dtype run
+//    on the Scalar engine, and a DMA stores the tile.
+// Remainders of M, N and K are a second, static copy of each loop body with smaller tiles.
+#pragma once
+#include <optional>
+#include <vector>
+
+#include "neuron/kernels/tiling.hpp"
+
+namespace neuron::kernels {
+
+struct MatmulConfig {
+  bool transpose_a = false;           // A is stored [K, M] (the Tensor engine's layout)
+  bool transpose_b = false;           // B is stored [N, K] (a linear layer's weight)
+  std::optional<ActFunc> activation;  // applied after the bias: relu, gelu, silu, tanh, ...
+  std::optional<DType> out_dtype;     // default: A's dtype
+  int64_t programs = 1;               // SPMD programs along M; must divide M
+  // SBUF bytes per partition a row group's A panel may take (it is double-buffered); larger
+  // panels are not kept and A tiles load inside the K loop. 0 never keeps one.
+  int64_t panel_bytes = 64 * 1024;
+};
+
+inline std::vector<int64_t> matmul_grid(const MatmulConfig& cfg) {
+  return {cfg.programs};
+}
+
+namespace detail {
+
+inline nl::tensor matmul_impl(const nl::tensor& a, const nl::tensor& b,
+                              const std::optional<nl::tensor>& bias, const MatmulConfig& cfg,
+                              const char* kernel, const Span& span) {
+  require_rank(a, 2, kernel, "A", span);
+  require_rank(b, 2, kernel, "B", span);
+  require_float(a, kernel, "A", span);
+  require_float(b, kernel, "B", span);
+  const auto as = a.shape(), bs = b.shape();
+  const int64_t M = cfg.transpose_a ? as[1] : as[0], K = cfg.transpose_a ? as[0] : as[1];
+  const int64_t N = cfg.transpose_b ? bs[0] : bs[1], Kb = cfg.transpose_b ? bs[1] : bs[0];
+  if (K != Kb)
+    args_error(span, kernel, "contraction sizes differ: A {}{} has K={} but B {}{} has K={}",
+               shape_str(as), cfg.transpose_a ? " (stored [K, M])" : "", K, shape_str(bs),
+               cfg.transpose_b ? " (stored [N, K])" : "", Kb);
+  if (bias && (bias->ndim() != 1 || bias->shape()[0] != N))
+    args_error(span, kernel, "bias has shape {}; it must be [{}] (one value per output column)",
+               shape_str(bias->shape()), N);
+  if (cfg.programs < 1 || M % cfg.programs != 0)
+    args_error(span, kernel, "programs={} must divide M={} (use split_rows(M))", cfg.programs, M);
+
+  const DType out_dt = cfg.out_dtype.value_or(a.dtype());
+  auto out = nl::ndarray({M, N}, out_dt, nl::shared_hbm, "out");
+  const int64_t rows = M / cfg.programs;
+  const nl::index row0 = nl::program_id(0) * rows;
+  const int64_t KP = std::min(K, kPartitions), KT = ceil_div(K, kPartitions);
+  const int64_t subtiles = cfg.transpose_b ? 2 : 4;
+
+  // A's [kr, cw] tile with K on partitions: rows [r0, r0 + cw) of C, K rows [k0, k0 + kr).
+  auto load_a = [&](const nl::index& r0, int64_t cw, const nl::index& k0, int64_t kr) {
+    if (cfg.transpose_a) return nl::load(a(nl::ds(k0, kr), nl::ds(r0, cw)));
+    return transpose_to_sbuf(nl::load(a(nl::ds(r0, cw), nl::ds(k0, kr))), "aT");
+  };
+  // B's [kr, nr] tile with K on partitions.
+  auto load_b = [&](const nl::index& k0, int64_t kr, const nl::index& n0, int64_t nr) {
+    if (!cfg.transpose_b) return nl::load(b(nl::ds(k0, kr), nl::ds(n0, nr)));
+    auto t = nl::ndarray({kr, nr}, b.dtype(), nl::sbuf, "bT");
+    for_each_static_tile(0, nr, kPartitions, [&](int64_t c, int64_t cw) {
+      auto w = nl::load(b(nl::ds(n0 + c, cw), nl::ds(k0, kr)));
+      isa::tensor_copy(t(nl::all, nl::ds(c, cw)), nl::transpose(w));
+    });
+    return t;
+  };
+
+  for_each_tile(rows, subtiles * kPartitions, [&](nl::index, nl::index g0, int64_t gr) {
+    const nl::index grow = row0 + g0;
+    std::optional<nl::tensor> panel;
+    if (KT * gr * dtype_bytes(a.dtype()) <= cfg.panel_bytes) {
+      panel = nl::ndarray({KP, KT, gr}, a.dtype(), nl::sbuf, "a_panel");
+      for_each_tile(K, kPartitions, [&](nl::index kt, nl::index k0, int64_t kr) {
+        if (cfg.transpose_a) {
+          isa::dma_copy((*panel)(nl::ds(0, kr), kt, nl::all), a(nl::ds(k0, kr), nl::ds(grow, gr)));
+        } else {
+          for_each_static_tile(0, gr, kPartitions, [&](int64_t c, int64_t cw) {
+            auto t = nl::load(a(nl::ds(grow + c, cw), nl::ds(k0, kr)));
+            isa::tensor_copy((*panel)(nl::ds(0, kr), kt, nl::ds(c, cw)), nl::transpose(t));
+          });
+        }
+      });
+    }
+    for_each_tile(N, kPsumColumns, [&](nl::index, nl::index n0, int64_t nr) {
+      std::vector<nl::tensor> acc;
+      for_each_static_tile(0, gr, kPartitions, [&](int64_t, int64_t cw) {
+        acc.push_back(nl::zeros({cw, nr}, nl::float32, nl::psum, "acc"));
+      });
+      // Accumulating into PSUM is an associative reduction, so the K loop may be an
+      // affine_range: the loads of step k + 1 overlap the matmuls of step k.
+      for_each_tile(K, kPartitions, [&](nl::index kt, nl::index k0, int64_t kr) {
+        auto bt = load_b(k0, kr, n0, nr);
+        size_t j = 0;
+        for_each_static_tile(0, gr, kPartitions, [&](int64_t c, int64_t cw) {
+          auto at =
+              panel ? (*panel)(nl::ds(0, kr), kt, nl::ds(c, cw)) : load_a(grow + c, cw, k0, kr);
+          isa::nc_matmul(acc[j++], at, bt, /*accumulate=*/true);
+        });
+      });
+      std::optional<nl::tensor> bias_rows;
+      if (bias)
+        bias_rows = nl::broadcast_to(load_row(*bias, n0, nr, nl::float32, "bias"),
+                                     {std::min(gr, kPartitions), nr});
+      size_t j = 0;
+      for_each_static_tile(0, gr, kPartitions, [&](int64_t c, int64_t cw) {
+        nl::tensor r = acc[j++];
+        if (bias_rows) {
+          auto biased = nl::ndarray({cw, nr}, nl::float32, nl::sbuf, "biased");
+          isa::tensor_tensor(biased, r, (*bias_rows)(nl::ds(0, cw), nl::all), nl::add);
+          r = biased;
+        }
+        auto y = nl::ndarray({cw, nr}, out_dt, nl::sbuf, "y");
+        if (cfg.activation)
+          isa::activation(y, *cfg.activation, r);
+        else
+          isa::tensor_copy(y, r);
+        nl::store(out(nl::ds(grow + c, cw), nl::ds(n0, nr)), y);
+      });
+    });
+  });
+  return out;
+}
+
+}  // namespace detail
+
+// C = op(A) @ op(B): A is [M, K] ([K, M] with transpose_a), B is [K, N] ([N, K] with
+// transpose_b); C is [M, N] in cfg.out_dtype (A's dtype by default).
+inline nl::tensor matmul(const nl::tensor& a, const nl::tensor& b, const MatmulConfig& cfg = {},
+                         Span span = Span::current()) {
+  return detail::matmul_impl(a, b, std::nullopt, cfg, "matmul", span);
+}
+
+// The same with a bias [N] added to every row before the activation.
+inline nl::tensor matmul(const nl::tensor& a, const nl::tensor& b, const nl::tensor& bias,
+                         const MatmulConfig& cfg = {}, Span span = Span::current()) {
+  return detail::matmul_impl(a, b, bias, cfg, "matmul", span);
+}
+
+// torch.nn.functional.linear: y[M, N] = x[M, K] @ w[N, K].T (+ bias[N]), then cfg.activation.
+// cfg.transpose_b is implied (w is stored [N, K]); cfg.transpose_a may say x is stored [K, M].
+inline nl::tensor linear(const nl::tensor& x, const nl::tensor& w, MatmulConfig cfg = {},
+                         Span span = Span::current()) {
+  cfg.transpose_b = true;
+  return detail::matmul_impl(x, w, std::nullopt, cfg, "linear", span);
+}
+
+inline nl::tensor linear(const nl::tensor& x, const nl::tensor& w, const nl::tensor& bias,
+                         MatmulConfig cfg = {}, Span span = Span::current()) {
+  cfg.transpose_b = true;
+  return detail::matmul_impl(x, w, bias, cfg, "linear", span);
+}
+
+}  // namespace neuron::kernels

@@ -1,0 +1,275 @@
+// rms_norm and layer_norm over the last axis of x [R, D], forward and backward, any R and D;
+// statistics and arithmetic in fp32, results in x's dtype.
+//
+// Tiling and engine plan. Each SPMD program owns R / programs consecutive rows (grid
+// norm_grid(cfg)), 128 at a time with rows on partitions, whole rows per tile (D up to
+// ~12k columns fits SBUF). The weight and bias rows are broadcast over the partitions once
+// per program by one DMA.
+//  - Statistics: the Scalar engine squares (or centres) and sums a row in one activation with
+//    an add reduction; rstd = rsqrt(sum / D + eps) is one more activation with an eps bias
+//    column and scale 1/D.
+//  - Normalising and the affine transform are Vector engine tensor_scalar (per-row scalars)
+//    and tensor_tensor (weight, bias) instructions.
+//  - Backward recomputes the statistics from x (cheaper than storing them), forms dx row by
+//    row on the Vector engine, and reduces dweight / dbias over rows, which lie on partitions,
+//    with the Tensor engine: ones[rows, 1].T @ (dy * xhat) into PSUM, added to an fp32 SBUF
+//    accumulator per program. Programs write their partial sums as row `program` of
+//    dweight / dbias [programs, D]; the caller adds the rows (one row when programs == 1).
+#pragma once
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "neuron/kernels/tiling.hpp"
+
+namespace neuron::kernels {
+
+struct NormConfig {
+  double eps = 1e-5;
+  int64_t programs = 1;  // SPMD programs along the rows; must divide R
+};
+
+inline std::vector<int64_t> norm_grid(const NormConfig& cfg) {
+  return {cfg.programs};
+}
+
+namespace detail {
+
+enum class NormKind { rms, layer };
+
+struct NormInputs {
+  nl::tensor x;
+  std::optional<nl::tensor> w, b;
+};
+
+inline void check_norm(const nl::tensor& x, const std::optional<nl::tensor>& w,
+                       const std::optional<nl::tensor>& b, const NormConfig& cfg,
+                       const char* kernel, const Span& span) {
+  require_rank(x, 2, kernel, "x", span);
+  require_float(x, kernel, "x", span);
+  const int64_t D = x.shape()[1];
+  for (auto [t, name] : {std::pair{&w, "weight"}, std::pair{&b, "bias"}})
+    if (*t && ((*t)->ndim() != 1 || (*t)->shape()[0] != D))
+      args_error(span, kernel, "{} has shape {}; it must be [{}]", name, shape_str((*t)->shape()),
+                 D);
+  if (cfg.programs < 1 || x.shape()[0] % cfg.programs != 0)
+    args_error(span, kernel, "programs={} must divide the {} rows (use split_rows)", cfg.programs,
+               x.shape()[0]);
+  if (!(cfg.eps >= 0)) args_error(span, kernel, "eps={} must be a non-negative number", cfg.eps);
+}
+
+// Row statistics of an fp32 tile t [rr, D]: xc (t centred for layer_norm, t itself for
+// rms_norm) and rstd [rr, 1].
+struct RowStats {
+  nl::tensor xc, rstd;
+};
+
+inline RowStats row_stats(NormKind kind, const nl::tensor& t, const nl::tensor& eps_col) {
+  const int64_t rr = t.shape()[0], D = t.shape()[1];
+  nl::tensor xc = t;
+  if (kind == NormKind::layer) {
+    auto sum = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "sum");
+    isa::tensor_reduce(sum, nl::add, t, 1);
+    auto negmean = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "negmean");
+    isa::tensor_scalar(negmean, sum, nl::multiply, -1.0 / double(D));
+    xc = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "xc");
+    isa::tensor_scalar(xc, t, nl::add, negmean);
+  }
+  auto sq = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "sq");
+  auto ss = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "sumsq");
+  isa::activation(sq, nl::square, xc, std::nullopt, 1.0, nl::add, ss);
+  auto rstd = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "rstd");
+  isa::activation(rstd, nl::rsqrt, ss, eps_col(nl::ds(0, rr), nl::all), 1.0 / double(D));
+  return {xc, rstd};
+}
+
+inline nl::tensor norm_forward(NormKind kind, const NormInputs& in, const NormConfig& cfg,
+                               const char* kernel, const Span& span) {
+  check_norm(in.x, in.w, in.b, cfg, kernel, span);
+  const int64_t R = in.x.shape()[0], D = in.x.shape()[1];
+  auto out = nl::ndarray({R, D}, in.x.dtype(), nl::shared_hbm, "out");
+  const int64_t rows = R / cfg.programs, P = std::min(rows, kPartitions);
+  const nl::index row0 = nl::program_id(0) * rows;
+  auto eps_col = nl::full({P, 1}, cfg.eps, nl::float32, nl::sbuf, "eps");
+  std::optional<nl::tensor> wb, bb;
+  if (in.w) wb = load_broadcast_row(*in.w, P, nl::float32, "weight");
+  if (in.b) bb = load_broadcast_row(*in.b, P, nl::float32, "bias");
+  for_each_tile(rows, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
+    auto t = nl::load(in.x(nl::ds(row0 + r0, rr), nl::all), nl::float32);
+    auto [xc, rstd] = row_stats(kind, t, eps_col);
+    auto y = nl::ndarray({rr, D}, in.x.dtype(), nl::sbuf, "y");
+    if (!wb && !bb) {
+      isa::tensor_scalar(y, xc, nl::multiply, rstd);
+    } else {
+      auto xn = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "xn");
+      isa::tensor_scalar(xn, xc, nl::multiply, rstd);
+      if (wb && bb) {
+        auto scaled = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "scaled");
+        isa::tensor_tensor(scaled, xn, (*wb)(nl::ds(0, rr), nl::all), nl::multiply);
+        isa::tensor_tensor(y, scaled, (*bb)(nl::ds(0, rr), nl::all), nl::add);
+      } else if (wb) {
+        isa::tensor_tensor(y, xn, (*wb)(nl::ds(0, rr), nl::all), nl::multiply);
+      } else {
+        isa::tensor_tensor(y, xn, (*bb)(nl::ds(0, rr), nl::all), nl::add);
+      }
+    }
+    nl::store(out(nl::ds(row0 + r0, rr), nl::all), y);
+  });
+  return out;
+}
+
+// Adds ones[rr, 1].T @ v[rr, D] (the column sums of v, rows on partitions) to acc [1, D].
+inline void add_column_sums(const nl::tensor& acc, const nl::tensor& v, const nl::tensor& ones) {
+  const int64_t rr = v.shape()[0], D = v.shape()[1];
+  for_each_static_tile(0, D, kPsumColumns, [&](int64_t c0, int64_t cw) {
+    auto ps = nl::ndarray({1, cw}, nl::float32, nl::psum, "colsum");
+    isa::nc_matmul(ps, ones(nl::ds(0, rr), nl::all), v(nl::all, nl::ds(c0, cw)),
+                   /*accumulate=*/false);
+    isa::tensor_tensor(acc(nl::all, nl::ds(c0, cw)), acc(nl::all, nl::ds(c0, cw)), ps, nl::add);
+  });
+}
+
+// Returns dx, and with a weight also dweight [programs, D] and (layer_norm) dbias
+// [programs, D], fp32 partial sums per program.
+inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
+                                             const std::optional<nl::tensor>& w,
+                                             const nl::tensor& dy, const NormConfig& cfg,
+                                             const char* kernel, const Span& span) {
+  check_norm(x, w, std::nullopt, cfg, kernel, span);
+  if (dy.shape() != x.shape())
+    args_error(span, kernel, "dy has shape {} but x has shape {}", shape_str(dy.shape()),
+               shape_str(x.shape()));
+  const int64_t R = x.shape()[0], D = x.shape()[1];
+  auto dx = nl::ndarray({R, D}, dy.dtype(), nl::shared_hbm, "dx");
+  std::optional<nl::tensor> dw, db;
+  if (w) {
+    dw = nl::ndarray({cfg.programs, D}, nl::float32, nl::shared_hbm, "dweight");
+    if (kind == NormKind::layer)
+      db = nl::ndarray({cfg.programs, D}, nl::float32, nl::shared_hbm, "dbias");
+  }
+  const int64_t rows = R / cfg.programs, P = std::min(rows, kPartitions);
+  const nl::index row0 = nl::program_id(0) * rows;
+  auto eps_col = nl::full({P, 1}, cfg.eps, nl::float32, nl::sbuf, "eps");
+  std::optional<nl::tensor> wb, ones, dw_acc, db_acc;
+  if (w) {
+    wb = load_broadcast_row(*w, P, nl::float32, "weight");
+    ones = nl::ones({P, 1}, nl::float32, nl::sbuf, "ones");
+    dw_acc = nl::zeros({1, D}, nl::float32, nl::sbuf, "dw_acc");
+    if (db) db_acc = nl::zeros({1, D}, nl::float32, nl::sbuf, "db_acc");
+  }
+  // The dweight / dbias accumulators carry from tile to tile.
+  const LoopKind kind_of_loop = w ? LoopKind::sequential : LoopKind::affine;
+  for_each_tile(
+      rows, kPartitions,
+      [&](nl::index, nl::index r0, int64_t rr) {
+        auto rows_v = nl::ds(row0 + r0, rr);
+        auto t = nl::load(x(rows_v, nl::all), nl::float32);
+        auto dyt = nl::load(dy(rows_v, nl::all), nl::float32);
+        auto [xc, rstd] = row_stats(kind, t, eps_col);
+        auto xhat = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "xhat");
+        isa::tensor_scalar(xhat, xc, nl::multiply, rstd);
+        nl::tensor g = dyt;
+        if (wb) {
+          g = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "g");
+          isa::tensor_tensor(g, dyt, (*wb)(nl::ds(0, rr), nl::all), nl::multiply);
+        }
+        // mean(g * xhat) [rr, 1]
+        auto gx = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "gx");
+        isa::tensor_tensor(gx, g, xhat, nl::multiply);
+        auto mgx = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "mgx");
+        isa::tensor_reduce(mgx, nl::add, gx, 1);
+        isa::tensor_scalar(mgx, mgx, nl::multiply, 1.0 / double(D));
+        // d = g - xhat * mean(g * xhat) (- mean(g) for layer_norm); dx = d * rstd
+        auto corr = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "corr");
+        isa::tensor_scalar(corr, xhat, nl::multiply, mgx);
+        auto d = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "d");
+        isa::tensor_tensor(d, g, corr, nl::subtract);
+        auto dxt = nl::ndarray({rr, D}, dy.dtype(), nl::sbuf, "dxt");
+        if (kind == NormKind::layer) {
+          auto mg = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "mg");
+          isa::tensor_reduce(mg, nl::add, g, 1);
+          isa::tensor_scalar(mg, mg, nl::multiply, 1.0 / double(D));
+          isa::tensor_scalar(dxt, d, nl::subtract, mg, false, nl::multiply, rstd);
+        } else {
+          isa::tensor_scalar(dxt, d, nl::multiply, rstd);
+        }
+        nl::store(dx(rows_v, nl::all), dxt);
+        if (w) {
+          auto dyx = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "dyx");
+          isa::tensor_tensor(dyx, dyt, xhat, nl::multiply);
+          add_column_sums(*dw_acc, dyx, *ones);
+          if (db_acc) add_column_sums(*db_acc, dyt, *ones);
+        }
+      },
+      0, kind_of_loop);
+  std::vector<nl::tensor> outs{dx};
+  if (dw) {
+    nl::store((*dw)(nl::ds(nl::program_id(0), 1), nl::all), *dw_acc);
+    outs.push_back(*dw);
+  }
+  if (db) {
+    nl::store((*db)(nl::ds(nl::program_id(0), 1), nl::all), *db_acc);
+    outs.push_back(*db);
+  }
+  return outs;
+}
+
+}  // namespace detail
+
+// torch.nn.functional.rms_norm over the last axis: y = x * rsqrt(mean(x^2) + eps) (* weight).
+inline nl::tensor rms_norm(const nl::tensor& x, const NormConfig& cfg = {},
+                           Span span = Span::current()) {
+  return detail::norm_forward(detail::NormKind::rms, {x, std::nullopt, std::nullopt}, cfg,
+                              "rms_norm", span);
+}
+inline nl::tensor rms_norm(const nl::tensor& x, const nl::tensor& weight,
+                           const NormConfig& cfg = {}, Span span = Span::current()) {
+  return detail::norm_forward(detail::NormKind::rms, {x, weight, std::nullopt}, cfg, "rms_norm",
+                              span);
+}
+
+// torch.nn.functional.layer_norm over the last axis: (x - mean) * rsqrt(var + eps)
+// (* weight) (+ bias), var the biased variance.
+inline nl::tensor layer_norm(const nl::tensor& x, const NormConfig& cfg = {},
+                             Span span = Span::current()) {
+  return detail::norm_forward(detail::NormKind::layer, {x, std::nullopt, std::nullopt}, cfg,
+                              "layer_norm", span);
+}
+inline nl::tensor layer_norm(const nl::tensor& x, const nl::tensor& weight,
+                             const NormConfig& cfg = {}, Span span = Span::current()) {
+  return detail::norm_forward(detail::NormKind::layer, {x, weight, std::nullopt}, cfg, "layer_norm",
+                              span);
+}
+inline nl::tensor layer_norm(const nl::tensor& x, const nl::tensor& weight, const nl::tensor& bias,
+                             const NormConfig& cfg = {}, Span span = Span::current()) {
+  return detail::norm_forward(detail::NormKind::layer, {x, weight, bias}, cfg, "layer_norm", span);
+}
+
+// Backward of rms_norm: dx; with a weight {dx, dweight [programs, D] fp32 partial sums}.
+inline nl::tensor rms_norm_backward(const nl::tensor& x, const nl::tensor& dy,
+                                    const NormConfig& cfg = {}, Span span = Span::current()) {
+  return detail::norm_backward(detail::NormKind::rms, x, std::nullopt, dy, cfg, "rms_norm_backward",
+                               span)[0];
+}
+inline std::vector<nl::tensor> rms_norm_backward(const nl::tensor& x, const nl::tensor& weight,
+                                                 const nl::tensor& dy, const NormConfig& cfg = {},
+                                                 Span span = Span::current()) {
+  return detail::norm_backward(detail::NormKind::rms, x, weight, dy, cfg, "rms_norm_backward",
+                               span);
+}
+
+// Backward of layer_norm: dx; with a weight {dx, dweight, dbias}, the last two [programs, D]
+// fp32 partial sums (dbias is the bias's gradient when the forward had one).
+inline nl::tensor layer_norm_backward(const nl::tensor& x, const nl::tensor& dy,
+                                      const NormConfig& cfg = {}, Span span = Span::current()) {
+  return detail::norm_backward(detail::NormKind::layer, x, std::nullopt, dy, cfg,
+                               "layer_norm_backward", span)[0];
+}
+inline std::vector<nl::tensor> layer_norm_backward(const nl::tensor& x, const nl::tensor& weight,
+                                                   const nl::tensor& dy, const NormConfig& cfg = {},
+                                                   Span span = Span::current()) {
+  return detail::norm_backward(detail::NormKind::layer, x, weight, dy, cfg, "layer_norm_backward",
+                               span);
+}
+
+}  // namespace neuron::kernels

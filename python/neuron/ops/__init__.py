@@ -1,0 +1,67 @@
+"""neuron.ops: the kernel library as PyTorch drop-ins, with PyTorch's signatures and semantics.
+
+    import torch, neuron
+    from neuron import ops
+    y = ops.scaled_dot_product_attention(q, k, v, is_causal=True)   # flash attention kernels
+    y = ops.linear(x, w, b); ops.rms_norm(x, (d,), w); ops.layer_norm(x, (d,), w, b)
+    y = ops.softmax(x, dim=-1); ops.swiglu(x); ops.rope(x, cos, sin)
+
+    with ops.patch():          # torch.nn.functional's names are ours: an unmodified model
+        model(x)               # (nn.Linear, nn.LayerNorm, F.scaled_dot_product_attention...)
+    ops.patch()                # or for good; .restore() undoes it
+
+Each function calls a torch.ops.neuron.* operator (torch.library.custom_op, fake
+implementation, autograd through the library's backward kernels), so torch.compile(fullgraph=
+True) traces models that use them. The operators are registered when neuron.ops is imported:
+at `import neuron` when torch is already imported, else on first use of neuron.ops (importing
+neuron does not import torch). Unsupported arguments fall back to PyTorch with a one-time
+warning, counted in neuron.torch.fallback_counts(); strict mode (NEURON_STRICT=1, or
+`with ops.strict():`) raises instead. docs/kernels.md lists what each op supports."""
+import contextlib
+
+import torch.nn.functional as _F
+
+from . import _kernels, functional
+from .functional import (layer_norm, linear, rms_norm, rope, scaled_dot_product_attention,
+                         softmax, swiglu)
+
+__all__ = ["scaled_dot_product_attention", "linear", "rms_norm", "layer_norm", "softmax",
+           "swiglu", "rope", "patch", "strict", "PATCHED"]
+
+# The torch.nn.functional names patch() replaces (swiglu and rope have no PyTorch function).
+PATCHED = ("scaled_dot_product_attention", "linear", "rms_norm", "layer_norm", "softmax")
+
+
+class patch:
+    """Makes torch.nn.functional's PATCHED names resolve to neuron.ops' functions, at once:
+    `ops.patch()` for good (`.restore()` undoes it), or `with ops.patch():` for a block.
+    Modules (nn.Linear, nn.LayerNorm, nn.RMSNorm, nn.Softmax, nn.MultiheadAttention) look the
+    names up in torch.nn.functional when called, so unmodified models run on the kernels.
+    Patches nest; each restores what it replaced."""
+
+    def __init__(self):
+        self._saved = {n: getattr(_F, n) for n in PATCHED}
+        for n in PATCHED:
+            setattr(_F, n, getattr(functional, n))
+
+    def restore(self):
+        for n, f in self._saved.items():
+            setattr(_F, n, f)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.restore()
+
+
+@contextlib.contextmanager
+def strict(flag=True):
+    """Within the block, unsupported arguments raise NeuronError "unsupported-input" instead of
+    falling back (flag=False: fall back even when NEURON_STRICT is set)."""
+    saved = _kernels.strict
+    _kernels.strict = flag
+    try:
+        yield
+    finally:
+        _kernels.strict = saved

@@ -1,0 +1,375 @@
+"""torch.ops.neuron.*: the kernel library's kernels as PyTorch operators (torch.library.custom_op)
+on canonical shapes (2-D rows for the row-wise kernels, [B, H, L, D] for attention and rope),
+each with a fake implementation (shapes and dtypes only, for torch.compile and meta tensors) and,
+for the forward ones, autograd through the library's backward kernels:
+
+    neuron::matmul(a, b, transpose_a=False, transpose_b=False)
+    neuron::linear(x, weight, bias=None)                  backward: neuron::matmul
+    neuron::attention(q, k, v, is_causal, scale) -> (out, lse)
+                                                          backward: neuron::attention_backward
+    neuron::softmax(x)                                    backward: neuron::softmax_backward
+    neuron::rms_norm(x, weight, eps)                      backward: neuron::rms_norm_backward
+    neuron::layer_norm(x, weight, bias, eps)              backward: neuron::layer_norm_backward
+    neuron::swiglu(x)                                     backward: neuron::swiglu_backward
+    neuron::rope(x, cos, sin, inverse=False)              backward: neuron::rope(inverse=True)
+
+The PyTorch-shaped functions users call are in functional.py. A kernel that rejects some shapes
+when it is traced falls back to the PyTorch reference here (_kernels.launch)."""
+import math
+from typing import Optional
+
+import torch
+
+from . import _kernels
+from ._reference import reference
+
+Tensor = torch.Tensor
+
+
+def _op(name):
+    return torch.library.custom_op(f"neuron::{name}", mutates_args=())
+
+
+def _run(op, kernel, grid, tensors, params, ref):
+    return _kernels.launch(f"neuron::{op}", kernel, grid, tensors, params, ref)
+
+
+def _rows(n):
+    return (_kernels.split_rows(n),)
+
+
+def _grads(fn, inputs, grad_outputs):
+    """The reference's gradients of fn(*inputs) (tensors; None entries skipped) by autograd,
+    for a backward operator whose kernel rejected the shapes."""
+    with torch.enable_grad():
+        ins = [None if t is None else t.detach().requires_grad_() for t in inputs]
+        outs = fn(*ins)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        used = [t for t in ins if t is not None]
+        gs = torch.autograd.grad(outs, used, grad_outputs, allow_unused=True)
+    it = iter(gs)
+    return [None if t is None else next(it) for t in ins]
+
+
+# ---- matmul, linear ----------------------------------------------------------------------
+
+@_op("matmul")
+def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
+    m = a.shape[1] if transpose_a else a.shape[0]
+    p = _kernels.split_rows(m)
+    return _run("matmul", "matmul", (p,), (a, b),
+                {"transpose_a": transpose_a, "transpose_b": transpose_b, "programs": p},
+                lambda: (a.t() if transpose_a else a) @ (b.t() if transpose_b else b))
+
+
+@matmul.register_fake
+def _(a, b, transpose_a=False, transpose_b=False):
+    m = a.shape[1] if transpose_a else a.shape[0]
+    n = b.shape[0] if transpose_b else b.shape[1]
+    return a.new_empty((m, n))
+
+
+@_op("linear")
+def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+    p = _kernels.split_rows(x.shape[0])
+    if bias is None:
+        return _run("linear", "linear", (p,), (x, weight), {"programs": p},
+                    lambda: reference.linear(x, weight))
+    return _run("linear", "linear_bias", (p,), (x, weight, bias), {"programs": p},
+                lambda: reference.linear(x, weight, bias))
+
+
+@linear.register_fake
+def _(x, weight, bias=None):
+    return x.new_empty((x.shape[0], weight.shape[0]))
+
+
+def _linear_setup(ctx, inputs, output):
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.has_bias = bias is not None
+
+
+def _linear_backward(ctx, dy):
+    # y = x w^T + b: dx = dy w, dw = dy^T x, db = dy^T 1 (all on the matmul kernel)
+    x, weight = ctx.saved_tensors
+    dy = dy.contiguous()
+    dx = dw = db = None
+    if ctx.needs_input_grad[0]:
+        dx = torch.ops.neuron.matmul(dy, weight)
+    if ctx.needs_input_grad[1]:
+        dw = torch.ops.neuron.matmul(dy, x, True)
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        ones = dy.new_ones((dy.shape[0], 1))
+        db = torch.ops.neuron.matmul(dy, ones, True).reshape(dy.shape[1])
+    return dx, dw, db
+
+
+linear.register_autograd(_linear_backward, setup_context=_linear_setup)
+
+
+# ---- attention ---------------------------------------------------------------------------
+
+@_op("attention")
+def attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool,
+              scale: float) -> tuple[Tensor, Tensor]:
+    grid = (q.shape[0], k.shape[1], q.shape[1] // k.shape[1])
+    return _run("attention", "attention", grid, (q, k, v),
+                {"causal": is_causal, "scale": scale},
+                lambda: reference.attention(q, k, v, is_causal, scale))
+
+
+@attention.register_fake
+def _(q, k, v, is_causal, scale):
+    b, h, n, _ = q.shape
+    return q.new_empty((b, h, n, v.shape[3])), q.new_empty((b, h, n), dtype=torch.float32)
+
+
+@_op("attention_backward")
+def attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, lse: Tensor,
+                       is_causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    def ref():
+        return tuple(_grads(lambda q, k, v: reference.attention(q, k, v, is_causal, scale)[0],
+                            (q, k, v), dout))
+    return _run("attention_backward", "attention_backward", (q.shape[0], k.shape[1]),
+                (q, k, v, out, dout, lse), {"causal": is_causal, "scale": scale}, ref)
+
+
+@attention_backward.register_fake
+def _(q, k, v, out, dout, lse, is_causal, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _attention_setup(ctx, inputs, output):
+    q, k, v, is_causal, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.is_causal, ctx.scale = is_causal, scale
+    ctx.mark_non_differentiable(lse)
+
+
+def _attention_backward(ctx, dout, _dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.neuron.attention_backward(q, k, v, out, dout.contiguous(), lse,
+                                                     ctx.is_causal, ctx.scale)
+    return dq, dk, dv, None, None
+
+
+attention.register_autograd(_attention_backward, setup_context=_attention_setup)
+
+
+# ---- softmax -----------------------------------------------------------------------------
+
+@_op("softmax")
+def softmax(x: Tensor) -> Tensor:
+    p = _kernels.split_rows(x.shape[0])
+    return _run("softmax", "softmax", (p,), (x,), {"programs": p},
+                lambda: torch.softmax(x, -1))
+
+
+@softmax.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@_op("softmax_backward")
+def softmax_backward(y: Tensor, dy: Tensor) -> Tensor:
+    p = _kernels.split_rows(y.shape[0])
+    return _run("softmax_backward", "softmax_backward", (p,), (y, dy), {"programs": p},
+                lambda: y * (dy - (dy * y).sum(-1, keepdim=True)))
+
+
+@softmax_backward.register_fake
+def _(y, dy):
+    return torch.empty_like(dy)
+
+
+def _softmax_setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+
+
+def _softmax_grad(ctx, dy):
+    (y,) = ctx.saved_tensors
+    return torch.ops.neuron.softmax_backward(y, dy.contiguous())
+
+
+softmax.register_autograd(_softmax_grad, setup_context=_softmax_setup)
+
+
+# ---- rms_norm, layer_norm over the last axis of x [R, D] ---------------------------------
+
+def _norm(base, x, weight, bias, eps, ref):
+    # The registered variants: base, base_weight (a weight), base_affine (weight and bias).
+    p = _kernels.split_rows(x.shape[0])
+    variant = base if weight is None else base + ("_weight" if bias is None else "_affine")
+    tensors = tuple(t for t in (x, weight, bias) if t is not None)
+    return _run(base, variant, (p,), tensors, {"eps": eps, "programs": p}, ref)
+
+
+def _norm_backward(base, x, weight, dy, eps, n_param_grads, ref):
+    """dx and n_param_grads parameter gradients (the kernel's per-program fp32 rows summed, in
+    the weight's dtype; empty tensors without a weight). ref returns what the kernel does:
+    dx alone without a weight, else dx and the parameter gradients."""
+    p = _kernels.split_rows(x.shape[0])
+    params = {"eps": eps, "programs": p}
+    if weight is None:
+        dx = _run(base + "_backward", base + "_backward", (p,), (x, dy), params, ref)
+        return (dx,) + tuple(x.new_empty(0) for _ in range(n_param_grads))
+    dx, *grads = _run(base + "_backward", base + "_weight_backward", (p,), (x, weight, dy),
+                      params, ref)
+    return (dx,) + tuple((g if g.dim() == 1 else g.sum(0)).to(weight.dtype) for g in grads)
+
+
+@_op("rms_norm")
+def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float) -> Tensor:
+    return _norm("rms_norm", x, weight, None, eps, lambda: reference.rms_norm(x, weight, eps))
+
+
+@rms_norm.register_fake
+def _(x, weight, eps):
+    return torch.empty_like(x)
+
+
+@_op("rms_norm_backward")
+def rms_norm_backward(x: Tensor, weight: Optional[Tensor], dy: Tensor,
+                      eps: float) -> tuple[Tensor, Tensor]:
+    def ref():
+        grads = _grads(lambda x, w: reference.rms_norm(x, w, eps), (x, weight), dy)
+        return grads[0] if weight is None else tuple(grads)
+    return _norm_backward("rms_norm", x, weight, dy, eps, 1, ref)
+
+
+@rms_norm_backward.register_fake
+def _(x, weight, dy, eps):
+    return torch.empty_like(dy), (x.new_empty(0) if weight is None else torch.empty_like(weight))
+
+
+def _rms_setup(ctx, inputs, output):
+    x, weight, eps = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.eps = eps
+
+
+def _rms_grad(ctx, dy):
+    x, weight = ctx.saved_tensors
+    dx, dw = torch.ops.neuron.rms_norm_backward(x, weight, dy.contiguous(), ctx.eps)
+    return dx, (dw if weight is not None else None), None
+
+
+rms_norm.register_autograd(_rms_grad, setup_context=_rms_setup)
+
+
+@_op("layer_norm")
+def layer_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tensor:
+    return _norm("layer_norm", x, weight, bias, eps,
+                 lambda: reference.layer_norm(x, weight, bias, eps))
+
+
+@layer_norm.register_fake
+def _(x, weight, bias, eps):
+    return torch.empty_like(x)
+
+
+@_op("layer_norm_backward")
+def layer_norm_backward(x: Tensor, weight: Optional[Tensor], dy: Tensor,
+                        eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    def ref():
+        if weight is None:
+            return _grads(lambda x: reference.layer_norm(x, None, None, eps), (x,), dy)[0]
+        return tuple(_grads(lambda x, w, b: reference.layer_norm(x, w, b, eps),
+                            (x, weight, torch.zeros_like(weight)), dy))
+    return _norm_backward("layer_norm", x, weight, dy, eps, 2, ref)
+
+
+@layer_norm_backward.register_fake
+def _(x, weight, dy, eps):
+    if weight is None:
+        return torch.empty_like(dy), x.new_empty(0), x.new_empty(0)
+    return torch.empty_like(dy), torch.empty_like(weight), torch.empty_like(weight)
+
+
+def _ln_setup(ctx, inputs, output):
+    x, weight, bias, eps = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.has_bias = bias is not None
+    ctx.eps = eps
+
+
+def _ln_grad(ctx, dy):
+    x, weight = ctx.saved_tensors
+    dx, dw, db = torch.ops.neuron.layer_norm_backward(x, weight, dy.contiguous(), ctx.eps)
+    return (dx, dw if weight is not None else None, db if ctx.has_bias else None, None)
+
+
+layer_norm.register_autograd(_ln_grad, setup_context=_ln_setup)
+
+
+# ---- swiglu ------------------------------------------------------------------------------
+
+@_op("swiglu")
+def swiglu(x: Tensor) -> Tensor:
+    p = _kernels.split_rows(x.shape[0])
+    return _run("swiglu", "swiglu", (p,), (x,), {"programs": p}, lambda: reference.swiglu(x))
+
+
+@swiglu.register_fake
+def _(x):
+    return x.new_empty((x.shape[0], x.shape[1] // 2))
+
+
+@_op("swiglu_backward")
+def swiglu_backward(x: Tensor, dy: Tensor) -> Tensor:
+    p = _kernels.split_rows(x.shape[0])
+    return _run("swiglu_backward", "swiglu_backward", (p,), (x, dy), {"programs": p},
+                lambda: _grads(reference.swiglu, (x,), dy)[0])
+
+
+@swiglu_backward.register_fake
+def _(x, dy):
+    return torch.empty_like(x)
+
+
+def _swiglu_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+def _swiglu_grad(ctx, dy):
+    (x,) = ctx.saved_tensors
+    return torch.ops.neuron.swiglu_backward(x, dy.contiguous())
+
+
+swiglu.register_autograd(_swiglu_grad, setup_context=_swiglu_setup)
+
+
+# ---- rope --------------------------------------------------------------------------------
+
+@_op("rope")
+def rope(x: Tensor, cos: Tensor, sin: Tensor, inverse: bool = False) -> Tensor:
+    return _run("rope", "rope", (x.shape[0], x.shape[1]), (x, cos, sin), {"backward": inverse},
+                lambda: reference.rope(x, cos, -sin if inverse else sin))
+
+
+@rope.register_fake
+def _(x, cos, sin, inverse=False):
+    return torch.empty_like(x)
+
+
+def _rope_setup(ctx, inputs, output):
+    x, cos, sin, inverse = inputs
+    ctx.save_for_backward(cos, sin)
+    ctx.inverse = inverse
+
+
+def _rope_grad(ctx, dy):
+    # The rotation is orthogonal: its gradient is the inverse rotation. cos and sin are
+    # constants here (functional.rope falls back to PyTorch when they require grad).
+    cos, sin = ctx.saved_tensors
+    return torch.ops.neuron.rope(dy.contiguous(), cos, sin, not ctx.inverse), None, None, None
+
+
+rope.register_autograd(_rope_grad, setup_context=_rope_setup)
+
+
+def default_scale(head_dim):
+    """scaled_dot_product_attention's default scale, 1 / sqrt(E)."""
+    return 1.0 / math.sqrt(head_dim)

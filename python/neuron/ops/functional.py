@@ -1,0 +1,277 @@
+"""The drop-ins: PyTorch's signatures and semantics, computed by the kernel library through the
+torch.ops.neuron operators (_operators.py) on CPU tensors of float32, bfloat16 or float16, with
+any leading (batch) dimensions and any sizes.
+
+Arguments a kernel does not support (listed in each function's doc) fall back to PyTorch's own
+function by DESIGN.md's rule: a FallbackWarning naming the reason the first time, a count in
+neuron.torch.fallback_counts() under ("neuron.ops.<name>", kind), or a NeuronError
+"unsupported-input" in strict mode (NEURON_STRICT=1 or neuron.ops.strict()). Calls PyTorch
+itself rejects (mismatched shapes, a 1-D input to attention) go straight to PyTorch, so its own
+error is what the caller sees."""
+import math
+
+import torch
+
+from ..torch import note_fallback
+from . import _kernels, _operators  # _operators registers torch.ops.neuron.*
+from ._reference import original, reference
+
+__all__ = ["scaled_dot_product_attention", "linear", "rms_norm", "layer_norm", "softmax",
+           "swiglu", "rope"]
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _problem(tensors):
+    """Why these tensors cannot go to a kernel, as (kind, reason), or None. Meta tensors go
+    through (the operators' fake implementations give their shapes)."""
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if t.device.type not in ("cpu", "meta"):
+            return "device", f"{name} is on {t.device}; neuron kernels run on CPU tensors"
+        if t.dtype not in _DTYPES:
+            return "dtype", (f"{name} is {t.dtype}; the kernels take float32, bfloat16 or "
+                             "float16")
+        if t.numel() == 0:
+            return "empty", f"{name} has no elements (shape {tuple(t.shape)})"
+    dtypes = {t.dtype for t in tensors.values() if t is not None}
+    if len(dtypes) > 1:
+        return "dtype", "the tensors' dtypes differ: " + ", ".join(
+            f"{n} {t.dtype}" for n, t in tensors.items() if t is not None)
+    return None
+
+
+def _fall_back(fn, kind, reason, call):
+    """PyTorch's result for an argument the kernels do not support (DESIGN.md's rule)."""
+    if torch.compiler.is_compiling():
+        _note_while_tracing(f"neuron.ops.{fn}", kind, reason)
+    else:
+        note_fallback(f"neuron.ops.{fn}", kind, reason, strict=_kernels.strict,
+                      hint=" (strict mode: no fallback to PyTorch)", stacklevel=3)
+    return call()
+
+
+@torch.compiler.assume_constant_result
+def _note_while_tracing(op, kind, reason):
+    """Under torch.compile, a fallback is noted (warned, counted, or raised in strict mode) once,
+    when Dynamo traces the call: Dynamo runs this function then instead of tracing it (it cannot
+    trace the bookkeeping), and the graph calls PyTorch's function on every run."""
+    note_fallback(op, kind, reason, strict=_kernels.strict,
+                  hint=" (strict mode: no fallback to PyTorch)", stacklevel=3)
+    return True
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention on the flash attention kernels
+    (forward, and backward from the saved logsumexp). query (..., Hq, L, E), key (..., Hkv, S,
+    E), value (..., Hkv, S, Ev), the same leading dims; E, Ev <= 128; Hq == Hkv, or a multiple
+    with enable_gqa=True. is_causal masks top-left aligned as PyTorch does (key j visible to
+    query i when j <= i). Falls back to PyTorch for an attn_mask, dropout_p > 0, head dims
+    over 128, broadcast leading dims, other dtypes and devices."""
+    def torch_sdpa():
+        kw = {"enable_gqa": True} if enable_gqa else {}
+        return original.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
+                                                     is_causal, scale=scale, **kw)
+
+    q, k, v = query, key, value
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)) or \
+            min(q.dim(), k.dim(), v.dim()) < 3 or not (q.dim() == k.dim() == v.dim()):
+        return torch_sdpa()  # PyTorch decides (and names what is wrong)
+    hq, hk = q.shape[-3], k.shape[-3]
+    if (hq != hk and not (enable_gqa and hq % hk == 0)) or k.shape[-1] != q.shape[-1] or \
+            v.shape[-2] != k.shape[-2] or v.shape[-3] != hk:
+        return torch_sdpa()
+    name = "scaled_dot_product_attention"
+    if attn_mask is not None:
+        return _fall_back(name, "mask", "attn_mask is given; the kernels take is_causal only",
+                          torch_sdpa)
+    if dropout_p > 0:
+        return _fall_back(name, "dropout", f"dropout_p={dropout_p}; the kernels have no dropout",
+                          torch_sdpa)
+    problem = _problem({"query": q, "key": k, "value": v})
+    if problem:
+        return _fall_back(name, *problem, torch_sdpa)
+    if q.shape[:-3] != k.shape[:-3] or q.shape[:-3] != v.shape[:-3]:
+        return _fall_back(name, "shape", f"leading dims differ (query {tuple(q.shape)}, key "
+                          f"{tuple(k.shape)}, value {tuple(v.shape)}): PyTorch broadcasts them",
+                          torch_sdpa)
+    e, ev = q.shape[-1], v.shape[-1]
+    if e > 128 or ev > 128:
+        return _fall_back(name, "shape", f"head dims {e} and {ev}; the kernels take at most 128",
+                          torch_sdpa)
+    lead = q.shape[:-3]
+    L, S = q.shape[-2], k.shape[-2]
+    q4 = q.reshape(-1, hq, L, e).contiguous()
+    k4 = k.reshape(-1, hk, S, e).contiguous()
+    v4 = v.reshape(-1, hk, S, ev).contiguous()
+    s = _operators.default_scale(e) if scale is None else float(scale)
+    out, _ = torch.ops.neuron.attention(q4, k4, v4, bool(is_causal), s)
+    return out.reshape(*lead, hq, L, ev)
+
+
+def linear(input, weight, bias=None):
+    """torch.nn.functional.linear: input (..., K) @ weight (N, K).T + bias (N), on the matmul
+    kernel (fp32 accumulation), backward too. Falls back to PyTorch for a 1-D weight, other
+    dtypes (or mixed ones) and devices."""
+    def torch_linear():
+        return original.linear(input, weight, bias)
+
+    if not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor) or \
+            input.dim() == 0 or weight.dim() not in (1, 2) or \
+            input.shape[-1] != weight.shape[-1] or \
+            (bias is not None and (not isinstance(bias, torch.Tensor) or bias.dim() > 1 or
+                                   bias.numel() not in (1, weight.shape[0]))):
+        return torch_linear()
+    name = "linear"
+    if weight.dim() == 1:
+        return _fall_back(name, "shape", "weight is 1-D; the kernel takes a [N, K] weight",
+                          torch_linear)
+    problem = _problem({"input": input, "weight": weight, "bias": bias})
+    if problem:
+        return _fall_back(name, *problem, torch_linear)
+    n, k = weight.shape
+    if bias is not None and tuple(bias.shape) != (n,):
+        bias = bias.expand(n)  # a one-element bias broadcasts, as in PyTorch
+    y = torch.ops.neuron.linear(input.reshape(-1, k).contiguous(), weight.contiguous(),
+                                None if bias is None else bias.contiguous())
+    return y.reshape(*input.shape[:-1], n)
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """torch.nn.functional.softmax along `dim` (any), forward and backward on the softmax
+    kernels; with dtype, the input is cast first, as PyTorch does. Falls back to PyTorch for
+    dim=None (PyTorch's implicit choice), 0-d inputs, other dtypes and devices."""
+    def torch_softmax():
+        return original.softmax(input, dim, _stacklevel, dtype)
+
+    if not isinstance(input, torch.Tensor):
+        return torch_softmax()
+    name = "softmax"
+    if dim is None:
+        return _fall_back(name, "dim", "dim=None (PyTorch picks the dim, deprecated)",
+                          torch_softmax)
+    if input.dim() == 0:
+        return _fall_back(name, "shape", "a 0-d input", torch_softmax)
+    if not -input.dim() <= dim < input.dim():
+        return torch_softmax()
+    x = input if dtype is None else input.to(dtype)
+    problem = _problem({"input": x})
+    if problem:
+        return _fall_back(name, *problem, torch_softmax)
+    dim = dim % x.dim()
+    last = dim == x.dim() - 1
+    xt = (x if last else x.movedim(dim, -1)).contiguous()
+    y = torch.ops.neuron.softmax(xt.reshape(-1, xt.shape[-1])).reshape(xt.shape)
+    return y if last else y.movedim(-1, dim)
+
+
+def _normalized(input, normalized_shape, params):
+    """(rows, D) for a norm over the trailing `normalized_shape`, or None when PyTorch would
+    reject the call (then it gives its own error)."""
+    if not isinstance(normalized_shape, (tuple, list, torch.Size)):
+        return None  # PyTorch takes a sequence of ints only
+    shape = tuple(int(d) for d in normalized_shape)
+    if not shape or input.dim() < len(shape) or tuple(input.shape[-len(shape):]) != shape:
+        return None
+    if any(p is not None and tuple(p.shape) != shape for p in params):
+        return None
+    d = math.prod(shape)
+    return input.numel() // d if d else 0, d
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """torch.nn.functional.rms_norm over the trailing normalized_shape: input * rsqrt(mean(
+    input^2) + eps) (* weight); eps None is torch.finfo(input.dtype).eps, as in PyTorch.
+    Statistics in fp32. Falls back to PyTorch for other dtypes and devices (the weight may be
+    another float dtype)."""
+    def torch_rms_norm():
+        return original.rms_norm(input, normalized_shape, weight, eps)
+
+    if not isinstance(input, torch.Tensor):
+        return torch_rms_norm()
+    rd = _normalized(input, normalized_shape, (weight,))
+    if rd is None:
+        return torch_rms_norm()
+    problem = _problem({"input": input}) or (weight is not None and _problem({"weight": weight}))
+    if problem:
+        return _fall_back("rms_norm", *problem, torch_rms_norm)
+    rows, d = rd
+    e = torch.finfo(input.dtype).eps if eps is None else float(eps)
+    y = torch.ops.neuron.rms_norm(input.reshape(rows, d).contiguous(),
+                                  None if weight is None else weight.reshape(d).contiguous(), e)
+    return y.reshape(input.shape)
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """torch.nn.functional.layer_norm over the trailing normalized_shape: (input - mean) *
+    rsqrt(var + eps) (* weight) (+ bias), the biased variance, statistics in fp32. Falls back
+    to PyTorch for other dtypes and devices (weight and bias may be another float dtype)."""
+    def torch_layer_norm():
+        return original.layer_norm(input, normalized_shape, weight, bias, eps)
+
+    if not isinstance(input, torch.Tensor):
+        return torch_layer_norm()
+    rd = _normalized(input, normalized_shape, (weight, bias))
+    if rd is None:
+        return torch_layer_norm()
+    problem = _problem({"input": input}) or \
+        (weight is not None and _problem({"weight": weight})) or \
+        (bias is not None and _problem({"bias": bias}))
+    if problem:
+        return _fall_back("layer_norm", *problem, torch_layer_norm)
+    rows, d = rd
+    w = None if weight is None else weight.reshape(d).contiguous()
+    b = None if bias is None else bias.reshape(d).contiguous()
+    if b is not None and w is None:
+        w = b.new_ones(d)  # the kernels take a bias with a weight
+    y = torch.ops.neuron.layer_norm(input.reshape(rows, d).contiguous(), w, b, float(eps))
+    return y.reshape(input.shape)
+
+
+def swiglu(input):
+    """SwiGLU: silu(a) * b for input = [a | b], split in halves along the last dim: input
+    (..., 2H) -> (..., H). The same as `a, b = input.chunk(2, -1); F.silu(a) * b`, fused into
+    one kernel, forward and backward. Falls back to PyTorch for other dtypes and devices."""
+    def torch_swiglu():
+        return reference.swiglu(input)
+
+    if not isinstance(input, torch.Tensor) or input.dim() == 0 or input.shape[-1] % 2:
+        return torch_swiglu()  # PyTorch's chunk / multiply decide
+    problem = _problem({"input": input})
+    if problem:
+        return _fall_back("swiglu", *problem, torch_swiglu)
+    two_h = input.shape[-1]
+    y = torch.ops.neuron.swiglu(input.reshape(-1, two_h).contiguous())
+    return y.reshape(*input.shape[:-1], two_h // 2)
+
+
+def rope(input, cos, sin):
+    """Rotary position embedding, rotate-half convention (GPT-NeoX, Llama): for input (..., L,
+    D) and cos, sin (L, D/2) (the angle of position l and frequency i), with x1, x2 the halves
+    of the last dim,
+
+        out = cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).
+
+    (Models that store cos and sin duplicated to (L, D) pass cos[:, :D // 2].) The backward is
+    the inverse rotation. cos and sin are constants: when they require grad, PyTorch's
+    autograd of the same math runs instead (a fallback), as for other dtypes and devices."""
+    def torch_rope():
+        return reference.rope(input, cos, sin)
+
+    if not all(isinstance(t, torch.Tensor) for t in (input, cos, sin)) or input.dim() < 2:
+        return torch_rope()
+    L, d = input.shape[-2:]
+    if d % 2 or tuple(cos.shape) != (L, d // 2) or tuple(sin.shape) != (L, d // 2):
+        return torch_rope()  # PyTorch's broadcasting decides
+    name = "rope"
+    if cos.requires_grad or sin.requires_grad:
+        return _fall_back(name, "grad", "cos or sin requires grad; the kernel differentiates "
+                          "input only", torch_rope)
+    problem = _problem({"input": input}) or _problem({"cos": cos}) or _problem({"sin": sin})
+    if problem:
+        return _fall_back(name, *problem, torch_rope)
+    y = torch.ops.neuron.rope(input.reshape(-1, 1, L, d).contiguous(), cos.contiguous(),
+                              sin.contiguous())
+    return y.reshape(input.shape)
