@@ -135,9 +135,9 @@ int main(int argc, char** argv) {
   setenv("NEURON_CACHE_DIR", tmpl.c_str(), 1);
   setenv("NEURON_CACHE", "on", 1);
   // LLVM's one-time initialization (targets, the process-wide LLJIT) is not a compile cost.
-  neuron::compile_native(matmul_kernel(256, neuron::DType::float32));
+  neuron::compile_native(matmul_kernel(512, neuron::DType::float32));
 
-  for (int64_t n : {256, 1024}) {
+  for (int64_t n : {512, 1024}) {
     benchmark::RegisterBenchmark("compile_cold/kernel", compile_cold, true)
         ->Arg(n)
         ->UseManualTime()
