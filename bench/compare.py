@@ -275,13 +275,18 @@ def table_and_write(args, lib, rows, reps, note_4096):
         "```",
         end,
     ])
+    write_doc_section(begin, end, section)
+
+
+def write_doc_section(begin, end, section):
+    """Replaces the text between the markers `begin` and `end` in docs/performance.md with
+    `section` (which starts with `begin` and ends with `end`), or appends it."""
     path = os.path.join(ROOT, "docs", "performance.md")
     with open(path) as f:
         text = f.read()
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
-        tail = rest.split(end, 1)[1]
-        text = head + section + tail
+        text = head + section + rest.split(end, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     with open(path, "w") as f:

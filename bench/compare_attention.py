@@ -165,17 +165,7 @@ def main():
         "```",
         end,
     ])
-    path = os.path.join(ROOT, "docs", "performance.md")
-    with open(path) as f:
-        text = f.read()
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + section + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    with open(path, "w") as f:
-        f.write(text)
-    print(f"wrote {path}", file=sys.stderr)
+    compare.write_doc_section(begin, end, section)
 
 
 if __name__ == "__main__":
