@@ -23,12 +23,13 @@ from . import _C
 from . import cache, dtypes, eager, errors, isa, language, registry, runtime
 from .errors import NeuronError
 from .kernel import Kernel, kernel, simulate
+from .oplib import load_ops
 from .profile import Profile, profile
 from . import runs
 
 __all__ = ["kernel", "simulate", "profile", "Profile", "runs", "Kernel", "NeuronError",
            "language", "isa", "cache", "registry", "dtypes", "errors", "eager", "runtime", "torch",
-           "ops", "compat", "legacy", "flex_attention", "parse_kernel", "trace_example"]
+           "ops", "compat", "legacy", "flex_attention", "parse_kernel", "trace_example", "load_ops"]
 
 _LAZY = ("torch", "ops", "compat", "legacy", "flex_attention")
 

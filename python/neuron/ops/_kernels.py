@@ -21,6 +21,9 @@ def split_rows(rows, max_programs=64, min_rows=128):
 
 
 strict = None  # neuron.ops.strict() sets it; None: NEURON_STRICT decides
+# The executor of every launch: "native" (LLVM JIT), or "simulate" (the NeuronCore simulator,
+# far slower; scripts/op_coverage.py runs the ops on both).
+mode = "native"
 _compiled = {}  # signature -> the compiled kernel
 _rejected = {}  # signature -> why the kernel refused it
 
@@ -45,6 +48,6 @@ def launch(op, name, grid, tensors, params, reference):
             note_fallback(op, "shape", f"kernel {name} rejects these shapes: {_rejected[key]}",
                           strict=strict, hint=" (strict mode: no fallback to PyTorch)")
             return reference()
-    outs, _ = runtime.run(compiled, [runtime.to_numpy(t) for t in tensors], grid)
+    outs, _ = runtime.run(compiled, [runtime.to_numpy(t) for t in tensors], grid, mode)
     outs = [runtime.from_numpy(o, True) for o in outs]
     return outs[0] if len(outs) == 1 else tuple(outs)
