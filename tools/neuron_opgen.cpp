@@ -2,8 +2,8 @@
 // operators with NEURON_OP("namespace") (neuron/op.hpp) and writes
 //  - a C++ source registering each in the kernel registry (NEURON_KERNEL, neuron/registry.hpp):
 //    its tensors (the nl::tensor parameters, first), then its parameters (bool, integers,
-//    floating point, std::string, neuron::DType, enums) with their defaults and the kernel's
-//    doc comment;
+//    floating point, std::string, neuron::DType, enums) with their defaults, the kernel's doc
+//    comment and each parameter's (a comment just before the parameter);
 //  - with --schema, a JSON file of the operators' schemas (PyTorch schema strings, outputs,
 //    source lines);
 //  - with --library, also the C function neuron_op_library_schema() returning that JSON, for
@@ -48,6 +48,7 @@ struct Param {
   std::string default_cpp, default_schema;
   std::vector<std::string> choices;  // enum: the enumerators' names
   std::string enum_type;             // enum: the qualified type
+  std::string doc;                   // the comment before the parameter, if any
 };
 
 struct Op {
@@ -125,6 +126,25 @@ class Visitor : public clang::RecursiveASTVisitor<Visitor> {
     return clang::Lexer::getSourceText(clang::CharSourceRange::getTokenRange(r), sm_,
                                        ctx_.getLangOpts())
         .str();
+  }
+
+  // The `//` comment lines just before a parameter (Clang attaches no comment to a parameter):
+  // the last comment before it, when only comment lines lie between the two.
+  std::string param_doc(const clang::ParmVarDecl* pv) const {
+    auto [fid, offset] = sm_.getDecomposedLoc(sm_.getExpansionLoc(pv->getBeginLoc()));
+    const auto* comments = ctx_.Comments.getCommentsInFile(fid);
+    if (!comments) return "";
+    auto it = comments->lower_bound(offset);
+    if (it == comments->begin()) return "";
+    --it;
+    llvm::StringRef between = sm_.getBufferData(fid).substr(it->first, offset - it->first);
+    llvm::SmallVector<llvm::StringRef, 8> lines;
+    between.split(lines, '\n');
+    for (llvm::StringRef line : lines) {
+      line = line.trim();
+      if (!line.empty() && !line.startswith("//")) return "";
+    }
+    return it->second->getFormattedText(sm_, ctx_.getDiagnostics());
   }
 
   // Evaluates a parameter's default (so the generated code, outside the header's namespaces,
@@ -214,6 +234,7 @@ class Visitor : public clang::RecursiveASTVisitor<Visitor> {
       in_params = true;
       Param prm;
       prm.name = pname;
+      prm.doc = param_doc(pv);
       clang::QualType base = t.getNonReferenceType().getUnqualifiedType();
       clang::QualType canon = base.getCanonicalType();
       prm.cpp_type = base.getAsString(ctx_.getPrintingPolicy());
@@ -288,7 +309,7 @@ std::string schema_type(const Param& p) {
 }
 
 std::string param_code(const Param& p) {
-  std::string doc = quoted("");
+  std::string doc = quoted(p.doc);
   if (p.kind == "choice") {
     std::string names;
     for (const auto& c : p.choices)
@@ -332,6 +353,8 @@ void write_cpp(std::ostream& o, const std::vector<Op>& ops,
   o << "#include <neuron/registry.hpp>\n\n";
   o << "namespace neuron_opgen_generated {\n";
   for (const auto& op : ops) {
+    // The registration's span (neuron.registry.info(name).span) is the operator's line.
+    o << "#line " << op.line << " " << quoted(op.file) << "\n";
     o << "NEURON_KERNEL(" << op.name << ", " << op.qualified << ", " << quoted(op.doc)
       << ", neuron::inputs(";
     for (size_t i = 0; i < op.inputs.size(); ++i) o << (i ? ", " : "") << quoted(op.inputs[i]);

@@ -8,7 +8,9 @@
 #include "bindings.hpp"
 
 // Every kernel registered in these headers is in the module's registry (NEURON_KERNEL runs in
-// each program that includes the header): the examples, and the kernel library when present.
+// each program that includes the header): the examples. The kernel library's operators are
+// registered by the code neuron-opgen writes from neuron/kernels/registered.hpp, compiled into
+// the module (CMakeLists.txt, "neuron-opgen").
 #include "profile_matmul.hpp"
 #include "scaled_activation.hpp"
 #include "softmax.hpp"

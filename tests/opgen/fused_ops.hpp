@@ -11,8 +11,9 @@ enum class Act { none, relu, tanh };
 
 // out = act(x * alpha + y) over [N <= 128, F] tensors.
 NEURON_OP(opgen_test)
-inline nl::tensor scaled_add(nl::tensor x, nl::tensor y, double alpha = 0.5, Act act = Act::relu,
-                             bool negate = false) {
+inline nl::tensor scaled_add(nl::tensor x, nl::tensor y,
+                             // the multiplier of x
+                             double alpha = 0.5, Act act = Act::relu, bool negate = false) {
   auto out = nl::ndarray(x.shape(), x.dtype(), nl::shared_hbm, "out");
   auto t = nl::add(nl::multiply(nl::load(x), negate ? -alpha : alpha), nl::load(y));
   if (act == Act::relu) t = nl::relu(t);

@@ -25,6 +25,11 @@ TEST_CASE("neuron-opgen registers the marked kernels with their signatures and d
   CHECK(std::get<std::string>(*k->params[1].default_value) == "relu");
   CHECK(std::get<bool>(*k->params[2].default_value) == false);
   CHECK(k->doc.find("out = act(x * alpha + y)") != std::string::npos);
+  CHECK(k->params[0].doc == "the multiplier of x");  // the comment just before it
+  CHECK(k->params[1].doc.empty());                   // none before `act`
+  // The registration's span is the operator's line in the header (#line in the written code).
+  CHECK(k->span.file.find("fused_ops.hpp") != std::string::npos);
+  CHECK(k->span.line == 14);
   CHECK(Registry::global().find("row_stats") != nullptr);
   CHECK(Registry::global().find("helper") == nullptr);  // not marked
 }
