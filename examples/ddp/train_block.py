@@ -9,9 +9,12 @@ tests/python/test_ddp.py checks that the gradients of one DDP step equal those o
 on the whole batch (ddp_gradients vs single_gradients below).
 """
 import argparse
+import datetime
+import faulthandler
 import os
 import socket
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -79,10 +82,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def _worker(rank, world, port, steps, results):
+def _worker(rank, world, port, steps, results, deadline_s):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    # A process stuck past the deadline prints where it is and exits (the parent then raises).
+    faulthandler.dump_traceback_later(deadline_s, exit=True)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
     try:
         model = nn.parallel.DistributedDataParallel(make_model())
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -113,25 +119,34 @@ def _worker(rank, world, port, steps, results):
         dist.destroy_process_group()
 
 
-def ddp_gradients(world=2, steps=0):
+def ddp_gradients(world=2, steps=0, deadline_s=300):
     """Runs `world` DDP processes for `steps` training steps (0: one backward only); returns
     rank 0's averaged gradients of step 0 and the largest parameter difference between ranks
-    at the end."""
+    at the end. Raises TimeoutError (and ends the processes) past deadline_s seconds."""
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
-    procs = mp.start_processes(_worker, args=(world, free_port(), steps, results),
-                               nprocs=world, start_method="spawn", join=False)
+    procs = mp.start_processes(
+        _worker, args=(world, free_port(), steps, results, deadline_s - 10), nprocs=world,
+        start_method="spawn", join=False)
     # Read while the processes run (a result larger than the pipe blocks its writer until
     # read); join raises, with its traceback, when a process fails.
-    got = []
-    while len(got) < 2:
-        if not results.empty():
-            got.append(results.get())
-        elif procs.join(timeout=0.2):
-            if results.empty():
-                raise RuntimeError("the DDP processes ended without their results")
-    while not procs.join():
-        pass
+    got, start = [], time.time()
+    try:
+        while len(got) < 2:
+            if not results.empty():
+                got.append(results.get())
+            elif procs.join(timeout=0.2):
+                if results.empty():
+                    raise RuntimeError("the DDP processes ended without their results")
+            elif time.time() - start > deadline_s:
+                raise TimeoutError(f"the DDP processes gave no result in {deadline_s} s")
+        while not procs.join(timeout=max(1.0, deadline_s - (time.time() - start))):
+            if time.time() - start > deadline_s:
+                raise TimeoutError(f"the DDP processes did not end in {deadline_s} s")
+    finally:
+        for p in procs.processes:
+            if p.is_alive():
+                p.terminate()
     grads, spread = got
     return {n: torch.from_numpy(g) for n, g in grads.items()}, spread
 
