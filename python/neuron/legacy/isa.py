@@ -411,8 +411,73 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
     return dst
 
 
-UNSUPPORTED = ("tensor_partition_reduce range_select select_reduce bn_stats "
-               "bn_aggr dropout max8 nc_find_index8 nc_match_replace8 nc_stream_shuffle "
-               "dma_transpose sequence_bounds").split()
+# ---- partition reduction, selection and statistics ---------------------------------------------
+
+def _whole(x, mask, what):
+    _lnl._no_mask(mask, what)
+    return _tile(x, what)
+
+
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs):
+    """op over the partitions of data: a new [1, F...] tile."""
+    x = _whole(data, mask, "nisa.tensor_partition_reduce")
+    dst = _new_like([1] + list(x.shape[1:]), x.dtype if dtype is None else _nl.to_dtype(dtype))
+    _isa.tensor_partition_reduce(dst, _name(op), x)
+    return dst
+
+
+def max8(*, src, mask=None, dtype=None, **kwargs):
+    """The 8 largest values of each partition, descending: a new [P, 8] tile."""
+    x = _whole(src, mask, "nisa.max8")
+    dst = _new_like([x.shape[0], 8], x.dtype if dtype is None else _nl.to_dtype(dtype))
+    _isa.max8(dst, x)
+    return dst
+
+
+def nc_find_index8(*, data, vals, mask=None, dtype=None, **kwargs):
+    """The index of each of the 8 values of vals in its partition of data: a new [P, 8] uint32
+    tile (0xFFFFFFFF where absent)."""
+    x = _whole(data, mask, "nisa.nc_find_index8")
+    dst = _new_like([x.shape[0], 8], _nl.uint32 if dtype is None else _nl.to_dtype(dtype))
+    _isa.nc_find_index8(dst, x, _tile(vals, "vals"))
+    return dst
+
+
+def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, **kwargs):
+    """data with the first occurrence of each of the 8 values of vals replaced by imm (a new
+    tile); dst_idx, when given, receives the indices."""
+    x = _whole(data, mask, "nisa.nc_match_replace8")
+    v = _tile(vals, "vals")
+    dst = _new_like(list(x.shape), x.dtype if dtype is None else _nl.to_dtype(dtype))
+    if dst_idx is not None:
+        _isa.nc_find_index8(_tile(dst_idx, "dst_idx"), x, v)
+    _isa.nc_match_replace8(dst, x, v, imm)
+    return dst
+
+
+def bn_stats(data, *, mask=None, dtype=None, **kwargs):
+    """[P, 6]: count, mean, count * variance of the even-indexed elements, then the odd ones."""
+    x = _whole(data, mask, "nisa.bn_stats")
+    dst = _new_like([x.shape[0], 6], x.dtype if dtype is None else _nl.to_dtype(dtype))
+    _isa.bn_stats(dst, x)
+    return dst
+
+
+def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
+    """[P, 2]: mean and variance of the bn_stats triples side by side in data."""
+    x = _whole(data, mask, "nisa.bn_aggr")
+    dst = _new_like([x.shape[0], 2], x.dtype if dtype is None else _nl.to_dtype(dtype))
+    _isa.bn_aggr(dst, x)
+    return dst
+
+
+def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs):
+    """In every group of 32 partitions, dst partition i = src partition shuffle_mask[i] (255:
+    unchanged); writes dst."""
+    x = _whole(src, mask, "nisa.nc_stream_shuffle")
+    _isa.nc_stream_shuffle(_tile(dst, "dst"), x, list(shuffle_mask))
+
+
+UNSUPPORTED = "range_select select_reduce dropout dma_transpose sequence_bounds".split()
 _define_unsupported(globals(), "nisa", UNSUPPORTED)
 _wrap_module(globals())
