@@ -147,12 +147,8 @@ def _kernel_ok(q, k, v, score_graph, mask_graph, block_mask):
                                     (score_graph is not None and
                                      any(t.requires_grad for t in score_graph.inputs))):
         why = "gradients are needed (the kernel is forward only)"
-    elif q.size(-1) > 128 or v.size(-1) > 128:
-        why = f"head dims {q.size(-1)}, {v.size(-1)} above 128"
-    elif _kernel.static_rows(block_mask, q.size(2), k.size(2)) is None:
-        why = "the block mask is per batch/head or its blocks are not 128 x 128"
     else:
-        why = _kernel.lowerable(score_graph) or _kernel.lowerable(mask_graph)
+        why = _kernel.why_not(q, k, v, score_graph, mask_graph, block_mask)
     if why is None:
         return True
     if why not in _warned_kernel:
@@ -215,8 +211,7 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     elif (_kernel_backend(kernel_options)
           and not (return_aux is not None and return_aux.max_scores)
           and _kernel_ok(query, key, value, score_graph, mask_graph, block_mask)):
-        rows = _kernel.static_rows(block_mask, L, S)
-        out, lse = _kernel.forward(query, key, value, rows, score_graph, mask_graph, scale,
+        out, lse = _kernel.forward(query, key, value, block_mask, score_graph, mask_graph, scale,
                                    simulate=_kernel_backend(kernel_options) == "simulator")
         mx = torch.full_like(lse, math.nan)  # max_scores: not produced by the kernel
     else:
