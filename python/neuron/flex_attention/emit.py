@@ -203,9 +203,26 @@ def _gather(n, a, ops, data, layout, nl):
         strides[d] = strides[d + 1] * shape[d + 1]
     flat = float(offset)
     for d, (node, i) in enumerate(zip(n.args[1:], a)):
-        if not (node.op == "arg" or (node.op == "const" and node.args[0] >= 0)):
-            # torch's negative indices count from the end
+        if not _nonneg(node):  # torch's negative indices count from the end
             i = ops.where(ops.bin("less", i, 0.0), ops.bin("add", i, float(shape[d])), i)
-        flat = ops.bin("add", flat, ops.bin("multiply", i, float(strides[d])))
+        if strides[d] != 1:
+            i = ops.bin("multiply", i, float(strides[d]))
+        flat = i if isinstance(flat, float) and flat == 0.0 else ops.bin("add", flat, i)
     idx = nl.copy(ops.tile(flat), dtype=nl.int32)
     return nl.gather_flattened(data, idx)
+
+
+def _nonneg(node):
+    """Whether an integer node is certainly >= 0 (its gather needs no wrap of negatives)."""
+    op, args = node.op, node.args
+    if op == "arg":
+        return True
+    if op == "const":
+        return args[0] >= 0
+    if op == "abs":
+        return True
+    if op == "mod":  # Python's % has the sign of the divisor
+        return args[1].op == "const" and args[1].args[0] > 0
+    if op in ("add", "mul", "floordiv", "minimum", "maximum"):
+        return all(_nonneg(x) for x in args)
+    return False
