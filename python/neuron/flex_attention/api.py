@@ -8,7 +8,8 @@ from typing import NamedTuple, Optional
 import torch
 
 from . import backward as _bwd
-from . import codegen, kernel as _kernel, plan as _plan, reference, tracing
+from . import codegen, kernel as _kernel, kernel_bwd as _kernel_bwd, plan as _plan
+from . import reference, tracing
 from .block_mask import _LARGE_BLOCK, _sliced_mask_mod_error, ordered_to_dense
 from .fallback import warn_fallback
 from .forward import Problem, forward as _fwd
@@ -141,14 +142,10 @@ def _kernel_backend(kernel_options):
 
 
 def _kernel_ok(q, k, v, score_graph, mask_graph, block_mask):
-    """Whether the neuron kernel can run this call; else warns once why and returns False."""
-    why = None
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
-                                    (score_graph is not None and
-                                     any(t.requires_grad for t in score_graph.inputs))):
-        why = "gradients are needed (the kernel is forward only)"
-    else:
-        why = _kernel.why_not(q, k, v, score_graph, mask_graph, block_mask)
+    """Whether the neuron kernels can run this call; else warns once why and returns False."""
+    why = _kernel.why_not(q, k, v, score_graph, mask_graph, block_mask)
+    if why is None and _needs_grad(q, k, v, score_graph):
+        why = _kernel_bwd.why_not(block_mask, score_graph)
     if why is None:
         return True
     if why not in _warned_kernel:
@@ -156,6 +153,32 @@ def _kernel_ok(q, k, v, score_graph, mask_graph, block_mask):
         warnings.warn(f"neuron.flex_attention: the neuron kernel cannot run this call ({why}); "
                       "using the host path", RuntimeWarning, stacklevel=3)
     return False
+
+
+def _needs_grad(q, k, v, score_graph):
+    return torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad or
+        (score_graph is not None and any(t.requires_grad for t in score_graph.inputs)))
+
+
+class _FlexKernel(torch.autograd.Function):
+    """The neuron-kernel forward (kernel.py) with the neuron-kernel backward (kernel_bwd.py)."""
+
+    @staticmethod
+    def forward(ctx, call, q, k, v):
+        out, lse = _kernel.forward(q, k, v, *call)
+        ctx.call = call
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.set_materialize_grads(False)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        block_mask, score_graph, mask_graph, scale, simulate = ctx.call
+        dq, dk, dv = _kernel_bwd.backward(q, k, v, out, lse, dout, dlse, block_mask,
+                                          score_graph, mask_graph, scale, simulate)
+        return None, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 def _trace(mod, names):
@@ -211,8 +234,12 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     elif (_kernel_backend(kernel_options)
           and not (return_aux is not None and return_aux.max_scores)
           and _kernel_ok(query, key, value, score_graph, mask_graph, block_mask)):
-        out, lse = _kernel.forward(query, key, value, block_mask, score_graph, mask_graph, scale,
-                                   simulate=_kernel_backend(kernel_options) == "simulator")
+        call = (block_mask, score_graph, mask_graph, scale,
+                _kernel_backend(kernel_options) == "simulator")
+        if _needs_grad(query, key, value, score_graph):
+            out, lse = _FlexKernel.apply(call, query, key, value)
+        else:
+            out, lse = _kernel.forward(query, key, value, *call)
         mx = torch.full_like(lse, math.nan)  # max_scores: not produced by the kernel
     else:
         score_fn = codegen.compile_graph(score_graph) if score_graph is not None else None

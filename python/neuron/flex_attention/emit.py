@@ -226,3 +226,94 @@ def _nonneg(node):
     if op in ("add", "mul", "floordiv", "minimum", "maximum"):
         return all(_nonneg(x) for x in args)
     return False
+
+
+def emit_with_grad(graph, env, like, data, layout, nl):
+    """(value, d value / d score) of the score_mod graph for one block, forward-mode: each
+    node carries its derivative with respect to the `score` argument (None: 0). Index
+    arithmetic, comparisons and captured-tensor reads do not depend on score."""
+    ops = _Ops(nl, like)
+    vals, ders = {}, {}
+    for n in graph.nodes:
+        if n.op == "arg":
+            vals[n.id] = env.get(n.args[0])
+            ders[n.id] = 1.0 if n.args[0] == "score" else None
+            continue
+        if n.op == "const":
+            vals[n.id], ders[n.id] = float(n.args[0]), None
+            continue
+        nodes = [x for x in n.args if hasattr(x, "op") and x.op != "input"]
+        a = [vals[x.id] for x in nodes]
+        da = [ders[x.id] for x in nodes]
+        v = vals[n.id] = _node(n, a, ops, data, layout, nl)
+        ders[n.id] = None if all(d is None for d in da) else _der(n, a, da, v, ops)
+    return vals[graph.output.id], ders[graph.output.id]
+
+
+def _der(n, a, da, v, ops):
+    """The derivative of node n (value v, operands a with derivatives da, some not None)."""
+    op, b = n.op, ops.bin
+
+    def mul(x, y):  # None is 0
+        return None if x is None or y is None else b("multiply", x, y)
+
+    def add(x, y):
+        return y if x is None else x if y is None else b("add", x, y)
+    if op == "cast":
+        return da[0] if n.args[1] in ("torch.float32", "torch.float64", "torch.float16",
+                                      "torch.bfloat16") else None
+    if op == "where":
+        zero = 0.0
+        return ops.where(a[0], zero if da[1] is None else da[1], zero if da[2] is None else da[2])
+    if op == "add":
+        return add(da[0], da[1])
+    if op == "sub":
+        return add(da[0], None if da[1] is None else b("multiply", da[1], -1.0))
+    if op == "mul":
+        return add(mul(da[0], a[1]), mul(a[0], da[1]))
+    if op == "truediv":
+        return add(None if da[0] is None else b("divide", da[0], a[1]),
+                   None if da[1] is None else
+                   b("multiply", da[1], b("divide", b("multiply", v, -1.0), a[1])))
+    if op in ("minimum", "maximum"):
+        first = b("less_equal" if op == "minimum" else "greater_equal", a[0], a[1])
+        return ops.where(first, 0.0 if da[0] is None else da[0], 0.0 if da[1] is None else da[1])
+    d = da[0]
+    x = a[0]
+    if op == "neg":
+        return b("multiply", d, -1.0)
+    if op == "exp":
+        return b("multiply", d, v)
+    if op == "exp2":
+        return b("multiply", d, b("multiply", v, _LN2))
+    if op == "log":
+        return b("divide", d, x)
+    if op == "log2":
+        return b("divide", d, b("multiply", x, _LN2))
+    if op == "tanh":
+        return b("multiply", d, b("subtract", 1.0, b("multiply", v, v)))
+    if op == "sigmoid":
+        return b("multiply", d, b("multiply", v, b("subtract", 1.0, v)))
+    if op == "sin":
+        return b("multiply", d, ops.un("cos", x))
+    if op == "cos":
+        return b("multiply", d, b("multiply", ops.un("sin", x), -1.0))
+    if op == "sqrt":
+        return b("divide", b("multiply", d, 0.5), v)
+    if op == "rsqrt":
+        return b("multiply", d, b("multiply", b("divide", v, x), -0.5))
+    if op == "abs":  # torch: sign(x), 0 at 0
+        return b("multiply", d, b("subtract", b("greater", x, 0.0), b("less", x, 0.0)))
+    if op == "relu":
+        return b("multiply", d, b("greater", x, 0.0))
+    if op == "square":
+        return b("multiply", d, b("multiply", x, 2.0))
+    if op == "pow":
+        e = float(n.args[1].args[0])
+        if e == 0.5:
+            return b("divide", b("multiply", d, 0.5), v)
+        r = e
+        for _ in range(int(e) - 1):
+            r = b("multiply", r, x)
+        return b("multiply", d, r)
+    return None  # floor, ceil, round, comparisons, booleans, integer ops: zero derivative

@@ -276,6 +276,7 @@ def _captured(graphs):
 def forward(q, k, v, block_mask, score_graph, mask_graph, scale, simulate=False):
     """out [B, Hq, L, Ev] (q's dtype), lse [B, Hq, L] fp32 through the neuron kernel."""
     import neuron
+    q, k, v = q.detach(), k.detach(), v.detach()
     B, Hq, L, E = q.shape
     Bk, Hkv, S, Ev = v.shape
     QB, KB, kn, ki, fn, fi, Bm, Hm = block_lists(block_mask, B, Hq, L, S)
