@@ -178,8 +178,19 @@ def main():
             torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) \
                 .sum().backward()
         t_o, t_s = timeit(ours_fb, a.reps), timeit(sdpa_fb, a.reps)
-        print(f"train causal fp32 fwd+bwd: ours {t_o * 1e3:.1f} ms | SDPA {t_s * 1e3:.1f} ms "
-              f"(ours / SDPA = {t_o / t_s:.2f})")
+        line = (f"train causal fp32 fwd+bwd: ours {t_o * 1e3:.1f} ms | SDPA {t_s * 1e3:.1f} ms "
+                f"(ours / SDPA = {t_o / t_s:.2f})")
+        if a.kernel:
+            def kernel_fb():
+                nfa.flex_attention(q, k, v, block_mask=bm,
+                                   kernel_options={"BACKEND": "native"}).sum().backward()
+            t0 = time.perf_counter()
+            kernel_fb()
+            first = time.perf_counter() - t0
+            t_k = timeit(kernel_fb, a.reps)
+            line += (f" | kernel {t_k * 1e3:.1f} ms (kernel / SDPA = {t_k / t_s:.2f}; first "
+                     f"call {first:.1f} s)")
+        print(line)
     if a.mask_len:
         r = subprocess.run([sys.executable, __file__, "--mask-child", str(a.mask_len),
                             "--threads", str(a.threads)], capture_output=True, text=True,

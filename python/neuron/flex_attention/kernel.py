@@ -17,10 +17,10 @@ program and broadcast over the partitions; a captured-tensor read `t[i, j]` beco
 tile and one `gather_flattened` (nisa.nc_n_gather), so new values never recompile. b and h come
 from a small per-program table input `bh`.
 
-Limits (`why_not` says which one applies; the caller then takes the host path): forward only;
-E, Ev <= 128; BLOCK_SIZE entries <= 128 or multiples of 128; captured tensors of at most
-MAX_CAPTURED elements in all, integer ones with values below 2**24 in magnitude; the operations
-emit.py lists; no max_scores.
+The backward is kernel_bwd.py. Limits (`why_not` says which one applies; the caller then takes
+the host path): E, Ev <= 128; BLOCK_SIZE entries <= 128 or multiples of 128; captured tensors
+of at most MAX_CAPTURED elements in all, integer ones with values below 2**24 in magnitude;
+the operations emit.py lists; no max_scores.
 """
 import math
 
