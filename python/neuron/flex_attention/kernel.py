@@ -177,7 +177,8 @@ def _build(sh, score_graph, mask_graph):
 
         def query_tile(q0, qr, r):
             """One tile of qr queries from q0 (an int or a loop index) in block row r."""
-            qT = T(nl.load(q[hq, nl.ds(q0, qr), :], dtype=f32))
+            # Q^T pre-scaled once per tile: the scores come out of the matmul scaled.
+            qT = nl.multiply(T(nl.load(q[hq, nl.ds(q0, qr), :], dtype=f32)), sh.scale)
             m = nl.full((qr, 1), ninf, f32, buffer=nl.sbuf)
             l = nl.zeros((qr, 1), f32, buffer=nl.sbuf)
             acc = nl.zeros((qr, sh.Ev), f32, buffer=nl.sbuf)
@@ -210,7 +211,7 @@ def _build(sh, score_graph, mask_graph):
         def key_tile(kind, qT, m, l, acc, fixed, data, kv_base, kcol, jj, k0, sb, qr):
             """Scores, mods and the online-softmax update for TK keys from row k0."""
             kT = T(nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=f32))
-            s = nl.multiply(nl.matmul(qT, kT, transpose_x=True), sh.scale)
+            s = nl.matmul(qT, kT, transpose_x=True)
             env = dict(fixed)
             kv = None
             if need_kv:
@@ -235,7 +236,8 @@ def _build(sh, score_graph, mask_graph):
                 s = nl.where(nl.less(kv, float(sh.S)), s, ninf)
             m_new = nl.maximum(m, nl.max(s, axis=1, keepdims=True))
             m_use = nl.where(nl.equal(m_new, ninf), 0.0, m_new)
-            p = nl.exp(nl.subtract(s, m_use))
+            p = nl.ndarray((qr, TK), f32, buffer=nl.sbuf)  # exp(s - m) in one pass
+            nisa.activation(p, nl.exp, s, bias=nl.negative(m_use))
             alpha = nl.exp(nl.subtract(m, m_use))
             l[...] = nl.add(nl.multiply(l, alpha), nl.sum(p, axis=1, keepdims=True))
             vt = nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=f32)
