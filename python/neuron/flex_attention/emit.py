@@ -128,12 +128,14 @@ def _py(name, x, y=None):
     return g[name](x)
 
 
-def emit(graph, env, like, data, layout, nl):
+def emit(graph, env, like, data, layout, nl, direct=None):
     """The graph's output for one block: env maps argument names to [qr, keys] fp32 tiles
     (score, b, h, q_idx, kv_idx as the graph uses them); like is a tile of that shape (for
     constants); data is the [qr, N] caps tile and layout the ((offset, shape), ...) of the
-    graph's inputs in it. Returns a tile or a float."""
+    graph's inputs in it; direct (optional) enables plain loads for reads indexed by q_idx or
+    kv_idx (_direct_gather). Returns a tile or a float."""
     ops = _Ops(nl, like)
+    ops.direct = direct
     vals = {}
     for n in graph.nodes:
         if n.op == "arg":
@@ -201,6 +203,9 @@ def _gather(n, a, ops, data, layout, nl):
     strides = [1] * len(shape)
     for d in range(len(shape) - 2, -1, -1):
         strides[d] = strides[d + 1] * shape[d + 1]
+    t = _direct_gather(n, offset, shape, strides, getattr(ops, "direct", None))
+    if t is not None:
+        return t
     flat = float(offset)
     for d, (node, i) in enumerate(zip(n.args[1:], a)):
         if not _nonneg(node):  # torch's negative indices count from the end
@@ -233,6 +238,7 @@ def emit_with_grad(graph, env, like, data, layout, nl):
     node carries its derivative with respect to the `score` argument (None: 0). Index
     arithmetic, comparisons and captured-tensor reads do not depend on score."""
     ops = _Ops(nl, like)
+    ops.direct = None
     vals, ders = {}, {}
     for n in graph.nodes:
         if n.op == "arg":
@@ -317,3 +323,30 @@ def _der(n, a, da, v, ops):
             r = b("multiply", r, x)
         return b("multiply", d, r)
     return None  # floor, ceil, round, comparisons, booleans, integer ops: zero derivative
+
+
+def _direct_gather(n, offset, shape, strides, direct):
+    """t[c.., q_idx] or t[c.., kv_idx] with the other indices constants, b or h: the values
+    are one contiguous run of the caps row at an offset known per program (b, h are program
+    ids), so a plain load replaces the gather: a column for q_idx (one value per partition), a
+    row broadcast over the partitions for kv_idx. direct: {"q_idx": f(offset), "kv_idx":
+    f(offset) or None, "b": index, "h": index, "q_idx_len": L, "kv_idx_len": S}; None when the
+    read has another form."""
+    if direct is None:
+        return None
+    idx = n.args[1:]
+    last = idx[-1] if idx else None
+    if last is None or last.op != "arg" or last.args[0] not in ("q_idx", "kv_idx") or \
+            direct.get(last.args[0]) is None:
+        return None
+    if len(idx) != len(shape) or shape[-1] < direct[last.args[0] + "_len"]:
+        return None  # a short last dim: the gather path reports the bad index
+    off = offset
+    for node, stride in zip(idx[:-1], strides[:-1]):
+        if node.op == "const" and not isinstance(node.args[0], bool) and node.args[0] >= 0:
+            off = off + int(node.args[0]) * stride
+        elif node.op == "arg" and node.args[0] in ("b", "h"):
+            off = direct[node.args[0]] * stride + off
+        else:
+            return None
+    return direct[last.args[0]](off)

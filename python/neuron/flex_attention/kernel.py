@@ -147,7 +147,7 @@ def _build(sh, score_graph, mask_graph):
         return nl.copy(nl.transpose(x))
 
     @neuron.kernel
-    def flex_forward(q, k, v, kn, ki, fn, fi, bh, caps, qpos):
+    def flex_forward(q, k, v, kn, ki, fn, fi, bh, caps, capsT, qpos):
         TRACES[0] += 1
         out = nl.ndarray((sh.B * sh.Hq, sh.L, sh.Ev), q.dtype, buffer=nl.shared_hbm, name="out")
         lse = nl.ndarray((sh.B * sh.Hq, sh.L, 1), f32, buffer=nl.shared_hbm, name="lse")
@@ -202,14 +202,22 @@ def _build(sh, score_graph, mask_graph):
                     nisa.register_load(blk, row[0:1, nl.ds(jj, 1)])
                     for sb in range(sh.KB // TK):
                         key_tile(kind, qT, m, l, acc, fixed, data, kv_base, kcol, jj,
-                                 blk * sh.KB + sb * TK, sb, qr)
+                                 blk * sh.KB + sb * TK, sb, q0, qr)
             m_use = nl.where(nl.equal(m, ninf), 0.0, m)
             nl.store(out[hq, nl.ds(q0, qr), :],
                      nl.divide(acc, nl.maximum(l, 1e-30), dtype=q.dtype))
             nl.store(lse[hq, nl.ds(q0, qr), :], nl.add(m_use, nl.log(l)))
 
-        def key_tile(kind, qT, m, l, acc, fixed, data, kv_base, kcol, jj, k0, sb, qr):
+        def key_tile(kind, qT, m, l, acc, fixed, data, kv_base, kcol, jj, k0, sb, q0, qr):
             """Scores, mods and the online-softmax update for TK keys from row k0."""
+            direct = None
+            if need_caps:  # captured reads indexed by q_idx / kv_idx: plain loads (emit.py)
+                direct = {
+                    "b": b, "h": hk * sh.G + g, "q_idx_len": sh.L, "kv_idx_len": sh.S,
+                    "q_idx": lambda off: nl.add(zeros[0:qr, :],
+                                                nl.load(capsT[nl.ds(q0 + off, qr), :])),
+                    "kv_idx": None if sh.S % sh.KB else lambda off: nl.broadcast_to(
+                        nl.load(caps[0:1, nl.ds(k0 + off, TK)]), (qr, TK))}
             kT = T(nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=f32))
             s = nl.matmul(qT, kT, transpose_x=True)
             env = dict(fixed)
@@ -223,10 +231,12 @@ def _build(sh, score_graph, mask_graph):
                 env["kv_idx"] = kv if sh.S % sh.KB == 0 else nl.minimum(kv, float(sh.S - 1))
             if score_graph is not None:
                 env["score"] = s
-                res = emit.emit(score_graph, env, s, data, sh.caps_layout[:n_score], nl)
+                res = emit.emit(score_graph, env, s, data, sh.caps_layout[:n_score], nl,
+                                direct)
                 s = res if not isinstance(res, float) else nl.add(nl.multiply(s, 0.0), res)
             if kind == "partial" and mask_graph is not None:
-                keep = emit.emit(mask_graph, env, s, data, sh.caps_layout[n_score:], nl)
+                keep = emit.emit(mask_graph, env, s, data, sh.caps_layout[n_score:], nl,
+                                 direct)
                 if isinstance(keep, float):
                     if not keep:
                         s = nl.add(nl.multiply(s, 0.0), ninf)
@@ -299,7 +309,7 @@ def forward(q, k, v, block_mask, score_graph, mask_graph, scale, simulate=False)
         fn, fi = torch.zeros(1, 1, 1, dtype=torch.int32), torch.zeros(1, 1, 1, dtype=torch.int32)
     qpos = torch.arange(L, dtype=torch.float32).reshape(L, 1)
     out, lse = grid(q.contiguous().reshape(-1, L, E), kv_rows(k), kv_rows(v), kn, ki, fn, fi,
-                    bh, caps, qpos)
+                    bh, caps, caps.reshape(-1, 1), qpos)
     out = torch.as_tensor(out)
     lse = torch.as_tensor(lse)
     return out.reshape(B, Hq, L, Ev), lse.reshape(B, Hq, L)
