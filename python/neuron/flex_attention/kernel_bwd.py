@@ -99,7 +99,9 @@ def _build(sh, score_graph, mask_graph, which):
         if ds_mod is None:
             ds = nl.multiply(ds, 0.0)
         elif not isinstance(ds_mod, float) or ds_mod != 1.0:
-            ds = nl.multiply(ds, ds_mod)
+            # Where p is 0 (masked, padding keys, padding rows) the derivative may be inf or
+            # NaN (sqrt(|s|) at s = 0 on a zero padding key): those entries are 0, not NaN.
+            ds = nl.where(nl.greater(p, 0.0), nl.multiply(ds, ds_mod), 0.0)
         return p, ds
 
     def program(b, hk, g, bh, caps):
