@@ -257,3 +257,19 @@ def test_learnable_captured_tensors_take_the_host_path():
                              kernel_options={"BACKEND": "simulator"})
     out.sum().backward()
     assert bias.grad is not None and q.grad is not None
+
+
+def test_max_scores_from_the_kernel():
+    q, k, v = qkv(1, 2, 2, 1, 100, 100, 16, 16)
+    bm = create_block_mask(late_start, 1, 1, 100, 100, BLOCK_SIZE=32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        out, aux = flex_attention(q, k, v, score_mod=fh.softcap(2.0), block_mask=bm,
+                                  kernel_options={"BACKEND": "simulator"},
+                                  return_aux=AuxRequest(lse=True, max_scores=True))
+    s = fh.softcap(2.0)(q.double() @ k.double().transpose(-1, -2) / 4, None, None, None, None)
+    keep = late_start(None, None, torch.arange(100).view(-1, 1), torch.arange(100).view(1, -1))
+    want = torch.where(keep, s, -torch.inf).amax(-1)  # -inf on rows that see no key
+    assert torch.equal(torch.isneginf(aux.max_scores), torch.isneginf(want))
+    fin = torch.isfinite(want)
+    torch.testing.assert_close(aux.max_scores[fin].double(), want[fin], rtol=1e-5, atol=1e-5)

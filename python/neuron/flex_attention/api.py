@@ -166,14 +166,15 @@ class _FlexKernel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, call, q, k, v):
-        out, lse = _kernel.forward(q, k, v, *call)
+        out, lse, mx = _kernel.forward(q, k, v, *call)
         ctx.call = call
         ctx.save_for_backward(q, k, v, out, lse)
+        ctx.mark_non_differentiable(mx)
         ctx.set_materialize_grads(False)
-        return out, lse
+        return out, lse, mx
 
     @staticmethod
-    def backward(ctx, dout, dlse):
+    def backward(ctx, dout, dlse, dmx):
         q, k, v, out, lse = ctx.saved_tensors
         block_mask, score_graph, mask_graph, scale, simulate = ctx.call
         dq, dk, dv = _kernel_bwd.backward(q, k, v, out, lse, dout, dlse, block_mask,
@@ -232,15 +233,13 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
         out, lse, mx = reference.attention(query, key, value, score_mod, mask_mod, dense,
                                            scale, blocks)
     elif (_kernel_backend(kernel_options)
-          and not (return_aux is not None and return_aux.max_scores)
           and _kernel_ok(query, key, value, score_graph, mask_graph, block_mask)):
         call = (block_mask, score_graph, mask_graph, scale,
                 _kernel_backend(kernel_options) == "simulator")
         if _needs_grad(query, key, value, score_graph):
-            out, lse = _FlexKernel.apply(call, query, key, value)
+            out, lse, mx = _FlexKernel.apply(call, query, key, value)
         else:
-            out, lse = _kernel.forward(query, key, value, *call)
-        mx = torch.full_like(lse, math.nan)  # max_scores: not produced by the kernel
+            out, lse, mx = _kernel.forward(query, key, value, *call)
     else:
         score_fn = codegen.compile_graph(score_graph) if score_graph is not None else None
         mask_fn = codegen.compile_graph(mask_graph) if mask_graph is not None else None

@@ -20,7 +20,7 @@ from a small per-program table input `bh`.
 The backward is kernel_bwd.py. Limits (`why_not` says which one applies; the caller then takes
 the host path): E, Ev <= 128; BLOCK_SIZE entries <= 128 or multiples of 128; captured tensors
 of at most MAX_CAPTURED elements in all, integer ones with values below 2**24 in magnitude;
-the operations emit.py lists; no max_scores.
+the operations emit.py lists.
 """
 import math
 
@@ -151,6 +151,7 @@ def _build(sh, score_graph, mask_graph):
         TRACES[0] += 1
         out = nl.ndarray((sh.B * sh.Hq, sh.L, sh.Ev), q.dtype, buffer=nl.shared_hbm, name="out")
         lse = nl.ndarray((sh.B * sh.Hq, sh.L, 1), f32, buffer=nl.shared_hbm, name="lse")
+        mx = nl.ndarray((sh.B * sh.Hq, sh.L, 1), f32, buffer=nl.shared_hbm, name="max_scores")
         b = nl.program_id(0)
         hk = nl.program_id(1)
         g = nl.program_id(2)
@@ -207,6 +208,7 @@ def _build(sh, score_graph, mask_graph):
             nl.store(out[hq, nl.ds(q0, qr), :],
                      nl.divide(acc, nl.maximum(l, 1e-30), dtype=q.dtype))
             nl.store(lse[hq, nl.ds(q0, qr), :], nl.add(m_use, nl.log(l)))
+            nl.store(mx[hq, nl.ds(q0, qr), :], m)
 
         def key_tile(kind, qT, m, l, acc, fixed, data, kv_base, kcol, jj, k0, sb, q0, qr):
             """Scores, mods and the online-softmax update for TK keys from row k0."""
@@ -267,7 +269,7 @@ def _build(sh, score_graph, mask_graph):
         while q0 < sh.L:
             query_tile(q0, min(TQ, sh.L - q0), full_rows)
             q0 += TQ
-        return out, lse
+        return out, lse, mx
 
     return flex_forward
 
@@ -286,7 +288,8 @@ def _captured(graphs):
 
 
 def forward(q, k, v, block_mask, score_graph, mask_graph, scale, simulate=False):
-    """out [B, Hq, L, Ev] (q's dtype), lse [B, Hq, L] fp32 through the neuron kernel."""
+    """out [B, Hq, L, Ev] (q's dtype), lse and max_scores [B, Hq, L] fp32 through the neuron
+    kernel."""
     import neuron
     q, k, v = q.detach(), k.detach(), v.detach()
     B, Hq, L, E = q.shape
@@ -308,8 +311,7 @@ def forward(q, k, v, block_mask, score_graph, mask_graph, scale, simulate=False)
     if fn is None:
         fn, fi = torch.zeros(1, 1, 1, dtype=torch.int32), torch.zeros(1, 1, 1, dtype=torch.int32)
     qpos = torch.arange(L, dtype=torch.float32).reshape(L, 1)
-    out, lse = grid(q.contiguous().reshape(-1, L, E), kv_rows(k), kv_rows(v), kn, ki, fn, fi,
-                    bh, caps, caps.reshape(-1, 1), qpos)
-    out = torch.as_tensor(out)
-    lse = torch.as_tensor(lse)
-    return out.reshape(B, Hq, L, Ev), lse.reshape(B, Hq, L)
+    out, lse, mx = grid(q.contiguous().reshape(-1, L, E), kv_rows(k), kv_rows(v), kn, ki, fn,
+                        fi, bh, caps, caps.reshape(-1, 1), qpos)
+    out, lse, mx = (torch.as_tensor(t) for t in (out, lse, mx))
+    return out.reshape(B, Hq, L, Ev), lse.reshape(B, Hq, L), mx.reshape(B, Hq, L)
