@@ -273,3 +273,18 @@ def test_max_scores_from_the_kernel():
     assert torch.equal(torch.isneginf(aux.max_scores), torch.isneginf(want))
     fin = torch.isfinite(want)
     torch.testing.assert_close(aux.max_scores[fin].double(), want[fin], rtol=1e-5, atol=1e-5)
+
+
+def test_pytorchs_block_mask_through_the_kernels():
+    import torch.nn.attention.flex_attention as tfa
+    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 2, 1, 96, 96, 16, 16))
+    bm = tfa.create_block_mask(fh.causal, 1, 2, 96, 96, device="cpu", BLOCK_SIZE=32)
+    out, _ = run("simulator", q, k, v, fh.softcap(2.0), bm)
+    dout = torch.randn(out.shape, dtype=torch.float64)
+    ours = torch.autograd.grad((out.double() * dout).sum(), (q, k, v))
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    gold_out, _ = fh.dense_reference(q64, k64, v64, fh.softcap(2.0), fh.causal)
+    gold = torch.autograd.grad((gold_out * dout).sum(), (q64, k64, v64))
+    torch.testing.assert_close(out.double(), gold_out, rtol=1e-4, atol=1e-4)
+    for a, g in zip(ours, gold):
+        torch.testing.assert_close(a.double(), g, rtol=1e-4, atol=1e-4)
