@@ -19,9 +19,10 @@ class _Pending:
 
 
 class Deferred:
-    def __init__(self, shape, dtype, buffer, emit):
+    def __init__(self, shape, dtype, buffer, emit, emit_add=None):
         flush()
         self.shape, self.dtype, self.buffer, self._emit = tuple(shape), dtype, buffer, emit
+        self._emit_add = emit_add  # emits `view += result` as one instruction, when it can
         self._tile = None
         _Pending.current = self
 
@@ -36,14 +37,26 @@ class Deferred:
             self._emit(self._tile)
         return self._tile
 
+    def _fits(self, view):
+        return _Pending.current is self and isinstance(view, _C.Tensor) and \
+            view.buffer == self.buffer and view.dtype == self.dtype and \
+            list(view.shape) == list(self.shape)
+
     def into(self, view):
         """Emits straight into view when it can hold the result; True when done."""
-        if _Pending.current is not self or not isinstance(view, _C.Tensor) or \
-                view.buffer != self.buffer or view.dtype != self.dtype or \
-                list(view.shape) != list(self.shape):
+        if not self._fits(view):
             return False
         _Pending.current = None
         self._emit(view)
+        return True
+
+    def add_into(self, view):
+        """`view += result` as one accumulating instruction (a matmul accumulating into its
+        PSUM tile, as NKI's `psum[...] += nisa.nc_matmul(...)` is); True when done."""
+        if self._emit_add is None or not self._fits(view):
+            return False
+        _Pending.current = None
+        self._emit_add(view)
         return True
 
     def __getattr__(self, name):  # tile attributes and methods (name, reshape, ...)

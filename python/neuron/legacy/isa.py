@@ -108,7 +108,8 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     if out is not None and _is_full(out, mn):  # written straight into its destination
         s, m = _index_rect(st, sr), _index_rect(mv, mr)
         return _Deferred(mn, _nl.float32, _nl.psum,
-                         lambda d: _isa.nc_matmul(d, s, m, accumulate=False))
+                         lambda d: _isa.nc_matmul(d, s, m, accumulate=False),
+                         lambda d: _isa.nc_matmul(d, s, m))  # += : first overwrites, then adds
     dst = _new_like(mn, _nl.float32, _nl.psum)
     if out is not None:
         _isa.nc_matmul(_index_rect(dst, out), _index_rect(st, sr), _index_rect(mv, mr),
