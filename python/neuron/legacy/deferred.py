@@ -11,6 +11,7 @@ import inspect
 
 from .. import _C
 from .. import language as _nl
+from . import lincomb
 
 
 class _Pending:
@@ -76,20 +77,23 @@ for _name in ("getitem setitem add radd sub rsub mul rmul truediv rtruediv neg p
 
 
 def flush():
-    """Emits the pending instruction (into its own fresh tile)."""
+    """Emits the pending instruction (into its own fresh tile) and pending sums (lincomb.py)."""
     if _Pending.current is not None:
         _Pending.current.tile()
+    lincomb.flush()
 
 
 def reset():
     _Pending.current = None  # a new trace: an aborted trace's pending result is dropped
+    lincomb.reset()
 
 
 def resolve(v):
-    """v with Deferred results (also inside lists and tuples) as their tiles."""
-    if isinstance(v, Deferred):
+    """v with Deferred results and pending sums (also inside lists and tuples) as tiles."""
+    if isinstance(v, (Deferred, lincomb.LinComb)):
         return v.tile()
-    if isinstance(v, (list, tuple)) and any(isinstance(x, Deferred) for x in v):
+    if isinstance(v, (list, tuple)) and any(isinstance(x, (Deferred, lincomb.LinComb))
+                                            for x in v):
         return type(v)(resolve(x) for x in v)
     return v
 

@@ -105,6 +105,7 @@ def legacy_setitem(self, key, value):
             return
         value = value.tile()
     deferred.flush()
+    value = deferred.resolve(value)  # a pending sum (lincomb.py), evaluated by the flush
     if isinstance(value, LoopReduce):  # dst[...] = nl.loop_reduce(x, op, ...): dst op= x
         value.apply(concrete(legacy_getitem(self, key)))
         return

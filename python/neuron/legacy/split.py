@@ -12,6 +12,7 @@ import math
 from .. import _C
 from .. import isa as _isa
 from .. import language as _nl
+from . import lincomb
 from .grid import Grid, error
 from .views import ON_CHIP, GridView, _sub, index_rect
 
@@ -185,3 +186,6 @@ class SplitView(GridView):
                 v = self.part(value if isinstance(value, _C.Tensor) else value.resolve(),
                               fixed)
             write(dst, v)
+
+
+lincomb.install(SplitView)  # `k * view + ...` builds sums evaluated term by term
