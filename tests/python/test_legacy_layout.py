@@ -137,3 +137,29 @@ def test_psum_tiles_share_banks_and_blocks_live_in_their_iteration():
     # and no add (NKI's accumulation group)
     ir = str(psum_blocks.trace(a2, b2))
     assert ir.count("nc_matmul") == 18 and "tensor_tensor" not in ir
+
+
+# ---- `dst[...] = nisa.f(...)` writes dst directly ---------------------------------------------
+
+@nki.jit(mode="simulation")
+def direct_writes(x, y):
+    out = nl.ndarray((128, 4 * 64 + 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    a, b = nl.load(x), nl.load(y)
+    res = nl.ndarray((128, 4 * 64 + 1), dtype=nl.float32)
+    res[:, 0:64] = nisa.activation(op=nl.exp, data=a)
+    res[:, 64:128] = nisa.tensor_tensor(a, b, nl.multiply)
+    res[:, 128:192] = nisa.tensor_scalar(data=a, op0=nl.multiply, operand0=2.0, op1=nl.add,
+                                         operand1=1.0)
+    res[:, 192:256] = nisa.tensor_copy(b)
+    res[:, 256:257] = nisa.tensor_reduce(op=nl.max, data=a, axis=1, keepdims=True)
+    nl.store(out, value=res)
+    return out
+
+
+def test_value_returning_calls_write_their_destination():
+    x, y = rand(128, 64), rand(128, 64)
+    want = np.concatenate([np.exp(x.astype(f64)), x.astype(f64) * y, 2.0 * x + 1.0, y,
+                           x.max(axis=1, keepdims=True)], axis=1)
+    np.testing.assert_allclose(direct_writes(x, y), want, rtol=1e-5, atol=1e-5)
+    ir = str(direct_writes.trace(x, y))
+    assert "tensor_copy(" in ir and ir.count("tensor_copy(") == 1  # the kernel's own only
