@@ -13,6 +13,12 @@ from .language import _Fn, _int, _operand
 # NeuronError naming the index (error), or leave that row alone (skip).
 oob_mode = _C.oob_mode
 
+from . import isa_constants as constants  # noqa: E402 (nki.isa.constants)
+from .isa_constants import (dge_mode, dma_engine, engine, get_nc_version,  # noqa: E402,F401
+                            gpsimd_engine, matmul_perf_mode, nc_version, reduce_cmd,
+                            scalar_engine, sync_engine, tensor_engine, unknown_engine,
+                            vector_engine)
+
 
 def _op(f):
     if isinstance(f, _Fn):
