@@ -62,7 +62,8 @@ class Lowerer {
         return;
       }
       NEURON_ASSERT(buf.offset >= 0, "buffer {} reached lower without an offset", buf.name);
-      int64_t end = buf.offset + slot_stride(buf) * buf.slots;
+      // The last slot ends at its own size: a PSUM tile may start mid-bank (allocate.cpp).
+      int64_t end = buf.offset + slot_stride(buf) * (buf.slots - 1) + buf.slot_bytes();
       auto& mark = buf.memory == Memory::sbuf ? prog_.sbuf_bytes : prog_.psum_bytes;
       mark = std::max(mark, end);
     }
