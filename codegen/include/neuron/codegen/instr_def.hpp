@@ -77,4 +77,13 @@ int same_flags(const Instr& in, std::initializer_list<const NormLayout*> layouts
 inline int dtype_arg(const AccessPattern& ap) { return static_cast<int>(ap.dtype); }
 inline int alu_arg(AluOp o) { return static_cast<int>(o); }
 
+// The call of a kernel taking (dst, src, dst dtype, src dtype): one source, no constants.
+template <class E, class K>
+void call_dst_src(E& e, const Instr& in, K kernel, const char* name) {
+  NormLayout ld, l0;
+  auto s = e.view(in.src[0], in, l0);
+  auto d = e.view(in.dst, in, ld);
+  e.call(kernel, name, d, s, dtype_arg(in.dst), dtype_arg(in.src[0]));
+}
+
 }  // namespace neuron::native

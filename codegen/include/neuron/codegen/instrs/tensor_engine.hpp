@@ -39,10 +39,7 @@ struct InstrDef<Opcode::nc_transpose> {
   }
   template <class E>
   static void call(E& e, const Instr& in) {
-    NormLayout ld, l0;
-    auto s = e.view(in.src[0], in, l0);
-    auto d = e.view(in.dst, in, ld);
-    e.call(NEURON_KERNEL(transpose), d, s, dtype_arg(in.dst), dtype_arg(in.src[0]));
+    call_dst_src(e, in, NEURON_KERNEL(transpose));
   }
 };
 

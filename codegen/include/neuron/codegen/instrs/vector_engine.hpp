@@ -179,10 +179,7 @@ struct InstrDef<Opcode::max8> {
   }
   template <class E>
   static void call(E& e, const Instr& in) {
-    NormLayout ld, l0;
-    auto s = e.view(in.src[0], in, l0);
-    auto d = e.view(in.dst, in, ld);
-    e.call(NEURON_KERNEL(max8), d, s, dtype_arg(in.dst), dtype_arg(in.src[0]));
+    call_dst_src(e, in, NEURON_KERNEL(max8));
   }
 };
 
@@ -238,10 +235,7 @@ struct InstrDef<Opcode::bn_stats> {
   }
   template <class E>
   static void call(E& e, const Instr& in) {
-    NormLayout ld, l0;
-    auto s = e.view(in.src[0], in, l0);
-    auto d = e.view(in.dst, in, ld);
-    e.call(NEURON_KERNEL(bn_stats), d, s, dtype_arg(in.dst), dtype_arg(in.src[0]));
+    call_dst_src(e, in, NEURON_KERNEL(bn_stats));
   }
 };
 
@@ -258,10 +252,7 @@ struct InstrDef<Opcode::bn_aggr> {
   }
   template <class E>
   static void call(E& e, const Instr& in) {
-    NormLayout ld, l0;
-    auto s = e.view(in.src[0], in, l0);
-    auto d = e.view(in.dst, in, ld);
-    e.call(NEURON_KERNEL(bn_aggr), d, s, dtype_arg(in.dst), dtype_arg(in.src[0]));
+    call_dst_src(e, in, NEURON_KERNEL(bn_aggr));
   }
 };
 
