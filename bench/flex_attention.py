@@ -2,11 +2,14 @@
 
     PYTHONPATH=build/python python3 bench/flex_attention.py [--L 2048] [--H 8] [--D 64]
         [--dtypes fp32,bf16] [--cases causal,sliding_window,document,alibi,softcap]
-        [--compile] [--eager] [--train] [--mask-len 131072] [--threads 1] [--clock cpu]
+        [--compile] [--eager] [--kernel] [--train] [--mask-len 131072] [--threads 1]
+        [--clock cpu]
 
 Prints the CPU, then per case the median time of ours, of PyTorch's eager flex_attention and
 (with --compile) of torch.compile(flex_attention), and the ratios peer / ours (> 1: ours is
-faster). --train times forward+backward against SDPA's (PyTorch refuses flex backward on CPU).
+faster). --kernel also times the neuron-kernel path (kernel_options={"BACKEND": "native"}:
+kernel.py natively compiled; its first call, which traces and compiles, separately).
+--train times forward+backward against SDPA's (PyTorch refuses flex backward on CPU).
 --mask-len times create_block_mask(causal) at that length and its peak memory (a child
 process, so the figure is not mixed with this one's).
 """
@@ -101,6 +104,7 @@ def main():
     ap.add_argument("--cases", default="causal,sliding_window,document,alibi,softcap")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--eager", action="store_true", help="also time PyTorch's eager path")
+    ap.add_argument("--kernel", action="store_true", help="also time the native neuron kernel")
     ap.add_argument("--train", action="store_true")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
@@ -129,6 +133,16 @@ def main():
                 if mask_mod else None
             ours = timeit(lambda: nfa.flex_attention(q, k, v, score_mod, bm), a.reps)
             line = f"{name:15s} {dn}: ours {ours * 1e3:8.1f} ms"
+            kern = None
+            if a.kernel:
+                opts = {"BACKEND": "native"}
+                t0 = time.perf_counter()
+                nfa.flex_attention(q, k, v, score_mod, bm, kernel_options=opts)
+                first = time.perf_counter() - t0
+                kern = timeit(lambda: nfa.flex_attention(q, k, v, score_mod, bm,
+                                                         kernel_options=opts), a.reps)
+                line += (f" | kernel {kern * 1e3:8.1f} ms ({ours / kern:5.2f}x of ours; first "
+                         f"call {first:.1f} s)")
             if a.eager:
                 eager = timeit(lambda: tfa.flex_attention(q, k, v, score_mod, tbm), 1)
                 line += f" | eager {eager * 1e3:8.1f} ms ({eager / ours:5.2f}x)"
@@ -143,6 +157,8 @@ def main():
                 comp = timeit(lambda: compiled(q, k, v, score_mod, tbm), a.reps)
                 line += (f" | compiled {comp * 1e3:8.1f} ms ({comp / ours:5.2f}x; first call "
                          f"{first:.1f} s)")
+                if kern is not None:
+                    line += f" | compiled / kernel {comp / kern:5.2f}x"
             print(line, flush=True)
     # A new mod: trace + codegen, cold (a constant nobody used before).
     c = 1.0 + (time.time() % 1)
@@ -162,8 +178,19 @@ def main():
             torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) \
                 .sum().backward()
         t_o, t_s = timeit(ours_fb, a.reps), timeit(sdpa_fb, a.reps)
-        print(f"train causal fp32 fwd+bwd: ours {t_o * 1e3:.1f} ms | SDPA {t_s * 1e3:.1f} ms "
-              f"(ours / SDPA = {t_o / t_s:.2f})")
+        line = (f"train causal fp32 fwd+bwd: ours {t_o * 1e3:.1f} ms | SDPA {t_s * 1e3:.1f} ms "
+                f"(ours / SDPA = {t_o / t_s:.2f})")
+        if a.kernel:
+            def kernel_fb():
+                nfa.flex_attention(q, k, v, block_mask=bm,
+                                   kernel_options={"BACKEND": "native"}).sum().backward()
+            t0 = time.perf_counter()
+            kernel_fb()
+            first = time.perf_counter() - t0
+            t_k = timeit(kernel_fb, a.reps)
+            line += (f" | kernel {t_k * 1e3:.1f} ms (kernel / SDPA = {t_k / t_s:.2f}; first "
+                     f"call {first:.1f} s)")
+        print(line)
     if a.mask_len:
         r = subprocess.run([sys.executable, __file__, "--mask-child", str(a.mask_len),
                             "--threads", str(a.threads)], capture_output=True, text=True,

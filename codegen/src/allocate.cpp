@@ -9,6 +9,14 @@
 // loses a slot and the allocation starts over, so a block tile that was multi-buffered first does
 // not push a later, larger one out of SBUF; and a buffer short of its slots takes them from a
 // larger rotating one the same way (pipelining small tiles is cheaper).
+//
+// PSUM is placed in bytes too, with one more rule: no slot straddles a 2 KiB bank (a matmul
+// accumulates within one bank), so several small tiles share a bank as on hardware (four
+// [128, 128] fp32 tiles per bank). A rotating PSUM buffer's slots are whole banks apart (lower
+// rotates PSUM by bank-rounded strides), so slot i of a buffer at byte b lies at b + i banks.
+//
+// First, each Alloc moves into the innermost one-trip scope holding all its uses (sink_allocs),
+// so that a buffer declared early but used in one unrolled iteration lives only there.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -25,6 +33,7 @@ namespace {
 using namespace passes;
 
 constexpr int64_t sbuf_align = 64;
+constexpr int64_t psum_align = 64;
 
 int64_t align_up(int64_t v, int64_t a) {
   return (v + a - 1) / a * a;
@@ -46,7 +55,7 @@ class Uses : public IRVisitor {
   }
 };
 
-// Live ranges of one memory, in allocation units (SBUF bytes or PSUM banks).
+// Live ranges of one memory, in bytes per partition (a rotating PSUM buffer has one per slot).
 class Space {
  public:
   struct Range {
@@ -82,6 +91,36 @@ class Space {
       }
     }
     return 0;  // unreachable: the n == 1 round returns
+  }
+  // Whether `slots` slots of `size` bytes, `stride` apart, fit at `at` without straddling a
+  // bank or touching a live range.
+  bool fits_banked(int64_t at, int64_t size, int64_t slots, int64_t stride, int64_t bank,
+                   int64_t capacity) const {
+    if (size <= bank && at % bank + size > bank) return false;
+    if (at + (slots - 1) * stride + size > capacity) return false;
+    for (int64_t i = 0; i < slots; ++i) {
+      const int64_t lo = at + i * stride, hi = lo + size;
+      for (auto& r : live)
+        if (lo < r.end && r.begin < hi) return false;
+    }
+    return true;
+  }
+  // PSUM's `place`: on the stack when it has room, else the lowest place that fits, with fewer
+  // slots when none does. When even one slot fits nowhere, the first bank-respecting place on
+  // the stack (past capacity: the caller reports it).
+  int64_t place_banked(int64_t size, int64_t& slots, int64_t stride, int64_t align,
+                       int64_t bank, int64_t capacity) const {
+    if (size > bank) align = bank;  // a bad multi-bank tile (verify names it): whole banks
+    for (int64_t n = slots; n >= 1; --n)
+      for (int64_t from : {align_up(stack, align), int64_t{0}})
+        for (int64_t at = from; at + (n - 1) * stride + size <= capacity; at += align)
+          if (fits_banked(at, size, n, stride, bank, capacity)) {
+            slots = n;
+            return at;
+          }
+    slots = 1;
+    int64_t at = align_up(stack, align);
+    return size <= bank && at % bank + size > bank ? align_up(at, bank) : at;
   }
   void take(BufferPtr b, int64_t begin, int64_t end, const Buffer* original) {
     live.push_back({std::move(b), begin, end, original});
@@ -184,15 +223,16 @@ class Allocator : public IRMutator {
                    sbuf_.top(), target_.name, cap, live_list(sbuf_));
       }
     } else {
-      const int64_t per_slot =
-          align_up(b.slot_bytes(), target_.psum_bank_bytes) / target_.psum_bank_bytes;
-      int64_t bank = psum_.place(per_slot, slots, 1, target_.psum_banks);
-      place(*nb, bank * target_.psum_bank_bytes, slots, slot_var);
-      psum_.take(nb, bank, bank + per_slot * slots, n.buffer.get());
-      if (bank + per_slot * slots > target_.psum_banks) {
+      const int64_t bank = target_.psum_bank_bytes, size = b.slot_bytes();
+      const int64_t stride = align_up(size, bank), cap = target_.psum_banks * bank;
+      int64_t offset = psum_.place_banked(size, slots, stride, psum_align, bank, cap);
+      place(*nb, offset, slots, slot_var);
+      for (int64_t i = 0; i < slots; ++i)
+        psum_.take(nb, offset + i * stride, offset + i * stride + size, n.buffer.get());
+      if (offset + (slots - 1) * stride + size > cap) {
         demote_one(psum_);
         user_error(n.span, "psum-capacity", "PSUM needs {} banks of {} bytes but {} has {}: {}",
-                   psum_.top(), target_.psum_bank_bytes, target_.name, target_.psum_banks,
+                   align_up(psum_.top(), bank) / bank, bank, target_.name, target_.psum_banks,
                    live_list(psum_));
       }
     }
@@ -248,23 +288,111 @@ class Allocator : public IRMutator {
 
   static std::string live_list(const Space& s) {
     std::vector<std::string> parts;
+    std::set<const Buffer*> seen;  // a rotating PSUM buffer has a range per slot
     for (auto& r : s.live)
-      parts.push_back(fmt::format("{} ({} B) x{} slot{}", buffer_str(*r.buffer),
+      if (seen.insert(r.buffer.get()).second)
+        parts.push_back(fmt::format("{} ({} B) x{} slot{}", buffer_str(*r.buffer),
                                   r.buffer->slot_bytes(), r.buffer->slots,
                                   r.buffer->slots == 1 ? "" : "s"));
     return fmt::format("{}", fmt::join(parts, ", "));
   }
 };
 
+// A statement that only clears `b` for a fresh tile (fresh_psum's memset right after an Alloc).
+bool clears_only(const StmtPtr& s, const Buffer* b) {
+  auto op = s->as<Op>();
+  if (!op || op->code != Opcode::memset) return false;
+  Uses u;
+  u.visit(s);
+  return u.buffers.size() == 1 && *u.buffers.begin() == b;
+}
+
+// A scope an Alloc may move into without changing what the kernel means: a nested block or a
+// loop of one iteration (the legacy layer traces each unrolled iteration as one), not a loop
+// that repeats (a tile allocated in its body would be a fresh tile every iteration).
+bool one_trip_scope(const StmtPtr& s) {
+  if (s->as<Block>()) return true;
+  auto f = s->as<For>();
+  return f && !f->is_dynamic() && f->extent == 1;
+}
+
+StmtPtr prepend(const StmtPtr& scope, std::vector<StmtPtr> first) {
+  auto into = [&](const StmtPtr& body) {
+    std::vector<StmtPtr> stmts = std::move(first);
+    if (auto b = body->as<Block>())
+      stmts.insert(stmts.end(), b->stmts.begin(), b->stmts.end());
+    else
+      stmts.push_back(body);
+    return Block::make(std::move(stmts), body->span);
+  };
+  if (auto f = scope->as<For>()) return f->with_body(into(f->body));
+  return into(scope);
+}
+
+// Moves each on-chip Alloc (with its fresh-tile clear) into the innermost one-trip scope that
+// holds all its uses, so that a buffer lives only where it is used. NKI allocates each block of
+// a tensor with block dims (`nl.ndarray((n, nl.par_dim(128), 512), buffer=nl.psum)`) by its own
+// live range; the legacy layer allocates every block where the tensor is declared, and the
+// unrolled loops then touch one block per iteration, so this lets them share PSUM as they do
+// on hardware (attention tutorials v3, v8a-v11).
+StmtPtr sink_allocs(const StmtPtr& s) {
+  if (auto f = s->as<For>()) {
+    StmtPtr body = sink_allocs(f->body);
+    return body == f->body ? s : f->with_body(body);
+  }
+  auto blk = s->as<Block>();
+  if (!blk) return s;
+  const auto& in = blk->stmts;
+  std::vector<std::set<const Buffer*>> uses(in.size());
+  for (size_t i = 0; i < in.size(); ++i)
+    if (!in[i]->as<Alloc>()) {
+      Uses u;
+      u.visit(in[i]);
+      uses[i] = std::move(u.buffers);
+    }
+  std::map<size_t, std::vector<StmtPtr>> moved;  // user index -> statements moved into it
+  std::vector<bool> gone(in.size(), false);
+  for (size_t i = 0; i < in.size(); ++i) {
+    auto a = in[i]->as<Alloc>();
+    if (!a || !is_on_chip(a->buffer->memory)) continue;
+    const Buffer* b = a->buffer.get();
+    std::vector<size_t> users;
+    for (size_t j = i + 1; j < in.size(); ++j)
+      if (uses[j].count(b)) users.push_back(j);
+    const bool cleared = users.size() == 2 && users[0] == i + 1 && clears_only(in[i + 1], b);
+    if (users.size() != 1 + (cleared ? 1 : 0)) continue;
+    const size_t target = users.back();
+    if (!one_trip_scope(in[target])) continue;
+    moved[target].push_back(in[i]);
+    gone[i] = true;
+    if (cleared) {
+      moved[target].push_back(in[i + 1]);
+      gone[i + 1] = true;
+    }
+  }
+  std::vector<StmtPtr> out;
+  bool changed = !moved.empty();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (gone[i]) continue;
+    StmtPtr m = in[i];
+    if (auto it = moved.find(i); it != moved.end()) m = prepend(m, std::move(it->second));
+    StmtPtr sunk = sink_allocs(m);
+    changed |= sunk != in[i];
+    out.push_back(sunk);
+  }
+  return changed ? Block::make(std::move(out), blk->span) : s;
+}
+
 }  // namespace
 
 Kernel allocate(const Kernel& k, const std::string& target) {
   std::map<const Buffer*, int64_t> max_slots;
+  const StmtPtr sunk = sink_allocs(k.body);
   while (true) {
     try {
       Allocator a(target_by_name(target), max_slots);
       Kernel out = k;
-      out.body = a.mutate(k.body);
+      out.body = a.mutate(sunk);
       return out;
     } catch (const Demote& d) {
       max_slots[d.demote] = d.slots - 1;  // each retry takes a slot away: this terminates

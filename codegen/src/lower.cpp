@@ -62,7 +62,8 @@ class Lowerer {
         return;
       }
       NEURON_ASSERT(buf.offset >= 0, "buffer {} reached lower without an offset", buf.name);
-      int64_t end = buf.offset + slot_stride(buf) * buf.slots;
+      // The last slot ends at its own size: a PSUM tile may start mid-bank (allocate.cpp).
+      int64_t end = buf.offset + slot_stride(buf) * (buf.slots - 1) + buf.slot_bytes();
       auto& mark = buf.memory == Memory::sbuf ? prog_.sbuf_bytes : prog_.psum_bytes;
       mark = std::max(mark, end);
     }
@@ -115,10 +116,6 @@ class Lowerer {
     return *a;
   }
 
-  void src(Instr& in, const Op& op, const char* name) const {
-    if (auto a = op.access(name)) in.src.push_back(pattern(*a));
-  }
-
   Instr instr(const Op& op) {
     Instr in;
     in.op = op.code;
@@ -127,150 +124,126 @@ class Lowerer {
                   opcode_name(op.code));
     in.engine = opcode_engine(op.code);
     in.span = op.span;
-    if (auto d = op.access("dst")) in.dst = pattern(*d);
-    InstrArgs& args = in.args;
-    switch (op.code) {
-      case Opcode::nc_matmul:
-        src(in, op, "stationary");
-        src(in, op, "moving");
-        args.accumulate = static_cast<int>(op.get_int("accumulate", -1));
-        break;
-      case Opcode::nc_transpose:
-        src(in, op, "data");
-        break;
-      case Opcode::activation: {
-        src(in, op, "data");
-        auto f = act_func_from_name(op.get_string("func"));
-        NEURON_ASSERT(f, "activation: unverified func '{}'", op.get_string("func"));
-        args.func = *f;
-        if (op.access("bias")) {
-          src(in, op, "bias");
-          args.bias_tile = true;
-        }
-        if (op.access("scale")) {
-          src(in, op, "scale");
-          args.scale_tile = true;
-        } else {
-          args.scale = op.get_float("scale", 1.0);
-        }
-        args.reduce_op = alu(op, "reduce_op");
-        if (auto r = op.access("reduce_res")) {
-          in.has_reduce_res = true;
-          in.reduce_res = pattern(*r);
-        }
-        break;
-      }
-      case Opcode::tensor_tensor:
-        src(in, op, "data1");
-        src(in, op, "data2");
-        args.op0 = alu(op, "op");
-        break;
-      case Opcode::tensor_tensor_scan:  // initial: operand0 (a [P, 1] tile or imm0)
-        src(in, op, "data0");
-        src(in, op, "data1");
-        args.op0 = alu(op, "op0");
-        args.op1 = alu(op, "op1");
-        args.reverse0 = op.get_int("reverse0", 0) != 0;
-        args.reverse1 = op.get_int("reverse1", 0) != 0;
-        if (op.access("initial")) {
-          src(in, op, "initial");
-          args.operand0_tile = true;
-        } else {
-          args.imm0 = op.get_float("initial", 0.0);
-        }
-        break;
-      case Opcode::tensor_scalar:
-        src(in, op, "data");
-        args.op0 = alu(op, "op0");
-        args.reverse0 = op.get_int("reverse0", 0) != 0;
-        if (op.access("operand0")) {
-          src(in, op, "operand0");
-          args.operand0_tile = true;
-        } else {
-          args.imm0 = op.get_float("operand0", 0.0);
-        }
-        args.op1 = alu(op, "op1");
-        args.reverse1 = op.get_int("reverse1", 0) != 0;
-        if (op.access("operand1")) {
-          src(in, op, "operand1");
-          args.operand1_tile = true;
-        } else {
-          args.imm1 = op.get_float("operand1", 0.0);
-        }
-        break;
-      case Opcode::tensor_reduce:
-        src(in, op, "data");
-        args.reduce_op = alu(op, "op");
-        for (auto ax : op.get_ints("axes")) args.axes.push_back(static_cast<int>(ax));
-        args.negate = op.get_int("negate", 0) != 0;
-        break;
-      case Opcode::tensor_copy:
-        src(in, op, "src");
-        break;
-      case Opcode::dma_copy:
-        src(in, op, "src");
-        for (const char* side : {"src_rows", "dst_rows"}) {
-          const Access* rows = op.access(side);
-          if (!rows) continue;
-          const bool on_src = side[0] == 's';
-          const Access& hbm = *op.access(on_src ? "src" : "dst");
-          in.src.push_back(pattern(*rows));
-          args.indirect = on_src ? InstrArgs::Indirect::src : InstrArgs::Indirect::dst;
-          args.indirect_rows = hbm.buffer->shape.at(rows_dim(hbm));
-          args.oob_skip = op.get_int("oob_mode", 0) != 0;
-        }
-        break;
-      case Opcode::nc_n_gather:
-        src(in, op, "data");
-        src(in, op, "indices");
-        break;
-      case Opcode::local_gather:
-        src(in, op, "src");
-        src(in, op, "index");
-        args.num_elem_per_idx = op.get_int("num_elem_per_idx", 1);
-        args.num_valid_indices = op.get_int("num_valid_indices", -1);
-        break;
-      case Opcode::register_load:
-        src(in, op, "src");
-        args.reg = op.get_string("reg");
-        break;
-      case Opcode::register_store:
-        args.reg = op.get_string("reg");
-        break;
-      case Opcode::register_move:
-        args.reg = op.get_string("reg");
-        args.src_reg = op.get_string("src");
-        args.imm0 = static_cast<double>(op.get_int("value", 0));
-        break;
-      case Opcode::tensor_copy_predicated:
-        src(in, op, "src");
-        src(in, op, "predicate");
-        break;
-      case Opcode::memset:
-        args.imm0 = op.get_float("value", 0.0);
-        break;
-      case Opcode::iota:
-        args.pattern = op.get_ints("pattern");
-        args.offset = op.get_int("offset", 0);
-        args.channel_multiplier = op.get_int("channel_multiplier", 0);
-        break;
-      case Opcode::affine_select:
-        src(in, op, "on_true");
-        args.pattern = op.get_ints("pattern");
-        args.offset = op.get_int("offset", 0);
-        args.channel_multiplier = op.get_int("channel_multiplier", 0);
-        args.cmp_op = alu(op, "cmp_op", AluOp::equal);
-        args.imm0 = op.get_float("on_false", 0.0);
-        break;
-      case Opcode::device_print:
-        src(in, op, "src");
-        args.prefix = op.get_string("prefix");
-        break;
-      default:
-        break;  // engine_of already rejected nl helpers
-    }
+    for (const ArgSpec& spec : opcode_signature(op.code))
+      if (op.has(spec.name)) bind(in, op, spec);  // absent: InstrArgs' default
     in.id = next_id_++;
     return in;
+  }
+
+  // Puts one argument where the executors read it: the slot column of ops.hpp's table. Sources
+  // join Instr::src in signature order.
+  void bind(Instr& in, const Op& op, const ArgSpec& spec) const {
+    InstrArgs& a = in.args;
+    const char* n = spec.name;
+    if (const Access* v = op.access(n)) {
+      switch (spec.slot) {
+        case ArgSlot::dst:
+          in.dst = pattern(*v);
+          return;
+        case ArgSlot::reduce_res:
+          in.has_reduce_res = true;
+          in.reduce_res = pattern(*v);
+          return;
+        case ArgSlot::src_rows:
+        case ArgSlot::dst_rows: {
+          const bool on_src = spec.slot == ArgSlot::src_rows;
+          const Access& hbm = *op.access(on_src ? "src" : "dst");
+          a.indirect = on_src ? InstrArgs::Indirect::src : InstrArgs::Indirect::dst;
+          a.indirect_rows = hbm.buffer->shape.at(rows_dim(hbm));
+          break;
+        }
+        case ArgSlot::bias_tile:
+          a.bias_tile = true;
+          break;
+        case ArgSlot::imm0:  // a [P, 1] tile instead of the immediate
+          a.operand0_tile = true;
+          break;
+        case ArgSlot::imm1:
+          a.operand1_tile = true;
+          break;
+        case ArgSlot::scale:
+          a.scale_tile = true;
+          break;
+        default:
+          break;
+      }
+      in.src.push_back(pattern(*v));
+      return;
+    }
+    switch (spec.slot) {
+      case ArgSlot::op0:
+        a.op0 = alu(op, n);
+        break;
+      case ArgSlot::op1:
+        a.op1 = alu(op, n);
+        break;
+      case ArgSlot::reduce_op:
+        a.reduce_op = alu(op, n);
+        break;
+      case ArgSlot::cmp_op:
+        a.cmp_op = alu(op, n);
+        break;
+      case ArgSlot::reverse0:
+        a.reverse0 = op.get_int(n, 0) != 0;
+        break;
+      case ArgSlot::reverse1:
+        a.reverse1 = op.get_int(n, 0) != 0;
+        break;
+      case ArgSlot::negate:
+        a.negate = op.get_int(n, 0) != 0;
+        break;
+      case ArgSlot::oob_skip:
+        a.oob_skip = op.get_int(n, 0) != 0;
+        break;
+      case ArgSlot::imm0:
+        a.imm0 = op.get_float(n, 0.0);
+        break;
+      case ArgSlot::imm1:
+        a.imm1 = op.get_float(n, 0.0);
+        break;
+      case ArgSlot::scale:
+        a.scale = op.get_float(n, 1.0);
+        break;
+      case ArgSlot::func: {
+        auto f = act_func_from_name(op.get_string(n));
+        NEURON_ASSERT(f, "{}: unverified func '{}'", opcode_name(op.code), op.get_string(n));
+        a.func = *f;
+        break;
+      }
+      case ArgSlot::axes:
+        for (auto ax : op.get_ints(n)) a.axes.push_back(static_cast<int>(ax));
+        break;
+      case ArgSlot::accumulate:
+        a.accumulate = static_cast<int>(op.get_int(n, -1));
+        break;
+      case ArgSlot::pattern:
+        a.pattern = op.get_ints(n);
+        break;
+      case ArgSlot::offset:
+        a.offset = op.get_int(n, 0);
+        break;
+      case ArgSlot::channel_multiplier:
+        a.channel_multiplier = op.get_int(n, 0);
+        break;
+      case ArgSlot::num_elem_per_idx:
+        a.num_elem_per_idx = op.get_int(n, 1);
+        break;
+      case ArgSlot::num_valid_indices:
+        a.num_valid_indices = op.get_int(n, -1);
+        break;
+      case ArgSlot::prefix:
+        a.prefix = op.get_string(n);
+        break;
+      case ArgSlot::reg:
+        a.reg = op.get_string(n);
+        break;
+      case ArgSlot::src_reg:
+        a.src_reg = op.get_string(n);
+        break;
+      default:
+        NEURON_ASSERT(false, "{}: argument '{}' has no lowering slot ({})", opcode_name(op.code),
+                      n, arg_slot_name(spec.slot));
+    }
   }
 
   void lower_stmt(const StmtPtr& s, std::vector<ProgNode>& out) {

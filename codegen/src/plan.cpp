@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "neuron/base/error.hpp"
+#include "neuron/codegen/instr_calls.hpp"
 
 namespace neuron::native {
 
@@ -108,264 +109,12 @@ bool matmul_fast_layout(const Instr& in, const NormLayout& dst, const NormLayout
 
 namespace {
 
-struct Shape {
-  std::vector<int64_t> sizes;
-  int64_t count = 1;
-  int64_t partitions() const { return sizes.empty() ? 1 : sizes[0]; }
-  int64_t per_partition() const { return partitions() == 0 ? 0 : count / partitions(); }
-  std::string str() const { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
-};
-
-Shape shape(const AccessPattern& ap, const Instr& in, const char* what) {
-  Shape s;
-  for (auto& d : ap.dims) {
-    if (d.size < 0)
-      user_error(in.span, "out-of-bounds", "{} of {} has a negative dimension size {}", what,
-                 opcode_name(in.op), d.size);
-    s.sizes.push_back(d.size);
-    s.count *= d.size;
-  }
-  return s;
-}
-
-void same_count(const Instr& in, const Shape& a, const char* an, const Shape& c, const char* cn) {
-  if (a.count != c.count)
-    user_error(in.span, "shape-mismatch", "{}: {} {} has {} elements but {} {} has {}",
-               opcode_name(in.op), an, a.str(), a.count, cn, c.str(), c.count);
-}
-
-void column(const Instr& in, const Shape& col, const Shape& data, const char* name) {
-  if (col.count != data.partitions())
-    user_error(in.span, "shape-mismatch", "{}: {} {} must hold one value per partition ({})",
-               opcode_name(in.op), name, col.str(), data.partitions());
-}
-
-void need_src(const Instr& in, size_t n) {
-  NEURON_ASSERT(in.src.size() >= n, "{} at {} needs {} source operands, has {}", opcode_name(in.op),
-                in.span.str(), n, in.src.size());
-}
-
-void affine_pattern(const Instr& in, const Shape& dst) {
-  const auto& pat = in.args.pattern;
-  if (pat.size() % 2 != 0)
-    user_error(in.span, "iota-pattern", "{}: pattern needs [stride, count] pairs, got {} numbers",
-               opcode_name(in.op), pat.size());
-  int64_t n = dst.partitions();
-  for (size_t i = 0; i < pat.size(); i += 2) n *= pat[i + 1];
-  if (n != dst.count)
-    user_error(in.span, "iota-pattern",
-               "{}: pattern [{}] over {} partitions gives {} values but the destination {} has {} "
-               "elements",
-               opcode_name(in.op), fmt::join(pat, ", "), dst.partitions(), n, dst.str(), dst.count);
-  if (pat.size() / 2 + 1 > static_cast<size_t>(kDims))
-    user_error(in.span, "native-unsupported",
-               "{}: a pattern of {} [stride, count] pairs; the native backend takes at most {}",
-               opcode_name(in.op), pat.size() / 2, kDims - 1);
-}
-
-void check_instr(const Instr& in) {
-  std::vector<Shape> src;
-  for (auto& s : in.src) src.push_back(shape(s, in, "source"));
-  Shape dst;
-  if (has_dst(in.op)) dst = shape(in.dst, in, "destination");
-  const auto& a = in.args;
-  switch (in.op) {
-    case Opcode::nc_matmul: {
-      need_src(in, 2);
-      const Shape &st = src[0], &mv = src[1];
-      const int64_t K = st.partitions(), M = st.per_partition(), N = mv.per_partition();
-      if (mv.partitions() != K || dst.partitions() != M || dst.per_partition() != N)
-        user_error(in.span, "shape-mismatch",
-                   "nc_matmul: stationary {} [K={}, M={}], moving {} [K={}, N={}] need a "
-                   "destination [M, N] = [{}, {}], got {}",
-                   st.str(), K, M, mv.str(), mv.partitions(), N, M, N, dst.str());
-      break;
-    }
-    case Opcode::nc_transpose: {
-      need_src(in, 1);
-      const int64_t P = src[0].partitions(), F = src[0].per_partition();
-      if (dst.partitions() != F || dst.per_partition() != P)
-        user_error(in.span, "shape-mismatch",
-                   "nc_transpose: data {} [P={}, F={}] needs a destination [{}, {}], got {}",
-                   src[0].str(), P, F, F, P, dst.str());
-      break;
-    }
-    case Opcode::activation: {
-      need_src(in, 1 + a.bias_tile + a.scale_tile);
-      same_count(in, src[0], "data", dst, "destination");
-      if (src[0].partitions() != dst.partitions())
-        user_error(in.span, "shape-mismatch", "{}: {} {} spans {} partitions but {} {} spans {}",
-                   opcode_name(in.op), "data", src[0].str(), src[0].partitions(), "destination",
-                   dst.str(), dst.partitions());
-      size_t next = 1;
-      if (a.bias_tile) column(in, src[next++], src[0], "bias");
-      if (a.scale_tile) column(in, src[next++], src[0], "scale");
-      if (in.has_reduce_res) {
-        Shape rr = shape(in.reduce_res, in, "reduce_res");
-        if (rr.count != src[0].partitions())
-          user_error(in.span, "shape-mismatch",
-                     "activation: reduce_res {} must hold one value per partition ({})", rr.str(),
-                     src[0].partitions());
-      }
-      break;
-    }
-    case Opcode::tensor_tensor:
-      need_src(in, 2);
-      same_count(in, src[0], "data1", dst, "destination");
-      same_count(in, src[1], "data2", dst, "destination");
-      break;
-    case Opcode::tensor_tensor_scan:
-      need_src(in, 2 + a.operand0_tile);
-      same_count(in, src[0], "data0", dst, "destination");
-      same_count(in, src[1], "data1", dst, "destination");
-      if (src[0].partitions() != dst.partitions())
-        user_error(in.span, "shape-mismatch",
-                   "tensor_tensor_scan: data0 has {} partitions, the destination {}; the scan "
-                   "runs along each partition",
-                   src[0].partitions(), dst.partitions());
-      if (a.operand0_tile) column(in, src[2], src[0], "initial");
-      break;
-    case Opcode::tensor_scalar: {
-      need_src(in, 1 + a.operand0_tile + a.operand1_tile);
-      same_count(in, src[0], "data", dst, "destination");
-      size_t next = 1;
-      if (a.operand0_tile) column(in, src[next++], src[0], "operand0");
-      if (a.operand1_tile) column(in, src[next++], src[0], "operand1");
-      break;
-    }
-    case Opcode::tensor_reduce: {
-      need_src(in, 1);
-      const int nd = static_cast<int>(src[0].sizes.size());
-      std::vector<bool> reduced(static_cast<size_t>(nd), false);
-      for (int ax : a.axes) {
-        if (ax < 1 || ax >= nd)
-          user_error(in.span, "reduce-axes",
-                     "tensor_reduce: axis {} is not a free axis of the data pattern {} (free axes "
-                     "are 1..{})",
-                     ax, src[0].str(), nd - 1);
-        reduced[static_cast<size_t>(ax)] = true;
-      }
-      int64_t out_n = 1;
-      for (int i = 0; i < nd; ++i)
-        if (!reduced[static_cast<size_t>(i)]) out_n *= src[0].sizes[static_cast<size_t>(i)];
-      if (dst.count != out_n)
-        user_error(in.span, "shape-mismatch",
-                   "tensor_reduce: reducing data {} over axes [{}] gives {} elements but the "
-                   "destination {} has {}",
-                   src[0].str(), fmt::join(a.axes, ", "), out_n, dst.str(), dst.count);
-      break;
-    }
-    case Opcode::tensor_copy:
-      need_src(in, 1);
-      same_count(in, src[0], "source", dst, "destination");
-      break;
-    case Opcode::dma_copy:
-      need_src(in, 1);
-      same_count(in, src[0], "source", dst, "destination");
-      if (a.indirect != InstrArgs::Indirect::none) {
-        need_src(in, 2);
-        const bool on_src = a.indirect == InstrArgs::Indirect::src;
-        const Shape& hbm = on_src ? src[0] : dst;
-        const AccessPattern& hp = on_src ? in.src[0] : in.dst;
-        if (is_on_chip(hp.memory) || !is_on_chip(in.src[1].memory))
-          user_error(in.span, "indirect-dma",
-                     "dma_copy: indirect rows select rows of an HBM tensor with an on-chip index "
-                     "tile");
-        if (src[1].count != hbm.partitions())
-          user_error(in.span, "shape-mismatch",
-                     "dma_copy: the row index {} must hold one row number per moved row ({})",
-                     src[1].str(), hbm.partitions());
-        if (dtype_is_float(in.src[1].dtype))
-          user_error(in.span, "dtype", "dma_copy: the row index is {}; it must be an integer tile",
-                     dtype_name(in.src[1].dtype));
-      }
-      break;
-    case Opcode::nc_n_gather: {
-      need_src(in, 2);
-      const Shape &data = src[0], &idx = src[1];
-      if (idx.partitions() != data.partitions() || dst.partitions() != data.partitions() ||
-          dst.count != idx.count)
-        user_error(in.span, "shape-mismatch",
-                   "nc_n_gather: data {}, indices {} and destination {} need the same partitions "
-                   "and as many destination elements as indices",
-                   data.str(), idx.str(), dst.str());
-      if (dtype_is_float(in.src[1].dtype))
-        user_error(in.span, "dtype", "nc_n_gather: indices are {}; they must be integers",
-                   dtype_name(in.src[1].dtype));
-      break;
-    }
-    case Opcode::local_gather: {
-      need_src(in, 2);
-      const Shape &data = src[0], &idx = src[1];
-      const int64_t P = data.partitions(), per = a.num_elem_per_idx;
-      const int64_t valid = a.num_valid_indices < 0 ? 16 * idx.per_partition() : a.num_valid_indices;
-      if (P % 16 != 0 || idx.partitions() != P || dst.partitions() != P)
-        user_error(in.span, "shape-mismatch",
-                   "local_gather: src {}, index {} and destination {} need the same partition "
-                   "count, a multiple of 16 (GpSimd works in groups of 16 partitions)",
-                   data.str(), idx.str(), dst.str());
-      if (per != 1 && per != 2 && per != 4 && per != 8 && per != 16 && per != 32)
-        user_error(in.span, "local-gather",
-                   "local_gather: num_elem_per_idx is {}; it must be 1, 2, 4, 8, 16 or 32", per);
-      if (valid < 0 || valid > 16 * idx.per_partition() || valid > 4096)
-        user_error(in.span, "local-gather",
-                   "local_gather: num_valid_indices is {}; a group of 16 partitions holds {} "
-                   "indices (at most 4096 are used)",
-                   valid, 16 * idx.per_partition());
-      if (dst.per_partition() != valid * per)
-        user_error(in.span, "shape-mismatch",
-                   "local_gather: {} indices x {} elements need {} destination elements per "
-                   "partition, got {}",
-                   valid, per, valid * per, dst.per_partition());
-      if (dtype_is_float(in.src[1].dtype))
-        user_error(in.span, "dtype", "local_gather: the index is {}; it must be integers",
-                   dtype_name(in.src[1].dtype));
-      break;
-    }
-    case Opcode::register_load:
-      need_src(in, 1);
-      if (src[0].count != 1)
-        user_error(in.span, "register", "register_load: src {} must be one element",
-                   src[0].str());
-      break;
-    case Opcode::register_store:
-      if (dst.count != 1)
-        user_error(in.span, "register", "register_store: dst {} must be one element", dst.str());
-      break;
-    case Opcode::register_move:
-      break;
-    case Opcode::tensor_copy_predicated:
-      need_src(in, 2);
-      same_count(in, src[0], "data", dst, "destination");
-      same_count(in, src[1], "predicate", dst, "destination");
-      break;
-    case Opcode::memset:
-      break;
-    case Opcode::iota:
-      affine_pattern(in, dst);
-      break;
-    case Opcode::affine_select:
-      need_src(in, 1);
-      same_count(in, src[0], "on_true", dst, "destination");
-      affine_pattern(in, dst);
-      break;
-    case Opcode::device_print:
-      need_src(in, 1);
-      break;
-    default:
-      internal_error(
-          "the native backend has no semantics for '{}' (an nl helper must be legalized first) "
-          "at {}",
-          opcode_name(in.op), in.span.str());
-  }
-}
-
 void check_body(const std::vector<ProgNode>& body) {
   for (auto& n : body) {
     if (n.kind == ProgNode::Kind::loop)
       check_body(n.body);
     else
-      check_instr(n.instr);
+      check_instr_shapes(n.instr);
   }
 }
 
@@ -498,7 +247,7 @@ void bounds_body(const std::vector<ProgNode>& body, Scope& scope, ProgramBounds&
     }
     const Instr& in = n.instr;
     for (auto& s : in.src) add_access(b, in, s, "source", false, scope);
-    if (has_dst(in.op)) add_access(b, in, in.dst, "destination", true, scope);
+    if (opcode_has_dst(in.op)) add_access(b, in, in.dst, "destination", true, scope);
     if (in.has_reduce_res) add_access(b, in, in.reduce_res, "reduce_res", true, scope);
   }
 }

@@ -3,14 +3,112 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace neuron {
 
-bool has_dst(Opcode op) {
-  return op != Opcode::device_print && op != Opcode::register_load &&
-         op != Opcode::register_move;
+std::vector<const ArgSpec*> source_specs(const Instr& in) {
+  const InstrArgs& a = in.args;
+  std::vector<const ArgSpec*> out;
+  for (const ArgSpec& spec : opcode_signature(in.op)) {
+    if (!spec.is_source()) continue;
+    bool present = spec.required && spec.kind != ArgKind::view_or_number;
+    switch (spec.slot) {
+      case ArgSlot::bias_tile:
+        present = a.bias_tile;
+        break;
+      case ArgSlot::imm0:
+        present = a.operand0_tile;
+        break;
+      case ArgSlot::imm1:
+        present = a.operand1_tile;
+        break;
+      case ArgSlot::scale:
+        present = a.scale_tile;
+        break;
+      case ArgSlot::src_rows:
+        present = a.indirect == InstrArgs::Indirect::src;
+        break;
+      case ArgSlot::dst_rows:
+        present = a.indirect == InstrArgs::Indirect::dst;
+        break;
+      default:
+        break;
+    }
+    if (present) out.push_back(&spec);
+  }
+  return out;
 }
+
+namespace {
+
+std::string float_text(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d < 0 ? "-inf" : "inf";
+  std::string s = fmt::format("{}", d);
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
+// The text of a scalar argument's InstrArgs slot, as the IR spells it.
+std::string slot_text(const InstrArgs& a, const ArgSpec& spec) {
+  auto num = [&](double v) {
+    return spec.kind == ArgKind::integer ? fmt::format("{}", static_cast<int64_t>(v))
+                                         : float_text(v);
+  };
+  auto flag = [](bool b) { return std::string(b ? "1" : "0"); };
+  switch (spec.slot) {
+    case ArgSlot::op0:
+      return std::string(alu_op_name(a.op0));
+    case ArgSlot::op1:
+      return std::string(alu_op_name(a.op1));
+    case ArgSlot::reduce_op:
+      return std::string(alu_op_name(a.reduce_op));
+    case ArgSlot::cmp_op:
+      return std::string(alu_op_name(a.cmp_op));
+    case ArgSlot::reverse0:
+      return flag(a.reverse0);
+    case ArgSlot::reverse1:
+      return flag(a.reverse1);
+    case ArgSlot::negate:
+      return flag(a.negate);
+    case ArgSlot::oob_skip:
+      return flag(a.oob_skip);
+    case ArgSlot::imm0:
+      return num(a.imm0);
+    case ArgSlot::imm1:
+      return num(a.imm1);
+    case ArgSlot::scale:
+      return num(a.scale);
+    case ArgSlot::func:
+      return std::string(act_func_name(a.func));
+    case ArgSlot::axes:
+      return fmt::format("[{}]", fmt::join(a.axes, ", "));
+    case ArgSlot::accumulate:
+      return fmt::format("{}", a.accumulate);
+    case ArgSlot::pattern:
+      return fmt::format("[{}]", fmt::join(a.pattern, ", "));
+    case ArgSlot::offset:
+      return fmt::format("{}", a.offset);
+    case ArgSlot::channel_multiplier:
+      return fmt::format("{}", a.channel_multiplier);
+    case ArgSlot::num_elem_per_idx:
+      return fmt::format("{}", a.num_elem_per_idx);
+    case ArgSlot::num_valid_indices:
+      return fmt::format("{}", a.num_valid_indices);
+    case ArgSlot::prefix:
+      return fmt::format("\"{}\"", a.prefix);
+    case ArgSlot::reg:
+      return a.reg;
+    case ArgSlot::src_reg:
+      return a.src_reg;
+    default:
+      return "";
+  }
+}
+
+}  // namespace
 
 int64_t AccessPattern::elements() const {
   int64_t n = 1;
@@ -25,14 +123,6 @@ std::vector<int64_t> AccessPattern::shape() const {
 }
 
 namespace {
-
-std::string float_text(double d) {
-  if (std::isnan(d)) return "nan";
-  if (std::isinf(d)) return d < 0 ? "-inf" : "inf";
-  std::string s = fmt::format("{}", d);
-  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
-  return s;
-}
 
 std::string_view role_name(TensorDecl::Role r) {
   switch (r) {
@@ -85,128 +175,19 @@ class Lister {
     return s + fmt::format("{}", fmt::join(parts, " ")) + "}";
   }
 
-  // Names of the source operands in Instr::src order, as the IR keyword arguments call them.
-  static std::vector<std::string> source_names(const Instr& in) {
-    const InstrArgs& a = in.args;
-    switch (in.op) {
-      case Opcode::nc_matmul:
-        return {"stationary", "moving"};
-      case Opcode::nc_transpose:
-        return {"data"};
-      case Opcode::activation: {
-        std::vector<std::string> n = {"data"};
-        if (a.bias_tile) n.push_back("bias");
-        if (a.scale_tile) n.push_back("scale");
-        return n;
-      }
-      case Opcode::tensor_tensor:
-        return {"data1", "data2"};
-      case Opcode::tensor_tensor_scan:
-        if (a.operand0_tile) return {"data0", "data1", "initial"};
-        return {"data0", "data1"};
-      case Opcode::tensor_scalar: {
-        std::vector<std::string> n = {"data"};
-        if (a.operand0_tile) n.push_back("operand0");
-        if (a.operand1_tile) n.push_back("operand1");
-        return n;
-      }
-      case Opcode::tensor_reduce:
-        return {"data"};
-      case Opcode::tensor_copy:
-      case Opcode::device_print:
-      case Opcode::register_load:
-        return {"src"};
-      case Opcode::dma_copy:
-        if (a.indirect != InstrArgs::Indirect::none)
-          return {"src", a.indirect == InstrArgs::Indirect::src ? "src_rows" : "dst_rows"};
-        return {"src"};
-      case Opcode::nc_n_gather:
-        return {"data", "indices"};
-      case Opcode::local_gather:
-        return {"src", "index"};
-      case Opcode::tensor_copy_predicated:
-        return {"src", "predicate"};
-      case Opcode::affine_select:
-        return {"on_true"};
-      default:
-        return {};
-    }
-  }
-
-  // The typed arguments that matter for the opcode, in IR keyword-argument spelling.
+  // The scalar arguments in signature order: required ones always, optional ones when they
+  // differ from their default (a tile operand is listed with the sources instead).
   static std::vector<std::string> arg_texts(const Instr& in) {
-    const InstrArgs& a = in.args;
+    static const InstrArgs defaults;
     std::vector<std::string> t;
-    auto alu = [](AluOp op) { return std::string(alu_op_name(op)); };
-    switch (in.op) {
-      case Opcode::nc_matmul:
-        t.push_back(fmt::format("accumulate={}", a.accumulate));
-        break;
-      case Opcode::activation:
-        t.push_back(fmt::format("func={}", act_func_name(a.func)));
-        if (!a.scale_tile) t.push_back(fmt::format("scale={}", float_text(a.scale)));
-        if (in.has_reduce_res) t.push_back(fmt::format("reduce_op={}", alu(a.reduce_op)));
-        break;
-      case Opcode::tensor_tensor:
-        t.push_back("op=" + alu(a.op0));
-        break;
-      case Opcode::tensor_tensor_scan:
-        if (!a.operand0_tile) t.push_back("initial=" + float_text(a.imm0));
-        t.push_back("op0=" + alu(a.op0));
-        t.push_back("op1=" + alu(a.op1));
-        t.push_back(fmt::format("reverse0={}", a.reverse0 ? 1 : 0));
-        t.push_back(fmt::format("reverse1={}", a.reverse1 ? 1 : 0));
-        break;
-      case Opcode::tensor_scalar:
-        t.push_back("op0=" + alu(a.op0));
-        if (!a.operand0_tile) t.push_back("operand0=" + float_text(a.imm0));
-        t.push_back(fmt::format("reverse0={}", a.reverse0 ? 1 : 0));
-        if (a.op1 != AluOp::bypass || a.operand1_tile) {
-          t.push_back("op1=" + alu(a.op1));
-          if (!a.operand1_tile) t.push_back("operand1=" + float_text(a.imm1));
-          t.push_back(fmt::format("reverse1={}", a.reverse1 ? 1 : 0));
-        }
-        break;
-      case Opcode::tensor_reduce:
-        t.push_back("op=" + alu(a.reduce_op));
-        t.push_back(fmt::format("axes=[{}]", fmt::join(a.axes, ", ")));
-        t.push_back(fmt::format("negate={}", a.negate ? 1 : 0));
-        break;
-      case Opcode::memset:
-        t.push_back("value=" + float_text(a.imm0));
-        break;
-      case Opcode::iota:
-      case Opcode::affine_select:
-        t.push_back(fmt::format("pattern=[{}]", fmt::join(a.pattern, ", ")));
-        t.push_back(fmt::format("offset={}", a.offset));
-        t.push_back(fmt::format("channel_multiplier={}", a.channel_multiplier));
-        if (in.op == Opcode::affine_select) {
-          t.push_back("cmp_op=" + alu(a.cmp_op));
-          t.push_back("on_false=" + float_text(a.imm0));
-        }
-        break;
-      case Opcode::device_print:
-        t.push_back(fmt::format("prefix=\"{}\"", a.prefix));
-        break;
-      case Opcode::dma_copy:
-        if (a.indirect != InstrArgs::Indirect::none)
-          t.push_back(fmt::format("rows={} oob_mode={}", a.indirect_rows, a.oob_skip ? 1 : 0));
-        break;
-      case Opcode::local_gather:
-        t.push_back(fmt::format("num_elem_per_idx={}", a.num_elem_per_idx));
-        t.push_back(fmt::format("num_valid_indices={}", a.num_valid_indices));
-        break;
-      case Opcode::register_load:
-      case Opcode::register_store:
-        t.push_back("reg=" + a.reg);
-        break;
-      case Opcode::register_move:
-        t.push_back("reg=" + a.reg);
-        t.push_back(a.src_reg.empty() ? fmt::format("value={}", static_cast<int64_t>(a.imm0))
-                                      : "src=" + a.src_reg);
-        break;
-      default:
-        break;
+    for (const ArgSpec& spec : opcode_signature(in.op)) {
+      if (spec.is_view() || spec.slot == ArgSlot::none) continue;
+      if (spec.kind == ArgKind::view_or_number) {
+        auto srcs = source_specs(in);
+        if (std::find(srcs.begin(), srcs.end(), &spec) != srcs.end()) continue;
+      }
+      std::string v = slot_text(in.args, spec);
+      if (spec.required || v != slot_text(defaults, spec)) t.push_back(spec.name + ("=" + v));
     }
     return t;
   }
@@ -215,10 +196,10 @@ class Lister {
     std::vector<std::string> parts = {fmt::format("[{}]", in.id),
                                       std::string(engine_name(in.engine)),
                                       std::string(opcode_name(in.op))};
-    if (has_dst(in.op)) parts.push_back("dst=" + pattern(in.dst));
-    auto names = source_names(in);
+    if (opcode_has_dst(in.op)) parts.push_back("dst=" + pattern(in.dst));
+    auto names = source_specs(in);
     for (size_t i = 0; i < in.src.size(); ++i) {
-      std::string n = i < names.size() ? names[i] : fmt::format("src{}", i);
+      std::string n = i < names.size() ? names[i]->name : fmt::format("src{}", i);
       parts.push_back(n + "=" + pattern(in.src[i]));
     }
     if (in.has_reduce_res) parts.push_back("reduce_res=" + pattern(in.reduce_res));

@@ -6,7 +6,6 @@
 
 #include "neuron/codegen/pipeline.hpp"
 #include "neuron/base/target.hpp"
-#include "op_args.hpp"
 #include "view_util.hpp"
 
 namespace neuron {
@@ -62,22 +61,32 @@ bool is_reduction(AluOp op) {
   }
 }
 
-// Ops that run on a compute engine (everything but DMA and prints); their operands must be
-// on chip and partition-aligned.
+// Ops that run on a compute engine (everything but DMA, registers and prints): the
+// signature keeps all their views on chip, and their operands must be partition-aligned.
 bool is_compute(Opcode c) {
-  switch (c) {
-    case Opcode::nl_load:
-    case Opcode::nl_store:
-    case Opcode::nl_copy:
-    case Opcode::dma_copy:
-    case Opcode::device_print:
-    case Opcode::register_load:
-    case Opcode::register_store:
-    case Opcode::register_move:
-      return false;
-    default:
-      return true;
+  for (auto& a : opcode_signature(c))
+    if (a.is_view() && (a.memories & ~unsigned{ON_CHIP})) return false;
+  return true;
+}
+
+bool value_has_kind(const Value& v, ArgKind k) {
+  switch (k) {
+    case ArgKind::view:
+    case ArgKind::index:
+      return std::holds_alternative<Access>(v);
+    case ArgKind::integer:
+      return std::holds_alternative<int64_t>(v);
+    case ArgKind::number:
+      return std::holds_alternative<int64_t>(v) || std::holds_alternative<double>(v);
+    case ArgKind::name:
+      return std::holds_alternative<std::string>(v);
+    case ArgKind::ints:
+      return std::holds_alternative<std::vector<int64_t>>(v) || std::holds_alternative<int64_t>(v);
+    case ArgKind::view_or_number:
+      return std::holds_alternative<Access>(v) || std::holds_alternative<int64_t>(v) ||
+             std::holds_alternative<double>(v);
   }
+  return false;
 }
 
 // program_id / num_programs variables: "pid<axis>", "npid<axis>".
@@ -229,7 +238,7 @@ class Verifier {
   // ---- arguments -------------------------------------------------------------------------
 
   void check_args(const Op& op, std::string_view name) {
-    auto& specs = op_arg_specs(op.code);
+    auto& specs = opcode_signature(op.code);
     for (auto& a : op.args) {
       auto it = std::find_if(specs.begin(), specs.end(),
                              [&](const ArgSpec& s) { return a.name == s.name; });
@@ -237,7 +246,7 @@ class Verifier {
         user_error(op.span, "unknown-arg", "{} has no argument '{}'", name, a.name);
       if (!value_has_kind(a.value, it->kind))
         user_error(op.span, "unknown-arg", "{} argument '{}' must be {}", name, a.name,
-                   arg_kind_name(it->kind));
+                   arg_kind_text(it->kind));
     }
     for (auto& s : specs)
       if (s.required && !op.has(s.name))
@@ -379,12 +388,33 @@ class Verifier {
     return *a;
   }
 
-  void require_memory(const Op& op, std::string_view opname, const char* arg, bool ok,
-                      const char* rule, const char* want) {
-    if (ok) return;
-    auto& a = view(op, arg);
-    user_error(op.span, rule, "{} argument '{}' is in {} (buffer '{}'); it must be in {}", opname,
-               arg, memory_name(a.buffer->memory), a.buffer->name, want);
+  // Every view in a memory its signature allows (ops.hpp), index views of integers.
+  void check_memories(const Op& op, std::string_view opname) {
+    const auto& sig = opcode_signature(op.code);
+    // The matmul family writes PSUM only; its memory rule has its own name.
+    const bool matmul = std::any_of(sig.begin(), sig.end(), [](const ArgSpec& a) {
+      return a.slot == ArgSlot::dst && a.memories == PSUM;
+    });
+    for (auto& spec : sig) {
+      const Access* a = op.access(spec.name);
+      if (!a || !a->buffer) continue;
+      const Buffer& b = *a->buffer;
+      if (spec.kind == ArgKind::index && dtype_is_float(b.dtype))
+        user_error(op.span, "dtype", "{}: '{}' is {}; indices are integers", opname, spec.name,
+                   dtype_name(b.dtype));
+      if (memory_in(b.memory, spec.memories)) continue;
+      if (is_hbm(b.memory) && is_compute(op.code))
+        user_error(op.span, "engine-memory",
+                   "{} argument '{}' is the {} buffer '{}'; engines compute only on SBUF/PSUM "
+                   "(move it on chip with nl.load or dma_copy)",
+                   opname, spec.name, memory_name(b.memory), b.name);
+      std::string want = memory_set_text(spec.memories);
+      if (b.memory == Memory::psum && opcode_engine(op.code) == Engine::dma)
+        want += " (DMA cannot reach PSUM)";
+      user_error(op.span, matmul ? "matmul-memory" : "engine-memory",
+                 "{} argument '{}' is in {} (buffer '{}'); it must be in {}", opname, spec.name,
+                 memory_name(b.memory), b.name, want);
+    }
   }
 
   void same_layout(const Op& op, std::string_view opname, const char* a_name, const char* b_name) {
@@ -530,41 +560,27 @@ class Verifier {
     for (auto& a : op.args)
       if (auto v = std::get_if<Access>(&a.value)) check_view(op, opname, a.name, *v);
 
-    // Engines compute only on SBUF/PSUM.
-    if (is_compute(op.code))
-      for (auto& a : op.args)
-        if (auto v = std::get_if<Access>(&a.value); v && is_hbm(v->buffer->memory))
-          user_error(op.span, "engine-memory",
-                     "{} argument '{}' is the {} buffer '{}'; engines compute only on SBUF/PSUM "
-                     "(move it on chip with nl.load or dma_copy)",
-                     opname, a.name, memory_name(v->buffer->memory), v->buffer->name);
+    check_memories(op, opname);
 
     auto mem = [&](const char* n) { return view(op, n).buffer->memory; };
     switch (op.code) {
       case Opcode::nl_load:
-        require_memory(op, opname, "src", is_hbm(mem("src")), "engine-memory", "HBM");
-        require_memory(op, opname, "dst", mem("dst") == Memory::sbuf, "engine-memory", "SBUF");
         same_elements(op, opname);
         break;
       case Opcode::nl_store:
-        require_memory(op, opname, "dst", is_hbm(mem("dst")), "engine-memory", "HBM");
-        require_memory(op, opname, "src", is_on_chip(mem("src")), "engine-memory", "SBUF or PSUM");
         same_elements(op, opname);
         break;
       case Opcode::nl_copy:
-        if (is_hbm(mem("dst")) || is_hbm(mem("src"))) {
-          require_memory(op, opname, "dst", mem("dst") != Memory::psum, "engine-memory",
-                         "SBUF or HBM when the other side is in HBM (a DMA)");
-          require_memory(op, opname, "src", mem("src") != Memory::psum, "engine-memory",
-                         "SBUF or HBM when the other side is in HBM (a DMA)");
-        }
+        if (is_hbm(mem("dst")) || is_hbm(mem("src")))  // a DMA: it cannot reach PSUM
+          for (const char* side : {"dst", "src"})
+            if (mem(side) == Memory::psum)
+              user_error(op.span, "engine-memory",
+                         "{} argument '{}' is in psum (buffer '{}'); it must be in SBUF or HBM "
+                         "when the other side is in HBM (a DMA)",
+                         opname, side, view(op, side).buffer->name);
         same_elements(op, opname);
         break;
       case Opcode::dma_copy:
-        require_memory(op, opname, "dst", mem("dst") != Memory::psum, "engine-memory",
-                       "HBM or SBUF (DMA cannot reach PSUM)");
-        require_memory(op, opname, "src", mem("src") != Memory::psum, "engine-memory",
-                       "HBM or SBUF (DMA cannot reach PSUM)");
         same_elements(op, opname);
         break;
       case Opcode::tensor_copy:
@@ -572,9 +588,6 @@ class Verifier {
         same_shape(op, opname, "dst", "src");
         break;
       case Opcode::nl_matmul: {
-        require_memory(op, opname, "x", mem("x") == Memory::sbuf, "matmul-memory", "SBUF");
-        require_memory(op, opname, "y", mem("y") == Memory::sbuf, "matmul-memory", "SBUF");
-        require_memory(op, opname, "dst", mem("dst") == Memory::psum, "matmul-memory", "PSUM");
         float_operands(op, opname, {"x", "y"});
         auto &x = view(op, "x"), &y = view(op, "y");
         bool tx = op.get_int("transpose_x", 0) != 0;
@@ -586,11 +599,6 @@ class Verifier {
         break;
       }
       case Opcode::nc_matmul: {
-        require_memory(op, opname, "stationary", mem("stationary") == Memory::sbuf, "matmul-memory",
-                       "SBUF");
-        require_memory(op, opname, "moving", mem("moving") == Memory::sbuf, "matmul-memory",
-                       "SBUF");
-        require_memory(op, opname, "dst", mem("dst") == Memory::psum, "matmul-memory", "PSUM");
         float_operands(op, opname, {"stationary", "moving"});
         auto &s = view(op, "stationary"), &m = view(op, "moving");
         matmul_shape(op, opname, partitions(s), free_elements(s), partitions(m), free_elements(m),
@@ -600,8 +608,6 @@ class Verifier {
       case Opcode::nl_transpose:
       case Opcode::nc_transpose: {
         const char* src = op.code == Opcode::nl_transpose ? "src" : "data";
-        require_memory(op, opname, src, mem(src) == Memory::sbuf, "matmul-memory", "SBUF");
-        require_memory(op, opname, "dst", mem("dst") == Memory::psum, "matmul-memory", "PSUM");
         auto &d = view(op, "dst"), &s = view(op, src);
         if (free_elements(s) > target_.partitions)
           user_error(op.span, "shape-mismatch",
@@ -706,7 +712,6 @@ class Verifier {
       case Opcode::memset:
         break;
       case Opcode::iota: {
-        require_memory(op, opname, "dst", mem("dst") == Memory::sbuf, "engine-memory", "SBUF");
         auto& d = view(op, "dst");
         if (d.buffer->dtype == DType::bool_)
           user_error(op.span, "dtype", "{}: dst '{}' is bool; iota writes integer or float tiles",
@@ -715,9 +720,6 @@ class Verifier {
         break;
       }
       case Opcode::affine_select: {
-        require_memory(op, opname, "dst", mem("dst") == Memory::sbuf, "engine-memory", "SBUF");
-        require_memory(op, opname, "on_true", mem("on_true") == Memory::sbuf, "engine-memory",
-                       "SBUF");
         if (op.has("cmp_op")) alu(op, opname, "cmp_op", 2);
         same_layout(op, opname, "dst", "on_true");
         check_pattern(op, opname, view(op, "dst"));
@@ -726,23 +728,14 @@ class Verifier {
       case Opcode::device_print:
         break;
       case Opcode::nc_n_gather:
-      case Opcode::local_gather: {
-        const char* data = op.code == Opcode::nc_n_gather ? "data" : "src";
-        const char* idx = op.code == Opcode::nc_n_gather ? "indices" : "index";
-        for (const char* a : {"dst", data, idx})
-          require_memory(op, opname, a, mem(a) == Memory::sbuf, "engine-memory", "SBUF");
-        if (dtype_is_float(view(op, idx).buffer->dtype))
-          user_error(op.span, "dtype", "{}: '{}' is {}; indices are integers", opname, idx,
-                     dtype_name(view(op, idx).buffer->dtype));
+      case Opcode::local_gather:
         break;
-      }
       case Opcode::register_load:
       case Opcode::register_store: {
         const char* a = op.code == Opcode::register_load ? "src" : "dst";
         if (view_elements(view(op, a)) != 1)
           user_error(op.span, "register", "{}: '{}' has shape {}; a register holds one element",
                      opname, a, shape_str(pattern_shape(view(op, a))));
-        require_memory(op, opname, a, mem(a) != Memory::psum, "engine-memory", "SBUF or HBM");
         check_register(op, opname, "reg");
         break;
       }
@@ -752,6 +745,8 @@ class Verifier {
         if (op.has("src") == op.has("value"))
           user_error(op.span, "unknown-arg", "{}: give a value or a src register, not {}", opname,
                      op.has("src") ? "both" : "neither");
+        break;
+      default:  // no rule beyond the signature's; shape rules: InstrDef<op>::check (instrs/)
         break;
     }
   }

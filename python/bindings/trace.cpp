@@ -310,6 +310,31 @@ void init_trace(py::module_& m) {
                             std::vector<int64_t> axis, bool negate, const Span& span) {
     isa::tensor_reduce(dst, alu_named(op), data, nl::axes(std::move(axis)), negate, span);
   });
+  m.def("tensor_partition_reduce", [](const nl::tensor& dst, const std::string& op,
+                                      const nl::tensor& data, const Span& span) {
+    isa::tensor_partition_reduce(dst, alu_named(op), data, span);
+  });
+  m.def("max8", [](const nl::tensor& dst, const nl::tensor& src, const Span& span) {
+    isa::max8(dst, src, span);
+  });
+  m.def("nc_find_index8", [](const nl::tensor& dst, const nl::tensor& data,
+                             const nl::tensor& vals, const Span& span) {
+    isa::nc_find_index8(dst, data, vals, span);
+  });
+  m.def("nc_match_replace8", [](const nl::tensor& dst, const nl::tensor& data,
+                                const nl::tensor& vals, double imm, const Span& span) {
+    isa::nc_match_replace8(dst, data, vals, imm, span);
+  });
+  m.def("bn_stats", [](const nl::tensor& dst, const nl::tensor& data, const Span& span) {
+    isa::bn_stats(dst, data, span);
+  });
+  m.def("bn_aggr", [](const nl::tensor& dst, const nl::tensor& data, const Span& span) {
+    isa::bn_aggr(dst, data, span);
+  });
+  m.def("nc_stream_shuffle", [](const nl::tensor& dst, const nl::tensor& src,
+                                std::vector<int64_t> mask, const Span& span) {
+    isa::nc_stream_shuffle(dst, src, std::move(mask), span);
+  });
   m.def("tensor_copy", [](const nl::tensor& dst, const nl::tensor& src, const Span& span) {
     isa::tensor_copy(dst, src, span);
   });

@@ -74,6 +74,7 @@ def install():
     sys.modules["nki"] = nki
     sys.modules["nki.language"] = language
     sys.modules["nki.isa"] = isa
+    sys.modules["nki.isa.constants"] = isa.constants
     _install_legacy()
     return nki
 

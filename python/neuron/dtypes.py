@@ -30,6 +30,11 @@ def numpy_dtype(d):
     return np.dtype(getattr(ml_dtypes, d.name_))
 
 
+# `array.astype(nl.bfloat16)`, `np.zeros(n, nl.float32)`: NumPy takes any object with a `dtype`
+# attribute as that dtype, and NKI's dtypes are NumPy dtypes.
+_C.DType.dtype = property(numpy_dtype)
+
+
 def from_ml_dtypes(d):
     """Whether d's NumPy dtype comes from ml_dtypes (torch cannot share such arrays)."""
     return numpy_dtype(d).type.__module__.startswith("ml_dtypes")

@@ -13,6 +13,12 @@ from .language import _Fn, _int, _operand
 # NeuronError naming the index (error), or leave that row alone (skip).
 oob_mode = _C.oob_mode
 
+from . import isa_constants as constants  # noqa: E402 (nki.isa.constants)
+from .isa_constants import (dge_mode, dma_engine, engine, get_nc_version,  # noqa: E402,F401
+                            gpsimd_engine, matmul_perf_mode, nc_version, reduce_cmd,
+                            scalar_engine, sync_engine, tensor_engine, unknown_engine,
+                            vector_engine)
+
 
 def _op(f):
     if isinstance(f, _Fn):
@@ -155,6 +161,60 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
     _C.local_gather(dst, src_buffer, index, _int(num_elem_per_idx, "num_elem_per_idx"),
                     -1 if num_valid_indices is None else
                     _int(num_valid_indices, "num_valid_indices"), user_span())
+
+
+# ---- partition reduction, selection and statistics ---------------------------------------------
+
+@_eager.op(writes=("dst",))
+def tensor_partition_reduce(dst, op, data, name=None):
+    """dst[0, j] = op over the partitions of data[:, j] (GpSimd): nl.add, nl.maximum,
+    nl.minimum; nl.bitwise_and and nl.bitwise_or on integer tiles."""
+    _C.tensor_partition_reduce(dst, _op(op), data, user_span())
+
+
+@_eager.op(writes=("dst",))
+def max8(dst, src, name=None):
+    """dst[p, 0:8] = the 8 largest values of src[p, :] (8 to 16384 elements), descending."""
+    _C.max8(dst, src, user_span())
+
+
+@_eager.op(writes=("dst",))
+def nc_find_index8(dst, data, vals, name=None):
+    """dst[p, k] (uint32) = the index in data[p, :] of vals[p, k] (a value repeated in vals takes
+    the next occurrence); 0xFFFFFFFF when it does not occur."""
+    _C.nc_find_index8(dst, data, vals, user_span())
+
+
+@_eager.op(writes=("dst", "dst_idx"))
+def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
+    """dst = data with the elements nc_find_index8 would find replaced by imm; dst_idx, when
+    given, receives those indices."""
+    span = user_span()
+    if dst_idx is not None:  # before dst is written: dst may be data itself
+        _C.nc_find_index8(dst_idx, data, vals, span)
+    _C.nc_match_replace8(dst, data, vals, float(imm), span)
+
+
+@_eager.op(writes=("dst",))
+def bn_stats(dst, data, name=None):
+    """dst[p, 0:6] = count, mean and count * variance of the even-indexed elements of data[p, :]
+    (at most nl.tile_size.bn_stats_fmax), then of the odd-indexed ones."""
+    _C.bn_stats(dst, data, user_span())
+
+
+@_eager.op(writes=("dst",))
+def bn_aggr(dst, data, name=None):
+    """dst[p, 0:2] = mean and variance of data[p, :]'s (count, mean, count * variance) triples
+    combined: several bn_stats results side by side give the statistics of the whole row."""
+    _C.bn_aggr(dst, data, user_span())
+
+
+@_eager.op(writes=("dst",))
+def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
+    """In every group of 32 partitions, dst partition i = src partition shuffle_mask[i]
+    (32 entries; 255 leaves dst partition i unchanged)."""
+    mask = [_int(v, "a shuffle_mask entry") for v in shuffle_mask]
+    _C.nc_stream_shuffle(dst, src, mask, user_span())
 
 
 # ---- registers: runtime integers (offsets and loop bounds) -------------------------------------

@@ -8,6 +8,7 @@ keyword, defaults applied). A NumPy array or torch tensor is a tensor of the ker
 value is a compile-time parameter, passed to the function as is while it traces: an int,
 float, bool, str, None (an optional tensor left out), enum member, dtype, nl function, function,
 or a tuple or list of those."""
+import dataclasses
 import enum
 import functools
 import inspect
@@ -23,7 +24,7 @@ from . import unroll
 from ._span import function_span
 from .dtypes import to_dtype
 from .errors import NeuronError, strip_toolkit_frames
-from .language import _Fn, _State
+from .language import NKIObject, _Fn, _State
 
 
 MODES = ("native", "simulate", "eager")
@@ -76,6 +77,11 @@ def param_key(name, v):
                         "inside another kernel's trace; call its Python function to inline it")
     if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, functools.partial)):
         return ("function", v)  # the object itself: kept alive, equal only to itself
+    if isinstance(v, NKIObject) or dataclasses.is_dataclass(v) and not isinstance(v, type):
+        fields = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)} \
+            if dataclasses.is_dataclass(v) else vars(v)
+        return ("object", type(v).__module__, type(v).__qualname__,
+                tuple((k, param_key(f"{name}.{k}", x)) for k, x in sorted(fields.items())))
     try:
         return ("dtype", type(v).__name__, to_dtype(v).name_)  # NumPy / torch dtypes
     except TypeError:

@@ -26,12 +26,31 @@ bool_ = _C.DType.bool_
 sbuf, psum, hbm, shared_hbm = _C.Memory.sbuf, _C.Memory.psum, _C.Memory.hbm, _C.Memory.shared_hbm
 
 
+private_hbm = hbm  # NKI: `nl.hbm` is an alias of `nl.private_hbm`
+
+# float8_e4m3fn (OCP: no infinities, largest 448) is not one of neuron's dtypes yet: the name
+# imports, and a kernel that uses it gets the TypeError of to_dtype that says so.
+float8_e4m3fn = "float8_e4m3fn"
+
+
 class tile_size:
     """NKI's tile limits; the numbers come from the C++ target table (neuron/base/target.hpp)."""
     pmax = _C.tile_limits["pmax"]
     psum_fmax = _C.tile_limits["psum_fmax"]
     gemm_stationary_fmax = _C.tile_limits["gemm_stationary_fmax"]
     gemm_moving_fmax = _C.tile_limits["gemm_moving_fmax"]
+    total_available_sbuf_size = _C.sbuf_bytes_per_partition("trn2")  # usable bytes per partition
+
+
+class fp32:
+    """fp32 limits (nl.fp32.min is the most negative finite float32, NKI's reduction start)."""
+    min = float(np.finfo(np.float32).min)
+    max = float(np.finfo(np.float32).max)
+
+
+class NKIObject:
+    """The base class of NKI configuration classes (`@dataclass class Cfg(nl.NKIObject)`). An
+    instance passed to a kernel is a compile-time parameter keyed by its type and fields."""
 
 
 # ---- allocation ------------------------------------------------------------------------------
@@ -137,6 +156,9 @@ def _operand(v):
         return v
     if isinstance(v, (bool, int, float, np.number)):
         return float(v)
+    tile = getattr(type(v), "_neuron_tile", None)  # a value not emitted yet (legacy/lincomb.py)
+    if tile is not None:
+        return tile(v)
     raise TypeError(f"expected an nl tensor or a number, got {type(v).__name__}")
 
 

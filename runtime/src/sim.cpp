@@ -143,7 +143,7 @@ std::vector<CNode> compile_body(const std::vector<ProgNode>& body, Slots& slots)
       c.instr.in = &in;
       if (!in.args.reg.empty()) slots.get_or_add(in.args.reg);
       if (!in.args.src_reg.empty()) slots.get_or_add(in.args.src_reg);
-      if (has_dst(in.op)) c.instr.dst = compile_pattern(in.dst, slots, in.span);
+      if (opcode_has_dst(in.op)) c.instr.dst = compile_pattern(in.dst, slots, in.span);
       if (in.has_reduce_res) c.instr.reduce_res = compile_pattern(in.reduce_res, slots, in.span);
       for (auto& s : in.src) c.instr.src.push_back(compile_pattern(s, slots, in.span));
     }
@@ -372,7 +372,7 @@ struct Machine {
     Footprint f;
     for (auto& s : ci.src)
       if (footprint(s, f)) reads.push_back(f);
-    if (has_dst(in.op) && footprint(ci.dst, f)) writes.push_back(f);
+    if (opcode_has_dst(in.op) && footprint(ci.dst, f)) writes.push_back(f);
     if (in.has_reduce_res && footprint(ci.reduce_res, f)) writes.push_back(f);
     timing->issue(ci.timing, reads, writes, flat_pid);
   }
@@ -571,7 +571,7 @@ void simulate(const Program& p, const std::vector<Tensor>& tensors,
       for (auto& n : nodes) {
         if (n.kind == ProgNode::Kind::loop) {
           self(self, n.body);
-        } else if (has_dst(n.instr.op) && !is_on_chip(n.instr.dst.memory) &&
+        } else if (opcode_has_dst(n.instr.op) && !is_on_chip(n.instr.dst.memory) &&
                    n.instr.dst.tensor >= 0 &&
                    static_cast<size_t>(n.instr.dst.tensor) < written.size()) {
           written[static_cast<size_t>(n.instr.dst.tensor)] = true;

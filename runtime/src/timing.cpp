@@ -527,7 +527,7 @@ int TimingModel::add_instr(const Instr& in) {
     pi.op = std::string(alu_op_name(in.args.op0));
   else if (in.op == Opcode::activation)
     pi.op = std::string(act_func_name(in.args.func));
-  pi.operands = !has_dst(in.op)
+  pi.operands = !opcode_has_dst(in.op)
                     ? fmt::format("{}", fmt::join(srcs, ", "))
                     : fmt::format("{} <- {}", operand_str(in.dst), fmt::join(srcs, ", "));
   impl_->out.instrs.push_back(std::move(pi));

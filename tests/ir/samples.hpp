@@ -148,7 +148,7 @@ inline Kernel everything() {
       For::make("i0", 2, LoopKind::affine, Block::make(loop0)),
       Block::make({}),
   };
-#define X(e, name, level, engine, streams) top.push_back(Op::make(Opcode::e, {}));
+#define X(e, name, level, engine, streams, signature) top.push_back(Op::make(Opcode::e, {}));
   NEURON_OPCODES(X)
 #undef X
   return Kernel{"everything", inputs, {out, scalar_out}, Block::make(top), {}};

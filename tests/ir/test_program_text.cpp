@@ -94,7 +94,7 @@ TEST_CASE("a program lists tensors, loops and one instruction per line") {
       "    [0] dma dma_copy dst=sbuf:float32{p=0:+128 off=0 [1x512] rot=i0%2*2048} "
       "src=a#0:float32{off=i0*65536 [512x128, 1x512]}\n"
       "    [1] vector tensor_scalar dst=sbuf:float32{p=0:+128 off=2048 [1x512]} "
-      "data=sbuf:float32{p=0:+128 off=0 [1x512]} op0=multiply operand0=2.0 reverse0=0\n"
+      "data=sbuf:float32{p=0:+128 off=0 [1x512]} op0=multiply operand0=2.0\n"
       "    [2] dma dma_copy dst=out#1:bfloat16{off=i0*65536 [512x128, 1x512]} "
       "src=sbuf:float32{p=0:+128:0 off=2048 [1x512]}\n"
       "  }\n";
@@ -162,7 +162,7 @@ TEST_CASE("instruction arguments follow the IR keyword names") {
                   "data=sbuf:float32{p=0:+4 off=64 [1x8]} op=maximum axes=[1] negate=1\n") !=
         std::string::npos);
   CHECK(text.find("[2] gpsimd affine_select dst=sbuf:float32{p=0:+4 off=0 [1x8]} "
-                  "on_true=sbuf:float32{p=0:+4 off=64 [1x8]} pattern=[-1, 8] offset=0 "
+                  "on_true=sbuf:float32{p=0:+4 off=64 [1x8]} pattern=[-1, 8] "
                   "channel_multiplier=1 cmp_op=greater_equal on_false=-1e+30\n") !=
         std::string::npos);
   CHECK(

@@ -3,6 +3,8 @@
 
 #include <map>
 
+#include <fmt/format.h>
+
 #include "neuron/codegen/pipeline.hpp"
 #include "neuron/ir/visitor.hpp"
 #include "passes/kernel_builder.hpp"
@@ -82,10 +84,10 @@ TEST_CASE("allocate: SBUF buffers directly in a loop body rotate over three slot
   CHECK(c.allocs["one"]->offset == 64);
 }
 
-TEST_CASE("allocate: PSUM buffers take whole banks, slots included") {
+TEST_CASE("allocate: PSUM tiles share banks; slots are whole banks apart") {
   auto p0 = psum("p0", {128, 512});  // one full bank
-  auto p1 = psum("p1", {128, 100});  // 400 B: still a whole bank
-  auto p2 = psum("p2", {128, 128});  // in an affine loop: 2 slots of one bank each
+  auto p1 = psum("p1", {128, 100});  // 400 B: the start of bank 1
+  auto p2 = psum("p2", {128, 128});  // in an affine loop: 2 slots of 512 B, a bank apart
   auto p3 = psum("p3", {128, 8});
   Kernel k = kernel({}, {},
                     {alloc(p0), alloc(p1), touch(p0), touch(p1),
@@ -93,9 +95,31 @@ TEST_CASE("allocate: PSUM buffers take whole banks, slots included") {
   auto c = collect(allocate(k, "trn2"));
   CHECK(c.allocs["p0"]->offset == 0);
   CHECK(c.allocs["p1"]->offset == 2048);
-  CHECK(c.allocs["p2"]->offset == 4096);
+  CHECK(c.allocs["p2"]->offset == 2048 + 448);  // align64(2048 + 400), in bank 1 beside p1
   CHECK(c.allocs["p2"]->slots == 2);
-  CHECK(c.allocs["p3"]->offset == 4096 + 2 * 2048);
+  CHECK(c.allocs["p3"]->offset == 2048 + 448 + 2048 + 512);  // after p2's second slot (bank 2)
+}
+
+TEST_CASE("allocate: small PSUM tiles pack into one bank, none straddles a bank") {
+  // Nine [128, 128] fp32 tiles (512 B each) all live at once: 4 per 2 KiB bank, 3 banks in all
+  // (bank by bank they would need 9 of trn1's 8).
+  std::vector<StmtPtr> body;
+  std::vector<BufferPtr> tiles;
+  for (int n = 0; n < 9; ++n) {
+    tiles.push_back(psum(fmt::format("q{}", n), {128, 128}));
+    body.push_back(alloc(tiles.back()));
+  }
+  for (auto& t : tiles) body.push_back(touch(t));
+  auto c = collect(allocate(kernel({}, {}, body), "trn1"));
+  for (int n = 0; n < 9; ++n) CHECK(c.allocs[fmt::format("q{}", n)]->offset == n * 512);
+  // A 1600 B tile then a 512 B one: the second would cross into bank 1, so it starts there.
+  auto a = psum("a", {128, 400}), b = psum("b", {128, 128}), d = psum("d", {128, 100});
+  auto c2 = collect(allocate(kernel({}, {}, {alloc(a), alloc(b), alloc(d), touch(a), touch(b),
+                                             touch(d)}),
+                             "trn1"));
+  CHECK(c2.allocs["a"]->offset == 0);
+  CHECK(c2.allocs["b"]->offset == 2048);
+  CHECK(c2.allocs["d"]->offset == 2048 + 512);
 }
 
 TEST_CASE("allocate: rotation falls back to fewer slots when three do not fit") {
@@ -143,4 +167,35 @@ TEST_CASE("allocate: capacity depends on the target") {
   Kernel k = kernel({}, {}, {alloc(t), touch(t)});
   CHECK_NOTHROW(allocate(k, "trn2"));
   CHECK_THROWS_AS(allocate(k, "trn1"), UserError);
+}
+
+TEST_CASE("allocate: a tile used in one unrolled iteration lives only there") {
+  // Nine full-bank PSUM tiles declared up front (as the legacy layer declares the blocks of
+  // `nl.ndarray((9, nl.par_dim(128), 512), buffer=nl.psum)`), each used in one one-trip loop
+  // (an unrolled iteration): each moves into its iteration, so they share bank 0 instead of
+  // needing 9 of 8 banks. A tile used by two iterations stays where it was declared.
+  std::vector<StmtPtr> body;
+  std::vector<BufferPtr> tiles;
+  for (int n = 0; n < 9; ++n) {
+    tiles.push_back(psum(fmt::format("b{}", n), {128, 512}));
+    body.push_back(alloc(tiles.back()));
+  }
+  auto shared = sbuf("shared", {128, 16});
+  body.push_back(alloc(shared));
+  for (int n = 0; n < 9; ++n)
+    body.push_back(seq_for(fmt::format("i{}", n), 1, {touch(tiles[n]), touch(shared)}));
+  Kernel out = allocate(kernel({}, {}, body), "trn2");
+  auto c = collect(out);
+  for (int n = 0; n < 9; ++n) CHECK(c.allocs[fmt::format("b{}", n)]->offset == 0);
+  const auto& top = out.body->as<Block>()->stmts;
+  REQUIRE(top.size() == 10);  // `shared` and the nine loops
+  CHECK(top[0]->as<Alloc>()->buffer->name == "shared");
+  auto first = top[1]->as<For>()->body->as<Block>();
+  REQUIRE(first);
+  CHECK(first->stmts[0]->as<Alloc>()->buffer->name == "b0");
+  // A loop that repeats keeps its operands outside: a tile allocated in its body would be a
+  // fresh tile each iteration.
+  auto r = psum("r", {128, 512});
+  Kernel rep = allocate(kernel({}, {}, {alloc(r), affine_for("k", 4, {touch(r)})}), "trn2");
+  CHECK(rep.body->as<Block>()->stmts[0]->as<Alloc>());
 }

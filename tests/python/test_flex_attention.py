@@ -251,40 +251,6 @@ def test_inside_torch_compile():
     torch.testing.assert_close(got, block(x, w))
 
 
-def _capped_rel(score, b, h, q_idx, kv_idx):
-    return 4 * torch.tanh(score / 4) - (q_idx - kv_idx) * 0.02
-
-
-@pytest.mark.parametrize("backend", ["native", "simulator"])
-def test_neuron_kernel_backend(backend):
-    # The forward as a @neuron.kernel: traced mods emitted as nl tile ops, static block lists.
-    q, k, v = (torch.randn(1, 2, n, 32) for n in (130, 150, 150))
-    bm = create_block_mask(fh.causal, 1, 1, 130, 150)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)  # no silent switch to the host path
-        out, aux = flex_attention(q, k, v, score_mod=_capped_rel, block_mask=bm,
-                                  kernel_options={"BACKEND": backend},
-                                  return_aux=AuxRequest(lse=True))
-    host, host_aux = flex_attention(q, k, v, score_mod=_capped_rel, block_mask=bm,
-                                    return_aux=AuxRequest(lse=True))
-    golden, golden_lse = fh.dense_reference(q.double(), k.double(), v.double(), _capped_rel,
-                                            fh.causal)
-    fh.judge(f"{backend} out", out, golden, host)
-    fh.lse_close(f"{backend} lse", aux.lse, golden_lse, tol=1e-5)
-
-
-def test_neuron_kernel_backend_says_why_it_cannot_run():
-    q = torch.randn(1, 2, 64, 16)
-
-    def per_head(score, b, h, q_idx, kv_idx):
-        return score * (h + 1)
-    with pytest.warns(RuntimeWarning, match="uses h"):
-        out = flex_attention(q, q, q, score_mod=per_head, kernel_options={"BACKEND": "native"})
-    torch.testing.assert_close(out, fh.dense_reference(q, q, q, per_head)[0])
-    with pytest.raises(ValueError, match="BACKEND='gpu'"):
-        flex_attention(q, q, q, kernel_options={"BACKEND": "gpu"})
-
-
 def test_pytorchs_block_mask_and_partial_only_masks_work():
     q, k, v = (torch.randn(1, 2, 100, 16) for _ in range(3))
     golden = fh.dense_reference(q.double(), k.double(), v.double(), None, fh.causal)[0]

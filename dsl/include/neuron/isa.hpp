@@ -119,4 +119,28 @@ void local_gather(const tensor& dst, const tensor& src, const tensor& index,
                   int64_t num_elem_per_idx = 1, int64_t num_valid_indices = -1,
                   Span span = Span::current());
 
+// ---- partition reduction, selection and statistics ----
+// dst[0, j] = op over the partitions of data[:, j] (GpSimd): add, maximum, minimum; bitwise_and
+// and bitwise_or on integer tiles.
+void tensor_partition_reduce(const tensor& dst, alu op, const tensor& data,
+                             Span span = Span::current());
+// dst[p, 0:8] = the 8 largest values of src[p, :] (8 to 16384 elements), descending.
+void max8(const tensor& dst, const tensor& src, Span span = Span::current());
+// dst[p, k] (an integer tile) = the index in data[p, :] of vals[p, k]; a value repeated in vals
+// takes the next occurrence; all ones when absent.
+void nc_find_index8(const tensor& dst, const tensor& data, const tensor& vals,
+                    Span span = Span::current());
+// dst = data with the elements nc_find_index8 would find replaced by imm.
+void nc_match_replace8(const tensor& dst, const tensor& data, const tensor& vals, double imm,
+                       Span span = Span::current());
+// dst[p, 0:6] = count, mean, count * variance of the even-indexed elements of data[p, :] (at
+// most 512), then of the odd-indexed ones.
+void bn_stats(const tensor& dst, const tensor& data, Span span = Span::current());
+// dst[p, 0:2] = mean, variance of data[p, :]'s (count, mean, count * variance) triples combined.
+void bn_aggr(const tensor& dst, const tensor& data, Span span = Span::current());
+// In every group of 32 partitions, dst partition i = src partition shuffle_mask[i] (32 entries;
+// 255 leaves dst partition i unchanged).
+void nc_stream_shuffle(const tensor& dst, const tensor& src, std::vector<int64_t> shuffle_mask,
+                       Span span = Span::current());
+
 }  // namespace neuron::isa

@@ -198,6 +198,56 @@ void dma_copy(const tensor& dst, const tensor& src, Span span) {
   dsl::emit(Opcode::dma_copy, {{"dst", view_of(dst, span)}, {"src", view_of(src, span)}}, span);
 }
 
+void tensor_partition_reduce(const tensor& dst, alu op, const tensor& data, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::tensor_partition_reduce,
+            {{"dst", view_of(dst, span)}, {"data", view_of(data, span)}, {"op", op_name(op.get(span))}},
+            span);
+}
+
+void max8(const tensor& dst, const tensor& src, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::max8, {{"dst", view_of(dst, span)}, {"src", view_of(src, span)}}, span);
+}
+
+void nc_find_index8(const tensor& dst, const tensor& data, const tensor& vals, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::nc_find_index8,
+            {{"dst", view_of(dst, span)}, {"data", view_of(data, span)}, {"vals", view_of(vals, span)}},
+            span);
+}
+
+void nc_match_replace8(const tensor& dst, const tensor& data, const tensor& vals, double imm,
+                       Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::nc_match_replace8,
+            {{"dst", view_of(dst, span)},
+             {"data", view_of(data, span)},
+             {"vals", view_of(vals, span)},
+             {"imm", imm}},
+            span);
+}
+
+void bn_stats(const tensor& dst, const tensor& data, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::bn_stats, {{"dst", view_of(dst, span)}, {"data", view_of(data, span)}}, span);
+}
+
+void bn_aggr(const tensor& dst, const tensor& data, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::bn_aggr, {{"dst", view_of(dst, span)}, {"data", view_of(data, span)}}, span);
+}
+
+void nc_stream_shuffle(const tensor& dst, const tensor& src, std::vector<int64_t> shuffle_mask,
+                       Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::nc_stream_shuffle,
+            {{"dst", view_of(dst, span)},
+             {"src", view_of(src, span)},
+             {"shuffle_mask", std::move(shuffle_mask)}},
+            span);
+}
+
 }  // namespace neuron::isa
 
 namespace neuron::isa {

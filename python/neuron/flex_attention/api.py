@@ -8,7 +8,8 @@ from typing import NamedTuple, Optional
 import torch
 
 from . import backward as _bwd
-from . import codegen, kernel as _kernel, plan as _plan, reference, tracing
+from . import codegen, kernel as _kernel, kernel_bwd as _kernel_bwd, plan as _plan
+from . import reference, tracing
 from .block_mask import _LARGE_BLOCK, _sliced_mask_mod_error, ordered_to_dense
 from .fallback import warn_fallback
 from .forward import Problem, forward as _fwd
@@ -141,18 +142,10 @@ def _kernel_backend(kernel_options):
 
 
 def _kernel_ok(q, k, v, score_graph, mask_graph, block_mask):
-    """Whether the neuron kernel can run this call; else warns once why and returns False."""
-    why = None
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
-                                    (score_graph is not None and
-                                     any(t.requires_grad for t in score_graph.inputs))):
-        why = "gradients are needed (the kernel is forward only)"
-    elif q.size(-1) > 128 or v.size(-1) > 128:
-        why = f"head dims {q.size(-1)}, {v.size(-1)} above 128"
-    elif _kernel.static_rows(block_mask, q.size(2), k.size(2)) is None:
-        why = "the block mask is per batch/head or its blocks are not 128 x 128"
-    else:
-        why = _kernel.lowerable(score_graph) or _kernel.lowerable(mask_graph)
+    """Whether the neuron kernels can run this call; else warns once why and returns False."""
+    why = _kernel.why_not(q, k, v, score_graph, mask_graph, block_mask)
+    if why is None and _needs_grad(q, k, v, score_graph):
+        why = _kernel_bwd.why_not(block_mask, score_graph)
     if why is None:
         return True
     if why not in _warned_kernel:
@@ -160,6 +153,33 @@ def _kernel_ok(q, k, v, score_graph, mask_graph, block_mask):
         warnings.warn(f"neuron.flex_attention: the neuron kernel cannot run this call ({why}); "
                       "using the host path", RuntimeWarning, stacklevel=3)
     return False
+
+
+def _needs_grad(q, k, v, score_graph):
+    return torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad or
+        (score_graph is not None and any(t.requires_grad for t in score_graph.inputs)))
+
+
+class _FlexKernel(torch.autograd.Function):
+    """The neuron-kernel forward (kernel.py) with the neuron-kernel backward (kernel_bwd.py)."""
+
+    @staticmethod
+    def forward(ctx, call, q, k, v):
+        out, lse, mx = _kernel.forward(q, k, v, *call)
+        ctx.call = call
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.mark_non_differentiable(mx)
+        ctx.set_materialize_grads(False)
+        return out, lse, mx
+
+    @staticmethod
+    def backward(ctx, dout, dlse, dmx):
+        q, k, v, out, lse = ctx.saved_tensors
+        block_mask, score_graph, mask_graph, scale, simulate = ctx.call
+        dq, dk, dv = _kernel_bwd.backward(q, k, v, out, lse, dout, dlse, block_mask,
+                                          score_graph, mask_graph, scale, simulate)
+        return None, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 def _trace(mod, names):
@@ -213,12 +233,13 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
         out, lse, mx = reference.attention(query, key, value, score_mod, mask_mod, dense,
                                            scale, blocks)
     elif (_kernel_backend(kernel_options)
-          and not (return_aux is not None and return_aux.max_scores)
           and _kernel_ok(query, key, value, score_graph, mask_graph, block_mask)):
-        rows = _kernel.static_rows(block_mask, L, S)
-        out, lse = _kernel.forward(query, key, value, rows, score_graph, mask_graph, scale,
-                                   simulate=_kernel_backend(kernel_options) == "simulator")
-        mx = torch.full_like(lse, math.nan)  # max_scores: not produced by the kernel
+        call = (block_mask, score_graph, mask_graph, scale,
+                _kernel_backend(kernel_options) == "simulator")
+        if _needs_grad(query, key, value, score_graph):
+            out, lse, mx = _FlexKernel.apply(call, query, key, value)
+        else:
+            out, lse, mx = _kernel.forward(query, key, value, *call)
     else:
         score_fn = codegen.compile_graph(score_graph) if score_graph is not None else None
         mask_fn = codegen.compile_graph(mask_graph) if mask_graph is not None else None

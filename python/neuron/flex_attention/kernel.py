@@ -1,221 +1,317 @@
 """The FlexAttention forward as a neuron kernel (`@neuron.kernel`), for the native backend and
-the simulator: the traced score_mod / mask_mod are emitted as nl tile operations inside a
-flash-attention loop.
+the simulator: a block-sparse flash attention that reads the BlockMask at run time, with the
+traced score_mod / mask_mod emitted as nl tile operations (emit.py).
 
 Tiling (the kernel library's flash attention, kernels/attention.hpp): one SPMD program per
-(batch, kv head, query head of the group); per tile of up to 128 queries, Q^T [E, 128] once;
-per key block of up to 128 keys: K^T by a Tensor-engine transpose, scores [128, 128] =
-nc_matmul(Q^T, K^T) in PSUM, scale, score_mod on the tile (index tiles from iota), mask_mod
-only on partial blocks, online softmax in fp32 (row max, exp with the running max, row sum,
-rescale), p^T by transpose, acc += p @ V. Rows that see no key give 0 and lse -inf.
+(batch, kv head, query head of the group); per query tile of up to 128 queries, Q^T once; then
+two runtime loops (`nl.dynamic_range`) whose trip counts are read from the block mask's
+`full_kv_num_blocks` / `kv_num_blocks` into a register: per iteration the key block's index is
+read from `full_kv_indices` / `kv_indices` into a register and K / V rows are loaded at that
+register offset. Per key tile of up to 128 keys: K^T by a Tensor-engine transpose, scores =
+nc_matmul in PSUM, scale, score_mod, mask_mod only in the partial-block loop, online softmax in
+fp32, p^T @ V accumulated. Empty blocks are never visited; rows that see no key give 0 and lse
+-inf. Because the block lists are data, one compile serves every mask of the same shape.
 
-Limits of this version (the caller checks `lowerable` and otherwise runs the torch path):
-- the block structure is static: the visited blocks of each query tile are unrolled at trace
-  time from the BlockMask (one that is the same for every batch and head), so a different
-  mask pattern is a different kernel (the compile cache keys on the IR);
-- mods may use score, q_idx, kv_idx, Python scalars, arithmetic, comparisons, where, &, |, ~
-  and unary math; not b or h, captured tensors, // or % (torch path);
-- forward only; the backward of a call that needs gradients uses the torch path.
+Captured tensors (of both mods) are one kernel input, `caps` [1, N] fp32, loaded once per
+program and broadcast over the partitions; a captured-tensor read `t[i, j]` becomes a flat index
+tile and one `gather_flattened` (nisa.nc_n_gather), so new values never recompile. b and h come
+from a small per-program table input `bh`.
+
+The backward is kernel_bwd.py. Limits (`why_not` says which one applies; the caller then takes
+the host path): E, Ev <= 128; BLOCK_SIZE entries <= 128 or multiples of 128; captured tensors
+of at most MAX_CAPTURED elements in all, integer ones with values below 2**24 in magnitude;
+the operations emit.py lists.
 """
 import math
 
-import numpy as np
 import torch
 
-_BIN = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide",
-        "minimum": "minimum", "maximum": "maximum", "eq": "equal", "ne": "not_equal",
-        "lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal"}
-_UN = {"neg": "negative", "abs": "abs", "exp": "exp", "log": "log", "tanh": "tanh",
-       "sin": "sin", "cos": "cos", "sigmoid": "sigmoid", "sqrt": "sqrt", "rsqrt": "rsqrt",
-       "relu": "relu", "square": "square"}
-_OK = set(_BIN) | set(_UN) | {"arg", "const", "where", "and", "or", "not", "cast"}
+from . import emit
+
+MAX_CAPTURED = 16384  # fp32 elements per SBUF partition for all captured tensors (64 KiB)
+
+# How many times a flex kernel was traced (one trace = one compile): tests read it.
+TRACES = [0]
 
 
-def lowerable(graph):
-    """None when the graph can be emitted as nl operations, else the reason."""
-    if graph is None:
-        return None
-    for n in graph.nodes:
-        if n.op == "arg" and n.args[0] in ("b", "h") and graph.uses(n.args[0]):
-            return f"the mod uses {n.args[0]}"
-        if n.op not in _OK:
-            return f"operation {n.op}"
-        if n.op == "cast" and n.args[1] not in ("torch.float32", "torch.float64", "torch.bool"):
-            return f"a cast to {n.args[1]}"
+def why_not(q, k, v, score_graph, mask_graph, block_mask):
+    """None when the kernel can run this call, else the reason."""
+    if q.size(-1) > 128 or v.size(-1) > 128:
+        return f"head dims {q.size(-1)}, {v.size(-1)} above 128"
+    if block_mask is not None:
+        for n in block_mask.BLOCK_SIZE:
+            if n > 128 and n % 128:
+                return f"BLOCK_SIZE {tuple(block_mask.BLOCK_SIZE)} (entries <= 128 or " \
+                       "multiples of 128)"
+    for g in (score_graph, mask_graph):
+        why = emit.lowerable(g)
+        if why:
+            return why
+    ins = _inputs(score_graph) + _inputs(mask_graph)
+    total = sum(t.numel() for t in ins)
+    if total > MAX_CAPTURED:
+        return f"captured tensors of {total} elements (the kernel holds at most {MAX_CAPTURED})"
+    for t in ins:
+        if not t.is_floating_point() and t.numel() and int(t.abs().max()) >= 1 << 24:
+            return "a captured integer tensor with values of 2**24 or more"
     return None
 
 
-def _emit(graph, env, nl):
-    """Emits the graph with env: arg name -> tile or number; returns a tile or number.
-    Booleans are 0.0 / 1.0 tiles."""
-    vals = {}
-    for n in graph.nodes:
-        if n.op == "arg":
-            vals[n.id] = env.get(n.args[0])
-            continue
-        if n.op == "const":
-            vals[n.id] = float(n.args[0])
-            continue
-        a = [vals[x.id] for x in n.args if hasattr(x, "op")]
-        nums = all(isinstance(x, float) for x in a)
-        if n.op == "cast":
-            x = a[0]
-            vals[n.id] = (float(x != 0) if nums else nl.not_equal(x, 0.0)) \
-                if n.args[1] == "torch.bool" else x
-        elif n.op == "where":
-            c, x, y = a
-            if isinstance(c, float):
-                vals[n.id] = x if c else y
-            else:
-                if isinstance(x, float) and isinstance(y, float):
-                    x = nl.add(nl.multiply(c, 0.0), x)
-                vals[n.id] = nl.where(c, x, y)
-        elif n.op == "and":
-            vals[n.id] = float(bool(a[0]) and bool(a[1])) if nums else nl.multiply(a[0], a[1])
-        elif n.op == "or":
-            vals[n.id] = float(bool(a[0]) or bool(a[1])) if nums else nl.maximum(a[0], a[1])
-        elif n.op == "not":
-            vals[n.id] = float(not a[0]) if nums else nl.subtract(1.0, a[0])
-        elif n.op in _BIN:
-            if nums:
-                vals[n.id] = float(_py_bin(n.op, a[0], a[1]))
-            else:
-                vals[n.id] = getattr(nl, _BIN[n.op])(a[0], a[1])
-        elif n.op in _UN:
-            if nums:
-                vals[n.id] = float(getattr(torch, n.op if n.op != "neg" else "neg")(
-                    torch.tensor(a[0], dtype=torch.float64)))
-            else:
-                vals[n.id] = getattr(nl, _UN[n.op])(a[0])
-        else:  # pragma: no cover - lowerable() refused it
-            raise AssertionError(n.op)
-    return vals[graph.output.id]
+def _inputs(graph):
+    return list(graph.inputs) if graph is not None else []
 
 
-def _py_bin(op, x, y):
-    import operator as o
-    f = {"add": o.add, "sub": o.sub, "mul": o.mul, "truediv": o.truediv, "minimum": min,
-         "maximum": max, "eq": o.eq, "ne": o.ne, "lt": o.lt, "le": o.le, "gt": o.gt,
-         "ge": o.ge}[op]
-    return f(x, y)
-
-
-def static_rows(block_mask, L, S):
-    """Per query tile of 128: [(k0, kr, full)] from a BlockMask broadcast over batch and
-    heads, with 128 x 128 blocks; None when the mask does not fit that form."""
+def block_lists(block_mask, B, Hq, L, S):
+    """(QB, KB, counts, indices, full_counts, full_indices) as int32 tensors shaped
+    [Bm * Hm, 1, nQ] / [Bm * Hm, nQ, W], and (Bm, Hm); full_* None when the mask has no full
+    lists. No block mask: every block full, except a last partial one when S % 128 != 0 (its
+    padding keys are masked in the partial loop)."""
     if block_mask is None:
-        nQ, nK = -(-L // 128), -(-S // 128)
-        return [[(j * 128, min(128, S - j * 128), True) for j in range(nK)] for _ in range(nQ)]
-    if tuple(block_mask.BLOCK_SIZE) != (128, 128):
-        return None
+        QB = KB = 128
+        nQ, nK = -(-L // QB), -(-S // KB)
+        tail = S % KB != 0
+        nf = nK - 1 if tail else nK
+        fn = torch.full((1, 1, nQ), nf, dtype=torch.int32)
+        fi = torch.arange(max(nf, 1), dtype=torch.int32).expand(1, nQ, max(nf, 1))
+        kn = torch.full((1, 1, nQ), 1 if tail else 0, dtype=torch.int32)
+        ki = torch.full((1, nQ, 1), nK - 1, dtype=torch.int32)
+        return QB, KB, kn, ki.contiguous(), fn, fi.contiguous(), 1, 1
+    QB, KB = (int(x) for x in block_mask.BLOCK_SIZE)
+    nQ = -(-L // QB)
     kn, ki = block_mask.kv_num_blocks, block_mask.kv_indices
-    if kn.shape[0] != 1 or kn.shape[1] != 1:
-        return None
-    fn, fi = block_mask.full_kv_num_blocks, block_mask.full_kv_indices
-    rows = []
-    for i in range(kn.shape[2]):
-        blocks = []
-        if fn is not None:
-            blocks += [(int(j), True) for j in fi[0, 0, i, :int(fn[0, 0, i])]]
-        blocks += [(int(j), False) for j in ki[0, 0, i, :int(kn[0, 0, i])]]
-        rows.append([(j * 128, min(128, S - j * 128), full) for j, full in sorted(blocks)])
-    return rows
+    Bm, Hm = kn.shape[0], kn.shape[1]
+    if Bm not in (1, B):
+        raise ValueError(f"block_mask batch size {Bm} does not broadcast to the batch size {B}")
+    if Hm not in (1, Hq):
+        raise ValueError(f"block_mask has {Hm} heads; the query has {Hq} (expected 1 or {Hq})")
+
+    def flat(n, i):
+        n = n[:, :, :nQ].to(torch.int32).reshape(Bm * Hm, 1, nQ).contiguous()
+        i = i[:, :, :nQ].to(torch.int32).reshape(Bm * Hm, nQ, i.shape[-1]).contiguous()
+        return n, i
+    kn, ki = flat(kn, ki)
+    fn = fi = None
+    if block_mask.full_kv_num_blocks is not None:
+        fn, fi = flat(block_mask.full_kv_num_blocks, block_mask.full_kv_indices)
+    return QB, KB, kn, ki, fn, fi, Bm, Hm
+
+
+class Shape:
+    """Everything static about one kernel: the cache key besides the mods' graphs."""
+
+    def __init__(self, q, v, QB, KB, kn, ki, fi, Bm, Hm, scale, caps_layout):
+        self.B, self.Hq, self.L, self.E = q.shape
+        self.Bk, self.Hkv, self.S, self.Ev = v.shape
+        self.G = self.Hq // self.Hkv
+        self.QB, self.KB = QB, KB
+        self.TQ, self.TK = min(QB, 128), min(KB, 128)
+        self.nQ, self.nK = kn.shape[2], -(-self.S // KB)
+        self.Wp = ki.shape[2]
+        self.Wf = None if fi is None else fi.shape[2]
+        self.Bm, self.Hm = Bm, Hm
+        self.scale = float(scale)
+        self.caps_layout = caps_layout  # ((offset, shape), ...) per graph input
+
+    def key(self):
+        return tuple(sorted(vars(self).items()))
 
 
 _KERNELS = {}
 
 
-def get_kernel(rows, score_graph, mask_graph, B, Bk, Hkv, G, L, S, E, Ev, scale):
+def get_kernel(sh, score_graph, mask_graph):
+    key = (sh.key(), score_graph.key() if score_graph else None,
+           mask_graph.key() if mask_graph else None)
+    kern = _KERNELS.get(key)
+    if kern is None:
+        kern = _KERNELS[key] = _build(sh, score_graph, mask_graph)
+    return kern
+
+
+def _build(sh, score_graph, mask_graph):
     import neuron
     import neuron.isa as nisa
     import neuron.language as nl
-    key = (repr(rows), score_graph.key() if score_graph else None,
-           mask_graph.key() if mask_graph else None, B, Bk, Hkv, G, L, S, E, Ev, repr(scale))
-    if key in _KERNELS:
-        return _KERNELS[key]
     ninf = -math.inf
+    f32 = nl.float32
+    graphs = [g for g in (score_graph, mask_graph) if g is not None]
 
-    def index_tiles(q0, qr, k0, kr, want_q, want_kv):
-        env = {}
-        if want_q:
-            t = nl.ndarray((qr, kr), nl.float32, buffer=nl.sbuf)
-            nisa.iota(t, [[0, kr]], offset=q0, channel_multiplier=1)
-            env["q_idx"] = t
-        if want_kv:
-            t = nl.ndarray((qr, kr), nl.float32, buffer=nl.sbuf)
-            nisa.iota(t, [[1, kr]], offset=k0, channel_multiplier=0)
-            env["kv_idx"] = t
-        return env
-
-    s_q = score_graph is not None and score_graph.uses("q_idx")
-    s_kv = score_graph is not None and score_graph.uses("kv_idx")
-    m_q = mask_graph is not None and mask_graph.uses("q_idx")
-    m_kv = mask_graph is not None and mask_graph.uses("kv_idx")
+    def uses(name):
+        return any(g.uses(name) for g in graphs)
+    need_kv = uses("kv_idx") or sh.S % sh.KB != 0
+    need_bh = uses("b") or uses("h")
+    need_caps = any(g.inputs for g in graphs)
+    n_score = len(score_graph.inputs) if score_graph is not None else 0
 
     def T(x):  # Tensor-engine transpose (PSUM) back to SBUF, where matmul operands live
         return nl.copy(nl.transpose(x))
 
     @neuron.kernel
-    def flex_forward(q, k, v):
-        out = nl.ndarray((B * Hkv * G, L, Ev), q.dtype, buffer=nl.shared_hbm, name="out")
-        lse = nl.ndarray((B * Hkv * G, L, 1), nl.float32, buffer=nl.shared_hbm, name="lse")
+    def flex_forward(q, k, v, kn, ki, fn, fi, bh, caps, capsT, qpos):
+        TRACES[0] += 1
+        out = nl.ndarray((sh.B * sh.Hq, sh.L, sh.Ev), q.dtype, buffer=nl.shared_hbm, name="out")
+        lse = nl.ndarray((sh.B * sh.Hq, sh.L, 1), f32, buffer=nl.shared_hbm, name="lse")
+        mx = nl.ndarray((sh.B * sh.Hq, sh.L, 1), f32, buffer=nl.shared_hbm, name="max_scores")
         b = nl.program_id(0)
         hk = nl.program_id(1)
-        hq = (b * Hkv + hk) * G + nl.program_id(2)
-        kvrow = (b if Bk == B else 0) * Hkv + hk
-        for i, blocks in enumerate(rows):
-            q0 = i * 128
-            qr = min(128, L - q0)
-            qT = T(nl.load(q[hq, q0:q0 + qr, :], dtype=nl.float32))
-            m = nl.full((qr, 1), ninf, nl.float32, buffer=nl.sbuf)
-            l = nl.zeros((qr, 1), nl.float32, buffer=nl.sbuf)
-            acc = nl.zeros((qr, Ev), nl.float32, buffer=nl.sbuf)
-            for (k0, kr, full) in blocks:
-                kT = T(nl.load(k[kvrow, k0:k0 + kr, :], dtype=nl.float32))
-                s = nl.multiply(nl.matmul(qT, kT, transpose_x=True), scale)
-                if score_graph is not None:
-                    env = index_tiles(q0, qr, k0, kr, s_q, s_kv)
-                    env["score"] = s
-                    r = _emit(score_graph, env, nl)
-                    s = r if not isinstance(r, float) else nl.add(nl.multiply(s, 0.0), r)
-                if not full and mask_graph is not None:
-                    keep = _emit(mask_graph, index_tiles(q0, qr, k0, kr, m_q, m_kv), nl)
-                    if isinstance(keep, float):
-                        if not keep:
-                            s = nl.add(nl.multiply(s, 0.0), ninf)
-                    else:
-                        s = nl.where(keep, s, ninf)
-                m_new = nl.maximum(m, nl.max(s, axis=1, keepdims=True))
-                m_use = nl.where(nl.equal(m_new, ninf), 0.0, m_new)
-                p = nl.exp(nl.subtract(s, m_use))
-                alpha = nl.exp(nl.subtract(m, m_use))
-                l = nl.add(nl.multiply(l, alpha), nl.sum(p, axis=1, keepdims=True))
-                vt = nl.load(v[kvrow, k0:k0 + kr, :], dtype=nl.float32)
-                pv = nl.matmul(T(p), vt, transpose_x=True)
-                acc = nl.add(nl.multiply(acc, alpha), pv)
-                m = m_new
-            m_use = nl.where(nl.equal(m, ninf), 0.0, m)
-            nl.store(out[hq, q0:q0 + qr, :],
-                     nl.divide(acc, nl.maximum(l, 1e-30), dtype=q.dtype))
-            nl.store(lse[hq, q0:q0 + qr, :], nl.add(m_use, nl.log(l)))
-        return out, lse
+        g = nl.program_id(2)
+        hq = (b * sh.Hkv + hk) * sh.G + g
+        kvrow = (b if sh.Bk == sh.B else 0) * sh.Hkv + hk
+        mrow = (b if sh.Bm > 1 else 0) * sh.Hm + ((hk * sh.G + g) if sh.Hm > 1 else 0)
+        TQ, TK = sh.TQ, sh.TK
+        zeros = nl.zeros((TQ, TK), f32, buffer=nl.sbuf)
+        per_prog = {}  # index tiles fixed for the whole program
+        if need_bh:
+            bh_t = nl.broadcast_to(nl.load(bh[hq, :, :]), (TQ, 2))
+            for j, name in enumerate(("b", "h")):
+                if uses(name):
+                    per_prog[name] = nl.add(zeros, bh_t[:, j:j + 1])
+        kv_base = None
+        if need_kv:
+            kv_base = nl.ndarray((TQ, TK), f32, buffer=nl.sbuf)
+            nisa.iota(kv_base, [[1, TK]], offset=0, channel_multiplier=0)
+        caps_t = nl.broadcast_to(nl.load(caps[0:1, :]), (TQ, caps.shape[1])) \
+            if need_caps else None
+        counts = {"partial": nl.load(kn[mrow, :, :])}
+        if sh.Wf is not None:
+            counts["full"] = nl.load(fn[mrow, :, :])
 
-    _KERNELS[key] = flex_forward
+        def query_tile(q0, qr, r):
+            """One tile of qr queries from q0 (an int or a loop index) in block row r."""
+            # Q^T pre-scaled once per tile: the scores come out of the matmul scaled.
+            qT = nl.multiply(T(nl.load(q[hq, nl.ds(q0, qr), :], dtype=f32)), sh.scale)
+            m = nl.full((qr, 1), ninf, f32, buffer=nl.sbuf)
+            l = nl.zeros((qr, 1), f32, buffer=nl.sbuf)
+            acc = nl.zeros((qr, sh.Ev), f32, buffer=nl.sbuf)
+            fixed = {n: t[0:qr, :] for n, t in per_prog.items()}
+            if uses("q_idx"):
+                fixed["q_idx"] = nl.add(zeros[0:qr, :], nl.load(qpos[nl.ds(q0, qr), :]))
+            data = caps_t[0:qr, :] if need_caps else None
+            for kind in ("full", "partial"):
+                if kind not in counts:
+                    continue
+                n = nisa.register_alloc()
+                nisa.register_load(n, counts[kind][0:1, nl.ds(r, 1)])
+                lists = ki if kind == "partial" else fi
+                row = nl.load(lists[mrow, nl.ds(r, 1), :])  # [1, W] block indices
+                kcol = None
+                if need_kv:  # the first key of each listed block, on every partition
+                    kcol = nl.broadcast_to(nl.multiply(nl.copy(row, dtype=f32), float(sh.KB)),
+                                           (qr, lists.shape[2]))
+                for jj in nl.dynamic_range(n):
+                    blk = nisa.register_alloc()
+                    nisa.register_load(blk, row[0:1, nl.ds(jj, 1)])
+                    for sb in range(sh.KB // TK):
+                        key_tile(kind, qT, m, l, acc, fixed, data, kv_base, kcol, jj,
+                                 blk * sh.KB + sb * TK, sb, q0, qr)
+            m_use = nl.where(nl.equal(m, ninf), 0.0, m)
+            nl.store(out[hq, nl.ds(q0, qr), :],
+                     nl.divide(acc, nl.maximum(l, 1e-30), dtype=q.dtype))
+            nl.store(lse[hq, nl.ds(q0, qr), :], nl.add(m_use, nl.log(l)))
+            nl.store(mx[hq, nl.ds(q0, qr), :], m)
+
+        def key_tile(kind, qT, m, l, acc, fixed, data, kv_base, kcol, jj, k0, sb, q0, qr):
+            """Scores, mods and the online-softmax update for TK keys from row k0."""
+            direct = None
+            if need_caps:  # captured reads indexed by q_idx / kv_idx: plain loads (emit.py)
+                direct = {
+                    "b": b, "h": hk * sh.G + g, "q_idx_len": sh.L, "kv_idx_len": sh.S,
+                    "q_idx": lambda off: nl.add(zeros[0:qr, :],
+                                                nl.load(capsT[nl.ds(q0 + off, qr), :])),
+                    "kv_idx": None if sh.S % sh.KB else lambda off: nl.broadcast_to(
+                        nl.load(caps[0:1, nl.ds(k0 + off, TK)]), (qr, TK))}
+            kT = T(nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=f32))
+            s = nl.matmul(qT, kT, transpose_x=True)
+            env = dict(fixed)
+            kv = None
+            if need_kv:
+                kv = nl.add(kv_base[0:qr, :], kcol[:, nl.ds(jj, 1)])
+                if sb:
+                    kv = nl.add(kv, float(sb * TK))
+                # Padding keys of the last block: the mods see S - 1 (as on the host
+                # path), the softmax sees -inf.
+                env["kv_idx"] = kv if sh.S % sh.KB == 0 else nl.minimum(kv, float(sh.S - 1))
+            if score_graph is not None:
+                env["score"] = s
+                res = emit.emit(score_graph, env, s, data, sh.caps_layout[:n_score], nl,
+                                direct)
+                s = res if not isinstance(res, float) else nl.add(nl.multiply(s, 0.0), res)
+            if kind == "partial" and mask_graph is not None:
+                keep = emit.emit(mask_graph, env, s, data, sh.caps_layout[n_score:], nl,
+                                 direct)
+                if isinstance(keep, float):
+                    if not keep:
+                        s = nl.add(nl.multiply(s, 0.0), ninf)
+                else:
+                    s = nl.where(keep, s, ninf)
+            if sh.S % sh.KB != 0:
+                s = nl.where(nl.less(kv, float(sh.S)), s, ninf)
+            m_new = nl.maximum(m, nl.max(s, axis=1, keepdims=True))
+            m_use = nl.where(nl.equal(m_new, ninf), 0.0, m_new)
+            p = nl.ndarray((qr, TK), f32, buffer=nl.sbuf)  # exp(s - m) in one pass
+            nisa.activation(p, nl.exp, s, bias=nl.negative(m_use))
+            alpha = nl.exp(nl.subtract(m, m_use))
+            l[...] = nl.add(nl.multiply(l, alpha), nl.sum(p, axis=1, keepdims=True))
+            vt = nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=f32)
+            pv = nl.matmul(T(p), vt, transpose_x=True)
+            acc[...] = nl.add(nl.multiply(acc, alpha), pv)
+            m[...] = m_new
+
+        # Whole block rows in one rolled loop (its body traced once), then the last
+        # partial row's tiles one by one (their sizes differ).
+        sub = sh.QB // TQ  # query tiles per block row
+        full_rows = sh.L // sh.QB
+        if full_rows:
+            for r in nl.affine_range(full_rows):
+                for t in range(sub):
+                    query_tile(r * sh.QB + t * TQ, TQ, r)
+        q0 = full_rows * sh.QB
+        while q0 < sh.L:
+            query_tile(q0, min(TQ, sh.L - q0), full_rows)
+            q0 += TQ
+        return out, lse, mx
+
     return flex_forward
 
 
-def forward(q, k, v, rows, score_graph, mask_graph, scale, simulate=False):
-    """out [B, Hq, L, Ev] (q's dtype), lse [B, Hq, L] fp32 through the neuron kernel."""
+def _captured(graphs):
+    """The captured tensors of the graphs as one [1, N] fp32 row, and ((offset, shape), ...)."""
+    parts, layout, off = [], [], 0
+    for t in (t for g in graphs if g is not None for t in g.inputs):
+        t = t.detach()
+        parts.append(t.reshape(-1).to(torch.float32))
+        layout.append((off, tuple(t.shape)))
+        off += t.numel()
+    if not parts:
+        return torch.zeros(1, 1), ()
+    return torch.cat(parts).reshape(1, -1), tuple(layout)
+
+
+def forward(q, k, v, block_mask, score_graph, mask_graph, scale, simulate=False):
+    """out [B, Hq, L, Ev] (q's dtype), lse and max_scores [B, Hq, L] fp32 through the neuron
+    kernel."""
     import neuron
+    q, k, v = q.detach(), k.detach(), v.detach()
     B, Hq, L, E = q.shape
     Bk, Hkv, S, Ev = v.shape
-    G = Hq // Hkv
-    kern = get_kernel(rows, score_graph, mask_graph, B, Bk, Hkv, G, L, S, E, Ev, float(scale))
-    grid = kern[B, Hkv, G]
+    QB, KB, kn, ki, fn, fi, Bm, Hm = block_lists(block_mask, B, Hq, L, S)
+    caps, layout = _captured((score_graph, mask_graph))
+    sh = Shape(q, v, QB, KB, kn, ki, fi, Bm, Hm, scale, layout)
+    kern = get_kernel(sh, score_graph, mask_graph)
+    grid = kern[B, Hkv, sh.G]
     if simulate:
         grid = neuron.simulate(grid)
-    args = [t.contiguous().reshape(-1, t.shape[2], t.shape[3]) for t in (q, k, v)]
-    out, lse = grid(*args)
-    out = torch.as_tensor(np.asarray(out)) if not isinstance(out, torch.Tensor) else out
-    lse = torch.as_tensor(np.asarray(lse)) if not isinstance(lse, torch.Tensor) else lse
-    return out.reshape(B, Hq, L, Ev), lse.reshape(B, Hq, L)
+    pad = sh.nK * KB - S  # key rows up to whole blocks: a block is loaded whole
+
+    def kv_rows(t):
+        t = t.contiguous().reshape(-1, S, t.shape[3])
+        return torch.nn.functional.pad(t, (0, 0, 0, pad)) if pad else t
+    bh = torch.stack(torch.meshgrid(torch.arange(B), torch.arange(Hq), indexing="ij"), -1)
+    bh = bh.reshape(B * Hq, 1, 2).to(torch.float32)
+    if fn is None:
+        fn, fi = torch.zeros(1, 1, 1, dtype=torch.int32), torch.zeros(1, 1, 1, dtype=torch.int32)
+    qpos = torch.arange(L, dtype=torch.float32).reshape(L, 1)
+    out, lse, mx = grid(q.contiguous().reshape(-1, L, E), kv_rows(k), kv_rows(v), kn, ki, fn,
+                        fi, bh, caps, caps.reshape(-1, 1), qpos)
+    out, lse, mx = (torch.as_tensor(t) for t in (out, lse, mx))
+    return out.reshape(B, Hq, L, Ev), lse.reshape(B, Hq, L), mx.reshape(B, Hq, L)

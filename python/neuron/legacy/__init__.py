@@ -89,6 +89,9 @@ class _Traced:
             views.end_trace()
         single = not isinstance(out, (tuple, list))
         outs = [] if out is None else [out] if single else list(out)
+        # A returned t.reshape(...) is t, reshaped on the host after the run.
+        shapes = [tuple(o.shape) if isinstance(o, views.Reshaped) else None for o in outs]
+        outs = [o.base if isinstance(o, views.Reshaped) else o for o in outs]
         inputs = [next((i for i, t in enumerate(tensors) if o is t), None) for o in outs]
         key = tuple((tuple(t.shape), t.dtype) for t in tensors)
         kept = [o for o, i in zip(outs, inputs) if i is None]
@@ -98,7 +101,8 @@ class _Traced:
         # shared_hbm tensors the kernel wrote but did not return are scratch in NKI: neuron
         # makes them outputs too (its rule) and run() drops them.
         scratch = [t for t in created if out is not None and not any(t is o for o in kept)]
-        self._lk_returned[key] = (single and out is not None, inputs, dummy, len(scratch))
+        self._lk_returned[key] = (single and out is not None, inputs, dummy, len(scratch),
+                                  shapes)
         kept = kept + scratch
         return kept if len(kept) != 1 else kept[0]
 
@@ -196,15 +200,17 @@ class LegacyKernel:
         arrays = arrays[:len(arrays) - len(traced._lk_constants)]
         spec = tuple((tuple(a.shape), runtime.to_dtype(a.dtype))
                      for a in map(runtime.to_numpy, arrays))
-        single, inputs, dummy, scratch = traced._lk_returned.get(spec, (False, [], False, 0))
+        single, inputs, dummy, scratch, shapes = traced._lk_returned.get(
+            spec, (False, [], False, 0, []))
         if scratch:  # drop the scratch outputs (see _Traced)
             out = out[:-scratch]
             out = out[0] if len(out) == 1 else out
-        if not any(i is not None for i in inputs):
+        if not any(i is not None for i in inputs) and not any(shapes):
             return out
         outs = [] if dummy else list(out) if isinstance(out, tuple) else [out]
         it = iter(outs)
         full = [arrays[i] if i is not None else next(it) for i in inputs]
+        full = [f if s is None else f.reshape(s) for f, s in zip(full, shapes)]
         return full[0] if single else tuple(full)
 
 

@@ -11,6 +11,7 @@ import inspect
 
 from .. import _C
 from .. import language as _nl
+from . import lincomb
 
 
 class _Pending:
@@ -19,9 +20,10 @@ class _Pending:
 
 
 class Deferred:
-    def __init__(self, shape, dtype, buffer, emit):
+    def __init__(self, shape, dtype, buffer, emit, emit_add=None):
         flush()
         self.shape, self.dtype, self.buffer, self._emit = tuple(shape), dtype, buffer, emit
+        self._emit_add = emit_add  # emits `view += result` as one instruction, when it can
         self._tile = None
         _Pending.current = self
 
@@ -36,14 +38,26 @@ class Deferred:
             self._emit(self._tile)
         return self._tile
 
+    def _fits(self, view):
+        return _Pending.current is self and isinstance(view, _C.Tensor) and \
+            view.buffer == self.buffer and view.dtype == self.dtype and \
+            list(view.shape) == list(self.shape)
+
     def into(self, view):
         """Emits straight into view when it can hold the result; True when done."""
-        if _Pending.current is not self or not isinstance(view, _C.Tensor) or \
-                view.buffer != self.buffer or view.dtype != self.dtype or \
-                list(view.shape) != list(self.shape):
+        if not self._fits(view):
             return False
         _Pending.current = None
         self._emit(view)
+        return True
+
+    def add_into(self, view):
+        """`view += result` as one accumulating instruction (a matmul accumulating into its
+        PSUM tile, as NKI's `psum[...] += nisa.nc_matmul(...)` is); True when done."""
+        if self._emit_add is None or not self._fits(view):
+            return False
+        _Pending.current = None
+        self._emit_add(view)
         return True
 
     def __getattr__(self, name):  # tile attributes and methods (name, reshape, ...)
@@ -63,20 +77,23 @@ for _name in ("getitem setitem add radd sub rsub mul rmul truediv rtruediv neg p
 
 
 def flush():
-    """Emits the pending instruction (into its own fresh tile)."""
+    """Emits the pending instruction (into its own fresh tile) and pending sums (lincomb.py)."""
     if _Pending.current is not None:
         _Pending.current.tile()
+    lincomb.flush()
 
 
 def reset():
     _Pending.current = None  # a new trace: an aborted trace's pending result is dropped
+    lincomb.reset()
 
 
 def resolve(v):
-    """v with Deferred results (also inside lists and tuples) as their tiles."""
-    if isinstance(v, Deferred):
+    """v with Deferred results and pending sums (also inside lists and tuples) as tiles."""
+    if isinstance(v, (Deferred, lincomb.LinComb)):
         return v.tile()
-    if isinstance(v, (list, tuple)) and any(isinstance(x, Deferred) for x in v):
+    if isinstance(v, (list, tuple)) and any(isinstance(x, (Deferred, lincomb.LinComb))
+                                            for x in v):
         return type(v)(resolve(x) for x in v)
     return v
 

@@ -89,6 +89,16 @@ def _done(dst, rect):
     return _mark_partial(dst, rect)
 
 
+def _direct(x, mask, dtype, emit):
+    """An unmasked element-wise call's result, not emitted yet: `dst[...] = nisa.f(...)` writes
+    it straight into dst when dst is an SBUF view of its shape and dtype (deferred.py), with no
+    fresh tile and no copy; used any other way it is a fresh tile as before. None when masked."""
+    if mask is not None:
+        return None
+    return _Deferred(list(x.shape), x.dtype if dtype is None else _nl.to_dtype(dtype), _nl.sbuf,
+                     emit)
+
+
 # ---- matrix instructions -----------------------------------------------------------------------
 
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,
@@ -108,7 +118,8 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     if out is not None and _is_full(out, mn):  # written straight into its destination
         s, m = _index_rect(st, sr), _index_rect(mv, mr)
         return _Deferred(mn, _nl.float32, _nl.psum,
-                         lambda d: _isa.nc_matmul(d, s, m, accumulate=False))
+                         lambda d: _isa.nc_matmul(d, s, m, accumulate=False),
+                         lambda d: _isa.nc_matmul(d, s, m))  # += : first overwrites, then adds
     dst = _new_like(mn, _nl.float32, _nl.psum)
     if out is not None:
         _isa.nc_matmul(_index_rect(dst, out), _index_rect(st, sr), _index_rect(mv, mr),
@@ -146,6 +157,12 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
         _error("unsupported", "activation(reduce_cmd=...) other than idle/reset_reduce is not "
                "supported (the accumulator registers are not modelled across calls)")
     x = _tile(data, "nisa.activation")
+    if reduce_res is None and (bias is None or _is_view(bias)):
+        full = [(0, n) for n in x.shape]
+        f, sc, b = _act(op), _column(scale, full, "scale"), _column(bias, full, "bias")
+        d = _direct(x, mask, dtype, lambda dst: _isa.activation(dst, f, x, bias=b, scale=sc))
+        if d is not None:
+            return d
     dst, rect = _begin(x, mask, dtype)
     if rect is None:
         return _done(dst, None)
@@ -166,6 +183,12 @@ def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, 
 
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwargs):
     a, b = _tile(data1, "nisa.tensor_tensor"), _tile(data2, "nisa.tensor_tensor")
+    if list(a.shape) == list(b.shape):
+        n = _name(op)
+        d = _direct(a, mask, dtype or _promote(a.dtype, b.dtype),
+                    lambda dst: _isa.tensor_tensor(dst, a, b, n))
+        if d is not None:
+            return d
     dst, rect = _begin(a, mask, dtype or _promote(a.dtype, b.dtype))
     if rect is not None:
         _isa.tensor_tensor(_index_rect(dst, rect), _index_rect(a, rect), _index_rect(b, rect),
@@ -190,6 +213,13 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, 
                   *, dtype=None, mask=None, engine=None, **kwargs):
     """(data op0 operand0) op1 operand1; operands are numbers or [P, 1] tiles."""
     x = _tile(data, "nisa.tensor_scalar")
+    n0, n1 = _name(op0), None if op1 is None else _name(op1)
+    full = [(0, n) for n in x.shape]
+    c0, c1 = _column(operand0, full, "operand0"), _column(operand1, full, "operand1")
+    d = _direct(x, mask, dtype, lambda dst: _isa.tensor_scalar(dst, x, n0, c0, reverse0, n1, c1,
+                                                               reverse1))
+    if d is not None:
+        return d
     dst, rect = _begin(x, mask, dtype)
     if rect is not None:
         _isa.tensor_scalar(_index_rect(dst, rect), _index_rect(x, rect), _name(op0),
@@ -234,6 +264,10 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
                   **kwargs):
     x = _tile(data, "nisa.tensor_reduce")
     axes, dims, out_shape = _reduced(list(x.shape), axis, keepdims)
+    if mask is None:  # written straight into `dst[...] = ` when it fits (_direct)
+        n = _name(op)
+        return _Deferred(out_shape, x.dtype if dtype is None else _nl.to_dtype(dtype), _nl.sbuf,
+                         lambda d: _isa.tensor_reduce(d, n, x, axes, negate=bool(negate)))
     dst = _new_like(out_shape, x.dtype if dtype is None else _nl.to_dtype(dtype))
     rect = _rectangle(mask, list(x.shape))
     if rect is None:
@@ -246,6 +280,9 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
 
 def tensor_copy(src, *, mask=None, dtype=None, engine=None, **kwargs):
     x = _tile(src, "nisa.tensor_copy")
+    d = _direct(x, mask, dtype, lambda dst: _isa.tensor_copy(dst, x))
+    if d is not None:
+        return d
     dst, rect = _begin(x, mask, dtype)
     if rect is not None:
         _isa.tensor_copy(_index_rect(dst, rect), _index_rect(x, rect))
@@ -411,8 +448,73 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
     return dst
 
 
-UNSUPPORTED = ("tensor_partition_reduce range_select select_reduce bn_stats "
-               "bn_aggr dropout max8 nc_find_index8 nc_match_replace8 nc_stream_shuffle "
-               "dma_transpose sequence_bounds").split()
+# ---- partition reduction, selection and statistics ---------------------------------------------
+
+def _whole(x, mask, what):
+    _lnl._no_mask(mask, what)
+    return _tile(x, what)
+
+
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs):
+    """op over the partitions of data: a new [1, F...] tile."""
+    x = _whole(data, mask, "nisa.tensor_partition_reduce")
+    dst = _new_like([1] + list(x.shape[1:]), x.dtype if dtype is None else _nl.to_dtype(dtype))
+    _isa.tensor_partition_reduce(dst, _name(op), x)
+    return dst
+
+
+def max8(*, src, mask=None, dtype=None, **kwargs):
+    """The 8 largest values of each partition, descending: a new [P, 8] tile."""
+    x = _whole(src, mask, "nisa.max8")
+    dst = _new_like([x.shape[0], 8], x.dtype if dtype is None else _nl.to_dtype(dtype))
+    _isa.max8(dst, x)
+    return dst
+
+
+def nc_find_index8(*, data, vals, mask=None, dtype=None, **kwargs):
+    """The index of each of the 8 values of vals in its partition of data: a new [P, 8] uint32
+    tile (0xFFFFFFFF where absent)."""
+    x = _whole(data, mask, "nisa.nc_find_index8")
+    dst = _new_like([x.shape[0], 8], _nl.uint32 if dtype is None else _nl.to_dtype(dtype))
+    _isa.nc_find_index8(dst, x, _tile(vals, "vals"))
+    return dst
+
+
+def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, **kwargs):
+    """data with the first occurrence of each of the 8 values of vals replaced by imm (a new
+    tile); dst_idx, when given, receives the indices."""
+    x = _whole(data, mask, "nisa.nc_match_replace8")
+    v = _tile(vals, "vals")
+    dst = _new_like(list(x.shape), x.dtype if dtype is None else _nl.to_dtype(dtype))
+    if dst_idx is not None:
+        _isa.nc_find_index8(_tile(dst_idx, "dst_idx"), x, v)
+    _isa.nc_match_replace8(dst, x, v, imm)
+    return dst
+
+
+def bn_stats(data, *, mask=None, dtype=None, **kwargs):
+    """[P, 6]: count, mean, count * variance of the even-indexed elements, then the odd ones."""
+    x = _whole(data, mask, "nisa.bn_stats")
+    dst = _new_like([x.shape[0], 6], x.dtype if dtype is None else _nl.to_dtype(dtype))
+    _isa.bn_stats(dst, x)
+    return dst
+
+
+def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
+    """[P, 2]: mean and variance of the bn_stats triples side by side in data."""
+    x = _whole(data, mask, "nisa.bn_aggr")
+    dst = _new_like([x.shape[0], 2], x.dtype if dtype is None else _nl.to_dtype(dtype))
+    _isa.bn_aggr(dst, x)
+    return dst
+
+
+def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs):
+    """In every group of 32 partitions, dst partition i = src partition shuffle_mask[i] (255:
+    unchanged); writes dst."""
+    x = _whole(src, mask, "nisa.nc_stream_shuffle")
+    _isa.nc_stream_shuffle(_tile(dst, "dst"), x, list(shuffle_mask))
+
+
+UNSUPPORTED = "range_select select_reduce dropout dma_transpose sequence_bounds".split()
 _define_unsupported(globals(), "nisa", UNSUPPORTED)
 _wrap_module(globals())

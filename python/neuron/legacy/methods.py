@@ -1,8 +1,10 @@
 """The neuron tensor methods the legacy API needs, installed when neuron.legacy is imported:
 __getitem__ / __setitem__ / __iadd__ wrappers that take index grids, `...`, operand masks and
 partial (masked) values and hand every other key to the previous method (so the current API
-behaves as before), plus the legacy tensor methods `reshape` (HBM, size-1 dims), `broadcast_to`,
+behaves as before), plus the legacy tensor methods `reshape` (HBM; reshape.py), `broadcast_to`,
 `astype` (on chip) and `assert_shape`, where the tensor class has none of that name."""
+import math
+
 from .. import _C
 from .._span import user_span
 from .. import language as _nl
@@ -45,7 +47,9 @@ def legacy_getitem(self, key):
 def store_view(view, value):
     """Writes tile `value` into the HBM view (an nl.store; a DMA when only the element order
     matches, as for reshaped views)."""
-    if len(value.shape) == len(view.shape):
+    same = list(value.shape) == list(view.shape)
+    if len(value.shape) == len(view.shape) and (same or math.prod(value.shape) !=
+                                                math.prod(view.shape)):
         _nl.store(view, value)
         return
     from .. import isa
@@ -101,6 +105,7 @@ def legacy_setitem(self, key, value):
             return
         value = value.tile()
     deferred.flush()
+    value = deferred.resolve(value)  # a pending sum (lincomb.py), evaluated by the flush
     if isinstance(value, LoopReduce):  # dst[...] = nl.loop_reduce(x, op, ...): dst op= x
         value.apply(concrete(legacy_getitem(self, key)))
         return
@@ -122,6 +127,9 @@ def legacy_setitem(self, key, value):
 
 
 def legacy_iadd(self, other):
+    if isinstance(other, deferred.Deferred) and other.add_into(self):
+        _nl._State.last_inplace = self  # `psum[...] += nisa.nc_matmul(...)`: one matmul
+        return self
     deferred.flush()
     other = deferred.resolve(other)
     known, rect = partial_rect(other)

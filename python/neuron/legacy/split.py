@@ -7,12 +7,18 @@ shape (nl.load copies the pieces straight into its result); as the target of `t[
 piece of value is written in place. That costs one instruction per piece where NKI has one
 access pattern (docs/nki-compat.md, "Index grids")."""
 import itertools
+import math
 
 from .. import _C
 from .. import isa as _isa
 from .. import language as _nl
+from . import lincomb
 from .grid import Grid, error
 from .views import ON_CHIP, GridView, _sub, index_rect
+
+
+MAX_REORDER_PIECES = 8
+MAX_TILE_DIMS = 5  # a partition dim and 4 free dims: what an access pattern walks
 
 
 class SplitView(GridView):
@@ -39,7 +45,29 @@ class SplitView(GridView):
                     walk, key=lambda j: (self.S[j], -abs(walk[j])))
                 self.extra |= set(walk) - {keep}
         self.res_axes = sorted({j for _, w in self.dims for j in w})
-        self.rest = [next((j for j in w if j not in self.extra), None) for _, w in self.dims]
+        reorder = 1
+        while True:
+            self.rest = [next((j for j in w if j not in self.extra), None) for _, w in self.dims]
+            # Small axes walked backwards or out of the dims' order (`t[i_p, i_y + i_x, c * i_w]`
+            # over a grid [P, X, W, Y], corners `t[i_p, c * i_h, c * i_w]` over [P, W, H]) are
+            # fixed per piece too, the smallest first, until the rest is in order: at most
+            # MAX_REORDER_PIECES more pieces; a real transposition is refused (_check).
+            walked = [j for j in self.rest if j is not None]
+            out = {a for i, a in enumerate(walked) for b in walked[i + 1:] if a >= b} | \
+                {b for i, a in enumerate(walked) for b in walked[i + 1:] if a >= b}
+            out |= {j for (_, w), j in zip(self.dims, self.rest) if j is not None and w[j] < 0}
+            out -= {0} if on_chip else set()
+            if not out:
+                break
+            j = min(out, key=lambda j: (self.S[j], -j))
+            reorder *= self.S[j]
+            if reorder > MAX_REORDER_PIECES:
+                break
+            self.extra.add(j)
+        merged = {j for g in self.layout() if len(g) > 1 for j in g}
+        if merged - self.extra:
+            self.extra |= merged
+            self.rest = [next((j for j in w if j not in self.extra), None) for _, w in self.dims]
         self._check(on_chip)
         super().__init__(base, None, [self.S[j] for j in self.res_axes], self.res_axes,
                          len(self.S))
@@ -54,7 +82,7 @@ class SplitView(GridView):
             error("index", f"the grid axes walk the dims of '{name}' in another order (a "
                   "transposed placement); grid axes must follow the tensor's dims in order")
         for (const, walk), j in zip(self.dims, self.rest):
-            if any(c < 0 for c in walk.values()):
+            if j is not None and walk[j] < 0:  # extra axes are fixed per piece: any sign
                 error("index", f"a subscript of '{name}' walks a grid axis with a negative "
                       "stride, which a view cannot express")
             if j is not None and walk[j] != 1 and isinstance(const, _C.Affine) and \
@@ -97,11 +125,38 @@ class SplitView(GridView):
                             _sub("slice", first, first + step * (hi - lo - 1) + 1, step))
             yield fixed, _C.index(self.base, subs)
 
+    def layout(self):
+        """The dims of the tile this view gathers into, as groups of result axes: one each, but
+        past 5 dims (what an instruction walks) the adjacent pair of axes with the fewest
+        elements merges into one dim (row-major), again until 5 are left, as the 7-D grids of
+        the trilinear interpolation sample need. Every view of one grid gets the same layout,
+        so their gathered tiles combine; the merged axes are fixed per piece."""
+        groups = [[j] for j in self.res_axes]
+        while len(groups) > MAX_TILE_DIMS:
+            size = [math.prod(self.S[j] for j in g) for g in groups]
+            i = min(range(1, len(groups) - 1), key=lambda i: size[i] * size[i + 1])
+            groups[i:i + 2] = [groups[i] + groups[i + 1]]
+        return groups
+
+    def tile_shape(self):
+        return [math.prod(self.S[j] for j in g) for g in self.layout()]
+
     def part(self, t, fixed, rect=None):
-        """The piece of t (a tile of this view's shape) for the extra axes' values `fixed`."""
+        """The piece of t (a tile of this view's shape or tile_shape()) for the extra axes'
+        values `fixed`."""
         r = self._ranges(rect)
-        return _C.index(t, [_sub("scalar", fixed[j]) if j in fixed else
-                            _sub("ds", r[j][0], r[j][1] - r[j][0]) for j in self.res_axes])
+        groups = [[j] for j in self.res_axes] if len(t.shape) == len(self.res_axes) else \
+            self.layout()
+        subs = []
+        for g in groups:
+            if g[0] in fixed:
+                at = 0
+                for j in g:
+                    at = at * self.S[j] + fixed[j]
+                subs.append(_sub("scalar", at))
+            else:
+                subs.append(_sub("ds", r[g[0]][0], r[g[0]][1] - r[g[0]][0]))
+        return _C.index(t, subs)
 
     def copy_into(self, dst, rect=None):
         """dst[rect] (a tile of this view's shape) = the view's elements, piece by piece."""
@@ -111,18 +166,26 @@ class SplitView(GridView):
 
     def resolve(self, rect=None):
         """The elements (rect-restricted) gathered into a fresh SBUF tile."""
-        tile = _nl.ndarray(list(self.shape), self.dtype, buffer=_nl.sbuf)
+        shape = self.tile_shape()
+        if shape != list(self.shape) and rect is not None and \
+                any(hi - lo != n for (lo, hi), n in zip(rect, self.shape)):
+            error("mask", f"a mask on a subscript of '{self.base.name}' with more than "
+                  f"{MAX_TILE_DIMS} result dims is not supported")
+        tile = _nl.ndarray(shape, self.dtype, buffer=_nl.sbuf)
         self.copy_into(tile, rect)
-        return index_rect(tile, rect)
+        return tile if shape != list(self.shape) else index_rect(tile, rect)
 
     def assign(self, value, write):
         """t[keys] = value: write(piece view, piece of value) for every piece."""
         for fixed, dst in self.pieces():
             v = value
             if isinstance(value, (_C.Tensor, GridView)):
-                if list(value.shape) != list(self.shape):
+                if list(value.shape) not in (list(self.shape), self.tile_shape()):
                     error("shape", f"assigning a value of shape {list(value.shape)} to a "
                           f"subscript of shape {list(self.shape)}")
                 v = self.part(value if isinstance(value, _C.Tensor) else value.resolve(),
                               fixed)
             write(dst, v)
+
+
+lincomb.install(SplitView)  # `k * view + ...` builds sums evaluated term by term

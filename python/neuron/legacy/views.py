@@ -14,6 +14,7 @@ from .. import _C
 from .._span import user_span
 from .grid import Grid, broadcast_shapes, error, is_scalar_index
 from .mask import rectangle
+from .reshape import base_subscripts, new_shape
 
 ON_CHIP = (_C.Memory.sbuf, _C.Memory.psum)
 
@@ -100,11 +101,14 @@ class GridView:
     def __repr__(self):
         return f"<legacy view of {self.base!r} as {list(self.shape)}>"
 
+    def index_shape(self):
+        return self.base.shape  # the shape the entries index
+
     def out_of_bounds(self, rect=None):
         """A description of the first out-of-range subscript, or None."""
         if self.entries is None:
             return None
-        for d, (e, n) in enumerate(zip(self.entries, self.base.shape)):
+        for d, (e, n) in enumerate(zip(self.entries, self.index_shape())):
             lo, hi = e[1], e[1]
             if e[0] == "axis":
                 a, b = (0, self.shape[e[3]]) if rect is None else rect[e[3]]
@@ -190,6 +194,8 @@ def _translate(shape, on_chip, keys, name, combined_ok=False):
             entries.append(["fix", k.const, units[0] if units else None])
             continue
         j = varying[0]
+        if coef[j] < 0 and combined_ok:
+            raise CombinedAxes()  # a small axis walked backwards: split.py fixes it per piece
         if coef[j] < 0:
             error("index", f"the subscript of dim {d} of '{name}' walks grid axis {j} with a "
                   "negative stride, which a view cannot express")
@@ -202,6 +208,8 @@ def _translate(shape, on_chip, keys, name, combined_ok=False):
         owner[j] = d
         entries.append(["axis", k.const, coef[j], j])
     walked = [e[3] for e in entries if e[0] == "axis"]  # grid axes in the tensor's dim order
+    if walked != sorted(walked) and combined_ok:
+        raise CombinedAxes()  # small axes out of order: split.py fixes them per piece
     if walked != sorted(walked):
         error("index", f"the grid axes walk the dims of '{name}' in another order (a transposed "
               "placement such as t[i_f, i_p]); grid axes must follow the tensor's dims in order")
@@ -267,6 +275,8 @@ def _finish(v):
     r = v.resolve()
     if tuple(r.shape) == v.shape:
         return _register(r, v.axes, v.frame)
+    if isinstance(v, ReshapedView):
+        return v  # kept whole, so that a mask can still shrink it
     if v.base.buffer in ON_CHIP:
         error("index", f"this subscript of the tile '{v.base.name}' would give shape "
               f"{list(r.shape)} instead of {list(v.shape)}: on chip the partition dim must be "
@@ -288,14 +298,13 @@ def grid_view(t, keys):
 
 
 class Reshaped:
-    """An HBM tensor viewed with another shape (legacy tensor.reshape). Only size-1 dims may
-    be added or removed; subscripts are translated onto the base tensor."""
+    """An HBM tensor viewed with another shape (legacy tensor.reshape); subscripts are
+    translated onto the base tensor. Adding or removing size-1 dims keeps every subscript;
+    merging or splitting dims takes the subscripts reshape.py can map to one box of the base."""
 
     def __init__(self, base, shape):
-        self.base, self.shape = base, tuple(int(n) for n in shape)
-        if [n for n in self.shape if n != 1] != [n for n in base.shape if n != 1]:
-            error("unsupported", f"reshape {list(base.shape)} -> {list(self.shape)}: the legacy "
-                  "layer can only add or remove size-1 dims")
+        self.base, self.shape = base, new_shape(base.shape, shape)
+        self.merges = [n for n in self.shape if n != 1] != [n for n in base.shape if n != 1]
 
     dtype = property(lambda self: self.base.dtype)
     buffer = property(lambda self: self.base.buffer)
@@ -304,6 +313,10 @@ class Reshaped:
 
     def whole(self):
         return GridView(self.base, None, self.shape)
+
+    def reshape(self, shape, *more):
+        shape = tuple(shape) if not more else (shape,) + more
+        return Reshaped(self.base, shape) if list(shape) != list(self.base.shape) else self.base
 
     def __getitem__(self, key):
         keys = key if isinstance(key, tuple) else (key,)
@@ -326,6 +339,8 @@ class Reshaped:
                     conv.append(k)
             keys = tuple(conv)
         entries, S, axes, frame = _translate(self.shape, False, keys, self.name)
+        if self.merges:
+            return _finish(ReshapedView(self, entries, S, axes, frame))
         kept = [e for e, n in zip(entries, self.shape) if n != 1]
         for e, n in zip(entries, self.shape):
             if n == 1 and (e[1] != 0 or e[0] == "axis" and S[e[3]] > 1):
@@ -334,6 +349,35 @@ class Reshaped:
         for n in self.base.shape:
             base_entries.append(next(it) if n != 1 else ("fix", 0))
         return _finish(GridView(self.base, base_entries, S, axes, frame))
+
+
+class ReshapedView(GridView):
+    """A grid subscript of a tensor reshaped across dims: entries index the reshaped shape;
+    resolve() gives the base tensor's view of the same elements in the same order (its shape
+    is the base's, so loads and stores move it by DMA)."""
+
+    def __init__(self, reshaped, entries, shape, axes=None, frame=None):
+        super().__init__(reshaped.base, entries, shape, axes, frame)
+        self.view_shape = reshaped.shape
+
+    def index_shape(self):
+        return self.view_shape
+
+    def resolve(self, rect=None):
+        bad = self.out_of_bounds(rect)
+        if bad:
+            error("index", f"{bad}; index grids may reach outside a tensor only where a mask= "
+                  "excludes those indices")
+        picks = []
+        for e in self.entries:
+            if e[0] != "axis":
+                picks.append((e[1], 1, 1))
+                continue
+            _, start, step, j = e
+            lo, hi = (0, self.shape[j]) if rect is None else rect[j]
+            picks.append((start + lo * step, hi - lo, step))
+        return _C.index(self.base, base_subscripts(list(self.base.shape), self.view_shape,
+                                                   picks, self.base.name, _sub))
 
 
 class MaskedOperand:
@@ -371,3 +415,12 @@ def concrete(x):
     """A neuron tensor for x (a GridView resolved whole)."""
     x = as_gridview(x)
     return x.resolve() if isinstance(x, GridView) else x
+
+
+def _arith(name):
+    # A pending view in an expression (`3 * t[i_p, i_h + i_x]`): its elements as a tile.
+    return lambda self, *args: getattr(concrete(self), name)(*args)
+
+
+for _name in ("add radd sub rsub mul rmul truediv rtruediv neg pow lt le gt ge").split():
+    setattr(GridView, f"__{_name}__", _arith(f"__{_name}__"))

@@ -72,13 +72,8 @@ struct InstrArgs {
   bool operator==(const InstrArgs&) const = default;
 };
 
-// One instruction. Source operand order per opcode:
-//   nc_matmul: stationary, moving          nc_transpose, tensor_copy, tensor_reduce,
-//   activation: data [, bias] [, scale]      device_print, register_load: data
-//   tensor_tensor: data1, data2            tensor_scalar: data [, operand0] [, operand1]
-//   tensor_copy_predicated: data, predicate   affine_select: on_true
-//   dma_copy: src [, rows index]           nc_n_gather: data, indices   local_gather: src, index
-//   memset, iota, register_store, register_move: none
+// One instruction, lowered from an Op by its signature (ops.hpp): `src` holds the source views
+// present, in signature order (source_specs names them), InstrArgs the scalars.
 struct Instr {
   Opcode op = Opcode::tensor_copy;
   Engine engine = Engine::vector;
@@ -126,7 +121,7 @@ struct Program {
 };
 
 std::string print(const Program& p);
-// Whether an instruction writes its `dst` pattern (device_print and register loads/moves don't).
-bool has_dst(Opcode op);
+// The signature entries of in.src, in order: which argument each source is.
+std::vector<const ArgSpec*> source_specs(const Instr& in);
 
 }  // namespace neuron

@@ -740,6 +740,165 @@ void neuron_k_local_gather(const NView* d, const NView* s, const NView* idx, int
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
+// ---- vector selection and statistics (max8, nc_find_index8, nc_match_replace8, bn_stats,
+// bn_aggr), partition reduction and shuffles. Values compare and accumulate in fp32.
+
+void neuron_k_max8(const NView* d, const NView* s, int ddt, int sdt) {
+  const int64_t P = d->size[0], n = per_partition(*s);
+  for (int64_t p = 0; p < P; ++p) {
+    float top[8];
+    int have = 0;
+    char* row = s->base + p * s->stride[0];
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = b::load_f32(element(*s, row, j), dt(sdt));
+      if (have == 8 && !(v > top[7])) continue;
+      int k = have < 8 ? have++ : 7;  // insert after equal values: earlier elements rank first
+      while (k > 0 && v > top[k - 1]) {
+        top[k] = top[k - 1];
+        --k;
+      }
+      top[k] = v;
+    }
+    char* out = d->base + p * d->stride[0];
+    for (int k = 0; k < 8; ++k) b::store_f32(element(*d, out, k), dt(ddt), top[k]);
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+namespace {
+// The positions in data's row of the 8 values of vals' row: value k matches the first
+// occurrence not already matched by an equal value before it (-1: none).
+void match8(const NView& data, char* row, int sdt, const NView& vals, char* vrow, int vdt,
+            int64_t pos[8]) {
+  const int64_t n = per_partition(data);
+  float v[8];
+  for (int k = 0; k < 8; ++k) v[k] = b::load_f32(element(vals, vrow, k), dt(vdt));
+  for (int k = 0; k < 8; ++k) {
+    int skip = 0;
+    for (int j = 0; j < k; ++j) skip += v[j] == v[k];
+    pos[k] = -1;
+    for (int64_t j = 0; j < n; ++j)
+      if (b::load_f32(element(data, row, j), dt(sdt)) == v[k] && skip-- == 0) {
+        pos[k] = j;
+        break;
+      }
+  }
+}
+}  // namespace
+
+void neuron_k_find_index8(const NView* d, const NView* data, const NView* vals, int ddt, int sdt,
+                          int vdt) {
+  const int64_t P = d->size[0];
+  for (int64_t p = 0; p < P; ++p) {
+    int64_t pos[8];
+    match8(*data, data->base + p * data->stride[0], sdt, *vals, vals->base + p * vals->stride[0],
+           vdt, pos);
+    char* out = d->base + p * d->stride[0];
+    for (int k = 0; k < 8; ++k) b::store_int_bits(element(*d, out, k), dt(ddt), pos[k]);  // -1: all ones
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_match_replace8(const NView* d, const NView* data, const NView* vals, int ddt,
+                             int sdt, int vdt, double imm) {
+  Snapshot sd(data, sdt, d, ddt), sv(vals, vdt, d, ddt);
+  const NView& src = *sd.view;
+  const int64_t P = d->size[0], n = per_partition(*d);
+  for (int64_t p = 0; p < P; ++p) {
+    char* row = src.base + p * src.stride[0];
+    int64_t pos[8];
+    match8(src, row, sdt, *sv.view, sv.view->base + p * sv.view->stride[0], vdt, pos);
+    char* out = d->base + p * d->stride[0];
+    for (int64_t j = 0; j < n; ++j) move_element(element(*d, out, j), ddt, element(src, row, j), sdt);
+    for (int k = 0; k < 8; ++k)
+      if (pos[k] >= 0) b::store_f32(element(*d, out, pos[k]), dt(ddt), static_cast<float>(imm));
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_bn_stats(const NView* d, const NView* s, int ddt, int sdt) {
+  const int64_t P = d->size[0], n = per_partition(*s);
+  for (int64_t p = 0; p < P; ++p) {
+    char* row = s->base + p * s->stride[0];
+    char* out = d->base + p * d->stride[0];
+    for (int64_t parity = 0; parity < 2; ++parity) {  // even-indexed, then odd-indexed elements
+      float sum = 0, m2 = 0, count = 0;
+      for (int64_t j = parity; j < n; j += 2) sum += b::load_f32(element(*s, row, j), dt(sdt));
+      for (int64_t j = parity; j < n; j += 2) count += 1;
+      const float mean = count > 0 ? sum / count : 0.0f;
+      for (int64_t j = parity; j < n; j += 2) {
+        const float e = b::load_f32(element(*s, row, j), dt(sdt)) - mean;
+        m2 += e * e;
+      }
+      b::store_f32(element(*d, out, 3 * parity), dt(ddt), count);
+      b::store_f32(element(*d, out, 3 * parity + 1), dt(ddt), mean);
+      b::store_f32(element(*d, out, 3 * parity + 2), dt(ddt), m2);
+    }
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_bn_aggr(const NView* d, const NView* s, int ddt, int sdt) {
+  const int64_t P = d->size[0], triples = per_partition(*s) / 3;
+  for (int64_t p = 0; p < P; ++p) {
+    char* row = s->base + p * s->stride[0];
+    auto at = [&](int64_t t, int i) { return b::load_f32(element(*s, row, 3 * t + i), dt(sdt)); };
+    float count = 0, weighted = 0;
+    for (int64_t t = 0; t < triples; ++t) {
+      count += at(t, 0);
+      weighted += at(t, 0) * at(t, 1);
+    }
+    const float mean = count > 0 ? weighted / count : 0.0f;
+    float m2 = 0;  // Chan et al.: M2 = sum(M2_t + n_t (mean_t - mean)^2)
+    for (int64_t t = 0; t < triples; ++t) {
+      const float e = at(t, 1) - mean;
+      m2 += at(t, 2) + at(t, 0) * e * e;
+    }
+    char* out = d->base + p * d->stride[0];
+    b::store_f32(element(*d, out, 0), dt(ddt), mean);
+    b::store_f32(element(*d, out, 1), dt(ddt), count > 0 ? m2 / count : 0.0f);
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_partition_reduce(const NView* d, const NView* s, int ddt, int sdt, int op_) {
+  const AluOp op = static_cast<AluOp>(op_);
+  const int64_t P = s->size[0], n = per_partition(*s);
+  char* out = d->base;
+  const bool bits = b::alu_is_bitvec(op) && is_int(ddt) && is_int(sdt);
+  for (int64_t j = 0; j < n; ++j) {
+    if (bits) {
+      int64_t acc = b::load_int(element(*s, s->base, j), dt(sdt));
+      for (int64_t p = 1; p < P; ++p)
+        acc = b::alu_bits(op, acc, b::load_int(element(*s, s->base + p * s->stride[0], j), dt(sdt)));
+      b::store_int_bits(element(*d, out, j), dt(ddt), acc);
+    } else {
+      float acc = b::load_f32(element(*s, s->base, j), dt(sdt));
+      for (int64_t p = 1; p < P; ++p)
+        acc = b::alu(op, acc, b::load_f32(element(*s, s->base + p * s->stride[0], j), dt(sdt)));
+      b::store_f32(element(*d, out, j), dt(ddt), acc);
+    }
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_stream_shuffle(const NView* d, const NView* s, int ddt, int sdt, int64_t m0,
+                             int64_t m1, int64_t m2, int64_t m3) {
+  Snapshot ss(s, sdt, d, ddt);
+  const NView& src = *ss.view;
+  const int64_t P = d->size[0], n = per_partition(*d);
+  const int64_t packed[4] = {m0, m1, m2, m3};
+  for (int64_t p = 0; p < P; ++p) {
+    const int64_t i = p % 32;
+    const int64_t from = (static_cast<uint64_t>(packed[i / 8]) >> (8 * (i % 8))) & 0xff;
+    if (from == 255) continue;  // this partition keeps its value
+    char* row = src.base + (p - i + from) * src.stride[0];
+    char* out = d->base + p * d->stride[0];
+    for (int64_t j = 0; j < n; ++j) move_element(element(*d, out, j), ddt, element(src, row, j), sdt);
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
 // Registers are 32-bit: a loaded value wraps to int32 (float elements convert by rounding).
 int64_t neuron_k_load_scalar(const NView* s, int sdt) {
   const int64_t v = b::load_int(s->base, dt(sdt));

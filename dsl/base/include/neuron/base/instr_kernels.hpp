@@ -62,7 +62,9 @@ Fault take_fault();  // the first fault since the last call (kind kFaultNone: no
   X(memset, inline) X(tensor_reduce, inline) X(transpose, call) X(matmul, call)                \
   X(copy_predicated, call) X(iota, call) X(affine_select, call) X(print, call)                 \
   X(dma_indirect, call) X(gather, call) X(local_gather, call) X(load_scalar, inline)           \
-  X(store_scalar, inline) X(tensor_tensor_scan, call)
+  X(store_scalar, inline) X(tensor_tensor_scan, call) X(partition_reduce, call) X(max8, call)    \
+  X(find_index8, call) X(match_replace8, call) X(bn_stats, call) X(bn_aggr, call)              \
+  X(stream_shuffle, call)
 // The cold paths of the streaming kernels (host only; see instr_kernels.cpp).
 #define NEURON_INSTR_SNAPSHOTS(X) \
   X(copy) X(tensor_tensor) X(tensor_scalar) X(activation) X(copy_predicated) X(affine_select)
@@ -138,6 +140,28 @@ void neuron_k_tensor_tensor_scan(const neuron_nview* d, const neuron_nview* a,
                                  const neuron_nview* b, const neuron_nview* init, int ddt, int adt,
                                  int bdt, int idt, int op0, int op1, int rev0, int rev1,
                                  double init_imm);
+// tensor_partition_reduce: d[0, j] = op over partitions p of s[p, j] (fp32, or integer bits for
+// bitwise ops on integer tiles).
+void neuron_k_partition_reduce(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt,
+                               int op);
+// max8: d[p, 0..7] = the 8 largest values of s[p, :], descending.
+void neuron_k_max8(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt);
+// nc_find_index8: d[p, k] = the index in data[p, :] of vals[p, k] (a repeated value takes the
+// next occurrence); all ones when absent.
+void neuron_k_find_index8(const neuron_nview* d, const neuron_nview* data,
+                          const neuron_nview* vals, int ddt, int sdt, int vdt);
+// nc_match_replace8: d = data with the occurrences nc_find_index8 finds replaced by imm.
+void neuron_k_match_replace8(const neuron_nview* d, const neuron_nview* data,
+                             const neuron_nview* vals, int ddt, int sdt, int vdt, double imm);
+// bn_stats: d[p, :] = count, mean, sum of squared deviations of the even-indexed elements of
+// s[p, :], then the same for the odd-indexed ones.
+void neuron_k_bn_stats(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt);
+// bn_aggr: d[p, :] = mean, variance of the (count, mean, M2) triples of s[p, :] combined.
+void neuron_k_bn_aggr(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt);
+// nc_stream_shuffle: in every group of 32 partitions, d[i] = s[mask[i]] (mask entry 255: d[i]
+// unchanged); the 32 mask bytes are packed little-endian into m0..m3.
+void neuron_k_stream_shuffle(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt,
+                             int64_t m0, int64_t m1, int64_t m2, int64_t m3);
 // register_load / register_store: one element as a 32-bit register value.
 int64_t neuron_k_load_scalar(const neuron_nview* s, int sdt);
 void neuron_k_store_scalar(const neuron_nview* d, int ddt, int64_t value);

@@ -1,0 +1,299 @@
+"""The FlexAttention backward as two neuron kernels (the forward is kernel.py): dq, and dk / dv,
+recomputing p from the saved lse (flash-attention style) with the block lists read at run time.
+
+Both recompute, per (query tile, key tile): s = score_mod(q k^T * scale) with its derivative
+with respect to the score (emit.emit_with_grad: forward mode over the traced graph), mask_mod on
+partial blocks, p = exp(s - lse), dp = dout v^T, ds = p * (dp - delta) * d score_mod / d score
+with delta = rowsum(dout * out) - dlse (host). Then
+- dq kernel: per query tile, over the kv block lists (as the forward): dq += ds @ k;
+- dk/dv kernel: per key block, over the q block lists (the BlockMask's q_num_blocks /
+  q_indices and full_q_*): dv += p^T @ dout, dk += ds^T @ q. One program per (batch, query
+  head), each writing its own partial dk / dv; the host sums the G query heads of a kv head
+  (and the batch when K/V broadcast over it), so no two programs write one row.
+Rows that see no key have lse -inf: they get lse +inf here, so p = 0 and every gradient is 0.
+Padding query rows (L not a multiple of the q block) are zero with lse +inf; the mods see
+q_idx clamped to L - 1 there (and kv_idx to S - 1 on padding keys), as on the host path.
+Gradients of captured tensors are not produced: such calls take the host path.
+"""
+import math
+
+import torch
+
+from . import emit
+from .kernel import TRACES, _captured, block_lists
+
+_KERNELS = {}
+
+
+def q_lists(block_mask, B, Hq, L, S, QB, KB):
+    """The q-side block lists [Bm * Hm, 1, nK] / [Bm * Hm, nK, W] (full ones None when absent);
+    for no block mask, every q block of every key block, the last one partial when L % QB."""
+    nQ, nK = -(-L // QB), -(-S // KB)
+    if block_mask is None:
+        tail = L % QB != 0
+        nf = nQ - 1 if tail else nQ
+        fn = torch.full((1, 1, nK), nf, dtype=torch.int32)
+        fi = torch.arange(max(nf, 1), dtype=torch.int32).expand(1, nK, max(nf, 1)).contiguous()
+        kn = torch.full((1, 1, nK), 1 if tail else 0, dtype=torch.int32)
+        ki = torch.full((1, nK, 1), nQ - 1, dtype=torch.int32)
+        return kn, ki, fn, fi
+    Bm, Hm = block_mask.kv_num_blocks.shape[:2]
+
+    def flat(n, i):
+        n = n[:, :, :nK].to(torch.int32).reshape(Bm * Hm, 1, nK).contiguous()
+        i = i[:, :, :nK].to(torch.int32).reshape(Bm * Hm, nK, i.shape[-1]).contiguous()
+        return n, i
+    kn, ki = flat(block_mask.q_num_blocks, block_mask.q_indices)
+    fn = fi = None
+    if block_mask.full_q_num_blocks is not None:
+        fn, fi = flat(block_mask.full_q_num_blocks, block_mask.full_q_indices)
+    return kn, ki, fn, fi
+
+
+def why_not(block_mask, score_graph):
+    if block_mask is not None and block_mask.q_num_blocks is None:
+        return "the block mask has no q_num_blocks / q_indices (the backward's transposes)"
+    if score_graph is not None and any(t.requires_grad for t in score_graph.inputs):
+        return "a captured tensor of score_mod requires grad"
+    return None
+
+
+def _build(sh, score_graph, mask_graph, which):
+    import neuron
+    import neuron.isa as nisa
+    import neuron.language as nl
+    ninf = -math.inf
+    f32 = nl.float32
+    graphs = [g for g in (score_graph, mask_graph) if g is not None]
+
+    def uses(name):
+        return any(g.uses(name) for g in graphs)
+    need_bh = uses("b") or uses("h")
+    need_caps = any(g.inputs for g in graphs)
+    n_score = len(score_graph.inputs) if score_graph is not None else 0
+    TQ, TK = sh.TQ, sh.TK
+
+    def T(x):
+        return nl.copy(nl.transpose(x))
+
+    def probs(kind, s_raw, dp, lse_t, delta_t, env, data):
+        """(p, ds) of one [TQ, TK] tile from the raw scaled scores s_raw."""
+        s, ds_mod = s_raw, 1.0
+        if score_graph is not None:
+            env["score"] = s_raw
+            s, ds_mod = emit.emit_with_grad(score_graph, env, s_raw, data,
+                                            sh.caps_layout[:n_score], nl)
+            if isinstance(s, float):
+                s = nl.add(nl.multiply(s_raw, 0.0), s)
+        if kind == "partial" and mask_graph is not None:
+            keep = emit.emit(mask_graph, env, s_raw, data, sh.caps_layout[n_score:], nl)
+            if isinstance(keep, float):
+                if not keep:
+                    s = nl.add(nl.multiply(s, 0.0), ninf)
+            else:
+                s = nl.where(keep, s, ninf)
+        if sh.S % sh.KB != 0:
+            s = nl.where(nl.less(env["_kv_raw"], float(sh.S)), s, ninf)
+        p = nl.exp(nl.subtract(s, lse_t))
+        ds = nl.multiply(p, nl.subtract(dp, delta_t))
+        if ds_mod is None:
+            ds = nl.multiply(ds, 0.0)
+        elif not isinstance(ds_mod, float) or ds_mod != 1.0:
+            # Where p is 0 (masked, padding keys, padding rows) the derivative may be inf or
+            # NaN (sqrt(|s|) at s = 0 on a zero padding key): those entries are 0, not NaN.
+            ds = nl.where(nl.greater(p, 0.0), nl.multiply(ds, ds_mod), 0.0)
+        return p, ds
+
+    def program(b, hk, g, bh, caps):
+        hq = (b * sh.Hkv + hk) * sh.G + g
+        kvrow = (b if sh.Bk == sh.B else 0) * sh.Hkv + hk
+        mrow = (b if sh.Bm > 1 else 0) * sh.Hm + ((hk * sh.G + g) if sh.Hm > 1 else 0)
+        zeros = nl.zeros((TQ, TK), f32, buffer=nl.sbuf)
+        fixed = {}
+        if need_bh:
+            bh_t = nl.broadcast_to(nl.load(bh[hq, :, :]), (TQ, 2))
+            for j, name in enumerate(("b", "h")):
+                if uses(name):
+                    fixed[name] = nl.add(zeros, bh_t[:, j:j + 1])
+        data = nl.broadcast_to(nl.load(caps[0:1, :]), (TQ, caps.shape[1])) \
+            if need_caps else None
+        return hq, kvrow, mrow, zeros, fixed, data
+
+    def index_env(fixed, zeros, qpos_t, kvpos_t):
+        env = dict(fixed)
+        env["q_idx"] = nl.add(zeros, qpos_t)           # qpos: clamped to L - 1
+        kv = kvpos_t                                   # [TQ, TK] raw key positions
+        env["_kv_raw"] = kv
+        env["kv_idx"] = kv if sh.S % sh.KB == 0 else nl.minimum(kv, float(sh.S - 1))
+        return env
+
+    if which == "dq":
+        @neuron.kernel
+        def flex_backward_dq(q, k, v, dout, lse, delta, kn, ki, fn, fi, bh, caps, qpos):
+            TRACES[0] += 1
+            dq = nl.ndarray((sh.B * sh.Hq, sh.Lp, sh.E), f32, buffer=nl.shared_hbm, name="dq")
+            hq, kvrow, mrow, zeros, fixed, data = program(
+                nl.program_id(0), nl.program_id(1), nl.program_id(2), bh, caps)
+            kv_base = nl.ndarray((TQ, TK), f32, buffer=nl.sbuf)
+            nisa.iota(kv_base, [[1, TK]], offset=0, channel_multiplier=0)
+            counts = {"partial": nl.load(kn[mrow, :, :])}
+            if sh.Wf is not None:
+                counts["full"] = nl.load(fn[mrow, :, :])
+            for r in nl.affine_range(sh.nQ):
+                for t in range(sh.QB // TQ):
+                    q0 = r * sh.QB + t * TQ
+                    qT = T(nl.load(q[hq, nl.ds(q0, TQ), :], dtype=f32))
+                    doT = T(nl.load(dout[hq, nl.ds(q0, TQ), :], dtype=f32))
+                    lse_t = nl.load(lse[hq, nl.ds(q0, TQ), :])
+                    delta_t = nl.load(delta[hq, nl.ds(q0, TQ), :])
+                    qpos_t = nl.load(qpos[nl.ds(q0, TQ), :])
+                    acc = nl.zeros((TQ, sh.E), f32, buffer=nl.sbuf)
+                    for kind in ("full", "partial"):
+                        if kind not in counts:
+                            continue
+                        n = nisa.register_alloc()
+                        nisa.register_load(n, counts[kind][0:1, nl.ds(r, 1)])
+                        lists = ki if kind == "partial" else fi
+                        row = nl.load(lists[mrow, nl.ds(r, 1), :])
+                        kcol = nl.broadcast_to(
+                            nl.multiply(nl.copy(row, dtype=f32), float(sh.KB)),
+                            (TQ, lists.shape[2]))
+                        for jj in nl.dynamic_range(n):
+                            blk = nisa.register_alloc()
+                            nisa.register_load(blk, row[0:1, nl.ds(jj, 1)])
+                            for sb in range(sh.KB // TK):
+                                k0 = blk * sh.KB + sb * TK
+                                krows = nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=f32)
+                                vT = T(nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=f32))
+                                s_raw = nl.multiply(nl.matmul(qT, T(krows), transpose_x=True),
+                                                    sh.scale)
+                                dp = nl.matmul(doT, vT, transpose_x=True)
+                                kv = nl.add(kv_base, kcol[:, nl.ds(jj, 1)])
+                                if sb:
+                                    kv = nl.add(kv, float(sb * TK))
+                                env = index_env(fixed, zeros, qpos_t, kv)
+                                _, ds = probs(kind, s_raw, dp, lse_t, delta_t, env, data)
+                                acc[...] = nl.add(acc, nl.matmul(T(ds), krows,
+                                                                 transpose_x=True))
+                    nl.store(dq[hq, nl.ds(q0, TQ), :], nl.multiply(acc, sh.scale))
+            return dq
+        return flex_backward_dq
+
+    @neuron.kernel
+    def flex_backward_dkdv(q, k, v, dout, lse, delta, qn, qi, qfn, qfi, bh, caps, qpos, kpos):
+        TRACES[0] += 1
+        dk = nl.ndarray((sh.B * sh.Hq, sh.Sp, sh.E), f32, buffer=nl.shared_hbm, name="dk")
+        dv = nl.ndarray((sh.B * sh.Hq, sh.Sp, sh.Ev), f32, buffer=nl.shared_hbm, name="dv")
+        hq, kvrow, mrow, zeros, fixed, data = program(
+            nl.program_id(0), nl.program_id(1), nl.program_id(2), bh, caps)
+        counts = {"partial": nl.load(qn[mrow, :, :])}
+        if sh.Wqf is not None:
+            counts["full"] = nl.load(qfn[mrow, :, :])
+        for c in nl.affine_range(sh.nK):
+            for sb in range(sh.KB // TK):
+                k0 = c * sh.KB + sb * TK
+                kT = T(nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=f32))
+                vT = T(nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=f32))
+                kv = nl.add(zeros, nl.broadcast_to(nl.load(kpos[0:1, nl.ds(k0, TK)]), (TQ, TK)))
+                dk_acc = nl.zeros((TK, sh.E), f32, buffer=nl.sbuf)
+                dv_acc = nl.zeros((TK, sh.Ev), f32, buffer=nl.sbuf)
+                for kind in ("full", "partial"):
+                    if kind not in counts:
+                        continue
+                    n = nisa.register_alloc()
+                    nisa.register_load(n, counts[kind][0:1, nl.ds(c, 1)])
+                    lists = qi if kind == "partial" else qfi
+                    row = nl.load(lists[mrow, nl.ds(c, 1), :])
+                    for jj in nl.dynamic_range(n):
+                        blk = nisa.register_alloc()
+                        nisa.register_load(blk, row[0:1, nl.ds(jj, 1)])
+                        for t in range(sh.QB // TQ):
+                            q0 = blk * sh.QB + t * TQ
+                            qrows = nl.load(q[hq, nl.ds(q0, TQ), :], dtype=f32)
+                            dorows = nl.load(dout[hq, nl.ds(q0, TQ), :], dtype=f32)
+                            lse_t = nl.load(lse[hq, nl.ds(q0, TQ), :])
+                            delta_t = nl.load(delta[hq, nl.ds(q0, TQ), :])
+                            qpos_t = nl.load(qpos[nl.ds(q0, TQ), :])
+                            s_raw = nl.multiply(nl.matmul(T(qrows), kT, transpose_x=True),
+                                                sh.scale)
+                            dp = nl.matmul(T(dorows), vT, transpose_x=True)
+                            env = index_env(fixed, zeros, qpos_t, kv)
+                            p, ds = probs(kind, s_raw, dp, lse_t, delta_t, env, data)
+                            dv_acc[...] = nl.add(dv_acc, nl.matmul(p, dorows, transpose_x=True))
+                            dk_acc[...] = nl.add(dk_acc, nl.matmul(ds, qrows, transpose_x=True))
+                nl.store(dk[hq, nl.ds(k0, TK), :], nl.multiply(dk_acc, sh.scale))
+                nl.store(dv[hq, nl.ds(k0, TK), :], dv_acc)
+        return dk, dv
+    return flex_backward_dkdv
+
+
+class _Shape:
+    def __init__(self, q, v, QB, KB, kn, ki, fi, qfi, Bm, Hm, scale, layout, L, S):
+        self.B, self.Hq, _, self.E = q.shape
+        self.Bk, self.Hkv, _, self.Ev = v.shape
+        self.G = self.Hq // self.Hkv
+        self.L, self.S, self.QB, self.KB = L, S, QB, KB
+        self.TQ, self.TK = min(QB, 128), min(KB, 128)
+        self.nQ, self.nK = -(-L // QB), -(-S // KB)
+        self.Lp, self.Sp = self.nQ * QB, self.nK * KB
+        self.Wf = None if fi is None else fi.shape[2]
+        self.Wqf = None if qfi is None else qfi.shape[2]
+        self.Wp = ki.shape[2]
+        self.Bm, self.Hm = Bm, Hm
+        self.scale = float(scale)
+        self.caps_layout = layout
+
+    def key(self):
+        return tuple(sorted(vars(self).items()))
+
+
+def backward(q, k, v, out, lse, dout, dlse, block_mask, score_graph, mask_graph, scale,
+             simulate=False):
+    """(dq, dk, dv) in fp32 through the two kernels."""
+    import neuron
+    q, k, v, out, lse = (t.detach() for t in (q, k, v, out, lse))
+    B, Hq, L, E = q.shape
+    Bk, Hkv, S, Ev = v.shape
+    QB, KB, kn, ki, fn, fi, Bm, Hm = block_lists(block_mask, B, Hq, L, S)
+    qn, qi, qfn, qfi = q_lists(block_mask, B, Hq, L, S, QB, KB)
+    caps, layout = _captured((score_graph, mask_graph))
+    sh = _Shape(q, v, QB, KB, kn, ki, fi, qfi, Bm, Hm, scale, layout, L, S)
+    key = (sh.key(), score_graph.key() if score_graph else None,
+           mask_graph.key() if mask_graph else None)
+    kernels = _KERNELS.get(key)
+    if kernels is None:
+        kernels = _KERNELS[key] = (_build(sh, score_graph, mask_graph, "dq"),
+                                   _build(sh, score_graph, mask_graph, "dkdv"))
+    G = Hq // Hkv
+    grids = [kern[B, Hkv, G] for kern in kernels]
+    if simulate:
+        grids = [neuron.simulate(g_) for g_ in grids]
+
+    def rows(t, n, pad_value=0.0):  # [B, H, N, D] -> [B*H, n, D], padded with pad_value
+        t = t.contiguous().reshape(-1, t.shape[2], t.shape[3])
+        pad = n - t.shape[1]
+        return torch.nn.functional.pad(t, (0, 0, 0, pad), value=pad_value) if pad else t
+    f32 = torch.float32
+    do = torch.zeros_like(out, dtype=f32) if dout is None else dout.to(f32)
+    delta = (do * out.to(f32)).sum(-1)
+    if dlse is not None:
+        delta = delta - torch.where(torch.isneginf(lse), 0.0, dlse.to(f32))
+    lse_u = torch.where(torch.isneginf(lse), math.inf, lse.to(f32))
+    args = [rows(q, sh.Lp), rows(k, sh.Sp), rows(v, sh.Sp), rows(do, sh.Lp),
+            rows(lse_u.unsqueeze(-1), sh.Lp, math.inf), rows(delta.unsqueeze(-1), sh.Lp)]
+    bh = torch.stack(torch.meshgrid(torch.arange(B), torch.arange(Hq), indexing="ij"), -1)
+    bh = bh.reshape(B * Hq, 1, 2).to(f32)
+    qpos = torch.arange(sh.Lp, dtype=f32).clamp(max=L - 1).reshape(sh.Lp, 1)
+    kpos = torch.arange(sh.Sp, dtype=f32).reshape(1, sh.Sp)
+    dummy = torch.zeros(1, 1, 1, dtype=torch.int32)
+    fn, fi = (fn, fi) if fn is not None else (dummy, dummy)
+    qfn, qfi = (qfn, qfi) if qfn is not None else (dummy, dummy)
+    dq = torch.as_tensor(grids[0](*args, kn, ki, fn, fi, bh, caps, qpos))
+    dk, dv = (torch.as_tensor(t) for t in grids[1](*args, qn, qi, qfn, qfi, bh, caps, qpos,
+                                                    kpos))
+    dq = dq[:, :L].reshape(B, Hq, L, E)
+    dk = dk[:, :S].reshape(B, Hkv, G, S, E).sum(2)
+    dv = dv[:, :S].reshape(B, Hkv, G, S, Ev).sum(2)
+    if Bk != B:
+        dk, dv = dk.sum(0, keepdim=True), dv.sum(0, keepdim=True)
+    return dq, dk, dv

@@ -1,0 +1,110 @@
+"""Legacy `t.reshape(shape)` of an HBM tensor that merges or splits dims (`[2, 64, H, W] ->
+[128, H, W]`, and back): a subscript of the reshaped tensor becomes a view of the base tensor.
+
+A reshape pairs the dims of both shapes into groups of equal element count (`[2, 64]` with
+`[128]`). Within a group, the subscripted box of the new dims must be one contiguous run of
+elements, and that run one box of the base dims: then the base view holds exactly the selected
+elements in the same (row-major) order, and a DMA moves them between it and a tile of the new
+shape (the consumer sees a view whose shape differs from the tile's; docs/nki-compat.md). Runs
+that are not a box (rows 32..95 of a merged [2, 64]) are refused with the rule that fails."""
+import math
+
+from .. import _C
+from .grid import error
+
+
+def new_shape(old, shape):
+    """The reshape's target shape (one -1 is inferred), checked against the element count."""
+    shape = [int(n) for n in shape]
+    total = math.prod(old)
+    if shape.count(-1) == 1:
+        rest = math.prod(n for n in shape if n != -1)
+        if rest and total % rest == 0:
+            shape[shape.index(-1)] = total // rest
+    if any(n < 0 for n in shape) or math.prod(shape) != total:
+        error("shape", f"cannot reshape shape {list(old)} ({total} elements) to {shape}")
+    return tuple(shape)
+
+
+def groups(old, new):
+    """[(old dims, new dims)]: consecutive dims of both shapes with equal element counts."""
+    out, i, j = [], 0, 0
+    while i < len(old) or j < len(new):
+        go, gn, po, pn = [], [], 1, 1
+        if i < len(old):
+            go.append(i)
+            po, i = po * old[i], i + 1
+        if j < len(new):
+            gn.append(j)
+            pn, j = pn * new[j], j + 1
+        while po != pn:
+            if po < pn:
+                go.append(i)
+                po, i = po * old[i], i + 1
+            else:
+                gn.append(j)
+                pn, j = pn * new[j], j + 1
+        out.append((go, gn))
+    return out
+
+
+def _run(ranges, sizes, name):
+    """The linear [start, end) of a box of ranges over dims of `sizes`, if contiguous."""
+    k = max([d for d, ((lo, hi), n) in enumerate(zip(ranges, sizes)) if hi - lo != n],
+            default=-1)  # the innermost dim not taken whole
+    if any(hi - lo != 1 for lo, hi in ranges[:max(k, 0)]):
+        error("unsupported", f"this subscript of the reshaped tensor '{name}' selects elements "
+              "that are not contiguous across the merged dims (only the outermost subscripted "
+              "dim of a merged group may take a range)")
+    start = end = 0
+    for (lo, hi), n in zip(ranges, sizes):
+        start, end = start * n + lo, end * n + hi - 1
+    return start, end + 1
+
+
+def _box(start, end, sizes, name):
+    """(start, size) per dim of `sizes` whose box is the linear run [start, end)."""
+    m, inner = len(sizes) - 1, 1  # the outermost dim the run varies in, its inner size
+    while m > 0 and end - start > inner * sizes[m]:
+        inner, m = inner * sizes[m], m - 1
+    if start % inner or (end - start) % inner or \
+            start // (inner * sizes[m]) != (end - 1) // (inner * sizes[m]):
+        error("unsupported", f"this subscript of the reshaped tensor '{name}' selects elements "
+              f"{start}..{end - 1} of a merged dim, which do not form a box of the tensor's dims "
+              f"{list(sizes)}")
+    out, rest = [], start // (inner * sizes[m])
+    for d in range(m - 1, -1, -1):
+        out.insert(0, (rest % sizes[d], 1))
+        rest //= sizes[d]
+    out.append(((start // inner) % sizes[m], (end - start) // inner))
+    out += [(0, n) for n in sizes[m + 1:]]
+    return out
+
+
+def base_subscripts(base_shape, shape, picks, name, sub):
+    """The subscripts of the base tensor for `picks`, one per dim of the reshaped `shape`:
+    (start, size, step) with int or Affine start. sub(kind, start, a, b) makes one."""
+    subs = [None] * len(base_shape)
+    for go, gn in groups(list(base_shape), list(shape)):
+        if len(go) == 1 and len(gn) == 1:  # the same dim: any subscript carries over
+            start, size, step = picks[gn[0]]
+            subs[go[0]] = (sub("ds", start, size) if step == 1 or size == 1 else
+                           sub("slice", start, start + step * (size - 1) + 1, step))
+            continue
+        ranges = []
+        for d in gn:
+            start, size, step = picks[d]
+            if isinstance(start, _C.Affine):
+                if not start.is_constant():
+                    error("unsupported", f"the subscript of a merged or split dim of the "
+                          f"reshaped tensor '{name}' starts at '{start}' (a program id or "
+                          "runtime value); it needs a constant start here")
+                start = int(start.constant)
+            if step != 1 and size > 1:
+                error("unsupported", f"a strided subscript of a merged or split dim of the "
+                      f"reshaped tensor '{name}' is not supported")
+            ranges.append((int(start), int(start) + size))
+        run = _run(ranges, [shape[d] for d in gn], name)
+        for d, (start, size) in zip(go, _box(*run, [base_shape[d] for d in go], name)):
+            subs[d] = sub("ds", start, size)
+    return subs

@@ -1,0 +1,290 @@
+# The FlexAttention forward as a neuron kernel (kernel_options={"BACKEND": "native" |
+# "simulator"}): block lists read at run time (one compile per mask shape), full blocks without
+# mask_mod, empty blocks skipped, b/h-dependent mods and captured tensors read by gathers,
+# judged against the float64 dense reference by FLEX.md's rule. Every case runs on the
+# simulator (no LLVM compile: cheap); a subset also natively.
+import warnings
+
+import pytest
+import torch
+
+import neuron
+from neuron.flex_attention import AuxRequest, BlockMask, create_block_mask, flex_attention
+from neuron.flex_attention import kernel as K
+
+import flex_helpers as fh
+
+
+@pytest.fixture(autouse=True)
+def quick_native_compiles(monkeypatch):
+    # The instruction kernels called as host functions: the same bits as the bitcode build
+    # (test_bad_inputs.py::test_host_instruction_kernels_give_the_same_bits) at about a third
+    # of the cold compile time of these long kernels.
+    monkeypatch.setenv("NEURON_NATIVE_KERNELS", "host")
+
+
+def run(backend, q, k, v, score_mod=None, block_mask=None):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no silent switch to the host path
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                              enable_gqa=q.shape[1] != k.shape[1],
+                              kernel_options={"BACKEND": backend},
+                              return_aux=AuxRequest(lse=True))
+
+
+def check(name, got, q, k, v, score_mod, mask_mod):
+    out, aux = got
+    golden, golden_lse = fh.dense_reference(q.double(), k.double(), v.double(), score_mod,
+                                            mask_mod)
+    ref, _ = fh.dense_reference(q, k, v, score_mod, mask_mod)
+    assert out.dtype == q.dtype and out.shape == golden.shape
+    fh.judge(f"{name} out", out, golden, ref)
+    fh.lse_close(f"{name} lse", aux.lse, golden_lse, tol=1e-4)
+
+
+def qkv(B, Hq, Hkv, Bk, L, S, E, Ev, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(B, Hq, L, E, generator=g).to(dtype),
+            torch.randn(Bk, Hkv, S, E, generator=g).to(dtype),
+            torch.randn(Bk, Hkv, S, Ev, generator=g).to(dtype))
+
+
+def compiles():
+    c = neuron.cache.info()
+    return c["memory_hits"] + c["disk_hits"] + c["misses"]
+
+
+@pytest.mark.parametrize("backend", ["native", "simulator"])
+def test_one_compile_serves_every_block_mask_and_captured_value(backend):
+    # The same document mask_mod over two document layouts: different block lists (a new
+    # BlockMask) and different captured values, one trace and one compile request.
+    L = 256 if backend == "native" else 288  # a shape no other test compiles
+    q, k, v = qkv(1, 2, 2, 1, L, L, 16, 16)
+    layouts = [fh.doc_lengths(L, [40, 100, 7, L - 147]), fh.doc_lengths(L, [L - 30, 30])]
+    doc = layouts[0].clone()
+
+    def document(b, h, q_idx, kv_idx):
+        return doc[q_idx] == doc[kv_idx]
+    traces, requests = K.TRACES[0], compiles()
+    seen = []
+    for ids in layouts:
+        doc.copy_(ids)
+        bm = create_block_mask(document, 1, 1, L, L, BLOCK_SIZE=32)
+        seen.append(bm.kv_num_blocks.clone())
+        check(f"doc {backend}", run(backend, q, k, v, block_mask=bm), q, k, v, None,
+              lambda b, h, qi, ki, d=ids.clone(): d[qi] == d[ki])
+    assert not torch.equal(seen[0], seen[1])  # the masks differ...
+    assert K.TRACES[0] - traces == 1          # ...one trace
+    assert compiles() - requests <= 1         # ...one compile request (0: already on disk)
+
+
+def test_full_blocks_skip_mask_mod_and_absent_blocks_are_skipped():
+    # Hand-made lists that contradict mask_mod (causal), so the result shows which blocks the
+    # kernel visited and where it applied mask_mod: block (0, 0) is declared full (every query
+    # sees key block 0 whole, even keys after it), row 3 omits block 2 (never attended though
+    # causal allows it), the diagonal blocks are partial (causal applied).
+    L, QB = 128, 32
+    full_n = torch.tensor([[[1, 1, 1, 2]]], dtype=torch.int32)
+    full_i = torch.tensor([[[[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 1, 0, 0]]]],
+                          dtype=torch.int32)
+    part_n = torch.tensor([[[0, 1, 1, 1]]], dtype=torch.int32)
+    part_i = torch.tensor([[[[0, 0, 0, 0], [1, 0, 0, 0], [2, 0, 0, 0], [3, 0, 0, 0]]]],
+                          dtype=torch.int32)
+    bm = BlockMask.from_kv_blocks(part_n, part_i, full_n, full_i, BLOCK_SIZE=QB,
+                                  mask_mod=fh.causal, seq_lengths=(L, L))
+    dense = torch.zeros(L, L, dtype=torch.bool)
+    qi, ki = torch.arange(L).view(-1, 1), torch.arange(L).view(1, -1)
+    causal = qi >= ki
+    for r in range(4):
+        rows = slice(r * QB, (r + 1) * QB)
+        for j in full_i[0, 0, r, :full_n[0, 0, r]].tolist():
+            dense[rows, j * QB:(j + 1) * QB] = True
+        for j in part_i[0, 0, r, :part_n[0, 0, r]].tolist():
+            dense[rows, j * QB:(j + 1) * QB] = causal[rows, j * QB:(j + 1) * QB]
+    assert dense[0, 5] and not causal[0, 5]          # full: mask_mod not applied
+    assert causal[100, 70] and not dense[100, 70]    # absent: skipped
+
+    def visited(b, h, q_idx, kv_idx):
+        return dense[q_idx, kv_idx]
+    q, k, v = qkv(1, 2, 2, 1, L, L, 16, 16)
+    check("hand-made lists", run("simulator", q, k, v, block_mask=bm), q, k, v, None, visited)
+
+
+# Captured tensors and data-dependent reads (gathers), b/h-dependent mods, integer ops.
+G = torch.Generator().manual_seed(1)
+BIAS = torch.randn(4, 300, generator=G)
+REL = torch.randn(300, generator=G)
+TABLE = torch.randn(8, generator=G)
+DOC2 = torch.stack([fh.doc_lengths(200, [30, 70, 5, 60, 35]), fh.doc_lengths(200, [100, 100])])
+SLOPES = torch.exp2(-8.0 * (torch.arange(4) + 1) / 4)
+
+
+def bias_hq(score, b, h, q_idx, kv_idx):
+    return score + BIAS[h, q_idx] - BIAS[h, kv_idx]
+
+
+def rel_negative_index(score, b, h, q_idx, kv_idx):
+    return score + REL[kv_idx - q_idx]  # negative when kv < q: counts from the end
+
+
+def nested_gather(score, b, h, q_idx, kv_idx):
+    return score * TABLE[(q_idx - kv_idx).abs() // 16 % 8]
+
+
+def per_batch_head(b, h, q_idx, kv_idx):
+    return (DOC2[b, q_idx] == DOC2[b, kv_idx]) & ((q_idx >= kv_idx) | (h == 1))
+
+
+def alibi(score, b, h, q_idx, kv_idx):
+    return score + SLOPES[h] * (kv_idx - q_idx)
+
+
+def chunked(b, h, q_idx, kv_idx):
+    return (q_idx // 64 == kv_idx // 64) | (kv_idx % 50 == 0) | ~(q_idx > -1)
+
+
+def casts(score, b, h, q_idx, kv_idx):
+    return score + torch.floor(score * 2) * 0.1 + (q_idx * 0.37).int() * 0.01 + b
+
+
+def late_start(b, h, q_idx, kv_idx):
+    return kv_idx <= q_idx - 40  # query rows 0..39 see no key
+
+
+# name: (score_mod, mask_mod, B, Hq, Hkv, Bkv, L, S, E, Ev, BLOCK_SIZE, dtype, native too)
+CASES = {
+    "bias[h, q_idx]": (bias_hq, fh.causal, 1, 4, 4, 1, 200, 200, 32, 32, 64,
+                       torch.float32, True),
+    "rel[kv - q], no mask, S % 128": (rel_negative_index, None, 1, 2, 2, 1, 130, 150, 32, 16,
+                                      128, torch.float32, False),
+    "table[... // 16 % 8], chunked": (nested_gather, chunked, 1, 2, 2, 1, 200, 200, 16, 16,
+                                      32, torch.float32, False),
+    "per batch/head doc mask, alibi, gqa, kv broadcast": (
+        alibi, per_batch_head, 2, 4, 2, 1, 200, 200, 32, 32, 64, torch.float32, True),
+    "odd lengths, tuple blocks": (fh.softcap(3.0), fh.causal, 1, 2, 2, 1, 77, 131, 24, 40,
+                                  (64, 32), torch.float32, True),
+    "256 blocks, casts, b": (casts, fh.causal, 2, 2, 2, 2, 300, 300, 32, 32, 256,
+                             torch.float32, False),
+    "fully masked rows": (None, late_start, 1, 2, 2, 1, 100, 100, 16, 16, 32,
+                          torch.float32, False),
+    "bf16 alibi causal": (alibi, fh.causal, 1, 4, 4, 1, 160, 160, 32, 32, 64,
+                          torch.bfloat16, False),
+}
+PARAMS = [(n, b) for n, c in CASES.items() for b in (["simulator", "native"] if c[-1]
+                                                      else ["simulator"])]
+
+
+@pytest.mark.parametrize("name,backend", PARAMS)
+def test_kernel_case(name, backend):
+    score_mod, mask_mod, B, Hq, Hkv, Bk, L, S, E, Ev, bs, dtype, _ = CASES[name]
+    q, k, v = qkv(B, Hq, Hkv, Bk, L, S, E, Ev, dtype)
+    bm = create_block_mask(mask_mod, B, Hq, L, S, BLOCK_SIZE=bs) if mask_mod else None
+    check(f"{name} {backend}", run(backend, q, k, v, score_mod, bm), q, k, v, score_mod,
+          mask_mod)
+
+
+def test_new_captured_values_reuse_the_kernel():
+    q, k, v = qkv(1, 4, 4, 1, 96, 96, 16, 16)
+    bias = torch.randn(4, 96)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + bias[h, kv_idx]
+    bm = create_block_mask(fh.causal, 1, 1, 96, 96, BLOCK_SIZE=32)
+    traces = K.TRACES[0]
+    for _ in range(2):
+        bias.normal_()
+        check("new bias", run("simulator", q, k, v, score_mod, bm), q, k, v,
+              lambda s, b, h, qi, ki, t=bias.clone(): s + t[h, ki], fh.causal)
+    assert K.TRACES[0] - traces == 1
+
+
+def test_the_kernel_says_why_it_cannot_run():
+    q = torch.randn(1, 2, 64, 16)
+
+    def bitwise(score, b, h, q_idx, kv_idx):
+        return score * ((q_idx & 3) + 1)
+    with pytest.warns(RuntimeWarning, match="bitwise operation and on integers"):
+        out = flex_attention(q, q, q, score_mod=bitwise, kernel_options={"BACKEND": "native"})
+    torch.testing.assert_close(out, fh.dense_reference(q, q, q, bitwise)[0])
+    big = torch.randn(20000)
+
+    def huge(score, b, h, q_idx, kv_idx):
+        return score + big[q_idx]
+    with pytest.warns(RuntimeWarning, match="captured tensors of 20000 elements"):
+        flex_attention(q, q, q, score_mod=huge, kernel_options={"BACKEND": "simulator"})
+    with pytest.raises(ValueError, match="BACKEND='gpu'"):
+        flex_attention(q, q, q, kernel_options={"BACKEND": "gpu"})
+
+
+BACKWARD = [(n, "simulator") for n in CASES] + [("odd lengths, tuple blocks", "native")]
+
+
+@pytest.mark.parametrize("name,backend", BACKWARD)
+def test_kernel_backward(name, backend):
+    # dq, dk, dv (through out and lse) from the two backward kernels, against torch autograd
+    # of the dense reference.
+    score_mod, mask_mod, B, Hq, Hkv, Bk, L, S, E, Ev, bs, dtype, _ = CASES[name]
+    q, k, v = (t.requires_grad_() for t in qkv(B, Hq, Hkv, Bk, L, S, E, Ev, dtype))
+    bm = create_block_mask(mask_mod, B, Hq, L, S, BLOCK_SIZE=bs) if mask_mod else None
+    out, aux = run(backend, q, k, v, score_mod, bm)
+    g = torch.Generator().manual_seed(3)
+    dout = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    dlse = torch.randn(aux.lse.shape, generator=g, dtype=torch.float64)
+
+    def loss(o, lse):
+        return (o.double() * dout).sum() + \
+            (torch.where(torch.isfinite(lse), lse.double(), 0) * dlse).sum()
+    ours = torch.autograd.grad(loss(out, aux.lse), (q, k, v))
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    golden = torch.autograd.grad(loss(*fh.dense_reference(q64, k64, v64, score_mod, mask_mod)),
+                                 (q64, k64, v64))
+    qr, kr, vr = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    ref = torch.autograd.grad(loss(*fh.dense_reference(qr, kr, vr, score_mod, mask_mod)),
+                              (qr, kr, vr))
+    for n, a, gold, r in zip("qkv", ours, golden, ref):
+        assert a.dtype == dtype and a.shape == gold.shape
+        fh.judge(f"{name} {backend} d{n}", a, gold, r)
+
+
+def test_learnable_captured_tensors_take_the_host_path():
+    q = torch.randn(1, 2, 64, 16, requires_grad=True)
+    bias = torch.zeros(2, 64, requires_grad=True)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + bias[h, kv_idx]
+    with pytest.warns(RuntimeWarning, match="captured tensor of score_mod requires grad"):
+        out = flex_attention(q, q, q, score_mod=score_mod,
+                             kernel_options={"BACKEND": "simulator"})
+    out.sum().backward()
+    assert bias.grad is not None and q.grad is not None
+
+
+def test_max_scores_from_the_kernel():
+    q, k, v = qkv(1, 2, 2, 1, 100, 100, 16, 16)
+    bm = create_block_mask(late_start, 1, 1, 100, 100, BLOCK_SIZE=32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        out, aux = flex_attention(q, k, v, score_mod=fh.softcap(2.0), block_mask=bm,
+                                  kernel_options={"BACKEND": "simulator"},
+                                  return_aux=AuxRequest(lse=True, max_scores=True))
+    s = fh.softcap(2.0)(q.double() @ k.double().transpose(-1, -2) / 4, None, None, None, None)
+    keep = late_start(None, None, torch.arange(100).view(-1, 1), torch.arange(100).view(1, -1))
+    want = torch.where(keep, s, -torch.inf).amax(-1)  # -inf on rows that see no key
+    assert torch.equal(torch.isneginf(aux.max_scores), torch.isneginf(want))
+    fin = torch.isfinite(want)
+    torch.testing.assert_close(aux.max_scores[fin].double(), want[fin], rtol=1e-5, atol=1e-5)
+
+
+def test_pytorchs_block_mask_through_the_kernels():
+    import torch.nn.attention.flex_attention as tfa
+    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 2, 1, 96, 96, 16, 16))
+    bm = tfa.create_block_mask(fh.causal, 1, 2, 96, 96, device="cpu", BLOCK_SIZE=32)
+    out, _ = run("simulator", q, k, v, fh.softcap(2.0), bm)
+    dout = torch.randn(out.shape, dtype=torch.float64)
+    ours = torch.autograd.grad((out.double() * dout).sum(), (q, k, v))
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    gold_out, _ = fh.dense_reference(q64, k64, v64, fh.softcap(2.0), fh.causal)
+    gold = torch.autograd.grad((gold_out * dout).sum(), (q64, k64, v64))
+    torch.testing.assert_close(out.double(), gold_out, rtol=1e-4, atol=1e-4)
+    for a, g in zip(ours, gold):
+        torch.testing.assert_close(a.double(), g, rtol=1e-4, atol=1e-4)
