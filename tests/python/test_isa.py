@@ -47,6 +47,50 @@ def test_nc_transpose_and_dma_copy():
     np.testing.assert_array_equal(k(X), X.T)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("mode", ["native", "simulate"])
+def test_nc_transpose_layouts(dtype, mode):
+    # Whole tiles, a strided column slice, a partition range and a 3-D free axis (matrix-shaped
+    # views take the blocked copy; the 3-D one whose free dims do not merge takes the general
+    # path): each must equal NumPy's transpose exactly.
+    import ml_dtypes
+    npdt = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "int8": np.int8}[dtype]
+    ndt = getattr(nl, dtype)
+
+    @neuron.kernel(mode=mode)
+    def k(x, y):
+        a = nl.ndarray((96, 128), ndt, buffer=nl.shared_hbm)
+        b = nl.ndarray((40, 50), ndt, buffer=nl.shared_hbm)
+        c = nl.ndarray((12, 30), ndt, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 96), ndt)
+        nisa.dma_copy(t, x)
+        pa = nl.ndarray((96, 128), ndt, buffer=nl.psum)
+        nisa.nc_transpose(pa, t)
+        sa = nl.ndarray((96, 128), ndt)
+        nisa.tensor_copy(sa, pa)
+        nisa.dma_copy(a, sa)
+        pb = nl.ndarray((40, 50), ndt, buffer=nl.psum)
+        nisa.nc_transpose(pb, t[64:114, 0:80:2])
+        sb = nl.ndarray((40, 50), ndt)
+        nisa.tensor_copy(sb, pb)
+        nisa.dma_copy(b, sb)
+        t3 = nl.ndarray((30, 2, 12), ndt)
+        nisa.dma_copy(t3, y)
+        pc = nl.ndarray((12, 30), ndt, buffer=nl.psum)
+        nisa.nc_transpose(pc, t3[:, :, 0:6])
+        sc = nl.ndarray((12, 30), ndt)
+        nisa.tensor_copy(sc, pc)
+        nisa.dma_copy(c, sc)
+        return a, b, c
+
+    x = (RNG.uniform(-100, 100, (128, 96))).astype(npdt)
+    y = (RNG.uniform(-100, 100, (30, 2, 12))).astype(npdt)
+    a, b, c = k(x, y)
+    np.testing.assert_array_equal(a, x.T)
+    np.testing.assert_array_equal(b, x[64:114, 0:80:2].T)
+    np.testing.assert_array_equal(c, y[:, :, 0:6].reshape(30, 12).T)
+
+
 def test_activation_with_scale_bias_and_reduce():
     @neuron.kernel
     def k(x, b):

@@ -233,6 +233,63 @@ struct Snapshot {
   Snapshot& operator=(const Snapshot&) = delete;
 };
 
+// A view as a matrix: dim 0 (the partition) with its stride, and the free dims when they walk
+// one arithmetic sequence of `cols` elements with stride `cs` bytes. False when they do not.
+inline bool as_matrix(const NView& v, int64_t& rs, int64_t& cols, int64_t& cs) {
+  rs = v.stride[0];
+  cols = 1;
+  cs = 0;
+  for (int i = kDims - 1; i >= 1; --i) {
+    if (v.size[i] == 1) continue;
+    if (cols == 1) {
+      cs = v.stride[i];
+    } else if (v.stride[i] != cs * cols) {
+      return false;
+    }
+    cols *= v.size[i];
+  }
+  return true;
+}
+
+// out[f * P + p] = in[p * F + f] for one element type, in 8 x 8 blocks so both sides stay in
+// cache lines (the transpose of a 128 x 128 tile is most of a linear layer's cost otherwise).
+template <class T>
+inline void transpose_blocks(char* d, int64_t drs, int64_t dcs, const char* s, int64_t srs,
+                             int64_t scs, int64_t P, int64_t F) {
+  constexpr int64_t B = 8;
+  for (int64_t p0 = 0; p0 < P; p0 += B)
+    for (int64_t f0 = 0; f0 < F; f0 += B) {
+      const int64_t pe = p0 + B < P ? p0 + B : P, fe = f0 + B < F ? f0 + B : F;
+      for (int64_t f = f0; f < fe; ++f)
+        for (int64_t p = p0; p < pe; ++p)
+          *reinterpret_cast<T*>(d + f * drs + p * dcs) =
+              *reinterpret_cast<const T*>(s + p * srs + f * scs);
+    }
+}
+
+// The transpose of two matrix-shaped views that share no bytes, typed copies in blocks; false
+// when the views do not qualify (the general path below runs instead).
+inline bool transpose_fast(const NView& d, const NView& s, int ddt, int sdt) {
+  int64_t srs, F, scs, drs, dP, dcs;
+  if (ddt != sdt || !as_matrix(s, srs, F, scs) || !as_matrix(d, drs, dP, dcs)) return false;
+  const int64_t P = s.size[0];
+  if (d.size[0] != F || dP != P || P * F == 0) return false;
+  const int es = neuron::dtype_bytes(dt(sdt));
+  const char *slo, *shi, *dlo, *dhi;
+  byte_range(s, es, slo, shi);
+  byte_range(d, es, dlo, dhi);
+  if (slo < dhi && dlo < shi) return false;
+  if (es == 4)
+    transpose_blocks<uint32_t>(d.base, drs, dcs, s.base, srs, scs, P, F);
+  else if (es == 2)
+    transpose_blocks<uint16_t>(d.base, drs, dcs, s.base, srs, scs, P, F);
+  else if (es == 1)
+    transpose_blocks<uint8_t>(d.base, drs, dcs, s.base, srs, scs, P, F);
+  else
+    return false;
+  return true;
+}
+
 // The cold path of the streaming entry points, a source partially overlapping the destination,
 // lives in the library only (see the end of this file).
 
@@ -256,6 +313,7 @@ inline bool is_int(int t) {
 // cold compiles took twice as long).
 #ifdef NEURON_KERNELS_BITCODE
 #define NEURON_SNAPSHOT(name) neuron_host_k_snapshot_##name
+
 extern "C" {
 #define X(n) decltype(neuron_k_snapshot_##n) neuron_host_k_snapshot_##n;
 NEURON_INSTR_SNAPSHOTS(X)
@@ -361,7 +419,7 @@ void neuron_k_activation(const NView* d, const NView* s, const NView* bias, cons
   Scratch<float> bi(P), sc(P);
   column(bias, bdt, 0.0, P, bi.data);
   column(scale, scdt, scale_imm, P, sc.data);
-  auto value = [&](const char* p, int64_t part) {
+  auto value = [&](const char* p, int64_t part) __attribute__((always_inline)) {
     float t = b::load_f32(p, dt(sdt)) * sc.data[part];
     t = t + bi.data[part];
     return b::activate(func, t);
@@ -479,6 +537,7 @@ void neuron_k_tensor_reduce(const NView* d, const NView* s, int ddt, int sdt, in
 }
 
 void neuron_k_transpose(const NView* d, const NView* s, int ddt, int sdt) {
+  if (transpose_fast(*d, *s, ddt, sdt)) return clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
   // Gather first: the simulator reads the whole source before writing.
   const int64_t P = s->size[0], n = count_of(*s), F = P ? n / P : 0;
   Scratch<float, 1> vals(n);
