@@ -22,10 +22,10 @@ namespace {
 // std::bad_alloc would reach Python as a bare "MemoryError: std::bad_alloc". Say what the
 // kernel asked for: outputs (and HBM scratch) too large for this machine's memory, which the
 // tensor-size rule allows up to 2^48 bytes each. Called with the GIL held.
-[[noreturn]] void out_of_memory(const Compiled& c) {
+[[noreturn]] void out_of_memory(const Program& p) {
   std::string what;
   std::uint64_t total = 0;
-  for (const TensorDecl& t : c.program.tensors) {
+  for (const TensorDecl& t : p.tensors) {
     if (t.role == TensorDecl::Role::input) continue;
     std::uint64_t n = std::uint64_t(dtype_bytes(t.dtype));
     for (int64_t d : t.shape) n *= std::uint64_t(d);
@@ -35,7 +35,7 @@ namespace {
   }
   std::string msg = fmt::format(
       "out of host memory running kernel '{}': its outputs and HBM scratch need {} bytes: {}",
-      c.program.name, total, what);
+      p.name, total, what);
   PyErr_SetString(PyExc_MemoryError, msg.c_str());
   throw py::error_already_set();
 }
@@ -65,6 +65,12 @@ void init_runtime(py::module_& m) {
       // Wraps memory the caller keeps alive (a C-contiguous NumPy array's data pointer).
       .def_static("borrow", [](uintptr_t ptr, std::vector<int64_t> shape, DType dtype) {
         return Tensor::borrow(reinterpret_cast<void*>(ptr), std::move(shape), dtype);
+      })
+      // Wraps a C-contiguous NumPy array's memory (the caller keeps the array alive); dtype is
+      // the array's, as neuron names it (ml_dtypes arrays have no NumPy type number to read).
+      .def_static("borrow_array", [](const py::array& a, DType dtype) {
+        std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+        return Tensor::borrow(const_cast<void*>(a.data()), std::move(shape), dtype);
       })
       .def_property_readonly("shape", &Tensor::shape)
       .def_property_readonly("dtype", &Tensor::dtype)
@@ -104,7 +110,7 @@ void init_runtime(py::module_& m) {
         outs = simulate(c, inputs, grid, o);
       }
     } catch (const std::bad_alloc&) {
-      out_of_memory(c);
+      out_of_memory(c.program);
     }
     return std::make_tuple(outs, printed.str(), summary);
   }, py::arg("compiled"), py::arg("inputs"), py::arg("grid"), py::arg("profile") = false);
@@ -124,9 +130,40 @@ void init_runtime(py::module_& m) {
       report = k.report().str();
       outs = k(inputs, grid, o);
     } catch (const std::bad_alloc&) {
-      out_of_memory(c);
+      out_of_memory(c.program);
     }
     return std::make_tuple(outs, printed.str(), report);
+  });
+
+  // A loaded native kernel, kept by the caller so later runs skip the compile cache's lookup
+  // (printing and hashing the IR, copying and checking the program: ~100-300 us per call).
+  py::class_<NativeKernel>(m, "NativeKernel")
+      .def_property_readonly("report", [](const NativeKernel& k) { return k.report().str(); })
+      // The report of a later run: the loaded kernel was reused, nothing was compiled.
+      .def_property_readonly("reuse_report", [](const NativeKernel& k) {
+        CompileReport r = k.report();
+        r.cache = "memory";
+        r.phases.clear();
+        return r.str();
+      });
+  m.def("compile_native", [](const Compiled& c) {
+    py::gil_scoped_release release;
+    return compile_native(c);
+  });
+  // Runs a loaded kernel; returns (outputs, device_print text).
+  m.def("run_native_kernel", [](const NativeKernel& k, const std::vector<Tensor>& inputs,
+                                const std::vector<int64_t>& grid) {
+    std::ostringstream printed;
+    NativeOptions o;
+    o.print = &printed;
+    std::vector<Tensor> outs;
+    try {
+      py::gil_scoped_release release;
+      outs = k(inputs, grid, o);
+    } catch (const std::bad_alloc&) {
+      out_of_memory(k.program());
+    }
+    return std::make_tuple(outs, printed.str());
   });
 
   // The process-wide compile cache (docs/cache.md), shared with C++ callers.

@@ -1,6 +1,6 @@
 """neuron.cache: the compile cache shared with the C++ toolkit (docs/cache.md). Keys come from
 the Kernel IR text, target and options, never from the Python source."""
-from . import _C
+from . import _C, runtime
 
 
 def info():
@@ -12,3 +12,4 @@ def info():
 def clear():
     """Empties the memory and disk levels and forgets loaded native kernels."""
     _C.cache_clear()
+    runtime.clear_loaded()

@@ -19,15 +19,21 @@ _E4M3FN = ("torch.float8_e4m3fn (no inf, largest 448) is not neuron's IEEE-style
            "(largest 240)")
 
 
+_numpy_of = {}  # DType -> NumPy dtype, for the ones seen (every call converts its outputs')
+
+
 def numpy_dtype(d):
     """The NumPy dtype of a neuron DType (ml_dtypes for bfloat16 and float8)."""
-    try:
-        return np.dtype(d.name_)
-    except TypeError:
-        pass
-    if ml_dtypes is None:  # pragma: no cover
-        raise TypeError(f"{d.name_} arrays need ml_dtypes")
-    return np.dtype(getattr(ml_dtypes, d.name_))
+    found = _numpy_of.get(d)
+    if found is None:
+        try:
+            found = np.dtype(d.name_)
+        except TypeError:
+            if ml_dtypes is None:  # pragma: no cover
+                raise TypeError(f"{d.name_} arrays need ml_dtypes") from None
+            found = np.dtype(getattr(ml_dtypes, d.name_))
+        _numpy_of[d] = found
+    return found
 
 
 # `array.astype(nl.bfloat16)`, `np.zeros(n, nl.float32)`: NumPy takes any object with a `dtype`

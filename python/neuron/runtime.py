@@ -1,6 +1,9 @@
 """Calling kernels: NumPy / torch arguments to host tensors (zero-copy when contiguous), the
 simulator, and outputs back as the caller's array kind."""
+import collections
+import os
 import sys
+import threading
 
 import numpy as np
 
@@ -72,14 +75,61 @@ def spec_of(a, name):
     return _C.TensorSpec(list(a.shape), to_dtype(a.dtype), name)
 
 
+# Loaded native kernels by compiled kernel: id(compiled) -> (compiled, kernels mode, kernel).
+# The entry holds `compiled`, so its id is not reused while the entry lives; least recently used
+# entries go first (the C++ caches below keep what is evicted here).
+_loaded = collections.OrderedDict()
+_loaded_lock = threading.Lock()
+_LOADED_MAX = 256
+
+
+def native_kernel(compiled):
+    """The loaded native kernel of `compiled` and its report text: compiled (or found in the
+    compile cache) on the first call, then reused without a cache lookup, which prints and
+    hashes the IR (~100-300 us a call)."""
+    mode = os.environ.get("NEURON_NATIVE_KERNELS", "")  # selects other machine code
+    with _loaded_lock:
+        hit = _loaded.get(id(compiled))
+        if hit is not None and hit[0] is compiled and hit[1] == mode:
+            _loaded.move_to_end(id(compiled))
+            return hit[2], hit[2].reuse_report
+    kernel = _C.compile_native(compiled)  # the compile cache serves concurrent callers
+    with _loaded_lock:
+        _loaded[id(compiled)] = (compiled, mode, kernel)
+        while len(_loaded) > _LOADED_MAX:
+            _loaded.popitem(last=False)
+    return kernel, kernel.report
+
+
+def clear_loaded():
+    """Forgets the loaded kernels (neuron.cache.clear)."""
+    with _loaded_lock:
+        _loaded.clear()
+
+
+def run_torch(compiled, tensors, grid):
+    """Runs natively on contiguous CPU torch tensors, borrowing their memory (no NumPy on the
+    way in); returns the outputs as torch tensors. The cheap path of the torch operators."""
+    host = []
+    for t in tensors:
+        if t.device.type != "cpu":
+            raise TypeError(f"neuron kernels take CPU tensors; got a tensor on {t.device}")
+        host.append(_C.HostTensor.borrow(t.data_ptr(), list(t.shape), to_dtype(t.dtype)))
+    kernel, _ = native_kernel(compiled)
+    outs, printed = _C.run_native_kernel(kernel, host, list(grid))
+    if printed:
+        sys.stdout.write(printed)
+    return [from_numpy(o.to_numpy(numpy_dtype(o.dtype)), True) for o in outs]
+
+
 def run(compiled, arrays, grid, mode="native", profile=False):
     """Runs natively (LLVM JIT) or on the simulator; returns (NumPy outputs, report text: the
     native compile report, or the simulator's profile summary when profiling)."""
-    keep = [np.ascontiguousarray(a) for a in arrays]  # already contiguous from host_arrays
-    host = [_C.HostTensor.borrow(a.__array_interface__["data"][0], list(a.shape),
-                                 to_dtype(a.dtype)) for a in keep]
+    keep = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
+    host = [_C.HostTensor.borrow_array(a, to_dtype(a.dtype)) for a in keep]
     if mode == "native":
-        outs, printed, summary = _C.run_native(compiled, host, list(grid))
+        kernel, summary = native_kernel(compiled)
+        outs, printed = _C.run_native_kernel(kernel, host, list(grid))
     else:
         outs, printed, summary = _C.simulate(compiled, host, list(grid), profile)
     if printed:

@@ -57,6 +57,17 @@ static CacheMode parse_cache_mode(std::string_view s) {
   user_error(Span{}, "config", "NEURON_CACHE='{}' is not one of off, on, must-hit", s);
 }
 
+int config_threads() {
+  const char* t = std::getenv("NEURON_THREADS");
+  if (!t || !*t) return 0;
+  std::string_view s(t);
+  int n = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (ec != std::errc() || end != s.data() + s.size() || n < 0)
+    user_error(Span{}, "config", "NEURON_THREADS='{}' is not a thread count (0 = all cores)", s);
+  return n;
+}
+
 Config config() {
   Config c;
   c.dump_ir = env_flag("NEURON_DUMP_IR");
@@ -76,14 +87,7 @@ Config config() {
     c.cache_memory_entries = n;
   }
   // Native backend knobs.
-  if (const char* t = std::getenv("NEURON_THREADS"); t && *t) {
-    std::string_view s(t);
-    int n = 0;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-    if (ec != std::errc() || end != s.data() + s.size() || n < 0)
-      user_error(Span{}, "config", "NEURON_THREADS='{}' is not a thread count (0 = all cores)", s);
-    c.threads = n;
-  }
+  c.threads = config_threads();
   if (const char* l = std::getenv("NEURON_LOG"); l && *l) {
     std::string_view s(l);
     for (size_t pos = 0; pos <= s.size();) {

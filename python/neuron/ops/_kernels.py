@@ -48,6 +48,9 @@ def launch(op, name, grid, tensors, params, reference):
             note_fallback(op, "shape", f"kernel {name} rejects these shapes: {_rejected[key]}",
                           strict=strict, hint=" (strict mode: no fallback to PyTorch)")
             return reference()
-    outs, _ = runtime.run(compiled, [runtime.to_numpy(t) for t in tensors], grid, mode)
-    outs = [runtime.from_numpy(o, True) for o in outs]
+    if mode == "native":
+        outs = runtime.run_torch(compiled, tensors, grid)
+    else:
+        outs, _ = runtime.run(compiled, [runtime.to_numpy(t) for t in tensors], grid, mode)
+        outs = [runtime.from_numpy(o, True) for o in outs]
     return outs[0] if len(outs) == 1 else tuple(outs)

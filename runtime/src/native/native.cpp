@@ -24,6 +24,13 @@ namespace neuron {
 
 namespace {
 
+bool uses_print(const std::vector<ProgNode>& body) {
+  for (auto& n : body)
+    if (n.kind == ProgNode::Kind::loop ? uses_print(n.body) : n.instr.op == Opcode::device_print)
+      return true;
+  return false;
+}
+
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -156,6 +163,7 @@ NativeKernel compile_program(const Program& program, const std::string& ir_text,
   impl->bounds = native::analyze_bounds(impl->program);
   const Target& target = program.target.empty() ? default_target() : target_by_name(program.target);
   impl->pitch = native::physical_pitch(impl->program, impl->bounds, target);
+  impl->prints = uses_print(impl->program.body);
   {
     // Accesses that do not depend on program ids are checked now, at compile time.
     native::ProgramBounds fixed;

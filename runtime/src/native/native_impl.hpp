@@ -13,6 +13,7 @@ struct NativeKernel::Impl {
   Program program;  // owns the instructions `bounds` points into
   native::ProgramBounds bounds;
   native::Pitch pitch;  // must match what the lowering used (physical_pitch)
+  bool prints = false;  // has device_print: runs on one thread, in program order
   native::KernelEntry entry = nullptr;
   std::shared_ptr<void> owner;
 };

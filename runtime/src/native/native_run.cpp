@@ -97,18 +97,15 @@ ScratchPool& pool() {
 
 
 
-bool uses_print(const std::vector<ProgNode>& body) {
-  for (auto& n : body)
-    if (n.kind == ProgNode::Kind::loop ? uses_print(n.body) : n.instr.op == Opcode::device_print)
-      return true;
-  return false;
-}
-
 int default_threads() {
-  int n = config().threads;
+  int n = config_threads();
   if (n > 0) return n;
-  unsigned hc = std::thread::hardware_concurrency();
-  return hc ? static_cast<int>(hc) : 1;
+  // Read once: glibc opens /sys/devices/system/cpu/online on every call (~10 us a run).
+  static const int cores = [] {
+    unsigned hc = std::thread::hardware_concurrency();
+    return hc ? static_cast<int>(hc) : 1;
+  }();
+  return cores;
 }
 
 }  // namespace
@@ -132,7 +129,7 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
   int64_t total = 1;
   for (int64_t g : grid) total *= g;
   int threads = opts.threads > 0 ? opts.threads : default_threads();
-  if (uses_print(p.body)) threads = 1;
+  if (k.prints) threads = 1;
   threads = static_cast<int>(std::min<int64_t>(threads, total));
   const double check_ms = ms_since(t0);
 

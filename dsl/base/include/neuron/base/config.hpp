@@ -49,5 +49,7 @@ struct Config {
 
 // Reads the environment each call, so tests and long-lived processes see changes.
 Config config();
+// config().threads alone (NEURON_THREADS), for every native run: without the rest of the parse.
+int config_threads();
 
 }  // namespace neuron

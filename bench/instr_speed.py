@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The native cost of single engine instructions: each case is a kernel that runs one
+instruction (or a short fixed pair) `--iterations` times in a rolled loop on a [128, 512] fp32
+SBUF tile, run natively on one program; the time per run, divided by iterations and elements,
+is the instruction's cost in ns per element (best of --repeats). This is how a kernel's native
+time breaks down by instruction: multiply each instruction's cost by the elements it touches.
+It found the two slow paths fixed in docs/performance.md ("Per-instruction native cost").
+
+    PYTHONPATH=build/python python3 bench/instr_speed.py [--iterations 200] [--repeats 5]
+        [--only exp] [--write]
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+P, F = 128, 512
+
+
+def cases(nl, nisa):
+    """(name, body(t, r)): t is the input tile, r the [P, F] result tile the case writes."""
+    def col():
+        return nl.ndarray((P, 1), nl.float32)
+
+    def psum_copy(t, r):
+        p = nl.ndarray((P, F), nl.float32, buffer=nl.psum)
+        nisa.tensor_copy(p, t)
+        nisa.tensor_copy(r, p)
+
+    def sub_column(t, r):
+        c = col()
+        nisa.tensor_copy(c, t[:, 0:1])
+        nisa.tensor_scalar(r, t, nl.subtract, c)
+
+    def exp_reduce(t, r):
+        nisa.activation(r, nl.exp, t, scale=0.5, reduce_op=nl.add, reduce_res=col())
+
+    def reduce_max(t, r):
+        c = col()
+        nisa.tensor_reduce(c, nl.maximum, t, axis=1)
+        nisa.tensor_copy(r[:, 0:1], c)
+
+    def transpose(t, r):
+        p = nl.ndarray((P, P), nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(p, t[:, 0:P])
+        nisa.tensor_copy(r[:, 0:P], p)
+
+    def matmul(t, r):
+        p = nl.ndarray((P, F), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(p, t[:, 0:P], t)
+        nisa.tensor_copy(r, p)
+
+    return [
+        ("tensor_copy SBUF -> SBUF", lambda t, r: nisa.tensor_copy(r, t)),
+        ("tensor_copy via PSUM (2 instructions)", psum_copy),
+        ("tensor_tensor multiply", lambda t, r: nisa.tensor_tensor(r, t, t, nl.multiply)),
+        ("tensor_scalar multiply by a constant", lambda t, r: nisa.tensor_scalar(r, t, nl.multiply, 2.0)),
+        ("tensor_scalar subtract a column (+ its copy)", sub_column),
+        ("activation exp", lambda t, r: nisa.activation(r, nl.exp, t)),
+        ("activation exp with scale and row sum", exp_reduce),
+        ("activation copy with row sum",
+         lambda t, r: nisa.activation(r, nl.copy, t, reduce_op=nl.add, reduce_res=col())),
+        ("tensor_reduce max (+ column copy)", reduce_max),
+        ("nc_transpose 128x128 (+ copy; per 128 columns)", transpose),
+        ("nc_matmul 128x128x512 (+ PSUM copy)", matmul),
+    ]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--iterations", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--write", action="store_true", help="write the table into docs/performance.md")
+    args = ap.parse_args()
+    os.environ.setdefault("NEURON_THREADS", "1")
+
+    import neuron  # noqa: E402
+    import neuron.isa as nisa  # noqa: E402
+    import neuron.language as nl  # noqa: E402
+    import torch  # noqa: E402, F401  (compare.machine prints its version)
+    import compare  # noqa: E402
+    compare.np, compare.torch = np, torch
+
+    n = args.iterations
+    rows = []
+    for name, body in cases(nl, nisa):
+        if args.only not in name:
+            continue
+
+        @neuron.kernel
+        def k(x):
+            out = nl.ndarray((P, F), nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((P, F), nl.float32)
+            nisa.dma_copy(t, x)
+            r = nl.ndarray((P, F), nl.float32)
+            nisa.memset(r, 0.0)
+            for _ in nl.sequential_range(n):
+                body(t, r)
+            nisa.dma_copy(out, r)
+            return out
+
+        x = np.random.default_rng(0).uniform(-1, 1, (P, F)).astype(np.float32)
+        k(x)
+        best = float("inf")
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            k(x)
+            best = min(best, time.perf_counter() - t0)
+        per = best / n
+        rows.append((name, per / (P * F) * 1e9, per * 1e6))
+        print(f"{name:48s} {rows[-1][1]:6.2f} ns/element  {rows[-1][2]:7.1f} us/instruction",
+              flush=True)
+
+    lines = ["| instruction on a [128, 512] fp32 tile | ns / element | us / instruction |",
+             "| --- | ---: | ---: |"]
+    lines += [f"| {a} | {b:.2f} | {c:.1f} |" for a, b, c in rows]
+    lines += [""] + compare.machine(1)
+    print("\n".join(lines[-3:]))
+    if args.write:
+        begin, end = "<!-- instr_speed begin -->", "<!-- instr_speed end -->"
+        compare.write_doc_section(begin, end, begin + "\n" + "\n".join(lines) + "\n" + end)
+
+
+if __name__ == "__main__":
+    main()
