@@ -122,6 +122,7 @@ Jit& jit() {
     };
     add("neuron_matmul_f32", reinterpret_cast<const void*>(&neuron_matmul_f32));
     add("neuron_matmul_bf16", reinterpret_cast<const void*>(&neuron_matmul_bf16));
+    add("neuron_transpose32", reinterpret_cast<const void*>(&neuron_transpose32));
     // Every kernel by its host alias "neuron_host_k_<name>" (called rather than specialized:
     // lower_program.cpp), and the cold partial-overlap paths the specialized ones call.
 #define X(n, how) add("neuron_host_k_" #n, reinterpret_cast<const void*>(&neuron_k_##n));
@@ -169,7 +170,8 @@ void optimize(llvm::Module& m, llvm::TargetMachine& tm, int level) {
 }  // namespace
 
 std::string JitOptions::str() const {
-  return fmt::format("kernels={} O{}", bitcode_kernels ? "bitcode" : "host", opt_level);
+  return fmt::format("kernels={} O{}{}", bitcode_kernels ? "bitcode" : "host", opt_level,
+                     partition_blocks ? "" : " partition_blocks=off");
 }
 
 const std::string& host_target_id() {

@@ -40,10 +40,12 @@ bool inline_kernel(std::string_view name) {
 class Lowering {
  public:
   Lowering(const Program& p, llvm::LLVMContext& ctx, llvm::Module& m, const llvm::Module& kernels,
-           bool bitcode)
-      : p_(p), ctx_(ctx), m_(m), b_(ctx), kernels_(kernels), bitcode_(bitcode) {
+           bool bitcode, bool partition_blocks)
+      : p_(p), ctx_(ctx), m_(m), b_(ctx), kernels_(kernels), bitcode_(bitcode),
+        partition_blocks_(partition_blocks) {
     target_ = &(p.target.empty() ? default_target() : target_by_name(p.target));
     pitch_ = physical_pitch(p, analyze_bounds(p), *target_);
+    flags_read_ = reads_psum_flags(p);
     // The NView type comes from the bitcode, so the ABI has one source of truth.
     const llvm::Function* copy = kernels.getFunction("neuron_k_copy");
     NEURON_ASSERT(copy, "instruction kernel neuron_k_copy missing from the embedded bitcode");
@@ -305,7 +307,7 @@ class Lowering {
       llvm::Value* byte = b_.CreateAdd(b_.CreateMul(eval(ap.partition, in.span), i64(pb)), off);
       const bool ps = ap.memory == Memory::psum;
       base = b_.CreateGEP(b_.getInt8Ty(), ps ? psum_ : sbuf_, byte);
-      if (ps) flags = b_.CreateGEP(b_.getInt8Ty(), flags_, byte);
+      if (ps && flags_read_) flags = b_.CreateGEP(b_.getInt8Ty(), flags_, byte);
     } else {
       NEURON_ASSERT(ap.tensor >= 0 && ap.tensor < static_cast<int>(tensors_.size()),
                     "pattern names tensor {} of {} at {}", ap.tensor, tensors_.size(),
@@ -315,15 +317,114 @@ class Lowering {
       llvm::Value* off = b_.CreateMul(elem, i64(dtype_bytes(ap.dtype)));
       base = b_.CreateGEP(b_.getInt8Ty(), tensors_[static_cast<size_t>(ap.tensor)], off);
     }
+    if (block_) {
+      // Inside a partition-blocked run (emit_run): this block's partitions of the view.
+      NEURON_ASSERT(l.size[0] == block_->partitions, "blocked operand spans {} partitions, not {}",
+                    l.size[0], block_->partitions);
+      llvm::Value* skip = b_.CreateMul(block_->first, i64(l.stride[0]));
+      base = b_.CreateGEP(b_.getInt8Ty(), base, skip);
+      if (flags) flags = b_.CreateGEP(b_.getInt8Ty(), flags, skip);
+      l.count = l.count / l.size[0] * block_->size;
+      l.size[0] = block_->size;
+    }
     llvm::Value* slot = new_view();
     store_view(slot, base, flags, l.size, l.stride);
     return slot;
   }
 
+  // ---- partition blocks ----
+  // Consecutive partition-local instructions (plan.hpp: each partition's results read only the
+  // same partition of the operands) run a block of partitions at a time: all of them on
+  // partitions [0, B), then on [B, 2B), ... So the tiles they hand each other stay in the core's
+  // caches instead of every instruction streaming whole [128, F] tiles through memory. The
+  // results are the simulator's bits: no partition reads what another block writes.
+  static constexpr int64_t kBlockBytes = 16 * 1024;  // per operand and block
+  static constexpr size_t kMaxRun = 64;              // instructions (bounds the overlap checks)
+
+  struct Block {
+    llvm::Value* first;  // the block's first partition (of the run's operands)
+    int64_t size;        // partitions per block
+    int64_t partitions;  // the run's partitions
+  };
+  std::optional<Block> block_;
+
+  // The instructions from body[i] on that can run as one blocked run (maybe just body[i]).
+  size_t run_end(const std::vector<ProgNode>& body, size_t i, int64_t& partitions) const {
+    std::vector<std::pair<const AccessPattern*, bool>> seen;
+    size_t j = i;
+    for (; j < body.size() && j < i + kMaxRun && body[j].kind == ProgNode::Kind::instr; ++j) {
+      const Instr& in = body[j].instr;
+      int64_t p = 0;
+      if (!partition_local(in, p) || (j > i && p != partitions)) break;
+      auto ops = operands_of(in);
+      // A view sharing bytes with one written in the run must map partitions the same way,
+      // else one block could read what another block writes (or the reverse).
+      bool ok = true;
+      for (auto& a : ops) {
+        for (auto& b : seen)
+          if ((a.second || b.second) && may_overlap(*a.first, *b.first) &&
+              !same_partition_map(*a.first, *b.first))
+            ok = false;
+        for (auto& b : ops)
+          if (&a != &b && (a.second || b.second) && may_overlap(*a.first, *b.first) &&
+              !same_partition_map(*a.first, *b.first))
+            ok = false;
+      }
+      if (!ok) break;
+      partitions = p;
+      seen.insert(seen.end(), ops.begin(), ops.end());
+    }
+    return j;
+  }
+
+  // Partitions per block: the largest divisor of `partitions` whose rows of every operand fit
+  // kBlockBytes.
+  int64_t block_size(const std::vector<ProgNode>& body, size_t i, size_t j,
+                     int64_t partitions) const {
+    int64_t row = 1;
+    for (size_t k = i; k < j; ++k)
+      for (auto [ap, written] : operands_of(body[k].instr)) {
+        int64_t n = dtype_bytes(ap->dtype);
+        for (size_t d = 1; d < ap->dims.size(); ++d) n *= ap->dims[d].size;
+        row = std::max(row, n);
+      }
+    int64_t best = 1;
+    for (int64_t b = 1; b <= partitions; ++b)
+      if (partitions % b == 0 && b * row <= kBlockBytes) best = b;
+    return best;
+  }
+
+  void emit_run(const std::vector<ProgNode>& body, size_t i, size_t j, int64_t partitions,
+                int64_t size) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx_, "pblock", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "pblock.end", fn_);
+    b_.CreateBr(loop);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* iv = b_.CreatePHI(b_.getInt64Ty(), 2, "pblock");
+    iv->addIncoming(i64(0), pre);
+    block_ = Block{b_.CreateMul(iv, i64(size)), size, partitions};
+    for (size_t k = i; k < j; ++k) call_instr(*this, body[k].instr);
+    block_.reset();
+    llvm::Value* next = b_.CreateAdd(iv, i64(1), "", true, true);
+    iv->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(next, i64(partitions / size)), loop, exit);
+    b_.SetInsertPoint(exit);
+  }
+
   void emit_body(const std::vector<ProgNode>& body) {
-    for (auto& node : body) {
+    for (size_t i = 0; i < body.size(); ++i) {
+      const ProgNode& node = body[i];
       if (node.kind == ProgNode::Kind::instr) {
-        call_instr(*this, node.instr);
+        int64_t partitions = 0;
+        const size_t j = partition_blocks_ ? run_end(body, i, partitions) : i;
+        const int64_t size = j >= i + 2 ? block_size(body, i, j, partitions) : partitions;
+        if (size < partitions) {
+          emit_run(body, i, j, partitions, size);
+        } else {
+          for (size_t k = i; k < std::max(j, i + 1); ++k) call_instr(*this, body[k].instr);
+        }
+        i = std::max(j, i + 1) - 1;
         continue;
       }
       const bool dyn = node.loop_kind == LoopKind::dynamic;
@@ -387,12 +488,14 @@ class Lowering {
   Pitch pitch_;
   const llvm::Module& kernels_;
   bool bitcode_ = true;
+  bool partition_blocks_ = true;
   std::map<std::string, llvm::Function*> fns_;
   llvm::PointerType* view_ptr_ = nullptr;
   llvm::StructType* view_ty_ = nullptr;
   llvm::Function* fn_ = nullptr;
   llvm::BasicBlock* alloca_point_ = nullptr;
   llvm::Value *sbuf_ = nullptr, *psum_ = nullptr, *flags_ = nullptr;
+  bool flags_read_ = true;  // false: PSUM views carry no flags (reads_psum_flags)
   std::vector<llvm::Value*> tensors_;
   std::map<std::string, llvm::Value*> vars_;
   std::map<std::string, llvm::Value*> regs_;
@@ -416,7 +519,7 @@ std::unique_ptr<llvm::Module> lower_program(const Program& p, const JitOptions& 
   m->setTargetTriple(tm.getTargetTriple().str());
   m->setDataLayout(tm.createDataLayout());
   std::unique_ptr<llvm::Module> kernels = load_kernel_bitcode(ctx);
-  Lowering(p, ctx, *m, *kernels, opts.bitcode_kernels).run();
+  Lowering(p, ctx, *m, *kernels, opts.bitcode_kernels, opts.partition_blocks).run();
   if (opts.bitcode_kernels) {
     kernels->setTargetTriple(m->getTargetTriple());
     kernels->setDataLayout(m->getDataLayout());

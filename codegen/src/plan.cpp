@@ -94,6 +94,48 @@ bool may_overlap(const AccessPattern& a, const AccessPattern& b) {
   return !apart(bytes(a), bytes(b));
 }
 
+std::vector<std::pair<const AccessPattern*, bool>> operands_of(const Instr& in) {
+  std::vector<std::pair<const AccessPattern*, bool>> ops;
+  if (opcode_has_dst(in.op)) ops.push_back({&in.dst, true});
+  for (const AccessPattern& s : in.src) ops.push_back({&s, false});
+  if (in.has_reduce_res) ops.push_back({&in.reduce_res, true});
+  return ops;
+}
+
+bool partition_local(const Instr& in, int64_t& partitions) {
+  switch (in.op) {
+    case Opcode::tensor_tensor:
+    case Opcode::tensor_scalar:
+    case Opcode::activation:
+    case Opcode::tensor_copy:
+    case Opcode::tensor_copy_predicated:
+    case Opcode::memset:
+      break;
+    case Opcode::tensor_reduce:
+      for (int ax : in.args.axes)
+        if (ax == 0) return false;
+      break;
+    case Opcode::dma_copy:
+      if (in.args.indirect != InstrArgs::Indirect::none) return false;
+      break;
+    default:
+      return false;
+  }
+  partitions = -1;
+  for (auto [ap, written] : operands_of(in)) {
+    if (ap->dims.empty()) return false;
+    if (partitions < 0) partitions = ap->dims[0].size;
+    if (ap->dims[0].size != partitions) return false;
+  }
+  return partitions > 0;
+}
+
+bool same_partition_map(const AccessPattern& a, const AccessPattern& b) {
+  return a.memory == b.memory && is_on_chip(a.memory) && !a.dims.empty() && !b.dims.empty() &&
+         a.dims[0].stride != 0 && a.dims[0].stride == b.dims[0].stride &&
+         a.partition == b.partition;
+}
+
 bool matmul_fast_layout(const Instr& in, const NormLayout& dst, const NormLayout& st,
                         const NormLayout& mv) {
   // [rows, 1, 1, 1, cols] with unit element stride: row r at base + r * stride[0].
@@ -281,6 +323,21 @@ ProgramBounds analyze_bounds(const Program& p) {
   Scope scope;
   bounds_body(p.body, scope, b);
   return b;
+}
+
+namespace {
+bool reads_flags(const std::vector<ProgNode>& body) {
+  for (auto& n : body) {
+    if (n.kind == ProgNode::Kind::loop ? reads_flags(n.body)
+                                       : n.instr.op == Opcode::nc_matmul && n.instr.args.accumulate == -1)
+      return true;
+  }
+  return false;
+}
+}  // namespace
+
+bool reads_psum_flags(const Program& p) {
+  return reads_flags(p.body);
 }
 
 Pitch physical_pitch(const Program& p, const ProgramBounds& b, const Target& t) {

@@ -87,7 +87,9 @@ def native_kernel(compiled):
     """The loaded native kernel of `compiled` and its report text: compiled (or found in the
     compile cache) on the first call, then reused without a cache lookup, which prints and
     hashes the IR (~100-300 us a call)."""
-    mode = os.environ.get("NEURON_NATIVE_KERNELS", "")  # selects other machine code
+    # The variables that select other machine code for the same compiled kernel.
+    mode = (os.environ.get("NEURON_NATIVE_KERNELS", ""),
+            os.environ.get("NEURON_PARTITION_BLOCKS", ""))
     with _loaded_lock:
         hit = _loaded.get(id(compiled))
         if hit is not None and hit[0] is compiled and hit[1] == mode:

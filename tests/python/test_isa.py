@@ -50,9 +50,9 @@ def test_nc_transpose_and_dma_copy():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
 @pytest.mark.parametrize("mode", ["native", "simulate"])
 def test_nc_transpose_layouts(dtype, mode):
-    # Whole tiles, a strided column slice, a partition range and a 3-D free axis (matrix-shaped
-    # views take the blocked copy; the 3-D one whose free dims do not merge takes the general
-    # path): each must equal NumPy's transpose exactly.
+    # Whole tiles, a strided column slice, a partition range, a 3-D free axis and odd sizes
+    # (matrix-shaped views take the blocked copy, SIMD for 32-bit contiguous rows; the 3-D one
+    # whose free dims do not merge takes the general path): each equals NumPy's transpose.
     import ml_dtypes
     npdt = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "int8": np.int8}[dtype]
     ndt = getattr(nl, dtype)
@@ -62,6 +62,7 @@ def test_nc_transpose_layouts(dtype, mode):
         a = nl.ndarray((96, 128), ndt, buffer=nl.shared_hbm)
         b = nl.ndarray((40, 50), ndt, buffer=nl.shared_hbm)
         c = nl.ndarray((12, 30), ndt, buffer=nl.shared_hbm)
+        e = nl.ndarray((21, 13), ndt, buffer=nl.shared_hbm)
         t = nl.ndarray((128, 96), ndt)
         nisa.dma_copy(t, x)
         pa = nl.ndarray((96, 128), ndt, buffer=nl.psum)
@@ -81,14 +82,20 @@ def test_nc_transpose_layouts(dtype, mode):
         sc = nl.ndarray((12, 30), ndt)
         nisa.tensor_copy(sc, pc)
         nisa.dma_copy(c, sc)
-        return a, b, c
+        pe = nl.ndarray((21, 13), ndt, buffer=nl.psum)
+        nisa.nc_transpose(pe, t[0:13, 3:24])
+        se = nl.ndarray((21, 13), ndt)
+        nisa.tensor_copy(se, pe)
+        nisa.dma_copy(e, se)
+        return a, b, c, e
 
     x = (RNG.uniform(-100, 100, (128, 96))).astype(npdt)
     y = (RNG.uniform(-100, 100, (30, 2, 12))).astype(npdt)
-    a, b, c = k(x, y)
+    a, b, c, e = k(x, y)
     np.testing.assert_array_equal(a, x.T)
     np.testing.assert_array_equal(b, x[64:114, 0:80:2].T)
     np.testing.assert_array_equal(c, y[:, :, 0:6].reshape(30, 12).T)
+    np.testing.assert_array_equal(e, x[0:13, 3:24].T)  # edges of the 8 x 8 blocks
 
 
 def test_activation_with_scale_bias_and_reduce():

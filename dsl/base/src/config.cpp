@@ -103,6 +103,12 @@ Config config() {
       user_error(Span{}, "config", "NEURON_NATIVE_KERNELS='{}' is not one of bitcode, host", s);
     c.native_kernels = std::string(s);
   }
+  if (const char* b = std::getenv("NEURON_PARTITION_BLOCKS"); b && *b) {
+    std::string_view s(b);
+    if (s != "0" && s != "1")
+      user_error(Span{}, "config", "NEURON_PARTITION_BLOCKS='{}' is not 0 or 1", s);
+    c.partition_blocks = s == "1";
+  }
   if (const char* d = std::getenv("NEURON_PROFILE"); d && *d) c.profile_dir = d;
   c.eager = env_flag("NEURON_EAGER");
   c.strict = env_flag("NEURON_STRICT");

@@ -69,6 +69,7 @@ native::JitOptions jit_options(const NativeCompileOptions& o) {
     user_error(Span{}, "config", "native kernels '{}' is not one of bitcode, host", k);
   j.bitcode_kernels = k == "bitcode";
   j.opt_level = o.opt_level;
+  j.partition_blocks = config().partition_blocks;
   return j;
 }
 
@@ -164,6 +165,7 @@ NativeKernel compile_program(const Program& program, const std::string& ir_text,
   const Target& target = program.target.empty() ? default_target() : target_by_name(program.target);
   impl->pitch = native::physical_pitch(impl->program, impl->bounds, target);
   impl->prints = uses_print(impl->program.body);
+  impl->flags = native::reads_psum_flags(impl->program);
   {
     // Accesses that do not depend on program ids are checked now, at compile time.
     native::ProgramBounds fixed;

@@ -14,6 +14,7 @@ struct NativeKernel::Impl {
   native::ProgramBounds bounds;
   native::Pitch pitch;  // must match what the lowering used (physical_pitch)
   bool prints = false;  // has device_print: runs on one thread, in program order
+  bool flags = true;    // reads the PSUM flags (reads_psum_flags): clear them per program
   native::KernelEntry entry = nullptr;
   std::shared_ptr<void> owner;
 };

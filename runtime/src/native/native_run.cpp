@@ -39,6 +39,7 @@ struct Scratch {
   int partitions = 0;
   int64_t sbuf_pb = 0, psum_pb = 0;
   int64_t sbuf_dirty = 0, psum_dirty = 0;
+  bool flags_dirty = false;  // the last program run on this scratch may have set flags
 
   static void* zeroed(size_t n) {
     void* p = std::calloc(n == 0 ? 1 : n, 1);
@@ -55,16 +56,21 @@ struct Scratch {
     return partitions == t.partitions && sbuf_pb == pitch.sbuf && psum_pb == pitch.psum;
   }
   // Every program starts from zeroed memories, like the simulator's.
-  void reset(const native::LaunchExtent& ext) {
+  // `with_flags`: the coming program reads (so also writes) the PSUM flags. Code compiled for a
+  // program that does not read them never writes them, so they need clearing only after one
+  // that does.
+  void reset(const native::LaunchExtent& ext, bool with_flags) {
     for (int p = 0; p < partitions; ++p) {
       if (sbuf_dirty) std::memset(sbuf.get() + p * sbuf_pb, 0, static_cast<size_t>(sbuf_dirty));
       if (psum_dirty) {
         std::memset(psum.get() + p * psum_pb, 0, static_cast<size_t>(psum_dirty));
-        std::memset(flags.get() + p * psum_pb, 0, static_cast<size_t>(psum_dirty));
+        if (flags_dirty)
+          std::memset(flags.get() + p * psum_pb, 0, static_cast<size_t>(psum_dirty));
       }
     }
     sbuf_dirty = ext.sbuf_written;
     psum_dirty = ext.psum_written;
+    flags_dirty = with_flags;
   }
 };
 
@@ -162,7 +168,7 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
         pids[a] = rest % grid[static_cast<size_t>(a)];
         rest /= grid[static_cast<size_t>(a)];
       }
-      s->reset(ext);
+      s->reset(ext, k.flags);
       if (!first)
         for (auto& t : scratch) std::memset(t.data(), 0, t.bytes());
       first = false;

@@ -21,6 +21,9 @@ struct JitOptions {
   // the library's compiled copies (absolute symbols). NEURON_NATIVE_KERNELS.
   bool bitcode_kernels = true;
   int opt_level = 2;  // 0..3, new pass manager default pipeline
+  // Runs of partition-local instructions go a block of partitions at a time (lower_program.cpp).
+  // NEURON_PARTITION_BLOCKS.
+  bool partition_blocks = true;
   // Text of everything above, for cache keys.
   std::string str() const;
 };

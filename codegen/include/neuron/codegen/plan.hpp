@@ -3,6 +3,7 @@
 // program ids (checked per launch, so a bad access is a UserError, never a segfault).
 #pragma once
 #include <array>
+#include <utility>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,6 +29,17 @@ bool same_shape(const std::vector<const NormLayout*>& ls);
 // Whether two operands of one instruction can share bytes (conservative: true unless their
 // memories, tensors, partitions or byte ranges are provably apart).
 bool may_overlap(const AccessPattern& a, const AccessPattern& b);
+// Whether partition p of every result of `in` depends only on partition p of its operands (the
+// element-wise, free-axis reduction and direct copy instructions) and every operand spans the
+// same number of partitions: then the instruction may run a block of partitions at a time.
+// Sets `partitions` to that number.
+bool partition_local(const Instr& in, int64_t& partitions);
+// Every view `in` reads or writes, with whether it is written.
+std::vector<std::pair<const AccessPattern*, bool>> operands_of(const Instr& in);
+// Whether a and b address partition p at the same physical partition for every p (so running
+// both a block of partitions at a time keeps each partition's reads and writes in order).
+bool same_partition_map(const AccessPattern& a, const AccessPattern& b);
+
 // Whether nc_matmul operands have the contiguous [rows, cols] layout neuron_matmul_* takes.
 bool matmul_fast_layout(const Instr& in, const NormLayout& dst, const NormLayout& st,
                         const NormLayout& mv);
@@ -60,6 +72,11 @@ struct ProgramBounds {
   std::vector<AccessBound> accesses;  // instructions inside zero-trip loops are left out
 };
 ProgramBounds analyze_bounds(const Program& p);
+
+// Whether any instruction reads the PSUM "written by matmul" flags (an nc_matmul with
+// accumulate=auto). When none does the flags are unobservable, and the native backend neither
+// writes nor clears them (a memset of 4 flag bytes per fp32 element after every PSUM write).
+bool reads_psum_flags(const Program& p);
 
 // Bytes between partitions in the native scratch memories. The simulator's layout (the
 // target's full partition size, e.g. 192 KiB) puts every partition row of a tile on the same

@@ -279,7 +279,9 @@ inline bool transpose_fast(const NView& d, const NView& s, int ddt, int sdt) {
   byte_range(s, es, slo, shi);
   byte_range(d, es, dlo, dhi);
   if (slo < dhi && dlo < shi) return false;
-  if (es == 4)
+  if (es == 4 && dcs == 4 && scs == 4)
+    neuron_transpose32(d.base, drs, s.base, srs, P, F);  // contiguous rows: SIMD when it can
+  else if (es == 4)
     transpose_blocks<uint32_t>(d.base, drs, dcs, s.base, srs, scs, P, F);
   else if (es == 2)
     transpose_blocks<uint16_t>(d.base, drs, dcs, s.base, srs, scs, P, F);

@@ -60,6 +60,38 @@ struct Avx2 {
 
 namespace neuron::native {
 
+// 8 x 8 blocks through registers (unpack, shuffle, swap 128-bit halves); edges element-wise.
+void transpose32_avx2(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F) {
+  const int64_t P8 = P / 8 * 8, F8 = F / 8 * 8;
+  for (int64_t p0 = 0; p0 < P8; p0 += 8)
+    for (int64_t f0 = 0; f0 < F8; f0 += 8) {
+      __m256 r[8], t[8], u[8];
+      for (int i = 0; i < 8; ++i)
+        r[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(s + (p0 + i) * srs) + f0);
+      for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+      }
+      for (int h = 0; h < 2; ++h) {
+        u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      for (int i = 0; i < 4; ++i) {
+        float* lo = reinterpret_cast<float*>(d + (f0 + i) * drs) + p0;
+        float* hi = reinterpret_cast<float*>(d + (f0 + i + 4) * drs) + p0;
+        _mm256_storeu_ps(lo, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+        _mm256_storeu_ps(hi, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+      }
+    }
+  // The edges: columns past F8 for every row, rows past P8 for the first F8 columns.
+  for (int64_t f = F8; f < F; ++f)
+    for (int64_t p = 0; p < P; ++p) __builtin_memcpy(d + f * drs + p * 4, s + p * srs + f * 4, 4);
+  for (int64_t f = 0; f < F8; ++f)
+    for (int64_t p = P8; p < P; ++p) __builtin_memcpy(d + f * drs + p * 4, s + p * srs + f * 4, 4);
+}
+
 void matmul_f32_avx2(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
                      int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
   float* scratch = matmul_scratch(blocked_scratch_floats<Avx2>());
@@ -87,6 +119,9 @@ void matmul_f32_avx2(float* c, int64_t ldc, const float* a, int64_t lda, const f
 void matmul_bf16_avx2(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                       int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
   matmul_bf16_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+}
+void transpose32_avx2(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F) {
+  transpose32_portable(d, drs, s, srs, P, F);
 }
 }  // namespace neuron::native
 

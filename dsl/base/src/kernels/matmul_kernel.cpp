@@ -65,12 +65,24 @@ void matmul_bf16_portable(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
   }
 }
 
+void transpose32_portable(char* d, int64_t drs, const char* s, int64_t srs, int64_t P,
+                          int64_t F) {
+  // 8 x 8 blocks, so both sides stay within a few cache lines per block.
+  for (int64_t p0 = 0; p0 < P; p0 += 8)
+    for (int64_t f0 = 0; f0 < F; f0 += 8) {
+      const int64_t pe = p0 + 8 < P ? p0 + 8 : P, fe = f0 + 8 < F ? f0 + 8 : F;
+      for (int64_t f = f0; f < fe; ++f)
+        for (int64_t p = p0; p < pe; ++p) std::memcpy(d + f * drs + p * 4, s + p * srs + f * 4, 4);
+    }
+}
+
 namespace {
 
 struct Variant {
   const char* name;
   MatmulF32Fn f32;
   MatmulBf16Fn bf16;
+  Transpose32Fn transpose32;
 };
 
 bool supports(const char* isa) {
@@ -88,9 +100,9 @@ bool supports(const char* isa) {
 
 const Variant* find_variant(const char* isa) {
   static const Variant variants[] = {
-      {"avx512", matmul_f32_avx512, matmul_bf16_avx512},
-      {"avx2", matmul_f32_avx2, matmul_bf16_avx2},
-      {"portable", matmul_f32_portable, matmul_bf16_portable},
+      {"avx512", matmul_f32_avx512, matmul_bf16_avx512, transpose32_avx2},
+      {"avx2", matmul_f32_avx2, matmul_bf16_avx2, transpose32_avx2},
+      {"portable", matmul_f32_portable, matmul_bf16_portable, transpose32_portable},
   };
   if (!isa || !supports(isa)) return nullptr;
   for (const Variant& v : variants)
@@ -123,6 +135,11 @@ void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, c
                         int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate) {
   if (M <= 0 || N <= 0) return;
   neuron::native::host_variant().bf16(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
+}
+
+void neuron_transpose32(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F) {
+  if (P <= 0 || F <= 0) return;
+  neuron::native::host_variant().transpose32(d, drs, s, srs, P, F);
 }
 
 const char* neuron_matmul_isa() {

@@ -28,6 +28,12 @@ void matmul_f32_avx512(float*, int64_t, const float*, int64_t, const float*, int
 void matmul_bf16_avx512(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
                         int64_t, int64_t, int64_t, bool);
 
+// The 32-bit transpose of neuron_transpose32 (matmul_kernel.hpp): portable and AVX2.
+using Transpose32Fn = void (*)(char* d, int64_t drs, const char* s, int64_t srs, int64_t P,
+                               int64_t F);
+void transpose32_portable(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F);
+void transpose32_avx2(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F);
+
 }  // namespace neuron::native
 
 extern "C" {

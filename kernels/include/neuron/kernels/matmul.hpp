@@ -14,8 +14,9 @@
 //    at a time, when B is [N, K]) and feeds one nc_matmul per subtile: the moving tile is
 //    reused by the whole group. The K loop accumulates in PSUM (fp32).
 //  - Epilogue: the bias row (broadcast over partitions once per column block) is added by the
-//    Vector engine while evacuating PSUM, the activation and the cast to the output dtype run
-//    on the Scalar engine, and a DMA stores the tile.
+//    Vector engine while evacuating PSUM (straight into the output dtype when there is no
+//    activation), the activation and the cast to the output dtype run on the Scalar engine,
+//    and a DMA stores the tile.
 // Remainders of M, N and K are a second, static copy of each loop body with smaller tiles.
 #pragma once
 #include <optional>
@@ -124,16 +125,21 @@ inline nl::tensor matmul_impl(const nl::tensor& a, const nl::tensor& b,
       size_t j = 0;
       for_each_static_tile(0, gr, kPartitions, [&](int64_t c, int64_t cw) {
         nl::tensor r = acc[j++];
-        if (bias_rows) {
-          auto biased = nl::ndarray({cw, nr}, nl::float32, nl::sbuf, "biased");
-          isa::tensor_tensor(biased, r, (*bias_rows)(nl::ds(0, cw), nl::all), nl::add);
-          r = biased;
-        }
         auto y = nl::ndarray({cw, nr}, out_dt, nl::sbuf, "y");
-        if (cfg.activation)
-          isa::activation(y, *cfg.activation, r);
-        else
-          isa::tensor_copy(y, r);
+        if (bias_rows && !cfg.activation) {
+          // One pass: the sum is taken in fp32 and rounded once to the output dtype.
+          isa::tensor_tensor(y, r, (*bias_rows)(nl::ds(0, cw), nl::all), nl::add);
+        } else {
+          if (bias_rows) {
+            auto biased = nl::ndarray({cw, nr}, nl::float32, nl::sbuf, "biased");
+            isa::tensor_tensor(biased, r, (*bias_rows)(nl::ds(0, cw), nl::all), nl::add);
+            r = biased;
+          }
+          if (cfg.activation)
+            isa::activation(y, *cfg.activation, r);
+          else
+            isa::tensor_copy(y, r);
+        }
         nl::store(out(nl::ds(grow + c, cw), nl::ds(n0, nr)), y);
       });
     });

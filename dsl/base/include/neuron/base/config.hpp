@@ -34,6 +34,10 @@ struct Config {
   // NEURON_NATIVE_KERNELS: how generated code reaches the instruction kernels: "bitcode"
   // (default: linked in and specialized) or "host" (calls to the library's compiled copies).
   std::string native_kernels = "bitcode";
+  // NEURON_PARTITION_BLOCKS=0: generated code runs every instruction over its whole tiles instead
+  // of running runs of partition-local instructions a block of partitions at a time (the same
+  // bits either way; for comparing speed and for isolating a suspected backend bug).
+  bool partition_blocks = true;
   // ---- profiler (runtime/profile.hpp, docs/profiling.md) ----
   // NEURON_PROFILE=dir: every neuron::simulate of a compiled kernel also runs the timing model
   // and writes <kernel>-<n>.json (Chrome/Perfetto trace), .txt (summary) and .html into dir.

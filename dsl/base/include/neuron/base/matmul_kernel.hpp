@@ -16,6 +16,10 @@ void neuron_matmul_f32(float* c, int64_t ldc, const float* a, int64_t lda, const
                        int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
 void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                         int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
+// nc_transpose of 32-bit elements between row-major matrices with contiguous rows: row f of d
+// (P elements, rows drs bytes apart) is column f of s (P rows of F elements, srs bytes apart).
+// Moves bits only. d and s must not overlap.
+void neuron_transpose32(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F);
 // Which implementation the host uses: "avx512", "avx2" or "portable" (for reports).
 const char* neuron_matmul_isa();
 }

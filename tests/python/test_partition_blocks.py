@@ -1,0 +1,84 @@
+# The native backend runs runs of partition-local instructions a block of partitions at a time
+# (codegen/llvm/lower_program.cpp, docs/native.md). These kernels have rows long enough to be
+# blocked, and runs whose views are shifted across partitions (where blocking would read what
+# another block wrote): native results must be the simulator's bits, with blocks and without
+# (NEURON_PARTITION_BLOCKS=0), and match NumPy.
+import numpy as np
+import pytest
+
+import neuron
+import neuron.isa as nisa
+import neuron.language as nl
+
+RNG = np.random.default_rng(11)
+F = 2048  # 8 KiB fp32 rows: blocks of 2 partitions
+
+
+def softmax_rows(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, F), nl.float32)
+    nisa.dma_copy(t, x)
+    negmax = nl.ndarray((128, 1), nl.float32)
+    nisa.tensor_reduce(negmax, nl.maximum, t, axis=1, negate=True)
+    e = nl.ndarray((128, F), nl.float32)
+    s = nl.ndarray((128, 1), nl.float32)
+    nisa.activation(e, nl.exp, t, bias=negmax, reduce_op=nl.add, reduce_res=s)
+    r = nl.ndarray((128, 1), nl.float32)
+    nisa.activation(r, nl.reciprocal, s)
+    y = nl.ndarray((128, F), nl.float32)
+    nisa.tensor_scalar(y, e, nl.multiply, r)
+    nisa.dma_copy(out, y)
+    return out
+
+
+def shifted(x):
+    # Through an HBM scratch, rows written by one DMA of a run are read back one row lower by
+    # the next: partition p of the read is partition p + 1 of the write. (On-chip views cannot
+    # overlap that way: a view of n partitions starts at a quadrant boundary.)
+    out = nl.ndarray((128, F), nl.float32, buffer=nl.shared_hbm)
+    scratch = nl.ndarray((256, F), nl.float32, buffer=nl.private_hbm)
+    t = nl.ndarray((128, F), nl.float32)
+    nisa.dma_copy(t, x)
+    u = nl.ndarray((128, F), nl.float32)
+    nisa.tensor_scalar(u, t, nl.multiply, 2.0)
+    nisa.dma_copy(scratch[0:128, :], u)
+    v = nl.ndarray((128, F), nl.float32)
+    nisa.dma_copy(v, scratch[1:129, :])
+    w = nl.ndarray((128, F), nl.float32)
+    nisa.tensor_tensor(w, v, t, nl.add)
+    nisa.dma_copy(out, w)
+    return out
+
+
+def shifted_reference(x):
+    x = x.astype(np.float64)
+    s = np.zeros((256, F))
+    s[0:128] = 2 * x
+    return s[1:129] + x
+
+
+@pytest.mark.parametrize("fn", [softmax_rows, shifted])
+def test_blocked_runs_give_the_simulator_bits(fn, monkeypatch):
+    x = RNG.standard_normal((128, F)).astype(np.float32)
+    sim = neuron.kernel(fn, mode="simulate")(x)
+    results = {}
+    for blocks in ("1", "0"):
+        monkeypatch.setenv("NEURON_PARTITION_BLOCKS", blocks)
+        k = neuron.kernel(fn)
+        results[blocks] = k(x)
+        assert ("partition_blocks=off" in k.last_report) == (blocks == "0")
+    assert results["1"].tobytes() == sim.tobytes()
+    assert results["0"].tobytes() == sim.tobytes()
+    if fn is softmax_rows:
+        e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(sim, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-9)
+    else:
+        np.testing.assert_allclose(sim, shifted_reference(x), rtol=1e-5, atol=1e-5)
+
+
+def test_bad_partition_blocks_value(monkeypatch):
+    monkeypatch.setenv("NEURON_PARTITION_BLOCKS", "yes")
+    with pytest.raises(neuron.NeuronError) as info:
+        neuron.kernel(softmax_rows)(np.zeros((128, F), np.float32))
+    assert info.value.rule == "config"
+    assert "NEURON_PARTITION_BLOCKS='yes'" in info.value.message
