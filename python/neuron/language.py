@@ -532,3 +532,10 @@ for _op in ("eq", "ne", "lt", "le", "gt", "ge"):
     setattr(_C.Affine, f"__{_op}__", _affine_cmp(_op))
 _C.Affine.__hash__ = lambda self: hash(str(self))
 _C.Affine.__bool__ = lambda self: bool(_affine_cmp("ne")(self, 0))
+
+
+# ---- composed from the functions above (language_composed.py) ---------------------------------
+
+from .language_composed import (abs_max, abs_min, all, expand_dims, load_transpose2d,  # noqa
+                                logical_not, prod, rms_norm, shared_identity_matrix, softmax,
+                                var)
