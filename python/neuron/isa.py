@@ -181,9 +181,17 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
 
 @_eager.op(writes=("dst",))
 def tensor_partition_reduce(dst, op, data, name=None):
-    """dst[0, j] = op over the partitions of data[:, j] (GpSimd): nl.add, nl.maximum,
-    nl.minimum; nl.bitwise_and and nl.bitwise_or on integer tiles."""
-    _C.tensor_partition_reduce(dst, _op(op), data, user_span())
+    """dst[0, j] = op over the partitions of data[:, j] (GpSimd): nl.add, nl.average (the sum
+    divided by the partition count), nl.maximum, nl.minimum; nl.bitwise_and and nl.bitwise_or
+    on integer tiles."""
+    span = user_span()
+    if _op(op) == "average":  # the fp32 sum over the partitions, divided by their count
+        total = _C.ndarray(list(dst.shape), _C.DType.float32, _C.Memory.sbuf, "", span)
+        _C.tensor_partition_reduce(total, "add", data, span)
+        _C.tensor_scalar(dst, total, "divide", float(data.shape[0]), False, None, None, False,
+                         span)
+        return
+    _C.tensor_partition_reduce(dst, _op(op), data, span)
 
 
 @_eager.op(writes=("dst",))

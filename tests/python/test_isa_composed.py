@@ -201,3 +201,19 @@ def test_bad_inputs_name_rule_values_and_line(fn, rule, text, line):
         neuron.kernel(fn, mode="simulate")(np.zeros((4, 6), np.float32))
     assert e.value.rule == rule and text in e.value.message
     assert e.value.line == line_of(fn, line)
+
+
+def partition_average(x):
+    out = nl.ndarray((1, 12), nl.bfloat16, buffer=nl.shared_hbm)
+    r = nl.ndarray((1, 12), nl.bfloat16)
+    nisa.tensor_partition_reduce(r, nl.average, nl.load(x))
+    nl.store(out, r)
+    return out
+
+
+def test_tensor_partition_reduce_average():
+    import ml_dtypes
+    x = RNG.uniform(-2, 2, (96, 12)).astype(np.float32)
+    got = three_ways(partition_average, x, modes=TWO)
+    want = (x.astype(f64).sum(0) / 96).astype(np.float32).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(got[0], want)

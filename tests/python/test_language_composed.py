@@ -117,3 +117,20 @@ def test_bad_inputs_name_rule_values_and_line(fn, text, line):
         neuron.kernel(fn, mode="simulate")(np.zeros((4, 6), np.float32))
     assert e.value.rule == "shape" and text in e.value.message
     assert e.value.line == line_of(fn, line)
+
+
+def test_memory_regions_and_no_reorder():
+    assert nl.MemoryRegion.sbuf == nl.sbuf and nl.MemoryRegion.private_hbm == nl.hbm
+    assert nl.is_hbm(nl.shared_hbm) and nl.is_hbm(nl.hbm) and not nl.is_hbm(nl.psum)
+    assert nl.is_on_chip(nl.psum) and nl.is_on_chip(nl.sbuf) and not nl.is_on_chip(nl.hbm)
+    assert nl.is_sbuf(nl.sbuf) and nl.is_psum(nl.psum) and not nl.is_sbuf(nl.psum)
+
+    def k(x):
+        out = nl.ndarray((4, 6), nl.float32, buffer=nl.shared_hbm)
+        with nl.no_reorder():
+            t = nl.load(x)
+            nl.store(out, nl.exp(t))
+        return out
+
+    x = RNG.uniform(-1, 1, (4, 6)).astype(np.float32)
+    np.testing.assert_allclose(three_ways(k, x), np.exp(x.astype(f64)), rtol=1e-6)
