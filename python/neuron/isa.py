@@ -278,4 +278,4 @@ def register_store(dst, src):
 
 from .isa_composed import (activation_reduce, dma_transpose, exponential,  # noqa: E402,F401
                            range_select, reciprocal, scalar_tensor_tensor, select_reduce,
-                           tensor_scalar_reduce)
+                           tensor_scalar_cumulative, tensor_scalar_reduce)

@@ -63,16 +63,52 @@ def _finish_reduce(reduce_res, partial, op, init, negate, span):
     tensor_copy(reduce_res, partial)
 
 
-@_eager.op(writes=("dst",))
+@_eager.op(writes=("dst", "reduce_res"))
 def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False,
-                         reverse1=False, name=None):
+                         reverse1=False, reduce_cmd=reduce_cmd.reset_reduce, reduce_op=None,
+                         reduce_res=None, name=None):
     """dst = (data op0 operand0) op1 operand1: operand0 a number or [P, 1] tile, operand1 a
-    tile of data's shape; the intermediate is fp32 (reverse0/1 swap an op's operands)."""
+    tile of data's shape; the intermediate is fp32 (reverse0/1 swap an op's operands). With
+    reduce_res ([P, 1]): reduce_op (default add) of the fp32 result over the free dims."""
     span = user_span()
     tmp = _fp32_like(data, span)
     tensor_scalar(tmp, data, op0, operand0, reverse0)
     a, b = (operand1, tmp) if reverse1 else (tmp, operand1)
-    tensor_tensor(dst, a, b, op1)
+    if reduce_res is None:
+        tensor_tensor(dst, a, b, op1)
+        return
+    _cmd(reduce_cmd, "scalar_tensor_tensor", (_cmd_set.idle, _cmd_set.reset_reduce), span)
+    op = _reduce_op("add" if reduce_op is None else reduce_op, "scalar_tensor_tensor", span)
+    tensor_tensor(tmp, a, b, op1)
+    tensor_reduce(reduce_res, op, tmp, _free_axes(tmp))
+    tensor_copy(dst, tmp)
+
+
+_SCAN_IDENTITY = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": float("-inf"),
+                  "minimum": float("inf")}
+
+
+@_eager.op(writes=("dst",))
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None,
+                             reduce_cmd=reduce_cmd.reset_reduce, reverse0=False, name=None):
+    """Per partition along the free dims: reg = op1(src[i] op0 imm0, reg), dst[i] = reg, from
+    reg = op1's identity (reset_reduce, idle) or imm1 (load_reduce); op1 add, subtract,
+    multiply, maximum or minimum."""
+    span = user_span()
+    cmd = _cmd(reduce_cmd, "tensor_scalar_cumulative",
+               (_cmd_set.idle, _cmd_set.reset_reduce, _cmd_set.load_reduce), span)
+    scan = _reduce_op(op1, "tensor_scalar_cumulative", span)
+    if scan not in _SCAN_IDENTITY:
+        user_error("reduce-op", f"tensor_scalar_cumulative: op1={scan!r} is not one of add, "
+                   "subtract, multiply, maximum, minimum", span)
+    if cmd == _cmd_set.load_reduce and imm1 is None:
+        user_error("unknown-arg", "tensor_scalar_cumulative: reduce_cmd=load_reduce starts from "
+                   "imm1; pass imm1 (a number or [P, 1] tile)", span)
+    y = _fp32_like(src, span)
+    tensor_scalar(y, src, op0, imm0, reverse0)
+    zeros = _C.zeros(list(src.shape), _C.DType.float32, _C.Memory.sbuf, "", span)
+    start = imm1 if cmd == _cmd_set.load_reduce else _SCAN_IDENTITY[scan]
+    _C.tensor_tensor_scan(dst, y, zeros, _operand(start), scan, "add", False, False, span)
 
 
 @_eager.op(writes=("dst", "reduce_res"))
@@ -248,5 +284,5 @@ def dma_transpose(dst, src, axes=None, dge_mode=None, oob_mode=None, priority=No
     transpose_by_dma(dst, src, axes, "dma_transpose", span)
 
 
-__all__ = ["scalar_tensor_tensor", "tensor_scalar_reduce", "activation_reduce", "reciprocal",
+__all__ = ["scalar_tensor_tensor", "tensor_scalar_cumulative", "tensor_scalar_reduce", "activation_reduce", "reciprocal",
            "exponential", "select_reduce", "range_select", "dma_transpose"]

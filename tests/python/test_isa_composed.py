@@ -217,3 +217,55 @@ def test_tensor_partition_reduce_average():
     got = three_ways(partition_average, x, modes=TWO)
     want = (x.astype(f64).sum(0) / 96).astype(np.float32).astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(got[0], want)
+
+
+def cumulative(x, y, init):
+    a = nl.ndarray((8, 3, 5), nl.float32, buffer=nl.shared_hbm)
+    m = nl.ndarray((8, 15), nl.float32, buffer=nl.shared_hbm)
+    s = nl.ndarray((8, 15), nl.float32, buffer=nl.shared_hbm)
+    r = nl.ndarray((8, 1), nl.float32, buffer=nl.shared_hbm)
+    t, u, c = nl.load(x), nl.load(y), nl.load(init)
+    o = nl.ndarray((8, 3, 5), nl.float32)
+    nisa.tensor_scalar_cumulative(o, t, nl.multiply, nl.add, 2.0)
+    nl.store(a, o)
+    o2 = nl.ndarray((8, 15), nl.float32)
+    nisa.tensor_scalar_cumulative(o2, u, nl.subtract, nl.maximum, 1.0, imm1=c,
+                                  reduce_cmd=nisa.reduce_cmd.load_reduce)
+    nl.store(m, o2)
+    o3 = nl.ndarray((8, 15), nl.float32)
+    red = nl.ndarray((8, 1), nl.float32)
+    nisa.scalar_tensor_tensor(o3, u, nl.multiply, c, nl.add, u, reduce_op=nl.add,
+                              reduce_res=red)
+    nl.store(s, o3)
+    nl.store(r, red)
+    return a, m, s, r
+
+
+def test_tensor_scalar_cumulative_and_scalar_tensor_tensor_reduce():
+    x = RNG.uniform(-1, 1, (8, 3, 5)).astype(np.float32)
+    y = RNG.uniform(-3, 3, (8, 15)).astype(np.float32)
+    init = RNG.uniform(-1, 1, (8, 1)).astype(np.float32)
+    a, m, s, r = three_ways(cumulative, x, y, init, modes=TWO)
+    X, Y, C = x.astype(f64).reshape(8, 15), y.astype(f64), init.astype(f64)
+    np.testing.assert_allclose(a.reshape(8, 15), np.cumsum(2 * X, axis=1), rtol=1e-5,
+                               atol=1e-6)
+    want = np.maximum.accumulate(np.concatenate([C, Y - 1.0], axis=1), axis=1)[:, 1:]
+    np.testing.assert_array_equal(m, want)
+    np.testing.assert_allclose(s, Y * C + Y, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(r[:, 0], (Y * C + Y).sum(1), rtol=1e-5, atol=1e-5)
+
+
+def range_3d(x):
+    out = nl.ndarray((4, 3, 5), nl.float32, buffer=nl.shared_hbm)
+    o = nl.ndarray((4, 3, 5), nl.float32)
+    nisa.range_select(o, nl.load(x), nl.greater, nl.less_equal, 3.0, 11.0, range_start=0.5,
+                      on_false_value=-1.0)
+    nl.store(out, o)
+    return out
+
+
+def test_range_select_counts_the_flattened_free_index():
+    x = RNG.uniform(-1, 1, (4, 3, 5)).astype(np.float32)
+    got = three_ways(range_3d, x, modes=TWO)
+    idx = 0.5 + np.arange(15).reshape(1, 3, 5)
+    np.testing.assert_array_equal(got, np.where((idx > 3) & (idx <= 11), x, -1.0))
