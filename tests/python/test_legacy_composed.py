@@ -70,6 +70,7 @@ def nl_kernel(x, b):
     v = nl.ndarray((8, 1), nl.float32, buffer=nl.shared_hbm)
     a = nl.ndarray((8, 1), nl.uint8, buffer=nl.shared_hbm)
     e = nl.ndarray((8, 10, 1), nl.float32, buffer=nl.shared_hbm)
+    e2 = nl.ndarray((8, 10, 1), nl.float32, buffer=nl.shared_hbm)
     i = nl.ndarray((8, 8), nl.float32, buffer=nl.shared_hbm)
     s = nl.ndarray((8, 10), nl.float32, buffer=nl.shared_hbm)
     t, bt = nl.load(x), nl.load(b)
@@ -77,21 +78,23 @@ def nl_kernel(x, b):
     nl.store(v, nl.var(t, axis=1))
     nl.store(a, nl.all(bt, axis=1, dtype=nl.uint8))
     nl.store(e, nl.expand_dims(t, 2))
+    nl.store(e2, t.expand_dims(-1))
     nl.store(i, nl.load(nl.shared_identity_matrix(8, dtype=nl.float32)))
     nl.store(s, nl.softmax(t, axis=1))
-    return p, v, a, e, i, s
+    return p, v, a, e, e2, i, s
 
 
 def test_legacy_prod_var_all_expand_dims_identity_softmax():
     x = RNG.uniform(0.5, 1.5, (8, 10)).astype(np.float32)
     b = RNG.integers(0, 2, (8, 10)).astype(np.float32)
     b[:3] = 1.0
-    p, v, a, e, i, s = both(nl_kernel, x, b)
+    p, v, a, e, e2, i, s = both(nl_kernel, x, b)
     X = x.astype(f64)
     np.testing.assert_allclose(p[:, 0], X.prod(1), rtol=1e-5)
     np.testing.assert_allclose(v[:, 0], X.var(1), rtol=1e-4, atol=1e-7)
     np.testing.assert_array_equal(a[:, 0], b.all(1).astype(np.uint8))
     np.testing.assert_array_equal(e, x[:, :, None])
+    np.testing.assert_array_equal(e2, x[:, :, None])
     np.testing.assert_array_equal(i, np.eye(8))
     ex = np.exp(X - X.max(1, keepdims=True))
     np.testing.assert_allclose(s, ex / ex.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
