@@ -570,6 +570,6 @@ _C.Affine.__bool__ = lambda self: bool(_affine_cmp("ne")(self, 0))
 
 # ---- composed from the functions above (language_composed.py) ---------------------------------
 
-from .language_composed import (abs_max, abs_min, all, expand_dims, load_transpose2d,  # noqa
-                                logical_not, prod, rms_norm, shared_identity_matrix, softmax,
-                                var)
+from .language_composed import (abs_max, abs_min, all, expand_dims, invert,  # noqa
+                                load_transpose2d, logical_not, prod, rms_norm,
+                                shared_identity_matrix, softmax, var)

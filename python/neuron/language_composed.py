@@ -1,6 +1,6 @@
 """nki.language functions (current API) that neuron composes from its instructions and nl
 functions: reductions NKI has and the toolkit has no nl.reduce for (prod, all, var), softmax,
-rms_norm, element-wise abs_max / abs_min / logical_not, expand_dims, shared_identity_matrix and
+rms_norm, element-wise abs_max / abs_min / logical_not / invert, expand_dims, shared_identity_matrix and
 load_transpose2d. Each returns a new tile, as the nl functions do (NKI_API.md 6.4)."""
 from . import _C
 from . import eager as _eager
@@ -113,6 +113,22 @@ def logical_not(x, dtype=None):
                      user_span())
 
 
+_ALL_ONES = {"int8": -1.0, "int16": -1.0, "int32": -1.0, "uint8": 255.0, "uint16": 65535.0,
+             "uint32": 4294967295.0}
+
+
+@_eager.op()
+def invert(x, dtype=None):
+    """Bitwise NOT of an integer tile (an XOR with all ones)."""
+    _tensor_arg(x, "invert")
+    span = user_span()
+    ones = _ALL_ONES.get(x.dtype.name_)
+    if ones is None:
+        user_error("dtype", f"invert: '{x.name}' is {x.dtype.name_}; bitwise NOT takes an integer "
+                   "tile (int8 ... uint32)", span)
+    return _C.binary("bitwise_xor", x, ones, None if dtype is None else to_dtype(dtype), span)
+
+
 @_eager.op()
 def expand_dims(x, axis):
     """A new SBUF tile of x's values with a size-1 dim inserted at `axis` (not 0: dim 0 is the
@@ -170,4 +186,5 @@ def load_transpose2d(src, dtype=None):
 
 
 __all__ = ["prod", "all", "var", "softmax", "rms_norm", "abs_max", "abs_min", "logical_not",
+           "invert",
            "expand_dims", "shared_identity_matrix", "load_transpose2d"]

@@ -78,6 +78,22 @@ def test_abs_max_abs_min_logical_not():
     np.testing.assert_array_equal(ln, (y == 0).astype(np.uint8))
 
 
+def bits(x, y):
+    a = nl.ndarray((4, 5), nl.int8, buffer=nl.shared_hbm)
+    b = nl.ndarray((4, 5), nl.uint16, buffer=nl.shared_hbm)
+    nl.store(a, nl.invert(nl.load(x)))
+    nl.store(b, nl.invert(nl.load(y)))
+    return a, b
+
+
+def test_invert():
+    x = RNG.integers(-128, 128, (4, 5)).astype(np.int8)
+    y = RNG.integers(0, 65536, (4, 5)).astype(np.uint16)
+    a, b = three_ways(bits, x, y)
+    np.testing.assert_array_equal(a, ~x)
+    np.testing.assert_array_equal(b, ~y)
+
+
 def shapes(x, a):
     e = nl.ndarray((8, 6, 1), nl.float32, buffer=nl.shared_hbm)
     i = nl.ndarray((40, 40), nl.float32, buffer=nl.shared_hbm)
@@ -108,14 +124,20 @@ def bad_identity(x):
     return nl.ndarray((1, 1), nl.float32, buffer=nl.shared_hbm)
 
 
-@pytest.mark.parametrize("fn,text,line", [
-    (bad_expand, "expand_dims(axis=0)", "expand_dims("),
-    (bad_identity, "n=200", "shared_identity_matrix("),
+def bad_invert(x):
+    nl.invert(nl.load(x))
+    return nl.ndarray((1, 1), nl.float32, buffer=nl.shared_hbm)
+
+
+@pytest.mark.parametrize("fn,rule,text,line", [
+    (bad_expand, "shape", "expand_dims(axis=0)", "expand_dims("),
+    (bad_identity, "shape", "n=200", "shared_identity_matrix("),
+    (bad_invert, "dtype", "is float32", "nl.invert("),
 ])
-def test_bad_inputs_name_rule_values_and_line(fn, text, line):
+def test_bad_inputs_name_rule_values_and_line(fn, rule, text, line):
     with pytest.raises(neuron.NeuronError) as e:
         neuron.kernel(fn, mode="simulate")(np.zeros((4, 6), np.float32))
-    assert e.value.rule == "shape" and text in e.value.message
+    assert e.value.rule == rule and text in e.value.message
     assert e.value.line == line_of(fn, line)
 
 

@@ -100,6 +100,20 @@ def test_legacy_prod_var_all_expand_dims_identity_softmax():
     np.testing.assert_allclose(s, ex / ex.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
+def legacy_invert(x):
+    out = nl.ndarray((4, 6), nl.int16, buffer=nl.shared_hbm)
+    i_p, i_f = nl.mgrid[0:4, 0:6]
+    t = nl.load(x)
+    nl.store(out[i_p, i_f], nl.invert(t, mask=(i_f < 4)), mask=(i_f < 4))
+    return out
+
+
+def test_legacy_invert_with_mask():
+    x = RNG.integers(-1000, 1000, (4, 6)).astype(np.int16)
+    got = both(legacy_invert, x)
+    np.testing.assert_array_equal(got[:, :4], ~x[:, :4])
+
+
 def bad_transpose(x):
     out = nl.ndarray((8, 4), nl.float32, buffer=nl.shared_hbm)
     t = nisa.dma_transpose(nl.load(x), axes=(0, 1))

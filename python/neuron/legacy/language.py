@@ -402,6 +402,12 @@ copy = _Fn("copy", "unary")
 bypass = _nl.bypass
 
 
+def invert(x, *, dtype=None, mask=None, **kwargs):
+    """Bitwise NOT of an integer tile (neuron.language.invert)."""
+    dt = None if dtype is None else _nl.to_dtype(dtype)
+    return _masked(lambda a: _nl.invert(a, dt), [x], mask, lambda: dt or _operand(x).dtype)
+
+
 def logical_not(x, *, dtype=None, mask=None, **kwargs):
     return equal(x, 0.0, dtype=bool_ if dtype is None else dtype, mask=mask)  # noqa: F821
 
@@ -462,7 +468,7 @@ def shared_identity_matrix(n, dtype=uint8, **kwargs):
 # ---- not provided: a clear error instead of an AttributeError ----------------------------------
 
 UNSUPPORTED = ("floor ceil trunc tan arctan gelu_dx gelu_apprx_sigmoid silu_dx mish erf_dx "
-               "invert mod fmod dropout all_reduce rand random_seed atomic_rmw "
+               "mod fmod dropout all_reduce rand random_seed atomic_rmw "
                "finfo").split()
 _define_unsupported(globals(), "nl", UNSUPPORTED)
 _wrap_module(globals(), skip={"arange", "mgrid", "ds", "program_id", "num_programs",
