@@ -55,10 +55,10 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     reduce_op (add in one instruction; max, min, ... by a reduction after it) over the free
     dims."""
     span = user_span()
+    bias = None if bias is None else _operand(bias)
     if bias is not None and not isinstance(bias, _C.Tensor):  # a number: a [P, 1] tile of it
-        b = float(_operand(bias))
-        bias = None if b == 0.0 else _C.full([data.shape[0], 1], b, _C.DType.float32,
-                                             _C.Memory.sbuf, "", span)
+        bias = None if bias == 0.0 else _C.full([data.shape[0], 1], bias, _C.DType.float32,
+                                                _C.Memory.sbuf, "", span)
     rop = None if reduce_op is None else _op(reduce_op)
     if reduce_res is not None and rop not in (None, "add", "sum"):
         _C.activation(dst, _op(op), data, bias, _operand(scale), None, None, span)

@@ -269,3 +269,23 @@ def test_range_select_counts_the_flattened_free_index():
     got = three_ways(range_3d, x, modes=TWO)
     idx = 0.5 + np.arange(15).reshape(1, 3, 5)
     np.testing.assert_array_equal(got, np.where((idx > 3) & (idx <= 11), x, -1.0))
+
+
+def act_bias_number(x):
+    out = nl.ndarray((8, 7), nl.float32, buffer=nl.shared_hbm)
+    mn = nl.ndarray((8, 1), nl.float32, buffer=nl.shared_hbm)
+    o = nl.ndarray((8, 7), nl.float32)
+    r = nl.ndarray((8, 1), nl.float32)
+    nisa.activation(o, nl.exp, nl.load(x), bias=-0.5, scale=2.0, reduce_op=nl.minimum,
+                    reduce_res=r)
+    nl.store(out, o)
+    nl.store(mn, r)
+    return out, mn
+
+
+def test_activation_takes_a_number_as_bias_and_a_min_reduction():
+    x = RNG.uniform(-1, 1, (8, 7)).astype(np.float32)
+    o, mn = three_ways(act_bias_number, x, modes=TWO)
+    want = np.exp(2.0 * x.astype(f64) - 0.5)
+    np.testing.assert_allclose(o, want, rtol=1e-5)
+    np.testing.assert_array_equal(mn[:, 0], o.min(1))
