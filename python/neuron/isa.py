@@ -51,8 +51,20 @@ def nc_transpose(dst, data, engine=None, name=None):
 @_eager.op(writes=("dst", "reduce_res"))
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
                name=None):
-    _C.activation(dst, _op(op), data, bias, _operand(scale),
-                  None if reduce_op is None else _op(reduce_op), reduce_res, user_span())
+    """dst = op(data * scale + bias) (bias a [P, 1] tile or a number); with reduce_res, its
+    reduce_op (add in one instruction; max, min, ... by a reduction after it) over the free
+    dims."""
+    span = user_span()
+    bias = None if bias is None else _operand(bias)
+    if bias is not None and not isinstance(bias, _C.Tensor):  # a number: a [P, 1] tile of it
+        bias = None if bias == 0.0 else _C.full([data.shape[0], 1], bias, _C.DType.float32,
+                                                _C.Memory.sbuf, "", span)
+    rop = None if reduce_op is None else _op(reduce_op)
+    if reduce_res is not None and rop not in (None, "add", "sum"):
+        _C.activation(dst, _op(op), data, bias, _operand(scale), None, None, span)
+        _C.tensor_reduce(reduce_res, rop, dst, list(range(1, len(dst.shape))), False, span)
+        return
+    _C.activation(dst, _op(op), data, bias, _operand(scale), rop, reduce_res, span)
 
 
 @_eager.op(writes=("dst",))
@@ -94,10 +106,12 @@ def tensor_copy(dst, src, engine=None, name=None, dtype=None):
 
 @_eager.op(writes=("dst",))
 def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
-    if reverse_pred:
-        user_error("unsupported", "tensor_copy_predicated(reverse_pred=True) is not supported "
-                   "yet; invert the predicate with nl.equal(predicate, 0.0)", user_span())
-    _C.tensor_copy_predicated(dst, src, predicate, user_span())
+    """dst = src where predicate != 0 (where it is 0 with reverse_pred); the rest of dst is
+    kept."""
+    span = user_span()
+    if reverse_pred:  # the inverted predicate, in the predicate's dtype
+        predicate = _C.binary("equal", predicate, 0.0, predicate.dtype, span)
+    _C.tensor_copy_predicated(dst, src, predicate, span)
 
 
 @_eager.op(writes=("dst",))
@@ -167,9 +181,17 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
 
 @_eager.op(writes=("dst",))
 def tensor_partition_reduce(dst, op, data, name=None):
-    """dst[0, j] = op over the partitions of data[:, j] (GpSimd): nl.add, nl.maximum,
-    nl.minimum; nl.bitwise_and and nl.bitwise_or on integer tiles."""
-    _C.tensor_partition_reduce(dst, _op(op), data, user_span())
+    """dst[0, j] = op over the partitions of data[:, j] (GpSimd): nl.add, nl.average (the sum
+    divided by the partition count), nl.maximum, nl.minimum; nl.bitwise_and and nl.bitwise_or
+    on integer tiles."""
+    span = user_span()
+    if _op(op) == "average":  # the fp32 sum over the partitions, divided by their count
+        total = _C.ndarray(list(dst.shape), _C.DType.float32, _C.Memory.sbuf, "", span)
+        _C.tensor_partition_reduce(total, "add", data, span)
+        _C.tensor_scalar(dst, total, "divide", float(data.shape[0]), False, None, None, False,
+                         span)
+        return
+    _C.tensor_partition_reduce(dst, _op(op), data, span)
 
 
 @_eager.op(writes=("dst",))
@@ -250,3 +272,10 @@ def register_load(dst, src):
 def register_store(dst, src):
     """The one element of dst (SBUF or HBM) = register src."""
     _C.register_store(dst, _register(src, "register_store"), user_span())
+
+
+# ---- composed from the instructions above (isa_composed.py) ------------------------------------
+
+from .isa_composed import (activation_reduce, dma_transpose, exponential,  # noqa: E402,F401
+                           range_select, reciprocal, scalar_tensor_tensor, select_reduce,
+                           tensor_scalar_cumulative, tensor_scalar_reduce)

@@ -215,6 +215,40 @@ copy = _Copy("copy")
 sum, max, min, mean = _Reduce("sum", "sum"), _Reduce("max", "max"), _Reduce("min", "min"), \
     _Reduce("mean", "mean")
 bypass = _Fn("bypass")
+average = _Fn("average")  # an operator of nisa.tensor_partition_reduce only
+
+
+class MemoryRegion:
+    """NKI's memory regions (nl.sbuf is nl.MemoryRegion.sbuf)."""
+    sbuf, psum, private_hbm, shared_hbm = sbuf, psum, hbm, shared_hbm
+
+
+def is_hbm(buffer):
+    return buffer in (hbm, shared_hbm)
+
+
+def is_sbuf(buffer):
+    return buffer == sbuf
+
+
+def is_psum(buffer):
+    return buffer == psum
+
+
+def is_on_chip(buffer):
+    """SBUF or PSUM."""
+    return buffer in (sbuf, psum)
+
+
+class no_reorder:
+    """`with nl.no_reorder():` keeps program order in NKI. neuron schedules by data
+    dependencies, which gives the same values, so the block runs as written."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 @_eager.op()
@@ -532,3 +566,10 @@ for _op in ("eq", "ne", "lt", "le", "gt", "ge"):
     setattr(_C.Affine, f"__{_op}__", _affine_cmp(_op))
 _C.Affine.__hash__ = lambda self: hash(str(self))
 _C.Affine.__bool__ = lambda self: bool(_affine_cmp("ne")(self, 0))
+
+
+# ---- composed from the functions above (language_composed.py) ---------------------------------
+
+from .language_composed import (abs_max, abs_min, all, expand_dims, invert,  # noqa
+                                load_transpose2d, logical_not, prod, rms_norm,
+                                shared_identity_matrix, softmax, var)

@@ -227,14 +227,14 @@ def test_nki_keyword_forms_and_accumulate_overwrite():
     np.testing.assert_allclose(k(x, y), 2 * (x.astype(f64).T @ y), rtol=1e-4, atol=1e-3)
 
 
-def test_reverse_pred_is_a_clear_error():
-    def k(x):
+def test_reverse_pred_copies_where_the_predicate_is_zero():
+    def k(x, p):
         out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
-        t = nl.load(x)
-        nisa.tensor_copy_predicated(t, t, t, reverse_pred=True)
+        t = nl.zeros((128, 8), nl.float32)
+        nisa.tensor_copy_predicated(t, nl.load(x), nl.load(p), reverse_pred=True)
         nl.store(out, t)
         return out
 
-    with pytest.raises(neuron.NeuronError) as info:
-        neuron.kernel(k)(np.zeros((128, 8), np.float32))
-    assert info.value.rule == "unsupported" and "nl.equal" in info.value.message
+    x = RNG.standard_normal((128, 8)).astype(np.float32)
+    p = RNG.integers(0, 2, (128, 8)).astype(np.uint8)
+    np.testing.assert_array_equal(neuron.kernel(k)(x, p), np.where(p == 0, x, 0.0))

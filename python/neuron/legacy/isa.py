@@ -231,15 +231,13 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, 
 
 def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
                          dtype=None, mask=None, **kwargs):
-    """(data op0 operand0) op1 operand1, operand1 a full tile (two instructions here)."""
+    """(data op0 operand0) op1 operand1, operand1 a full tile (neuron.isa's composition)."""
     x, t1 = _tile(data, "nisa.scalar_tensor_tensor"), _tile(operand1, "operand1")
     dst, rect = _begin(x, mask, dtype or _promote(x.dtype, t1.dtype))
     if rect is not None:
-        tmp = _new_like(x.shape, _nl.float32)
-        _isa.tensor_scalar(_index_rect(tmp, rect), _index_rect(x, rect), _name(op0),
-                           _column(operand0, rect, "operand0"), reverse0)
-        a, b = _index_rect(tmp, rect), _index_rect(t1, rect)
-        _isa.tensor_tensor(_index_rect(dst, rect), *((b, a) if reverse1 else (a, b)), _name(op1))
+        _isa.scalar_tensor_tensor(_index_rect(dst, rect), _index_rect(x, rect), _name(op0),
+                                  _column(operand0, rect, "operand0"), _name(op1),
+                                  _index_rect(t1, rect), reverse0, reverse1)
     return _done(dst, rect)
 
 
@@ -248,15 +246,10 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
     """Returns data op0 operand0 and writes its reduction over the free axes to reduce_res."""
     x = _tile(data, "nisa.tensor_scalar_reduce")
     dst, rect = _begin(x, mask, dtype)
-    if rect is None:
-        return _done(dst, None)
-    tmp = dst if dst.dtype == _nl.float32 else _new_like(x.shape, _nl.float32)
-    _isa.tensor_scalar(_index_rect(tmp, rect), _index_rect(x, rect), _name(op0),
-                       _column(operand0, rect, "operand0"), reverse0)
-    _isa.tensor_reduce(_column(reduce_res, rect, "reduce_res"), _name(reduce_op),
-                       _index_rect(tmp, rect), list(range(1, len(x.shape))))
-    if tmp is not dst:
-        _isa.tensor_copy(_index_rect(dst, rect), _index_rect(tmp, rect))
+    if rect is not None:
+        _isa.tensor_scalar_reduce(_index_rect(dst, rect), _index_rect(x, rect), _name(op0),
+                                  _column(operand0, rect, "operand0"), _name(reduce_op),
+                                  _column(reduce_res, rect, "reduce_res"), reverse0)
     return _done(dst, rect)
 
 
@@ -515,6 +508,66 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs
     _isa.nc_stream_shuffle(_tile(dst, "dst"), x, list(shuffle_mask))
 
 
-UNSUPPORTED = "range_select select_reduce dropout dma_transpose sequence_bounds".split()
+def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=None,
+                  reduce_op=None, reverse_pred=False, mask=None, dtype=None, **kwargs):
+    """dst = on_true where predicate != 0 (== 0 with reverse_pred), else on_false (a number
+    or [P, 1] tile); reduce_res ([P, 1]) = the max (reduce_op) over the free dims of dst."""
+    d = _tile(dst, "nisa.select_reduce")
+    rect = _rectangle(mask, list(d.shape))
+    if rect is None:
+        return
+    _isa.select_reduce(_index_rect(d, rect), _index_rect(_tile(predicate, "predicate"), rect),
+                       _index_rect(_tile(on_true, "on_true"), rect),
+                       _column(on_false, rect, "on_false"),
+                       reduce_res=_column(reduce_res, rect, "reduce_res"),
+                       reduce_cmd=0 if reduce_cmd is None else reduce_cmd,
+                       reduce_op=None if reduce_op is None else _name(reduce_op),
+                       reverse_pred=bool(reverse_pred))
+
+
+def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=None,
+                 reduce_res=None, reduce_op=None, range_start=0, on_false_value=_lnl.fp32.min,
+                 mask=None, dtype=None, **kwargs):
+    """A new tile: on_true_tile where comp_op0(i, bound0) and comp_op1(i, bound1) for i =
+    range_start + the free index, else on_false_value; reduce_res = its max over the free
+    dims."""
+    x = _tile(on_true_tile, "nisa.range_select")
+    dst, rect = _begin(x, mask, dtype)
+    if rect is None:
+        return _done(dst, None)
+    shape = list(x.shape)
+    if len(shape) > 2 and any(r != (0, n) for r, n in zip(rect[1:], shape[1:])):
+        _error("mask", "nisa.range_select: a mask= of a tile with more than one free dim may "
+               "restrict the partitions only")
+    _isa.range_select(_index_rect(dst, rect), _index_rect(x, rect), _name(comp_op0),
+                      _name(comp_op1), _column(bound0, rect, "bound0"),
+                      _column(bound1, rect, "bound1"),
+                      reduce_cmd=0 if reduce_cmd is None else reduce_cmd,
+                      reduce_res=_column(reduce_res, rect, "reduce_res"),
+                      reduce_op=None if reduce_op is None else _name(reduce_op),
+                      range_start=range_start + (rect[1][0] if len(shape) == 2 else 0),
+                      on_false_value=on_false_value)
+    return _done(dst, rect)
+
+
+def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
+    """A new SBUF tile: src (HBM or SBUF) with its dims permuted by axes ((1, 0), (2, 1, 0) or
+    (3, 1, 2, 0), the default for src's rank), cast to dtype."""
+    _lnl._no_mask(mask, "nisa.dma_transpose")
+    x = _tile(src, "nisa.dma_transpose")
+    rank = len(x.shape)
+    order = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(rank, tuple(range(rank))[::-1]) \
+        if axes is None else tuple(axes)
+    shape = [x.shape[a] for a in order] if len(order) == rank else list(x.shape)
+    t = _new_like(shape, x.dtype)
+    _isa.dma_transpose(t, x, axes=order)
+    if dtype is None or _nl.to_dtype(dtype) == x.dtype:
+        return t
+    out = _new_like(shape, _nl.to_dtype(dtype))
+    _isa.tensor_copy(out, t)
+    return out
+
+
+UNSUPPORTED = "dropout sequence_bounds".split()
 _define_unsupported(globals(), "nisa", UNSUPPORTED)
 _wrap_module(globals())

@@ -402,6 +402,12 @@ copy = _Fn("copy", "unary")
 bypass = _nl.bypass
 
 
+def invert(x, *, dtype=None, mask=None, **kwargs):
+    """Bitwise NOT of an integer tile (neuron.language.invert)."""
+    dt = None if dtype is None else _nl.to_dtype(dtype)
+    return _masked(lambda a: _nl.invert(a, dt), [x], mask, lambda: dt or _operand(x).dtype)
+
+
 def logical_not(x, *, dtype=None, mask=None, **kwargs):
     return equal(x, 0.0, dtype=bool_ if dtype is None else dtype, mask=mask)  # noqa: F821
 
@@ -413,33 +419,56 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
 
 
 def softmax(x, axis, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
-    """exp(x - max) / sum over the free axes `axis` (composed of nl reductions)."""
+    """exp(x - max) / sum over the free axes `axis` (neuron.language.softmax)."""
     dt = None if dtype is None else _nl.to_dtype(dtype)
-
-    def run(t):
-        m = _nl.max(t, axis, None, True)
-        e = _nl.exp(_nl.subtract(t, m), compute_dtype and _nl.to_dtype(compute_dtype))
-        return _nl.multiply(e, _nl.reciprocal(_nl.sum(e, axis, None, True)), dt or t.dtype)
-    return _masked(run, [x], mask, lambda: dt or _operand(x).dtype)
+    cdt = None if compute_dtype is None else _nl.to_dtype(compute_dtype)
+    return _masked(lambda t: _nl.softmax(t, axis, dt, cdt), [x], mask,
+                   lambda: dt or _operand(x).dtype)
 
 
 def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mask=None,
              **kwargs):
-    """x / sqrt(sum(x^2 over axis) / n + epsilon) * w."""
+    """x / sqrt(sum(x^2 over axis) / n + epsilon) * w (neuron.language.rms_norm)."""
     dt = None if dtype is None else _nl.to_dtype(dtype)
+    return _masked(lambda t, wt: _nl.rms_norm(t, wt, axis, n, epsilon, dt), [x, w], mask,
+                   lambda: dt or _operand(x).dtype)
 
-    def run(t, wt):
-        ms = _nl.multiply(_nl.sum(_nl.square(t, _nl.float32), axis, None, True), 1.0 / n)
-        r = _nl.rsqrt(_nl.add(ms, float(epsilon)))
-        return _nl.multiply(_nl.multiply(t, r), wt, dt or t.dtype)
-    return _masked(run, [x, w], mask, lambda: dt or _operand(x).dtype)
+
+prod = _Fn("prod", "reduce")
+
+
+def _reduce_kept(fn, name, x, axis, dtype, mask, keepdims, default_dtype=None):
+    x = _operand(x, f"nl.{name}")
+    axes, dims, out_shape = _reduced(list(x.shape), axis, keepdims)
+    dt = default_dtype if dtype is None else _nl.to_dtype(dtype)
+    return _masked(lambda a: fn(a, axes, dt), [x], mask, lambda: dt or x.dtype, out_shape,
+                   lambda r: [(0, 1) if d in axes else r[d] for d in dims])
+
+
+def var(x, axis, *, dtype=None, mask=None, **kwargs):
+    """The variance (divisor N) over the free axes `axis`; reduced dims are kept."""
+    return _reduce_kept(_nl.var, "var", x, axis, dtype, mask, True)
+
+
+def all(x, axis, *, dtype=None, mask=None, **kwargs):  # noqa: A001 (NKI's name)
+    """True where every element over the free axes `axis` is non-zero (dtype bool)."""
+    return _reduce_kept(_nl.all, "all", x, axis, dtype, mask, False, bool_)
+
+
+def expand_dims(data, axis, **kwargs):
+    """A new tile of data's values with a size-1 dim at `axis` (not 0)."""
+    return _nl.expand_dims(_concrete(_operand(data, "nl.expand_dims")), axis)
+
+
+def shared_identity_matrix(n, dtype=uint8, **kwargs):
+    """The n x n identity as a constant HBM tensor (like shared_constant; load it to use it)."""
+    return _constants.request(np.eye(int(n)), uint8 if dtype is None else dtype)
 
 
 # ---- not provided: a clear error instead of an AttributeError ----------------------------------
 
 UNSUPPORTED = ("floor ceil trunc tan arctan gelu_dx gelu_apprx_sigmoid silu_dx mish erf_dx "
-               "invert mod fmod prod var all dropout all_reduce rand random_seed "
-               "shared_identity_matrix expand_dims atomic_rmw "
+               "mod fmod dropout all_reduce rand random_seed atomic_rmw "
                "finfo").split()
 _define_unsupported(globals(), "nl", UNSUPPORTED)
 _wrap_module(globals(), skip={"arange", "mgrid", "ds", "program_id", "num_programs",

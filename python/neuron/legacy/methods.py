@@ -2,7 +2,7 @@
 __getitem__ / __setitem__ / __iadd__ wrappers that take index grids, `...`, operand masks and
 partial (masked) values and hand every other key to the previous method (so the current API
 behaves as before), plus the legacy tensor methods `reshape` (HBM; reshape.py), `broadcast_to`,
-`astype` (on chip) and `assert_shape`, where the tensor class has none of that name."""
+`astype` (on chip), `expand_dims` (on chip, a copy) and `assert_shape`, where the tensor class has none of that name."""
 import math
 
 from .. import _C
@@ -176,6 +176,10 @@ def _astype(self, dtype):
     return _nl.copy(self, _nl.to_dtype(dtype))
 
 
+def _expand_dims(self, axis):
+    return _nl.expand_dims(self, axis)
+
+
 def _assert_shape(self, shape):
     if list(self.shape) != [int(n) for n in shape]:
         error("shape", f"'{self.name}' has shape {list(self.shape)}, expected {list(shape)}")
@@ -194,7 +198,8 @@ def install():
     _C.Tensor.__add__ = legacy_add
     _C.Tensor.__radd__ = legacy_radd
     for name, fn in (("reshape", _reshape), ("broadcast_to", _broadcast_to),
-                     ("astype", _astype), ("assert_shape", _assert_shape)):
+                     ("astype", _astype), ("expand_dims", _expand_dims),
+                     ("assert_shape", _assert_shape)):
         if not hasattr(_C.Tensor, name):
             setattr(_C.Tensor, name, fn)
     if not hasattr(_C.Tensor, "itemsize"):

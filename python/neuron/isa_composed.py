@@ -1,0 +1,288 @@
+"""nki.isa instructions (current API, destination first) that neuron composes from the ones it
+has: each is a short sequence of existing instructions with NKI's semantics (NKI_API.md 4.10,
+6.5). They record several instructions where NKI records one, so the timing model sees more
+work; the values are NKI's. The Vector/Scalar accumulator registers are not modelled across
+instructions, so reduce_cmd=reduce (adding onto an earlier instruction's registers) is refused."""
+import itertools
+import math
+
+from . import _C
+from . import eager as _eager
+from ._span import user_span
+from .errors import user_error
+from .isa import _op, activation, reduce_cmd, tensor_copy, tensor_reduce, tensor_scalar, \
+    tensor_tensor
+from .language import _operand, fp32
+
+_cmd_set = reduce_cmd  # the functions' reduce_cmd parameter hides the enum's name
+
+_FREE_REDUCE = {"add", "subtract", "multiply", "maximum", "minimum", "max", "min", "sum",
+                "logical_and", "logical_or", "bitwise_and", "bitwise_or"}
+
+
+def _free_axes(t):
+    return list(range(1, len(t.shape)))
+
+
+def _reduce_op(op, fn, span):
+    name = _op(op)
+    name = {"max": "maximum", "min": "minimum", "sum": "add"}.get(name, name)
+    if name not in _FREE_REDUCE:
+        user_error("reduce-op", f"{fn}: reduce_op={name!r} is not a reduction (use nl.add, "
+                   "nl.multiply, nl.maximum or nl.minimum)", span)
+    return name
+
+
+def _cmd(cmd, fn, allowed, span):
+    """reduce_cmd as a reduce_cmd member; the ones this composition cannot honour are errors."""
+    try:
+        c = reduce_cmd(int(cmd))
+    except (TypeError, ValueError):
+        user_error("unknown-arg", f"{fn}: reduce_cmd={cmd!r} is not a nisa.reduce_cmd", span)
+    if c not in allowed:
+        user_error("unsupported", f"{fn}: reduce_cmd=reduce_cmd.{c.name} is not supported (the "
+                   "accumulator registers are not kept between instructions); use "
+                   f"{' or '.join('reduce_cmd.' + a.name for a in allowed)}", span)
+    return c
+
+
+def _fp32_like(t, span):
+    return _C.ndarray(list(t.shape), _C.DType.float32, _C.Memory.sbuf, "", span)
+
+
+def _column_fp32(t, span):
+    return _C.ndarray([t.shape[0], 1], _C.DType.float32, _C.Memory.sbuf, "", span)
+
+
+def _finish_reduce(reduce_res, partial, op, init, negate, span):
+    """reduce_res = [-](init op partial) (init None: partial) for a [P, 1] fp32 partial."""
+    if init is not None:
+        tensor_scalar(partial, partial, op, init)
+    if negate:
+        tensor_scalar(partial, partial, "multiply", -1.0)
+    tensor_copy(reduce_res, partial)
+
+
+@_eager.op(writes=("dst", "reduce_res"))
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False,
+                         reverse1=False, reduce_cmd=reduce_cmd.reset_reduce, reduce_op=None,
+                         reduce_res=None, name=None):
+    """dst = (data op0 operand0) op1 operand1: operand0 a number or [P, 1] tile, operand1 a
+    tile of data's shape; the intermediate is fp32 (reverse0/1 swap an op's operands). With
+    reduce_res ([P, 1]): reduce_op (default add) of the fp32 result over the free dims."""
+    span = user_span()
+    tmp = _fp32_like(data, span)
+    tensor_scalar(tmp, data, op0, operand0, reverse0)
+    a, b = (operand1, tmp) if reverse1 else (tmp, operand1)
+    if reduce_res is None:
+        tensor_tensor(dst, a, b, op1)
+        return
+    _cmd(reduce_cmd, "scalar_tensor_tensor", (_cmd_set.idle, _cmd_set.reset_reduce), span)
+    op = _reduce_op("add" if reduce_op is None else reduce_op, "scalar_tensor_tensor", span)
+    tensor_tensor(tmp, a, b, op1)
+    tensor_reduce(reduce_res, op, tmp, _free_axes(tmp))
+    tensor_copy(dst, tmp)
+
+
+_SCAN_IDENTITY = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": float("-inf"),
+                  "minimum": float("inf")}
+
+
+@_eager.op(writes=("dst",))
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None,
+                             reduce_cmd=reduce_cmd.reset_reduce, reverse0=False, name=None):
+    """Per partition along the free dims: reg = op1(src[i] op0 imm0, reg), dst[i] = reg, from
+    reg = op1's identity (reset_reduce, idle) or imm1 (load_reduce); op1 add, subtract,
+    multiply, maximum or minimum."""
+    span = user_span()
+    cmd = _cmd(reduce_cmd, "tensor_scalar_cumulative",
+               (_cmd_set.idle, _cmd_set.reset_reduce, _cmd_set.load_reduce), span)
+    scan = _reduce_op(op1, "tensor_scalar_cumulative", span)
+    if scan not in _SCAN_IDENTITY:
+        user_error("reduce-op", f"tensor_scalar_cumulative: op1={scan!r} is not one of add, "
+                   "subtract, multiply, maximum, minimum", span)
+    if cmd == _cmd_set.load_reduce and imm1 is None:
+        user_error("unknown-arg", "tensor_scalar_cumulative: reduce_cmd=load_reduce starts from "
+                   "imm1; pass imm1 (a number or [P, 1] tile)", span)
+    y = _fp32_like(src, span)
+    tensor_scalar(y, src, op0, imm0, reverse0)
+    zeros = _C.zeros(list(src.shape), _C.DType.float32, _C.Memory.sbuf, "", span)
+    start = imm1 if cmd == _cmd_set.load_reduce else _SCAN_IDENTITY[scan]
+    _C.tensor_tensor_scan(dst, y, zeros, _operand(start), scan, "add", False, False, span)
+
+
+@_eager.op(writes=("dst", "reduce_res"))
+def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
+                         reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None,
+                         reduce_res_negate=False, name=None):
+    """dst = data op0 operand0; reduce_res ([P, 1]) = reduce_op over the free dims of the fp32
+    result (load_reduce starts from reduce_init; reduce_res_negate negates it)."""
+    span = user_span()
+    cmd = _cmd(reduce_cmd, "tensor_scalar_reduce",
+               (_cmd_set.idle, _cmd_set.reset_reduce, _cmd_set.load_reduce), span)
+    op = _reduce_op(reduce_op, "tensor_scalar_reduce", span)
+    if reduce_res is None:
+        tensor_scalar(dst, data, op0, operand0, reverse0)
+        return
+    if cmd == _cmd_set.load_reduce and reduce_init is None:
+        user_error("unknown-arg", "tensor_scalar_reduce: reduce_cmd=load_reduce needs "
+                   "reduce_init (a number or a [P, 1] tile)", span)
+    tmp = dst if dst.dtype == _C.DType.float32 else _fp32_like(data, span)
+    tensor_scalar(tmp, data, op0, operand0, reverse0)
+    partial = _column_fp32(data, span)
+    tensor_reduce(partial, op, tmp, _free_axes(tmp))
+    _finish_reduce(reduce_res, partial, op,
+                   reduce_init if cmd == _cmd_set.load_reduce else None, reduce_res_negate, span)
+    if tmp is not dst:
+        tensor_copy(dst, tmp)
+
+
+@_eager.op(writes=("dst", "reduce_res"))
+def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
+    """dst = op(data * scale + bias) and reduce_res ([P, 1]) = reduce_op over its free dims."""
+    activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op,
+               reduce_res=reduce_res)
+
+
+@_eager.op(writes=("dst",))
+def reciprocal(dst, data, name=None):
+    """dst = 1 / data, computed in fp32 (Vector engine)."""
+    tensor_scalar(dst, data, "reciprocal", 0.0)
+
+
+@_eager.op(writes=("dst", "reduce_res"))
+def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                reduce_init=0.0, name=None):
+    """dst = exp(src - max_value) (a number or [P, 1] tile); with reduce_cmd reset_reduce or
+    load_reduce, reduce_res ([P, 1]) = its sum over the free dims (+ reduce_init)."""
+    span = user_span()
+    cmd = _cmd(reduce_cmd, "exponential",
+               (_cmd_set.idle, _cmd_set.reset_reduce, _cmd_set.load_reduce), span)
+    if cmd == _cmd_set.idle and reduce_res is not None:
+        user_error("unsupported", "exponential(reduce_res=...) with reduce_cmd=idle: the sum is "
+                   "only kept with reduce_cmd=reduce_cmd.reset_reduce (or load_reduce)", span)
+    if cmd != _cmd_set.load_reduce and isinstance(reduce_init, (int, float)) and reduce_init:
+        user_error("unknown-arg", f"exponential: reduce_init={reduce_init} applies only with "
+                   "reduce_cmd=load_reduce", span)
+    if isinstance(max_value, _C.Tensor):
+        bias = _column_fp32(src, span)
+        tensor_scalar(bias, max_value, "multiply", -1.0)
+    else:
+        m = float(_operand(max_value))
+        bias = None if m == 0.0 else _C.full([src.shape[0], 1], -m, _C.DType.float32,
+                                             _C.Memory.sbuf, "", span)
+    if reduce_res is None:
+        activation(dst, "exp", src, bias=bias)
+        return
+    partial = _column_fp32(src, span)
+    activation(dst, "exp", src, bias=bias, reduce_op="add", reduce_res=partial)
+    _finish_reduce(reduce_res, partial, "add",
+                   reduce_init if cmd == _cmd_set.load_reduce else None, False, span)
+
+
+def _select_reduce_res(reduce_res, selected, reduce_op, cmd, fn, span):
+    if reduce_res is None:
+        return
+    if cmd not in (_cmd_set.idle, _cmd_set.reset_reduce):
+        user_error("unsupported", f"{fn}: reduce_cmd=reduce_cmd.{cmd.name} is not supported "
+                   "(the accumulator registers are not kept between instructions); use "
+                   "reduce_cmd.reset_reduce", span)
+    tensor_reduce(reduce_res, _reduce_op(reduce_op, fn, span), selected, _free_axes(selected))
+
+
+@_eager.op(writes=("dst", "reduce_res"))
+def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                  reduce_op=None, reverse_pred=False, name=None):
+    """dst = on_true where predicate != 0 (== 0 with reverse_pred), else on_false (a number or
+    [P, 1] tile); reduce_res ([P, 1]) = reduce_op (default max) over the free dims of dst."""
+    span = user_span()
+    cmd = _cmd(reduce_cmd, "select_reduce", tuple(_cmd_set), span)
+    if not isinstance(predicate, _C.Tensor):
+        raise TypeError(f"select_reduce: predicate must be a tile, got {type(predicate).__name__}")
+    a, b = (on_false, on_true) if reverse_pred else (on_true, on_false)
+    chosen = _C.where(predicate, _operand(a), _operand(b), _C.DType.float32, span)
+    tensor_copy(dst, chosen)
+    _select_reduce_res(reduce_res, chosen, "maximum" if reduce_op is None else reduce_op, cmd,
+                       "select_reduce", span)
+
+
+_RANGE_CMP = {"equal", "less", "less_equal", "greater", "greater_equal", "not_equal"}
+
+
+@_eager.op(writes=("dst", "reduce_res"))
+def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1,
+                 reduce_cmd=reduce_cmd.reset_reduce, reduce_res=None, reduce_op=None,
+                 range_start=0, on_false_value=fp32.min, name=None):
+    """dst = on_true_tile where comp_op0(i, bound0) and comp_op1(i, bound1) for i = range_start
+    + the element's flat free index (bounds numbers or [P, 1] tiles), else on_false_value;
+    reduce_res ([P, 1]) = reduce_op (default max) over the free dims, in fp32."""
+    span = user_span()
+    cmd = _cmd(reduce_cmd, "range_select", tuple(_cmd_set), span)
+    for what, op in (("comp_op0", comp_op0), ("comp_op1", comp_op1)):
+        if _op(op) not in _RANGE_CMP:
+            user_error("unknown-arg", f"range_select: {what}={_op(op)!r} is not a comparison "
+                       "(nl.equal, nl.less, nl.less_equal, nl.greater, nl.greater_equal)", span)
+    x = on_true_tile
+    shape = list(x.shape)
+    idx = _fp32_like(x, span)
+    strides = [math.prod(shape[d + 1:]) for d in range(1, len(shape))]
+    start = float(range_start)
+    _C.iota(idx, [(s, n) for s, n in zip(strides, shape[1:])] or [(0, 1)],
+            int(start) if start.is_integer() else 0, 0, span)
+    if not start.is_integer():
+        tensor_scalar(idx, idx, "add", start)
+    keep = _fp32_like(x, span)
+    tensor_scalar(keep, idx, comp_op0, bound0)
+    tensor_scalar(idx, idx, comp_op1, bound1)
+    tensor_tensor(keep, keep, idx, "multiply")
+    chosen = _C.where(keep, x, float(on_false_value), _C.DType.float32, span)
+    tensor_copy(dst, chosen)
+    _select_reduce_res(reduce_res, chosen, "maximum" if reduce_op is None else reduce_op, cmd,
+                       "range_select", span)
+
+
+# NKI's documented permutations: dst dim i is src dim axes[i].
+_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
+def transpose_by_dma(dst, src, axes, fn, span):
+    """dst = src with its dims permuted (dst dim i = src dim axes[i]), as DMA copies of the
+    runs along src's longest permuted dim (one copy per position in the other dims)."""
+    shape = list(src.shape)
+    rank = len(shape)
+    if rank not in _TRANSPOSE_AXES:
+        user_error("shape", f"{fn}: src has {rank} dims {shape}; a DMA transpose takes 2 to 4",
+                   span)
+    axes = _TRANSPOSE_AXES[rank] if axes is None else tuple(int(a) for a in axes)
+    if axes != _TRANSPOSE_AXES[rank]:
+        user_error("unsupported", f"{fn}: axes={axes} is not supported for a {rank}-D src; "
+                   f"NKI's DMA transpose takes axes={_TRANSPOSE_AXES[rank]}", span)
+    want = [shape[a] for a in axes]
+    if list(dst.shape) != want:
+        user_error("shape", f"{fn}: dst has shape {list(dst.shape)} but src {shape} transposed "
+                   f"by axes={axes} has shape {want}", span)
+    if dst.dtype != src.dtype:
+        user_error("dtype", f"{fn}: dst is {dst.dtype.name_} but src is {src.dtype.name_} (a "
+                   "DMA transpose does not cast)", span)
+    run = max(range(rank), key=lambda d: shape[d])  # the src dim each copy moves whole
+    others = [d for d in range(rank) if d != run]
+    for pos in itertools.product(*(range(shape[d]) for d in others)):
+        at = dict(zip(others, pos))
+        s_key = tuple(slice(None) if d == run else slice(at[d], at[d] + 1) for d in range(rank))
+        d_key = tuple(slice(None) if a == run else slice(at[a], at[a] + 1) for a in axes)
+        _C.dma_copy(dst[d_key], src[s_key], span)
+
+
+@_eager.op(writes=("dst",))
+def dma_transpose(dst, src, axes=None, dge_mode=None, oob_mode=None, priority=None, name=None):
+    """dst (SBUF) = src (HBM or SBUF) with dims permuted: axes (1, 0), (2, 1, 0) or
+    (3, 1, 2, 0) (the default for src's rank); dst dim i is src dim axes[i]."""
+    span = user_span()
+    if dst.buffer != _C.Memory.sbuf:
+        user_error("memory", f"dma_transpose: dst '{dst.name}' is in {dst.buffer.name}; a DMA "
+                   "transpose writes SBUF", span)
+    transpose_by_dma(dst, src, axes, "dma_transpose", span)
+
+
+__all__ = ["scalar_tensor_tensor", "tensor_scalar_cumulative", "tensor_scalar_reduce", "activation_reduce", "reciprocal",
+           "exponential", "select_reduce", "range_select", "dma_transpose"]
