@@ -276,6 +276,19 @@ def register_store(dst, src):
 
 # ---- composed from the instructions above (isa_composed.py) ------------------------------------
 
-from .isa_composed import (activation_reduce, dma_transpose, exponential,  # noqa: E402,F401
-                           range_select, reciprocal, scalar_tensor_tensor, select_reduce,
-                           tensor_scalar_cumulative, tensor_scalar_reduce)
+_COMPOSED = ("activation_reduce", "dma_transpose", "exponential", "range_select", "reciprocal",
+             "scalar_tensor_tensor", "select_reduce", "tensor_scalar_cumulative",
+             "tensor_scalar_reduce")
+
+
+def __getattr__(name):
+    # The composed instructions live in isa_composed.py, which imports this module: reached on
+    # first use (PEP 562), so the modules do not import each other.
+    if name in _COMPOSED:
+        from . import isa_composed
+        return getattr(isa_composed, name)  # not cached in globals(): `all` would shadow the builtin
+    raise AttributeError(f"module 'neuron.isa' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_COMPOSED))

@@ -570,6 +570,18 @@ _C.Affine.__bool__ = lambda self: bool(_affine_cmp("ne")(self, 0))
 
 # ---- composed from the functions above (language_composed.py) ---------------------------------
 
-from .language_composed import (abs_max, abs_min, all, expand_dims, invert,  # noqa
-                                load_transpose2d, logical_not, prod, rms_norm,
-                                shared_identity_matrix, softmax, var)
+_COMPOSED = ("abs_max", "abs_min", "all", "expand_dims", "invert", "load_transpose2d",
+             "logical_not", "prod", "rms_norm", "shared_identity_matrix", "softmax", "var")
+
+
+def __getattr__(name):
+    # The composed functions live in language_composed.py, which imports this module: reached
+    # on first use (PEP 562), so the modules do not import each other.
+    if name in _COMPOSED:
+        from . import language_composed
+        return getattr(language_composed, name)  # not cached in globals(): `all` would shadow the builtin
+    raise AttributeError(f"module 'neuron.language' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_COMPOSED))
