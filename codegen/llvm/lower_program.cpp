@@ -338,7 +338,8 @@ class Lowering {
   // partitions [0, B), then on [B, 2B), ... So the tiles they hand each other stay in the core's
   // caches instead of every instruction streaming whole [128, F] tiles through memory. The
   // results are the simulator's bits: no partition reads what another block writes.
-  static constexpr int64_t kBlockBytes = 16 * 1024;  // per operand and block
+  static constexpr int64_t kTileBytes = 256 * 1024;  // an operand this large leaves the caches
+  static constexpr int64_t kBlockBytes = 64 * 1024;  // all operands' rows of one block
   static constexpr size_t kMaxRun = 64;              // instructions (bounds the overlap checks)
 
   struct Block {
@@ -377,20 +378,25 @@ class Lowering {
     return j;
   }
 
-  // Partitions per block: the largest divisor of `partitions` whose rows of every operand fit
-  // kBlockBytes.
+  // Partitions per block: `partitions` (no blocking) unless some operand of the run is larger
+  // than kTileBytes (then it leaves the caches between instructions; smaller ones stay, and
+  // blocking them only adds calls: attention's [128, 512] fp32 score tiles ran ~6% slower
+  // blocked), else the largest divisor of `partitions` whose rows of all the run's operands
+  // together fit kBlockBytes (at least one partition). Sizes from docs/performance.md's A/B.
   int64_t block_size(const std::vector<ProgNode>& body, size_t i, size_t j,
                      int64_t partitions) const {
-    int64_t row = 1;
+    int64_t rows = 0, widest = 0;
     for (size_t k = i; k < j; ++k)
       for (auto [ap, written] : operands_of(body[k].instr)) {
         int64_t n = dtype_bytes(ap->dtype);
         for (size_t d = 1; d < ap->dims.size(); ++d) n *= ap->dims[d].size;
-        row = std::max(row, n);
+        rows += n;
+        widest = std::max(widest, n);
       }
+    if (widest * partitions <= kTileBytes) return partitions;
     int64_t best = 1;
     for (int64_t b = 1; b <= partitions; ++b)
-      if (partitions % b == 0 && b * row <= kBlockBytes) best = b;
+      if (partitions % b == 0 && b * rows <= kBlockBytes) best = b;
     return best;
   }
 

@@ -11,7 +11,7 @@ import neuron.isa as nisa
 import neuron.language as nl
 
 RNG = np.random.default_rng(11)
-F = 2048  # 8 KiB fp32 rows: blocks of 2 partitions
+F = 2048  # 8 KiB fp32 rows, 1 MiB tiles: the runs are blocked
 
 
 def softmax_rows(x):
