@@ -5,11 +5,12 @@
 // norm_grid(cfg)), 128 at a time with rows on partitions, whole rows per tile (D up to
 // ~12k columns fits SBUF). The weight and bias rows are broadcast over the partitions once
 // per program by one DMA.
-//  - Statistics: the Scalar engine squares (or centres) and sums a row in one activation with
-//    an add reduction; rstd = rsqrt(sum / D + eps) is one more activation with an eps bias
-//    column and scale 1/D.
-//  - Normalising and the affine transform are Vector engine tensor_scalar (per-row scalars)
-//    and tensor_tensor (weight, bias) instructions.
+//  - Statistics: the Scalar engine squares and sums a row in one activation with an add
+//    reduction (for layer_norm centred by its bias, the negated row mean); rstd = rsqrt(sum / D
+//    + eps) is one more activation with an eps bias column and scale 1/D.
+//  - Normalising is one Vector engine tensor_scalar with two per-row scalars ((x - mean) *
+//    rstd: the centred tile is never stored), the affine transform tensor_tensor (weight,
+//    bias) instructions.
 //  - Backward recomputes the statistics from x (cheaper than storing them), forms dx row by
 //    row on the Vector engine, and reduces dweight / dbias over rows, which lie on partitions,
 //    with the Tensor engine: ones[rows, 1].T @ (dy * xhat) into PSUM, added to an fp32 SBUF
@@ -58,29 +59,37 @@ inline void check_norm(const nl::tensor& x, const std::optional<nl::tensor>& w,
   if (!(cfg.eps >= 0)) args_error(span, kernel, "eps={} must be a non-negative number", cfg.eps);
 }
 
-// Row statistics of an fp32 tile t [rr, D]: xc (t centred for layer_norm, t itself for
-// rms_norm) and rstd [rr, 1].
+// Row statistics of an fp32 tile t [rr, D]: negmean (layer_norm only) and rstd [rr, 1]. The
+// centred tile is never stored: the squares take it as the activation's bias, and normalize()
+// centres and scales in one two-op tensor_scalar (the same fp32 roundings as storing it).
 struct RowStats {
-  nl::tensor xc, rstd;
+  std::optional<nl::tensor> negmean;
+  nl::tensor rstd;
 };
 
 inline RowStats row_stats(NormKind kind, const nl::tensor& t, const nl::tensor& eps_col) {
   const int64_t rr = t.shape()[0], D = t.shape()[1];
-  nl::tensor xc = t;
+  std::optional<nl::tensor> negmean;
   if (kind == NormKind::layer) {
     auto sum = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "sum");
     isa::tensor_reduce(sum, nl::add, t, 1);
-    auto negmean = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "negmean");
-    isa::tensor_scalar(negmean, sum, nl::multiply, -1.0 / double(D));
-    xc = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "xc");
-    isa::tensor_scalar(xc, t, nl::add, negmean);
+    negmean = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "negmean");
+    isa::tensor_scalar(*negmean, sum, nl::multiply, -1.0 / double(D));
   }
   auto sq = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "sq");
   auto ss = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "sumsq");
-  isa::activation(sq, nl::square, xc, std::nullopt, 1.0, nl::add, ss);
+  isa::activation(sq, nl::square, t, negmean, 1.0, nl::add, ss);
   auto rstd = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "rstd");
   isa::activation(rstd, nl::rsqrt, ss, eps_col(nl::ds(0, rr), nl::all), 1.0 / double(D));
-  return {xc, rstd};
+  return {negmean, rstd};
+}
+
+// out = (t - mean) * rstd (layer_norm) or t * rstd (rms_norm).
+inline void normalize(const nl::tensor& out, const nl::tensor& t, const RowStats& st) {
+  if (st.negmean)
+    isa::tensor_scalar(out, t, nl::add, *st.negmean, false, nl::multiply, st.rstd);
+  else
+    isa::tensor_scalar(out, t, nl::multiply, st.rstd);
 }
 
 inline nl::tensor norm_forward(NormKind kind, const NormInputs& in, const NormConfig& cfg,
@@ -96,13 +105,13 @@ inline nl::tensor norm_forward(NormKind kind, const NormInputs& in, const NormCo
   if (in.b) bb = load_broadcast_row(*in.b, P, nl::float32, "bias");
   for_each_tile(rows, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
     auto t = nl::load(in.x(nl::ds(row0 + r0, rr), nl::all), nl::float32);
-    auto [xc, rstd] = row_stats(kind, t, eps_col);
+    const RowStats st = row_stats(kind, t, eps_col);
     auto y = nl::ndarray({rr, D}, in.x.dtype(), nl::sbuf, "y");
     if (!wb && !bb) {
-      isa::tensor_scalar(y, xc, nl::multiply, rstd);
+      normalize(y, t, st);
     } else {
       auto xn = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "xn");
-      isa::tensor_scalar(xn, xc, nl::multiply, rstd);
+      normalize(xn, t, st);
       if (wb && bb) {
         auto scaled = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "scaled");
         isa::tensor_tensor(scaled, xn, (*wb)(nl::ds(0, rr), nl::all), nl::multiply);
@@ -165,9 +174,10 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
         auto rows_v = nl::ds(row0 + r0, rr);
         auto t = nl::load(x(rows_v, nl::all), nl::float32);
         auto dyt = nl::load(dy(rows_v, nl::all), nl::float32);
-        auto [xc, rstd] = row_stats(kind, t, eps_col);
+        const RowStats st = row_stats(kind, t, eps_col);
+        const nl::tensor& rstd = st.rstd;
         auto xhat = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "xhat");
-        isa::tensor_scalar(xhat, xc, nl::multiply, rstd);
+        normalize(xhat, t, st);
         nl::tensor g = dyt;
         if (wb) {
           g = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "g");
