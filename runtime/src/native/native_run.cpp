@@ -3,11 +3,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -103,6 +109,62 @@ ScratchPool& pool() {
 
 
 
+// Worker threads kept across runs (starting threads cost ~30-50 us a launch). A launch posts
+// its helpers' share as tasks and works on the grid itself; it then waits only for tasks that
+// started, and a task that starts after the launch finished its grid does nothing. So a busy
+// pool (another launch, another Python thread) never delays a launch past its own work, and a
+// forked child, which has the pool's state but not its threads, runs its grids on the calling
+// thread (a new pool is made for it on its next launch).
+class WorkerPool {
+ public:
+  static WorkerPool& get() {
+    static std::mutex m;
+    static WorkerPool* pool = nullptr;
+    std::lock_guard lock(m);
+    if (!pool || pool->pid_ != getpid()) pool = new WorkerPool;  // leaked: threads never exit
+    return *pool;
+  }
+  // Runs `task` on a pool thread, starting threads until there are at least `wanted`.
+  void post(std::function<void()> task, size_t wanted) {
+    std::lock_guard lock(mutex_);
+    while (started_ < wanted) {
+      std::thread([this] { loop(); }).detach();
+      ++started_;
+    }
+    tasks_.push_back(std::move(task));
+    ready_.notify_one();
+  }
+
+ private:
+  WorkerPool() : pid_(getpid()) {}
+  void loop() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock lock(mutex_);
+        ready_.wait(lock, [&] { return !tasks_.empty(); });
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+  pid_t pid_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> tasks_;
+  size_t started_ = 0;
+};
+
+// What a launch shares with the tasks it posted: how many are running, and whether the launch
+// is past its grid (then a task that has not started yet does nothing).
+struct LaunchState {
+  std::mutex mutex;
+  std::condition_variable idle;
+  int running = 0;
+  bool closed = false;
+};
+
 int default_threads() {
   int n = config_threads();
   if (n > 0) return n;
@@ -195,10 +257,26 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
       if (!error) error = std::current_exception();
     }
   };
-  std::vector<std::thread> pool_threads;
-  for (int t = 1; t < threads; ++t) pool_threads.emplace_back(worker);
+  auto state = std::make_shared<LaunchState>();
+  for (int t = 1; t < threads; ++t)
+    WorkerPool::get().post(
+        [state, &worker] {
+          {
+            std::lock_guard lock(state->mutex);
+            if (state->closed) return;  // the launch is over: `worker` is gone
+            ++state->running;
+          }
+          worker();
+          std::lock_guard lock(state->mutex);
+          if (--state->running == 0) state->idle.notify_all();
+        },
+        static_cast<size_t>(threads - 1));
   worker();
-  for (auto& t : pool_threads) t.join();
+  {
+    std::unique_lock lock(state->mutex);
+    state->closed = true;
+    state->idle.wait(lock, [&] { return state->running == 0; });
+  }
   if (error) std::rethrow_exception(error);
   if (opts.report) {
     opts.report->check_ms = check_ms;
