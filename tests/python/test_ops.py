@@ -71,6 +71,16 @@ def test_linear_with_leading_dims_odd_sizes_and_a_bias(dtype):
         check(F.linear, ops.linear, [x, w, b], dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_over_many_rows_uses_a_transposed_weight_copy(dtype, bias):
+    # Past 256 rows the operator hands the kernel a transposed copy of the weight (the
+    # matmul / matmul_bias kernels); forward and backward must still match PyTorch.
+    x, w, b = rand(2, 300, 129, seed=6), rand(7, 129, seed=7, scale=0.1), rand(7, seed=8)
+    with no_fallbacks():
+        check(F.linear, ops.linear, [x, w, b] if bias else [x, w], dtype)
+
+
 def test_linear_without_bias_and_a_1d_input():
     x, w = rand(1000, seed=4), rand(5, 1000, seed=5, scale=0.05)
     with no_fallbacks():

@@ -48,6 +48,23 @@ inline T matmul(const T& a, const T& b,
   return kernels::matmul(a, b, cfg);
 }
 
+// C[M, N] = op(A) @ op(B) + bias[N] (bias added to every row), fp32 accumulation; grid
+// (programs,)
+NEURON_OP(neuron)
+inline T matmul_bias(const T& a, const T& b, const T& bias,
+                     // A is stored [K, M]
+                     bool transpose_a = false,
+                     // B is stored [N, K]
+                     bool transpose_b = false,
+                     // SPMD programs along the rows (divides them)
+                     int64_t programs = 1) {
+  MatmulConfig cfg;
+  cfg.transpose_a = transpose_a;
+  cfg.transpose_b = transpose_b;
+  cfg.programs = programs;
+  return kernels::matmul(a, b, bias, cfg);
+}
+
 // torch.nn.functional.linear without a bias: y[M, N] = x[M, K] @ w[N, K].T; grid (programs,)
 NEURON_OP(neuron)
 inline T linear(const T& x, const T& w,
