@@ -220,12 +220,15 @@ class Kernel:
         def once():
             _State.serial += 1  # a new trace: generators of an aborted one close nothing
             return _C.trace(self.fn.__name__, fn, specs, function_span(self.fn))
+        outer, _State.grid_ndim = _State.grid_ndim, len(self.grid)
         try:
             with eager.paused():
                 return unroll.trace(once, unroll_all)
         except (TypeError, AttributeError, NeuronError) as e:
             self._param_note(call, e)
             raise
+        finally:
+            _State.grid_ndim = outer
 
     def _param_note(self, call, e):
         # A value meant as a tensor but given as something else is a parameter; say so.
@@ -242,7 +245,7 @@ class Kernel:
         return self._compiled(_Call(self, args, kwargs, specs_ok=True))
 
     def _compiled(self, call):
-        key = call.key()
+        key = call.key() + (len(self.grid),)  # nl.program_ndim() reads the grid's rank
         compiled = self._cache.get(key)
         if compiled is None:
             ir = self._trace(call, call.specs())

@@ -268,6 +268,19 @@ def num_programs(axes=0):
     return _C.num_programs(axes, user_span())
 
 
+def program_ndim():
+    """The number of dimensions of the launch grid (kernel[g0, g1] has 2; a kernel launched
+    without a grid has 1 here: NKI's 0 means no grid, and a neuron kernel always has one). Part
+    of the compile key, so one kernel traced for grids of different ranks compiles per rank."""
+    launch = _eager._state.launch
+    if launch is not None:
+        return len(launch.grid)
+    if _State.grid_ndim is None:
+        user_error("no-trace", "nl.program_ndim() called outside a kernel; call it inside a "
+                   "@neuron.kernel function", user_span())
+    return _State.grid_ndim
+
+
 # ---- loops -----------------------------------------------------------------------------------
 
 class _TraceState(threading.local):
@@ -277,6 +290,7 @@ class _TraceState(threading.local):
     serial = 0
     last_view = None
     last_inplace = None
+    grid_ndim = None  # the launch grid's rank while a Kernel traces (program_ndim)
 
 
 _State = _TraceState()

@@ -156,3 +156,22 @@ def test_memory_regions_and_no_reorder():
 
     x = RNG.uniform(-1, 1, (4, 6)).astype(np.float32)
     np.testing.assert_allclose(three_ways(k, x), np.exp(x.astype(f64)), rtol=1e-6)
+
+
+def test_program_ndim_is_the_grids_rank():
+    @neuron.kernel
+    def k(x):
+        out = nl.ndarray((1, 1), nl.float32, buffer=nl.shared_hbm)
+        t = nl.full((1, 1), float(nl.program_ndim()), nl.float32)
+        nl.store(out, t)  # every program stores the same value
+        return out
+
+    x = np.zeros((1, 1), np.float32)
+    assert k(x)[0, 0] == 1.0
+    assert k[2, 3](x)[0, 0] == 2.0
+    assert k[2, 3, 1](x)[0, 0] == 3.0
+    assert neuron.kernel(k.fn, mode="simulate")[4, 1](x)[0, 0] == 2.0
+    assert neuron.kernel(k.fn, mode="eager")[1, 1, 1, 1](x)[0, 0] == 4.0
+    with pytest.raises(neuron.NeuronError) as info:
+        nl.program_ndim()
+    assert info.value.rule == "no-trace"
