@@ -31,6 +31,14 @@ using T = nl::tensor;
 
 // ---- matmul, linear ----
 
+inline MatmulConfig matmul_config(bool transpose_a, bool transpose_b, int64_t programs) {
+  MatmulConfig cfg;
+  cfg.transpose_a = transpose_a;
+  cfg.transpose_b = transpose_b;
+  cfg.programs = programs;
+  return cfg;
+}
+
 // C[M, N] = op(A) @ op(B), fp32 accumulation; A [M, K] ([K, M] with transpose_a), B [K, N]
 // ([N, K] with transpose_b); grid (programs,)
 NEURON_OP(neuron)
@@ -41,11 +49,7 @@ inline T matmul(const T& a, const T& b,
                 bool transpose_b = false,
                 // SPMD programs along the rows (divides them)
                 int64_t programs = 1) {
-  MatmulConfig cfg;
-  cfg.transpose_a = transpose_a;
-  cfg.transpose_b = transpose_b;
-  cfg.programs = programs;
-  return kernels::matmul(a, b, cfg);
+  return kernels::matmul(a, b, matmul_config(transpose_a, transpose_b, programs));
 }
 
 // C[M, N] = op(A) @ op(B) + bias[N] (bias added to every row), fp32 accumulation; grid
@@ -58,11 +62,7 @@ inline T matmul_bias(const T& a, const T& b, const T& bias,
                      bool transpose_b = false,
                      // SPMD programs along the rows (divides them)
                      int64_t programs = 1) {
-  MatmulConfig cfg;
-  cfg.transpose_a = transpose_a;
-  cfg.transpose_b = transpose_b;
-  cfg.programs = programs;
-  return kernels::matmul(a, b, bias, cfg);
+  return kernels::matmul(a, b, bias, matmul_config(transpose_a, transpose_b, programs));
 }
 
 // torch.nn.functional.linear without a bias: y[M, N] = x[M, K] @ w[N, K].T; grid (programs,)
