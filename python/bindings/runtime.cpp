@@ -115,26 +115,6 @@ void init_runtime(py::module_& m) {
     return std::make_tuple(outs, printed.str(), summary);
   }, py::arg("compiled"), py::arg("inputs"), py::arg("grid"), py::arg("profile") = false);
 
-  // Runs a compiled kernel natively (the LLVM JIT; compiled once per kernel and cached);
-  // returns (outputs, device_print text, compile report text).
-  m.def("run_native", [](const Compiled& c, const std::vector<Tensor>& inputs,
-                         const std::vector<int64_t>& grid) {
-    std::ostringstream printed;
-    NativeOptions o;
-    o.print = &printed;
-    std::vector<Tensor> outs;
-    std::string report;
-    try {
-      py::gil_scoped_release release;
-      NativeKernel k = compile_native(c);
-      report = k.report().str();
-      outs = k(inputs, grid, o);
-    } catch (const std::bad_alloc&) {
-      out_of_memory(c.program);
-    }
-    return std::make_tuple(outs, printed.str(), report);
-  });
-
   // A loaded native kernel, kept by the caller so later runs skip the compile cache's lookup
   // (printing and hashing the IR, copying and checking the program: ~100-300 us per call).
   py::class_<NativeKernel>(m, "NativeKernel")

@@ -175,8 +175,7 @@ class _Profiler:
             else:
                 tensors = list(call.tensors.values())
                 arrays, write_back = runtime.host_arrays(tensors)  # kept alive until write_back
-                host = [_C.HostTensor.borrow(a.__array_interface__["data"][0], list(a.shape),
-                                             runtime.to_dtype(a.dtype)) for a in arrays]
+                host = runtime.host_tensors(arrays)
                 outs, printed, prof = _C.simulate_profiled(compiled, host, list(self.grid), True)
                 write_back()
                 outputs = [o.to_numpy(numpy_dtype(o.dtype)) for o in outs]

@@ -109,6 +109,22 @@ def clear_loaded():
         _loaded.clear()
 
 
+def host_tensors(arrays):
+    """Host tensors borrowing C-contiguous NumPy arrays' memory (the caller keeps the arrays
+    alive while they are used)."""
+    return [_C.HostTensor.borrow_array(a, to_dtype(a.dtype)) for a in arrays]
+
+
+def _run_native(compiled, host, grid):
+    """(outputs as host tensors, compile report text) of a native run; device_print output
+    goes to stdout."""
+    kernel, report = native_kernel(compiled)
+    outs, printed = _C.run_native_kernel(kernel, host, list(grid))
+    if printed:
+        sys.stdout.write(printed)
+    return outs, report
+
+
 def run_torch(compiled, tensors, grid):
     """Runs natively on contiguous CPU torch tensors, borrowing their memory (no NumPy on the
     way in); returns the outputs as torch tensors. The cheap path of the torch operators."""
@@ -117,10 +133,7 @@ def run_torch(compiled, tensors, grid):
         if t.device.type != "cpu":
             raise TypeError(f"neuron kernels take CPU tensors; got a tensor on {t.device}")
         host.append(_C.HostTensor.borrow(t.data_ptr(), list(t.shape), to_dtype(t.dtype)))
-    kernel, _ = native_kernel(compiled)
-    outs, printed = _C.run_native_kernel(kernel, host, list(grid))
-    if printed:
-        sys.stdout.write(printed)
+    outs, _ = _run_native(compiled, host, grid)
     return [from_numpy(o.to_numpy(numpy_dtype(o.dtype)), True) for o in outs]
 
 
@@ -128,12 +141,11 @@ def run(compiled, arrays, grid, mode="native", profile=False):
     """Runs natively (LLVM JIT) or on the simulator; returns (NumPy outputs, report text: the
     native compile report, or the simulator's profile summary when profiling)."""
     keep = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
-    host = [_C.HostTensor.borrow_array(a, to_dtype(a.dtype)) for a in keep]
+    host = host_tensors(keep)
     if mode == "native":
-        kernel, summary = native_kernel(compiled)
-        outs, printed = _C.run_native_kernel(kernel, host, list(grid))
+        outs, summary = _run_native(compiled, host, grid)
     else:
         outs, printed, summary = _C.simulate(compiled, host, list(grid), profile)
-    if printed:
-        sys.stdout.write(printed)
+        if printed:
+            sys.stdout.write(printed)
     return [o.to_numpy(numpy_dtype(o.dtype)) for o in outs], summary
