@@ -37,6 +37,16 @@ double sig(double x) {
   return 1.0 / (1.0 + std::exp(-x));
 }
 
+double silu_dx(double x) {
+  return sig(x) + x * sig(x) * sig(-x);
+}
+
+// f with its values at -inf and +inf given (where the formula would give inf * 0).
+std::function<double(double)> limits(double at_neg_inf, double at_pos_inf,
+                                     std::function<double(double)> f) {
+  return [=](double x) { return x == -INFINITY ? at_neg_inf : x == INFINITY ? at_pos_inf : f(x); };
+}
+
 std::vector<Func> functions() {
   auto act = [](ActFunc f) { return [f](float x) { return b::activate(f, x); }; };
   const double k = std::sqrt(2.0 / 3.14159265358979323846);
@@ -60,6 +70,26 @@ std::vector<Func> functions() {
        [](double x) { return 1.0 / std::sqrt(x); }},
       {"reciprocal", act(ActFunc::reciprocal), [](double x) { return 1.0 / x; }},
       {"sqrt", act(ActFunc::sqrt), [](double x) { return std::sqrt(x); }},
+      {"tan", act(ActFunc::tan), [](double x) { return std::tan(x); }},
+      {"arctan", act(ActFunc::arctan), [](double x) { return std::atan(x); }},
+      {"floor", act(ActFunc::floor), [](double x) { return std::floor(x); }},
+      {"ceil", act(ActFunc::ceil), [](double x) { return std::ceil(x); }},
+      {"trunc", act(ActFunc::trunc), [](double x) { return std::trunc(x); }},
+      // The derivatives and gated forms at +-inf are their limits (builtins_math.hpp).
+      {"gelu_dx", act(ActFunc::gelu_dx),
+       limits(0, 1, [](double x) {
+         return 0.5 * std::erfc(-x * 0.70710678118654752440) +
+                x * std::exp(-0.5 * x * x) * 0.39894228040143267794;
+       })},
+      {"gelu_apprx_sigmoid", act(ActFunc::gelu_apprx_sigmoid),
+       limits(0, INFINITY, [](double x) { return x * sig(1.702 * x); })},
+      {"gelu_apprx_sigmoid_dx", act(ActFunc::gelu_apprx_sigmoid_dx),
+       limits(0, 1, [](double x) { return silu_dx(1.702 * x); })},
+      {"silu_dx", act(ActFunc::silu_dx), limits(0, 1, silu_dx)},
+      {"mish", act(ActFunc::mish),
+       limits(0, INFINITY, [](double x) { return x * std::tanh(std::log1p(std::exp(x))); })},
+      {"erf_dx", act(ActFunc::erf_dx),
+       [](double x) { return 1.1283791670955126 * std::exp(-x * x); }},
   };
 }
 

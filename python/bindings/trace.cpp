@@ -26,44 +26,34 @@ nl::operand to_operand(const Operand& v, const Span& span) {
   return nl::operand(std::get<double>(v), span);
 }
 
+// The nl element-wise functions, straight from the operator tables (ops.hpp): every
+// activation function but copy is a unary function (with its ALU twin where one exists: abs,
+// rsqrt, reciprocal), every two-operand ALU operator a binary one.
 const std::map<std::string, nl::unary_fn>& unary_fns() {
-  static const std::map<std::string, nl::unary_fn> m = {
-      {"exp", nl::exp},           {"log", nl::log},
-      {"tanh", nl::tanh},         {"sqrt", nl::sqrt},
-      {"rsqrt", nl::rsqrt},       {"sigmoid", nl::sigmoid},
-      {"silu", nl::silu},         {"gelu", nl::gelu},
-      {"gelu_apprx_tanh", nl::gelu_apprx_tanh},
-      {"relu", nl::relu},         {"abs", nl::abs},
-      {"negative", nl::negative}, {"reciprocal", nl::reciprocal},
-      {"square", nl::square},     {"sin", nl::sin},
-      {"cos", nl::cos},           {"erf", nl::erf},
-      {"softplus", nl::softplus}, {"sign", nl::sign}};
+  static const std::map<std::string, nl::unary_fn> m = [] {
+    std::map<std::string, nl::unary_fn> r;
+#define X(e, name)                                                                  \
+  if (ActFunc::e != ActFunc::copy) {                                                \
+    auto alu = alu_op_from_name(name);                                              \
+    if (alu && alu_op_arity(*alu) != 1) alu.reset();                                \
+    r.emplace(name, nl::unary_fn{ActFunc::e, alu});                                 \
+  }
+    NEURON_ACT_FUNCS(X)
+#undef X
+    return r;
+  }();
   return m;
 }
 
 const std::map<std::string, nl::binary_fn>& binary_fns() {
-  static const std::map<std::string, nl::binary_fn> m = {
-      {"add", nl::add},
-      {"subtract", nl::subtract},
-      {"multiply", nl::multiply},
-      {"divide", nl::divide},
-      {"maximum", nl::maximum},
-      {"minimum", nl::minimum},
-      {"power", nl::power},
-      {"equal", nl::equal},
-      {"not_equal", nl::not_equal},
-      {"greater", nl::greater},
-      {"greater_equal", nl::greater_equal},
-      {"less", nl::less},
-      {"less_equal", nl::less_equal},
-      {"logical_and", nl::logical_and},
-      {"logical_or", nl::logical_or},
-      {"logical_xor", nl::logical_xor},
-      {"bitwise_and", nl::bitwise_and},
-      {"bitwise_or", nl::bitwise_or},
-      {"bitwise_xor", nl::bitwise_xor},
-      {"left_shift", nl::left_shift},
-      {"right_shift", nl::right_shift}};
+  static const std::map<std::string, nl::binary_fn> m = [] {
+    std::map<std::string, nl::binary_fn> r;
+#define X(e, name, arity) \
+  if (arity == 2) r.emplace(name, nl::binary_fn{AluOp::e});
+    NEURON_ALU_OPS(X)
+#undef X
+    return r;
+  }();
   return m;
 }
 
@@ -249,6 +239,17 @@ void init_trace(py::module_& m) {
                      std::optional<DType> dtype, bool keepdims, const Span& span) {
     return lookup(reduce_fns(), name, "reduction")(x, nl::axes(std::move(axis)), dtype, keepdims,
                                                    span);
+  });
+  // The names of the element-wise functions (neuron.language defines one object per name).
+  m.def("unary_function_names", [] {
+    std::vector<std::string> r;
+    for (const auto& [name, fn] : unary_fns()) r.push_back(name);
+    return r;
+  });
+  m.def("binary_function_names", [] {
+    std::vector<std::string> r;
+    for (const auto& [name, fn] : binary_fns()) r.push_back(name);
+    return r;
   });
   m.def("where", [](const nl::tensor& c, const Operand& x, const Operand& y,
                     std::optional<DType> dtype, const Span& span) {

@@ -201,17 +201,13 @@ class _Reduce(_Fn):
 
 
 copy = _Copy("copy")
-(exp, log, tanh, sqrt, rsqrt, sigmoid, silu, gelu, gelu_apprx_tanh, relu, abs, negative,
- reciprocal, square, sin, cos, erf, softplus, sign) = (
-    _Unary(n) for n in ("exp log tanh sqrt rsqrt sigmoid silu gelu gelu_apprx_tanh relu abs "
-                        "negative reciprocal square sin cos erf softplus sign").split())
-(add, subtract, multiply, divide, maximum, minimum, power, equal, not_equal, greater,
- greater_equal, less, less_equal, logical_and, logical_or, logical_xor, bitwise_and, bitwise_or,
- bitwise_xor, left_shift, right_shift) = (
-    _Binary(n) for n in ("add subtract multiply divide maximum minimum power equal not_equal "
-                         "greater greater_equal less less_equal logical_and logical_or "
-                         "logical_xor bitwise_and bitwise_or bitwise_xor left_shift "
-                         "right_shift").split())
+# One object per element-wise function of the C++ tables (ops.hpp): every activation function
+# but copy (exp, log, tanh, ..., floor, arctan, gelu_dx, mish, ...) and every two-operand ALU
+# operator (add, ..., mod, fmod, comparisons, logical and bitwise ops).
+for _n in _C.unary_function_names():
+    globals()[_n] = _Unary(_n)
+for _n in _C.binary_function_names():
+    globals()[_n] = _Binary(_n)
 sum, max, min, mean = _Reduce("sum", "sum"), _Reduce("max", "max"), _Reduce("min", "min"), \
     _Reduce("mean", "mean")
 bypass = _Fn("bypass")

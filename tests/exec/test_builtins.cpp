@@ -322,7 +322,16 @@ TEST_CASE("activation functions stay within their documented ulp bounds") {
       {ActFunc::sigmoid, 1.55},  {ActFunc::silu, 1.7},     {ActFunc::gelu, 1.75},
       {ActFunc::gelu_apprx_tanh, 1.8}, {ActFunc::softplus, 1.65}, {ActFunc::erf, 1.0},
       {ActFunc::sin, 0.501},     {ActFunc::cos, 0.501},    {ActFunc::rsqrt, 0.501},
-      {ActFunc::sqrt, 0.5},      {ActFunc::reciprocal, 0.5}};
+      {ActFunc::sqrt, 0.5},      {ActFunc::reciprocal, 0.5},   {ActFunc::tan, 0.501},
+      {ActFunc::arctan, 0.501},  {ActFunc::floor, 0.0},        {ActFunc::ceil, 0.0},
+      {ActFunc::trunc, 0.0},     {ActFunc::gelu_dx, 0.51},      {ActFunc::gelu_apprx_sigmoid, 0.51},
+      {ActFunc::gelu_apprx_sigmoid_dx, 0.51}, {ActFunc::silu_dx, 0.51}, {ActFunc::mish, 0.51},
+      {ActFunc::erf_dx, 0.51}};
+  auto silu_dx = [&](double x) { return sig(x) + x * sig(x) * sig(-x); };
+  // The derivatives and gated forms are defined by their limits at +-inf.
+  auto limit = [](double x, double neg, double pos, double v) {
+    return x == -INFINITY ? neg : x == INFINITY ? pos : v;
+  };
   auto reference = [&](ActFunc f, double x) {
     switch (f) {
       case ActFunc::exp: return std::exp(x);
@@ -341,6 +350,21 @@ TEST_CASE("activation functions stay within their documented ulp bounds") {
       case ActFunc::rsqrt: return 1.0 / std::sqrt(x);
       case ActFunc::sqrt: return std::sqrt(x);
       case ActFunc::reciprocal: return 1.0 / x;
+      case ActFunc::tan: return std::tan(x);
+      case ActFunc::arctan: return std::atan(x);
+      case ActFunc::floor: return std::floor(x);
+      case ActFunc::ceil: return std::ceil(x);
+      case ActFunc::trunc: return std::trunc(x);
+      case ActFunc::gelu_dx:
+        return limit(x, 0, 1,
+                     0.5 * std::erfc(-x / std::sqrt(2.0)) +
+                         x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * kPi));
+      case ActFunc::gelu_apprx_sigmoid: return limit(x, 0, INFINITY, x * sig(1.702 * x));
+      case ActFunc::gelu_apprx_sigmoid_dx: return limit(x, 0, 1, silu_dx(1.702 * x));
+      case ActFunc::silu_dx: return limit(x, 0, 1, silu_dx(x));
+      case ActFunc::mish:
+        return limit(x, 0, INFINITY, x * std::tanh(std::log1p(std::exp(x))));
+      case ActFunc::erf_dx: return 2.0 / std::sqrt(kPi) * std::exp(-x * x);
       default: return 0.0;
     }
   };
@@ -382,4 +406,20 @@ TEST_CASE("activation functions stay within their documented ulp bounds") {
   CHECK(b::activate(ActFunc::log, 0.0f) == -INFINITY);
   CHECK(b::activate(ActFunc::sigmoid, -200.0f) == 0.0f);
   CHECK(b::activate(ActFunc::exp, -103.0f) > 0.0f);  // subnormal results are produced
+  CHECK(std::signbit(b::activate(ActFunc::trunc, -0.5f)));
+  CHECK(b::activate(ActFunc::floor, -0.5f) == -1.0f);
+  CHECK(std::signbit(b::activate(ActFunc::ceil, -0.5f)));
+  CHECK(b::activate(ActFunc::floor, 1e30f) == 1e30f);
+  CHECK(std::isnan(b::activate(ActFunc::floor, std::nanf(""))));
+  CHECK(std::signbit(b::activate(ActFunc::tan, -0.0f)));
+  CHECK(b::activate(ActFunc::silu_dx, INFINITY) == 1.0f);
+  CHECK(b::activate(ActFunc::mish, -INFINITY) == 0.0f);
+}
+
+TEST_CASE("fmod truncates, mod floors") {
+  CHECK(b::alu(AluOp::fmod, -7.0f, 3.0f) == -1.0f);
+  CHECK(b::alu(AluOp::fmod, 7.0f, -3.0f) == 1.0f);
+  CHECK(b::alu(AluOp::mod, -7.0f, 3.0f) == 2.0f);
+  CHECK(b::alu(AluOp::fmod, 5.5f, 2.0f) == 1.5f);
+  CHECK(std::isnan(b::alu(AluOp::fmod, 1.0f, 0.0f)));
 }

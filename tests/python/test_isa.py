@@ -118,6 +118,27 @@ def test_activation_with_scale_bias_and_reduce():
     np.testing.assert_allclose(red, want.sum(axis=1, keepdims=True), rtol=1e-5)
 
 
+def test_activation_takes_every_function_of_the_table():
+    # The derivative / gated forms as activation ops, with scale and a bias column, native and
+    # simulated, against float64 references.
+    sig = lambda w: 1 / (1 + np.exp(-w))  # noqa: E731
+    refs = {"mish": lambda v: v * np.tanh(np.log1p(np.exp(v))),
+            "silu_dx": lambda v: sig(v) * (1 + v * sig(-v)),
+            "arctan": np.arctan, "floor": np.floor}
+    b = RNG.uniform(-1, 1, (128, 1)).astype(np.float32)
+    for name, ref in refs.items():
+        def k(x, bias):
+            out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+            r = nl.ndarray((128, 64), nl.float32)
+            nisa.activation(r, getattr(nl, name), nl.load(x), bias=nl.load(bias), scale=3.0)
+            nl.store(out, r)
+            return out
+        want = ref(X.astype(f64) * 3.0 + b)
+        for mode in ("native", "simulate"):
+            got = neuron.kernel(k, mode=mode)(X, b)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
 @pytest.mark.parametrize("op,ref", [(nl.add, np.add), (nl.multiply, np.multiply),
                                     (nl.maximum, np.maximum), (nl.subtract, np.subtract)],
                          ids=["add", "multiply", "maximum", "subtract"])

@@ -38,6 +38,16 @@ UNARY = [
     (nl.reciprocal, POS, lambda x: 1 / x), (nl.square, X, np.square), (nl.sin, X, np.sin),
     (nl.cos, X, np.cos), (nl.erf, X, erf), (nl.softplus, X, lambda x: np.log1p(np.exp(x))),
     (nl.sign, X, np.sign), (nl.copy, X, lambda x: x),
+    (nl.floor, 3 * X, np.floor), (nl.ceil, 3 * X, np.ceil), (nl.trunc, 3 * X, np.trunc),
+    (nl.tan, X, np.tan), (nl.arctan, 4 * X, np.arctan),
+    (nl.gelu_dx, 2 * X, lambda x: 0.5 * (1 + erf(x / math.sqrt(2)))
+     + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi)),
+    (nl.gelu_apprx_sigmoid, 2 * X, lambda x: x * sigmoid(1.702 * x)),
+    (nl.gelu_apprx_sigmoid_dx, 2 * X, lambda x: sigmoid(1.702 * x)
+     + 1.702 * x * sigmoid(1.702 * x) * sigmoid(-1.702 * x)),
+    (nl.silu_dx, 2 * X, lambda x: sigmoid(x) * (1 + x * sigmoid(-x))),
+    (nl.mish, 2 * X, lambda x: x * np.tanh(np.log1p(np.exp(x)))),
+    (nl.erf_dx, X, lambda x: 2 / math.sqrt(math.pi) * np.exp(-x * x)),
 ]
 
 
@@ -78,6 +88,8 @@ BINARY = [
     (nl.bitwise_and, I1, I2, np.bitwise_and), (nl.bitwise_or, I1, I2, np.bitwise_or),
     (nl.bitwise_xor, I1, I2, np.bitwise_xor), (nl.left_shift, I1, SH, np.left_shift),
     (nl.right_shift, I1, SH, np.right_shift),
+    (nl.mod, 3 * X, POS, np.mod), (nl.fmod, 3 * X, POS, np.fmod),
+    (nl.mod, I1 - 500, I2 + 1, np.mod), (nl.fmod, I1 - 500, -I2 - 1, np.fmod),
 ]
 
 

@@ -126,3 +126,25 @@ def test_legacy_bad_dma_transpose_axes():
         nki.jit(bad_transpose, mode="simulation")(np.zeros((8, 4), np.float32))
     assert e.value.rule == "unsupported" and "axes=(0, 1)" in e.value.message
     assert e.value.line == line_of(bad_transpose, "nisa.dma_transpose(")
+
+
+def element_kernel(x, y):
+    out = nl.ndarray((16, 24), nl.float32, buffer=nl.shared_hbm)
+    t, u = nl.load(x), nl.load(y)
+    r = nl.add(nl.mish(t), nl.fmod(nl.floor(t * 4.0), u))
+    r = nl.add(r, nl.mod(nl.arctan(t), u))
+    nl.store(out, nl.add(r, nisa.activation(op=nl.silu_dx, data=t)))
+    return out
+
+
+def test_new_element_functions():
+    x = RNG.uniform(-3, 3, (16, 24)).astype(np.float32)
+    y = RNG.uniform(0.5, 2, (16, 24)).astype(np.float32)
+    got = nki.jit(element_kernel)(x, y)
+    sim = nki.jit(element_kernel, mode="simulation")(x, y)
+    np.testing.assert_array_equal(got.view(np.uint8), sim.view(np.uint8))
+    X, Y = x.astype(f64), y.astype(f64)
+    sig = 1 / (1 + np.exp(-X))
+    want = X * np.tanh(np.log1p(np.exp(X))) + np.fmod(np.floor(X * 4), Y) \
+        + np.mod(np.arctan(X), Y) + sig * (1 + X * (1 - sig))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

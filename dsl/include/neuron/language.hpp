@@ -139,10 +139,16 @@ inline constexpr unary_fn exp{ActFunc::exp}, log{ActFunc::log}, tanh{ActFunc::ta
     silu{ActFunc::silu}, gelu{ActFunc::gelu}, gelu_apprx_tanh{ActFunc::gelu_apprx_tanh},
     relu{ActFunc::relu}, abs{ActFunc::abs, AluOp::abs}, negative{ActFunc::negative},
     reciprocal{ActFunc::reciprocal, AluOp::reciprocal}, square{ActFunc::square}, sin{ActFunc::sin},
-    cos{ActFunc::cos}, erf{ActFunc::erf}, softplus{ActFunc::softplus}, sign{ActFunc::sign};
+    cos{ActFunc::cos}, erf{ActFunc::erf}, softplus{ActFunc::softplus}, sign{ActFunc::sign},
+    floor{ActFunc::floor}, ceil{ActFunc::ceil}, trunc{ActFunc::trunc}, tan{ActFunc::tan},
+    arctan{ActFunc::arctan}, gelu_dx{ActFunc::gelu_dx},
+    gelu_apprx_sigmoid{ActFunc::gelu_apprx_sigmoid},
+    gelu_apprx_sigmoid_dx{ActFunc::gelu_apprx_sigmoid_dx}, silu_dx{ActFunc::silu_dx},
+    mish{ActFunc::mish}, erf_dx{ActFunc::erf_dx};
 
 inline constexpr binary_fn add{AluOp::add}, subtract{AluOp::subtract}, multiply{AluOp::multiply},
     divide{AluOp::divide}, maximum{AluOp::maximum}, minimum{AluOp::minimum}, power{AluOp::power},
+    mod{AluOp::mod}, fmod{AluOp::fmod},
     equal{AluOp::equal}, not_equal{AluOp::not_equal}, greater{AluOp::greater},
     greater_equal{AluOp::greater_equal}, less{AluOp::less}, less_equal{AluOp::less_equal},
     logical_and{AluOp::logical_and}, logical_or{AluOp::logical_or}, logical_xor{AluOp::logical_xor},

@@ -385,12 +385,10 @@ class _Fn:
                        lambda r: [(0, 1) if d in axes else r[d] for d in dims])
 
 
-_UNARY = ("exp log tanh sqrt rsqrt sigmoid silu gelu gelu_apprx_tanh relu abs negative "
-          "reciprocal square sin cos erf softplus sign").split()
-_ARITH = ("add subtract multiply divide maximum minimum power bitwise_and bitwise_or "
-          "bitwise_xor left_shift right_shift").split()
+_UNARY = _C.unary_function_names()  # every element-wise function of the C++ tables (ops.hpp)
 _BOOL = ("equal not_equal greater greater_equal less less_equal logical_and logical_or "
          "logical_xor").split()
+_ARITH = [n for n in _C.binary_function_names() if n not in _BOOL]
 for _n in _UNARY:
     globals()[_n] = _Fn(_n, "unary")
 for _n in _ARITH:
@@ -467,9 +465,7 @@ def shared_identity_matrix(n, dtype=uint8, **kwargs):
 
 # ---- not provided: a clear error instead of an AttributeError ----------------------------------
 
-UNSUPPORTED = ("floor ceil trunc tan arctan gelu_dx gelu_apprx_sigmoid silu_dx mish erf_dx "
-               "mod fmod dropout all_reduce rand random_seed atomic_rmw "
-               "finfo").split()
+UNSUPPORTED = "dropout all_reduce rand random_seed atomic_rmw finfo".split()
 _define_unsupported(globals(), "nl", UNSUPPORTED)
 _wrap_module(globals(), skip={"arange", "mgrid", "ds", "program_id", "num_programs",
                               "program_ndim", "spmd_dim", "loop_reduce", "affine_range",

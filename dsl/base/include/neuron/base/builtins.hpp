@@ -357,8 +357,9 @@ inline int64_t f32_to_i64_for_bits(float v) {
 }
 
 // a op b in fp32. Unary operators ignore b; bypass returns a. Comparisons and logical ops give
-// 1.0 / 0.0. mod is floored (the result takes the divisor's sign, like numpy). maximum/minimum
-// return the non-NaN operand when one is NaN (fmax/fmin).
+// 1.0 / 0.0. mod is floored (the result takes the divisor's sign, like numpy), fmod truncated
+// (the dividend's sign, like C). maximum/minimum return the non-NaN operand when one is NaN
+// (fmax/fmin).
 inline float alu(AluOp op, float a, float b) {
   switch (op) {
     case AluOp::bypass:
@@ -382,6 +383,8 @@ inline float alu(AluOp op, float a, float b) {
       if (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) r += b;
       return r;
     }
+    case AluOp::fmod:
+      return std::fmod(a, b);
     case AluOp::equal:
       return a == b ? 1.0f : 0.0f;
     case AluOp::not_equal:
@@ -552,6 +555,28 @@ inline float reduce_finish(float* lane, AluOp op) {
       return math::erf(x);
     case ActFunc::negative:
       return -x;
+    case ActFunc::floor:
+      return math::floor(x);
+    case ActFunc::ceil:
+      return math::ceil(x);
+    case ActFunc::trunc:
+      return math::trunc(x);
+    case ActFunc::tan:
+      return math::tan(x);
+    case ActFunc::arctan:
+      return math::arctan(x);
+    case ActFunc::gelu_dx:
+      return math::gelu_dx(x);
+    case ActFunc::gelu_apprx_sigmoid:
+      return math::gelu_apprx_sigmoid(x);
+    case ActFunc::gelu_apprx_sigmoid_dx:
+      return math::gelu_apprx_sigmoid_dx(x);
+    case ActFunc::silu_dx:
+      return math::silu_dx(x);
+    case ActFunc::mish:
+      return math::mish(x);
+    case ActFunc::erf_dx:
+      return math::erf_dx(x);
   }
   return x;
 }

@@ -430,6 +430,161 @@ NEURON_MATH_INLINE float cos(float x) {
   return abs(x) < from_bits(0x7f800000u) ? f : x - x;
 }
 
+// tan x = sin r / cos r (or -cos r / sin r in odd quadrants), the quotient of the double
+// polynomials rounded once. tan(+-0) = +-0; inf and NaN give NaN.
+NEURON_MATH_INLINE float tan(float x) {
+  const float c = abs(x) < from_bits(0x7f800000u) ? x : 0.0f;
+  int32_t q;
+  const double r = reduce_half_pi(c, q) * kHalfPi;
+  const double s = sin_poly(r), co = cos_poly(r);
+  const float f = static_cast<float>((q & 1) ? -co / s : s / co);
+  return abs(x) < from_bits(0x7f800000u) ? (x == 0.0f ? x : f) : x - x;
+}
+
+// arctan in double: |x| > 1 uses pi/2 - atan(1/|x|); above tan(pi/12),
+// atan(t) = pi/6 + atan((t sqrt3 - 1) / (t + sqrt3)); then |t| <= 0.268 and the odd Taylor
+// series through t^23 (truncation below 3e-16). arctan(+-inf) = +-pi/2 rounded.
+NEURON_MATH_INLINE float arctan(float x) {
+  const double a = is_nan(x) ? 0.0 : static_cast<double>(abs(x));
+  const bool inv = a > 1.0;
+  double t = inv ? 1.0 / a : a;
+  const bool shift = t > 0.26794919243112270;
+  constexpr double kSqrt3 = 1.7320508075688772935;
+  t = shift ? (t * kSqrt3 - 1.0) / (t + kSqrt3) : t;
+  const double z = t * t;
+  double p = 1.0 / 23.0;
+  p = 1.0 / 21.0 - z * p;
+  p = 1.0 / 19.0 - z * p;
+  p = 1.0 / 17.0 - z * p;
+  p = 1.0 / 15.0 - z * p;
+  p = 1.0 / 13.0 - z * p;
+  p = 1.0 / 11.0 - z * p;
+  p = 1.0 / 9.0 - z * p;
+  p = 1.0 / 7.0 - z * p;
+  p = 1.0 / 5.0 - z * p;
+  p = 1.0 / 3.0 - z * p;
+  double r = t - t * z * p;
+  r = shift ? 0.52359877559829887308 + r : r;
+  r = inv ? kHalfPi - r : r;
+  return is_nan(x) ? x + x : with_sign_of(static_cast<float>(r), x);
+}
+
+// ---- rounding to integers (exact) -------------------------------------------------------------
+
+// Toward zero through int32 below 2^23 (larger floats, inf and NaN are already integers or
+// pass through); the sign is kept, so trunc(-0.5) = -0.
+NEURON_MATH_INLINE float trunc(float x) {
+  const bool small = abs(x) < 8388608.0f;
+  const float t = static_cast<float>(static_cast<int32_t>(small ? x : 0.0f));
+  return small ? with_sign_of(t, x) : x;
+}
+NEURON_MATH_INLINE float floor(float x) {
+  const float t = trunc(x);
+  return t > x ? t - 1.0f : t;
+}
+NEURON_MATH_INLINE float ceil(float x) {
+  const float t = trunc(x);
+  return t < x ? t + 1.0f : t;
+}
+
+// ---- derivatives and sigmoid-gated activations, in double ------------------------------------
+
+// The new functions below return their limits at +-inf (0 or 1, +-inf for mish), NaN for NaN.
+
+// e^-z for 0 <= z <= 700 to about 2^-52 relative, all in double: z = k ln2 - r with
+// ln2 = hi + lo (hi has 21 trailing zero bits, so k hi is exact), |r| <= ln2/2, Taylor to degree
+// 13 (truncation below 3e-17). The derivatives below need it: their values are differences
+// (e.g. 1 + e + w near silu_dx's zero), which magnify an error in e.
+NEURON_MATH_INLINE double exp_neg_d(double z) {
+  z = z > 700.0 ? 700.0 : z;
+  const double k = round_int(z * 1.4426950408889634074);
+  const double r = (k * 0x1.62e42fee00000p-1 - z) + k * 0x1.a39ef35793c76p-33;
+  double p = 1.0 / 6227020800.0;
+  const double inv[12] = {479001600.0, 39916800.0, 3628800.0, 362880.0, 40320.0, 5040.0,
+                          720.0,       120.0,      24.0,      6.0,      2.0,     1.0};
+  for (double f : inv) p = p * r + 1.0 / f;
+  p = p * r + 1.0;
+  return p * pow2d(-static_cast<int32_t>(k));
+}
+
+// e^-|w| (|w| clamped at 200, where every result using it has saturated or underflowed).
+NEURON_MATH_INLINE double exp_neg_abs(double w) {
+  double a = w < 0.0 ? -w : w;
+  a = a > 200.0 ? 200.0 : a;
+  return exp_neg_d(a);
+}
+
+// d/dw [w sigmoid(w)] = sigmoid(w) + w sigmoid(w)(1 - sigmoid(w)); with e = e^-|w| and
+// d = 1 + e: (d + w e) / d^2 for w >= 0, e (d + w) / d^2 for w < 0 (no overflow). w is
+// clamped to +-200, where the result is 1 or has underflowed.
+NEURON_MATH_INLINE double silu_dx_d(double w) {
+  w = w > 200.0 ? 200.0 : (w < -200.0 ? -200.0 : w);
+  const double e = exp_neg_abs(w), d = 1.0 + e;
+  return (w >= 0.0 ? d + w * e : e * (d + w)) / (d * d);
+}
+NEURON_MATH_INLINE float silu_dx(float x) {
+  const double r = silu_dx_d(is_nan(x) ? 0.0 : static_cast<double>(x));
+  return is_nan(x) ? x + x : static_cast<float>(r);
+}
+
+// x sigmoid(1.702 x) (the sigmoid form of gelu) and its derivative
+// sigmoid(w) + w sigmoid(w)(1 - sigmoid(w)), w = 1.702 x, i.e. silu_dx at w.
+constexpr double kGeluSigmoid = 1.702;
+NEURON_MATH_INLINE float gelu_apprx_sigmoid(float x) {
+  double xd = is_nan(x) ? 0.0 : static_cast<double>(x);
+  xd = xd < -200.0 ? -200.0 : xd;
+  const double e = exp_neg_abs(kGeluSigmoid * xd);
+  const double r = (x >= 0.0f ? xd : xd * e) / (1.0 + e);
+  return is_nan(x) ? x + x : static_cast<float>(r);
+}
+NEURON_MATH_INLINE float gelu_apprx_sigmoid_dx(float x) {
+  const double r = silu_dx_d(is_nan(x) ? 0.0 : kGeluSigmoid * static_cast<double>(x));
+  return is_nan(x) ? x + x : static_cast<float>(r);
+}
+
+// mish(x) = x tanh(softplus(x)) = x u (u + 2) / (u (u + 2) + 2) with u = e^x; as e = e^-|x|:
+// x (1 + 2e) / (1 + 2e + 2e^2) for x >= 0, x e (e + 2) / (e (e + 2) + 2) for x < 0.
+NEURON_MATH_INLINE float mish(float x) {
+  double xd = is_nan(x) ? 0.0 : static_cast<double>(x);
+  xd = xd < -200.0 ? -200.0 : xd;
+  const double e = exp_neg_abs(xd);
+  const double r = x >= 0.0f ? xd * (1.0 + 2.0 * e) / (1.0 + 2.0 * e + 2.0 * e * e)
+                             : xd * e * (e + 2.0) / (e * (e + 2.0) + 2.0);
+  return is_nan(x) ? x + x : static_cast<float>(r);
+}
+
+// d/dx erf(x) = (2 / sqrt(pi)) e^(-x^2); 0 beyond |x| = 11 (underflowed).
+NEURON_MATH_INLINE float erf_dx(float x) {
+  double a = is_nan(x) ? 0.0 : static_cast<double>(abs(x));
+  a = a > 11.0 ? 11.0 : a;
+  const double r = 1.1283791670955126 * exp_neg_d(a * a);
+  return is_nan(x) ? x + x : static_cast<float>(r);
+}
+
+// d/dx gelu(x) = Phi(x) + x phi(x), phi(x) = e^(-x^2/2) / sqrt(2 pi). It crosses zero near
+// x = -0.7518, so both parts must be accurate to double precision there:
+//  - |x| < 2: Phi(x) = 1/2 + phi(x) sum_n x^(2n+1) / (2n+1)!!, so the result is
+//    1/2 + phi(x) (x + sum_n ...), 26 terms (the last below 1e-18 of the sum);
+//  - |x| >= 2, no cancellation left: with g = e^(-a^2/2), a = |x|, c = erfcx(a / sqrt2) (as in
+//    gelu), 1 - g (c/2 - a/sqrt(2 pi)) for x >= 0, g (c/2 - a/sqrt(2 pi)) for x < 0; |x|
+//    clamped at 14.8.
+NEURON_MATH_INLINE float gelu_dx(float x) {
+  double a = is_nan(x) ? 0.0 : static_cast<double>(abs(x));
+  a = a > 14.8 ? 14.8 : a;
+  const double g = exp_neg_d(0.5 * a * a), phi = g * 0.39894228040143267794;
+  const double xs = x < 0.0f ? -a : a;
+  const double z = a < 2.0 ? a * a : 0.0;
+  double t = xs, sum = xs;
+  for (int n = 1; n <= 25; ++n) {
+    t = t * z * (1.0 / static_cast<double>(2 * n + 1));
+    sum = sum + t;
+  }
+  const double near = 0.5 + phi * (xs + sum);
+  const double k = g * (0.5 * erfcx(a * 0.70710678118654752440) - a * 0.39894228040143267794);
+  const double far = x >= 0.0f ? 1.0 - k : k;
+  return is_nan(x) ? x + x : static_cast<float>(a < 2.0 ? near : far);
+}
+
 // 1/sqrt(x): sqrt and division in double (both correctly rounded), rounded once to float.
 NEURON_MATH_INLINE float rsqrt(float x) {
   return static_cast<float>(1.0 / __builtin_sqrt(static_cast<double>(x)));

@@ -128,7 +128,7 @@ enum class Opcode {
   X(bypass, "bypass", 1)                                                               \
   X(add, "add", 2) X(subtract, "subtract", 2) X(multiply, "multiply", 2)                \
   X(divide, "divide", 2) X(maximum, "maximum", 2) X(minimum, "minimum", 2)              \
-  X(power, "power", 2) X(mod, "mod", 2)                                                 \
+  X(power, "power", 2) X(mod, "mod", 2) X(fmod, "fmod", 2)                              \
   X(equal, "equal", 2) X(not_equal, "not_equal", 2) X(greater, "greater", 2)            \
   X(greater_equal, "greater_equal", 2) X(less, "less", 2) X(less_equal, "less_equal", 2) \
   X(logical_and, "logical_and", 2) X(logical_or, "logical_or", 2)                       \
@@ -151,7 +151,11 @@ enum class AluOp {
   X(rsqrt, "rsqrt") X(sigmoid, "sigmoid") X(silu, "silu") X(gelu, "gelu")                \
   X(gelu_apprx_tanh, "gelu_apprx_tanh") X(relu, "relu") X(abs, "abs")                    \
   X(reciprocal, "reciprocal") X(square, "square") X(sign, "sign") X(softplus, "softplus") \
-  X(sin, "sin") X(cos, "cos") X(erf, "erf") X(negative, "negative")
+  X(sin, "sin") X(cos, "cos") X(erf, "erf") X(negative, "negative") X(floor, "floor")    \
+  X(ceil, "ceil") X(trunc, "trunc") X(tan, "tan") X(arctan, "arctan")                     \
+  X(gelu_dx, "gelu_dx") X(gelu_apprx_sigmoid, "gelu_apprx_sigmoid")                       \
+  X(gelu_apprx_sigmoid_dx, "gelu_apprx_sigmoid_dx") X(silu_dx, "silu_dx") X(mish, "mish") \
+  X(erf_dx, "erf_dx")
 
 enum class ActFunc {
 #define X(e, name) e,
