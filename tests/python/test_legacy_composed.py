@@ -126,3 +126,27 @@ def test_legacy_bad_dma_transpose_axes():
         nki.jit(bad_transpose, mode="simulation")(np.zeros((8, 4), np.float32))
     assert e.value.rule == "unsupported" and "axes=(0, 1)" in e.value.message
     assert e.value.line == line_of(bad_transpose, "nisa.dma_transpose(")
+
+
+def bounds_kernel(ids):
+    out = nl.ndarray((1, 2, 24), nl.int32, buffer=nl.shared_hbm)
+    i_p, i_x, i_y = nl.mgrid[0:1, 0:2, 0:24]
+    b = nisa.sequence_bounds(segment_ids=nl.load(ids), dtype=nl.int32)
+    nl.store(out[i_p, i_x, i_y], value=b[i_p, i_x, i_y])
+    return out
+
+
+def test_sequence_bounds():
+    ids = np.array([[0, 0, 3, 3, 3, 1, 1, 0, 2, 2, 2, 2, 4, 0, 0, 5, 5, 5, 5, 5, 1, 1, 1, 1]],
+                   np.float32)
+    got = both(bounds_kernel, ids)
+    starts, ends = [], []
+    for j, v in enumerate(ids[0]):  # the run of equal ids around j; 0 is padding
+        s, e = j, j + 1
+        while s > 0 and ids[0, s - 1] == v:
+            s -= 1
+        while e < 24 and ids[0, e] == v:
+            e += 1
+        starts.append(24 if v == 0 else s)
+        ends.append(-1 if v == 0 else e)
+    np.testing.assert_array_equal(got, np.array([[starts, ends]]))
