@@ -150,3 +150,22 @@ def test_sequence_bounds():
         starts.append(24 if v == 0 else s)
         ends.append(-1 if v == 0 else e)
     np.testing.assert_array_equal(got, np.array([[starts, ends]]))
+
+
+def npy_constant_kernel(x, path):
+    out = nl.ndarray((4, 8), nl.float32, buffer=nl.shared_hbm)
+    c = nl.load(nl.shared_constant(path, dtype=nl.float32))
+    nl.store(out, value=nl.add(nl.load(x), c))
+    return out
+
+
+def test_shared_constant_from_an_npy_file(tmp_path):
+    path = str(tmp_path / "c.npy")
+    c = np.arange(32, dtype=np.int16).reshape(4, 8)
+    np.save(path, c)
+    x = RNG.uniform(-1, 1, (4, 8)).astype(np.float32)
+    a = nki.jit(npy_constant_kernel)(x, path)  # path: a compile-time str argument
+    b = nki.jit(npy_constant_kernel, mode="simulation")(x, path)
+    np.testing.assert_array_equal(a, b)
+    got = a
+    np.testing.assert_array_equal(got, x + c.astype(np.float32))
