@@ -274,11 +274,12 @@ def register_store(dst, src):
     _C.register_store(dst, _register(src, "register_store"), user_span())
 
 
-# ---- composed from the instructions above (isa_composed.py) ------------------------------------
+# ---- composed from the instructions above (isa_composed.py, isa_utilities.py) --------------
 
-_COMPOSED = ("activation_reduce", "dma_transpose", "exponential", "range_select", "reciprocal",
-             "scalar_tensor_tensor", "select_reduce", "tensor_scalar_cumulative",
-             "tensor_scalar_reduce")
+_COMPOSED = ("activate2", "activation_reduce", "dma_transpose", "exponential",
+             "nonzero_with_count",
+             "range_select", "reciprocal", "scalar_tensor_tensor", "select_reduce",
+             "sequence_bounds", "tensor_scalar_cumulative", "tensor_scalar_reduce", "topk")
 
 
 def __getattr__(name):

@@ -12,6 +12,7 @@ from ._span import user_span
 from .errors import user_error
 from .isa import _op, activation, reduce_cmd, tensor_copy, tensor_reduce, tensor_scalar, \
     tensor_tensor
+from .isa_utilities import nonzero_with_count, sequence_bounds, topk  # noqa: F401 (nisa.*)
 from .language import _operand, fp32
 
 _cmd_set = reduce_cmd  # the functions' reduce_cmd parameter hides the enum's name
@@ -142,6 +143,68 @@ def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0
     """dst = op(data * scale + bias) and reduce_res ([P, 1]) = reduce_op over its free dims."""
     activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op,
                reduce_res=reduce_res)
+
+
+# activate2's stage ops: (op0, op1) pairs NKI allows, after the aliases below.
+_ACT2_PAIRS = {("multiply", "add"), ("multiply", "subtract"), ("multiply", "bypass"),
+               ("add", "bypass"), ("subtract", "bypass"), ("bypass", "bypass")}
+_ACT2_ALIAS = {"mul": "multiply", "sub": "subtract", "copy": "bypass", "None": "bypass"}
+_ACT2_REDUCE = {"add", "sum", "maximum", "max", "minimum", "min"}
+
+
+@_eager.op(writes=("dst", "reduce_res"))
+def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False,
+              reverse1=False, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+              name=None):
+    """dst = op((data op0 imm0) op1 imm1) (imm0/imm1 numbers or [P, 1] tiles; the stages in
+    fp32; (op0, op1) one of NKI's pairs, nl.bypass skipping a stage); op nl.prelu is
+    max(t, 0) + relu_param * min(t, 0). With reduce_cmd=reset_reduce, reduce_res ([P, 1]) =
+    reduce_op (add, max or min) over the free dims of the result, in fp32."""
+    span = user_span()
+    cmd = _cmd(reduce_cmd, "activate2", (_cmd_set.idle, _cmd_set.reset_reduce), span)
+    names = []
+    for what, o in (("op0", op0), ("op1", op1)):
+        n = "bypass" if o is None else _op(o)
+        names.append(_ACT2_ALIAS.get(n, n))
+    if tuple(names) not in _ACT2_PAIRS:
+        user_error("unsupported", f"activate2: (op0, op1) = ({names[0]}, {names[1]}) is not one "
+                   "of NKI's pairs (multiply, add), (multiply, subtract), (multiply, bypass), "
+                   "(add, bypass), (subtract, bypass), (bypass, bypass)", span)
+    if reduce_res is not None and cmd != _cmd_set.reset_reduce:
+        user_error("unsupported", "activate2(reduce_res=...) with reduce_cmd=idle: the "
+                   "accumulator registers are not kept between instructions; use "
+                   "reduce_cmd=reduce_cmd.reset_reduce", span)
+    rop = None
+    if reduce_res is not None:
+        rop = "add" if reduce_op is None else _op(reduce_op)
+        if rop not in _ACT2_REDUCE:
+            user_error("reduce-op", f"activate2: reduce_op={rop!r} is not supported (add, "
+                       "maximum or minimum; abs_max / abs_min are not)", span)
+    stages = [(n, v, r) for n, v, r in zip(names, (imm0, imm1), (reverse0, reverse1))
+              if n != "bypass"]
+    t = _fp32_like(data, span)
+    if not stages:
+        tensor_copy(t, data)
+    else:
+        (n0, v0, r0), rest = stages[0], stages[1:]
+        n1, v1, r1 = rest[0] if rest else (None, None, False)
+        tensor_scalar(t, data, n0, v0, r0, n1, v1, r1)
+    fn = _op(op)
+    if fn == "prelu":  # max(t, 0) + relu_param * min(t, 0)
+        neg = _fp32_like(data, span)
+        tensor_scalar(neg, t, "minimum", 0.0, False, "multiply", float(relu_param))
+        tensor_scalar(t, t, "maximum", 0.0)
+        tensor_tensor(t, t, neg, "add")
+        fn = "copy"
+    if reduce_res is None:
+        activation(dst, fn, t)
+        return
+    partial = _column_fp32(data, span)
+    out = dst if dst.dtype == _C.DType.float32 else _fp32_like(data, span)
+    activation(out, fn, t, reduce_op=rop, reduce_res=partial)
+    tensor_copy(reduce_res, partial)
+    if out is not dst:
+        tensor_copy(dst, out)
 
 
 @_eager.op(writes=("dst",))
@@ -284,5 +347,7 @@ def dma_transpose(dst, src, axes=None, dge_mode=None, oob_mode=None, priority=No
     transpose_by_dma(dst, src, axes, "dma_transpose", span)
 
 
-__all__ = ["scalar_tensor_tensor", "tensor_scalar_cumulative", "tensor_scalar_reduce", "activation_reduce", "reciprocal",
-           "exponential", "select_reduce", "range_select", "dma_transpose"]
+__all__ = ["scalar_tensor_tensor", "tensor_scalar_cumulative", "tensor_scalar_reduce",
+           "activation_reduce", "activate2", "reciprocal",
+           "exponential", "select_reduce", "range_select", "dma_transpose", "sequence_bounds",
+           "nonzero_with_count", "topk"]

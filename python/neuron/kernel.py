@@ -20,6 +20,7 @@ import numpy as np
 from . import _C
 from . import eager
 from . import runtime
+from . import shared_constants
 from . import unroll
 from ._span import function_span
 from .dtypes import to_dtype
@@ -158,7 +159,7 @@ class Kernel:
     """A traced-on-call kernel. kernel[g0, g1](...) launches a grid of programs."""
 
     def __init__(self, fn, grid=(1,), target="trn2", profile=False, _cache=None, mode=None,
-                 _by_ir=None):
+                 _by_ir=None, _consts=None):
         mode = default_mode() if mode is None else mode
         if mode not in MODES:
             raise ValueError(f"mode is 'native', 'simulate' or 'eager', got {mode!r}")
@@ -174,6 +175,7 @@ class Kernel:
         # parameter values that trace to the same IR share one compile.
         self._cache = {} if _cache is None else _cache
         self._by_ir = {} if _by_ir is None else _by_ir
+        self._consts = {} if _consts is None else _consts  # signature -> shared_constant arrays
         functools.update_wrapper(self, fn, updated=())  # never copy fn.__dict__ over ours
         self._signature = inspect.signature(fn)
         for p in self._signature.parameters.values():
@@ -200,7 +202,7 @@ class Kernel:
         if not 1 <= len(grid) <= 4 or not all(isinstance(g, int) and g > 0 for g in grid):
             raise ValueError(f"a launch grid is 1 to 4 positive ints, got {grid!r}")
         return Kernel(self.fn, grid, self.target, self.profile, self._cache, self.mode,
-                      self._by_ir)
+                      self._by_ir, self._consts)
 
     def trace(self, *args, **kwargs):
         """The Kernel IR for these arguments: arrays, or (shape, dtype) pairs / TensorSpecs,
@@ -212,18 +214,41 @@ class Kernel:
         except NeuronError as e:
             raise e.with_traceback(strip_toolkit_frames(e.__traceback__)) from None
 
+    def _constants(self, call):
+        """The nl.shared_constant arrays of this signature found so far: hidden inputs after
+        the kernel's own tensors (shared_constants.py). Only signatures that have constants
+        are kept, so a call of a kernel without any costs one empty-dict test."""
+        if not self._consts:
+            return []
+        return self._consts.get(call.key(), [])
+
     def _trace(self, call, specs, unroll_all=False):
         if self._registered is not None:
             return self._registered.trace(specs, call.params)
         fn = call.function(self.fn)
+        consts, n = self._constants(call), len(specs)
+
+        def with_constants(*tensors):
+            shared_constants.begin(consts, tensors[n:])
+            try:
+                return fn(*tensors[:n])
+            finally:
+                shared_constants.end()
 
         def once():
             _State.serial += 1  # a new trace: generators of an aborted one close nothing
-            return _C.trace(self.fn.__name__, fn, specs, function_span(self.fn))
+            hidden = [runtime.spec_of(a, f"shared_constant{i}") for i, a in enumerate(consts)]
+            return _C.trace(self.fn.__name__, with_constants, specs + hidden,
+                            function_span(self.fn))
         outer, _State.grid_ndim = _State.grid_ndim, len(self.grid)
         try:
             with eager.paused():
-                return unroll.trace(once, unroll_all)
+                while True:
+                    try:
+                        return unroll.trace(once, unroll_all)
+                    except shared_constants.Retrace:  # one more constant input: trace again
+                        self._consts[call.key()] = consts
+                        continue
         except (TypeError, AttributeError, NeuronError) as e:
             self._param_note(call, e)
             raise
@@ -278,6 +303,7 @@ class Kernel:
             else:
                 compiled = self._compiled(call)
                 arrays, write_back = runtime.host_arrays(tensors)
+                arrays += [a.copy() for a in self._constants(call)]  # a write cannot stick
                 outs, report = runtime.run(compiled, arrays, self.grid, self.mode, self.profile)
                 write_back()
                 if self.mode == "native":
@@ -313,7 +339,8 @@ def kernel(fn=None, *, target="trn2", mode=None):
 
 class _Simulated:
     def __init__(self, k):
-        self.kernel = Kernel(k.fn, k.grid, k.target, True, k._cache, "simulate", k._by_ir) \
+        self.kernel = Kernel(k.fn, k.grid, k.target, True, k._cache, "simulate", k._by_ir,
+                             k._consts) \
             if isinstance(k, Kernel) else Kernel(k, profile=True, mode="simulate")
 
     def __getitem__(self, grid):

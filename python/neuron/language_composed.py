@@ -1,7 +1,7 @@
 """nki.language functions (current API) that neuron composes from its instructions and nl
 functions: reductions NKI has and the toolkit has no nl.reduce for (prod, all, var), softmax,
-rms_norm, element-wise abs_max / abs_min / logical_not / invert, expand_dims, shared_identity_matrix and
-load_transpose2d. Each returns a new tile, as the nl functions do (NKI_API.md 6.4)."""
+rms_norm, element-wise abs_max / abs_min / logical_not / invert, expand_dims, shared_identity_matrix,
+shared_constant and load_transpose2d. Each returns a new tile, as the nl functions do (NKI_API.md 6.4)."""
 from . import _C
 from . import eager as _eager
 from ._span import user_span
@@ -166,6 +166,21 @@ def shared_identity_matrix(n, dtype=_C.DType.uint8, dst=None):
     return dst
 
 
+def shared_constant(constant, dtype=None):
+    """A constant HBM tensor holding constant (a NumPy array, anything np.asarray takes, or a
+    .npy path), cast to dtype: a hidden input of the kernel (shared_constants.py); load it to
+    use it."""
+    from . import shared_constants
+    span = user_span()
+    launch = _eager._state.launch
+    if launch is None:
+        return shared_constants.request(constant, dtype, span)
+    from .eager_values import _Base  # eager mode: a read-only HBM tensor of the values
+    a = shared_constants.as_array(constant, dtype)
+    return _eager.EagerTensor(_Base(a, _C.Memory.shared_hbm, to_dtype(a.dtype),
+                                    "shared_constant", span, True))
+
+
 @_eager.op()
 def load_transpose2d(src, dtype=None):
     """HBM [a, b] -> a new SBUF tile [b, a] (b <= 128), by DMA (with a cast to dtype)."""
@@ -187,4 +202,4 @@ def load_transpose2d(src, dtype=None):
 
 __all__ = ["prod", "all", "var", "softmax", "rms_norm", "abs_max", "abs_min", "logical_not",
            "invert",
-           "expand_dims", "shared_identity_matrix", "load_transpose2d"]
+           "expand_dims", "shared_identity_matrix", "shared_constant", "load_transpose2d"]

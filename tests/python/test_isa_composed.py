@@ -159,6 +159,46 @@ def test_dma_transpose():
     np.testing.assert_array_equal(oc, np.transpose(c, (3, 1, 2, 0)))
 
 
+def act2(x, col):
+    a = nl.ndarray((16, 24), nl.float32, buffer=nl.shared_hbm)
+    b = nl.ndarray((16, 24), nl.bfloat16, buffer=nl.shared_hbm)
+    c = nl.ndarray((16, 24), nl.float32, buffer=nl.shared_hbm)
+    r = nl.ndarray((16, 2), nl.float32, buffer=nl.shared_hbm)
+    t, cl = nl.load(x), nl.load(col)
+    red = nl.ndarray((16, 2), nl.float32)
+    o = nl.ndarray((16, 24), nl.float32)
+    nisa.activate2(o, nl.exp, t, cl, 0.25, nl.multiply, nl.subtract, reduce_op=nl.maximum,
+                   reduce_res=red[:, 0:1], reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    nl.store(a, o)
+    o2 = nl.ndarray((16, 24), nl.bfloat16)
+    nisa.activate2(o2, nl.tanh, t, 1.5, 0.0, nl.subtract, nl.bypass, reverse0=True,
+                   reduce_res=red[:, 1:2], reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    nl.store(b, o2)
+    nl.store(r, red)
+    o3 = nl.ndarray((16, 24), nl.float32)
+    nisa.activate2(o3, "prelu", t, 2.0, -1.0, nl.multiply, nl.add, relu_param=0.1)
+    nl.store(c, o3)
+    return a, b, c, r
+
+
+def test_activate2():
+    import ml_dtypes
+    x = RNG.uniform(-2, 2, (16, 24)).astype(np.float32)
+    col = RNG.uniform(-1, 1, (16, 1)).astype(np.float32)
+    a, b, c, r = three_ways(act2, x, col, modes=TWO)
+    X, C = x.astype(f64), col.astype(f64)
+    want = np.exp(X * C - 0.25)
+    np.testing.assert_allclose(a, want, rtol=1e-5)
+    np.testing.assert_allclose(r[:, 0], want.max(1), rtol=1e-5)
+    t = np.tanh(1.5 - X)
+    np.testing.assert_allclose(b.astype(f64), t, rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(r[:, 1], t.sum(1), rtol=1e-5, atol=1e-5)
+    y = 2.0 * X - 1.0
+    np.testing.assert_allclose(c, np.maximum(y, 0) + 0.1 * np.minimum(y, 0), rtol=1e-6,
+                               atol=1e-6)
+    assert b.dtype == ml_dtypes.bfloat16
+
+
 # ---- bad inputs: the rule, the values and the user's line ------------------------------------
 
 def bad_reduce_cmd(x):
@@ -183,6 +223,12 @@ def bad_axes(x):
     return x
 
 
+def bad_pair(x):
+    o = nl.ndarray((4, 6), nl.float32)
+    nisa.activate2(o, nl.exp, nl.load(x), 1.0, 2.0, nl.add, nl.add)
+    return x
+
+
 def bad_cmp(x):
     t = nl.load(x)
     o = nl.ndarray((4, 6), nl.float32)
@@ -195,6 +241,7 @@ def bad_cmp(x):
     (bad_reduce_op, "reduce-op", "reduce_op='exp'", "select_reduce("),
     (bad_axes, "unsupported", "axes=(0, 1)", "dma_transpose("),
     (bad_cmp, "unknown-arg", "comp_op0='add'", "range_select("),
+    (bad_pair, "unsupported", "(op0, op1) = (add, add)", "activate2("),
 ])
 def test_bad_inputs_name_rule_values_and_line(fn, rule, text, line):
     with pytest.raises(neuron.NeuronError) as e:

@@ -175,3 +175,38 @@ def test_program_ndim_is_the_grids_rank():
     with pytest.raises(neuron.NeuronError) as info:
         nl.program_ndim()
     assert info.value.rule == "no-trace"
+
+
+WEIGHTS = RNG.uniform(-3, 3, (8, 12))
+
+
+def constants(x, path):
+    out = nl.ndarray((8, 12), nl.float32, buffer=nl.shared_hbm)
+    w = nl.shared_constant(WEIGHTS, dtype=nl.bfloat16)  # rounded to bfloat16 once, on the host
+    s = nl.shared_constant(path)  # a .npy file (a compile-time str parameter)
+    again = nl.shared_constant(WEIGHTS, dtype=nl.bfloat16)  # a second input, same values
+    t = nl.multiply(nl.load(x), nl.load(w), dtype=nl.float32)
+    t = nl.add(t, nl.load(s), dtype=nl.float32)
+    nl.store(out, nl.subtract(t, nl.load(again), dtype=nl.float32))
+    return out
+
+
+def test_shared_constant_is_a_hidden_input(tmp_path):
+    import ml_dtypes
+    path = str(tmp_path / "shift.npy")
+    shift = RNG.uniform(-1, 1, (8, 12)).astype(np.float32)
+    np.save(path, shift)
+    x = RNG.uniform(-2, 2, (8, 12)).astype(np.float32)
+    got = three_ways(lambda x: constants(x, path), x)
+    w = WEIGHTS.astype(ml_dtypes.bfloat16).astype(f64)
+    np.testing.assert_allclose(got, x.astype(f64) * w + shift - w, rtol=1e-5, atol=1e-5)
+    k = neuron.kernel(lambda x: constants(x, path), mode="simulate")
+    np.testing.assert_array_equal(k(x), k(x))  # the second call passes the same constants
+    ir = str(k.trace(x))
+    assert "shared_constant0" in ir and "shared_constant2" in ir
+
+
+def test_shared_constant_outside_a_kernel():
+    with pytest.raises(neuron.NeuronError) as e:
+        nl.shared_constant(WEIGHTS)
+    assert e.value.rule == "no-trace" and "only available inside a kernel" in e.value.message

@@ -148,3 +148,46 @@ def test_new_element_functions():
     want = X * np.tanh(np.log1p(np.exp(X))) + np.fmod(np.floor(X * 4), Y) \
         + np.mod(np.arctan(X), Y) + sig * (1 + X * (1 - sig))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def bounds_kernel(ids):
+    out = nl.ndarray((1, 2, 24), nl.int32, buffer=nl.shared_hbm)
+    i_p, i_x, i_y = nl.mgrid[0:1, 0:2, 0:24]
+    b = nisa.sequence_bounds(segment_ids=nl.load(ids), dtype=nl.int32)
+    nl.store(out[i_p, i_x, i_y], value=b[i_p, i_x, i_y])
+    return out
+
+
+def test_sequence_bounds():
+    ids = np.array([[0, 0, 3, 3, 3, 1, 1, 0, 2, 2, 2, 2, 4, 0, 0, 5, 5, 5, 5, 5, 1, 1, 1, 1]],
+                   np.float32)
+    got = both(bounds_kernel, ids)
+    starts, ends = [], []
+    for j, v in enumerate(ids[0]):  # the run of equal ids around j; 0 is padding
+        s, e = j, j + 1
+        while s > 0 and ids[0, s - 1] == v:
+            s -= 1
+        while e < 24 and ids[0, e] == v:
+            e += 1
+        starts.append(24 if v == 0 else s)
+        ends.append(-1 if v == 0 else e)
+    np.testing.assert_array_equal(got, np.array([[starts, ends]]))
+
+
+def npy_constant_kernel(x, path):
+    out = nl.ndarray((4, 8), nl.float32, buffer=nl.shared_hbm)
+    c = nl.load(nl.shared_constant(path, dtype=nl.float32))
+    nl.store(out, value=nl.add(nl.load(x), c))
+    return out
+
+
+def test_shared_constant_from_an_npy_file(tmp_path):
+    path = str(tmp_path / "c.npy")
+    c = np.arange(32, dtype=np.int16).reshape(4, 8)
+    np.save(path, c)
+    x = RNG.uniform(-1, 1, (4, 8)).astype(np.float32)
+    a = nki.jit(npy_constant_kernel)(x, path)  # path: a compile-time str argument
+    b = nki.jit(npy_constant_kernel, mode="simulation")(x, path)
+    np.testing.assert_array_equal(a, b)
+    got = a
+    np.testing.assert_array_equal(got, x + c.astype(np.float32))

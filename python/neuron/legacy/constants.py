@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from ..dtypes import numpy_dtype, to_dtype
+from ..shared_constants import as_array
 from .grid import error
 
 
@@ -31,9 +31,7 @@ def request(constant, dtype):
     """The input tensor holding constant (cast to dtype)."""
     if _state.arrays is None:
         error("no-trace", "nl.shared_constant is only available inside a kernel")
-    a = np.asarray(constant)
-    if dtype is not None:
-        a = a.astype(numpy_dtype(to_dtype(dtype)))
+    a = as_array(constant, dtype)  # an array or a .npy path
     i = _state.next
     _state.next += 1
     if i < len(_state.handles):
@@ -42,5 +40,5 @@ def request(constant, dtype):
             error("unsupported", "nl.shared_constant: the kernel's constants changed between "
                   "traces; a constant must depend only on the kernel's arguments")
         return _state.handles[i]
-    _state.arrays.append(np.ascontiguousarray(a))
+    _state.arrays.append(a)
     raise Retrace()

@@ -568,6 +568,17 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
     return out
 
 
-UNSUPPORTED = "dropout sequence_bounds".split()
+def sequence_bounds(*, segment_ids, mask=None, dtype=None, **kwargs):
+    """A new [P, 2, N] tile: the start and exclusive end of each element's run of equal ids in
+    segment_ids ([P, N] float32 or int32; id 0 is padding: start N, end -1), in dtype (default
+    the ids' dtype)."""
+    ids = _whole(segment_ids, mask, "nisa.sequence_bounds")
+    p, n = (list(ids.shape) + [1])[:2]
+    dst = _new_like([p, 2, n], ids.dtype if dtype is None else _nl.to_dtype(dtype))
+    _isa.sequence_bounds(dst, ids)
+    return dst
+
+
+UNSUPPORTED = "dropout".split()
 _define_unsupported(globals(), "nisa", UNSUPPORTED)
 _wrap_module(globals())
