@@ -11,6 +11,7 @@ void init_runtime(pybind11::module_& m);  // Tensor, simulate
 void init_profile(pybind11::module_& m);  // Profile, timing-only simulation
 void init_registry(pybind11::module_& m); // registered C++ kernels
 void init_rules(pybind11::module_& m);    // C++ rules Python uses: promotion, shapes, messages
+void init_random(pybind11::module_& m);   // rng, rand2, dropout, seeds and state
 void init_dynamic(pybind11::module_& m);  // registers, runtime loops, .ap(), indirect rows, gathers
 
 }  // namespace neuron::python

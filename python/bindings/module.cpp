@@ -39,4 +39,5 @@ PYBIND11_MODULE(_C, m) {
   neuron::python::init_registry(m);
   neuron::python::init_rules(m);
   neuron::python::init_dynamic(m);
+  neuron::python::init_random(m);
 }

@@ -153,6 +153,7 @@ class _Launch:
         self.names = {}           # next number of unnamed tiles (t) and outputs (out)
         self.loops = 0            # rolled loops opened: one symbol each
         self.registers = 0        # registers allocated: one symbol each
+        self.rng = None           # the running program's random state (rng_state)
 
 
 def run_kernel(fn, name, span, specs, arrays, grid, target):
@@ -167,6 +168,7 @@ def run_kernel(fn, name, span, specs, arrays, grid, target):
     for flat in range(int(np.prod(grid))):
         launch.pid = tuple(int(p) for p in np.unravel_index(flat, grid))
         launch.program_shared, launch.names = [], {"t": 0, "out": 0}
+        launch.rng = None
         saved, _state.launch = _state.launch, launch
         try:
             r = fn(*inputs)
@@ -208,6 +210,22 @@ def _kernel_outputs(launch, inputs, r, span):
     if r is None:
         return list(launch.program_shared)
     return [t._base for t in (r if isinstance(r, (tuple, list)) else [r])]
+
+
+def rng_state(seed):
+    """The running eager program's random state, or None outside eager mode (a traced kernel
+    uses its own). Like a compiled kernel's, it is a [128, 4] uint32 SBUF tile per program,
+    seeded with 0 before the first draw; `seed(state)` seeds it (isa.set_rng_seed, so the
+    seeding rule stays the C++ one)."""
+    launch = _state.launch
+    if launch is None:
+        return None
+    if launch.rng is None:
+        base = _Base(np.zeros((128, 4), np.uint32), _C.Memory.sbuf, _C.DType.uint32,
+                     "rng_state", user_span())
+        launch.rng = EagerTensor(base)
+        seed(launch.rng)
+    return launch.rng
 
 
 # ---- one-op kernels --------------------------------------------------------------------------

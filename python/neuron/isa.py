@@ -119,6 +119,75 @@ def memset(dst, value, engine=None, name=None):
     _C.memset(dst, float(value), user_span())
 
 
+# ---- random numbers (a counter-based generator with a per-kernel state: docs/random.md) -------
+
+def _state():
+    return _eager.rng_state(lambda st: _set_rng_seed(0.0, st))
+
+
+@_eager.op(writes=("dst", "state"))
+def _rng(dst, state):
+    _C.rng(dst, state, user_span())
+
+
+@_eager.op(writes=("dst", "state"))
+def _rand2(dst, low, high, state):
+    _C.rand2(dst, float(low), float(high), state, user_span())
+
+
+@_eager.op(writes=("dst", "state"))
+def _dropout(dst, data, prob, state):
+    _C.dropout(dst, data, _operand(prob), state, user_span())
+
+
+@_eager.op(writes=("state",))
+def _set_rng_seed(seeds, state):
+    _C.set_rng_seed(_operand(seeds), state, user_span())
+
+
+@_eager.op(writes=("dst",))
+def _rand_get_state(dst, state):
+    _C.rand_get_state(dst, state, user_span())
+
+
+@_eager.op(writes=("state",))
+def _rand_set_state(src, state):
+    _C.rand_set_state(src, state, user_span())
+
+
+def rng(dst, engine=None, name=None):
+    """dst = 32 random bits per element (integer dst) or uniform values in [0, 1) (float)."""
+    _rng(dst, _state())
+
+
+def rand2(dst, min, max, engine=None, name=None):
+    """dst (float) = uniform values in [min, max)."""
+    _rand2(dst, min, max, _state())
+
+
+def dropout(dst, data, prob, engine=None, name=None):
+    """dst = 0 where a uniform draw is below prob (a number or [P, 1] tile), else data (the
+    kept values are not rescaled)."""
+    _dropout(dst, data, prob, _state())
+
+
+def set_rng_seed(src_seeds, engine=None, name=None):
+    """Seeds the generator from a number, a [1, 1] tile (all partitions) or a [P, 1] tile (one
+    seed per partition); the same seed gives the same draws."""
+    _set_rng_seed(src_seeds, _state())
+
+
+def rand_get_state(dst, engine=None, name=None):
+    """dst ([P, 4] uint32) = the generator state of partitions 0..P-1."""
+    _rand_get_state(dst, _state())
+
+
+def rand_set_state(src_seeds, engine=None, name=None):
+    """The generator state of partitions 0..P-1 = src_seeds ([P, 4] uint32, from
+    rand_get_state)."""
+    _rand_set_state(src_seeds, _state())
+
+
 @_eager.op(writes=("dst",))
 def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     """dst[p, f...] = offset + p * channel_multiplier + sum(stride_i * f_i); pattern is

@@ -580,9 +580,9 @@ _C.Affine.__bool__ = lambda self: bool(_affine_cmp("ne")(self, 0))
 
 # ---- composed from the functions above (language_composed.py) ---------------------------------
 
-_COMPOSED = ("abs_max", "abs_min", "all", "expand_dims", "invert", "load_transpose2d",
-             "logical_not", "prod", "rms_norm", "shared_constant", "shared_identity_matrix",
-             "softmax", "var")
+_COMPOSED = ("abs_max", "abs_min", "all", "dropout", "expand_dims", "invert",
+             "load_transpose2d", "logical_not", "prod", "rand", "random_seed", "rms_norm",
+             "shared_constant", "shared_identity_matrix", "softmax", "var")
 
 
 def __getattr__(name):

@@ -203,3 +203,30 @@ def load_transpose2d(src, dtype=None):
 __all__ = ["prod", "all", "var", "softmax", "rms_norm", "abs_max", "abs_min", "logical_not",
            "invert",
            "expand_dims", "shared_identity_matrix", "shared_constant", "load_transpose2d"]
+
+
+# ---- random numbers (neuron.isa's generator: docs/random.md) ---------------------------------
+
+def rand(shape, dtype=_f32, buffer=None, name=""):
+    """A new tile of uniform values in [0, 1) (float dtypes) or 32 random bits (integers)."""
+    from . import isa, language
+    t = language.ndarray(shape, dtype, buffer=language.sbuf if buffer is None else buffer,
+                         name=name)
+    isa.rng(t)
+    return t
+
+
+def random_seed(seed):
+    """Seeds the kernel's generator: a number or a [1, 1] integer tile; the same seed gives the
+    same draws."""
+    from . import isa
+    isa.set_rng_seed(seed)
+
+
+def dropout(x, rate, dtype=None):
+    """x with each element zeroed with probability rate (a number or a [P, 1] tile); the kept
+    values are not rescaled (NKI's rule)."""
+    from . import isa, language
+    t = language.ndarray(list(x.shape), x.dtype if dtype is None else dtype)
+    isa.dropout(t, x, rate)
+    return t

@@ -2,6 +2,7 @@
 # small kernel of our own against NumPy: the direct-allocation module neuronxcc.nki.compiler,
 # loop directives, nl.nc(n) launch grids, nl.loop_reduce.
 import numpy as np
+import pytest
 
 import neuron.compat
 
@@ -52,6 +53,15 @@ def test_spmd_dim_with_nc_grids_cover_every_program():
     got = add_rows[nl.spmd_dim(2, nl.nc(2)), 2](a, b)
     np.testing.assert_array_equal(got, a + b)
     assert nl.spmd_dim(3, nl.nc(2)) == 6 and repr(nl.nc(2)) == "nl.nc(2)"
+
+
+def test_a_zero_grid_dim_runs_one_program_with_a_warning():
+    a, b = (RNG.uniform(-1, 1, (128, 64)).astype(np.float32) for _ in range(2))
+    with pytest.warns(UserWarning, match="0-sized grid dimension"):
+        k = add_rows[0, 1]
+    got = k(a, b)
+    np.testing.assert_array_equal(got, a + b)
+    assert k.grid == (1, 1)
 
 
 @nki.jit(mode="simulation")

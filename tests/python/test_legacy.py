@@ -656,8 +656,7 @@ def pid_mask(x):
 
 def unsupported_call(x):
     out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
-    kept = nisa.dropout(nl.load(x), 0.5)
-    nl.store(out, value=kept)
+    nl.atomic_rmw(out, value=nl.load(x), op=np.add)
     return out
 
 
@@ -670,8 +669,8 @@ ERRORS = [
     (unmasked_tail, (200, 64), "index", "t = nl.load", "only where a mask= excludes"),
     (pid_mask, (256, 64), "mask", "mask=(rows < 200)",
      "depends on 'pid0*128 - 200' (a program id)"),
-    (unsupported_call, (128, 64), "unsupported", "nisa.dropout",
-     "nisa.dropout is not supported by neuron's legacy layer"),
+    (unsupported_call, (128, 64), "unsupported", "nl.atomic_rmw",
+     "nl.atomic_rmw is not supported by neuron's legacy layer"),
 ]
 
 

@@ -191,3 +191,25 @@ def test_shared_constant_from_an_npy_file(tmp_path):
     np.testing.assert_array_equal(a, b)
     got = a
     np.testing.assert_array_equal(got, x + c.astype(np.float32))
+
+
+def random_kernel(x):
+    o = nl.ndarray((32, 24), nl.float32, buffer=nl.shared_hbm)
+    d = nl.ndarray((32, 24), nl.float32, buffer=nl.shared_hbm)
+    e = nl.ndarray((32, 24), nl.float32, buffer=nl.shared_hbm)
+    nl.random_seed(7)
+    nl.store(o, nl.rand((32, 24)))
+    t = nl.load(x)
+    nl.store(d, nl.dropout(t, 0.5))
+    nl.store(e, nisa.dropout(t, 0.25))
+    return o, d, e
+
+
+def test_random_numbers():
+    from test_random import reference_bits, unit
+    x = RNG.uniform(1, 2, (32, 24)).astype(np.float32)
+    o, d, e = both(random_kernel, x)
+    ref = unit(reference_bits(7, 32, 72))
+    np.testing.assert_array_equal(o, ref[:, :24].astype(np.float32))
+    np.testing.assert_array_equal(d, np.where(ref[:, 24:48] >= 0.5, x, 0))
+    np.testing.assert_array_equal(e, np.where(ref[:, 48:] >= np.float32(0.25), x, 0))

@@ -143,4 +143,30 @@ void bn_aggr(const tensor& dst, const tensor& data, Span span = Span::current())
 void nc_stream_shuffle(const tensor& dst, const tensor& src, std::vector<int64_t> shuffle_mask,
                        Span span = Span::current());
 
+// ---- random numbers (a counter-based generator: docs/random.md) ----
+// Draws use the rows 0..P-1 of a state tile for a destination of P partitions (row p for
+// partition p) and advance them past the values drawn: the kernel's own state (a [128, 4]
+// uint32 SBUF tile declared and seeded with 0 at the start of the kernel) unless `state` names
+// another [>= P, 4] uint32 SBUF tile.
+// dst = 32 random bits per element (integer dst) or uniform values in [0, 1) (float dst).
+void rng(const tensor& dst, std::optional<tensor> state = std::nullopt,
+         Span span = Span::current());
+// dst (float) = uniform values in [low, high).
+void rand2(const tensor& dst, double low, double high, std::optional<tensor> state = std::nullopt,
+           Span span = Span::current());
+// dst = 0 where a uniform draw is below prob (a number or a [P, 1] tile), else data; the kept
+// values are not rescaled.
+void dropout(const tensor& dst, const tensor& data, operand prob,
+             std::optional<tensor> state = std::nullopt, Span span = Span::current());
+// Seeds the state: a number or a [1, 1] tile seeds all 128 rows, a [P, 1] tile row p with its
+// value p (integers taken modulo 2^32); counters restart at 0. The same seed gives the same
+// draws.
+void set_rng_seed(operand seeds, std::optional<tensor> state = std::nullopt,
+                  Span span = Span::current());
+// dst ([P, 4] uint32) = rows 0..P-1 of the state; rand_set_state writes them from src.
+void rand_get_state(const tensor& dst, std::optional<tensor> state = std::nullopt,
+                    Span span = Span::current());
+void rand_set_state(const tensor& src, std::optional<tensor> state = std::nullopt,
+                    Span span = Span::current());
+
 }  // namespace neuron::isa

@@ -192,6 +192,17 @@ void store_rows(const tensor& dst, const tensor& rows, const tensor& value,
 tensor gather_flattened(const tensor& data, const tensor& indices,
                         std::optional<DType> dtype = std::nullopt, Span span = Span::current());
 
+// ---- random numbers (isa::rng and friends; docs/random.md) ----
+
+// A new SBUF tile of uniform values in [0, 1) (float dtypes) or 32 random bits (integer dtypes).
+tensor rand(std::vector<int64_t> shape, DType dtype = DType::float32,
+            Span span = Span::current());
+// Seeds the kernel's generator with a number or a [1, 1] integer tile (isa::set_rng_seed).
+void random_seed(operand seed, Span span = Span::current());
+// x with each element zeroed with probability rate (a number or a [P, 1] tile), not rescaled.
+tensor dropout(const tensor& x, operand rate, std::optional<DType> dtype = std::nullopt,
+               Span span = Span::current());
+
 // Registers: 32-bit integers known at run time, usable in index expressions (dynamic offsets:
 // t(nl::ds(r * 128, 128))) and as runtime loop bounds. A register is an nl::index naming it.
 index register_alloc(int64_t init = 0, Span span = Span::current());

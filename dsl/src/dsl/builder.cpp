@@ -31,6 +31,7 @@ struct TraceState {
   std::vector<Frame> frames;      // frames[0] is the kernel body
   int next_loop = 0, next_tile = 0, next_out = 0, next_loop_id = 0, next_register = 0;
   std::set<std::string> names;
+  BufferPtr rng_state;
 };
 
 thread_local TraceState* current = nullptr;
@@ -119,6 +120,24 @@ std::pair<std::string, int> open_dynamic_loop(Affine start, Affine stop, int64_t
   f.step = step;
   f.cond = std::move(cond);
   return {var, id};
+}
+
+BufferPtr rng_state(const Span& span) {
+  TraceState& st = state(span);
+  if (st.rng_state) return st.rng_state;
+  auto b = std::make_shared<Buffer>();
+  b->name = unique_name(st, "rng_state");
+  b->memory = Memory::sbuf;
+  b->shape = {128, 4};
+  b->dtype = DType::uint32;
+  b->span = span;
+  // At the front of the body, so the tile outlives every loop and is seeded before any use.
+  auto& body = st.frames.front().stmts;
+  body.insert(body.begin(),
+              {Alloc::make(b, span),
+               Op::make(Opcode::rng_seed, {{"dst", Access::whole(b)}, {"seed", 0.0}}, span)});
+  st.rng_state = b;
+  return b;
 }
 
 std::string new_register(const Span& span) {

@@ -19,6 +19,7 @@ import functools
 import inspect
 import os
 import re
+import warnings
 
 import numpy as np
 
@@ -123,6 +124,12 @@ class LegacyKernel:
 
     def __getitem__(self, grid):
         grid = grid if isinstance(grid, tuple) else (grid,)
+        if any(isinstance(g, (int, np.integer)) and g == 0 for g in grid):
+            # Published kernels launch kernel[0](...) and check the result of one program:
+            # NKI runs a 0-sized grid dim as one program, so neuron does too, and says so.
+            warnings.warn(f"launch grid {grid!r}: a 0-sized grid dimension runs one program "
+                          "along it (as NKI does); write 1", stacklevel=2)
+            grid = tuple(1 if isinstance(g, (int, np.integer)) and g == 0 else g for g in grid)
         if not all(isinstance(g, (int, np.integer)) and g > 0 for g in grid):
             errors.user_error("unsupported", f"launch grid {grid!r}: neuron takes 1 to 4 "
                               "positive ints (nl.nc / nl.spmd_dim are not supported)",

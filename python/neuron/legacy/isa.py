@@ -13,7 +13,6 @@ from .grid import broadcast_shapes as _broadcast_shapes, const_int as _const_int
 from .grid import error as _error, is_scalar_index as _is_scalar_index
 from .mask import rectangle as _rectangle
 from .deferred import Deferred as _Deferred, wrap_module as _wrap_module
-from .ops import define_unsupported as _define_unsupported
 from .ops import is_full as _is_full
 from .ops import matmul_parts as _matmul_parts, new_like as _new_like
 from .ops import operand as _operand, promote as _promote, reduced as _reduced
@@ -579,6 +578,7 @@ def sequence_bounds(*, segment_ids, mask=None, dtype=None, **kwargs):
     return dst
 
 
-UNSUPPORTED = "dropout".split()
-_define_unsupported(globals(), "nisa", UNSUPPORTED)
+def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
+    """data with each element zeroed with probability prob, not rescaled (nl.dropout)."""
+    return _lnl.dropout(data, prob, dtype=dtype, mask=mask)
 _wrap_module(globals())

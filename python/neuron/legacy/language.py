@@ -406,6 +406,36 @@ def invert(x, *, dtype=None, mask=None, **kwargs):
     return _masked(lambda a: _nl.invert(a, dt), [x], mask, lambda: dt or _operand(x).dtype)
 
 
+def _tile_or_number(v):
+    if isinstance(v, (bool, int, float)):
+        return float(v)
+    t = _operand(v)
+    return _concrete(t) if _is_view(t) else t
+
+
+def rand(shape, dtype=float32, *, mask=None, **kwargs):
+    """A new tile of uniform values in [0, 1) (neuron.language.rand; docs/random.md)."""
+    if mask is not None:
+        _error("unsupported", "nl.rand(mask=...) is not supported: draw the whole tile and "
+               "select the part you need")
+    return _nl.rand(list(shape), dtype)
+
+
+def random_seed(seed, *, mask=None, **kwargs):
+    """Seeds the kernel's generator (a number or a [1, 1] integer tile)."""
+    if mask is not None:
+        _error("unsupported", "nl.random_seed(mask=...) is not supported")
+    _nl.random_seed(_tile_or_number(seed))
+
+
+def dropout(x, rate, *, dtype=None, mask=None, **kwargs):
+    """x with each element zeroed with probability rate (a number or a one-element / [P, 1]
+    tile), not rescaled (neuron.language.dropout)."""
+    dt = None if dtype is None else _nl.to_dtype(dtype)
+    r = _tile_or_number(rate)
+    return _masked(lambda a: _nl.dropout(a, r, dt), [x], mask, lambda: dt or _operand(x).dtype)
+
+
 def logical_not(x, *, dtype=None, mask=None, **kwargs):
     return equal(x, 0.0, dtype=bool_ if dtype is None else dtype, mask=mask)  # noqa: F821
 
@@ -465,7 +495,7 @@ def shared_identity_matrix(n, dtype=uint8, **kwargs):
 
 # ---- not provided: a clear error instead of an AttributeError ----------------------------------
 
-UNSUPPORTED = "dropout all_reduce rand random_seed atomic_rmw finfo".split()
+UNSUPPORTED = "all_reduce atomic_rmw finfo".split()
 _define_unsupported(globals(), "nl", UNSUPPORTED)
 _wrap_module(globals(), skip={"arange", "mgrid", "ds", "program_id", "num_programs",
                               "program_ndim", "spmd_dim", "loop_reduce", "affine_range",

@@ -961,6 +961,88 @@ void neuron_k_stream_shuffle(const NView* d, const NView* s, int ddt, int sdt, i
 }
 
 // Registers are 32-bit: a loaded value wraps to int32 (float elements convert by rounding).
+// ---- random numbers (instr_kernels.hpp) ----
+
+namespace {
+struct RngState {
+  uint64_t key, counter;
+};
+uint32_t word(const NView& st, int64_t p, int k) {
+  uint32_t w;
+  std::memcpy(&w, element(st, st.base + p * st.stride[0], k), 4);
+  return w;
+}
+void set_word(const NView& st, int64_t p, int k, uint32_t w) {
+  std::memcpy(element(st, st.base + p * st.stride[0], k), &w, 4);
+}
+RngState rng_state(const NView& st, int64_t p) {
+  return {word(st, p, 0) | static_cast<uint64_t>(word(st, p, 1)) << 32,
+          word(st, p, 2) | static_cast<uint64_t>(word(st, p, 3)) << 32};
+}
+void set_rng_state(const NView& st, int64_t p, RngState s) {
+  set_word(st, p, 0, static_cast<uint32_t>(s.key));
+  set_word(st, p, 1, static_cast<uint32_t>(s.key >> 32));
+  set_word(st, p, 2, static_cast<uint32_t>(s.counter));
+  set_word(st, p, 3, static_cast<uint32_t>(s.counter >> 32));
+}
+}  // namespace
+
+void neuron_k_rng(const NView* d, const NView* st, int ddt, double low, double high) {
+  const int64_t P = d->size[0], n = per_partition(*d);
+  const bool fl = neuron::dtype_is_float(dt(ddt));
+  for (int64_t p = 0; p < P; ++p) {
+    const RngState s = rng_state(*st, p);
+    char* row = d->base + p * d->stride[0];
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t bits = b::rng_bits(s.key, s.counter + static_cast<uint64_t>(i));
+      char* e = element(*d, row, i);
+      if (fl)
+        b::store_f32(e, dt(ddt), static_cast<float>(low + (high - low) * b::rng_unit(bits)));
+      else
+        b::store_int_bits(e, dt(ddt), static_cast<int64_t>(bits & 0xffffffffu));
+    }
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_dropout(const NView* d, const NView* s, const NView* st, const NView* prob, int ddt,
+                      int sdt, int pdt, double prob_imm) {
+  const int64_t P = d->size[0], n = per_partition(*d);
+  Scratch<float> pr(P);
+  column(prob, pdt, prob_imm, P, pr.data);
+  for (int64_t p = 0; p < P; ++p) {
+    const RngState rs = rng_state(*st, p);
+    char* row = d->base + p * d->stride[0];
+    char* srow = s->base + p * s->stride[0];
+    for (int64_t i = 0; i < n; ++i) {
+      const float u = b::rng_unit(b::rng_bits(rs.key, rs.counter + static_cast<uint64_t>(i)));
+      char* e = element(*d, row, i);
+      if (u < pr.data[p])
+        b::store_f32(e, dt(ddt), 0.0f);
+      else
+        move_element(e, ddt, element(*s, srow, i), sdt);
+    }
+  }
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
+void neuron_k_rng_seed(const NView* d, const NView* seed, int sdt, double seed_imm) {
+  const int64_t P = d->size[0];
+  const int64_t rows = seed ? seed->size[0] : 1;
+  Scratch<int64_t> v(rows);
+  column_int(seed, sdt, seed_imm, rows, v.data);
+  for (int64_t p = 0; p < P; ++p)
+    set_rng_state(*d, p, {b::rng_key(static_cast<uint32_t>(v.data[rows == 1 ? 0 : p]), p), 0});
+}
+
+void neuron_k_rng_skip(const NView* d, const NView* st, int64_t count) {
+  for (int64_t p = 0; p < d->size[0]; ++p) {
+    RngState s = rng_state(*st, p);
+    s.counter += static_cast<uint64_t>(count);
+    set_rng_state(*d, p, s);
+  }
+}
+
 int64_t neuron_k_load_scalar(const NView* s, int sdt) {
   const int64_t v = b::load_int(s->base, dt(sdt));
   return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(v)));

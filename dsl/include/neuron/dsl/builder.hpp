@@ -36,6 +36,11 @@ std::pair<std::string, int> open_loop(int64_t extent, LoopKind kind, const Span&
 // counted when it starts, or, with `cond` a register, iterations while it is non-zero.
 std::pair<std::string, int> open_dynamic_loop(Affine start, Affine stop, int64_t step,
                                               std::string cond, const Span& span);
+// The kernel's random state: a [128, 4] uint32 SBUF tile (builtins.hpp "random numbers")
+// declared at the start of the kernel body and seeded there with seed 0 the first time a trace
+// asks for it; every random instruction of the trace reads or advances this one tile.
+BufferPtr rng_state(const Span& span);
+
 // A fresh register ("r0", "r1", ... in trace order).
 std::string new_register(const Span& span);
 // Closes the innermost loop if it is `id`. Never throws (called from destructors).

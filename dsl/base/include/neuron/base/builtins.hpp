@@ -508,6 +508,35 @@ inline float reduce_finish(float* lane, AluOp op) {
   return lane[0];
 }
 
+// ---- random numbers --------------------------------------------------------------------------
+
+// A counter-based generator, the same in both executors and independent of execution order:
+// every partition has a state of four uint32 words [key lo, key hi, counter lo, counter hi]
+// (an SBUF tile, docs/random.md); value i of a draw is rng_bits(key, counter + i), SplitMix64's
+// output function applied to key + (counter + i + 1) * gamma (a bijection of its input, so
+// distinct counters never repeat a value within 2^64 draws), and a draw of n values advances
+// the counter by n (rng_skip).
+constexpr uint64_t kRngGamma = 0x9E3779B97F4A7C15ull;
+
+inline uint64_t rng_mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+inline uint64_t rng_bits(uint64_t key, uint64_t counter) {
+  return rng_mix(key + (counter + 1) * kRngGamma);
+}
+// Uniform in [0, 1): the top 24 bits as a float's fraction (exact).
+inline float rng_unit(uint64_t bits) {
+  return static_cast<float>(bits >> 40) * 0x1p-24f;
+}
+// The key of partition p for a 32-bit seed: distinct for every (seed, partition) pair.
+inline uint64_t rng_key(uint32_t seed, int64_t partition) {
+  return rng_mix((static_cast<uint64_t>(seed) << 8 | static_cast<uint64_t>(partition & 0xff)) *
+                     kRngGamma +
+                 kRngGamma);
+}
+
 // ---- activation functions ------------------------------------------------------------------
 
 // float32 implementations (builtins_math.hpp; measured errors in docs/numerics.md). gelu is the

@@ -64,7 +64,7 @@ Fault take_fault();  // the first fault since the last call (kind kFaultNone: no
   X(dma_indirect, call) X(gather, call) X(local_gather, call) X(load_scalar, inline)           \
   X(store_scalar, inline) X(tensor_tensor_scan, call) X(partition_reduce, call) X(max8, call)    \
   X(find_index8, call) X(match_replace8, call) X(bn_stats, call) X(bn_aggr, call)              \
-  X(stream_shuffle, call)
+  X(stream_shuffle, call) X(rng, call) X(dropout, call) X(rng_seed, call) X(rng_skip, call)
 // The cold paths of the streaming kernels (host only; see instr_kernels.cpp).
 #define NEURON_INSTR_SNAPSHOTS(X) \
   X(copy) X(tensor_tensor) X(tensor_scalar) X(activation) X(copy_predicated) X(affine_select)
@@ -162,6 +162,18 @@ void neuron_k_bn_aggr(const neuron_nview* d, const neuron_nview* s, int ddt, int
 // unchanged); the 32 mask bytes are packed little-endian into m0..m3.
 void neuron_k_stream_shuffle(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt,
                              int64_t m0, int64_t m1, int64_t m2, int64_t m3);
+// Random numbers (builtins.hpp "random numbers"): `st` is a [P, 4] uint32 state view, row p for
+// partition p of the destination. rng: element i of row p is rng_bits(key, counter + i): its low
+// 32 bits for an integer destination, low + (high - low) * rng_unit(bits) (in double, rounded
+// once) for a float one. dropout: d = 0 where rng_unit(bits) < prob (a [P, 1] column or
+// prob_imm), else s. Neither advances the counter: rng_skip adds `count` to every row's counter.
+// rng_seed: row p = rng_key(seed, p), counter 0, from a [P, 1] or [1, 1] seed column (integer
+// values taken modulo 2^32) or seed_imm.
+void neuron_k_rng(const neuron_nview* d, const neuron_nview* st, int ddt, double low, double high);
+void neuron_k_dropout(const neuron_nview* d, const neuron_nview* s, const neuron_nview* st,
+                      const neuron_nview* prob, int ddt, int sdt, int pdt, double prob_imm);
+void neuron_k_rng_seed(const neuron_nview* d, const neuron_nview* seed, int sdt, double seed_imm);
+void neuron_k_rng_skip(const neuron_nview* d, const neuron_nview* st, int64_t count);
 // register_load / register_store: one element as a 32-bit register value.
 int64_t neuron_k_load_scalar(const neuron_nview* s, int sdt);
 void neuron_k_store_scalar(const neuron_nview* d, int ddt, int64_t value);

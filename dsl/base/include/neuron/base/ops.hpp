@@ -104,6 +104,15 @@ namespace neuron {
   X(bn_aggr, "bn_aggr", Isa, vector, 1, (OUT(ON_CHIP), IN(data, ON_CHIP)))                     \
   X(nc_stream_shuffle, "nc_stream_shuffle", Isa, vector, 1,                                    \
     (OUT(ON_CHIP), IN(src, ON_CHIP), ARG(shuffle_mask, ints, req, pattern)))                   \
+  /* random numbers: a [P, 4] uint32 state per partition (builtins.hpp), instrs/random.hpp */  \
+  X(rng, "rng", Isa, vector, 1, /* dst <- draws from state (bits, or uniform in [low, high)) */ \
+    (OUT(ON_CHIP), IN(state, SBUF), ARG(low, number, req, imm0), ARG(high, number, req, imm1)))  \
+  X(dropout, "dropout", Isa, vector, 2, /* dst <- draw < prob ? 0 : data */                   \
+    (OUT(ON_CHIP), IN(data, ON_CHIP), IN(state, SBUF), TILE_OR(prob, req, imm0)))              \
+  X(rng_seed, "rng_seed", Isa, gpsimd, 0, /* dst(state) <- keys of seed, counters 0 */        \
+    (OUT(SBUF), TILE_OR(seed, req, imm0)))                                                     \
+  X(rng_skip, "rng_skip", Isa, gpsimd, 0, /* dst(state) <- state with counters + count */     \
+    (OUT(SBUF), IN(state, SBUF), ARG(count, integer, req, offset)))                            \
   /* registers (runtime integers, ir.hpp), run by the engines' sequencers */                  \
   X(register_load, "register_load", Isa, none, 0, /* reg <- one element of src */             \
     (ARG(reg, name, req, reg), IN(src, DMA_MEM)))                                              \
