@@ -11,7 +11,7 @@ import inspect
 
 from .. import _C
 from .. import language as _nl
-from . import lincomb
+from . import keywords, lincomb
 
 
 class _Pending:
@@ -98,18 +98,42 @@ def resolve(v):
     return v
 
 
-def flushing(fn):
-    """fn with the pending instruction emitted first and Deferred arguments resolved."""
+def flushing(fn, what, ignored):
+    """fn with its keywords checked (keywords.py), the pending instruction emitted first and
+    Deferred arguments resolved. what: the user's name of fn (nisa.activation)."""
+    ok = keywords.allowed(fn, ignored)  # once per function: a call tests one set inclusion
+
     @functools.wraps(fn)
     def call(*args, **kwargs):
+        if kwargs and ok is not None and not kwargs.keys() <= ok:
+            keywords.refuse(what, kwargs, ok, ignored)
         flush()
         return fn(*map(resolve, args), **{k: resolve(v) for k, v in kwargs.items()})
     return call
 
 
-def wrap_module(namespace, skip=()):
-    """Applies flushing() to the public functions of a module namespace."""
+def checking(fn, what, ignored):
+    """fn with its keywords checked only (for the functions that must not flush)."""
+    ok = keywords.allowed(fn, ignored)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if kwargs and not kwargs.keys() <= ok:
+            keywords.refuse(what, kwargs, ok, ignored)
+        return fn(*args, **kwargs)
+    return call
+
+
+def wrap_module(namespace, prefix, ignored, skip=()):
+    """Applies flushing() to the public functions of a module namespace (prefix: the name
+    users import it as, nl or nisa; ignored: its allowlist of keywords, keywords.py); the
+    skipped ones that take **kwargs get checking()."""
     for name, fn in list(namespace.items()):
-        if not name.startswith("_") and name not in skip and inspect.isfunction(fn) and \
-                getattr(fn, "__module__", "").startswith("neuron.legacy"):
-            namespace[name] = flushing(fn)
+        if name.startswith("_") or not inspect.isfunction(fn) or \
+                not getattr(fn, "__module__", "").startswith("neuron.legacy"):
+            continue
+        if name not in skip:
+            namespace[name] = flushing(fn, f"{prefix}.{name}", ignored)
+        elif any(p.kind is inspect.Parameter.VAR_KEYWORD
+                 for p in inspect.signature(fn).parameters.values()):
+            namespace[name] = checking(fn, f"{prefix}.{name}", ignored)

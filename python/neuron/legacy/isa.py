@@ -1,7 +1,8 @@
 """neuronxcc.nki.isa (legacy NKI, import as nisa): value-returning ISA calls. Each allocates its
 result tile (shape, dtype and buffer of the legacy form) with nl.ndarray and calls the current
 destination-first neuron.isa instruction on it; mask= shrinks the instruction to the mask's
-rectangle (docs/nki-compat.md). engine=, name= and other hints are accepted and ignored."""
+rectangle (docs/nki-compat.md). engine= and name= are accepted and ignored; other unknown
+keywords are errors (keywords.py)."""
 import enum
 
 from .. import isa as _isa
@@ -13,6 +14,7 @@ from .grid import broadcast_shapes as _broadcast_shapes, const_int as _const_int
 from .grid import error as _error, is_scalar_index as _is_scalar_index
 from .mask import rectangle as _rectangle
 from .deferred import Deferred as _Deferred, wrap_module as _wrap_module
+from .keywords import NISA as _NISA
 from .ops import is_full as _is_full
 from .ops import matmul_parts as _matmul_parts, new_like as _new_like
 from .ops import operand as _operand, promote as _promote, reduced as _reduced
@@ -581,4 +583,4 @@ def sequence_bounds(*, segment_ids, mask=None, dtype=None, **kwargs):
 def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
     """data with each element zeroed with probability prob, not rescaled (nl.dropout)."""
     return _lnl.dropout(data, prob, dtype=dtype, mask=mask)
-_wrap_module(globals())
+_wrap_module(globals(), "nisa", _NISA)

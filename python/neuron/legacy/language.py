@@ -16,6 +16,7 @@ from .dynamic import register_of as _register_of, _tile as _tile_key
 from .loop_reduce import LoopReduce as _LoopReduce
 from . import constants as _constants
 from .deferred import flush as _flush, resolve as _resolve, wrap_module as _wrap_module
+from . import keywords as _keywords
 from .split import SplitView as _SplitView
 from .blocks import Blocks as _Blocks, allocate as _allocate
 from .blocks import par_dim  # noqa: F401 (re-exported)
@@ -80,10 +81,11 @@ def _unrolled(args):
                 _C.close_loop(loop_id)
 
 
-def affine_range(*args, directives=None, multi_buffer=None, **kwargs):
+def affine_range(*args, directives=None, multi_buffer=None, precise_schedule=None, **kwargs):
     """Unrolled at trace time (yields ints) so masks and index grids see concrete indices.
-    Scheduling hints (directives=ncc.no_reorder(), multi_buffer=...) are accepted and ignored:
-    neuron schedules by dependencies."""
+    Scheduling hints (directives=ncc.no_reorder(), multi_buffer=..., precise_schedule=True as
+    the published pipelined attention passes) are accepted and ignored: neuron schedules by
+    dependencies."""
     return _unrolled(args)
 
 
@@ -345,10 +347,14 @@ class _Fn:
     """A legacy nl function: the current one with mask= (and legacy dtype defaults). Usable as
     an ISA operator argument like the current nl functions (its __name__ is the op name)."""
 
+    _KEYWORDS = {"unary": {"x"}, "binary": {"x", "y"}, "reduce": {"x", "axis", "keepdims"}}
+
     def __init__(self, name, kind, default_dtype=None):
         self.name = self.__name__ = name
         self.kind, self.default_dtype = kind, default_dtype
         self.fn = getattr(_nl, name)
+        # the keywords __call__'s **kwargs may hold (dtype=, mask= are its own; keywords.py)
+        self._ok = frozenset(self._KEYWORDS[kind] | {"dtype", "mask"} | _keywords.NL)
 
     def __repr__(self):
         return f"nl.{self.name}"
@@ -359,9 +365,12 @@ class _Fn:
         return self.default_dtype
 
     def __call__(self, x, *args, dtype=None, mask=None, **kwargs):
+        if kwargs:
+            if not kwargs.keys() <= self._ok:
+                _keywords.refuse(f"nl.{self.name}", kwargs, self._ok, _keywords.NL)
+            kwargs = {k: _resolve(v) for k, v in kwargs.items() if k not in _keywords.NL}
         _flush()
         x, args = _resolve(x), tuple(_resolve(a) for a in args)
-        kwargs = {k: _resolve(v) for k, v in kwargs.items()}
         if self.kind == "unary":
             dt = self._dtype(dtype)
             return _masked(lambda a: self.fn(a, dt), [x], mask,
@@ -497,7 +506,7 @@ def shared_identity_matrix(n, dtype=uint8, **kwargs):
 
 UNSUPPORTED = "all_reduce atomic_rmw finfo".split()
 _define_unsupported(globals(), "nl", UNSUPPORTED)
-_wrap_module(globals(), skip={"arange", "mgrid", "ds", "program_id", "num_programs",
-                              "program_ndim", "spmd_dim", "loop_reduce", "affine_range",
-                              "sequential_range", "static_range", "dynamic_range",
-                              "static_cast"})
+_wrap_module(globals(), "nl", _keywords.NL,
+             skip={"arange", "mgrid", "ds", "program_id", "num_programs", "program_ndim",
+                   "spmd_dim", "loop_reduce", "affine_range", "sequential_range",
+                   "static_range", "dynamic_range", "static_cast"})

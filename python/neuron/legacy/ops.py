@@ -126,4 +126,5 @@ def define_unsupported(namespace, module, names):
             error("unsupported", f"{module}.{_name} is not supported by neuron's legacy layer "
                   "(docs/nki-compat.md lists what is)")
         fn.__name__ = name
+        fn.checks_own_keywords = True  # "not supported" whatever the keywords (keywords.py)
         namespace[name] = fn
