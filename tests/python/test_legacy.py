@@ -660,6 +660,27 @@ def unsupported_call(x):
     return out
 
 
+def current_api_dst(x):  # the current API's destination-first form in a legacy kernel
+    out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    act = nl.ndarray(x.shape, nl.float32)
+    nisa.activation(dst=act, op=nl.silu_dx, data=nl.load(x))
+    nl.store(out, value=act)
+    return out
+
+
+def unknown_nl_keyword(x):
+    out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.add(nl.load(x), 1.0, out=out))
+    return out
+
+
+def unknown_loop_keyword(x):
+    out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(1, unroll=2):
+        nl.store(out, value=nl.load(x))
+    return out
+
+
 ERRORS = [
     (permuted, (128, 64), "shape", "i2 * 8 + i1", "assigning a value of shape [128, 64]"),
     (transposed, (64, 128), "index", "x[iy, ix]", "transposed placement"),
@@ -671,6 +692,12 @@ ERRORS = [
      "depends on 'pid0*128 - 200' (a program id)"),
     (unsupported_call, (128, 64), "unsupported", "nl.atomic_rmw",
      "nl.atomic_rmw is not supported by neuron's legacy layer"),
+    (current_api_dst, (128, 64), "unknown-arg", "nisa.activation(dst=",
+     "nisa.activation got an unexpected keyword argument 'dst'"),
+    (unknown_nl_keyword, (128, 64), "unknown-arg", "out=out",
+     "nl.add got an unexpected keyword argument 'out'"),
+    (unknown_loop_keyword, (128, 64), "unknown-arg", "unroll=2",
+     "nl.affine_range got an unexpected keyword argument 'unroll'"),
 ]
 
 
@@ -682,6 +709,40 @@ def test_errors_name_the_rule_and_the_user_line(fn, shape, rule, text, message):
     e = info.value
     assert e.rule == rule and message in e.message, (e.rule, e.message)
     assert e.file == THIS and e.line == line_of(fn, text)
+
+
+def test_ignored_keywords_are_accepted():
+    """name= (any legacy call), engine= (any nisa call) and precise_schedule= (loops) are NKI
+    hints neuron accepts and ignores (legacy/keywords.py): the results are unchanged."""
+    @nki.jit(mode="simulation")
+    def k(x):
+        out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+        for i in nl.affine_range(1, precise_schedule=True):
+            t = nl.load(x, name="ld")
+            e = nisa.activation(op=nl.exp, data=t, name="e", engine=nisa.scalar_engine)
+            c = nisa.tensor_copy(e, name="cp", engine=nisa.vector_engine)
+            s = nl.sum(nl.add(c, 1.0, name="a"), axis=1, keepdims=True, name="s")
+            nl.store(out, value=nl.multiply(c, s, name="m"), name="st")
+        return out
+
+    x = rand(128, 64)
+    e = np.exp(x.astype(np.float64))
+    np.testing.assert_allclose(k(x), e * (e + 1).sum(axis=1, keepdims=True), rtol=1e-5)
+    assert "engine= and name= are accepted and ignored" in _refusal(nisa.tensor_copy, bogus=1)
+    assert "name= is accepted and ignored" in _refusal(nl.load, bogus=1)
+
+
+def _refusal(fn, **kwargs):
+    @nki.jit(mode="simulation")
+    def k(x):
+        out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=fn(nl.load(x), **kwargs))
+        return out
+
+    with pytest.raises(neuron.NeuronError) as info:
+        k(rand(128, 64))
+    assert info.value.rule == "unknown-arg"
+    return info.value.message
 
 
 def test_current_api_subscripts_unchanged():
