@@ -472,8 +472,8 @@ class Verifier {
       auto a = op.access(n);
       if (a && !dtype_is_float(a->buffer->dtype))
         user_error(op.span, "dtype",
-                   "{}: '{}' is {}; matmul operands must be float8_e4m3, float8_e5m2, bfloat16, "
-                   "float16 or float32",
+                   "{}: '{}' is {}; matmul operands must be float8_e4m3, float8_e5m2, "
+                   "float8_e4m3fn, bfloat16, float16 or float32",
                    opname, n, dtype_name(a->buffer->dtype));
     }
   }

@@ -1,7 +1,8 @@
 """The dtype table, one for the whole package: neuron's dtypes are the C++ list
 (neuron/ir/dtype.hpp, bound as _C.DType), and each one's NumPy and torch dtype is the one of
-the same name: NumPy's own, else ml_dtypes' (bfloat16, float8_e4m3, float8_e5m2), and torch's
-(none for float8_e4m3: torch.float8_e4m3fn is another format, docs/numerics.md)."""
+the same name: NumPy's own, else ml_dtypes' (bfloat16, float8_e4m3, float8_e5m2,
+float8_e4m3fn), and torch's (none for float8_e4m3, Trainium's IEEE-style format: torch has only
+float8_e4m3fn, which neuron has too, docs/numerics.md)."""
 import sys
 
 import numpy as np
@@ -14,10 +15,6 @@ except ImportError:  # pragma: no cover
     ml_dtypes = None
 
 ALL = tuple(_C.DType.__members__.values())
-
-_E4M3FN = ("torch.float8_e4m3fn (no inf, largest 448) is not neuron's IEEE-style float8_e4m3 "
-           "(largest 240)")
-
 
 _numpy_of = {}  # DType -> NumPy dtype, for the ones seen (every call converts its outputs')
 
@@ -51,8 +48,9 @@ def torch_dtype(d, torch=None):
     torch = torch or sys.modules["torch"]
     t = getattr(torch, d.name_, None)
     if not isinstance(t, torch.dtype):
-        raise TypeError(f"{d.name_} has no torch dtype (torch.float8_e4m3fn is a different "
-                        "format); use float8_e5m2 or a wider type with torch")
+        raise TypeError(f"{d.name_} has no torch dtype (torch.float8_e4m3fn is the OCP format "
+                        "without infinities, neuron's float8_e4m3fn); use float8_e4m3fn, "
+                        "float8_e5m2 or a wider type with torch")
     return t
 
 
@@ -93,9 +91,8 @@ def _convert(d):
             raise TypeError(f"{d!r} is not a dtype") from None
     found = _C.dtype_from_name(name)
     if found is None:
-        extra = f"; {_E4M3FN}" if name == "float8_e4m3fn" else ""
         raise TypeError(f"unsupported dtype {name}: {name} has no neuron type; kernels take "
-                        f"{_supported()} (cast float64 data to float32 first){extra}")
+                        f"{_supported()} (cast float64 data to float32 first)")
     return found
 
 

@@ -27,7 +27,7 @@ def _op(f):
         return f
     name = getattr(f, "__name__", None)  # numpy ufuncs (np.add) and the like
     if isinstance(name, str):
-        return name
+        return "mod" if name == "remainder" else name  # np.mod is np.remainder
     raise TypeError(f"expected an nl function as the operator, got {f!r}")
 
 

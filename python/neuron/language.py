@@ -19,6 +19,7 @@ tensor = _C.Tensor
 # ---- dtypes and buffers ----------------------------------------------------------------------
 float32, bfloat16, float16 = _C.DType.float32, _C.DType.bfloat16, _C.DType.float16
 float8_e4m3, float8_e5m2 = _C.DType.float8_e4m3, _C.DType.float8_e5m2
+float8_e4m3fn = _C.DType.float8_e4m3fn  # OCP: no infinities, largest 448 (docs/numerics.md)
 int8, int16, int32 = _C.DType.int8, _C.DType.int16, _C.DType.int32
 uint8, uint16, uint32 = _C.DType.uint8, _C.DType.uint16, _C.DType.uint32
 bool_ = _C.DType.bool_
@@ -27,10 +28,6 @@ sbuf, psum, hbm, shared_hbm = _C.Memory.sbuf, _C.Memory.psum, _C.Memory.hbm, _C.
 
 
 private_hbm = hbm  # NKI: `nl.hbm` is an alias of `nl.private_hbm`
-
-# float8_e4m3fn (OCP: no infinities, largest 448) is not one of neuron's dtypes yet: the name
-# imports, and a kernel that uses it gets the TypeError of to_dtype that says so.
-float8_e4m3fn = "float8_e4m3fn"
 
 
 class tile_size:

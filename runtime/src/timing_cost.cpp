@@ -12,7 +12,7 @@ namespace neuron {
 
 namespace {
 
-bool is_fp8(DType d) { return d == DType::float8_e4m3 || d == DType::float8_e5m2; }
+bool is_fp8(DType d) { return dtype_is_float(d) && dtype_bytes(d) == 1; }
 bool is_half(DType d) { return d == DType::bfloat16 || d == DType::float16; }
 
 int64_t partitions_of(const AccessPattern& ap) {

@@ -22,7 +22,8 @@ def narrow(a):
     return out
 
 
-@pytest.mark.parametrize("dt", [ml_dtypes.float8_e4m3, ml_dtypes.float8_e5m2])
+@pytest.mark.parametrize("dt", [ml_dtypes.float8_e4m3, ml_dtypes.float8_e5m2,
+                                ml_dtypes.float8_e4m3fn])
 def test_fp8_numpy_inputs(dt):
     x = np.linspace(-200, 200, 64, dtype=np.float32).reshape(8, 8).astype(dt)
     np.testing.assert_array_equal(widen_double(x), x.astype(np.float32) * 2)
@@ -37,12 +38,37 @@ def test_fp8_numpy_outputs_round_like_ml_dtypes():
                                   .astype(np.float32))
 
 
+def narrow_fn(a):
+    out = nl.ndarray(a.shape, nl.float8_e4m3fn, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(a, dtype=nl.float8_e4m3fn))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["native", "simulate"])
+def test_fp8_e4m3fn_rounds_like_ml_dtypes(mode):
+    # Every code read back, and writes at and between all codes (ties, 448, overflow to NaN,
+    # +-inf and NaN to NaN, subnormals): OCP e4m3fn has no infinities.
+    codes = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).reshape(16, 16)
+    np.testing.assert_array_equal(neuron.kernel(widen_double.fn, mode=mode)(codes) / 2,
+                                  codes.astype(np.float32))
+    exact = codes.astype(np.float32).ravel()
+    exact = np.sort(exact[np.isfinite(exact)])
+    mids = (exact[:-1] + exact[1:]) / 2
+    x = np.concatenate([exact, mids, np.nextafter(mids, np.float32(0)), [464, 465, 500, 1e9, -1e9,
+                        np.inf, -np.inf, np.nan, 2.0**-10, 2.0**-11, 3 * 2.0**-11]])
+    x = np.resize(x.astype(np.float32), (8, (x.size + 7) // 8)).astype(np.float32)
+    got = neuron.kernel(narrow_fn, mode=mode)(x)
+    assert got.dtype == np.dtype(ml_dtypes.float8_e4m3fn)
+    np.testing.assert_array_equal(got.view(np.uint8), x.astype(ml_dtypes.float8_e4m3fn)
+                                  .view(np.uint8))
+
+
 def test_fp8_torch_tensors():
     torch = pytest.importorskip("torch")
     t = torch.linspace(-50, 50, 64).reshape(8, 8).to(torch.float8_e5m2)
     assert torch.equal(widen_double(t), t.float() * 2)
-    with pytest.raises(TypeError, match="float8_e4m3fn"):
-        widen_double(t.float().to(torch.float8_e4m3fn))
+    t = torch.linspace(-400, 400, 64).reshape(8, 8).to(torch.float8_e4m3fn)
+    assert torch.equal(widen_double(t), t.float() * 2)
     with pytest.raises(TypeError, match="no torch dtype"):
         narrow(torch.ones(8, 8))
 

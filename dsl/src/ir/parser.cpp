@@ -183,7 +183,7 @@ class Parser {
     if (!dt)
       fail(cur(),
            "unknown dtype: expected one of float32, bfloat16, float16, float8_e4m3, float8_e5m2, "
-           "int8, int16, int32, uint8, uint16, uint32, bool");
+           "float8_e4m3fn, int8, int16, int32, uint8, uint16, uint32, bool");
     next();
     b->dtype = *dt;
     b->shape = int_list();

@@ -17,6 +17,9 @@
 //      bf16 1-8-7 bias 127, fp16 1-5-10 bias 15 (max 65504),
 //      fp8 e4m3 1-4-3 bias 7 (max 240, like ml_dtypes.float8_e4m3),
 //      fp8 e5m2 1-5-2 bias 15 (max 57344, like ml_dtypes.float8_e5m2).
+//    fp8 e4m3fn (OCP "FN", like ml_dtypes.float8_e4m3fn) is e4m3 without infinities: the top
+//    exponent holds normal values up to 448 and code 0x7f / 0xff is NaN; a value whose rounded
+//    magnitude exceeds 448, +-inf and NaN become NaN (no saturation, as ml_dtypes).
 //  - fp32 -> int8/16/32, uint8/16/32: round to nearest, ties to even, saturate to the range;
 //    NaN -> 0; +-inf saturate. bool: 1 for any nonzero non-NaN value, else 0.
 //  - Integer -> fp32 is the nearest fp32 (int32 above 2^24 may round).
@@ -52,14 +55,17 @@ inline float bits_f32(uint32_t u) {
 }
 
 // ---- narrow floats: E exponent bits, M mantissa bits, IEEE layout with inf and NaN ----------
+// (kFinite: no infinities, the top exponent is normal and its all-ones mantissa is NaN.)
 
 // Rounds fp32 to the narrow format (nearest, ties to even) and returns its code.
-template <int E, int M>
+template <int E, int M, bool kFinite = false>
 inline uint32_t f32_to_narrow(float f) {
   const uint32_t u = f32_bits(f);
   const uint32_t sign = (u >> 31) << (E + M);
   const uint32_t a = u & 0x7fffffffu;
   const uint32_t inf_code = ((1u << E) - 1) << M;
+  const uint32_t nan_code = (1u << (E + M)) - 1;  // kFinite's NaN
+  if (kFinite && a >= 0x7f800000u) return sign | nan_code;
   if (a > 0x7f800000u) return sign | inf_code | (1u << (M - 1));  // quiet NaN
   if (a == 0x7f800000u) return sign | inf_code;
   const int bias = (1 << (E - 1)) - 1;
@@ -80,18 +86,21 @@ inline uint32_t f32_to_narrow(float f) {
   // Normal: biased exponent field (e - emin + 1) plus mantissa q - 2^M; a carry out of the
   // mantissa bumps the exponent. Subnormal: q itself (q == 2^M is the smallest normal).
   uint32_t code = e >= emin ? (static_cast<uint32_t>(e - emin) << M) + q : q;
+  if (kFinite) return sign | (code >= nan_code ? nan_code : code);
   if (code >= inf_code) code = inf_code;
   return sign | code;
 }
 
-template <int E, int M>
+template <int E, int M, bool kFinite = false>
 inline float narrow_to_f32(uint32_t code) {
   const uint32_t sign = (code >> (E + M)) & 1u;
   const uint32_t exp = (code >> M) & ((1u << E) - 1);
   const uint32_t mant = code & ((1u << M) - 1);
   const int bias = (1 << (E - 1)) - 1;
   uint32_t bits;
-  if (exp == (1u << E) - 1) {
+  if (kFinite && (code & ((1u << (E + M)) - 1)) == (1u << (E + M)) - 1) {
+    bits = 0x7fc00000u;  // NaN, sign kept below
+  } else if (!kFinite && exp == (1u << E) - 1) {
     bits = 0x7f800000u | (mant << (23 - M)) | (mant ? 0x400000u : 0u);
   } else if (exp == 0) {
     // mant * 2^(1 - bias - M): exact in fp32 for every format here.
@@ -120,6 +129,12 @@ inline uint8_t f32_to_fp8e4m3(float f) {
 }
 inline float fp8e4m3_to_f32(uint8_t b) {
   return narrow_to_f32<4, 3>(b);
+}
+inline uint8_t f32_to_fp8e4m3fn(float f) {
+  return static_cast<uint8_t>(f32_to_narrow<4, 3, true>(f));
+}
+inline float fp8e4m3fn_to_f32(uint8_t b) {
+  return narrow_to_f32<4, 3, true>(b);
 }
 inline uint8_t f32_to_fp8e5m2(float f) {
   return static_cast<uint8_t>(f32_to_narrow<5, 2>(f));
@@ -195,6 +210,8 @@ inline float load_f32(const void* p, DType t) {
       return fp8e4m3_to_f32(*static_cast<const uint8_t*>(p));
     case DType::float8_e5m2:
       return fp8e5m2_to_f32(*static_cast<const uint8_t*>(p));
+    case DType::float8_e4m3fn:
+      return fp8e4m3fn_to_f32(*static_cast<const uint8_t*>(p));
     case DType::int8:
       return static_cast<float>(*static_cast<const int8_t*>(p));
     case DType::int16: {
@@ -266,6 +283,9 @@ inline void store_f32(void* p, DType t, float v) {
       return;
     case DType::float8_e5m2:
       *static_cast<uint8_t*>(p) = f32_to_fp8e5m2(v);
+      return;
+    case DType::float8_e4m3fn:
+      *static_cast<uint8_t*>(p) = f32_to_fp8e4m3fn(v);
       return;
     case DType::bool_:
       *static_cast<uint8_t*>(p) = (v != 0.0f && v == v) ? 1 : 0;

@@ -13,6 +13,7 @@ namespace neuron {
   X(float16, "float16", 2, true, true)     \
   X(float8_e4m3, "float8_e4m3", 1, true, true) \
   X(float8_e5m2, "float8_e5m2", 1, true, true) \
+  X(float8_e4m3fn, "float8_e4m3fn", 1, true, true) \
   X(int8, "int8", 1, false, true)          \
   X(int16, "int16", 2, false, true)        \
   X(int32, "int32", 4, false, true)        \
@@ -84,7 +85,8 @@ inline std::optional<DType> dtype_from_name(std::string_view s) {
 namespace dtypes {
 inline constexpr DType float32 = DType::float32, bfloat16 = DType::bfloat16,
                        float16 = DType::float16, float8_e4m3 = DType::float8_e4m3,
-                       float8_e5m2 = DType::float8_e5m2, int8 = DType::int8, int16 = DType::int16,
+                       float8_e5m2 = DType::float8_e5m2, float8_e4m3fn = DType::float8_e4m3fn,
+                       int8 = DType::int8, int16 = DType::int16,
                        int32 = DType::int32, uint8 = DType::uint8, uint16 = DType::uint16,
                        uint32 = DType::uint32, bool_ = DType::bool_;
 }  // namespace dtypes
