@@ -153,3 +153,20 @@ def test_errors_name_the_rule():
         neuron.kernel(bad_state)(x)
     assert e.value.rule == "rng-state" and "[4, 3]" in e.value.message
     assert e.value.line == line_of(bad_state, "nisa.rand_get_state(")
+
+
+def column_dropout(x, p):
+    out = nl.ndarray((128, 256), nl.float32, buffer=nl.shared_hbm)
+    r = nl.ndarray((128, 256), nl.float32)
+    nisa.dropout(r, nl.load(x), nl.load(p))  # one probability per partition
+    nl.store(out, r)
+    return out
+
+
+def test_dropout_with_a_probability_per_partition():
+    x = np.random.default_rng(1).uniform(1, 2, (128, 256)).astype(np.float32)
+    p = np.linspace(0, 1, 128, dtype=np.float32).reshape(128, 1)
+    got = all_modes(column_dropout, x, p)
+    u = unit(reference_bits(0, 128, 256))
+    np.testing.assert_array_equal(got, np.where(u >= p, x, 0).astype(np.float32))
+    assert (got[0] != 0).all() and (got[127] == 0).all()
