@@ -49,6 +49,16 @@ void check_state_copy(const nl::tensor& t, std::string_view what, const Span& sp
                what, dtype_name(t.dtype()), fmt::join(shape, ", "));
 }
 
+// rand_get_state / rand_set_state: a copy between `tile` and the state's rows.
+void copy_state(const nl::tensor& tile, const std::optional<nl::tensor>& state, bool to_state,
+                std::string_view what, const Span& span) {
+  dsl::require_trace(span);
+  check_state_copy(tile, what, span);
+  Access t = view_of(tile, span);
+  Access st = state_rows(state, partitions(t), what, span);
+  dsl::emit(Opcode::tensor_copy, {{"dst", to_state ? st : t}, {"src", to_state ? t : st}}, span);
+}
+
 // A draw of `dst`'s values, then the counters of the rows it used advanced past them.
 void draw(Opcode code, std::vector<Arg> args, const Access& dst,
           const std::optional<nl::tensor>& state, std::string_view what, const Span& span) {
@@ -107,21 +117,11 @@ void set_rng_seed(operand seeds, std::optional<tensor> state, Span span) {
 }
 
 void rand_get_state(const tensor& dst, std::optional<tensor> state, Span span) {
-  dsl::require_trace(span);
-  std::string_view what = dsl::spell("isa::rand_get_state", "nisa.rand_get_state");
-  check_state_copy(dst, what, span);
-  Access d = view_of(dst, span);
-  Access st = state_rows(state, partitions(d), what, span);
-  dsl::emit(Opcode::tensor_copy, {{"dst", d}, {"src", st}}, span);
+  copy_state(dst, state, false, dsl::spell("isa::rand_get_state", "nisa.rand_get_state"), span);
 }
 
 void rand_set_state(const tensor& src, std::optional<tensor> state, Span span) {
-  dsl::require_trace(span);
-  std::string_view what = dsl::spell("isa::rand_set_state", "nisa.rand_set_state");
-  check_state_copy(src, what, span);
-  Access s = view_of(src, span);
-  Access st = state_rows(state, partitions(s), what, span);
-  dsl::emit(Opcode::tensor_copy, {{"dst", st}, {"src", s}}, span);
+  copy_state(src, state, true, dsl::spell("isa::rand_set_state", "nisa.rand_set_state"), span);
 }
 
 }  // namespace isa
