@@ -57,8 +57,9 @@ inline double KernelGen::rand_imm() {
 }
 
 inline DType KernelGen::rand_dtype(bool allow_int) {
-  static const std::vector<DType> floats = {DType::float32,  DType::float32,     DType::bfloat16,
-                                            DType::float16,  DType::float8_e4m3, DType::float8_e5m2};
+  static const std::vector<DType> floats = {
+      DType::float32,     DType::float32,     DType::bfloat16,     DType::float16,
+      DType::float8_e4m3, DType::float8_e5m2, DType::float8_e4m3fn};
   static const std::vector<DType> ints = {DType::int8,  DType::int16,  DType::int32,
                                           DType::uint8, DType::uint16, DType::uint32};
   if (allow_int && chance(0.25)) return one_of(ints);

@@ -25,10 +25,11 @@ import reference_math
 DTYPES = {
     "float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16,
     "float8_e4m3": ml_dtypes.float8_e4m3, "float8_e5m2": ml_dtypes.float8_e5m2,
+    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
     "int8": np.int8, "int16": np.int16, "int32": np.int32,
     "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "bool": np.uint8,
 }
-FLOAT_DTYPES = {"float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2"}
+FLOAT_DTYPES = {"float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2", "float8_e4m3fn"}
 
 
 class RefError(Exception):
@@ -912,7 +913,8 @@ def ulp_distance(a, b, dtype):
     fa, fb = to_f32(a).astype(np.float64), to_f32(b).astype(np.float64)
     both_nan = np.isnan(fa) & np.isnan(fb)
     same = (fa == fb) | both_nan
-    mant = {"float32": 23, "bfloat16": 7, "float16": 10, "float8_e4m3": 3, "float8_e5m2": 2}[dtype]
+    mant = {"float32": 23, "bfloat16": 7, "float16": 10, "float8_e4m3": 3, "float8_e5m2": 2,
+            "float8_e4m3fn": 3}[dtype]
     with np.errstate(all="ignore"):
         scale = np.exp2(np.floor(np.log2(np.maximum(np.abs(fa), np.abs(fb)))) - mant)
         scale = np.where(np.isfinite(scale) & (scale > 0), scale, np.inf)

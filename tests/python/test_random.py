@@ -153,3 +153,37 @@ def test_errors_name_the_rule():
         neuron.kernel(bad_state)(x)
     assert e.value.rule == "rng-state" and "[4, 3]" in e.value.message
     assert e.value.line == line_of(bad_state, "nisa.rand_get_state(")
+
+
+def column_dropout(x, p):
+    out = nl.ndarray((128, 256), nl.float32, buffer=nl.shared_hbm)
+    r = nl.ndarray((128, 256), nl.float32)
+    nisa.dropout(r, nl.load(x), nl.load(p))  # one probability per partition
+    nl.store(out, r)
+    return out
+
+
+def test_dropout_with_a_probability_per_partition():
+    x = np.random.default_rng(1).uniform(1, 2, (128, 256)).astype(np.float32)
+    p = np.linspace(0, 1, 128, dtype=np.float32).reshape(128, 1)
+    got = all_modes(column_dropout, x, p)
+    u = unit(reference_bits(0, 128, 256))
+    np.testing.assert_array_equal(got, np.where(u >= p, x, 0).astype(np.float32))
+    assert (got[0] != 0).all() and (got[127] == 0).all()
+
+
+def first_draw_in_a_loop(x):
+    out = nl.ndarray((3, 8, 16), nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(3):  # the state is declared and seeded before the loop
+        nl.store(out[i], nl.rand((8, 16), nl.float32))
+    return out
+
+
+def test_the_first_draw_may_be_inside_a_loop():
+    got = all_modes(first_draw_in_a_loop, np.zeros((1, 1), np.float32))
+    ref = unit(reference_bits(0, 8, 48)).astype(np.float32)
+    for i in range(3):
+        np.testing.assert_array_equal(got[i], ref[:, 16 * i:16 * (i + 1)])
+    ir = neuron.kernel(first_draw_in_a_loop).trace(np.zeros((1, 1), np.float32))
+    text = str(ir)
+    assert text.index("rng_state") < text.index("for ")
