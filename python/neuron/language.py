@@ -8,7 +8,9 @@ import numpy as np
 from . import _C
 from . import eager as _eager
 from . import eager_dynamic as _eager_dynamic
+from . import eager_views as _eager_views  # noqa: F401 (t.slice, t.strides, ... on eager tensors)
 from . import unroll as _unroll
+from . import views as _views  # noqa: F401 (t.slice, t.strides, ... on traced tensors)
 from ._span import user_span
 from .access import IndirectView, ap as _ap, as_index as _as_index
 from .dtypes import to_dtype  # noqa: F401 (nl.to_dtype)

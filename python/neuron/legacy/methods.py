@@ -8,6 +8,7 @@ import math
 from .. import _C
 from .._span import user_span
 from .. import language as _nl
+from .. import views as _views
 from ..access import IndirectView
 from . import dynamic
 from .loop_reduce import LoopReduce
@@ -157,11 +158,8 @@ def legacy_radd(self, other):
 
 def _reshape(self, shape, *more):
     shape = tuple(shape) if not more else (shape,) + more
-    if list(shape) == list(self.shape):
-        return self
-    if self.buffer in ON_CHIP:
-        error("unsupported", "reshape of an SBUF/PSUM tile is not supported by neuron's legacy "
-              "layer; reshape the HBM tensor before loading it")
+    if self.buffer in ON_CHIP or _views.reshape_unchanged(self, shape):
+        return _views.reshape(self, shape)  # the current API's: the view itself, or refused
     return Reshaped(self, shape)
 
 
@@ -200,7 +198,9 @@ def install():
     for name, fn in (("reshape", _reshape), ("broadcast_to", _broadcast_to),
                      ("astype", _astype), ("expand_dims", _expand_dims),
                      ("assert_shape", _assert_shape)):
-        if not hasattr(_C.Tensor, name):
+        # reshape: the legacy layer's (HBM tensors reshaped, legacy/views.py) replaces the
+        # current API's (python/neuron/views.py), to which it passes on-chip tiles
+        if not hasattr(_C.Tensor, name) or name == "reshape":
             setattr(_C.Tensor, name, fn)
     if not hasattr(_C.Tensor, "itemsize"):
         _C.Tensor.itemsize = property(lambda self: self.dtype.itemsize)

@@ -1,0 +1,307 @@
+"""NKI's tensor view methods (NKI_API.md 6.3) on traced tensors: t.slice, t.select,
+t.squeeze_dim and the inspection attributes (size, strides, offset, get_pattern(),
+is_contiguous()). Eager tensors get the same methods in eager_views.py.
+
+A neuron view (ir.hpp Access) is one slice (start, size, step, kept) per storage dim, in storage
+order. Views that keep that form are built on the subscript machinery (language._getitem), so a
+write through t.slice(...) reaches the storage. Views that reorder, split or merge storage dims
+(permute, reshape, flatten_dims, rearrange, expand_dim, view(dtype)) have no such form, and a
+copy in their place would silently drop writes: they are refused (rule unsupported) unless the
+call changes nothing. broadcast needs a step-0 view, which the Python bindings cannot make yet:
+refused too (docs/nki-compat.md)."""
+import math
+
+from . import _C
+from . import unroll as _unroll
+from ._span import user_span
+from .access import is_int
+from .errors import user_error
+
+_ON_CHIP = (_C.Memory.sbuf, _C.Memory.psum)
+
+
+def _dim(t, dim, method, span):
+    """dim as a non-negative axis of t (negative counts from the end, as in NumPy)."""
+    if not is_int(dim):
+        raise TypeError(f"{method}: dim must be an int, got {dim!r} ({type(dim).__name__})")
+    n = len(t.shape)
+    d = int(dim) + n if int(dim) < 0 else int(dim)
+    if not 0 <= d < n:
+        user_error("index", f"{method}: dim {dim} is not a dim of '{t.name}' of shape "
+                   f"{list(t.shape)} ({n} dims)", span)
+    return d
+
+
+def _whole(dim):
+    return (slice(None),) * dim
+
+
+# ---- views on the subscript machinery ---------------------------------------------------------
+# Each builds the subscript key of the view; `index` applies it (t[key] for traced tensors, the
+# eager subscript for eager ones), so bounds and placement rules are the subscript's own.
+
+def slice_key(t, dim, start, end, step, span):
+    d = _dim(t, dim, "slice", span)
+    if step is not None and not is_int(step):
+        raise TypeError(f"slice: step must be an int, got {step!r}")
+    return _whole(d) + (slice(start, end, None if step in (None, 1) else int(step)),)
+
+
+def select_key(t, dim, index, span):
+    d = _dim(t, dim, "select", span)
+    if hasattr(index, "shape") and hasattr(index, "buffer"):
+        user_error("unsupported", f"select(dim={dim}, index=<tensor '{index.name}'>): a runtime "
+                   "tensor index is not supported; read it into a register (nisa.register_load) "
+                   "and select with the register, or use t.ap(..., scalar_offset=...)", span)
+    if d == 0 and t.buffer in _ON_CHIP:
+        user_error("index", f"select(0, {index}) of on-chip '{t.name}': dim 0 is the partition "
+                   "dim and cannot be selected away (NKI rule); slice it instead: "
+                   f"t.slice(0, i, i + 1)", span)
+    return _whole(d) + (index,)
+
+
+def squeeze_key(t, dim, span):
+    d = _dim(t, dim, "squeeze_dim", span)
+    if t.shape[d] != 1:
+        user_error("index", f"squeeze_dim({dim}) of '{t.name}' of shape {list(t.shape)}: dim "
+                   f"{d} has size {t.shape[d]}, not 1", span)
+    if d == 0 and t.buffer in _ON_CHIP:
+        user_error("index", f"squeeze_dim(0) of on-chip '{t.name}': dim 0 is the partition dim "
+                   "and cannot be removed (NKI rule)", span)
+    return _whole(d) + (0,)
+
+
+def check_squeezed(t, view, dim, span):
+    """A scalar subscript keeps a dim where dropping it would leave fewer than 2 dims on chip
+    (1 on HBM): squeeze_dim must not silently keep it."""
+    if len(view.shape) != len(t.shape) - 1:
+        least = "on-chip tiles keep at least 2" if t.buffer in _ON_CHIP else \
+            "HBM tensors keep at least 1"
+        user_error("index", f"squeeze_dim({dim}) of '{t.name}' of shape {list(t.shape)} would "
+                   f"leave {len(t.shape) - 1} dims; {least}", span)
+    return view
+
+
+def broadcast_check(t, dim, size, span):
+    """t.broadcast(dim, size): t itself when dim already has that size, else refused (a step-0
+    view cannot be made from Python; a copy would not be a view)."""
+    d = _dim(t, dim, "broadcast", span)
+    if not is_int(size):
+        raise TypeError(f"broadcast: size must be an int, got {size!r}")
+    if t.shape[d] == int(size):
+        return True
+    if t.shape[d] != 1:
+        user_error("index", f"broadcast({dim}, {size}) of '{t.name}' of shape {list(t.shape)}: "
+                   f"only a size-1 dim broadcasts, dim {d} has size {t.shape[d]}", span)
+    if d == 0 and t.buffer in _ON_CHIP:
+        user_error("index", f"broadcast(0, {size}) of on-chip '{t.name}': the partition dim "
+                   "cannot be broadcast (NKI rule)", span)
+    user_error("unsupported", f"broadcast({dim}, {size}) of '{t.name}': a broadcast view "
+               "(elements repeated with stride 0) cannot be made from Python in this version; "
+               "pass the size-1 view to an nl element-wise function (nl.add, nl.multiply, ... "
+               "broadcast size-1 dims themselves), or copy with nl.broadcast_to(t, shape) into "
+               "a new tile", span)
+
+
+# ---- refused: views that reorder, split or merge storage dims ---------------------------------
+
+_WHY = ("neuron's views keep the storage dims in order (one slice per storage dim), so a view "
+        "cannot {what}, and a copy would not be a view (writes through it would be lost)")
+
+
+def refuse(method, what, instead, span):
+    user_error("unsupported", f"t.{method} is not supported: " + _WHY.format(what=what) +
+               f"; {instead}", span)
+
+
+def _identity_perm(dims, n):
+    try:
+        return [int(d) % n for d in dims] == list(range(n))
+    except (TypeError, ValueError):
+        return False
+
+
+def _resolved(shape, total):
+    """shape with one -1 resolved against total elements; None if it cannot be."""
+    try:
+        shape = [int(s) for s in shape]
+    except (TypeError, ValueError):
+        return None
+    if shape.count(-1) == 1:
+        rest = math.prod(s for s in shape if s != -1)
+        if rest <= 0 or total % rest:
+            return None
+        shape[shape.index(-1)] = total // rest
+    return shape
+
+
+def permute(self, dims):
+    span = user_span()
+    if len(dims) == len(self.shape) and _identity_perm(dims, len(self.shape)):
+        return self
+    refuse(f"permute({list(dims)})", "reorder dims",
+           "transpose on chip with nisa.nc_transpose / nl.transpose, or while moving with "
+           "nisa.dma_transpose (into a tile of the permuted shape)",
+           span)
+
+
+def expand_dim(self, dim):
+    refuse(f"expand_dim({dim})", "gain a dim its storage does not have",
+           "allocate the tile with the extra size-1 dim (nl.ndarray) and use t[...] on it, or "
+           "give the instruction the view as it is", user_span())
+
+
+def reshape_dim(self, dim, shape):
+    span = user_span()
+    d = _dim(self, dim, "reshape_dim", span)
+    new = _resolved(shape if isinstance(shape, (list, tuple)) else [shape], self.shape[d])
+    if new == [self.shape[d]]:
+        return self
+    refuse(f"reshape_dim({dim}, {list(shape) if isinstance(shape, (list, tuple)) else shape})",
+           "split one dim into several", "allocate the tensor with the split shape, or copy "
+           "into a tile of that shape (nisa.tensor_copy / nisa.dma_copy)", span)
+
+
+def flatten_dims(self, start, end):
+    span = user_span()
+    s, e = _dim(self, start, "flatten_dims", span), _dim(self, end, "flatten_dims", span)
+    if s == e:
+        return self
+    refuse(f"flatten_dims({start}, {end})", "merge dims", "allocate the tensor with the merged "
+           "shape, or copy into a tile of that shape (nisa.tensor_copy / nisa.dma_copy)", span)
+
+
+def reshape_unchanged(t, shape):
+    return _resolved(shape, math.prod(t.shape)) == list(t.shape)
+
+
+def reshape(self, shape):
+    span = user_span()
+    if reshape_unchanged(self, shape):
+        return self
+    refuse(f"reshape({list(shape)})", "split or merge dims", "allocate the tensor with the "
+           "new shape (a kernel argument can be reshaped on the host before the call), or copy "
+           "into a tile of that shape (nisa.tensor_copy / nisa.dma_copy)", span)
+
+
+def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
+    span = user_span()
+    if isinstance(src_pattern, str) and isinstance(dst_pattern, str) and \
+            src_pattern.split() == dst_pattern.split():
+        return self
+    refuse(f"rearrange({src_pattern!r}, {dst_pattern!r})", "reorder, split or merge dims",
+           "transpose with nisa.dma_transpose / nisa.nc_transpose, or allocate the tensor in "
+           "the target layout", span)
+
+
+def view(self, dtype):
+    span = user_span()
+    from .dtypes import to_dtype
+    if to_dtype(dtype) == self.dtype:
+        return self
+    refuse(f"view({to_dtype(dtype).name_})", "reinterpret its bytes as another dtype (the "
+           "storage dtype is fixed)", "convert with nisa.tensor_copy(dst, src) into a tile of "
+           "the new dtype (a value conversion, not a bit cast), or pass the kernel argument "
+           "already viewed as that dtype (numpy's a.view(dtype))", span)
+
+
+# ---- inspection -------------------------------------------------------------------------------
+
+def row_major(shape):
+    r = [1] * len(shape)
+    for k in range(len(shape) - 1, 0, -1):
+        r[k - 1] = r[k] * shape[k]
+    return r
+
+
+def layout(dims, storage):
+    """(pattern, offset) of a view given per storage dim (start, size, step, kept): pattern
+    [[stride, count], ...] over its kept dims, offset its first element in storage elements."""
+    r = row_major(storage)
+    offset = sum(start * rk for (start, _, _, _), rk in zip(dims, r))
+    pattern = [[step * rk, size] for (_, size, step, keep), rk in zip(dims, r) if keep]
+    return pattern, offset
+
+
+def contiguous(pattern):
+    """Do the view's elements fill one dense row-major range of its storage? (NumPy's
+    C-contiguity: dims of size 1 may have any stride.)"""
+    expected = 1
+    for stride, count in reversed(pattern):
+        if count == 1:
+            continue
+        if stride != expected:
+            return False
+        expected *= count
+    return True
+
+
+def _view_dims(t, span):
+    try:
+        return _C.view_dims(t)
+    except ValueError as e:
+        start = str(e).split("'")[1] if "'" in str(e) else str(e)
+        _unroll.need_value(_Expr(start))  # a rolled loop's index: unroll that loop
+        user_error("index", f"the view '{t.name}' starts at '{start}', which has no value when "
+                   "tracing (a program id, register or runtime loop index), so its offset and "
+                   "pattern are not numbers (the view itself works in instructions)", span)
+
+
+class _Expr:
+    """An index expression known by its text (unroll.need_value reads the names in it)."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __str__(self):
+        return self.text
+
+
+def traced_layout(t, span):
+    return layout(_view_dims(t, span), _C.storage_shape(t))
+
+
+def _slice(self, dim, start, end=None, step=1):
+    span = user_span()
+    return self[slice_key(self, dim, start, end, step, span)]
+
+
+def _select(self, dim, index):
+    span = user_span()
+    return self[select_key(self, dim, index, span)]
+
+
+def _squeeze_dim(self, dim):
+    span = user_span()
+    return check_squeezed(self, self[squeeze_key(self, dim, span)], dim, span)
+
+
+def _broadcast(self, dim, size):
+    broadcast_check(self, dim, size, user_span())
+    return self
+
+
+def attach(cls, layout_of):
+    """The view methods and attributes on a tensor class (traced or eager); layout_of(t, span)
+    gives a view's (pattern, offset)."""
+    def get_pattern(self):
+        """The view as .ap() takes it: [[stride, count], ...] over its dims, in storage
+        elements (t.ap(t.get_pattern(), offset=t.offset) is the same view)."""
+        return layout_of(self, user_span())[0]
+
+    def is_contiguous(self):
+        """Do the view's elements fill one dense row-major range of its storage?"""
+        return contiguous(layout_of(self, user_span())[0])
+
+    cls.slice, cls.select, cls.squeeze_dim, cls.broadcast = \
+        _slice, _select, _squeeze_dim, _broadcast
+    cls.permute, cls.expand_dim, cls.reshape_dim = permute, expand_dim, reshape_dim
+    cls.flatten_dims, cls.reshape, cls.rearrange = flatten_dims, reshape, rearrange
+    cls.view = cls.reinterpret_cast = view
+    cls.get_pattern, cls.is_contiguous = get_pattern, is_contiguous
+    cls.strides = property(lambda self: tuple(s for s, _ in layout_of(self, user_span())[0]))
+    cls.offset = property(lambda self: layout_of(self, user_span())[1])
+    cls.size = property(lambda self: math.prod(self.shape))
+
+
+attach(_C.Tensor, traced_layout)

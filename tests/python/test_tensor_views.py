@@ -1,0 +1,177 @@
+# The current API's tensor view methods (NKI_API.md 6.3, python/neuron/views.py): slice, select
+# and squeeze_dim are views (reads and writes go through them), the inspection attributes match
+# NumPy's strides of the same view, and the views neuron cannot represent (reordered, split or
+# merged storage dims, broadcast, reinterpreted dtype) are refused at the user's line.
+import numpy as np
+import pytest
+
+import neuron
+import neuron.isa as nisa
+import neuron.language as nl
+
+MODES = ("native", "simulate", "eager")
+RNG = np.random.default_rng(7)
+X = RNG.standard_normal((128, 16)).astype(np.float32)
+Y = RNG.standard_normal((4, 128, 8)).astype(np.float32)
+Z = RNG.standard_normal((128, 1, 8)).astype(np.float32)
+
+
+def views_kernel(x, y, z):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(out, t)
+    # a strided slice written through (negative bounds count from the end, as in Python)
+    nl.store(out.slice(1, 2, 10, 2), nl.multiply(t.slice(1, -14, -6, 2), 2.0))
+    # select on HBM drops the dim; writes through it reach the whole tensor
+    out_y = nl.ndarray(y.shape, y.dtype, buffer=nl.shared_hbm)
+    for i in range(4):
+        nl.store(out_y.select(0, i), nl.load(y.select(0, 3 - i)))
+    # select on a free dim of an on-chip tile, written through with an ISA copy
+    t3 = nl.load(y.select(0, 0).slice(1, 0, 4))  # [128, 4] of y[0]
+    tile = nl.ndarray((128, 2, 4), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(tile.select(1, 0), t3)
+    nisa.tensor_copy(tile.select(1, 1), nl.add(tile.select(1, 0), 1.0))
+    out_t = nl.ndarray((128, 2, 4), nl.float32, buffer=nl.shared_hbm)
+    nl.store(out_t, tile)
+    # squeeze_dim of a size-1 dim, read and written
+    out_z = nl.ndarray(z.shape, z.dtype, buffer=nl.shared_hbm)
+    nl.store(out_z.squeeze_dim(1), nl.load(z.squeeze_dim(-2)))
+    return out, out_y, out_t, out_z
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_views_read_and_write_through_to_the_storage(mode):
+    out, out_y, out_t, out_z = neuron.kernel(views_kernel, mode=mode)(X, Y, Z)
+    ref = X.copy()
+    ref[:, 2:10:2] = X[:, 2:10:2] * 2
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(out_y, np.stack([np.take(Y, 3 - i, axis=0) for i in range(4)]))
+    first = np.take(Y, 0, axis=0)[:, 0:4]
+    np.testing.assert_array_equal(out_t, np.stack([first, first + 1], axis=1))
+    np.testing.assert_array_equal(out_z, Z)
+
+
+# ---- inspection: strides, offset, get_pattern(), is_contiguous() against NumPy ---------------
+
+VIEWS = [  # (method calls on the 3-D HBM tensor, the same view in NumPy)
+    (lambda t: t, lambda a: a),
+    (lambda t: t.slice(2, 2, 10, 2), lambda a: a[:, :, 2:10:2]),
+    (lambda t: t.select(0, 3), lambda a: a[3]),
+    (lambda t: t.select(0, 1).slice(0, 64, 128), lambda a: a[1, 64:128]),
+    (lambda t: t.slice(1, 0, 128, 4).select(2, 5), lambda a: a[:, ::4, 5]),
+]
+
+
+def test_inspection_matches_numpy_strides():
+    a = np.zeros((4, 128, 16), np.float32)
+    seen = {}
+
+    def k(x):
+        for mode_views in VIEWS:
+            v = mode_views[0](x)
+            seen.setdefault(mode, []).append(
+                (tuple(v.shape), v.strides, v.offset, v.get_pattern(), v.is_contiguous(),
+                 v.size, v.ndim))
+        out = nl.ndarray((128, 4), nl.float32, buffer=nl.shared_hbm)
+        v = x.select(0, 2).slice(1, 1, 16, 4)  # .ap(get_pattern(), offset) is the same view
+        nl.store(out, nl.load(v.ap(v.get_pattern(), offset=v.offset)))
+        return out
+
+    for mode in ("native", "eager"):
+        out = neuron.kernel(k, mode=mode)(np.arange(a.size, dtype=np.float32).reshape(a.shape))
+        np.testing.assert_array_equal(out, np.arange(a.size).reshape(a.shape)[2, :, 1:16:4])
+    items = a.itemsize
+    for mode in ("native", "eager"):
+        for got, (_, numpy_view) in zip(seen[mode], VIEWS):
+            v = numpy_view(a)
+            strides = tuple(s // items for s in v.strides)
+            offset = (v.__array_interface__["data"][0] - a.__array_interface__["data"][0]) // items
+            assert got == (v.shape, strides, offset, [list(p) for p in zip(strides, v.shape)],
+                           v.flags.c_contiguous, v.size, v.ndim), mode
+
+
+def test_offset_of_a_loop_indexed_view_is_a_number_and_of_a_program_id_view_refused():
+    offsets = []
+
+    def k(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(2):  # the loop unrolls: the offset is a number
+            v = x.slice(0, i * 64, (i + 1) * 64)
+            offsets.append(v.offset)
+            nl.store(out.slice(0, i * 64, (i + 1) * 64), nl.load(v))
+        return out
+
+    def by_program(x):
+        v = x.select(0, nl.program_id(0))
+        return v.offset
+
+    for mode in ("native", "eager"):
+        offsets.clear()
+        np.testing.assert_array_equal(neuron.kernel(k, mode=mode)(X), X)
+        assert offsets[-2:] == [0, 64 * 16]
+        with pytest.raises(neuron.NeuronError) as e:
+            neuron.kernel(by_program, mode=mode)[2](X)
+        assert e.value.rule == "index" and "pid0" in e.value.message
+        assert e.value.line == by_program.__code__.co_firstlineno + 2
+
+
+# ---- unchanged views are the view itself; the others are refused ------------------------------
+
+def test_calls_that_change_nothing_return_the_view():
+    def k(x):
+        t = nl.load(x)
+        for same in (t.permute((0, 1)), t.reshape((128, 16)), t.reshape((128, -1)),
+                     t.reshape_dim(1, (-1,)), t.flatten_dims(1, 1), t.view(nl.float32),
+                     t.rearrange("p f", "p f"), t.broadcast(1, 16)):
+            assert same is t
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, t)
+        return out
+
+    for mode in ("native", "eager"):
+        np.testing.assert_array_equal(neuron.kernel(k, mode=mode)(X), X)
+
+
+REFUSED = [  # each on its own line: the error points at it
+    ("permute", lambda t: t.permute((1, 0))),
+    ("expand_dim", lambda t: t.expand_dim(1)),
+    ("reshape_dim", lambda t: t.reshape_dim(1, (4, 4))),
+    ("flatten_dims", lambda t: t.flatten_dims(0, 1)),
+    ("reshape", lambda t: t.reshape((64, 32))),
+    ("rearrange", lambda t: t.rearrange("p (a b)", "p (b a)", {"a": 4})),
+    ("view", lambda t: t.view(nl.int32)),
+    ("view", lambda t: t.reinterpret_cast(nl.int32)),
+    ("broadcast", lambda t: t.select(1, 0).broadcast(1, 4)),
+]
+
+
+@pytest.mark.parametrize("method,call", REFUSED,
+                         ids=[f"{m}{i}" for i, (m, _) in enumerate(REFUSED)])
+@pytest.mark.parametrize("mode", ("native", "eager"))
+def test_views_neuron_cannot_represent_are_refused_at_the_users_line(method, call, mode):
+    def k(x):
+        call(nl.load(x))
+
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(k, mode=mode)(X)
+    assert e.value.rule == "unsupported" and e.value.line == call.__code__.co_firstlineno
+    assert f"{method}(" in e.value.message
+    if method != "broadcast":
+        assert "keep the storage dims in order" in e.value.message
+
+
+def test_view_rules_of_on_chip_tiles():
+    cases = [
+        (lambda t: t.select(0, 3), "partition dim"),
+        (lambda t: t.squeeze_dim(1), "has size 16, not 1"),
+        (lambda t: t.select(1, 0).squeeze_dim(1), "keep at least 2"),
+        (lambda t: t.broadcast(0, 4), "only a size-1 dim"),
+    ]
+    for call, text in cases:
+        for mode in ("native", "eager"):
+            def k(x):
+                call(nl.load(x))
+            with pytest.raises(neuron.NeuronError) as e:
+                neuron.kernel(k, mode=mode)(X)
+            assert e.value.rule == "index" and text in e.value.message, e.value.message
+            assert e.value.line == call.__code__.co_firstlineno
