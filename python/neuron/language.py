@@ -211,6 +211,7 @@ sum, max, min, mean = _Reduce("sum", "sum"), _Reduce("max", "max"), _Reduce("min
     _Reduce("mean", "mean")
 bypass = _Fn("bypass")
 average = _Fn("average")  # an operator of nisa.tensor_partition_reduce only
+prelu = _Fn("prelu")  # an op of nisa.activate2 only (slope relu_param; isa_composed.py)
 
 
 class MemoryRegion:

@@ -176,7 +176,7 @@ def act2(x, col):
     nl.store(b, o2)
     nl.store(r, red)
     o3 = nl.ndarray((16, 24), nl.float32)
-    nisa.activate2(o3, "prelu", t, 2.0, -1.0, nl.multiply, nl.add, relu_param=0.1)
+    nisa.activate2(o3, nl.prelu, t, 2.0, -1.0, nl.multiply, nl.add, relu_param=0.1)
     nl.store(c, o3)
     return a, b, c, r
 
