@@ -9,6 +9,7 @@
 
 #include "bindings.hpp"
 #include "neuron/dsl/builder.hpp"
+#include "neuron/dsl/emit.hpp"
 #include "neuron/isa.hpp"
 #include "neuron/language.hpp"
 
@@ -88,6 +89,12 @@ void init_dynamic(py::module_& m) {
                  std::optional<Affine> offset, std::optional<Affine> scalar_offset,
                  int64_t indirect_dim, const Span& span) {
     return nl::ap(t, pattern, offset, scalar_offset, indirect_dim, span);
+  });
+  // t with size-1 dim `dim` repeated `size` times (step 0): NkiTensor.broadcast.
+  m.def("broadcast_view", [](const nl::tensor& t, int64_t dim, int64_t size, const Span& span) {
+    auto shape = t.shape();
+    shape.at(static_cast<size_t>(dim)) = size;
+    return nl::tensor(dsl::broadcast_view(dsl::view_of(t, span), shape, span));
   });
   m.def("storage_shape", [](const nl::tensor& t) {
     return t.valid() ? t.access().buffer->shape : std::vector<int64_t>{};

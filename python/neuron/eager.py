@@ -18,8 +18,8 @@ import numpy as np
 from . import _C, runtime
 from ._span import user_span
 from .access import IndirectView
-from .eager_values import _HBM, ApKey, EagerIndex, _Base, _numpy_key, _symbolic_slice_check, \
-    _view_of, frozen, traced_bound
+from .eager_values import _HBM, ApKey, BroadcastKey, EagerIndex, _Base, _numpy_key, \
+    _symbolic_slice_check, _view_of, frozen, traced_bound
 from .errors import user_error
 
 
@@ -94,8 +94,20 @@ class EagerTensor:
     def _apply(self, root):
         view = root
         for key, _ in self._chain:
-            view = key.apply(root) if isinstance(key, ApKey) else view[key]
+            if isinstance(key, ApKey):
+                view = key.apply(root)
+            elif isinstance(key, BroadcastKey):
+                view = key.apply(view)
+            else:
+                view = view[key]
         return view
+
+    def _broadcast_view(self, dim, size):
+        """t.broadcast(dim, size) (views.py): the chain grows a step-0 dim."""
+        shape = list(self._shape)
+        shape[dim] = size
+        return EagerTensor(self._base, self._chain + ((BroadcastKey(dim, size), tuple(shape)),),
+                           shape)
 
     def __getitem__(self, key):
         key = frozen(key)  # registers: their current values

@@ -154,6 +154,8 @@ def _view_of(array, chain):
     for key, shape in chain:
         if isinstance(key, ApKey):  # t.ap(...): a view of the whole storage
             v = array[key.numpy_key()].reshape(shape)
+        elif isinstance(key, BroadcastKey):
+            v = np.broadcast_to(v, shape)
         else:
             v = v[_numpy_key(key, v.shape)].reshape(shape)
         if v.size and not np.may_share_memory(v, array):
@@ -223,6 +225,17 @@ def frozen(v):
     if hasattr(v, "start") and hasattr(v, "size") and isinstance(v.start, EagerRegister):
         return type(v)(frozen(v.start), v.size)  # nl.ds
     return v
+
+
+class BroadcastKey:
+    """t.broadcast(dim, size) in an eager view chain: size-1 dim `dim` of the view before it
+    repeated `size` times (step 0; NumPy: a read-only broadcast view of the same memory)."""
+
+    def __init__(self, dim, size):
+        self.dim, self.size = dim, size
+
+    def apply(self, view):
+        return _C.broadcast_view(view, self.dim, self.size, user_span())
 
 
 class ApKey:

@@ -1,5 +1,5 @@
 """NKI's tensor view methods (NKI_API.md 6.3) on traced tensors: t.slice, t.select,
-t.squeeze_dim and the inspection attributes (size, strides, offset, get_pattern(),
+t.squeeze_dim, t.broadcast and the inspection attributes (size, strides, offset, get_pattern(),
 is_contiguous()). Eager tensors get the same methods in eager_views.py.
 
 A neuron view (ir.hpp Access) is one slice (start, size, step, kept) per storage dim, in storage
@@ -7,8 +7,8 @@ order. Views that keep that form are built on the subscript machinery (language.
 write through t.slice(...) reaches the storage. Views that reorder, split or merge storage dims
 (permute, reshape, flatten_dims, rearrange, expand_dim, view(dtype)) have no such form, and a
 copy in their place would silently drop writes: they are refused (rule unsupported) unless the
-call changes nothing. broadcast needs a step-0 view, which the Python bindings cannot make yet:
-refused too (docs/nki-compat.md)."""
+call changes nothing. broadcast repeats a size-1 dim with step 0 (_C.broadcast_view; eager
+chains hold a BroadcastKey), a view for reading (docs/nki-compat.md)."""
 import math
 
 from . import _C
@@ -83,24 +83,20 @@ def check_squeezed(t, view, dim, span):
 
 
 def broadcast_check(t, dim, size, span):
-    """t.broadcast(dim, size): t itself when dim already has that size, else refused (a step-0
-    view cannot be made from Python; a copy would not be a view)."""
+    """t.broadcast(dim, size): the dim (normalized) to repeat with step 0, or None when it
+    already has that size (t itself is the view)."""
     d = _dim(t, dim, "broadcast", span)
-    if not is_int(size):
-        raise TypeError(f"broadcast: size must be an int, got {size!r}")
+    if not is_int(size) or int(size) < 1:
+        raise TypeError(f"broadcast: size must be a positive int, got {size!r}")
     if t.shape[d] == int(size):
-        return True
+        return None
     if t.shape[d] != 1:
         user_error("index", f"broadcast({dim}, {size}) of '{t.name}' of shape {list(t.shape)}: "
                    f"only a size-1 dim broadcasts, dim {d} has size {t.shape[d]}", span)
     if d == 0 and t.buffer in _ON_CHIP:
         user_error("index", f"broadcast(0, {size}) of on-chip '{t.name}': the partition dim "
                    "cannot be broadcast (NKI rule)", span)
-    user_error("unsupported", f"broadcast({dim}, {size}) of '{t.name}': a broadcast view "
-               "(elements repeated with stride 0) cannot be made from Python in this version; "
-               "pass the size-1 view to an nl element-wise function (nl.add, nl.multiply, ... "
-               "broadcast size-1 dims themselves), or copy with nl.broadcast_to(t, shape) into "
-               "a new tile", span)
+    return d
 
 
 # ---- refused: views that reorder, split or merge storage dims ---------------------------------
@@ -277,8 +273,13 @@ def _squeeze_dim(self, dim):
 
 
 def _broadcast(self, dim, size):
-    broadcast_check(self, dim, size, user_span())
-    return self
+    span = user_span()
+    d = broadcast_check(self, dim, size, span)
+    if d is None:
+        return self
+    if isinstance(self, _C.Tensor):
+        return _C.broadcast_view(self, d, int(size), span)
+    return self._broadcast_view(d, int(size))  # EagerTensor (eager.py)
 
 
 def attach(cls, layout_of):

@@ -1,7 +1,8 @@
 # The current API's tensor view methods (NKI_API.md 6.3, python/neuron/views.py): slice, select
 # and squeeze_dim are views (reads and writes go through them), the inspection attributes match
 # NumPy's strides of the same view, and the views neuron cannot represent (reordered, split or
-# merged storage dims, broadcast, reinterpreted dtype) are refused at the user's line.
+# merged storage dims, reinterpreted dtype) are refused at the user's line; broadcast is a
+# step-0 view.
 import numpy as np
 import pytest
 
@@ -115,6 +116,29 @@ def test_offset_of_a_loop_indexed_view_is_a_number_and_of_a_program_id_view_refu
         assert e.value.line == by_program.__code__.co_firstlineno + 2
 
 
+# ---- broadcast: a step-0 view for reading ------------------------------------------------------
+
+def broadcasts(col, row, y):
+    out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+    out2 = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+    c = nl.load(col)                                   # [128, 1] on chip
+    t = nl.ndarray((128, 64), nl.float32)
+    nisa.tensor_tensor(t, c.broadcast(1, 64), nl.load(y), nl.multiply)
+    nl.store(out, t)
+    nl.store(out2, nl.load(row.broadcast(0, 128)) + c.broadcast(-1, 64))  # HBM dim 0 too
+    return out, out2
+
+
+def test_broadcast_repeats_a_size_one_dim():
+    col = np.arange(128, dtype=np.float32).reshape(128, 1)
+    row = np.arange(64, dtype=np.float32).reshape(1, 64) * 10
+    y = np.random.default_rng(3).uniform(-1, 1, (128, 64)).astype(np.float32)
+    for mode in ("native", "simulate", "eager"):
+        a, b = neuron.kernel(broadcasts, mode=mode)(col, row, y)
+        np.testing.assert_array_equal(a, np.broadcast_to(col, (128, 64)) * y)
+        np.testing.assert_array_equal(b, np.broadcast_to(row, (128, 64)) + col)
+
+
 # ---- unchanged views are the view itself; the others are refused ------------------------------
 
 def test_calls_that_change_nothing_return_the_view():
@@ -141,7 +165,6 @@ REFUSED = [  # each on its own line: the error points at it
     ("rearrange", lambda t: t.rearrange("p (a b)", "p (b a)", {"a": 4})),
     ("view", lambda t: t.view(nl.int32)),
     ("view", lambda t: t.reinterpret_cast(nl.int32)),
-    ("broadcast", lambda t: t.select(1, 0).broadcast(1, 4)),
 ]
 
 
@@ -156,8 +179,7 @@ def test_views_neuron_cannot_represent_are_refused_at_the_users_line(method, cal
         neuron.kernel(k, mode=mode)(X)
     assert e.value.rule == "unsupported" and e.value.line == call.__code__.co_firstlineno
     assert f"{method}(" in e.value.message
-    if method != "broadcast":
-        assert "keep the storage dims in order" in e.value.message
+    assert "keep the storage dims in order" in e.value.message
 
 
 def test_view_rules_of_on_chip_tiles():
