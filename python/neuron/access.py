@@ -29,6 +29,9 @@ class IndirectView:
     def __repr__(self):
         return f"<rows {self.rows.name}[:, 0] of {self.view!r}>"
 
+    def is_indirect(self):
+        return True
+
 
 def is_int(v):
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))

@@ -14,7 +14,7 @@ import math
 from . import _C
 from . import unroll as _unroll
 from ._span import user_span
-from .access import is_int
+from .access import IndirectView, is_int
 from .errors import user_error
 
 _ON_CHIP = (_C.Memory.sbuf, _C.Memory.psum)
@@ -282,6 +282,24 @@ def _broadcast(self, dim, size):
     return self._broadcast_view(d, int(size))  # EagerTensor (eager.py)
 
 
+def vector_select(self, dim, offsets):
+    """Rows of an HBM tensor chosen at run time: partition p of the result is row
+    offsets[p, 0] of dim 0 (offsets a [P, 1] SBUF integer tile), as t.ap(...,
+    vector_offset=offsets) gives; a DMA operand (nl.load / nl.store / nisa.dma_copy)."""
+    span = user_span()
+    d = _dim(self, dim, "vector_select", span)
+    if d != 0:
+        user_error("unsupported", f"vector_select({dim}, ...) of '{self.name}': only dim 0 rows "
+                   "are selected at run time (NKI rule)", span)
+    if self.buffer in _ON_CHIP:
+        user_error("indirect-dma", f"vector_select selects rows of an HBM tensor; '{self.name}' "
+                   f"is in {self.buffer.name}", span)
+    if not hasattr(offsets, "shape") or not hasattr(offsets, "buffer"):
+        raise TypeError(f"vector_select: offsets must be a [P, 1] SBUF index tile, got "
+                        f"{offsets!r}")
+    return IndirectView(self, offsets)
+
+
 def attach(cls, layout_of):
     """The view methods and attributes on a tensor class (traced or eager); layout_of(t, span)
     gives a view's (pattern, offset)."""
@@ -299,6 +317,8 @@ def attach(cls, layout_of):
     cls.permute, cls.expand_dim, cls.reshape_dim = permute, expand_dim, reshape_dim
     cls.flatten_dims, cls.reshape, cls.rearrange = flatten_dims, reshape, rearrange
     cls.view = cls.reinterpret_cast = view
+    cls.vector_select = vector_select
+    cls.is_indirect = lambda self: False  # an IndirectView is the indirect form
     cls.get_pattern, cls.is_contiguous = get_pattern, is_contiguous
     cls.strides = property(lambda self: tuple(s for s, _ in layout_of(self, user_span())[0]))
     cls.offset = property(lambda self: layout_of(self, user_span())[1])

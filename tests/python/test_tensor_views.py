@@ -197,3 +197,44 @@ def test_view_rules_of_on_chip_tiles():
                 neuron.kernel(k, mode=mode)(X)
             assert e.value.rule == "index" and text in e.value.message, e.value.message
             assert e.value.line == call.__code__.co_firstlineno
+
+
+# ---- vector_select: rows chosen at run time (an indirect DMA operand) --------------------------
+
+def gather_scatter_rows(x, idx):
+    out = nl.ndarray((8, 16), nl.float32, buffer=nl.shared_hbm)
+    back = nl.ndarray((40, 16), nl.float32, buffer=nl.shared_hbm)
+    rows = nl.load(idx)
+    v = x.vector_select(0, rows)
+    assert v.is_indirect() and not x.is_indirect()
+    t = nl.load(v)
+    nl.store(out, t)
+    nl.store(back, nl.load(x))  # then 8 of its rows overwritten at run time
+    nl.store(back.vector_select(0, rows), t * 2.0)
+    return out, back
+
+
+def test_vector_select_reads_and_writes_rows_chosen_at_run_time():
+    x = np.arange(40 * 16, dtype=np.float32).reshape(40, 16)
+    idx = np.array([[3], [0], [39], [7], [11], [12], [1], [20]], np.int32)
+    want_back = x.copy()
+    want_back[idx[:, 0]] = x[idx[:, 0]] * 2
+    for mode in ("native", "simulate", "eager"):
+        out, back = neuron.kernel(gather_scatter_rows, mode=mode)(x, idx)
+        np.testing.assert_array_equal(out, x[idx[:, 0]])
+        np.testing.assert_array_equal(back, want_back)
+
+
+def test_vector_select_rules():
+    def not_dim0(x, idx):
+        return nl.load(x.vector_select(1, nl.load(idx)))
+
+    def on_chip(x, idx):
+        return nl.load(x).vector_select(0, nl.load(idx))
+
+    idx = np.zeros((8, 1), np.int32)
+    for fn, rule, text in ((not_dim0, "unsupported", "only dim 0"),
+                           (on_chip, "indirect-dma", "HBM tensor")):
+        with pytest.raises(neuron.NeuronError) as e:
+            neuron.kernel(fn)(np.zeros((40, 16), np.float32), idx)
+        assert e.value.rule == rule and text in e.value.message
