@@ -98,13 +98,8 @@ void rand2(const tensor& dst, double low, double high, std::optional<tensor> sta
 void dropout(const tensor& dst, const tensor& data, operand prob, std::optional<tensor> state,
              Span span) {
   dsl::require_trace(span);
-  Access d = view_of(dst, span);
-  Access st = state_rows(state, partitions(d), dsl::spell("isa::dropout", "nisa.dropout"), span);
-  dsl::emit(Opcode::dropout,
-            {{"dst", d}, {"data", view_of(data, span)}, {"state", st},
-             {"prob", number_or_tile(prob, span)}},
-            span);
-  dsl::emit(Opcode::rng_skip, {{"dst", st}, {"state", st}, {"count", per_partition(d)}}, span);
+  draw(Opcode::dropout, {{"data", view_of(data, span)}, {"prob", number_or_tile(prob, span)}},
+       view_of(dst, span), state, dsl::spell("isa::dropout", "nisa.dropout"), span);
 }
 
 void set_rng_seed(operand seeds, std::optional<tensor> state, Span span) {
