@@ -21,6 +21,7 @@ from .access import IndirectView
 from .eager_values import _HBM, ApKey, BroadcastKey, EagerIndex, _Base, _numpy_key, \
     _symbolic_slice_check, _view_of, frozen, traced_bound
 from .errors import user_error
+from .reshaped import Reshaped
 
 
 class _State(threading.local):
@@ -356,6 +357,8 @@ def _bases_of(values):
         elif isinstance(v, IndirectView):
             visit(v.view)
             visit(v.rows)
+        elif isinstance(v, Reshaped):
+            visit(v.base)
         elif isinstance(v, (list, tuple)):
             for x in v:
                 visit(x)
@@ -414,6 +417,8 @@ def _run(spec, args, kwargs, fn):
     _no_index_values(values)
     bases = _bases_of(values)
     written = [(n, arguments[n]) for n in spec.writes if isinstance(arguments.get(n), EagerTensor)]
+    written += [(n, arguments[n].base) for n in spec.writes  # a reshaped HBM tensor (reshaped.py)
+                if isinstance(arguments.get(n), Reshaped)]
     # Rows stored at run time (t.ap(..., vector_offset=rows) as dst): the other rows of the HBM
     # view keep their values, so the one-op kernel's output starts as a copy of the input.
     indirect = [arguments[n].view for n in spec.writes
@@ -443,6 +448,8 @@ def _run(spec, args, kwargs, fn):
                 return v._apply((writes if write else reads)[i])
             if isinstance(v, IndirectView):
                 return IndirectView(sub(v.view, write), sub(v.rows, False))
+            if isinstance(v, Reshaped):
+                return Reshaped(sub(v.base, write), v.shape)
             if isinstance(v, list):
                 return [sub(x, write) for x in v]
             if isinstance(v, tuple):

@@ -7,6 +7,7 @@ from . import eager_dynamic as _eager_dynamic
 from ._span import user_span
 from .access import IndirectView, as_index as _as_index
 from .errors import user_error
+from .reshaped import dma_operand
 from .language import _Fn, _int, _operand
 
 # What an indirect DMA (.ap(vector_offset=...)) does with a row index outside the tensor: a
@@ -224,7 +225,9 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, en
         if oob_mode != _C.oob_mode.error:
             user_error("unknown-arg", "dma_copy: oob_mode applies to indirect rows only (a side "
                        "given as t.ap(..., vector_offset=rows))", span)
-        _C.dma_copy(dst, src, span)
+        # A reshaped HBM tensor (reshaped.py): its base view, same elements in the same order.
+        _C.dma_copy(dma_operand(dst, src, "dma_copy", span), dma_operand(src, dst, "dma_copy",
+                                                                          span), span)
 
 
 # ---- gathers ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from ._span import user_span
 from .access import IndirectView, ap as _ap, as_index as _as_index
 from .dtypes import to_dtype  # noqa: F401 (nl.to_dtype)
 from .errors import user_error
+from .reshaped import Reshaped as _Reshaped, dma_operand as _dma_operand
 
 tensor = _C.Tensor
 
@@ -99,6 +100,12 @@ def empty_like(x, dtype=None, buffer=None, name=""):
 def load(src, dtype=None):
     if isinstance(src, IndirectView):  # t.ap(..., vector_offset=rows): rows read at run time
         return _C.load_rows(src.view, src.rows, _C.oob_mode.error, to_dtype(dtype), user_span())
+    if isinstance(src, _Reshaped):  # a tile of the reshaped shape, filled from the base view
+        span = user_span()
+        dst = _C.ndarray(list(src.shape), src.dtype if dtype is None else to_dtype(dtype), sbuf,
+                         "", span)
+        _C.dma_copy(dst, _dma_operand(src, dst, "nl.load", span), span)
+        return dst
     return _C.load(src, to_dtype(dtype), user_span())
 
 
@@ -106,6 +113,15 @@ def load(src, dtype=None):
 def store(dst, value):
     if isinstance(dst, IndirectView):
         _C.store_rows(dst.view, dst.rows, value, _C.oob_mode.error, user_span())
+        return
+    if isinstance(dst, _Reshaped):  # the tile's elements, in order, into the base view
+        span = user_span()
+        if not isinstance(value, _C.Tensor):
+            user_error("unsupported", f"nl.store of {value!r} into the reshaped tensor "
+                       f"'{dst.name}': store a tile of its shape {list(dst.shape)}", span)
+        if value.buffer == psum:  # DMA does not reach PSUM: through SBUF, as nl.store does
+            value = _C.copy(value, None, span)
+        _C.dma_copy(_dma_operand(dst, value, "nl.store", span), value, span)
         return
     _C.store(dst, value, user_span())
 

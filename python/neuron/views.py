@@ -1,17 +1,21 @@
 """NKI's tensor view methods (NKI_API.md 6.3) on traced tensors: t.slice, t.select,
-t.squeeze_dim, t.broadcast and the inspection attributes (size, strides, offset, get_pattern(),
-is_contiguous()). Eager tensors get the same methods in eager_views.py.
+t.squeeze_dim, t.broadcast, the reshapes and the inspection attributes (size, strides, offset,
+get_pattern(), is_contiguous()). Eager tensors get the same methods in eager_views.py, reshaped
+HBM tensors (reshaped.py) here too.
 
 A neuron view (ir.hpp Access) is one slice (start, size, step, kept) per storage dim, in storage
 order. Views that keep that form are built on the subscript machinery (language._getitem), so a
-write through t.slice(...) reaches the storage. Views that reorder, split or merge storage dims
-(permute, reshape, flatten_dims, rearrange, expand_dim, view(dtype)) have no such form, and a
-copy in their place would silently drop writes: they are refused (rule unsupported) unless the
-call changes nothing. broadcast repeats a size-1 dim with step 0 (_C.broadcast_view; eager
+write through t.slice(...) reaches the storage. reshape, reshape_dim, expand_dim and
+flatten_dims of an HBM tensor are Reshaped views (reshaped.py: subscripts map to views of the
+base, DMAs move them); on chip only dropping size-1 free dims is a view. Views that reorder dims
+or reinterpret bytes (permute, rearrange, view(dtype)), and on-chip reshapes that split or merge
+dims, have no such form, and a copy in their place would silently drop writes: they are refused
+(rule unsupported) unless the call changes nothing. broadcast repeats a size-1 dim with step 0 (_C.broadcast_view; eager
 chains hold a BroadcastKey), a view for reading (docs/nki-compat.md)."""
 import math
 
 from . import _C
+from . import reshaped as _reshaped_mod
 from . import unroll as _unroll
 from ._span import user_span
 from .access import IndirectView, is_int
@@ -141,43 +145,73 @@ def permute(self, dims):
            span)
 
 
+def _reshaped(self, shape, call, what, instead, span):
+    """self seen with `shape`: itself, a view, an HBM Reshaped (reshaped.py), or refused."""
+    new = _reshaped_mod.reshape(self, shape, span)
+    if new is None:  # on chip: only dropping size-1 free dims is a view (a subscript)
+        new = _reshaped_mod.squeeze_on_chip(self, _reshaped_mod.new_shape(self.shape, shape))
+    if new is None:
+        refuse(call, what, f"{instead} (HBM tensors reshape as views: reshape the kernel "
+               "argument or shared_hbm tensor, then load tiles from it)", span)
+    return new
+
+
 def expand_dim(self, dim):
-    refuse(f"expand_dim({dim})", "gain a dim its storage does not have",
-           "allocate the tile with the extra size-1 dim (nl.ndarray) and use t[...] on it, or "
-           "give the instruction the view as it is", user_span())
+    span = user_span()
+    n = len(self.shape)
+    if not is_int(dim) or not -n - 1 <= int(dim) <= n:
+        user_error("index", f"expand_dim({dim}) of '{self.name}' of shape {list(self.shape)}: "
+                   f"dim must be an int in {-n - 1}..{n}", span)
+    d = int(dim) + n + 1 if int(dim) < 0 else int(dim)
+    shape = list(self.shape[:d]) + [1] + list(self.shape[d:])
+    return _reshaped(self, shape, f"expand_dim({dim})", "gain a dim its storage does not have",
+                     "allocate the tile with the extra size-1 dim (nl.ndarray) and use t[...] "
+                     "on it, or give the instruction the view as it is", span)
 
 
 def reshape_dim(self, dim, shape):
     span = user_span()
     d = _dim(self, dim, "reshape_dim", span)
-    new = _resolved(shape if isinstance(shape, (list, tuple)) else [shape], self.shape[d])
+    parts = list(shape) if isinstance(shape, (list, tuple)) else [shape]
+    new = _resolved(parts, self.shape[d])
+    if new is None or math.prod(new) != self.shape[d]:
+        user_error("shape", f"reshape_dim({dim}, {parts}) of '{self.name}' of shape "
+                   f"{list(self.shape)}: {parts} does not have the {self.shape[d]} elements of "
+                   f"dim {d}", span)
     if new == [self.shape[d]]:
         return self
-    refuse(f"reshape_dim({dim}, {list(shape) if isinstance(shape, (list, tuple)) else shape})",
-           "split one dim into several", "allocate the tensor with the split shape, or copy "
-           "into a tile of that shape (nisa.tensor_copy / nisa.dma_copy)", span)
+    return _reshaped(self, list(self.shape[:d]) + new + list(self.shape[d + 1:]),
+                     f"reshape_dim({dim}, {parts})", "split one dim into several",
+                     "allocate the tensor with the split shape, or copy into a tile of that "
+                     "shape (nisa.tensor_copy / nisa.dma_copy)", span)
 
 
 def flatten_dims(self, start, end):
+    """Merges dims start..end (both included) into one."""
     span = user_span()
     s, e = _dim(self, start, "flatten_dims", span), _dim(self, end, "flatten_dims", span)
+    if s > e:
+        user_error("index", f"flatten_dims({start}, {end}) of '{self.name}': start dim {s} is "
+                   f"after end dim {e}", span)
     if s == e:
         return self
-    refuse(f"flatten_dims({start}, {end})", "merge dims", "allocate the tensor with the merged "
-           "shape, or copy into a tile of that shape (nisa.tensor_copy / nisa.dma_copy)", span)
+    shape = list(self.shape[:s]) + [math.prod(self.shape[s:e + 1])] + list(self.shape[e + 1:])
+    return _reshaped(self, shape, f"flatten_dims({start}, {end})", "merge dims",
+                     "allocate the tensor with the merged shape, or copy into a tile of that "
+                     "shape (nisa.tensor_copy / nisa.dma_copy)", span)
 
 
 def reshape_unchanged(t, shape):
     return _resolved(shape, math.prod(t.shape)) == list(t.shape)
 
 
-def reshape(self, shape):
+def reshape(self, shape, *more):
     span = user_span()
+    shape = (shape,) + more if more or is_int(shape) else tuple(shape)
     if reshape_unchanged(self, shape):
         return self
-    refuse(f"reshape({list(shape)})", "split or merge dims", "allocate the tensor with the "
-           "new shape (a kernel argument can be reshaped on the host before the call), or copy "
-           "into a tile of that shape (nisa.tensor_copy / nisa.dma_copy)", span)
+    return _reshaped(self, shape, f"reshape({list(shape)})", "split or merge dims",
+                     "copy into a tile of that shape (nisa.tensor_copy / nisa.dma_copy)", span)
 
 
 def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
@@ -291,6 +325,9 @@ def vector_select(self, dim, offsets):
     if d != 0:
         user_error("unsupported", f"vector_select({dim}, ...) of '{self.name}': only dim 0 rows "
                    "are selected at run time (NKI rule)", span)
+    if isinstance(self, _reshaped_mod.Reshaped):
+        user_error("unsupported", f"vector_select of the reshaped tensor '{self.name}' is not "
+                   "supported; select rows of the tensor before reshaping it", span)
     if self.buffer in _ON_CHIP:
         user_error("indirect-dma", f"vector_select selects rows of an HBM tensor; '{self.name}' "
                    f"is in {self.buffer.name}", span)
@@ -325,4 +362,20 @@ def attach(cls, layout_of):
     cls.size = property(lambda self: math.prod(self.shape))
 
 
+def reshaped_layout(r, span):
+    """A Reshaped's (pattern, offset): row-major over its shape from its base's first element,
+    which holds when the base view is contiguous."""
+    if not r.base.is_contiguous():
+        user_error("unsupported", f"'{r.name}' reshaped to {list(r.shape)} is a reshape of a "
+                   "view that is not contiguous, so it has no single stride per dim", span)
+    return [[s, n] for s, n in zip(row_major(r.shape), r.shape)], r.base.offset
+
+
+def _no_broadcast(self, dim, size):
+    user_error("unsupported", f"broadcast of the reshaped tensor '{self.name}' is not "
+               "supported; broadcast the tile it is loaded into", user_span())
+
+
 attach(_C.Tensor, traced_layout)
+attach(_reshaped_mod.Reshaped, reshaped_layout)
+_reshaped_mod.Reshaped._broadcast_view = _no_broadcast

@@ -1,7 +1,7 @@
 """The neuron tensor methods the legacy API needs, installed when neuron.legacy is imported:
 __getitem__ / __setitem__ / __iadd__ wrappers that take index grids, `...`, operand masks and
 partial (masked) values and hand every other key to the previous method (so the current API
-behaves as before), plus the legacy tensor methods `reshape` (HBM; reshape.py), `broadcast_to`,
+behaves as before), plus the legacy tensor methods `reshape` (HBM, in legacy kernels; ../reshape.py), `broadcast_to`,
 `astype` (on chip), `expand_dims` (on chip, a copy) and `assert_shape`, where the tensor class has none of that name."""
 import math
 
@@ -16,8 +16,8 @@ from .split import SplitView
 from . import deferred
 from .grid import Cmp, Grid, Mask, error
 from .mask import rectangle
-from .views import (ON_CHIP, GridView, MaskedOperand, Reshaped, as_gridview, concrete, grid_view,
-                    index_rect, partial_rect)
+from .views import (ON_CHIP, GridView, MaskedOperand, Reshaped, _State, as_gridview, concrete,
+                    grid_view, index_rect, partial_rect)
 
 _prev_getitem = _C.Tensor.__getitem__
 _prev_setitem = _C.Tensor.__setitem__
@@ -158,8 +158,9 @@ def legacy_radd(self, other):
 
 def _reshape(self, shape, *more):
     shape = tuple(shape) if not more else (shape,) + more
-    if self.buffer in ON_CHIP or _views.reshape_unchanged(self, shape):
-        return _views.reshape(self, shape)  # the current API's: the view itself, or refused
+    if not _State.active or self.buffer in ON_CHIP or _views.reshape_unchanged(self, shape):
+        # the current API's (views.py): outside legacy kernels, and for on-chip tiles
+        return _views.reshape(self, shape)
     return Reshaped(self, shape)
 
 

@@ -14,7 +14,7 @@ from .. import _C
 from .._span import user_span
 from .grid import Grid, broadcast_shapes, error, is_scalar_index
 from .mask import rectangle
-from .reshape import base_subscripts, new_shape
+from ..reshape import base_subscripts, new_shape
 
 ON_CHIP = (_C.Memory.sbuf, _C.Memory.psum)
 

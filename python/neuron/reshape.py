@@ -1,16 +1,30 @@
-"""Legacy `t.reshape(shape)` of an HBM tensor that merges or splits dims (`[2, 64, H, W] ->
-[128, H, W]`, and back): a subscript of the reshaped tensor becomes a view of the base tensor.
+"""A reshape of an HBM tensor that merges or splits dims (`[2, 64, H, W] -> [128, H, W]`, and
+back; `[B, H, S, D] -> [B*H, S, D]`): a subscript of the reshaped tensor becomes a view of the base
+tensor. Both API generations use it (legacy/views.py for `t.reshape` in legacy kernels,
+reshaped.py for the current API's `reshape`, `reshape_dim`, `expand_dim`, `flatten_dims`).
 
 A reshape pairs the dims of both shapes into groups of equal element count (`[2, 64]` with
 `[128]`). Within a group, the subscripted box of the new dims must be one contiguous run of
 elements, and that run one box of the base dims: then the base view holds exactly the selected
 elements in the same (row-major) order, and a DMA moves them between it and a tile of the new
 shape (the consumer sees a view whose shape differs from the tile's; docs/nki-compat.md). Runs
-that are not a box (rows 32..95 of a merged [2, 64]) are refused with the rule that fails."""
+that are not a box (rows 32..95 of a merged [2, 64]) are refused with the rule that fails.
+
+A start that has no value at trace time (a loop index, program id or register) works where the
+run stays affine in it: on a dim the reshape leaves alone, and on the outermost dim of a split
+(`[N*128, D] -> [N, 128, D]`, row n is rows n*128.. of the base). Elsewhere (a merged dim: row i
+of `[B*H, ...]` is (i // H, i % H)) a rolled loop's index makes the trace unroll that loop
+(unroll.py); a program id or register is refused."""
 import math
 
-from .. import _C
-from .grid import error
+from . import _C
+from ._span import user_span
+from .errors import user_error
+from .unroll import need_value
+
+
+def error(rule, message):
+    user_error(rule, message, user_span())
 
 
 def new_shape(old, shape):
@@ -81,6 +95,35 @@ def _box(start, end, sizes, name):
     return out
 
 
+def symbolic(v):
+    """The affine form of a start with no value at trace time (a loop index, program id or
+    register; an eager index keeps it as `_sym`), else None."""
+    a = getattr(v, "_sym", v)
+    return a if isinstance(a, _C.Affine) and not a.is_constant() else None
+
+
+def _constant(start, name):
+    a = symbolic(start)
+    if a is None:
+        return int(start.constant) if isinstance(start, _C.Affine) else int(start)
+    need_value(a)  # a rolled loop's index: the trace restarts with that loop unrolled
+    error("unsupported", f"the subscript of a merged dim (or of an inner dim of a split one) of "
+          f"the reshaped tensor '{name}' starts at '{a}' (a program id or runtime value), whose "
+          "place in the base tensor's dims is not affine; it needs a constant start here "
+          "(subscript the tensor before reshaping it, or give the program grid one axis per "
+          "base dim)")
+
+
+def _split_run(picks, sizes, name):
+    """(start, size) in one base dim of a box of (start, size) picks of the dims it is split
+    into: affine in the outermost pick's start (symbolic there), the others constant."""
+    _run([(0, size) for _, size in picks], sizes, name)  # refuses a box that is not one run
+    start, size = picks[0][0], picks[0][1]
+    for (s, n), dim in zip(picks[1:], sizes[1:]):
+        start, size = start * dim + _constant(s, name), size * n
+    return start, size
+
+
 def base_subscripts(base_shape, shape, picks, name, sub):
     """The subscripts of the base tensor for `picks`, one per dim of the reshaped `shape`:
     (start, size, step) with int or Affine start. sub(kind, start, a, b) makes one."""
@@ -91,19 +134,21 @@ def base_subscripts(base_shape, shape, picks, name, sub):
             subs[go[0]] = (sub("ds", start, size) if step == 1 or size == 1 else
                            sub("slice", start, start + step * (size - 1) + 1, step))
             continue
-        ranges = []
+        if not go:
+            continue  # new size-1 dims (their subscripts are 0, checked by the caller)
         for d in gn:
             start, size, step = picks[d]
-            if isinstance(start, _C.Affine):
-                if not start.is_constant():
-                    error("unsupported", f"the subscript of a merged or split dim of the "
-                          f"reshaped tensor '{name}' starts at '{start}' (a program id or "
-                          "runtime value); it needs a constant start here")
-                start = int(start.constant)
             if step != 1 and size > 1:
                 error("unsupported", f"a strided subscript of a merged or split dim of the "
                       f"reshaped tensor '{name}' is not supported")
-            ranges.append((int(start), int(start) + size))
+        if len(go) == 1:  # a split (or size-1 dims added): one run of the base dim
+            subs[go[0]] = sub("ds", *_split_run([picks[d][:2] for d in gn],
+                                                [shape[d] for d in gn], name))
+            continue
+        ranges = []
+        for d in gn:
+            start = _constant(picks[d][0], name)
+            ranges.append((start, start + picks[d][1]))
         run = _run(ranges, [shape[d] for d in gn], name)
         for d, (start, size) in zip(go, _box(*run, [base_shape[d] for d in go], name)):
             subs[d] = sub("ds", start, size)
