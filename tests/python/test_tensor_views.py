@@ -1,8 +1,8 @@
 # The current API's tensor view methods (NKI_API.md 6.3, python/neuron/views.py): slice, select
 # and squeeze_dim are views (reads and writes go through them), the inspection attributes match
-# NumPy's strides of the same view, and the views neuron cannot represent (reordered, split or
-# merged storage dims, reinterpreted dtype) are refused at the user's line; broadcast is a
-# step-0 view.
+# NumPy's strides of the same view, and the views neuron cannot represent on chip (reordered,
+# split or merged storage dims, reinterpreted dtype) are refused at the user's line; broadcast
+# is a step-0 view. Reshapes of HBM tensors: test_tensor_reshape.py.
 import numpy as np
 import pytest
 

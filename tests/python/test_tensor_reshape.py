@@ -1,0 +1,137 @@
+# The current API's reshapes of HBM tensors (python/neuron/reshaped.py): reshape, reshape_dim,
+# expand_dim and flatten_dims of kernel arguments and shared_hbm outputs are views, so tiles
+# loaded from them and stored into them match NumPy's reshape of the same arrays, in the three
+# execution modes; subscripts that are not one box of the base dims are refused at the user's
+# line.
+import numpy as np
+import pytest
+
+import neuron
+import neuron.isa as nisa
+import neuron.language as nl
+
+MODES = ("native", "simulate", "eager")
+B, H, S, D = 2, 3, 128, 8
+RNG = np.random.default_rng(11)
+Q = RNG.standard_normal((B, H, S, D)).astype(np.float32)
+X = RNG.standard_normal((3 * 128, D)).astype(np.float32)
+
+
+def per_head(q):
+    """Each (b, h) tile of a [B, H, S, D] argument via [B*H, S, D] views, in and out."""
+    out = nl.ndarray(q.shape, q.dtype, buffer=nl.shared_hbm)
+    qr, outr = q.reshape((B * H, S, D)), out.flatten_dims(0, 1)
+    for i in nl.affine_range(B * H):
+        nl.store(outr[i], nl.add(nl.load(qr[i]), 2.0))
+    # the rows of a [B*H*S, D] view of q walked with .ap() at an offset
+    out2 = nl.ndarray((B * H * S, D), q.dtype, buffer=nl.shared_hbm)
+    q2 = q.reshape((-1, D))
+    for r in nl.affine_range(B * H):
+        nisa.dma_copy(out2[r * S:(r + 1) * S], q2.ap([[D, S], [1, D]], offset=r * S * D))
+    return out, out2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_merged_heads_read_and_written_per_tile(mode):
+    out, out2 = neuron.kernel(per_head, mode=mode)(Q)
+    np.testing.assert_array_equal(out, Q + 2.0)
+    np.testing.assert_array_equal(out2, Q.reshape(-1, D))
+
+
+def row_blocks(x):
+    """[N*128, D] split into [N, 128, D]: loop-index subscripts, merged free dims, expand_dim."""
+    n = x.shape[0] // 128
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    x3, o3 = x.reshape_dim(0, (n, 128)), out.reshape((n, 128, D))
+    for k in nl.affine_range(n):
+        o3[k] = nl.add(nl.load(x3[k]), 1.0)  # t[k] = tile stores through the view
+    pairs = nl.ndarray((128, 2, D), x.dtype, buffer=nl.shared_hbm)
+    merged = pairs.reshape((128, 2 * D))  # pairs[p, j] = x3[j, p]
+    nl.store(merged[:, 0:D], nl.load(x3[0]))
+    nisa.dma_copy(merged[:, D:2 * D], nl.load(x3[1]))
+    last = nl.ndarray((128, D), x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 1, D), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, x3[n - 1])
+    nl.store(last.expand_dim(1), t)  # a whole [128, 1, D] view of a [128, D] output
+    return out, pairs, last
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_split_rows_read_and_written(mode):
+    out, pairs, last = neuron.kernel(row_blocks, mode=mode)(X)
+    np.testing.assert_array_equal(out, X + 1.0)
+    np.testing.assert_array_equal(pairs, np.stack([X[0:128], X[128:256]], axis=1))
+    np.testing.assert_array_equal(last, X[256:])
+
+
+def by_program(x):
+    out = nl.ndarray((128, D), x.dtype, buffer=nl.shared_hbm)
+    nl.store(out.reshape((1, 128, D))[0], nl.load(x.reshape((3, 128, D))[nl.program_id(0)]))
+    return out
+
+
+def test_program_id_subscripts_the_outer_dim_of_a_split():
+    for mode in ("native", "eager"):
+        np.testing.assert_array_equal(neuron.kernel(by_program, mode=mode)[3](X), X[256:])
+
+
+def test_inspection_matches_numpy():
+    seen = []
+
+    def k(q):
+        for v in (q.reshape((B * H, S, D)), q.flatten_dims(2, 3), q.expand_dim(1)):
+            seen.append((tuple(v.shape), v.strides, v.offset, v.is_contiguous(), v.size))
+        out = nl.ndarray((S, D), q.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(q[0, 0]))
+        return out
+
+    neuron.kernel(k)(Q)
+    for got, shape in zip(seen, [(B * H, S, D), (B, H, S * D), (B, 1, H, S, D)]):
+        v = Q.reshape(shape)
+        assert got == (shape, tuple(s // 4 for s in v.strides), 0, True, v.size)
+
+
+# ---- what is refused, and where ----------------------------------------------------------------
+
+def a_box(q):
+    out = nl.ndarray((2, 4, D), q.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(q.reshape((B * H, S, D))[1:3, 0:4]))  # heads (0, 1), (0, 2): a box
+    return out
+
+
+def straddles(q):
+    return nl.load(q.reshape((B * H, S, D))[2:4, 0])  # heads (0, 2), (1, 0): not a box
+
+
+def merged_program_id(q):
+    return nl.load(q.reshape((B * H, S, D))[nl.program_id(0)])
+
+
+@pytest.mark.parametrize("mode", ("native", "eager"))
+def test_subscripts_that_are_not_a_box_of_the_base_are_refused(mode):
+    np.testing.assert_array_equal(neuron.kernel(a_box, mode=mode)(Q),
+                                  Q.reshape(B * H, S, D)[1:3, 0:4])
+    for fn, text in ((straddles, "do not form a box"), (merged_program_id, "pid0")):
+        with pytest.raises(neuron.NeuronError) as e:
+            neuron.kernel(fn, mode=mode)[2](Q)
+        assert e.value.rule == "unsupported" and text in e.value.message, e.value.message
+        assert e.value.line == fn.__code__.co_firstlineno + 1
+
+
+def test_on_chip_tiles_drop_size_one_dims_only():
+    def k(x):
+        t = nl.load(x.reshape((128, 1, 3 * D)))   # HBM: a size-1 dim added
+        out = nl.ndarray((128, 3 * D), x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.add(t.reshape((128, 3 * D)), 0.5))  # on chip: t[:, 0, :]
+        return out
+
+    x = X.reshape(128, 3 * D)
+    for mode in ("native", "eager"):
+        np.testing.assert_array_equal(neuron.kernel(k, mode=mode)(x), x + 0.5)
+
+    def merge_on_chip(x):
+        nl.load(x).reshape((3 * 128 * D,))
+
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(merge_on_chip)(X)
+    assert e.value.rule == "unsupported" and "HBM tensors reshape as views" in e.value.message
