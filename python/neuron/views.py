@@ -10,8 +10,8 @@ flatten_dims of an HBM tensor are Reshaped views (reshaped.py: subscripts map to
 base, DMAs move them); on chip only dropping size-1 free dims is a view. Views that reorder dims
 or reinterpret bytes (permute, rearrange, view(dtype)), and on-chip reshapes that split or merge
 dims, have no such form, and a copy in their place would silently drop writes: they are refused
-(rule unsupported) unless the call changes nothing. broadcast repeats a size-1 dim with step 0 (_C.broadcast_view; eager
-chains hold a BroadcastKey), a view for reading (docs/nki-compat.md)."""
+(rule unsupported) unless the call changes nothing. broadcast repeats a size-1 dim with step 0
+(_C.broadcast_view; eager chains hold a BroadcastKey), a view for reading (docs/nki-compat.md)."""
 import math
 
 from . import _C

@@ -1,8 +1,9 @@
 """The neuron tensor methods the legacy API needs, installed when neuron.legacy is imported:
 __getitem__ / __setitem__ / __iadd__ wrappers that take index grids, `...`, operand masks and
 partial (masked) values and hand every other key to the previous method (so the current API
-behaves as before), plus the legacy tensor methods `reshape` (HBM, in legacy kernels; ../reshape.py), `broadcast_to`,
-`astype` (on chip), `expand_dims` (on chip, a copy) and `assert_shape`, where the tensor class has none of that name."""
+behaves as before), plus the legacy tensor methods `reshape` (HBM, in legacy kernels;
+../reshape.py), `broadcast_to`, `astype` (on chip), `expand_dims` (on chip, a copy) and
+`assert_shape`, where the tensor class has none of that name."""
 import math
 
 from .. import _C
