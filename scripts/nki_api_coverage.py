@@ -91,9 +91,8 @@ def provided(name, mods):
     return False
 
 
-# Deliberately out of scope: MX (microscaling) instructions and collectives (one simulated
-# core).
-IGNORED = set("""nc_matmul_mx quantize_mx all_reduce core_barrier sendrecv""".split())
+# Deliberately out of scope: collectives (one simulated core).
+IGNORED = set("""all_reduce core_barrier sendrecv""".split())
 
 # Tokens of the tables that are not API names (parameters, values, prose words).
 NOT_API = set("""op0 op1 reduce_op dtype mask kernel float32 bool idle reset reduce reset_reduce

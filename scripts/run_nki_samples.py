@@ -151,10 +151,97 @@ KERNELS = [
     ("contributed pipelined attention", "contributed/pipelined_attention.py", None, None, None,
      0, 0),
 ]
-# The Trn3 MX tutorial: its six tests need the MX dtypes and instructions (a stretch goal).
-MX = [("MX " + t, f"{T}/mxfp-matmul/mx_toplevel.py", t, None, None, 0, 0) for t in (
-    "offline quantized fp8", "offline quantized fp4", "on-device quantize fp4 x fp8",
-    "on-device quantize fp8 x fp8", "copy strided (tensor_copy)", "copy strided (dma)")]
+# ---- the Trn3 MX tutorial (mxfp-matmul/mx_kernels.py), inputs and references of our own --------
+# Data: float8_e5m2 / float4_e2m1fn values (ml_dtypes) with per-block uint8 scales near 127, so
+# the float64 reference dequantizes exactly; packed as the tutorial passes them (four fp8 codes
+# per uint32, two fp4 codes per uint8, value i in byte / nibble i).
+
+def mx_values(fmt, shape):
+    import ml_dtypes
+    big = 6.0 if fmt == "fp4" else 4.0
+    v = rng().uniform(-big, big, shape).astype(np.float32)
+    return v.astype(ml_dtypes.float4_e2m1fn if fmt == "fp4" else ml_dtypes.float8_e5m2)
+
+
+def mx_pack(v):
+    b = v.view(np.uint8)
+    if v.dtype.itemsize == 1 and v.dtype.name.startswith("float4"):
+        return (b[:, 0::2] & 0xF) | ((b[:, 1::2] & 0xF) << 4)
+    return b.reshape(v.shape[0], -1).view(np.uint32)
+
+
+def mx_dequant(v, scale):
+    """[K, 4X] values times 2^(scale - 127) per block of 8 rows x 4 values, as [K, X, 4]."""
+    K = v.shape[0]
+    s = np.repeat(2.0 ** (scale.astype(f64) - 127), 8, axis=0)[:K]
+    return v.astype(f64).reshape(K, -1, 4) * s[:, :, None]
+
+
+def mx_quantize_ref(x):
+    """NKI's quantize_mx on [K, 4X] (float64 emulation): scale = largest fp32 exponent field of
+    the block - 15 + 1 (e5m2), values divided by 2^(scale - 127), as float8_e5m2."""
+    import ml_dtypes
+    K, F = x.shape
+    e = (x.astype(np.float32).view(np.uint32) >> 23) & 0xff
+    s = np.maximum(e.reshape(K // 8, 8, F // 4, 4).max(axis=(1, 3)).astype(np.int64) - 14, 0)
+    q = x.astype(f64) / np.repeat(np.repeat(2.0 ** (s - 127), 8, axis=0), 4, axis=1)
+    return np.clip(q, -57344, 57344).astype(ml_dtypes.float8_e5m2), s.astype(np.uint8)
+
+
+def mx_scales(rows, cols):
+    return rng().integers(124, 131, (rows // 8, cols)).astype(np.uint8)
+
+
+def mx_offline(fmt):
+    def inputs():
+        import neuron.language as nl
+        st, mv = mx_values(fmt, (128, 512)), mx_values(fmt, (128, 2048))
+        x4 = nl.float4_e2m1fn_x4 if fmt == "fp4" else nl.float8_e5m2_x4
+        return [mx_pack(st), mx_scales(128, 128), mx_pack(mv), mx_scales(128, 512), x4, st, mv]
+
+    def ref(st_p, st_s, mv_p, mv_s, x4, st, mv):
+        return np.einsum("kiq,kjq->ij", mx_dequant(st, st_s), mx_dequant(mv, mv_s))
+    return inputs, ref
+
+
+def mx_on_device(st_fmt):
+    def inputs():
+        import ml_dtypes
+        import neuron.language as nl
+        st = mx_values(st_fmt, (128, 512))
+        mv = mx_values("fp8", (128, 2048)).astype(ml_dtypes.bfloat16)
+        x4 = nl.float4_e2m1fn_x4 if st_fmt == "fp4" else nl.float8_e5m2_x4
+        return [mx_pack(st), mx_scales(128, 128), mv, x4, nl.float8_e5m2_x4, st]
+
+    def ref(st_p, st_s, mv, st_x4, mv_x4, st):
+        q, s = mx_quantize_ref(mv)
+        return np.einsum("kiq,kjq->ij", mx_dequant(st, st_s), mx_dequant(q, s))
+    return inputs, ref
+
+
+def mx_strided(use_tensor_copy):
+    def inputs():
+        import ml_dtypes
+        import neuron.language as nl
+        st = mx_values("fp8", (512, 128)).astype(ml_dtypes.bfloat16)
+        mv = mx_values("fp8", (512, 512)).astype(ml_dtypes.bfloat16)
+        return [st, mv, nl.float8_e5m2_x4, use_tensor_copy]
+    return inputs, lambda st, mv, x4, c: st.astype(f64).T @ mv.astype(f64)
+
+
+MXK = "mxfp-matmul/mx_kernels.py"
+MX = [("MX offline quantized fp8", f"{T}/{MXK}", "kernel_offline_quantized_mx_matmul",
+       *mx_offline("fp8"), 1e-2, 0.5),
+      ("MX offline quantized fp4", f"{T}/{MXK}", "kernel_offline_quantized_mx_matmul",
+       *mx_offline("fp4"), 1e-2, 0.5),
+      ("MX on-device quantize fp4 x fp8", f"{T}/{MXK}", "kernel_on_device_quantize_matmul_mx",
+       *mx_on_device("fp4"), 1e-2, 0.5),
+      ("MX on-device quantize fp8 x fp8", f"{T}/{MXK}", "kernel_on_device_quantize_matmul_mx",
+       *mx_on_device("fp8"), 1e-2, 0.5),
+      ("MX copy strided (tensor_copy)", f"{T}/{MXK}", "kernel_copy_strided_quantize_matmul_mx",
+       *mx_strided(True), 1e-2, 0.5),
+      ("MX copy strided (dma)", f"{T}/{MXK}", "kernel_copy_strided_quantize_matmul_mx",
+       *mx_strided(False), 1e-2, 0.5)]
 
 
 def first_error(e):
@@ -187,19 +274,22 @@ def run_one(samples, entry):
     stub_torch_xla()
     sys.path.insert(0, os.path.dirname(path))
     sys.argv = [path]
-    if name.startswith("MX "):
-        importlib.import_module("mx_kernels")
-        raise NotImplementedError("the MX dtypes and instructions are not attempted")
     mod = importlib.import_module(os.path.splitext(os.path.basename(path))[0])
     if fn is None:
         return  # checked by the sample itself at import
     args = inputs()
     kernel = getattr(mod, fn)
+    if name.startswith("MX "):  # the reference also gets the unpacked values
+        want = ref(*args)
+        args = args[:len(args) - (2 if "offline" in name else 1 if "on-device" in name else 0)]
+        return check(kernel(*args), want, rtol, atol)
     if rel.startswith("contributed/"):  # their own checks call nki.baremetal()(kernel)
         from neuronxcc import nki
         kernel = nki.baremetal()(kernel)
-    out = kernel(*args)
-    want = ref(*args)
+    check(kernel(*args), ref(*args), rtol, atol)
+
+
+def check(out, want, rtol, atol):
     got = np.asarray(out).astype(f64)
     if got.shape != want.shape:
         raise AssertionError(f"shape {got.shape}, want {want.shape}")

@@ -195,6 +195,9 @@ class Lowerer {
       case ArgSlot::oob_skip:
         a.oob_skip = op.get_int(n, 0) != 0;
         break;
+      case ArgSlot::bitcast:
+        a.bitcast = op.get_int(n, 0) != 0;
+        break;
       case ArgSlot::imm0:
         a.imm0 = op.get_float(n, 0.0);
         break;

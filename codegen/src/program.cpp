@@ -75,6 +75,8 @@ std::string slot_text(const InstrArgs& a, const ArgSpec& spec) {
       return flag(a.negate);
     case ArgSlot::oob_skip:
       return flag(a.oob_skip);
+    case ArgSlot::bitcast:
+      return flag(a.bitcast);
     case ArgSlot::imm0:
       return num(a.imm0);
     case ArgSlot::imm1:
@@ -202,7 +204,12 @@ class Lister {
       std::string n = i < names.size() ? names[i]->name : fmt::format("src{}", i);
       parts.push_back(n + "=" + pattern(in.src[i]));
     }
-    if (in.has_reduce_res) parts.push_back("reduce_res=" + pattern(in.reduce_res));
+    if (in.has_reduce_res) {  // the second destination, by its signature name
+      std::string n = "reduce_res";
+      for (const ArgSpec& spec : opcode_signature(in.op))
+        if (spec.slot == ArgSlot::reduce_res) n = spec.name;
+      parts.push_back(n + "=" + pattern(in.reduce_res));
+    }
     for (auto& t : arg_texts(in)) parts.push_back(std::move(t));
     indent(depth);
     out += fmt::format("{}\n", fmt::join(parts, " "));

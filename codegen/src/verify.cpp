@@ -506,9 +506,12 @@ class Verifier {
     if (partitions(dst) != m || free_elements(dst) != n)
       user_error(op.span, "matmul-shape", "{}: dst has shape {} but the product is [{}, {}]",
                  opname, shape_str(pattern_shape(dst)), m, n);
-    if (dst.buffer->dtype != DType::float32)
-      user_error(op.span, "psum-dtype", "{}: dst '{}' is {}; matmul results in PSUM are float32",
-                 opname, dst.buffer->name, dtype_name(dst.buffer->dtype));
+    // NeuronCore-v4 can also write bf16 results (NKI_API.md 6.5).
+    const bool bf16_ok = target_.name == "trn3" && op.code == Opcode::nc_matmul;
+    if (dst.buffer->dtype != DType::float32 && !(bf16_ok && dst.buffer->dtype == DType::bfloat16))
+      user_error(op.span, "psum-dtype", "{}: dst '{}' is {}; matmul results in PSUM are float32{}",
+                 opname, dst.buffer->name, dtype_name(dst.buffer->dtype),
+                 target_.name == "trn3" ? " or bfloat16" : "");
   }
 
   void reduce_axes(const Op& op, std::string_view opname, const Access& x, const Access& dst) {
@@ -561,6 +564,7 @@ class Verifier {
       if (auto v = std::get_if<Access>(&a.value)) check_view(op, opname, a.name, *v);
 
     check_memories(op, opname);
+    check_mx(op, opname);
 
     auto mem = [&](const char* n) { return view(op, n).buffer->memory; };
     switch (op.code) {
@@ -581,7 +585,18 @@ class Verifier {
         same_elements(op, opname);
         break;
       case Opcode::dma_copy:
-        same_elements(op, opname);
+        if (op.get_int("bitcast", 0) != 0) {  // a reinterpreting copy moves bytes
+          auto &d = view(op, "dst"), &s = view(op, "src");
+          const int64_t db = view_elements(d) * dtype_bytes(d.buffer->dtype),
+                        sb = view_elements(s) * dtype_bytes(s.buffer->dtype);
+          if (db != sb)
+            user_error(op.span, "shape-mismatch",
+                       "{}: dst {} {} holds {} bytes but the reinterpreted src {} {} holds {}",
+                       opname, shape_str(pattern_shape(d)), dtype_name(d.buffer->dtype), db,
+                       shape_str(pattern_shape(s)), dtype_name(s.buffer->dtype), sb);
+        } else {
+          same_elements(op, opname);
+        }
         break;
       case Opcode::tensor_copy:
         // Only dma_copy may reshape; an engine copy walks both sides in the same shape.
@@ -749,6 +764,44 @@ class Verifier {
       default:  // no rule beyond the signature's; shape rules: InstrDef<op>::check (instrs/)
         break;
     }
+  }
+
+  // MX x4 data (dtype.hpp) is opaque: DMA and engine copies move it unchanged (same dtype on
+  // both sides, or a bitcast copy), memset writes 0, and only quantize_mx / nc_matmul_mx, which
+  // need NeuronCore-v4, compute with it.
+  void check_mx(const Op& op, std::string_view opname) {
+    const bool mx_op = op.code == Opcode::nc_matmul_mx || op.code == Opcode::quantize_mx;
+    if (mx_op && target_.name != "trn3")
+      user_error(op.span, "target",
+                 "{} needs NeuronCore-v4 (trn3) but this kernel compiles for {}; use "
+                 "@nki.jit(platform_target=\"trn3\") or neuron.kernel(target=\"trn3\")",
+                 opname, target_.name);
+    const Access* mx = nullptr;
+    std::string mx_arg;
+    for (auto& a : op.args)
+      if (auto v = std::get_if<Access>(&a.value); v && dtype_is_mx(v->buffer->dtype)) {
+        mx = v;
+        mx_arg = a.name;
+      }
+    if (!mx || mx_op) return;
+    const bool copy = op.code == Opcode::dma_copy || op.code == Opcode::tensor_copy ||
+                      op.code == Opcode::nl_load || op.code == Opcode::nl_store ||
+                      op.code == Opcode::nl_copy;
+    if (copy) {
+      if (op.get_int("bitcast", 0) != 0) return;
+      auto d = op.access("dst"), s = op.access("src");
+      if (d && s && d->buffer->dtype == s->buffer->dtype) return;
+      user_error(op.span, "dtype",
+                 "{}: copies {} to {}; MX x4 data is copied unchanged only (the same dtype on "
+                 "both sides), or reinterpreted with a .ap(dtype=...) view",
+                 opname, d ? dtype_name(d->buffer->dtype) : "?",
+                 s ? dtype_name(s->buffer->dtype) : "?");
+    }
+    if (op.code == Opcode::memset && op.get_float("value", 0.0) == 0.0) return;
+    user_error(op.span, "dtype",
+               "{}: '{}' ('{}') is {}, packed MX data: only DMA and tensor copies, memset 0, "
+               "quantize_mx and nc_matmul_mx take x4 tiles",
+               opname, mx_arg, mx->buffer->name, dtype_name(mx->buffer->dtype));
   }
 
   void check_register(const Op& op, std::string_view opname, const char* arg) {

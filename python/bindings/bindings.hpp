@@ -13,5 +13,6 @@ void init_registry(pybind11::module_& m); // registered C++ kernels
 void init_rules(pybind11::module_& m);    // C++ rules Python uses: promotion, shapes, messages
 void init_random(pybind11::module_& m);   // rng, rand2, dropout, seeds and state
 void init_dynamic(pybind11::module_& m);  // registers, runtime loops, .ap(), indirect rows, gathers
+void init_mx(pybind11::module_& m);       // nc_matmul_mx, quantize_mx, bitcast DMA copies
 
 }  // namespace neuron::python

@@ -40,4 +40,5 @@ PYBIND11_MODULE(_C, m) {
   neuron::python::init_rules(m);
   neuron::python::init_dynamic(m);
   neuron::python::init_random(m);
+  neuron::python::init_mx(m);
 }

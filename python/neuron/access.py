@@ -33,6 +33,57 @@ class IndirectView:
         return True
 
 
+class BitcastView:
+    """t.ap(pattern, offset, dtype=D): the bytes of t's storage read as D elements, walking
+    `pattern` (counted in D elements) from element `offset` of D. `view` is the same bytes as a
+    view in t's own dtype (each D element a run of t's elements, or several D elements one of
+    t's). DMA copies (nisa.dma_copy, nl.load, nl.store) move it byte for byte; NKI uses it to
+    read packed MX data handed to the kernel as uint32 / uint8 arrays (docs/mx.md)."""
+
+    def __init__(self, view, dtype, shape):
+        self.view, self.dtype, self.shape = view, dtype, tuple(shape)
+
+    ndim = property(lambda self: len(self.shape))
+    buffer = property(lambda self: self.view.buffer)
+    name = property(lambda self: self.view.name)
+
+    def __repr__(self):
+        return f"<{self.view!r} read as {self.dtype.name_} {list(self.shape)}>"
+
+    def is_indirect(self):
+        return False
+
+
+def bitcast_pattern(t, pat, offset, dtype, span):
+    """pattern/offset in elements of `dtype` as a pattern/offset in t's own elements."""
+    from .dtypes import to_dtype
+    dtype = to_dtype(dtype)
+    sd, sb = dtype.itemsize, t.dtype.itemsize
+    if t.buffer in (_C.Memory.sbuf, _C.Memory.psum):
+        user_error("unsupported", f"ap(dtype={dtype.name_}): reinterpreting views are supported "
+                   f"on HBM tensors; '{t.name}' is in {t.buffer.name}", span)
+    if sd % sb == 0:  # each new element is a run of k old ones
+        k = sd // sb
+        if k > 1 and pat[-1][0] != 1:
+            user_error("access-pattern", f"ap(dtype={dtype.name_}): each {dtype.name_} element "
+                       f"is {k} {t.dtype.name_} elements; the pattern's innermost step must be 1 "
+                       f"(contiguous), got {list(pat[-1])}", span)
+        return dtype, [(s * k, c) for s, c in pat[:-1]] + [(1, pat[-1][1] * k)], \
+            None if offset is None else offset * k
+    k = sb // sd  # k new elements per old one: whole old elements only
+    inner_s, inner_c = pat[-1]
+    off = offset
+    ok = inner_s == 1 and inner_c % k == 0 and all(s % k == 0 for s, _ in pat[:-1]) and \
+        (off is None or (is_int(off) and off % k == 0))
+    if not ok:
+        user_error("access-pattern", f"ap(dtype={dtype.name_}): {t.dtype.name_} elements hold "
+                   f"{k} {dtype.name_} elements each; the pattern {[list(p) for p in pat]} and "
+                   f"offset must select whole ones (innermost stride 1, counts and steps "
+                   f"multiples of {k})", span)
+    return dtype, [(s // k, c) for s, c in pat[:-1]] + [(1, inner_c // k)], \
+        None if off is None else off // k
+
+
 def is_int(v):
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
@@ -74,8 +125,15 @@ def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indir
     span = user_span()
     pat = pattern_pairs(pattern)
     if dtype is not None:
-        user_error("unsupported", "ap(dtype=...) (a reinterpreting view) is not supported",
-                   span)
+        from .dtypes import to_dtype
+        if to_dtype(dtype) != self.dtype:
+            if scalar_offset is not None or vector_offset is not None:
+                user_error("unsupported", "ap(dtype=...) with scalar_offset or vector_offset is "
+                           "not supported", span)
+            shape = [c for _, c in pat]
+            dt, bpat, boff = bitcast_pattern(self, pat, offset, dtype, span)
+            boff = None if boff is None else as_index(boff, "ap offset")
+            return BitcastView(_C.ap(self, bpat, boff, None, 0, span), dt, shape)
     if not is_int(indirect_dim):
         raise TypeError(f"ap: indirect_dim must be an int, got {indirect_dim!r}")
     off = None if offset is None else as_index(offset, "ap offset")

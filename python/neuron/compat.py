@@ -19,13 +19,15 @@ from .kernel import Kernel, kernel, simulate as _simulate
 
 def jit(fn=None, **kwargs):
     """nki.jit: a neuron kernel (native run, or eager with NEURON_EAGER=1; NKI_SIMULATOR=1 or
-    mode="simulation" runs on the simulator). Other NKI options (platform_target,
-    mode=baremetal, ...) are accepted and ignored."""
+    mode="simulation" runs on the simulator). The target is platform_target= (trn1, trn2,
+    trn3) or the environment's NEURON_PLATFORM_TARGET_OVERRIDE, else trn2. Other NKI options
+    (mode=baremetal, ...) are accepted and ignored."""
     mode = "simulate" if (os.environ.get("NKI_SIMULATOR") == "1"
                           or kwargs.get("mode") == "simulation") else None
     if fn is None:
         return lambda f: jit(f, **kwargs)
-    return kernel(fn, mode=mode)
+    target = kwargs.get("platform_target") or os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE")
+    return kernel(fn, mode=mode, target=target if target in ("trn1", "trn2", "trn3") else "trn2")
 
 
 def simulate(k):

@@ -19,9 +19,16 @@ ALL = tuple(_C.DType.__members__.values())
 _numpy_of = {}  # DType -> NumPy dtype, for the ones seen (every call converts its outputs')
 
 
+# MX x4 elements (four packed values, dtype.hpp) cross the host boundary as their raw bits.
+_MX_RAW = {"float8_e5m2_x4": "uint32", "float8_e4m3fn_x4": "uint32", "float4_e2m1fn_x4": "uint16"}
+
+
 def numpy_dtype(d):
-    """The NumPy dtype of a neuron DType (ml_dtypes for bfloat16 and float8)."""
+    """The NumPy dtype of a neuron DType (ml_dtypes for bfloat16 and float8; the raw unsigned
+    bits for MX x4 types)."""
     found = _numpy_of.get(d)
+    if found is None and d.name_ in _MX_RAW:
+        found = _numpy_of[d] = np.dtype(_MX_RAW[d.name_])
     if found is None:
         try:
             found = np.dtype(d.name_)

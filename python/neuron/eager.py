@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _C, runtime
 from ._span import user_span
-from .access import IndirectView
+from .access import BitcastView, IndirectView
 from .eager_values import _HBM, ApKey, BroadcastKey, EagerIndex, _Base, _numpy_key, \
     _symbolic_slice_check, _view_of, frozen, traced_bound
 from .errors import user_error
@@ -359,6 +359,8 @@ def _bases_of(values):
             visit(v.rows)
         elif isinstance(v, Reshaped):
             visit(v.base)
+        elif isinstance(v, BitcastView):
+            visit(v.view)
         elif isinstance(v, (list, tuple)):
             for x in v:
                 visit(x)
@@ -419,6 +421,8 @@ def _run(spec, args, kwargs, fn):
     written = [(n, arguments[n]) for n in spec.writes if isinstance(arguments.get(n), EagerTensor)]
     written += [(n, arguments[n].base) for n in spec.writes  # a reshaped HBM tensor (reshaped.py)
                 if isinstance(arguments.get(n), Reshaped)]
+    written += [(n, arguments[n].view) for n in spec.writes  # t.ap(dtype=...) (access.py)
+                if isinstance(arguments.get(n), BitcastView)]
     # Rows stored at run time (t.ap(..., vector_offset=rows) as dst): the other rows of the HBM
     # view keep their values, so the one-op kernel's output starts as a copy of the input.
     indirect = [arguments[n].view for n in spec.writes
@@ -450,6 +454,8 @@ def _run(spec, args, kwargs, fn):
                 return IndirectView(sub(v.view, write), sub(v.rows, False))
             if isinstance(v, Reshaped):
                 return Reshaped(sub(v.base, write), v.shape)
+            if isinstance(v, BitcastView):
+                return BitcastView(sub(v.view, write), v.dtype, v.shape)
             if isinstance(v, list):
                 return [sub(x, write) for x in v]
             if isinstance(v, tuple):

@@ -199,11 +199,16 @@ def _ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indi
                                             list(base.array.shape), span)
             v = _C.ap(view, whole, None if offset is None else access.as_index(offset, "ap "
                       "offset"), None, 0, span)
+        if isinstance(v, access.BitcastView):  # ap(dtype=...): a view in base's own dtype
+            found.update(bitcast=(v.dtype, v.shape))
+            v = v.view
         found.update(dims=_C.view_dims(v), shape=list(v.shape))
         return [_C.ndarray([1], _C.DType.float32, _C.Memory.shared_hbm, "eager_unused", span)]
     with eager.paused():
         _C.trace(eager._launch_name(), k, [eager._spec(base, 0)], span)
     t = eager.EagerTensor(base, ((ApKey(found["dims"]), tuple(found["shape"])),), found["shape"])
+    if "bitcast" in found:
+        return access.BitcastView(t, *found["bitcast"])
     return t if rows is None else access.IndirectView(t, rows)
 
 

@@ -5,7 +5,7 @@ from . import _C
 from . import eager as _eager
 from . import eager_dynamic as _eager_dynamic
 from ._span import user_span
-from .access import IndirectView, as_index as _as_index
+from .access import BitcastView, IndirectView, as_index as _as_index
 from .errors import user_error
 from .reshaped import dma_operand
 from .language import _Fn, _int, _operand
@@ -42,6 +42,24 @@ def nc_matmul(dst, stationary, moving, accumulate=None, name=None):
     the compiler decide (first write overwrites, later ones add), False overwrites, True adds."""
     _C.nc_matmul(dst, stationary, moving, -1 if accumulate is None else int(accumulate),
                  user_span())
+
+
+@_eager.op(writes=("dst",), matmul=True)
+def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_position=None,
+                 tile_size=None, accumulate=None, name=None):
+    """NeuronCore-v4 MX matmul (docs/mx.md): dst[M, N] (PSUM fp32/bf16) = stationary[K, M].T @
+    moving[K, N] over x4 data, every value times 2^(scale - 127) of its block of 8 partitions
+    (uint8 scales, block g on partition (g // 4) * 32 + g % 4 of the scale tile). tile_position
+    / tile_size (row tiling) place the matmul on the PE array: accepted, the result is the same."""
+    _C.nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale,
+                    -1 if accumulate is None else int(accumulate), user_span())
+
+
+@_eager.op(writes=("dst", "dst_scale"))
+def quantize_mx(dst, src, dst_scale, name=None):
+    """NeuronCore-v4 MXFP8 quantization (docs/mx.md): src [P, F] bf16/fp16 -> dst [P, F/4]
+    float8_e5m2_x4 / float8_e4m3fn_x4 and one uint8 scale per block of 8 partitions x 4 values."""
+    _C.quantize_mx(dst, src, dst_scale, user_span())
 
 
 @_eager.op(writes=("dst",))
@@ -217,7 +235,12 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, en
     if isinstance(src, IndirectView) and isinstance(dst, IndirectView):
         user_error("indirect-dma", "dma_copy: only one side may select rows with vector_offset",
                    span)
-    if isinstance(src, IndirectView):
+    if isinstance(src, BitcastView) or isinstance(dst, BitcastView):
+        # t.ap(dtype=...) on either side: the bytes move unchanged (access.py BitcastView).
+        def raw(t):
+            return t.view if isinstance(t, BitcastView) else t
+        _C.dma_copy_bitcast(raw(dst), raw(src), span)
+    elif isinstance(src, IndirectView):
         _C.dma_copy_rows(dst, src.view, src.rows, True, oob_mode, span)
     elif isinstance(dst, IndirectView):
         _C.dma_copy_rows(dst.view, src, dst.rows, False, oob_mode, span)

@@ -23,6 +23,10 @@ tensor = _C.Tensor
 float32, bfloat16, float16 = _C.DType.float32, _C.DType.bfloat16, _C.DType.float16
 float8_e4m3, float8_e5m2 = _C.DType.float8_e4m3, _C.DType.float8_e5m2
 float8_e4m3fn = _C.DType.float8_e4m3fn  # OCP: no infinities, largest 448 (docs/numerics.md)
+# MX data (NeuronCore-v4): four fp8 / fp4 values packed per element, for quantize_mx and
+# nc_matmul_mx only (docs/mx.md)
+float8_e5m2_x4, float8_e4m3fn_x4 = _C.DType.float8_e5m2_x4, _C.DType.float8_e4m3fn_x4
+float4_e2m1fn_x4 = _C.DType.float4_e2m1fn_x4
 int8, int16, int32 = _C.DType.int8, _C.DType.int16, _C.DType.int32
 uint8, uint16, uint32 = _C.DType.uint8, _C.DType.uint16, _C.DType.uint32
 bool_ = _C.DType.bool_

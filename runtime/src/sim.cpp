@@ -509,7 +509,10 @@ void check_call(const Program& p, const std::vector<Tensor>& tensors,
   for (size_t i = 0; i < (check_tensors ? params.size() : 0); ++i) {
     const TensorDecl& d = *params[i];
     const Tensor& t = tensors[i];
-    if (t.shape() != d.shape || t.dtype() != d.dtype)
+    // MX x4 data crosses the host boundary as its raw bits (uint32 / uint16 arrays).
+    const bool raw_mx = dtype_is_mx(d.dtype) && !dtype_is_float(t.dtype()) &&
+                        !dtype_is_signed(t.dtype()) && dtype_bytes(t.dtype()) == dtype_bytes(d.dtype);
+    if (t.shape() != d.shape || (t.dtype() != d.dtype && !raw_mx))
       user_error(Span{}, "call-signature",
                  "tensor '{}' (argument {}) of kernel '{}': expected {} {}, got {} {}", d.name, i,
                  p.name, shape_str(d.shape), dtype_name(d.dtype), shape_str(t.shape()),
@@ -557,8 +560,10 @@ void simulate(const Program& p, const std::vector<Tensor>& tensors,
     if (!m.execute) break;  // timing only: HBM is never touched
     if (d.role == TensorDecl::Role::scratch)
       m.hbm.push_back(Tensor::empty(d.shape, d.dtype));
+    else if (const Tensor& t = tensors[next++]; t.dtype() != d.dtype)  // raw MX bits
+      m.hbm.push_back(Tensor::borrow(t.data(), t.shape(), d.dtype));
     else
-      m.hbm.push_back(tensors[next++]);
+      m.hbm.push_back(t);
   }
   std::unique_ptr<TimingModel> timing;
   if (opts.profile) {

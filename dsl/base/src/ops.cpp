@@ -66,6 +66,7 @@ namespace {
 #define IN(n, mem) ArgSpec{#n, ArgKind::view, true, mem, ArgSlot::src}
 #define INDEX(n, mem) ArgSpec{#n, ArgKind::index, true, mem, ArgSlot::src}
 #define OPT(n, mem, slot) ArgSpec{#n, ArgKind::view, false, mem, ArgSlot::slot}
+#define OUT2(n, mem) ArgSpec{#n, ArgKind::view, true, mem, ArgSlot::reduce_res}
 #define TILE_OR(n, req, slot) ArgSpec{#n, ArgKind::view_or_number, req, ON_CHIP, ArgSlot::slot}
 #define ARG(n, kind, req, slot) ArgSpec{#n, ArgKind::kind, req, 0, ArgSlot::slot}
 constexpr bool req = true, opt = false;
@@ -83,6 +84,7 @@ std::vector<std::vector<ArgSpec>> make_signatures() {
 #undef IN
 #undef INDEX
 #undef OPT
+#undef OUT2
 #undef TILE_OR
 #undef ARG
 #undef NEURON_UNPAREN

@@ -64,6 +64,17 @@ using pattern = std::vector<std::pair<int64_t, int64_t>>;
 // dst[M,N] (PSUM) = stationary[K,M].T @ moving[K,N], accumulated in fp32.
 void nc_matmul(const tensor& dst, const tensor& stationary, const tensor& moving,
                accumulate_flag accumulate = {}, Span span = Span::current());
+// MX (NeuronCore-v4 microscaling, docs/mx.md). dst[M, N] (PSUM fp32/bf16) = stationary[K, M]
+// .T @ moving[K, N] over x4 data (four values per element, all contracted), each value times
+// 2^(scale - 127) of its block of 8 partitions (uint8 scales; block g's row is
+// (g // 4) * 32 + g % 4 of the scale tile).
+void nc_matmul_mx(const tensor& dst, const tensor& stationary, const tensor& moving,
+                  const tensor& stationary_scale, const tensor& moving_scale,
+                  accumulate_flag accumulate = {}, Span span = Span::current());
+// dst [P, F/4] (float8_e5m2_x4 / float8_e4m3fn_x4) and dst_scale (uint8, layout as above) <-
+// src [P, F] (bf16/fp16) quantized in blocks of 8 partitions x 4 values (VectorE).
+void quantize_mx(const tensor& dst, const tensor& src, const tensor& dst_scale,
+                 Span span = Span::current());
 // dst[F,P] = data[P,F].T on the Tensor engine.
 void nc_transpose(const tensor& dst, const tensor& data, Span span = Span::current());
 // dst = op(data * scale + bias) on the Scalar engine; with reduce_op, reduce_res[P,1] gets the
@@ -104,6 +115,9 @@ void affine_select(const tensor& dst, const pattern& pattern, int64_t channel_mu
                    int64_t offset = 0, Span span = Span::current());
 // DMA copy between HBM and SBUF (either direction, or SBUF to SBUF).
 void dma_copy(const tensor& dst, const tensor& src, Span span = Span::current());
+// dst's bytes = src's bytes, each walked in row-major order (NKI's .ap(dtype=...) views: the
+// two sides may have different dtypes and shapes but hold the same number of bytes).
+void dma_copy_bitcast(const tensor& dst, const tensor& src, Span span = Span::current());
 // An indirect DMA (NKI's .ap(vector_offset=rows)): partition p moves row rows[p, 0] of the HBM
 // side's first kept dim (src when rows_of_src, else dst), which the view takes from row 0.
 void dma_copy_rows(const tensor& dst, const tensor& src, const tensor& rows, bool rows_of_src,

@@ -42,6 +42,29 @@ void nc_matmul(const tensor& dst, const tensor& stationary, const tensor& moving
             span);
 }
 
+void nc_matmul_mx(const tensor& dst, const tensor& stationary, const tensor& moving,
+                  const tensor& stationary_scale, const tensor& moving_scale,
+                  accumulate_flag accumulate, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::nc_matmul_mx,
+            {{"dst", view_of(dst, span)},
+             {"stationary", view_of(stationary, span)},
+             {"moving", view_of(moving, span)},
+             {"stationary_scale", view_of(stationary_scale, span)},
+             {"moving_scale", view_of(moving_scale, span)},
+             {"accumulate", accumulate.get()}},
+            span);
+}
+
+void quantize_mx(const tensor& dst, const tensor& src, const tensor& dst_scale, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::quantize_mx,
+            {{"dst", view_of(dst, span)},
+             {"src", view_of(src, span)},
+             {"dst_scale", view_of(dst_scale, span)}},
+            span);
+}
+
 void nc_transpose(const tensor& dst, const tensor& data, Span span) {
   dsl::require_trace(span);
   dsl::emit(Opcode::nc_transpose, {{"dst", view_of(dst, span)}, {"data", view_of(data, span)}},
@@ -196,6 +219,13 @@ void affine_select(const tensor& dst, const pattern& pattern, int64_t channel_mu
 void dma_copy(const tensor& dst, const tensor& src, Span span) {
   dsl::require_trace(span);
   dsl::emit(Opcode::dma_copy, {{"dst", view_of(dst, span)}, {"src", view_of(src, span)}}, span);
+}
+
+void dma_copy_bitcast(const tensor& dst, const tensor& src, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(Opcode::dma_copy,
+            {{"dst", view_of(dst, span)}, {"src", view_of(src, span)}, {"bitcast", int64_t{1}}},
+            span);
 }
 
 void tensor_partition_reduce(const tensor& dst, alu op, const tensor& data, Span span) {

@@ -25,6 +25,7 @@
 #pragma once
 #include "neuron/codegen/instrs/dma.hpp"
 #include "neuron/codegen/instrs/gpsimd_engine.hpp"
+#include "neuron/codegen/instrs/mx.hpp"
 #include "neuron/codegen/instrs/random.hpp"
 #include "neuron/codegen/instrs/scalar_engine.hpp"
 #include "neuron/codegen/instrs/sequencer.hpp"

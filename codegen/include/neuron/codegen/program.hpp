@@ -67,6 +67,7 @@ struct InstrArgs {
   enum class Indirect { none, src, dst } indirect = Indirect::none;
   int64_t indirect_rows = 0;
   bool oob_skip = false;                // out-of-range rows are skipped, not an error
+  bool bitcast = false;                 // dma_copy: dst's bytes = src's bytes (no conversion)
   int64_t num_elem_per_idx = 1, num_valid_indices = -1;  // local_gather (-1: all)
   std::string reg, src_reg;            // register_*: the register written/read; move source
   bool operator==(const InstrArgs&) const = default;

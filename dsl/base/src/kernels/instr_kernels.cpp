@@ -568,25 +568,26 @@ void neuron_k_transpose(const NView* d, const NView* s, int ddt, int sdt) {
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
+// nc_matmul's accumulate=auto (-1) rule, one decision for the whole tile when its PSUM flags
+// agree: 1 (add) when every element was written since it was last read out, 0 (overwrite) when
+// none was (or the destination has no flags), -1 (per element) when they differ.
+inline int accumulate_mode(const NView& d, int accumulate, int64_t count) {
+  if (accumulate != -1) return accumulate;
+  if (!d.flags) return 0;
+  bool any = false, all = true;
+  each1(d, [&](char* p) {
+    const bool f = d.flags[p - d.base] != 0;
+    any |= f;
+    all &= f;
+  });
+  return all && count > 0 ? 1 : any ? -1 : 0;
+}
+
 void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, int sdt, int mdt,
                      int accumulate, int fast) {
   const int64_t K = st->size[0], M = count_of(*st) / (K ? K : 1), N = count_of(*mv) / (K ? K : 1);
   const int esize = neuron::dtype_bytes(dt(ddt));
-  // Auto-accumulate: one decision for the whole tile when its flags agree.
-  int acc_mode = accumulate;
-  if (accumulate == -1) {
-    if (!d->flags) {
-      acc_mode = 0;
-    } else {
-      bool any = false, all = true;
-      each1(*d, [&](char* p) {
-        const bool f = d->flags[p - d->base] != 0;
-        any |= f;
-        all &= f;
-      });
-      acc_mode = all && M * N > 0 ? 1 : any ? -1 : 0;
-    }
-  }
+  const int acc_mode = accumulate_mode(*d, accumulate, M * N);
   if (fast && acc_mode != -1 && ddt == static_cast<int>(DType::float32) &&
       ((sdt == static_cast<int>(DType::float32) && mdt == sdt) ||
        (sdt == static_cast<int>(DType::bfloat16) && mdt == sdt))) {
@@ -1041,6 +1042,98 @@ void neuron_k_rng_skip(const NView* d, const NView* st, int64_t count) {
     s.counter += static_cast<uint64_t>(count);
     set_rng_state(*d, p, s);
   }
+}
+
+// ---- MX (instr_kernels.hpp) ----
+
+namespace {
+// An MX operand [K, X] (x4 elements) with its scales applied: out[(k * X + x) * 4 + q] is value
+// q of element x on partition k times 2^(scale - 127), the scale of block k / 8 on partition
+// (k / 32) * 32 + (k / 8) % 4 of `sc`, column x.
+void mx_operand(const NView& v, int vdt, const NView& sc, float* out) {
+  const int64_t K = v.size[0], X = per_partition(v);
+  for (int64_t k = 0; k < K; ++k) {
+    char* row = v.base + k * v.stride[0];
+    const int64_t g = k / 8;
+    char* srow = sc.base + ((g / 4) * 32 + g % 4) * sc.stride[0];
+    for (int64_t x = 0; x < X; ++x) {
+      const float scale = b::mx_scale(*reinterpret_cast<const uint8_t*>(element(sc, srow, x)));
+      const char* e = element(v, row, x);
+      for (int q = 0; q < 4; ++q) out[(k * X + x) * 4 + q] = b::mx_value(e, dt(vdt), q) * scale;
+    }
+  }
+}
+}  // namespace
+
+void neuron_k_matmul_mx(const NView* d, const NView* st, const NView* mv, const NView* ss,
+                        const NView* ms, int ddt, int sdt, int mdt, int accumulate) {
+  const int64_t K = st->size[0], M = per_partition(*st), N = per_partition(*mv);
+  Scratch<float, 1> s(K * M * 4), v(K * N * 4), acc(N);
+  Scratch<int64_t, 1> doff(M * N);
+  mx_operand(*st, sdt, *ss, s.data);
+  mx_operand(*mv, mdt, *ms, v.data);
+  const int acc_mode = accumulate_mode(*d, accumulate, M * N);
+  int64_t i = 0;
+  each1(*d, [&](char* p) { doff.data[i++] = p - d->base; });
+  // acc = fma(st, mv, acc) in increasing k, then value q within the element (as nc_matmul).
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t o = doff.data[m * N + n];
+      const bool keep = acc_mode == 1 || (acc_mode == -1 && d->flags[o]);
+      acc.data[n] = keep ? b::load_f32(d->base + o, dt(ddt)) : 0.0f;
+    }
+    for (int64_t k = 0; k < K; ++k)
+      for (int q = 0; q < 4; ++q) {
+        const float a = s.data[(k * M + m) * 4 + q];
+        const float* row = v.data + k * N * 4 + q;
+        for (int64_t n = 0; n < N; ++n) acc.data[n] = std::fma(a, row[n * 4], acc.data[n]);
+      }
+    for (int64_t n = 0; n < N; ++n)
+      b::store_f32(d->base + doff.data[m * N + n], dt(ddt), acc.data[n]);
+  }
+  fill_flags(*d, neuron::dtype_bytes(dt(ddt)), 1);
+}
+
+void neuron_k_quantize_mx(const NView* d, const NView* sc, const NView* s, int ddt, int sdt) {
+  const int64_t P = s->size[0], X = per_partition(*d);
+  for (int64_t g = 0; g < P / 8; ++g) {
+    char* srow = sc->base + ((g / 4) * 32 + g % 4) * sc->stride[0];
+    for (int64_t x = 0; x < X; ++x) {
+      float vals[8][4];
+      uint32_t max_exp = 0;
+      for (int r = 0; r < 8; ++r)
+        for (int q = 0; q < 4; ++q) {
+          vals[r][q] = b::load_f32(element(*s, s->base + (g * 8 + r) * s->stride[0], x * 4 + q),
+                                   dt(sdt));
+          const uint32_t e = (b::f32_bits(vals[r][q]) >> 23) & 0xffu;
+          max_exp = e > max_exp ? e : max_exp;
+        }
+      const uint32_t scale = b::mx_block_scale(max_exp, dt(ddt));
+      *reinterpret_cast<uint8_t*>(element(*sc, srow, x)) = static_cast<uint8_t>(scale);
+      for (int r = 0; r < 8; ++r) {
+        auto* e = reinterpret_cast<uint8_t*>(element(*d, d->base + (g * 8 + r) * d->stride[0], x));
+        for (int q = 0; q < 4; ++q) e[q] = b::mx_quantize(vals[r][q], scale, dt(ddt));
+      }
+    }
+  }
+}
+
+// dma_copy with bitcast: the bytes of s in its row-major element order, written into d's.
+void neuron_k_copy_bytes(const NView* d, const NView* s, int ddt, int sdt) {
+  const int de = neuron::dtype_bytes(dt(ddt)), se = neuron::dtype_bytes(dt(sdt));
+  const int64_t n = count_of(*s) * se;
+  Scratch<char, 1> bytes(n);
+  int64_t i = 0;
+  each1(*s, [&](char* p) {
+    std::memcpy(bytes.data + i, p, static_cast<size_t>(se));
+    i += se;
+  });
+  i = 0;
+  each1(*d, [&](char* p) {
+    std::memcpy(p, bytes.data + i, static_cast<size_t>(de));
+    i += de;
+  });
+  clear_flags(*d, de);
 }
 
 int64_t neuron_k_load_scalar(const NView* s, int sdt) {

@@ -5,14 +5,25 @@
 
 namespace neuron::native {
 
-// dst = src (same element count, any shapes, dtype cast). Indirect: the second source is a
+// dst = src (same element count, any shapes, dtype cast). bitcast: dst's bytes = src's bytes,
+// each side walked in row-major order (equal byte counts; `.ap(dtype=...)` views). Indirect: the second source is a
 // [P, 1] integer tile whose element p selects the HBM row partition p moves (oob_mode 1 skips
 // rows outside the tensor, 0 faults naming the index).
 template <>
 struct InstrDef<Opcode::dma_copy> {
   static void check(const Operands& o) {
-    o.same_count(0, "source");
     const InstrArgs& a = o.args();
+    if (a.bitcast) {
+      const int64_t db = o.dst.count * dtype_bytes(o.in.dst.dtype),
+                    sb = o.src[0].count * dtype_bytes(o.in.src[0].dtype);
+      if (db != sb || a.indirect != InstrArgs::Indirect::none)
+        o.fail("shape-mismatch",
+               "a reinterpreting copy moves bytes: src {} {} holds {} bytes but dst {} {} holds {}",
+               o.src[0].str(), dtype_name(o.in.src[0].dtype), sb, o.dst.str(),
+               dtype_name(o.in.dst.dtype), db);
+      return;
+    }
+    o.same_count(0, "source");
     if (a.indirect == InstrArgs::Indirect::none) return;
     const bool on_src = a.indirect == InstrArgs::Indirect::src;
     const OperandShape& hbm = on_src ? o.src[0] : o.dst;
@@ -27,6 +38,7 @@ struct InstrDef<Opcode::dma_copy> {
   static void call(E& e, const Instr& in) {
     const InstrArgs& a = in.args;
     NormLayout ld, l0, l1;
+    if (a.bitcast) return call_dst_src(e, in, NEURON_KERNEL(copy_bytes));
     if (a.indirect == InstrArgs::Indirect::none) return InstrDef<Opcode::tensor_copy>::call(e, in);
     auto s = e.view(in.src[0], in, l0);
     auto idx = e.view(in.src[1], in, l1);

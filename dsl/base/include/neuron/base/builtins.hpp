@@ -179,7 +179,11 @@ inline int64_t dtype_int_max(DType t) {
     case DType::uint16:
       return 65535;
     case DType::uint32:
+    case DType::float8_e5m2_x4:  // MX x4 elements as numbers: their raw bits (opaque)
+    case DType::float8_e4m3fn_x4:
       return 4294967295LL;
+    case DType::float4_e2m1fn_x4:
+      return 65535;
     case DType::bool_:
       return 1;
     default:
@@ -231,9 +235,16 @@ inline float load_f32(const void* p, DType t) {
       std::memcpy(&v, p, 2);
       return static_cast<float>(v);
     }
-    case DType::uint32: {
+    case DType::uint32:
+    case DType::float8_e5m2_x4:  // MX x4 elements as numbers: their raw bits (opaque)
+    case DType::float8_e4m3fn_x4: {
       uint32_t v;
       std::memcpy(&v, p, 4);
+      return static_cast<float>(v);
+    }
+    case DType::float4_e2m1fn_x4: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
       return static_cast<float>(v);
     }
     case DType::bool_:
@@ -628,6 +639,66 @@ inline uint64_t rng_key(uint32_t seed, int64_t partition) {
       return math::erf_dx(x);
   }
   return x;
+}
+
+// ---- MX (OCP microscaling) data, NeuronCore-v4 (docs/mx.md) -------------------------------------
+// An x4 element packs four values: fp8 value i in byte i, fp4 value i in nibble i (low nibble
+// of byte i / 2 first). A block of 32 values (8 partitions x one x4 element) shares a uint8
+// scale s meaning 2^(s - 127) (OCP E8M0; 0xFF is NaN).
+
+// fp4 e2m1 (OCP, no inf or NaN): 1 sign, 2 exponent (bias 1), 1 mantissa bit; largest 6.
+inline float fp4e2m1_to_f32(uint32_t code) {
+  static constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float m = kMag[code & 7u];
+  return (code & 8u) ? -m : m;
+}
+
+// Value i (0..3) of the x4 element at p.
+inline float mx_value(const void* p, DType t, int i) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  switch (t) {
+    case DType::float8_e5m2_x4:
+      return fp8e5m2_to_f32(b[i]);
+    case DType::float8_e4m3fn_x4:
+      return fp8e4m3fn_to_f32(b[i]);
+    default:  // float4_e2m1fn_x4
+      return fp4e2m1_to_f32((b[i / 2] >> (4 * (i % 2))) & 0xfu);
+  }
+}
+
+// 2^k as a double, for |k| <= 1022 (from its bits: no libm call in the JIT's bitcode).
+inline double pow2_d(int k) {
+  const uint64_t bits = static_cast<uint64_t>(k + 1023) << 52;
+  double d;
+  std::memcpy(&d, &bits, 8);
+  return d;
+}
+
+// The scale 2^(s - 127) of a uint8 scale code (0xFF: NaN); code 0 is 2^-127, an fp32 subnormal.
+inline float mx_scale(uint32_t s) {
+  if (s == 0xffu) return bits_f32(0x7fc00000u);
+  return static_cast<float>(pow2_d(static_cast<int>(s) - 127));
+}
+
+// quantize_mx's block scale for a block whose largest fp32 biased exponent field is `max_exp`
+// (0..255) into fp8 type `t`: 2^(max_exp - 127 - emax + 1), i.e. twice the OCP reference
+// algorithm's 2^(floor(log2(amax)) - emax), as NKI documents for the instruction (the block's
+// largest value lands one binade below the format's largest, so rounding it never saturates).
+// emax is 15 for e5m2 and 8 for e4m3fn; a code below 0 is clamped to 0.
+inline uint32_t mx_block_scale(uint32_t max_exp, DType t) {
+  const int emax = t == DType::float8_e5m2_x4 ? 15 : 8;
+  const int s = static_cast<int>(max_exp) - emax + 1;
+  return s < 0 ? 0u : static_cast<uint32_t>(s);
+}
+
+// One value quantized with block scale s into fp8 type t's code: x / 2^(s - 127) (exact in
+// double), clamped to the format's largest finite magnitude (57344 e5m2, 448 e4m3fn; NaN stays
+// NaN), rounded to nearest even.
+inline uint8_t mx_quantize(float x, uint32_t s, DType t) {
+  const double q = static_cast<double>(x) * pow2_d(127 - static_cast<int>(s));
+  const double big = t == DType::float8_e5m2_x4 ? 57344.0 : 448.0;
+  const float c = static_cast<float>(q > big ? big : q < -big ? -big : q);
+  return t == DType::float8_e5m2_x4 ? f32_to_fp8e5m2(c) : f32_to_fp8e4m3fn(c);
 }
 
 }  // namespace neuron::builtins

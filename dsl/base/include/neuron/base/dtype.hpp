@@ -7,6 +7,10 @@
 namespace neuron {
 
 // X(enumerator, printed name, bytes, is_float, is_signed)
+// The three *_x4 types are NeuronCore-v4 MX data: four narrow floats packed in one element
+// (value i of the four in byte i, or for fp4 in nibble i, low nibble first). Only DMA copies,
+// memset 0, quantize_mx and nc_matmul_mx take them (codegen/instrs/mx.hpp); as numbers they are
+// opaque (the verifier refuses arithmetic on them).
 #define NEURON_DTYPES(X)                  \
   X(float32, "float32", 4, true, true)     \
   X(bfloat16, "bfloat16", 2, true, true)   \
@@ -20,7 +24,10 @@ namespace neuron {
   X(uint8, "uint8", 1, false, false)       \
   X(uint16, "uint16", 2, false, false)     \
   X(uint32, "uint32", 4, false, false)     \
-  X(bool_, "bool", 1, false, false)
+  X(bool_, "bool", 1, false, false)         \
+  X(float8_e5m2_x4, "float8_e5m2_x4", 4, false, false) \
+  X(float8_e4m3fn_x4, "float8_e4m3fn_x4", 4, false, false) \
+  X(float4_e2m1fn_x4, "float4_e2m1fn_x4", 2, false, false)
 
 enum class DType : uint8_t {
 #define X(e, name, bytes, is_float, is_signed) e,
@@ -72,6 +79,12 @@ constexpr bool dtype_is_signed(DType t) {
   return false;
 }
 
+// An MX x4 type: four packed values per element (dtype.hpp above, docs/mx.md).
+constexpr bool dtype_is_mx(DType t) {
+  return t == DType::float8_e5m2_x4 || t == DType::float8_e4m3fn_x4 ||
+         t == DType::float4_e2m1fn_x4;
+}
+
 inline std::optional<DType> dtype_from_name(std::string_view s) {
 #define X(e, name, bytes, is_float, is_signed) \
   if (s == name) return DType::e;
@@ -88,7 +101,10 @@ inline constexpr DType float32 = DType::float32, bfloat16 = DType::bfloat16,
                        float8_e5m2 = DType::float8_e5m2, float8_e4m3fn = DType::float8_e4m3fn,
                        int8 = DType::int8, int16 = DType::int16,
                        int32 = DType::int32, uint8 = DType::uint8, uint16 = DType::uint16,
-                       uint32 = DType::uint32, bool_ = DType::bool_;
+                       uint32 = DType::uint32, bool_ = DType::bool_,
+                       float8_e5m2_x4 = DType::float8_e5m2_x4,
+                       float8_e4m3fn_x4 = DType::float8_e4m3fn_x4,
+                       float4_e2m1fn_x4 = DType::float4_e2m1fn_x4;
 }  // namespace dtypes
 
 }  // namespace neuron

@@ -64,7 +64,8 @@ Fault take_fault();  // the first fault since the last call (kind kFaultNone: no
   X(dma_indirect, call) X(gather, call) X(local_gather, call) X(load_scalar, inline)           \
   X(store_scalar, inline) X(tensor_tensor_scan, call) X(partition_reduce, call) X(max8, call)    \
   X(find_index8, call) X(match_replace8, call) X(bn_stats, call) X(bn_aggr, call)              \
-  X(stream_shuffle, call) X(rng, call) X(dropout, call) X(rng_seed, call) X(rng_skip, call)
+  X(stream_shuffle, call) X(rng, call) X(dropout, call) X(rng_seed, call) X(rng_skip, call)    \
+  X(matmul_mx, call) X(quantize_mx, call) X(copy_bytes, call)
 // The cold paths of the streaming kernels (host only; see instr_kernels.cpp).
 #define NEURON_INSTR_SNAPSHOTS(X) \
   X(copy) X(tensor_tensor) X(tensor_scalar) X(activation) X(copy_predicated) X(affine_select)
@@ -174,6 +175,18 @@ void neuron_k_dropout(const neuron_nview* d, const neuron_nview* s, const neuron
                       const neuron_nview* prob, int ddt, int sdt, int pdt, double prob_imm);
 void neuron_k_rng_seed(const neuron_nview* d, const neuron_nview* seed, int sdt, double seed_imm);
 void neuron_k_rng_skip(const neuron_nview* d, const neuron_nview* st, int64_t count);
+// MX (builtins.hpp "MX"). matmul_mx: d[M, N] = sum over k, then q, of fma(st value q of [k, m]
+// times its scale, mv value q of [k, n] times its scale); the scale of partitions 8g..8g+7 is
+// row (g / 4) * 32 + g % 4 of ss / ms, column m / n; accumulate as matmul. quantize_mx: per
+// block of 8 partitions x one x4 element of d, sc's code mx_block_scale(largest fp32 exponent
+// field of the block's 32 values of s) and d's values mx_quantize(value, code).
+void neuron_k_matmul_mx(const neuron_nview* d, const neuron_nview* st, const neuron_nview* mv,
+                        const neuron_nview* ss, const neuron_nview* ms, int ddt, int sdt, int mdt,
+                        int accumulate);
+void neuron_k_quantize_mx(const neuron_nview* d, const neuron_nview* sc, const neuron_nview* s,
+                          int ddt, int sdt);
+// dma_copy bitcast: d's bytes = s's bytes (each walked row-major; equal byte counts).
+void neuron_k_copy_bytes(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt);
 // register_load / register_store: one element as a 32-bit register value.
 int64_t neuron_k_load_scalar(const neuron_nview* s, int sdt);
 void neuron_k_store_scalar(const neuron_nview* d, int ddt, int64_t value);

@@ -23,6 +23,7 @@ namespace neuron {
 //      IN(name, mem)           a source view the instruction reads
 //      INDEX(name, mem)        a source view of integer indices
 //      OPT(name, mem, slot)    an optional view (slot says what it is: bias_tile, src_rows, ...)
+//      OUT2(name, mem)         a second destination (Instr::reduce_res, like activation's)
 //      TILE_OR(name, req, slot) a [P, 1] tile (a source) or a number (the InstrArgs slot)
 //      ARG(name, kind, req, slot) a scalar: kind integer/number/name/ints, slot its InstrArgs field
 //    Memories: SBUF, PSUM, HBM (either HBM kind), ON_CHIP, DMA_MEM (HBM or SBUF), ANY_MEM.
@@ -55,6 +56,12 @@ namespace neuron {
     (OUT(PSUM), IN(stationary, SBUF), IN(moving, SBUF),                                        \
      ARG(accumulate, integer, opt, accumulate)))                                               \
   X(nc_transpose, "nc_transpose", Isa, tensor, 1, (OUT(PSUM), IN(data, SBUF)))                 \
+  /* MX (NeuronCore-v4 microscaling), see instrs/mx.hpp */                                     \
+  X(nc_matmul_mx, "nc_matmul_mx", Isa, tensor, 1, /* dst(psum) <- scaled x4 st^T @ mv */       \
+    (OUT(PSUM), IN(stationary, SBUF), IN(moving, SBUF), IN(stationary_scale, SBUF),           \
+     IN(moving_scale, SBUF), ARG(accumulate, integer, opt, accumulate)))                       \
+  X(quantize_mx, "quantize_mx", Isa, vector, 1, /* dst (x4), dst_scale <- MX blocks of src */ \
+    (OUT(SBUF), IN(src, SBUF), OUT2(dst_scale, SBUF)))                                \
   X(activation, "activation", Isa, scalar, 1, /* func(data * scale + bias) [, row sums] */     \
     (OUT(ON_CHIP), IN(data, ON_CHIP), ARG(func, name, req, func),                              \
      OPT(bias, ON_CHIP, bias_tile), TILE_OR(scale, opt, scale),                                \
@@ -85,7 +92,8 @@ namespace neuron {
      ARG(cmp_op, name, opt, cmp_op), ARG(on_false, number, req, imm0)))                        \
   X(dma_copy, "dma_copy", Isa, dma, 1, /* src_rows/dst_rows: indirect rows, see plan.cpp */    \
     (OUT(DMA_MEM), IN(src, DMA_MEM), OPT(src_rows, SBUF, src_rows),                            \
-     OPT(dst_rows, SBUF, dst_rows), ARG(oob_mode, integer, opt, oob_skip)))                    \
+     OPT(dst_rows, SBUF, dst_rows), ARG(oob_mode, integer, opt, oob_skip),                     \
+     ARG(bitcast, integer, opt, bitcast))) /* bitcast: dst bytes = src bytes, see instrs/dma */ \
   X(nc_n_gather, "nc_n_gather", Isa, gpsimd, 1, /* dst[p, j] = data[p, indices[p, j]] */       \
     (OUT(SBUF), IN(data, SBUF), INDEX(indices, SBUF)))                                         \
   X(local_gather, "local_gather", Isa, gpsimd, 1, /* per 16-partition group, see kernels */    \
@@ -205,7 +213,7 @@ enum class ArgKind { view, index, integer, number, name, ints, view_or_number };
   X(none) X(dst) X(src) X(bias_tile) X(src_rows) X(dst_rows) X(reduce_res)                \
   X(op0) X(op1) X(reverse0) X(reverse1) X(imm0) X(imm1) X(scale) X(func) X(reduce_op)     \
   X(axes) X(negate) X(accumulate) X(pattern) X(offset) X(channel_multiplier) X(cmp_op)    \
-  X(prefix) X(oob_skip) X(num_elem_per_idx) X(num_valid_indices) X(reg) X(src_reg)
+  X(prefix) X(oob_skip) X(bitcast) X(num_elem_per_idx) X(num_valid_indices) X(reg) X(src_reg)
 
 enum class ArgSlot {
 #define X(e) e,
