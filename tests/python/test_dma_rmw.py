@@ -144,7 +144,7 @@ def test_refusals_name_the_rule_and_the_users_line(fn, rule, text, words):
         assert e.value.file == __file__ and e.value.line == line_of(fn, text)
 
 
-# ---- legacy API: nl.atomic_rmw, nisa.dma_copy(dst_rmw_op=np.add) ----------------------------------
+# ---- legacy API: nl.atomic_rmw, nisa.dma_copy(dst_rmw_op=np.add) ------------------------------
 
 def both(fn, *args):
     sim = nki.simulate_kernel(fn, *[a.copy() for a in args])
