@@ -371,7 +371,7 @@ def register_store(dst, src):
 
 # ---- composed from the instructions above (isa_composed.py, isa_utilities.py) --------------
 
-_COMPOSED = ("activate2", "activation_reduce", "dma_transpose", "exponential",
+_COMPOSED = ("activate2", "activation_reduce", "dma_compute", "dma_transpose", "exponential",
              "nonzero_with_count",
              "range_select", "reciprocal", "scalar_tensor_tensor", "select_reduce",
              "sequence_bounds", "tensor_scalar_cumulative", "tensor_scalar_reduce", "topk")

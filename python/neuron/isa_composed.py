@@ -9,6 +9,7 @@ import math
 from . import _C
 from . import eager as _eager
 from ._span import user_span
+from .dma_rmw import dma_compute  # noqa: F401 (nisa.dma_compute)
 from .errors import user_error
 from .isa import _op, activation, reduce_cmd, tensor_copy, tensor_reduce, tensor_scalar, \
     tensor_tensor
@@ -349,5 +350,6 @@ def dma_transpose(dst, src, axes=None, dge_mode=None, oob_mode=None, priority=No
 
 __all__ = ["scalar_tensor_tensor", "tensor_scalar_cumulative", "tensor_scalar_reduce",
            "activation_reduce", "activate2", "reciprocal",
-           "exponential", "select_reduce", "range_select", "dma_transpose", "sequence_bounds",
+           "exponential", "select_reduce", "range_select", "dma_compute", "dma_transpose",
+           "sequence_bounds",
            "nonzero_with_count", "topk"]

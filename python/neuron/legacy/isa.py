@@ -5,6 +5,7 @@ rectangle (docs/nki-compat.md). engine= and name= are accepted and ignored; othe
 keywords are errors (keywords.py)."""
 import enum
 
+from .. import dma_rmw as _rmw
 from .. import isa as _isa
 from .. import language as _nl
 from ..access import IndirectView as _IndirectView
@@ -375,14 +376,23 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
 
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=None, **kwargs):
     """DMA copy (with cast) between HBM and SBUF views of equal element counts; one side may be
-    t[idx_tile[i_p, 0], i_f] (rows chosen at run time; oob_mode.skip leaves bad rows alone)."""
+    t[idx_tile[i_p, 0], i_f] (rows chosen at run time; oob_mode.skip leaves bad rows alone).
+    dst_rmw_op=np.add: dst = dst + src in fp32 (operands of one shape); rows of an indirect dst
+    named twice are all added, one partition after another (neuron/dma_rmw.py)."""
     if dst_rmw_op is not None:
-        _error("unsupported", "dma_copy(dst_rmw_op=...) is not supported by neuron's legacy "
-               "layer")
+        if _name(dst_rmw_op, "dst_rmw_op") != "add":
+            _error("reduce-op", f"nisa.dma_copy: dst_rmw_op={_name(dst_rmw_op)} is not "
+                   "supported; the DMA engines only add (dst_rmw_op=np.add)")
+        if _nl_oob(oob_mode) != _isa.oob_mode.error:
+            _error("unknown-arg", "nisa.dma_copy: with dst_rmw_op, only oob_mode=oob_mode.error "
+                   "is allowed (as in NKI)")
     if isinstance(dst, _IndirectView) or isinstance(src, _IndirectView):
         _lnl._no_mask(mask, "nisa.dma_copy of rows chosen at run time")
         d = dst if isinstance(dst, _IndirectView) else _tile(dst, "nisa.dma_copy")
         s = src if isinstance(src, _IndirectView) else _tile(src, "nisa.dma_copy")
+        if dst_rmw_op is not None:
+            _rmw.accumulate(d, s)
+            return
         _isa.dma_copy(d, s, oob_mode=_nl_oob(oob_mode))
         return
     d, s = _operand(dst, "nisa.dma_copy"), _operand(src, "nisa.dma_copy")
@@ -392,6 +402,9 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=No
         return
     dv = _concrete(_restrict(d, rect, shape))
     sv = _concrete(_restrict(s, rect, shape) if len(s.shape) == len(shape) else s)
+    if dst_rmw_op is not None:
+        _rmw.accumulate(dv, sv)
+        return
     if sv.buffer == _nl.psum:
         sv = _nl.copy(sv)
     _isa.dma_copy(dv, sv)

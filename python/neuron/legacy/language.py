@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import _C
 from .._span import user_span
+from .. import dma_rmw as _rmw
 from .. import isa as _isa
 from .. import language as _nl
 from . import compiler as _compiler
@@ -253,6 +254,25 @@ def store(dst, value, *, mask=None, **kwargs):
     else:
         value = _concrete(_restrict(_operand(value, "nl.store"), rect, shape))
     _store_view(view, value)
+
+
+def atomic_rmw(dst, value, op, *, mask=None, **kwargs):
+    """dst = op(dst, value) with op np.add / nl.add (the only one NKI allows), in fp32. dst may
+    be rows chosen at run time, t[idx_tile[i_p, 0], i_f]: every partition's row is added, rows
+    named twice included, one partition after another (4 instructions per partition:
+    neuron/dma_rmw.py); dst an HBM view: a load, an add and a store."""
+    name = op if isinstance(op, str) else getattr(op, "name", None)
+    name = name if isinstance(name, str) else getattr(op, "__name__", repr(op))
+    if name not in ("add", "sum"):
+        _error("reduce-op", f"nl.atomic_rmw: op={name} is not supported; NKI's atomic "
+               "read-modify-write only adds (op=np.add)")
+    if isinstance(dst, _IndirectView):
+        _no_mask(mask, "nl.atomic_rmw to rows chosen at run time")
+        if not _is_view(value):
+            value = _nl.full(list(dst.shape), float(value), float32)
+        _rmw.accumulate(dst, _concrete(_operand(value, "nl.atomic_rmw")))
+        return
+    store(dst, value=add(load(dst, mask=mask, dtype=float32), value, dtype=float32), mask=mask)
 
 
 def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
@@ -504,7 +524,7 @@ def shared_identity_matrix(n, dtype=uint8, **kwargs):
 
 # ---- not provided: a clear error instead of an AttributeError ----------------------------------
 
-UNSUPPORTED = "all_reduce atomic_rmw finfo".split()
+UNSUPPORTED = "all_reduce finfo".split()
 _define_unsupported(globals(), "nl", UNSUPPORTED)
 _wrap_module(globals(), "nl", _keywords.NL,
              skip={"arange", "mgrid", "ds", "program_id", "num_programs", "program_ndim",
