@@ -84,6 +84,86 @@ def bitcast_pattern(t, pat, offset, dtype, span):
         None if off is None else off // k
 
 
+class SplitView:
+    """t.ap(pattern) whose entries no single view walks in storage order (a transposing walk
+    such as [[F, P], [P*F, 4], [1, F]] over a [4, P, F] tensor): the views of its parts, each
+    the pattern without some entries at one index of theirs. nisa.dma_copy and nisa.tensor_copy
+    copy it part by part (one instruction per part), taking the same index of the other side."""
+
+    def __init__(self, parts, shape, like):
+        self.parts, self.shape, self._like = parts, tuple(shape), like
+
+    ndim = property(lambda self: len(self.shape))
+    dtype = property(lambda self: self._like.dtype)
+    buffer = property(lambda self: self._like.buffer)
+    name = property(lambda self: self._like.name)
+
+    def __repr__(self):
+        return f"<{len(self.parts)} views of {self._like.name} {list(self.shape)}>"
+
+    def is_indirect(self):
+        return False
+
+
+# A transposing pattern is split into at most this many parts (instructions).
+_SPLIT_MAX = 512
+
+
+def split_pattern(make, pat, offset, keep_first):
+    """[(indices {entry: index}, view)] covering pattern `pat` from `offset`: make(pat, offset)
+    when one view walks it, else the parts of the first entry whose removal lets the rest walk
+    (keep_first: never entry 0, an on-chip tile's partition entry). Raises make's error when
+    no split works."""
+    from .errors import NeuronError
+    try:
+        return [({}, make(pat, offset))]
+    except NeuronError as e:
+        # Only a transposing walk (a stride larger than the one before it) is split; a pattern
+        # that splits or merges a dim keeps its error.
+        if e.rule != "access-pattern" or all(pat[i][0] >= pat[i + 1][0]
+                                             for i in range(len(pat) - 1)):
+            raise
+        first = e
+    base = 0 if offset is None else offset
+    for j in range(1 if keep_first else 0, len(pat)):
+        stride, count = pat[j]
+        rest = pat[:j] + pat[j + 1:]
+        parts = []
+        try:
+            for i in range(count):
+                for idx, v in split_pattern(make, rest, base + i * stride, keep_first):
+                    parts.append(({**{(k if k < j else k + 1): x for k, x in idx.items()},
+                                   j: i}, v))
+                if len(parts) > _SPLIT_MAX:
+                    raise first
+        except NeuronError:
+            continue
+        return parts
+    raise first
+
+
+def split_or_view(make, t, pat, offset):
+    """make(pat, offset), or a SplitView of it when only parts of it are views."""
+    parts = split_pattern(make, pat, offset, t.buffer in (_C.Memory.sbuf, _C.Memory.psum))
+    if len(parts) == 1 and not parts[0][0]:
+        return parts[0][1]
+    return SplitView(parts, [c for _, c in pat], t)
+
+
+def copy_split(copy, dst, src):
+    """copy(dst, src) for every part when either side is a SplitView (the other side indexed
+    alike), else once."""
+    if not isinstance(dst, SplitView) and not isinstance(src, SplitView):
+        return copy(dst, src)
+    split, other = (dst, src) if isinstance(dst, SplitView) else (src, dst)
+    if isinstance(other, SplitView):
+        user_error("access-pattern", "a copy takes a transposing .ap() pattern on one side only",
+                   user_span())
+    for idx, view in split.parts:
+        sub = other[tuple(idx.get(d, slice(None)) for d in range(len(split.shape)))]
+        copy(view, sub) if split is dst else copy(sub, view)
+
+
 def is_int(v):
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
@@ -138,6 +218,8 @@ def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indir
         raise TypeError(f"ap: indirect_dim must be an int, got {indirect_dim!r}")
     off = None if offset is None else as_index(offset, "ap offset")
     if vector_offset is None:
+        if scalar_offset is None and int(indirect_dim) == 0:
+            return split_or_view(lambda p, o: _C.ap(self, p, o, None, 0, span), self, pat, off)
         so = None if scalar_offset is None else \
             scalar_register(scalar_offset, "ap scalar_offset", span)
         return _C.ap(self, pat, off, so, int(indirect_dim), span)

@@ -199,6 +199,10 @@ def _ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indi
                                             list(base.array.shape), span)
             v = _C.ap(view, whole, None if offset is None else access.as_index(offset, "ap "
                       "offset"), None, 0, span)
+        if isinstance(v, access.SplitView):
+            user_error("unsupported", "a transposing .ap() pattern (entries out of storage "
+                       "order) runs traced only, not in eager mode; run the kernel traced "
+                       "(mode='native' or 'simulate')", span)
         if isinstance(v, access.BitcastView):  # ap(dtype=...): a view in base's own dtype
             found.update(bitcast=(v.dtype, v.shape))
             v = v.view

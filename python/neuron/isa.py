@@ -5,9 +5,9 @@ from . import _C
 from . import eager as _eager
 from . import eager_dynamic as _eager_dynamic
 from ._span import user_span
-from .access import BitcastView, IndirectView, as_index as _as_index
+from .access import BitcastView, IndirectView, as_index as _as_index, copy_split
 from .errors import user_error
-from .reshaped import dma_operand
+from .reshaped import dma_operand, flat_rows
 from .language import _Fn, _int, _operand
 
 # What an indirect DMA (.ap(vector_offset=...)) does with a row index outside the tensor: a
@@ -51,15 +51,16 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
     moving[K, N] over x4 data, every value times 2^(scale - 127) of its block of 8 partitions
     (uint8 scales, block g on partition (g // 4) * 32 + g % 4 of the scale tile). tile_position
     / tile_size (row tiling) place the matmul on the PE array: accepted, the result is the same."""
-    _C.nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale,
-                    -1 if accumulate is None else int(accumulate), user_span())
+    _C.nc_matmul_mx(dst, flat_rows(stationary), flat_rows(moving), flat_rows(stationary_scale),
+                    flat_rows(moving_scale), -1 if accumulate is None else int(accumulate),
+                    user_span())
 
 
 @_eager.op(writes=("dst", "dst_scale"))
 def quantize_mx(dst, src, dst_scale, name=None):
     """NeuronCore-v4 MXFP8 quantization (docs/mx.md): src [P, F] bf16/fp16 -> dst [P, F/4]
     float8_e5m2_x4 / float8_e4m3fn_x4 and one uint8 scale per block of 8 partitions x 4 values."""
-    _C.quantize_mx(dst, src, dst_scale, user_span())
+    _C.quantize_mx(flat_rows(dst), flat_rows(src), flat_rows(dst_scale), user_span())
 
 
 @_eager.op(writes=("dst",))
@@ -120,7 +121,9 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
 def tensor_copy(dst, src, engine=None, name=None, dtype=None):
     """dst = src (with a cast to dst's dtype). dtype= (the NKI 0.2 beta form) is accepted: the
     destination's dtype decides, as in the current API."""
-    _C.tensor_copy(dst, src, user_span())
+    span = user_span()
+    # A transposing .ap() pattern on one side (access.py SplitView): one copy per part.
+    copy_split(lambda d, s: _C.tensor_copy(d, s, span), dst, src)
 
 
 @_eager.op(writes=("dst",))
@@ -248,9 +251,10 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, en
         if oob_mode != _C.oob_mode.error:
             user_error("unknown-arg", "dma_copy: oob_mode applies to indirect rows only (a side "
                        "given as t.ap(..., vector_offset=rows))", span)
-        # A reshaped HBM tensor (reshaped.py): its base view, same elements in the same order.
-        _C.dma_copy(dma_operand(dst, src, "dma_copy", span), dma_operand(src, dst, "dma_copy",
-                                                                          span), span)
+        # A reshaped HBM tensor (reshaped.py): its base view, same elements in the same order;
+        # a transposing .ap() pattern (access.py SplitView): one copy per part.
+        copy_split(lambda d, s: _C.dma_copy(dma_operand(d, s, "dma_copy", span),
+                                            dma_operand(s, d, "dma_copy", span), span), dst, src)
 
 
 # ---- gathers ---------------------------------------------------------------------------------

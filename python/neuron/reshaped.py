@@ -202,6 +202,22 @@ def reshape(t, shape, span):
     return view_as(base, [(0, n, 1) for n in base.shape], shape)
 
 
+def rows_on_chip(t, shape):
+    """A whole tile's reshape that keeps dim 0 and merges free dims ([P, F, 4] -> [P, 4F]) as a
+    Reshaped of the tile: each partition's elements in the same order. DMA copies
+    and the instructions that read a partition's elements as one flat row (nisa.quantize_mx,
+    nisa.nc_matmul_mx) take it; None when not such a reshape."""
+    if not shape or shape[0] != t.shape[0] or len(shape) >= len(t.shape) or \
+            not _covers_storage(t):
+        return None  # merges only: a split or a new dim stays refused (views.py)
+    return Reshaped(t, shape)
+
+
+def flat_rows(x):
+    """The tile under an on-chip Reshaped (rows_on_chip), for flat-row instructions; else x."""
+    return x.base if isinstance(x, Reshaped) and x.buffer in _ON_CHIP else x
+
+
 def squeeze_on_chip(t, shape):
     """A tile's reshape that only drops size-1 free dims, as t[:, 0, ...]; None otherwise."""
     drop = _drops(list(t.shape), list(shape))
@@ -243,7 +259,13 @@ def ap(r, pattern, offset, scalar_offset, vector_offset, indirect_dim, dtype):
                    "call .ap() on the tensor before reshaping it", span)
     if not _covers_storage(r.base):
         return r.base.ap(pattern, offset)
+    from .access import split_or_view
     pat = pattern_pairs(pattern)
+    return split_or_view(lambda p, o: _ap_whole(r, p, o, span), r, pat, offset)
+
+
+def _ap_whole(r, pat, offset, span):
+    """One view of r's storage walking pat (a whole-storage reshape's ap), or an error."""
     if offset is None:
         off = 0
     else:
@@ -251,7 +273,7 @@ def ap(r, pattern, offset, scalar_offset, vector_offset, indirect_dim, dtype):
         if symbolic(off) is not None:
             from .unroll import need_value
             need_value(symbolic(off))  # a rolled loop's index: unroll it, the offset is a number
-            return r.base.ap(pattern, offset)  # a program id or register: the storage's ap
+            return r.base.ap([list(p) for p in pat], offset)  # a program id or register
     shape, R = list(r.shape), _row_major(r.shape)
 
     def fail(why):

@@ -150,6 +150,8 @@ def _reshaped(self, shape, call, what, instead, span):
     new = _reshaped_mod.reshape(self, shape, span)
     if new is None:  # on chip: only dropping size-1 free dims is a view (a subscript)
         new = _reshaped_mod.squeeze_on_chip(self, _reshaped_mod.new_shape(self.shape, shape))
+    if new is None:  # a whole tile's free dims regrouped: a row view for DMA and MX operands
+        new = _reshaped_mod.rows_on_chip(self, list(_reshaped_mod.new_shape(self.shape, shape)))
     if new is None:
         refuse(call, what, f"{instead} (HBM tensors reshape as views: reshape the kernel "
                "argument or shared_hbm tensor, then load tiles from it)", span)

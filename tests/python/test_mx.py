@@ -271,3 +271,40 @@ def test_errors_name_the_rule():
     with pytest.raises(neuron.NeuronError) as e:
         neuron.kernel(strided_reinterpret, target="trn3")(np.zeros((4, 16), np.uint8))
     assert e.value.rule == "access-pattern" and "innermost step" in e.value.message
+
+
+def transposing_copies(x):
+    """[32, 16] seen as [4, 8, 16], walked [8, 4, 16] by a DMA, then [8, 16, 4] by an engine
+    copy: patterns whose entries are out of storage order (copied part by part)."""
+    a = nl.ndarray((8, 4, 16), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(a, x.reshape((4, 8, 16)).ap([[16, 8], [128, 4], [1, 16]], offset=0))
+    b = nl.ndarray((8, 16, 4), x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(b, a.ap([[64, 8], [1, 16], [16, 4]], offset=0))
+    out = nl.ndarray((8, 16, 4), x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(out, b)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["native", "simulate"])
+def test_transposing_ap_patterns(mode):
+    x = np.arange(512, dtype=np.float32).reshape(32, 16)
+    out = neuron.kernel(transposing_copies, mode=mode)(x)
+    np.testing.assert_array_equal(out, x.reshape(4, 8, 16).transpose(1, 2, 0))
+
+
+def quantize_regrouped(x):
+    """quantize_mx of a [32, 8, 4] tile seen as [32, 32]: a whole tile's free dims regrouped."""
+    t = nl.load(x)
+    q = nl.ndarray((32, 8), nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+    s = nl.ndarray((4, 8), nl.uint8, buffer=nl.sbuf)
+    nisa.quantize_mx(q, t.reshape((32, 32)), s)
+    qo = nl.ndarray((32, 8), nl.uint32, buffer=nl.shared_hbm)
+    nisa.dma_copy(qo.ap([[8, 32], [1, 8]], dtype=nl.float8_e4m3fn_x4), q)
+    return qo
+
+
+def test_quantize_mx_of_a_regrouped_tile():
+    x = np.random.default_rng(5).standard_normal((32, 8, 4)).astype(ml_dtypes.bfloat16)
+    q = all_modes(quantize_regrouped, x)
+    want, _ = quantize_ref(x.reshape(32, 32), nl.float8_e4m3fn_x4)
+    np.testing.assert_array_equal(q.view(np.uint8), want.view(np.uint8))

@@ -583,6 +583,33 @@ inline int accumulate_mode(const NView& d, int accumulate, int64_t count) {
   return all && count > 0 ? 1 : any ? -1 : 0;
 }
 
+// d[m, n] (+)= sum over k, then q < Q, of s[(k * M + m) * Q + q] * v[(k * N + n) * Q + q]:
+// acc = fma(s, v, acc) in that order, starting from d's value where acc_mode (accumulate_mode)
+// says to add; then stored in d's dtype. nc_matmul's generic path (Q = 1) and nc_matmul_mx's
+// (Q = 4 values per x4 element).
+inline void matmul_values(const NView& d, int ddt, const float* s, const float* v, int64_t K,
+                          int64_t M, int64_t N, int Q, int acc_mode) {
+  Scratch<float, 1> acc(N);
+  Scratch<int64_t, 1> doff(M * N);
+  int64_t i = 0;
+  each1(d, [&](char* p) { doff.data[i++] = p - d.base; });
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t o = doff.data[m * N + n];
+      const bool keep = acc_mode == 1 || (acc_mode == -1 && d.flags[o]);
+      acc.data[n] = keep ? b::load_f32(d.base + o, dt(ddt)) : 0.0f;
+    }
+    for (int64_t k = 0; k < K; ++k)
+      for (int q = 0; q < Q; ++q) {
+        const float a = s[(k * M + m) * Q + q];
+        const float* row = v + k * N * Q + q;
+        for (int64_t n = 0; n < N; ++n) acc.data[n] = std::fma(a, row[n * Q], acc.data[n]);
+      }
+    for (int64_t n = 0; n < N; ++n)
+      b::store_f32(d.base + doff.data[m * N + n], dt(ddt), acc.data[n]);
+  }
+}
+
 void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, int sdt, int mdt,
                      int accumulate, int fast) {
   const int64_t K = st->size[0], M = count_of(*st) / (K ? K : 1), N = count_of(*mv) / (K ? K : 1);
@@ -603,29 +630,13 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
                          reinterpret_cast<const uint16_t*>(mv->base), mv->stride[0] / 2, M, N, K,
                          acc_mode);
   } else {
-    // Generic: offsets of every element, then acc = fma(s[k, m], v[k, n], acc) in increasing k.
-    Scratch<float, 1> s(K * M), v(K * N), acc(N);
-    Scratch<int64_t, 1> doff(M * N);
+    // Generic: the operands' values, then the shared accumulation loop.
+    Scratch<float, 1> s(K * M), v(K * N);
     int64_t i = 0;
     each1(*st, [&](char* p) { s.data[i++] = b::load_f32(p, dt(sdt)); });
     i = 0;
     each1(*mv, [&](char* p) { v.data[i++] = b::load_f32(p, dt(mdt)); });
-    i = 0;
-    each1(*d, [&](char* p) { doff.data[i++] = p - d->base; });
-    for (int64_t m = 0; m < M; ++m) {
-      for (int64_t n = 0; n < N; ++n) {
-        const int64_t o = doff.data[m * N + n];
-        const bool keep = acc_mode == 1 || (acc_mode == -1 && d->flags[o]);
-        acc.data[n] = keep ? b::load_f32(d->base + o, dt(ddt)) : 0.0f;
-      }
-      for (int64_t k = 0; k < K; ++k) {
-        const float a = s.data[k * M + m];
-        const float* row = v.data + k * N;
-        for (int64_t n = 0; n < N; ++n) acc.data[n] = std::fma(a, row[n], acc.data[n]);
-      }
-      for (int64_t n = 0; n < N; ++n)
-        b::store_f32(d->base + doff.data[m * N + n], dt(ddt), acc.data[n]);
-    }
+    matmul_values(*d, ddt, s.data, v.data, K, M, N, 1, acc_mode);
   }
   fill_flags(*d, esize, 1);
 }
@@ -1068,29 +1079,10 @@ void mx_operand(const NView& v, int vdt, const NView& sc, float* out) {
 void neuron_k_matmul_mx(const NView* d, const NView* st, const NView* mv, const NView* ss,
                         const NView* ms, int ddt, int sdt, int mdt, int accumulate) {
   const int64_t K = st->size[0], M = per_partition(*st), N = per_partition(*mv);
-  Scratch<float, 1> s(K * M * 4), v(K * N * 4), acc(N);
-  Scratch<int64_t, 1> doff(M * N);
+  Scratch<float, 1> s(K * M * 4), v(K * N * 4);
   mx_operand(*st, sdt, *ss, s.data);
   mx_operand(*mv, mdt, *ms, v.data);
-  const int acc_mode = accumulate_mode(*d, accumulate, M * N);
-  int64_t i = 0;
-  each1(*d, [&](char* p) { doff.data[i++] = p - d->base; });
-  // acc = fma(st, mv, acc) in increasing k, then value q within the element (as nc_matmul).
-  for (int64_t m = 0; m < M; ++m) {
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t o = doff.data[m * N + n];
-      const bool keep = acc_mode == 1 || (acc_mode == -1 && d->flags[o]);
-      acc.data[n] = keep ? b::load_f32(d->base + o, dt(ddt)) : 0.0f;
-    }
-    for (int64_t k = 0; k < K; ++k)
-      for (int q = 0; q < 4; ++q) {
-        const float a = s.data[(k * M + m) * 4 + q];
-        const float* row = v.data + k * N * 4 + q;
-        for (int64_t n = 0; n < N; ++n) acc.data[n] = std::fma(a, row[n * 4], acc.data[n]);
-      }
-    for (int64_t n = 0; n < N; ++n)
-      b::store_f32(d->base + doff.data[m * N + n], dt(ddt), acc.data[n]);
-  }
+  matmul_values(*d, ddt, s.data, v.data, K, M, N, 4, accumulate_mode(*d, accumulate, M * N));
   fill_flags(*d, neuron::dtype_bytes(dt(ddt)), 1);
 }
 
