@@ -84,12 +84,54 @@ class Lowering {
     b_.CreateStore(v, reg_slot(r));  // already wrapped to 32 bits by the kernel
   }
 
+  // A program longer than this many top-level nodes becomes a chain of functions of that many
+  // nodes, which the entry calls in order: LLVM's optimizer is superlinear in a function's
+  // size, so a fully unrolled kernel (tens of thousands of instructions) compiles in time that
+  // grows with its length instead (docs/native.md). The parts share only memory: program ids
+  // and tensor pointers are reloaded per part. Registers live in one function's frame, so a
+  // program using registers or runtime loops stays whole.
+  static constexpr size_t kPartNodes = 256;
+
   llvm::Function* run() {
     auto* i8p = b_.getInt8PtrTy();
     auto* i64p = llvm::PointerType::getUnqual(b_.getInt64Ty());
-    auto* fty = llvm::FunctionType::get(
+    fty_ = llvm::FunctionType::get(
         b_.getVoidTy(), {llvm::PointerType::getUnqual(i8p), i64p, i64p, i8p, i8p, i8p}, false);
-    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, "neuron_entry", m_);
+    if (p_.body.size() > kPartNodes) {
+      std::vector<llvm::Function*> parts;
+      for (size_t a = 0; a < p_.body.size() && !whole_only_; a += kPartNodes) {
+        auto* part = function(fmt::format("neuron_part_{}", parts.size()),
+                              llvm::Function::InternalLinkage);
+        part->addFnAttr(llvm::Attribute::NoInline);  // each part is optimized on its own
+        const std::vector<ProgNode> nodes(
+            p_.body.begin() + static_cast<std::ptrdiff_t>(a),
+            p_.body.begin() + static_cast<std::ptrdiff_t>(std::min(a + kPartNodes, p_.body.size())));
+        emit_body(nodes);
+        b_.CreateRetVoid();
+        parts.push_back(part);
+      }
+      if (!whole_only_) {
+        llvm::Function* entry = function("neuron_entry", llvm::Function::ExternalLinkage);
+        std::vector<llvm::Value*> args;
+        for (auto& arg : entry->args()) args.push_back(&arg);
+        for (llvm::Function* part : parts) b_.CreateCall(part, args);
+        b_.CreateRetVoid();
+        return entry;
+      }
+      for (llvm::Function* part : parts) part->eraseFromParent();  // registers: one function
+    }
+    llvm::Function* entry = function("neuron_entry", llvm::Function::ExternalLinkage);
+    emit_body(p_.body);
+    b_.CreateRetVoid();
+    return entry;
+  }
+
+ private:
+  // A new function of the entry's type, made current: its arguments loaded (program ids, tensor
+  // pointers, SBUF, PSUM, flags) and its block of allocas started.
+  llvm::Function* function(const std::string& name, llvm::GlobalValue::LinkageTypes linkage) {
+    auto* i8p = b_.getInt8PtrTy();
+    fn_ = llvm::Function::Create(fty_, linkage, name, m_);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
     for (unsigned i = 0; i < 6; ++i) fn_->addParamAttr(i, llvm::Attribute::NoAlias);
     auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
@@ -100,6 +142,9 @@ class Lowering {
     sbuf_ = fn_->getArg(3);
     psum_ = fn_->getArg(4);
     flags_ = fn_->getArg(5);
+    vars_.clear();
+    regs_.clear();
+    tensors_.clear();
     for (int a = 0; a < 4; ++a) {
       vars_[program_id_var(a)] =
           b_.CreateLoad(b_.getInt64Ty(), b_.CreateConstGEP1_64(b_.getInt64Ty(), pids, a));
@@ -109,12 +154,9 @@ class Lowering {
     for (size_t t = 0; t < p_.tensors.size(); ++t)
       tensors_.push_back(b_.CreateLoad(i8p, b_.CreateConstGEP1_64(i8p, tensors, t)));
     alloca_point_ = b_.GetInsertBlock();
-    emit_body(p_.body);
-    b_.CreateRetVoid();
     return fn_;
   }
 
- private:
   llvm::Value* i64(int64_t v) { return b_.getInt64(static_cast<uint64_t>(v)); }
 
   llvm::Value* eval(const Affine& a, const Span& span) {
@@ -183,6 +225,7 @@ class Lowering {
 
   // A register's slot (an i64 in the entry block, 0 when the program starts).
   llvm::Value* reg_slot(const std::string& r) {
+    whole_only_ = true;  // registers live in one function's frame (run)
     auto it = regs_.find(r);
     if (it != regs_.end()) return it->second;
     llvm::IRBuilder<> eb(ctx_);
@@ -437,6 +480,7 @@ class Lowering {
       if (!dyn && node.extent <= 0) continue;
       auto saved = vars_.find(node.var) != vars_.end() ? vars_[node.var] : nullptr;
       if (dyn) dynamic_vars_.insert(node.var);
+      if (dyn) whole_only_ = true;  // runtime loops read registers
       if (!dyn) {
         // Rotated do-while: the trip count is at least one.
         llvm::BasicBlock* pre = b_.GetInsertBlock();
@@ -499,6 +543,8 @@ class Lowering {
   llvm::PointerType* view_ptr_ = nullptr;
   llvm::StructType* view_ty_ = nullptr;
   llvm::Function* fn_ = nullptr;
+  llvm::FunctionType* fty_ = nullptr;  // the entry's (and every part's) type
+  bool whole_only_ = false;            // registers or runtime loops seen: no parts (run)
   llvm::BasicBlock* alloca_point_ = nullptr;
   llvm::Value *sbuf_ = nullptr, *psum_ = nullptr, *flags_ = nullptr;
   bool flags_read_ = true;  // false: PSUM views carry no flags (reads_psum_flags)

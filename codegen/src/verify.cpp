@@ -470,7 +470,7 @@ class Verifier {
                       std::initializer_list<const char*> args) {
     for (auto n : args) {
       auto a = op.access(n);
-      if (a && !dtype_is_float(a->buffer->dtype))
+      if (a && (!dtype_is_float(a->buffer->dtype) || a->buffer->dtype == DType::float8_e8m0fnu))
         user_error(op.span, "dtype",
                    "{}: '{}' is {}; matmul operands must be float8_e4m3, float8_e5m2, "
                    "float8_e4m3fn, bfloat16, float16 or float32",

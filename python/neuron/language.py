@@ -12,7 +12,8 @@ from . import eager_views as _eager_views  # noqa: F401 (t.slice, t.strides, ...
 from . import unroll as _unroll
 from . import views as _views  # noqa: F401 (t.slice, t.strides, ... on traced tensors)
 from ._span import user_span
-from .access import IndirectView, ap as _ap, as_index as _as_index
+from .access import BitcastView as _BitcastView, IndirectView, SplitView as _SplitView, \
+    ap as _ap, as_index as _as_index
 from .dtypes import to_dtype  # noqa: F401 (nl.to_dtype)
 from .errors import user_error
 from .reshaped import Reshaped as _Reshaped, dma_operand as _dma_operand
@@ -23,6 +24,7 @@ tensor = _C.Tensor
 float32, bfloat16, float16 = _C.DType.float32, _C.DType.bfloat16, _C.DType.float16
 float8_e4m3, float8_e5m2 = _C.DType.float8_e4m3, _C.DType.float8_e5m2
 float8_e4m3fn = _C.DType.float8_e4m3fn  # OCP: no infinities, largest 448 (docs/numerics.md)
+float8_e8m0fnu = _C.DType.float8_e8m0fnu  # OCP MX scale: 2^(code - 127), 0xFF NaN (mx.md)
 # MX data (NeuronCore-v4): four fp8 / fp4 values packed per element, for quantize_mx and
 # nc_matmul_mx only (docs/mx.md)
 float8_e5m2_x4, float8_e4m3fn_x4 = _C.DType.float8_e5m2_x4, _C.DType.float8_e4m3fn_x4
@@ -104,6 +106,16 @@ def empty_like(x, dtype=None, buffer=None, name=""):
 def load(src, dtype=None):
     if isinstance(src, IndirectView):  # t.ap(..., vector_offset=rows): rows read at run time
         return _C.load_rows(src.view, src.rows, _C.oob_mode.error, to_dtype(dtype), user_span())
+    if isinstance(src, (_BitcastView, _SplitView)):  # .ap(dtype=) / a transposing pattern
+        span = user_span()
+        if dtype is not None and to_dtype(dtype) != src.dtype:
+            user_error("dtype", f"nl.load of a reinterpreting or transposing view moves its "
+                       f"{src.dtype.name_} elements unchanged; dtype={to_dtype(dtype).name_} "
+                       "is not applied (convert the tile afterwards)", span)
+        dst = _C.ndarray(list(src.shape), src.dtype, sbuf, "", span)
+        from .isa import dma_copy
+        dma_copy.__wrapped__(dst, src)  # the traced body (this call is already an op)
+        return dst
     if isinstance(src, _Reshaped):  # a tile of the reshaped shape, filled from the base view
         span = user_span()
         dst = _C.ndarray(list(src.shape), src.dtype if dtype is None else to_dtype(dtype), sbuf,
@@ -117,6 +129,16 @@ def load(src, dtype=None):
 def store(dst, value):
     if isinstance(dst, IndirectView):
         _C.store_rows(dst.view, dst.rows, value, _C.oob_mode.error, user_span())
+        return
+    if isinstance(dst, (_BitcastView, _SplitView)):  # .ap(dtype=) / a transposing pattern
+        span = user_span()
+        if not isinstance(value, _C.Tensor) or value.buffer == psum:
+            value = _C.copy(value, None, span) if isinstance(value, _C.Tensor) else value
+        if not isinstance(value, _C.Tensor):
+            user_error("unsupported", f"nl.store of {value!r} into a reinterpreting or "
+                       "transposing view: store a tile", span)
+        from .isa import dma_copy
+        dma_copy.__wrapped__(dst, value)  # the traced body (this call is already an op)
         return
     if isinstance(dst, _Reshaped):  # the tile's elements, in order, into the base view
         span = user_span()

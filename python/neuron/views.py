@@ -227,10 +227,28 @@ def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
 
 
 def view(self, dtype):
+    """t.view(dtype) / t.reinterpret_cast(dtype): the same bytes as `dtype` elements, the last
+    dim scaled by the size ratio (NKI). Of an HBM tensor whose last dim is contiguous: a
+    reinterpreting view (access.py BitcastView) that DMA copies take; of a tile: refused."""
     span = user_span()
     from .dtypes import to_dtype
-    if to_dtype(dtype) == self.dtype:
+    d = to_dtype(dtype)
+    if d == self.dtype:
         return self
+    if self.buffer not in _ON_CHIP and not isinstance(self, _reshaped_mod.Reshaped):
+        pat, off = [list(p) for p in self.get_pattern()], self.offset
+        sd, sb = d.itemsize, self.dtype.itemsize
+        last_s, last_c = pat[-1]
+        ok = last_s == 1 and isinstance(off, int) and (
+            sd <= sb or (last_c * sb % sd == 0 and off * sb % sd == 0 and
+                         all(s * sb % sd == 0 for s, _ in pat[:-1])))
+        if not ok:
+            user_error("access-pattern", f"view({d.name_}) of '{self.name}' (pattern {pat}, "
+                       f"offset {off}): the last dim must be contiguous and hold whole "
+                       f"{d.name_} elements", span)
+        # The same walk counted in elements of d (access.ap converts it back to bytes).
+        dpat = [[s * sb // sd, c] for s, c in pat[:-1]] + [[1, last_c * sb // sd]]
+        return self.ap(dpat, offset=off * sb // sd, dtype=d)
     refuse(f"view({to_dtype(dtype).name_})", "reinterpret its bytes as another dtype (the "
            "storage dtype is fixed)", "convert with nisa.tensor_copy(dst, src) into a tile of "
            "the new dtype (a value conversion, not a bit cast), or pass the kernel argument "

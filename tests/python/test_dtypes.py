@@ -63,6 +63,38 @@ def test_fp8_e4m3fn_rounds_like_ml_dtypes(mode):
                                   .view(np.uint8))
 
 
+def widen_e8m0(a):
+    out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(a, dtype=nl.float32))
+    return out
+
+
+def narrow_e8m0(a):
+    out = nl.ndarray(a.shape, nl.float8_e8m0fnu, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(a, dtype=nl.float8_e8m0fnu))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["native", "simulate"])
+def test_e8m0fnu_rounds_like_ml_dtypes(mode):
+    # The MX scale type: every code read back (2^(code - 127), 0xFF NaN), and writes of every
+    # power of two, the values between (rounding up from half the mantissa), zero, negatives,
+    # infinities, NaN, subnormals and overflow.
+    codes = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e8m0fnu).reshape(16, 16)
+    np.testing.assert_array_equal(neuron.kernel(widen_e8m0, mode=mode)(codes),
+                                  codes.astype(np.float32))  # (2^127 doubled would be inf)
+    p = np.ldexp(np.float32(1), np.arange(-126, 128)).astype(np.float32)
+    x = np.concatenate([p, p * 1.25, p * 1.5, np.nextafter(p * 1.5, np.float32(0)), p * 1.75,
+                        [0, -0.0, -1, -3, np.inf, -np.inf, np.nan, 1e-40, 2.0**-127, 3e-39,
+                         3.4e38]]).astype(np.float32)
+    x = np.resize(x, (8, (x.size + 7) // 8)).astype(np.float32)
+    with np.errstate(over="ignore"):
+        got = neuron.kernel(narrow_e8m0, mode=mode)(x)
+        want = x.astype(ml_dtypes.float8_e8m0fnu)
+    assert got.dtype == np.dtype(ml_dtypes.float8_e8m0fnu)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
 def test_fp8_torch_tensors():
     torch = pytest.importorskip("torch")
     t = torch.linspace(-50, 50, 64).reshape(8, 8).to(torch.float8_e5m2)

@@ -1,8 +1,10 @@
 # The two execution modes agree, neuron.simulate returns a profile, and outputs are NumPy
 # arrays that own their memory.
 import numpy as np
+import pytest
 
 import neuron
+import neuron.isa as nisa
 import neuron.language as nl
 
 
@@ -76,3 +78,38 @@ def test_compile_returns_the_pipeline_report_and_the_final_ir():
     assert all(p.ms >= 0 for p in compiled.passes)
     # after legalize the IR holds ISA instructions only (no nl.* helper ops)
     assert "nl." not in str(compiled.kernel)
+
+
+def long_chain(x, r):
+    """700 top-level instructions (a Python loop unrolls at trace time): lowered natively as a
+    chain of functions (docs/native.md, "Long programs")."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    for i in range(700):
+        t = nl.add(t, float(i % 7) - 3.0) if i % 2 else nl.multiply(t, 1.0 + (i % 5) / 64)
+    nl.store(out, t)
+    if r is not None:  # a register in the same long program: it stays one function
+        reg = nisa.register_alloc(0)
+        nisa.register_load(reg, nl.load(r))
+        o2 = nl.ndarray((1, 1), nl.int32, buffer=nl.shared_hbm)
+        nisa.register_store(o2, reg)
+        return out, o2
+    return out
+
+
+@pytest.mark.parametrize("with_register", [False, True])
+def test_long_programs_run_natively_like_the_simulator(with_register):
+    x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    args = (x, np.array([[5]], np.int32) if with_register else None)
+    kernel = neuron.kernel(long_chain)
+    native = kernel(*args)
+    simulated = neuron.simulate(kernel)(*args)
+    want = x.copy()
+    for i in range(700):  # the same operations in float32, in order
+        want = want + np.float32(i % 7 - 3.0) if i % 2 else want * np.float32(1.0 + (i % 5) / 64)
+    for a, b in zip(native if with_register else [native], simulated if with_register
+                    else [simulated]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(native[0] if with_register else native, want)
+    if with_register:
+        assert native[1][0, 0] == 5

@@ -79,9 +79,9 @@ def matmul_kernel(st_p, st_s, mv_p, mv_s, st_dt, mv_dt, out_dt):
     nisa.dma_copy(st, st_p.ap([[M, K], [1, M]], dtype=st_dt))
     mv = nl.ndarray((K, N), mv_dt, buffer=nl.sbuf)
     nisa.dma_copy(mv, mv_p.ap([[N, K], [1, N]], dtype=mv_dt))
-    ss = nl.ndarray(st_s.shape, nl.uint8, buffer=nl.sbuf)
+    ss = nl.ndarray(st_s.shape, st_s.dtype, buffer=nl.sbuf)
     nisa.dma_copy(ss, st_s)
-    ms = nl.ndarray(mv_s.shape, nl.uint8, buffer=nl.sbuf)
+    ms = nl.ndarray(mv_s.shape, mv_s.dtype, buffer=nl.sbuf)
     nisa.dma_copy(ms, mv_s)
     ps = nl.ndarray((M, N), out_dt, buffer=nl.psum)
     nisa.nc_matmul_mx(ps, st, mv, ss, ms)
@@ -104,7 +104,10 @@ def test_nc_matmul_mx(st_fmt, mv_fmt, K, M, N, out_dt):
     st, mv = values(st_fmt, (K, 4 * M), rng), values(mv_fmt, (K, 4 * N), rng)
     st_s = rng.integers(118, 137, (K // 8, M)).astype(np.uint8)
     mv_s = rng.integers(118, 137, (K // 8, N)).astype(np.uint8)
-    out = all_modes(matmul_kernel, pack(st), spread(st_s), pack(mv), spread(mv_s),
+    st_sp, mv_sp = spread(st_s), spread(mv_s)
+    if out_dt == nl.bfloat16:  # scales as OCP E8M0 (float8_e8m0fnu) tiles: the same bytes
+        st_sp, mv_sp = (x.view(ml_dtypes.float8_e8m0fnu) for x in (st_sp, mv_sp))
+    out = all_modes(matmul_kernel, pack(st), st_sp, pack(mv), mv_sp,
                     x4.get(st_fmt, st_fmt), x4.get(mv_fmt, mv_fmt), out_dt)
     want = np.einsum("kiq,kjq->ij", dequant(st, st_s), dequant(mv, mv_s))
     tol = 2e-6 if out_dt == nl.float32 else 8e-3
@@ -223,6 +226,22 @@ def bitcast_round_trip(words):
 def test_ap_dtype_moves_bytes_unchanged():
     words = np.random.default_rng(1).integers(0, 256, (16, 24)).astype(np.uint8)
     out = all_modes(bitcast_round_trip, words)
+    np.testing.assert_array_equal(out.view(np.uint8), words)
+
+
+def viewed(words):
+    """t.view(dtype): uint8 [16, 24] as float4_e2m1fn_x4 [16, 12], back out as uint32 [16, 6]."""
+    v = words.view(nl.float4_e2m1fn_x4)
+    assert v.shape == (16, 12)
+    t = nl.load(v)
+    out = nl.ndarray((16, 6), nl.uint32, buffer=nl.shared_hbm)
+    nl.store(out.reinterpret_cast(nl.float4_e2m1fn_x4), t)
+    return out
+
+
+def test_view_dtype_of_hbm_tensors():
+    words = np.random.default_rng(2).integers(0, 256, (16, 24)).astype(np.uint8)
+    out = all_modes(viewed, words)
     np.testing.assert_array_equal(out.view(np.uint8), words)
 
 

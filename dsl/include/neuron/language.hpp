@@ -20,6 +20,7 @@ namespace neuron::nl {
 inline constexpr DType float32 = DType::float32, bfloat16 = DType::bfloat16,
                        float16 = DType::float16, float8_e4m3 = DType::float8_e4m3,
                        float8_e5m2 = DType::float8_e5m2, float8_e4m3fn = DType::float8_e4m3fn,
+                       float8_e8m0fnu = DType::float8_e8m0fnu,
                        int8 = DType::int8, int16 = DType::int16,
                        int32 = DType::int32, uint8 = DType::uint8, uint16 = DType::uint16,
                        uint32 = DType::uint32, bool_ = DType::bool_;

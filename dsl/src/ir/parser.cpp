@@ -180,10 +180,13 @@ class Parser {
     expect(":");
     if (cur().kind != Tok::ident) fail(cur(), "expected a dtype");
     auto dt = dtype_from_name(cur().text);
-    if (!dt)
-      fail(cur(),
-           "unknown dtype: expected one of float32, bfloat16, float16, float8_e4m3, float8_e5m2, "
-           "float8_e4m3fn, int8, int16, int32, uint8, uint16, uint32, bool");
+    if (!dt) {
+      std::vector<std::string_view> names;  // the dtype table's names
+#define X(e, name, bytes, is_float, is_signed) names.push_back(name);
+      NEURON_DTYPES(X)
+#undef X
+      fail(cur(), fmt::format("unknown dtype: expected one of {}", fmt::join(names, ", ")));
+    }
     next();
     b->dtype = *dt;
     b->shape = int_list();

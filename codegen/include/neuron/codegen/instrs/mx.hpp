@@ -19,8 +19,9 @@ inline int64_t mx_scale_rows(int64_t data_partitions) {
 inline void check_mx_scale(const Operands& o, size_t i, const char* what, int64_t data_partitions,
                            int64_t columns) {
   const AccessPattern& ap = o.in.src[i];
-  if (ap.dtype != DType::uint8)
-    o.fail("dtype", "{} must be uint8 (E8M0 scale codes), got {}", what, dtype_name(ap.dtype));
+  if (ap.dtype != DType::uint8 && ap.dtype != DType::float8_e8m0fnu)
+    o.fail("dtype", "{} must be float8_e8m0fnu or uint8 (E8M0 scale codes), got {}", what,
+           dtype_name(ap.dtype));
   const OperandShape& s = o.src[i];
   const int64_t rows = mx_scale_rows(data_partitions);
   if (s.partitions() < rows || s.per_partition() < columns)
@@ -98,8 +99,9 @@ struct InstrDef<Opcode::quantize_mx> {
              "per x4 element), got dst {}",
              s.str(), s.partitions(), s.per_partition() / 4, d.str());
     const AccessPattern& sc = o.in.reduce_res;
-    if (sc.dtype != DType::uint8)
-      o.fail("dtype", "dst_scale must be uint8 (E8M0 scale codes), got {}", dtype_name(sc.dtype));
+    if (sc.dtype != DType::uint8 && sc.dtype != DType::float8_e8m0fnu)
+      o.fail("dtype", "dst_scale must be float8_e8m0fnu or uint8 (E8M0 scale codes), got {}",
+             dtype_name(sc.dtype));
     OperandShape ss = o.shape(sc, "dst_scale");
     const int64_t rows = mx_scale_rows(s.partitions());
     if (ss.partitions() < rows || ss.per_partition() < d.per_partition())

@@ -136,6 +136,22 @@ inline uint8_t f32_to_fp8e4m3fn(float f) {
 inline float fp8e4m3fn_to_f32(uint8_t b) {
   return narrow_to_f32<4, 3, true>(b);
 }
+// fp8 e8m0fnu (OCP MX scale): an unsigned exponent, 2^(code - 127), code 0xFF NaN. From fp32
+// like ml_dtypes: the exponent rounded up when the mantissa is at least half (ties away from
+// zero); zero, negatives, inf, NaN and values that round past 2^127 to NaN; fp32 subnormals to
+// code 0 (2^-127).
+inline uint8_t f32_to_e8m0(float f) {
+  const uint32_t u = f32_bits(f);
+  if (!(f > 0.0f) || (u & 0x7f800000u) == 0x7f800000u) return 0xffu;
+  const uint32_t e = u >> 23;  // sign is 0
+  if (e == 0) return 0;
+  const uint32_t code = e + ((u & 0x7fffffu) >= 0x400000u ? 1u : 0u);
+  return static_cast<uint8_t>(code > 254u ? 0xffu : code);
+}
+inline float e8m0_to_f32(uint8_t b) {
+  if (b == 0xffu) return bits_f32(0x7fc00000u);
+  return bits_f32(b == 0 ? 0x00400000u : static_cast<uint32_t>(b) << 23);
+}
 inline uint8_t f32_to_fp8e5m2(float f) {
   return static_cast<uint8_t>(f32_to_narrow<5, 2>(f));
 }
@@ -216,6 +232,8 @@ inline float load_f32(const void* p, DType t) {
       return fp8e5m2_to_f32(*static_cast<const uint8_t*>(p));
     case DType::float8_e4m3fn:
       return fp8e4m3fn_to_f32(*static_cast<const uint8_t*>(p));
+    case DType::float8_e8m0fnu:
+      return e8m0_to_f32(*static_cast<const uint8_t*>(p));
     case DType::int8:
       return static_cast<float>(*static_cast<const int8_t*>(p));
     case DType::int16: {
@@ -297,6 +315,9 @@ inline void store_f32(void* p, DType t, float v) {
       return;
     case DType::float8_e4m3fn:
       *static_cast<uint8_t*>(p) = f32_to_fp8e4m3fn(v);
+      return;
+    case DType::float8_e8m0fnu:
+      *static_cast<uint8_t*>(p) = f32_to_e8m0(v);
       return;
     case DType::bool_:
       *static_cast<uint8_t*>(p) = (v != 0.0f && v == v) ? 1 : 0;
@@ -674,10 +695,9 @@ inline double pow2_d(int k) {
   return d;
 }
 
-// The scale 2^(s - 127) of a uint8 scale code (0xFF: NaN); code 0 is 2^-127, an fp32 subnormal.
+// The scale 2^(s - 127) of a scale code (uint8 or float8_e8m0fnu: the same byte; 0xFF NaN).
 inline float mx_scale(uint32_t s) {
-  if (s == 0xffu) return bits_f32(0x7fc00000u);
-  return static_cast<float>(pow2_d(static_cast<int>(s) - 127));
+  return e8m0_to_f32(static_cast<uint8_t>(s));
 }
 
 // quantize_mx's block scale for a block whose largest fp32 biased exponent field is `max_exp`
