@@ -1,0 +1,86 @@
+"""PSUM block tensors that cannot fit PSUM are placed in SBUF (a spill), as NKI's compiler does.
+
+Attention v3 of the NKI tutorials declares `qk = nl.ndarray((seqlen // 128, seqlen // 512,
+nl.par_dim(128), 512), nl.float32, buffer=nl.psum)` and keeps every block live between two
+loops: seqlen/128 x seqlen/512 full banks where the hardware has 8. A kernel is first traced
+as written (its PSUM blocks usually live one iteration each and fit); only when that fails with
+`psum-capacity` is it traced again with spilling on (legacy/__init__.py), and then every PSUM
+block tensor whose blocks, all live, would need more than PSUM holds goes to SBUF, with a
+warning. Nothing else changes: `dst[...] = nisa.nc_matmul(...)` into a spilled tensor writes a
+fresh PSUM tile and copies it into the SBUF block (deferred.py writes directly only into a view
+of its own memory), `dst[...] += nisa.nc_matmul(...)` adds the fresh tile into the block in fp32
+(the values of PSUM accumulation), and engines read SBUF as they read PSUM."""
+import linecache
+import math
+import re
+import threading
+import warnings
+
+from .. import _C
+from ..dtypes import numpy_dtype
+
+# Per partition, on every target (TRAINIUM.md; base/target.hpp): 8 banks of 2 KiB, and a tile
+# never straddles a bank (allocate.cpp).
+PSUM_BANKS, BANK_BYTES = 8, 2048
+
+
+class _SpillState(threading.local):
+    def __init__(self):
+        self.enabled = False     # this trace spills (a retrace after psum-capacity)
+        self.candidates = 0      # PSUM block tensors this trace found too big for PSUM
+
+
+_State = _SpillState()
+_warned = set()  # (file, line): one warning per nl.ndarray line and process
+
+
+def begin(enabled):
+    _State.enabled, _State.candidates = bool(enabled), 0
+
+
+def candidates():
+    """How many PSUM block tensors of the last trace need more than PSUM (spillable)."""
+    return _State.candidates
+
+
+def psum_banks(tiles, tile_shape, dtype):
+    """Banks that `tiles` PSUM tiles of tile_shape need, all live (tiles packed into banks)."""
+    per_partition = math.prod(tile_shape[1:]) * numpy_dtype(dtype).itemsize
+    if per_partition > BANK_BYTES:
+        return None  # not a PSUM tile at all: the allocator's own error says so
+    return math.ceil(tiles / (BANK_BYTES // max(per_partition, 1)))
+
+
+def place(memory, tiles, tile_shape, dtype, name, span):
+    """The memory a block tensor of `tiles` distinct tiles goes to: SBUF instead of PSUM when
+    spilling is on and the tiles cannot all be live in PSUM."""
+    if memory != _C.Memory.psum:
+        return memory
+    banks = psum_banks(tiles, tile_shape, _C_dtype(dtype))
+    if banks is None or banks <= PSUM_BANKS:
+        return memory
+    _State.candidates += 1
+    if not _State.enabled:
+        return memory
+    where = (span.file, span.line)
+    if where not in _warned:
+        _warned.add(where)
+        name = name or _assigned_name(span)
+        what = f"'{name}'" if name else "a PSUM block tensor"
+        warnings.warn_explicit(
+            f"{what} ({tiles} blocks of {list(tile_shape)}) needs {banks} PSUM banks with all "
+            f"its blocks live, but PSUM has {PSUM_BANKS}: it is placed in SBUF instead (a "
+            "spill, as NKI's compiler does); matmul results are copied into it",
+            UserWarning, span.file or "<kernel>", span.line)
+    return _C.Memory.sbuf
+
+
+def _assigned_name(span):
+    """`qk` in the line `qk = nl.ndarray(...)` (the tensor's name for the warning), or ""."""
+    m = re.match(r"\s*([A-Za-z_]\w*)\s*=[^=]", linecache.getline(span.file, span.line))
+    return m.group(1) if m else ""
+
+
+def _C_dtype(dtype):
+    from .. import language as _nl
+    return _nl.to_dtype(dtype)
