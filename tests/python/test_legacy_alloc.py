@@ -75,32 +75,44 @@ M, NB = 2, 5  # 2 x 5 full-bank [128, 512] fp32 blocks: 10 banks, PSUM has 8
 
 
 @nki.jit(mode="simulation")
-def all_products(a, b, c):
+def all_products(a, b, c, m=M, nb=NB, p=128):
     """Every a_i.T @ b_j + a_i.T @ c_j into one PSUM block tensor, all kept live between the
-    loops (attention v3's qk pattern): 10 banks, so it is spilled to SBUF."""
-    out = nl.ndarray((M * 128, NB * 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    loops (attention v3's qk pattern): more banks than PSUM has, so it is spilled."""
+    out = nl.ndarray((m * p, nb * 512), dtype=nl.float32, buffer=nl.shared_hbm)
     a_sb, b_sb, c_sb = nl.load(a), nl.load(b), nl.load(c)
-    qk = nl.ndarray((M, NB, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
-    for i in nl.affine_range(M):
-        for j in nl.affine_range(NB):
-            qk[i, j, :, :] = nisa.nc_matmul(a_sb[:, nl.ds(i * 128, 128)],
+    qk = nl.ndarray((m, nb, nl.par_dim(p), 512), dtype=nl.float32, buffer=nl.psum)
+    for i in nl.affine_range(m):
+        for j in nl.affine_range(nb):
+            qk[i, j, :, :] = nisa.nc_matmul(a_sb[:, nl.ds(i * p, p)],
                                             b_sb[:, nl.ds(j * 512, 512)])
-            qk[i, j, :, :] += nisa.nc_matmul(a_sb[:, nl.ds(i * 128, 128)],
+            qk[i, j, :, :] += nisa.nc_matmul(a_sb[:, nl.ds(i * p, p)],
                                              c_sb[:, nl.ds(j * 512, 512)])
-    for i in nl.affine_range(M):
-        for j in nl.affine_range(NB):
-            nl.store(out[nl.ds(i * 128, 128), nl.ds(j * 512, 512)],
+    for i in nl.affine_range(m):
+        for j in nl.affine_range(nb):
+            nl.store(out[nl.ds(i * p, p), nl.ds(j * 512, 512)],
                      nisa.tensor_scalar(qk[i, j], np.multiply, 1.0))
     return out
 
 
+def products_inputs(m, nb, p):
+    a = RNG.uniform(-1, 1, (128, m * p)).astype(np.float32)
+    b, c = (RNG.uniform(-1, 1, (128, nb * 512)).astype(np.float32) for _ in range(2))
+    return a, b, c, a.astype(f64).T @ (b.astype(f64) + c.astype(f64))
+
+
 def test_a_psum_block_tensor_too_big_for_psum_is_spilled_to_sbuf():
-    a = RNG.uniform(-1, 1, (128, M * 128)).astype(np.float32)
-    b, c = (RNG.uniform(-1, 1, (128, NB * 512)).astype(np.float32) for _ in range(2))
+    a, b, c, want = products_inputs(M, NB, 128)
     with pytest.warns(UserWarning, match=r"'qk' \(10 blocks of \[128, 512\]\) needs 10 PSUM "
-                      r"banks .* placed in SBUF"):
+                      r"banks .* placed in SBUF instead"):
         got = all_products(a, b, c)
-    want = a.astype(f64).T @ (b.astype(f64) + c.astype(f64))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_spill_too_big_for_sbuf_goes_to_hbm():
+    # 8 x 14 blocks of 2 KiB per partition: 224 KiB, more than SBUF's 208 KiB as well.
+    a, b, c, want = products_inputs(8, 14, 8)
+    with pytest.warns(UserWarning, match=r"'qk' \(112 blocks .* placed in HBM"):
+        got = all_products(a, b, c, m=8, nb=14, p=8)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 

@@ -51,11 +51,11 @@ class _Traced:
     """The function neuron traces: the kernel with its non-array arguments bound. It carries
     the kernel's code object, so trace errors point at the kernel's `def` line."""
 
-    def __init__(self, fn, names, consts, grid, shared_constants=None, spilling=False):
+    def __init__(self, fn, names, consts, grid, shared_constants=None, spilling=spill.NONE):
         # Kernel copies this object's __dict__ onto itself (functools.update_wrapper): private
         # names only.
         self._lk_fn, self._lk_names, self._lk_consts, self._lk_grid = fn, names, consts, grid
-        self._lk_spill = spilling  # PSUM block tensors too big for PSUM go to SBUF (spill.py)
+        self._lk_spill = spilling  # where PSUM block tensors too big for PSUM go (spill.py)
         self._lk_spillable = 0  # how many the last trace found
         # nl.shared_constant arrays found so far: hidden inputs after the kernel's own
         self._lk_constants = [] if shared_constants is None else shared_constants
@@ -92,7 +92,7 @@ class _Traced:
         finally:
             views.end_trace()
             self._lk_spillable = spill.candidates()
-            spill.begin(False)
+            spill.begin(spill.NONE)
         single = not isinstance(out, (tuple, list))
         outs = [] if out is None else [out] if single else list(out)
         # A returned t.reshape(...) is t, reshaped on the host after the run.
@@ -155,7 +155,7 @@ class LegacyKernel:
             return self.fn(*args, **kwargs)
         return self.run(args, kwargs, self.mode)
 
-    def _kernel_for(self, args, kwargs, mode, retrace=False, spilling=False):
+    def _kernel_for(self, args, kwargs, mode, retrace=False, spilling=None):
         """(neuron Kernel, its _Traced, array arguments) for this call's constants."""
         sig = inspect.signature(self.fn)
         bound = sig.bind(*args, **kwargs)
@@ -177,7 +177,8 @@ class LegacyKernel:
         if k is None or retrace:  # retrace: a new nl.shared_constant, or spilling (spill.py)
             traced = _Traced(self.fn, names, consts, self.grid,
                              None if traced is None else traced._lk_constants,
-                             spilling or traced is not None and traced._lk_spill)
+                             spilling if spilling is not None else
+                             traced._lk_spill if traced is not None else spill.NONE)
             k = Kernel(traced, grid=self.grid, target=self.target, mode=mode or "native")
             self._kernels[key] = (k, traced)
         return k, traced, arrays + list(traced._lk_constants)
@@ -195,7 +196,7 @@ class LegacyKernel:
 
     def run(self, args, kwargs, mode, profile=False):
         __tracebackhide__ = True
-        retrace = spilling = False
+        retrace, spilling = False, None
         while True:
             k, traced, arrays = self._kernel_for(args, kwargs, mode, retrace, spilling)
             try:
@@ -209,8 +210,9 @@ class LegacyKernel:
             except constants.Retrace:  # one more nl.shared_constant input (constants.py)
                 retrace = True
             except errors.NeuronError as e:  # the user's frames only, as neuron kernels do
-                if e.rule == "psum-capacity" and traced._lk_spillable and not traced._lk_spill:
-                    retrace = spilling = True  # traced again, too-big PSUM blocks in SBUF
+                level = spill.next_level(traced._lk_spill, e.rule)
+                if level is not None and traced._lk_spillable:
+                    retrace, spilling = True, level  # traced again, too-big PSUM blocks spilled
                     continue
                 raise e.with_traceback(errors.strip_toolkit_frames(e.__traceback__)) from None
         arrays = arrays[:len(arrays) - len(traced._lk_constants)]

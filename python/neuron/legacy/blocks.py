@@ -54,6 +54,7 @@ class Blocks:
         first = self._at([0] * len(self.bshape))
         self.tile_shape, self.dtype, self.buffer = list(first.shape), first.dtype, first.buffer
         self.physical = len(slots) if slots else None  # tiles allocated, when shared
+        self.staged = False  # tiles in HBM (a PSUM spill, spill.py): read through SBUF copies
 
     def _build(self, dims, make, prefix, slots):
         if not dims:
@@ -126,15 +127,19 @@ class Blocks:
             sub.tile_shape, sub.dtype, sub.buffer = self.tile_shape, self.dtype, self.buffer
             sub.alloc, sub.modular = self.alloc, [(d - len(idx), k) for d, k in self.modular
                                                   if d >= len(idx)]
+            sub.staged = self.staged
             return sub
         tile = self._at(idx)
         view = tile[rest] if rest else tile
+        if self.staged:  # an HBM block: engines read an SBUF copy (`t[i] += x` stores it back)
+            from .language import load
+            view = load(view)
         self._last = (key, view)
         return view
 
     def __setitem__(self, key, value):
         last_key, last_view = getattr(self, "_last", (None, None))
-        if value is last_view and same_key(key, last_key):
+        if value is last_view and same_key(key, last_key) and not self.staged:
             return  # `t[i, ...] += x` already updated that view in place
         idx, rest = self._split(key)
         if len(idx) < len(self.bshape):

@@ -153,7 +153,10 @@ def _make(shape, dtype, buffer, name, fill=None):
         if memory == shared_hbm and _State.active:
             _State.shared.append(t)  # returned, or scratch (legacy/__init__.py)
         return t
-    return _allocate(shape, tile, alloc)
+    made = _allocate(shape, tile, alloc)
+    if bshape and memory == hbm and _memory(buffer) == psum:
+        made.staged = True  # spilled to HBM (spill.py): read through SBUF copies
+    return made
 
 
 def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):

@@ -1,15 +1,21 @@
-"""PSUM block tensors that cannot fit PSUM are placed in SBUF (a spill), as NKI's compiler does.
+"""PSUM block tensors that cannot fit PSUM are placed in SBUF, or HBM (a spill), as NKI's
+compiler does.
 
 Attention v3 of the NKI tutorials declares `qk = nl.ndarray((seqlen // 128, seqlen // 512,
 nl.par_dim(128), 512), nl.float32, buffer=nl.psum)` and keeps every block live between two
 loops: seqlen/128 x seqlen/512 full banks where the hardware has 8. A kernel is first traced
-as written (its PSUM blocks usually live one iteration each and fit); only when that fails with
-`psum-capacity` is it traced again with spilling on (legacy/__init__.py), and then every PSUM
-block tensor whose blocks, all live, would need more than PSUM holds goes to SBUF, with a
-warning. Nothing else changes: `dst[...] = nisa.nc_matmul(...)` into a spilled tensor writes a
-fresh PSUM tile and copies it into the SBUF block (deferred.py writes directly only into a view
-of its own memory), `dst[...] += nisa.nc_matmul(...)` adds the fresh tile into the block in fp32
-(the values of PSUM accumulation), and engines read SBUF as they read PSUM."""
+as written (its PSUM blocks usually live one iteration each and fit, attention v4-v11); only
+when that fails with `psum-capacity` is it traced again with spilling on (legacy/__init__.py),
+and then every PSUM block tensor whose blocks, all live, would need more than PSUM holds goes to
+SBUF, with a warning. Nothing else changes: `dst[...] = nisa.nc_matmul(...)` into a spilled
+tensor writes a fresh PSUM tile and copies it into the SBUF block (deferred.py writes directly
+only into a view of its own memory), `dst[...] += nisa.nc_matmul(...)` adds the fresh tile into
+the block in fp32 (the values of PSUM accumulation), and engines read SBUF as they read PSUM.
+
+If SBUF cannot hold them either (`sbuf-capacity` on that retrace; v3 at seqlen 4096 needs
+512 KiB per partition), a third trace puts them in HBM: a write stores the PSUM result (through
+an SBUF copy), and subscripting a block (`qk[i, j]`) loads it into a fresh SBUF tile, which
+`qk[i, j] += x` stores back (blocks.py)."""
 import linecache
 import math
 import re
@@ -24,18 +30,30 @@ from ..dtypes import numpy_dtype
 PSUM_BANKS, BANK_BYTES = 8, 2048
 
 
+NONE, SBUF, HBM = 0, 1, 2  # where this trace puts PSUM block tensors too big for PSUM
+
+
 class _SpillState(threading.local):
     def __init__(self):
-        self.enabled = False     # this trace spills (a retrace after psum-capacity)
+        self.level = NONE        # SBUF: a retrace after psum-capacity; HBM: after that, SBUF's
         self.candidates = 0      # PSUM block tensors this trace found too big for PSUM
 
 
 _State = _SpillState()
-_warned = set()  # (file, line): one warning per nl.ndarray line and process
+_warned = set()  # (file, line, level): one warning per nl.ndarray line, place and process
 
 
-def begin(enabled):
-    _State.enabled, _State.candidates = bool(enabled), 0
+def begin(level):
+    _State.level, _State.candidates = level, 0
+
+
+def next_level(level, rule):
+    """The spill level to retrace with after a capacity error, or None (the error stands)."""
+    if level == NONE and rule == "psum-capacity":
+        return SBUF
+    if level == SBUF and rule == "sbuf-capacity":
+        return HBM
+    return None
 
 
 def candidates():
@@ -60,19 +78,21 @@ def place(memory, tiles, tile_shape, dtype, name, span):
     if banks is None or banks <= PSUM_BANKS:
         return memory
     _State.candidates += 1
-    if not _State.enabled:
+    if _State.level == NONE:
         return memory
-    where = (span.file, span.line)
+    where = (span.file, span.line, _State.level)
     if where not in _warned:
         _warned.add(where)
         name = name or _assigned_name(span)
         what = f"'{name}'" if name else "a PSUM block tensor"
+        place = "SBUF" if _State.level == SBUF else \
+            "HBM (SBUF cannot hold it either; its blocks are read through SBUF copies)"
         warnings.warn_explicit(
             f"{what} ({tiles} blocks of {list(tile_shape)}) needs {banks} PSUM banks with all "
-            f"its blocks live, but PSUM has {PSUM_BANKS}: it is placed in SBUF instead (a "
+            f"its blocks live, but PSUM has {PSUM_BANKS}: it is placed in {place} instead (a "
             "spill, as NKI's compiler does); matmul results are copied into it",
             UserWarning, span.file or "<kernel>", span.line)
-    return _C.Memory.sbuf
+    return _C.Memory.sbuf if _State.level == SBUF else _C.Memory.hbm
 
 
 def _assigned_name(span):
