@@ -56,7 +56,7 @@ class _Traced:
         # names only.
         self._lk_fn, self._lk_names, self._lk_consts, self._lk_grid = fn, names, consts, grid
         self._lk_spill = spilling  # where PSUM block tensors too big for PSUM go (spill.py)
-        self._lk_spillable = 0  # how many the last trace found
+        self._lk_spillable, self._lk_spill_notes = 0, []  # how many the last trace found
         # nl.shared_constant arrays found so far: hidden inputs after the kernel's own
         self._lk_constants = [] if shared_constants is None else shared_constants
         hidden = [f"shared_constant{i}" for i in range(len(self._lk_constants))]
@@ -91,7 +91,7 @@ class _Traced:
             created = list(views._State.shared)
         finally:
             views.end_trace()
-            self._lk_spillable = spill.candidates()
+            self._lk_spillable, self._lk_spill_notes = spill.candidates(), spill.notes()
             spill.begin(spill.NONE)
         single = not isinstance(out, (tuple, list))
         outs = [] if out is None else [out] if single else list(out)
@@ -206,6 +206,7 @@ class LegacyKernel:
                     self.profile_text = sim.profile
                 else:
                     out = k(*arrays)
+                spill.warn(traced._lk_spill_notes)  # compiled: the spills it took
                 break
             except constants.Retrace:  # one more nl.shared_constant input (constants.py)
                 retrace = True

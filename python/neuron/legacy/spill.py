@@ -37,14 +37,28 @@ class _SpillState(threading.local):
     def __init__(self):
         self.level = NONE        # SBUF: a retrace after psum-capacity; HBM: after that, SBUF's
         self.candidates = 0      # PSUM block tensors this trace found too big for PSUM
+        self.notes = []          # (message, file, line): warnings for this trace's spills
 
 
 _State = _SpillState()
-_warned = set()  # (file, line, level): one warning per nl.ndarray line, place and process
+_warned = set()  # (file, line, message): each warning once per process
 
 
 def begin(level):
-    _State.level, _State.candidates = level, 0
+    _State.level, _State.candidates, _State.notes = level, 0, []
+
+
+def notes():
+    """The warnings of the last trace's spills: warn() them once its kernel compiled (a spill to
+    SBUF that is then retraced to HBM is not worth a warning)."""
+    return list(_State.notes)
+
+
+def warn(notes):
+    for message, file, line in notes:
+        if (file, line, message) not in _warned:
+            _warned.add((file, line, message))
+            warnings.warn_explicit(message, UserWarning, file, line)
 
 
 def next_level(level, rule):
@@ -80,18 +94,15 @@ def place(memory, tiles, tile_shape, dtype, name, span):
     _State.candidates += 1
     if _State.level == NONE:
         return memory
-    where = (span.file, span.line, _State.level)
-    if where not in _warned:
-        _warned.add(where)
-        name = name or _assigned_name(span)
-        what = f"'{name}'" if name else "a PSUM block tensor"
-        place = "SBUF" if _State.level == SBUF else \
-            "HBM (SBUF cannot hold it either; its blocks are read through SBUF copies)"
-        warnings.warn_explicit(
-            f"{what} ({tiles} blocks of {list(tile_shape)}) needs {banks} PSUM banks with all "
-            f"its blocks live, but PSUM has {PSUM_BANKS}: it is placed in {place} instead (a "
-            "spill, as NKI's compiler does); matmul results are copied into it",
-            UserWarning, span.file or "<kernel>", span.line)
+    name = name or _assigned_name(span)
+    what = f"'{name}'" if name else "a PSUM block tensor"
+    place = "SBUF" if _State.level == SBUF else \
+        "HBM (SBUF cannot hold it either; its blocks are read through SBUF copies)"
+    _State.notes.append((
+        f"{what} ({tiles} blocks of {list(tile_shape)}) needs {banks} PSUM banks with all its "
+        f"blocks live, but PSUM has {PSUM_BANKS}: it is placed in {place} instead (a spill, as "
+        "NKI's compiler does); matmul results are copied into it",
+        span.file or "<kernel>", span.line))
     return _C.Memory.sbuf if _State.level == SBUF else _C.Memory.hbm
 
 
