@@ -138,3 +138,82 @@ def test_a_psum_block_tensor_that_fits_where_it_is_used_stays_in_psum():
     np.testing.assert_allclose(got, a.astype(f64).T @ b.astype(f64), rtol=1e-5, atol=1e-5)
     ir = str(per_iteration_products.trace(a, b))
     assert "psum" in ir and ir.count("tensor_copy") <= M * NB, ir[:2000]
+
+
+@nki.jit(mode="simulation")
+def patched_products(a, b, c, m=M, nb=NB, p=128):
+    """all_products, then each block rewritten in parts through views of it: the writes a kernel
+    makes into a PSUM block, which must reach the block wherever the spill put it."""
+    out = nl.ndarray((m * p, nb * 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    a_sb, b_sb, c_sb = nl.load(a), nl.load(b), nl.load(c)
+    qk = nl.ndarray((m, nb, nl.par_dim(p), 512), dtype=nl.float32, buffer=nl.psum)
+    for i in nl.affine_range(m):
+        for j in nl.affine_range(nb):
+            qk[i, j, :, :] = nisa.nc_matmul(a_sb[:, nl.ds(i * p, p)],
+                                            b_sb[:, nl.ds(j * 512, 512)])
+            qk[i, j, :, :] += nisa.nc_matmul(a_sb[:, nl.ds(i * p, p)],
+                                             c_sb[:, nl.ds(j * 512, 512)])
+    for i in nl.affine_range(m):
+        for j in nl.affine_range(nb):
+            qk[i, j][:, 0:64] = float(i * nb + j)  # a number into a view of the block
+            qk[i, j][:, 64:128] = nisa.tensor_scalar(qk[i, j][:, 128:192], np.multiply, 2.0)
+            nisa.activation(nl.copy, qk[i, j][:, 256:512], reduce_op=np.add,
+                            reduce_res=qk[i, j][:, 192:193])  # a destination that is a view
+            t = qk[i, j]
+            t[:, 193:256] *= 3.0  # in place, through a view of a view
+    for i in nl.affine_range(m):
+        for j in nl.affine_range(nb):
+            nl.store(out[nl.ds(i * p, p), nl.ds(j * 512, 512)], nl.copy(qk[i, j]))
+    return out
+
+
+def patched_want(m, nb, p):
+    a, b, c, want = products_inputs(m, nb, p)
+    blocks = want.reshape(m, p, nb, 512).transpose(0, 2, 1, 3).copy()
+    for i in range(m):
+        for j in range(nb):
+            q = blocks[i, j]
+            q[:, 0:64] = i * nb + j
+            q[:, 64:128] = 2.0 * q[:, 128:192]
+            q[:, 192] = q[:, 256:512].sum(axis=1)
+            q[:, 193:256] *= 3.0
+    return a, b, c, blocks.transpose(0, 2, 1, 3).reshape(m * p, nb * 512)
+
+
+@pytest.mark.parametrize("m, nb, p, where", [(M, NB, 128, "SBUF"), (8, 14, 8, "HBM")])
+def test_writes_through_views_of_a_spilled_block_reach_the_block(m, nb, p, where):
+    # SBUF: the block is an SBUF tile, views of it are views of the block. HBM: `qk[i, j]` is an
+    # SBUF copy, and every write into it is stored back to the block (spill.py).
+    a, b, c, want = patched_want(m, nb, p)
+    with pytest.warns(UserWarning, match=f"placed in {where}"):
+        got = patched_products(a, b, c, m=m, nb=nb, p=p)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@nki.jit(mode="simulation")
+def column_write(a, b, m=8, nb=14, p=8):
+    out = nl.ndarray((m * p, nb * 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    a_sb, b_sb = nl.load(a), nl.load(b)
+    qk = nl.ndarray((m, nb, nl.par_dim(p), 512), dtype=nl.float32, buffer=nl.psum)
+    for i in nl.affine_range(m):
+        for j in nl.affine_range(nb):
+            qk[i, j] = nisa.nc_matmul(a_sb[:, nl.ds(i * p, p)], b_sb[:, nl.ds(j * 512, 512)])
+    for i in nl.affine_range(m):
+        for j in nl.affine_range(nb):
+            column = qk[i, j, :, 0]  # 1-D: its SBUF copy is [p, 1], not a view of the block
+            column[...] = 1.0
+    for i in nl.affine_range(m):
+        for j in nl.affine_range(nb):
+            nl.store(out[nl.ds(i * p, p), nl.ds(j * 512, 512)], nl.copy(qk[i, j]))
+    return out
+
+
+def test_a_write_into_an_hbm_spilled_block_that_cannot_reach_it_is_refused():
+    a, b = np.ones((128, 64), np.float32), np.ones((128, 14 * 512), np.float32)
+    with pytest.raises(neuron.NeuronError) as info:
+        column_write(a, b)
+    e = info.value
+    assert e.rule == "psum-spill", e.rule
+    assert "'qk' is a PSUM block tensor spilled to HBM" in e.message, e.message
+    assert "would be lost" in e.message and "qk[i, j][:, a:b] = value" in e.message, e.message
+    assert e.file == THIS and e.line == line_of(column_write, "column[...] = 1.0")

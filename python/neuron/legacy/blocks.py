@@ -55,6 +55,7 @@ class Blocks:
         self.tile_shape, self.dtype, self.buffer = list(first.shape), first.dtype, first.buffer
         self.physical = len(slots) if slots else None  # tiles allocated, when shared
         self.staged = False  # tiles in HBM (a PSUM spill, spill.py): read through SBUF copies
+        self.name = ""  # the tensor's name, for errors
 
     def _build(self, dims, make, prefix, slots):
         if not dims:
@@ -127,20 +128,24 @@ class Blocks:
             sub.tile_shape, sub.dtype, sub.buffer = self.tile_shape, self.dtype, self.buffer
             sub.alloc, sub.modular = self.alloc, [(d - len(idx), k) for d, k in self.modular
                                                   if d >= len(idx)]
-            sub.staged = self.staged
+            sub.staged, sub.name = self.staged, self.name
             return sub
         tile = self._at(idx)
         view = tile[rest] if rest else tile
-        if self.staged:  # an HBM block: engines read an SBUF copy (`t[i] += x` stores it back)
+        if self.staged:  # an HBM block: engines read an SBUF copy; writes into it go back
             from .language import load
-            view = load(view)
+            from . import spill
+            block, view = view, load(view)
+            spill.staged(view, block, self.name)
         self._last = (key, view)
         return view
 
     def __setitem__(self, key, value):
         last_key, last_view = getattr(self, "_last", (None, None))
-        if value is last_view and same_key(key, last_key) and not self.staged:
-            return  # `t[i, ...] += x` already updated that view in place
+        if value is last_view and same_key(key, last_key):
+            from . import spill
+            if not self.staged or spill.stored(value):
+                return  # `t[i, ...] += x` already updated that view in place (and its block)
         idx, rest = self._split(key)
         if len(idx) < len(self.bshape):
             error("index", "assign to one block at a time (t[i] = value)")

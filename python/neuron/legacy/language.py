@@ -156,6 +156,7 @@ def _make(shape, dtype, buffer, name, fill=None):
     made = _allocate(shape, tile, alloc)
     if bshape and memory == hbm and _memory(buffer) == psum:
         made.staged = True  # spilled to HBM (spill.py): read through SBUF copies
+        made.name = name or _spill._assigned_name(user_span()) or "t"
     return made
 
 

@@ -14,8 +14,10 @@ the block in fp32 (the values of PSUM accumulation), and engines read SBUF as th
 
 If SBUF cannot hold them either (`sbuf-capacity` on that retrace; v3 at seqlen 4096 needs
 512 KiB per partition), a third trace puts them in HBM: a write stores the PSUM result (through
-an SBUF copy), and subscripting a block (`qk[i, j]`) loads it into a fresh SBUF tile, which
-`qk[i, j] += x` stores back (blocks.py)."""
+an SBUF copy), and subscripting a block (`qk[i, j]`) loads it into a fresh SBUF tile. Whatever
+then writes that copy, whole or through a view of it (`qk[i, j] += x`, `qk[i, j][:, 0:64] = x`,
+`reduce_res=qk[i, j]`, any instruction's destination), stores the part it wrote back to the same
+part of the HBM block right after (written() below), so the block holds what PSUM would."""
 import linecache
 import math
 import re
@@ -23,7 +25,10 @@ import threading
 import warnings
 
 from .. import _C
+from .. import eager as _eager
+from .._span import user_span
 from ..dtypes import numpy_dtype
+from .grid import error
 
 # Per partition, on every target (TRAINIUM.md; base/target.hpp): 8 banks of 2 KiB, and a tile
 # never straddles a bank (allocate.cpp).
@@ -38,6 +43,9 @@ class _SpillState(threading.local):
         self.level = NONE        # SBUF: a retrace after psum-capacity; HBM: after that, SBUF's
         self.candidates = 0      # PSUM block tensors this trace found too big for PSUM
         self.notes = []          # (message, file, line): warnings for this trace's spills
+        self.copies = {}         # root name of an SBUF copy of an HBM block -> (copy, block view)
+        self.quiet = 0           # > 0: inside a write that stores its copy back itself
+        self.stored = None       # the view written() stored back last
 
 
 _State = _SpillState()
@@ -46,6 +54,11 @@ _warned = set()  # (file, line, message): each warning once per process
 
 def begin(level):
     _State.level, _State.candidates, _State.notes = level, 0, []
+    _State.copies, _State.quiet, _State.stored = {}, 0, None
+    if level == HBM and written not in _eager.write_hooks:
+        _eager.write_hooks.append(written)  # every nl/nisa destination (eager.op's writes=)
+    elif level != HBM and written in _eager.write_hooks:
+        _eager.write_hooks.remove(written)
 
 
 def notes():
@@ -115,3 +128,78 @@ def _assigned_name(span):
 def _C_dtype(dtype):
     from .. import language as _nl
     return _nl.to_dtype(dtype)
+
+
+# ---- writes into the SBUF copy of an HBM block -------------------------------------------------
+
+def staged(copy, block, what):
+    """Notes that SBUF tile `copy` was loaded from `block` (a view of an HBM-spilled block of
+    tensor `what`): writes into it are stored back (written())."""
+    ok = isinstance(block, _C.Tensor) and list(block.shape) == list(copy.shape)
+    _State.copies[copy.name] = (copy, block if ok else None, what)
+
+
+def watched(t):
+    """Is t (a view of) the SBUF copy of an HBM-spilled block?"""
+    return bool(_State.copies) and getattr(t, "name", None) in _State.copies and \
+        isinstance(t, _C.Tensor) and t.buffer == _C.Memory.sbuf
+
+
+def storing_back(t, region, write):
+    """write() (`t[key] = v`, `t += v`, ...) into t; when t is the SBUF copy of an HBM block, the
+    instructions it records store nothing back themselves and region() (the view written, t
+    itself when None) is stored back after. (No context manager: the user's line that errors
+    name is found by walking out of neuron's frames, and contextlib's frame is not neuron's.)"""
+    if not watched(t):
+        return write()
+    _State.quiet += 1
+    try:
+        result = write()
+    finally:
+        _State.quiet -= 1
+    view = region()
+    written(t if view is None else view)
+    return result
+
+
+def written(view):
+    """After an instruction wrote `view`: when it is (a view of) the SBUF copy of an HBM-spilled
+    PSUM block, store the same elements of the HBM block (a DMA), which PSUM would have held."""
+    if _State.quiet or not watched(view):
+        return
+    copy, block, what = _State.copies[view.name]
+    target = _mirror(view, copy, block) if block is not None else None
+    if target is None:
+        why = f"a view {list(view.shape)} of the copy that is not a box of it" if block is \
+            not None else f"a copy {list(copy.shape)} made by a subscript that drops dims"
+        error("psum-spill", f"'{what}' is a PSUM block tensor spilled to HBM (too big for PSUM "
+              "and SBUF): subscripting one of its blocks loads an SBUF copy, whose writes are "
+              f"stored back to the block, but this write goes to {why}, which cannot be mapped "
+              "back onto the block, so it would be lost; write the block with subscripts that "
+              f"keep its dims (`{what}[i, j][:, a:b] = value`, `{what}[i, j, :, a:b] = value`)")
+    _C.store(target, view, user_span())
+    _State.stored = view
+
+
+def stored(view):
+    """Did written() just store this view back (`t[k] += x` then ends in t[k] = view)?"""
+    return view is not None and view is _State.stored
+
+
+def _mirror(view, copy, block):
+    """The view of `block` that covers the elements `view` covers of `copy` (block and copy have
+    one shape), or None when the view is not a plain box of copy (a permuted view)."""
+    try:
+        dims = _C.view_dims(view)
+    except ValueError:  # a start that is a program id
+        return None
+    if _C.storage_shape(view) != list(copy.shape) or any(k and st <= 0 for _, _, st, k in dims):
+        return None
+    span = user_span()
+    subs = [_C.subscript("slice", _C.Affine(s), s + (n - 1) * st + 1, st, span) if keep else
+            _C.subscript("scalar", _C.Affine(s), 0, 0, span) for s, n, st, keep in dims]
+    same = _C.index(copy, subs)
+    if list(same.shape) != list(view.shape) or same.strides != view.strides or \
+            same.offset != view.offset:
+        return None
+    return _C.index(block, subs)
