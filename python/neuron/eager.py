@@ -252,10 +252,28 @@ def op(writes=(), matmul=False, result_matmul=False):
         @functools.wraps(fn)
         def call(*args, **kwargs):
             if _state.launch is None:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+                if write_hooks and spec.writes:
+                    _written(spec, args, kwargs)
+                return result
             return _run(spec, args, kwargs, fn)
         return call
     return wrap
+
+
+# Called as hook(view) with every view a traced nl/nisa call wrote; empty unless a legacy kernel
+# with a PSUM block tensor spilled to HBM is traced (legacy/spill.py stores the SBUF copies of
+# its blocks back to HBM when something writes them).
+write_hooks = []
+
+
+def _written(spec, args, kwargs):
+    bound = spec.signature.bind(*args, **kwargs)
+    for name in spec.writes:
+        view = bound.arguments.get(name)
+        if view is not None:
+            for hook in list(write_hooks):
+                hook(view)
 
 
 def index(fn):

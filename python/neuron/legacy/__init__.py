@@ -26,7 +26,7 @@ import numpy as np
 from .. import _C, _span, errors, runtime
 from ..kernel import Kernel, param_key
 from ..kernel import simulate as _simulate
-from . import compiler, constants, isa, language, methods, typing, views
+from . import compiler, constants, isa, language, methods, spill, typing, views
 
 methods.install()
 tensor = _C.Tensor  # nki.tensor
@@ -51,10 +51,12 @@ class _Traced:
     """The function neuron traces: the kernel with its non-array arguments bound. It carries
     the kernel's code object, so trace errors point at the kernel's `def` line."""
 
-    def __init__(self, fn, names, consts, grid, shared_constants=None):
+    def __init__(self, fn, names, consts, grid, shared_constants=None, spilling=spill.NONE):
         # Kernel copies this object's __dict__ onto itself (functools.update_wrapper): private
         # names only.
         self._lk_fn, self._lk_names, self._lk_consts, self._lk_grid = fn, names, consts, grid
+        self._lk_spill = spilling  # where PSUM block tensors too big for PSUM go (spill.py)
+        self._lk_spillable, self._lk_spill_notes = 0, []  # how many the last trace found
         # nl.shared_constant arrays found so far: hidden inputs after the kernel's own
         self._lk_constants = [] if shared_constants is None else shared_constants
         hidden = [f"shared_constant{i}" for i in range(len(self._lk_constants))]
@@ -69,6 +71,7 @@ class _Traced:
         tensors, hidden = tensors[:len(self._lk_names)], tensors[len(self._lk_names):]
         constants.begin(self._lk_constants, hidden)
         views.begin_trace(self._lk_grid)
+        spill.begin(self._lk_spill)
         sig = inspect.signature(self._lk_fn)
         values = dict(self._lk_consts, **dict(zip(self._lk_names, tensors)))
         for name, t in zip(self._lk_names, tensors):
@@ -88,6 +91,8 @@ class _Traced:
             created = list(views._State.shared)
         finally:
             views.end_trace()
+            self._lk_spillable, self._lk_spill_notes = spill.candidates(), spill.notes()
+            spill.begin(spill.NONE)
         single = not isinstance(out, (tuple, list))
         outs = [] if out is None else [out] if single else list(out)
         # A returned t.reshape(...) is t, reshaped on the host after the run.
@@ -150,7 +155,7 @@ class LegacyKernel:
             return self.fn(*args, **kwargs)
         return self.run(args, kwargs, self.mode)
 
-    def _kernel_for(self, args, kwargs, mode, retrace=False):
+    def _kernel_for(self, args, kwargs, mode, retrace=False, spilling=None):
         """(neuron Kernel, its _Traced, array arguments) for this call's constants."""
         sig = inspect.signature(self.fn)
         bound = sig.bind(*args, **kwargs)
@@ -169,9 +174,11 @@ class LegacyKernel:
         key = (tuple(names), tuple(sorted((n, _freeze(n, v)) for n, v in consts.items())),
                self.grid, mode or "native")
         k, traced = self._kernels.get(key, (None, None))
-        if k is None or retrace:  # retrace: traced met a new nl.shared_constant
+        if k is None or retrace:  # retrace: a new nl.shared_constant, or spilling (spill.py)
             traced = _Traced(self.fn, names, consts, self.grid,
-                             None if traced is None else traced._lk_constants)
+                             None if traced is None else traced._lk_constants,
+                             spilling if spilling is not None else
+                             traced._lk_spill if traced is not None else spill.NONE)
             k = Kernel(traced, grid=self.grid, target=self.target, mode=mode or "native")
             self._kernels[key] = (k, traced)
         return k, traced, arrays + list(traced._lk_constants)
@@ -189,9 +196,9 @@ class LegacyKernel:
 
     def run(self, args, kwargs, mode, profile=False):
         __tracebackhide__ = True
-        retrace = False
+        retrace, spilling = False, None
         while True:
-            k, traced, arrays = self._kernel_for(args, kwargs, mode, retrace)
+            k, traced, arrays = self._kernel_for(args, kwargs, mode, retrace, spilling)
             try:
                 if profile:
                     sim = _simulate(k)
@@ -199,10 +206,15 @@ class LegacyKernel:
                     self.profile_text = sim.profile
                 else:
                     out = k(*arrays)
+                spill.warn(traced._lk_spill_notes)  # compiled: the spills it took
                 break
             except constants.Retrace:  # one more nl.shared_constant input (constants.py)
                 retrace = True
             except errors.NeuronError as e:  # the user's frames only, as neuron kernels do
+                level = spill.next_level(traced._lk_spill, e.rule)
+                if level is not None and traced._lk_spillable:
+                    retrace, spilling = True, level  # traced again, too-big PSUM blocks spilled
+                    continue
                 raise e.with_traceback(errors.strip_toolkit_frames(e.__traceback__)) from None
         arrays = arrays[:len(arrays) - len(traced._lk_constants)]
         spec = tuple((tuple(a.shape), runtime.to_dtype(a.dtype))

@@ -19,7 +19,8 @@ from . import constants as _constants
 from .deferred import flush as _flush, resolve as _resolve, wrap_module as _wrap_module
 from . import keywords as _keywords
 from .split import SplitView as _SplitView
-from .blocks import Blocks as _Blocks, allocate as _allocate
+from .blocks import Blocks as _Blocks, allocate as _allocate, split_shape as _split_shape
+from . import spill as _spill
 from .blocks import par_dim  # noqa: F401 (re-exported)
 from .grid import arange, mgrid  # noqa: F401 (re-exported)
 from .grid import error as _error
@@ -135,16 +136,28 @@ def program_ndim():
 # ---- creation ----------------------------------------------------------------------------------
 
 def _make(shape, dtype, buffer, name, fill=None):
+    memory = _memory(buffer)
+    alloc = buffer if isinstance(buffer, _compiler.Allocation) else None
+    bshape, tshape = _split_shape(shape)
+    if bshape and memory == psum:  # too big for PSUM, on a retrace: SBUF (spill.py)
+        tiles = int(np.prod([alloc.tiles_along(d, n, len(bshape)) if alloc else n
+                             for d, n in enumerate(bshape)]))
+        memory = _spill.place(memory, tiles, tshape, dtype, name, user_span())
+
     def tile(tshape, suffix):
         n = name + suffix if name else ""
         if fill is None:
-            t = _nl.ndarray(tshape, dtype, buffer=_memory(buffer), name=n)
+            t = _nl.ndarray(tshape, dtype, buffer=memory, name=n)
         else:
-            t = _nl.full(tshape, fill, dtype, buffer=_memory(buffer), name=n)
-        if _memory(buffer) == shared_hbm and _State.active:
+            t = _nl.full(tshape, fill, dtype, buffer=memory, name=n)
+        if memory == shared_hbm and _State.active:
             _State.shared.append(t)  # returned, or scratch (legacy/__init__.py)
         return t
-    return _allocate(shape, tile)
+    made = _allocate(shape, tile, alloc)
+    if bshape and memory == hbm and _memory(buffer) == psum:
+        made.staged = True  # spilled to HBM (spill.py): read through SBUF copies
+        made.name = name or _spill._assigned_name(user_span()) or "t"
+    return made
 
 
 def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
@@ -153,7 +166,7 @@ def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
 
 def _memory(buffer):
     # buffer= may be a direct-allocation request (ncc.sbuf.mod_alloc(...)): neuron places the
-    # tile itself (compiler.py says why that keeps the kernel's values).
+    # tile itself; mod_alloc's reuse of tiles across blocks is kept (compiler.py, blocks.py).
     return _compiler.memory_of(buffer)
 
 

@@ -15,6 +15,7 @@ from . import dynamic
 from .loop_reduce import LoopReduce
 from .split import SplitView
 from . import deferred
+from . import spill
 from .grid import Cmp, Grid, Mask, error
 from .mask import rectangle
 from .views import (ON_CHIP, GridView, MaskedOperand, Reshaped, _State, as_gridview, concrete,
@@ -100,6 +101,25 @@ def assign(view, value):
 
 
 def legacy_setitem(self, key, value):
+    if spill.watched(self):  # the SBUF copy of an HBM-spilled PSUM block: store the write back
+        last = _nl._State.last_view
+        if last is not None and last[0] is self and last[1] is key and last[2] is value and \
+                _nl._State.last_inplace is value and spill.stored(value):
+            return _setitem(self, key, value)  # `t[k] += x`: the += stored t[k] back already
+        return spill.storing_back(self, lambda: _region(self, key),
+                                  lambda: _setitem(self, key, value))
+    return _setitem(self, key, value)
+
+
+def _region(self, key):
+    """The view `self[key]` writes, when the key is a plain one (ints, slices), else None."""
+    keys = key if isinstance(key, tuple) else (key,)
+    if _is_legacy(keys) or dynamic.is_runtime_key(keys):
+        return None
+    return _prev_getitem(self, key)
+
+
+def _setitem(self, key, value):
     keys = key if isinstance(key, tuple) else (key,)
     if isinstance(value, deferred.Deferred):  # `t[k] = nisa.nc_matmul(...)`: write t[k] directly
         view = legacy_getitem(self, key) if _is_legacy(keys) else _prev_getitem(self, key)
@@ -129,6 +149,17 @@ def legacy_setitem(self, key, value):
 
 
 def legacy_iadd(self, other):
+    return spill.storing_back(self, lambda: None, lambda: _iadd(self, other))
+
+
+def _inplace(prev):
+    def op(self, other):
+        return spill.storing_back(self, lambda: None, lambda: prev(self, other))
+    op._neuron_legacy = True
+    return op
+
+
+def _iadd(self, other):
     if isinstance(other, deferred.Deferred) and other.add_into(self):
         _nl._State.last_inplace = self  # `psum[...] += nisa.nc_matmul(...)`: one matmul
         return self
@@ -195,6 +226,10 @@ def install():
     _C.Tensor.__setitem__ = legacy_setitem
     if _prev_iadd is not None:
         _C.Tensor.__iadd__ = legacy_iadd
+    for name in ("__isub__", "__imul__", "__itruediv__"):  # `t -= x` on a spilled block's copy
+        prev = getattr(_C.Tensor, name, None)
+        if prev is not None and not getattr(prev, "_neuron_legacy", False):
+            setattr(_C.Tensor, name, _inplace(prev))
     _C.Tensor.__add__ = legacy_add
     _C.Tensor.__radd__ = legacy_radd
     for name, fn in (("reshape", _reshape), ("broadcast_to", _broadcast_to),
