@@ -84,29 +84,72 @@ class Lowering {
     b_.CreateStore(v, reg_slot(r));  // already wrapped to 32 bits by the kernel
   }
 
-  // A program longer than this many top-level nodes becomes a chain of functions of that many
-  // nodes, which the entry calls in order: LLVM's optimizer is superlinear in a function's
-  // size, so a fully unrolled kernel (tens of thousands of instructions) compiles in time that
-  // grows with its length instead (docs/native.md). The parts share only memory: program ids
-  // and tensor pointers are reloaded per part. Registers live in one function's frame, so a
-  // program using registers or runtime loops stays whole.
-  static constexpr size_t kPartNodes = 256;
+  // A program of more than this many instructions becomes a chain of functions of about that
+  // many, which the entry calls in order: LLVM's optimizer is superlinear in a function's size,
+  // so an unrolled kernel (thousands of instructions, each an inlined kernel) compiles in time
+  // that grows with its length instead (docs/native.md). Parts are cut between top-level nodes,
+  // after loops of one trip are opened (their variable is 0: the legacy layer emits many). The
+  // parts share only memory: program ids and tensor pointers are reloaded per part. Registers
+  // live in one function's frame, so a program using registers or runtime loops stays whole.
+  static constexpr int64_t kPartInstrs = 256;
+
+  // A top-level node with the one-trip loops around it opened (their variables are 0).
+  struct Item {
+    const ProgNode* node;
+    std::vector<std::string> zero_vars;
+  };
+  static void open_items(const std::vector<ProgNode>& body, std::vector<std::string>& zeros,
+                         std::vector<Item>& out) {
+    for (const ProgNode& n : body) {
+      if (n.kind == ProgNode::Kind::loop && n.loop_kind != LoopKind::dynamic && n.extent == 1) {
+        zeros.push_back(n.var);
+        open_items(n.body, zeros, out);
+        zeros.pop_back();
+      } else {
+        out.push_back({&n, zeros});
+      }
+    }
+  }
+  static int64_t instrs_in(const ProgNode& n) {
+    if (n.kind == ProgNode::Kind::instr) return 1;
+    int64_t k = 0;
+    for (const ProgNode& c : n.body) k += instrs_in(c);
+    return k;
+  }
 
   llvm::Function* run() {
     auto* i8p = b_.getInt8PtrTy();
     auto* i64p = llvm::PointerType::getUnqual(b_.getInt64Ty());
     fty_ = llvm::FunctionType::get(
         b_.getVoidTy(), {llvm::PointerType::getUnqual(i8p), i64p, i64p, i8p, i8p, i8p}, false);
-    if (p_.body.size() > kPartNodes) {
+    std::vector<Item> items;
+    std::vector<std::string> zeros;
+    open_items(p_.body, zeros, items);
+    int64_t total = 0;
+    for (const Item& it : items) total += instrs_in(*it.node);
+    if (total > kPartInstrs) {
       std::vector<llvm::Function*> parts;
-      for (size_t a = 0; a < p_.body.size() && !whole_only_; a += kPartNodes) {
+      for (size_t a = 0; a < items.size() && !whole_only_;) {
         auto* part = function(fmt::format("neuron_part_{}", parts.size()),
                               llvm::Function::InternalLinkage);
         part->addFnAttr(llvm::Attribute::NoInline);  // each part is optimized on its own
-        const std::vector<ProgNode> nodes(
-            p_.body.begin() + static_cast<std::ptrdiff_t>(a),
-            p_.body.begin() + static_cast<std::ptrdiff_t>(std::min(a + kPartNodes, p_.body.size())));
-        emit_body(nodes);
+        int64_t weight = 0;
+        while (a < items.size() && (weight == 0 || weight + instrs_in(*items[a].node) <=
+                                                        kPartInstrs)) {
+          // A run of items under the same opened loops is one body (partition blocks see it).
+          size_t e = a;
+          std::vector<ProgNode> nodes;
+          while (e < items.size() && items[e].zero_vars == items[a].zero_vars &&
+                 (weight == 0 || weight + instrs_in(*items[e].node) <= kPartInstrs)) {
+            weight += instrs_in(*items[e].node);
+            nodes.push_back(*items[e].node);
+            ++e;
+          }
+          for (const std::string& v : items[a].zero_vars) vars_[v] = i64(0);
+          emit_body(nodes);
+          for (const std::string& v : items[a].zero_vars) vars_.erase(v);
+          a = e;
+        }
         b_.CreateRetVoid();
         parts.push_back(part);
       }

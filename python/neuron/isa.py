@@ -49,8 +49,9 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
                  tile_size=None, accumulate=None, name=None):
     """NeuronCore-v4 MX matmul (docs/mx.md): dst[M, N] (PSUM fp32/bf16) = stationary[K, M].T @
     moving[K, N] over x4 data, every value times 2^(scale - 127) of its block of 8 partitions
-    (uint8 scales, block g on partition (g // 4) * 32 + g % 4 of the scale tile). tile_position
-    / tile_size (row tiling) place the matmul on the PE array: accepted, the result is the same."""
+    (float8_e8m0fnu or uint8 scales, block g on partition (g // 4) * 32 + g % 4 of the scale
+    tile). tile_position / tile_size (row tiling) place the matmul on the PE array: accepted,
+    the result is the same."""
     _C.nc_matmul_mx(dst, flat_rows(stationary), flat_rows(moving), flat_rows(stationary_scale),
                     flat_rows(moving_scale), -1 if accumulate is None else int(accumulate),
                     user_span())
@@ -59,7 +60,8 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
 @_eager.op(writes=("dst", "dst_scale"))
 def quantize_mx(dst, src, dst_scale, name=None):
     """NeuronCore-v4 MXFP8 quantization (docs/mx.md): src [P, F] bf16/fp16 -> dst [P, F/4]
-    float8_e5m2_x4 / float8_e4m3fn_x4 and one uint8 scale per block of 8 partitions x 4 values."""
+    float8_e5m2_x4 / float8_e4m3fn_x4 and one scale (float8_e8m0fnu or uint8) per block of 8
+    partitions x 4 values."""
     _C.quantize_mx(flat_rows(dst), flat_rows(src), flat_rows(dst_scale), user_span())
 
 
