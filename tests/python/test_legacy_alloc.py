@@ -161,6 +161,8 @@ def patched_products(a, b, c, m=M, nb=NB, p=128):
                             reduce_res=qk[i, j][:, 192:193])  # a destination that is a view
             t = qk[i, j]
             t[:, 193:256] *= 3.0  # in place, through a view of a view
+            nisa.dma_copy(dst=qk[i, j][:, 300:310], src=nl.copy(qk[i, j][:, 320:330]),
+                          dst_rmw_op=np.add)  # a DMA read-modify-write into a view
     for i in nl.affine_range(m):
         for j in nl.affine_range(nb):
             nl.store(out[nl.ds(i * p, p), nl.ds(j * 512, 512)], nl.copy(qk[i, j]))
@@ -177,6 +179,7 @@ def patched_want(m, nb, p):
             q[:, 64:128] = 2.0 * q[:, 128:192]
             q[:, 192] = q[:, 256:512].sum(axis=1)
             q[:, 193:256] *= 3.0
+            q[:, 300:310] += q[:, 320:330]
     return a, b, c, blocks.transpose(0, 2, 1, 3).reshape(m * p, nb * 512)
 
 
