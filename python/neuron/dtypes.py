@@ -51,9 +51,10 @@ def from_ml_dtypes(d):
 
 
 def torch_dtype(d, torch=None):
-    """The torch dtype of a neuron DType; TypeError when torch has none (float8_e4m3)."""
+    """The torch dtype of a neuron DType (MX x4 types: their raw bits' unsigned type); TypeError
+    when torch has none (float8_e4m3)."""
     torch = torch or sys.modules["torch"]
-    t = getattr(torch, d.name_, None)
+    t = getattr(torch, _MX_RAW.get(d.name_, d.name_), None)
     if not isinstance(t, torch.dtype):
         raise TypeError(f"{d.name_} has no torch dtype (torch.float8_e4m3fn is the OCP format "
                         "without infinities, neuron's float8_e4m3fn); use float8_e4m3fn, "

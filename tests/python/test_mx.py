@@ -327,3 +327,30 @@ def test_quantize_mx_of_a_regrouped_tile():
     q = all_modes(quantize_regrouped, x)
     want, _ = quantize_ref(x.reshape(32, 32), nl.float8_e4m3fn_x4)
     np.testing.assert_array_equal(q.view(np.uint8), want.view(np.uint8))
+
+
+def quantize_to_x4_output(x):
+    """An x4 kernel output: it reaches the caller as its raw bits (uint32 for fp8 x4)."""
+    t = nl.load(x)
+    q = nl.ndarray((32, 4), nl.float8_e5m2_x4, buffer=nl.sbuf)
+    s = nl.ndarray((4, 4), nl.float8_e8m0fnu, buffer=nl.sbuf)
+    nisa.quantize_mx(q, t, s)
+    out = nl.ndarray((32, 4), nl.float8_e5m2_x4, buffer=nl.shared_hbm)
+    nisa.dma_copy(out, q)
+    so = nl.ndarray((4, 4), nl.float8_e8m0fnu, buffer=nl.shared_hbm)
+    nisa.dma_copy(so, s)
+    return out, so
+
+
+def test_x4_outputs_are_raw_bits_for_numpy_and_torch():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(4).standard_normal((32, 16)).astype(ml_dtypes.bfloat16)
+    q, s = all_modes(quantize_to_x4_output, x)
+    want_q, want_s = quantize_ref(x, nl.float8_e5m2_x4)
+    assert q.dtype == np.uint32 and s.dtype == ml_dtypes.float8_e8m0fnu
+    np.testing.assert_array_equal(q.view(np.uint8), want_q.view(np.uint8))
+    np.testing.assert_array_equal(s.view(np.uint8), want_s)
+    tq, ts = neuron.kernel(quantize_to_x4_output, target="trn3")(
+        torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16))  # exact: x is bf16
+    assert tq.dtype == torch.uint32 and ts.dtype == torch.float8_e8m0fnu
+    np.testing.assert_array_equal(tq.numpy(), q)
