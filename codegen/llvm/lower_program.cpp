@@ -125,23 +125,23 @@ class Lowering {
     std::vector<Item> items;
     std::vector<std::string> zeros;
     open_items(p_.body, zeros, items);
+    std::vector<int64_t> weight(items.size());  // instructions under each item
     int64_t total = 0;
-    for (const Item& it : items) total += instrs_in(*it.node);
+    for (size_t i = 0; i < items.size(); ++i) total += weight[i] = instrs_in(*items[i].node);
     if (total > kPartInstrs) {
       std::vector<llvm::Function*> parts;
       for (size_t a = 0; a < items.size() && !whole_only_;) {
         auto* part = function(fmt::format("neuron_part_{}", parts.size()),
                               llvm::Function::InternalLinkage);
         part->addFnAttr(llvm::Attribute::NoInline);  // each part is optimized on its own
-        int64_t weight = 0;
-        while (a < items.size() && (weight == 0 || weight + instrs_in(*items[a].node) <=
-                                                        kPartInstrs)) {
+        int64_t size = 0;
+        while (a < items.size() && (size == 0 || size + weight[a] <= kPartInstrs)) {
           // A run of items under the same opened loops is one body (partition blocks see it).
           size_t e = a;
           std::vector<ProgNode> nodes;
           while (e < items.size() && items[e].zero_vars == items[a].zero_vars &&
-                 (weight == 0 || weight + instrs_in(*items[e].node) <= kPartInstrs)) {
-            weight += instrs_in(*items[e].node);
+                 (size == 0 || size + weight[e] <= kPartInstrs)) {
+            size += weight[e];
             nodes.push_back(*items[e].node);
             ++e;
           }

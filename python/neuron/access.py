@@ -9,6 +9,7 @@ import numpy as np
 
 from . import _C
 from ._span import user_span
+from .dtypes import to_dtype
 from .errors import user_error
 
 
@@ -56,7 +57,6 @@ class BitcastView:
 
 def bitcast_pattern(t, pat, offset, dtype, span):
     """pattern/offset in elements of `dtype` as a pattern/offset in t's own elements."""
-    from .dtypes import to_dtype
     dtype = to_dtype(dtype)
     sd, sb = dtype.itemsize, t.dtype.itemsize
     if t.buffer in (_C.Memory.sbuf, _C.Memory.psum):
@@ -205,7 +205,6 @@ def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indir
     span = user_span()
     pat = pattern_pairs(pattern)
     if dtype is not None:
-        from .dtypes import to_dtype
         if to_dtype(dtype) != self.dtype:
             if scalar_offset is not None or vector_offset is not None:
                 user_error("unsupported", "ap(dtype=...) with scalar_offset or vector_offset is "
