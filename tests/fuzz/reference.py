@@ -606,6 +606,25 @@ class Machine:
     def f32(self, v):
         return to_f32(self.read(v))
 
+    def scalar_on_integers(self, a, dt):
+        """Whether a tensor_scalar computes on integers: bit ops only (op1 may be absent or
+        bypass), integer dst and data, each operand an integer tile or an integral immediate."""
+        bit = ("bitwise_and", "bitwise_or", "bitwise_xor")
+        if a.get("op0") not in bit or a.get("op1", "bypass") not in bit + ("bypass",):
+            return False
+        if dt in FLOAT_DTYPES or self.dtype(a["data"]) in FLOAT_DTYPES:
+            return False
+        for k in ("0", "1"):
+            if a.get("op" + k, "bypass") == "bypass":
+                continue
+            value = a["operand" + k]
+            if isinstance(value, View):
+                if self.dtype(value) in FLOAT_DTYPES:
+                    return False
+            elif not (np.isfinite(value) and value == np.trunc(value) and abs(value) < 2.0**62):
+                return False
+        return True
+
     def column(self, value, shape):
         """A float immediate or a [P, 1] view as an fp32 array broadcast to `shape`."""
         if isinstance(value, View):
@@ -820,6 +839,24 @@ class Machine:
             else:
                 self.write(dst, from_f32(alu(a["op"], self.f32(a["data1"]), self.f32(a["data2"])),
                                          dt))
+        elif op == "tensor_scalar" and self.scalar_on_integers(a, dt):
+            # Bit ops on integer tiles with integer tiles or integral immediates: exact
+            # integers, low bits stored (numerics.md).
+            x = self.read(a["data"]).astype(np.int64)
+            f = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
+                 "bitwise_xor": np.bitwise_xor}
+            for k in ("0", "1"):
+                if "op" + k not in a or a["op" + k] == "bypass":
+                    continue
+                value = a["operand" + k]
+                if isinstance(value, View):
+                    c = self.read(value).astype(np.int64).reshape(
+                        x.shape[0], *([1] * (x.ndim - 1)))
+                else:
+                    c = np.int64(value)
+                x = f[a["op" + k]](c, x) if a.get("reverse" + k, 0) else f[a["op" + k]](x, c)
+            bits = np.iinfo(DTYPES[dt]).bits if dt != "bool" else 8
+            self.write(dst, (x & ((1 << bits) - 1)).astype(np.uint64).astype(DTYPES[dt]))
         elif op == "tensor_scalar":
             x = self.f32(a["data"])
             unary = {"bypass", "abs", "rsqrt", "reciprocal", "logical_not"}

@@ -1,10 +1,11 @@
 """Differential fuzz driver: neuron-fuzz generates and executes kernels, reference.py checks them.
 
-    python3 tests/fuzz/run_fuzz.py --fuzz-bin build/neuron-fuzz --seconds 60 [--seed S]
-        [--native] [--save-regressions] [--keep DIR]
+    python3 tests/fuzz/run_fuzz.py --fuzz-bin build/neuron-fuzz (--seconds 60 | --kernels N)
+        [--seed S] [--native] [--save-regressions] [--keep DIR]
 
 First replays every tests/fuzz/regressions/*.ir, then fuzzes seeds S, S+1, ... until the time
-budget is spent. A failing case is shrunk (instructions dropped one at a time while it still
+budget is spent, or for exactly N seeds with --kernels (what CI runs: the same seeds on every
+machine, so a verdict never depends on how fast the machine is). A failing case is shrunk (instructions dropped one at a time while it still
 fails) and printed; with --save-regressions it is written to tests/fuzz/regressions/. Exit
 status 1 when anything failed. docs/reliability.md describes the pieces.
 """
@@ -122,6 +123,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fuzz-bin", required=True)
     ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--kernels", type=int, help="fuzz exactly this many seeds (no time budget)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--native", action="store_true")
@@ -135,13 +137,21 @@ def main():
     kernels = rejected = gen_instrs = ref_instrs = 0
     failed = []
     seed = args.seed
-    while time.time() - start < args.seconds:
+    def more():
+        if args.kernels is not None:
+            return seed < args.seed + args.kernels
+        return time.time() - start < args.seconds
+
+    while more():
         out = os.path.join(work, f"batch_{seed}")
-        cmd = [args.fuzz_bin, "--seed", str(seed), "--count", str(args.batch), "--out", out]
+        batch = args.batch
+        if args.kernels is not None:
+            batch = min(batch, args.seed + args.kernels - seed)
+        cmd = [args.fuzz_bin, "--seed", str(seed), "--count", str(batch), "--out", out]
         if args.native:
             cmd.append("--native")
         subprocess.run(cmd, check=True, capture_output=True, timeout=600)
-        for s in range(seed, seed + args.batch):
+        for s in range(seed, seed + batch):
             case = os.path.join(out, f"case_{s}")
             meta = reference.load_meta(case)
             kernels += 1
@@ -167,7 +177,7 @@ def main():
                         f.write(f"# seed {s} grid {grid}\n" + small)
                     print(f"saved {path}")
         shutil.rmtree(out, ignore_errors=True)
-        seed += args.batch
+        seed += batch
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     print(f"fuzz: {kernels} kernels ({rejected} rejected by the compiler), {gen_instrs} "

@@ -378,8 +378,13 @@ void neuron_k_tensor_scalar(const NView* d, const NView* s, const NView* c0, con
   const bool two = op1 != AluOp::bypass;
   const int64_t P = s->size[0];
   const NView* vs[2] = {s, d};
+  // Integers exactly when every value is one: integer tiles and integral immediates (a
+  // fractional immediate such as 2.5 takes the fp32 path, where it rounds like any fp32 value).
+  auto int_operand = [](const NView* c, int cdt, double imm) {
+    return c ? is_int(cdt) : (std::trunc(imm) == imm && std::fabs(imm) < 0x1p62);
+  };
   if (b::alu_is_bitvec(op0) && (!two || b::alu_is_bitvec(op1)) && is_int(ddt) && is_int(sdt) &&
-      (!c0 || is_int(c0dt)) && (!c1 || is_int(c1dt))) {
+      int_operand(c0, c0dt, imm0) && (!two || int_operand(c1, c1dt, imm1))) {
     Scratch<int64_t> k0(P), k1(P);
     column_int(c0, c0dt, imm0, P, k0.data);
     column_int(c1, c1dt, imm1, P, k1.data);
