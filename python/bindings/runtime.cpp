@@ -1,4 +1,5 @@
 // Bindings for the runtime: host tensors over NumPy memory and the simulator.
+#include <cstdlib>
 #include <new>
 #include <sstream>
 
@@ -126,6 +127,15 @@ void init_runtime(py::module_& m) {
         r.phases.clear();
         return r.str();
       });
+  // The variables that select other machine code for one compiled kernel (config.hpp), read
+  // with getenv: a cached call checks them each time (os.environ costs ~1 us a variable).
+  m.def("native_code_env", [] {
+    auto get = [](const char* name) {
+      const char* v = std::getenv(name);
+      return std::string(v ? v : "");
+    };
+    return std::make_pair(get("NEURON_NATIVE_KERNELS"), get("NEURON_PARTITION_BLOCKS"));
+  });
   m.def("compile_native", [](const Compiled& c) {
     py::gil_scoped_release release;
     return compile_native(c);

@@ -29,6 +29,7 @@ from .language import NKIObject, _Fn, _State
 
 
 MODES = ("native", "simulate", "eager")
+_FAST_MAX = 64  # fast-path signatures kept per kernel (more take the general path)
 
 _PARAM_KINDS = ("int, float, bool, str, None, an enum member, a dtype, an nl function, a function, "
                 "or a tuple or list of those")
@@ -176,6 +177,9 @@ class Kernel:
         self._cache = {} if _cache is None else _cache
         self._by_ir = {} if _by_ir is None else _by_ir
         self._consts = {} if _consts is None else _consts  # signature -> shared_constant arrays
+        # _fast_key -> (compiled, constants, tensor positions, tensor dtypes): the calls that
+        # skip binding and keying (a cached call's cost, docs/performance.md). Per grid.
+        self._fast = {}
         functools.update_wrapper(self, fn, updated=())  # never copy fn.__dict__ over ours
         self._signature = inspect.signature(fn)
         for p in self._signature.parameters.values():
@@ -293,8 +297,63 @@ class Kernel:
             compiled = self._by_ir.setdefault(text, _C.compile(ir, self.target))
         return compiled
 
+    def _fast_key(self, args):
+        """The key of a positional native call whose tensors are contiguous, writable CPU
+        arrays and whose parameters are plain scalars: (shape, dtype) per tensor, (type, value)
+        per parameter; None for any other call (it takes the general path)."""
+        key = []
+        torch_tensor = runtime.torch_tensor_type()
+        for a in args:
+            t = type(a)
+            if t is np.ndarray:
+                if not (a.flags.c_contiguous and a.flags.writeable):
+                    return None
+                key.append((a.shape, a.dtype))
+            elif torch_tensor is not None and isinstance(a, torch_tensor):
+                if not (a.is_cpu and a.is_contiguous()):
+                    return None
+                key.append((a.shape, a.dtype))
+            elif t is int or t is bool or t is str or a is None:
+                key.append((t, a))
+            elif t is float:
+                key.append((t, a.hex()))  # -0.0 is not 0.0
+            else:
+                return None
+        return tuple(key)
+
+    def _call_fast(self, entry, args):
+        """A cached native call without binding, tracing or copies: the arrays' memory is the
+        kernel's HBM, as in the general path when they are contiguous."""
+        compiled, consts, tensor_at, dtypes, like_torch = entry
+        host = []
+        for i, d in zip(tensor_at, dtypes):
+            a = args[i]
+            if type(a) is np.ndarray:
+                host.append(_C.HostTensor.borrow_array(a, d))
+            else:
+                host.append(_C.HostTensor.borrow(a.data_ptr(), list(a.shape), d))
+        if consts:
+            copies = [a.copy() for a in consts]  # a write cannot stick
+            host += runtime.host_tensors(copies)
+        outs, report = runtime.run_native_host(compiled, host, self.grid)
+        self._last.report = report
+        if like_torch:
+            return [runtime.from_numpy(o, True) for o in outs]
+        return outs
+
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True  # pytest and IPython hide this frame (the re-raise below)
+        fast = None
+        if not kwargs and self.mode == "native" and self._positional and \
+                len(args) == len(self._params) and self._registered is None:
+            fast = self._fast_key(args)
+            entry = self._fast.get(fast) if fast is not None else None
+            if entry is not None:
+                try:
+                    outs = self._call_fast(entry, args)
+                except NeuronError as e:
+                    raise e.with_traceback(strip_toolkit_frames(e.__traceback__)) from None
+                return outs[0] if len(outs) == 1 else tuple(outs)
         try:
             call = _Call(self, args, kwargs, specs_ok=False)
             tensors = list(call.tensors.values())
@@ -303,9 +362,15 @@ class Kernel:
             else:
                 compiled = self._compiled(call)
                 arrays, write_back = runtime.host_arrays(tensors)
-                arrays += [a.copy() for a in self._constants(call)]  # a write cannot stick
+                consts = self._constants(call)
+                arrays += [a.copy() for a in consts]  # a write cannot stick
                 outs, report = runtime.run(compiled, arrays, self.grid, self.mode, self.profile)
                 write_back()
+                if fast is not None and len(self._fast) < _FAST_MAX:
+                    at = [i for i, n in enumerate(self._params) if n in call.tensors]
+                    self._fast[fast] = (compiled, consts, at,
+                                        [to_dtype(args[i].dtype) for i in at],
+                                        any(runtime.is_torch(a) for a in tensors))
                 if self.mode == "native":
                     self._last.report = report
                 else:

@@ -1,7 +1,6 @@
 """Calling kernels: NumPy / torch arguments to host tensors (zero-copy when contiguous), the
 simulator, and outputs back as the caller's array kind."""
 import collections
-import os
 import sys
 import threading
 
@@ -14,6 +13,12 @@ from .dtypes import from_ml_dtypes, numpy_dtype, to_dtype, torch_dtype
 def _torch():
     # torch is never imported here: a torch tensor argument means the caller already has it.
     return sys.modules.get("torch")
+
+
+def torch_tensor_type():
+    """torch.Tensor when torch is imported, else None."""
+    torch = _torch()
+    return torch.Tensor if torch is not None else None
 
 
 def is_torch(x):
@@ -60,14 +65,21 @@ def host_arrays(args):
     return arrays, write_back
 
 
+_as_torch = {}  # NumPy dtype -> (torch dtype, NumPy dtype of its bits or None)
+
+
 def from_numpy(a, like_torch):
     if not like_torch:
         return a
     torch = _torch()
-    d = to_dtype(a.dtype)
-    t = torch_dtype(d, torch)
-    if from_ml_dtypes(d):  # torch cannot read ml_dtypes arrays: through their bits
-        return torch.from_numpy(a.view(np.uint8 if a.itemsize == 1 else np.int16)).view(t)
+    how = _as_torch.get(a.dtype)
+    if how is None:
+        d = to_dtype(a.dtype)
+        # torch cannot read ml_dtypes arrays: through their bits
+        bits = (np.uint8 if a.itemsize == 1 else np.int16) if from_ml_dtypes(d) else None
+        how = _as_torch.setdefault(a.dtype, (torch_dtype(d, torch), bits))
+    if how[1] is not None:
+        return torch.from_numpy(a.view(how[1])).view(how[0])
     return torch.from_numpy(a)
 
 
@@ -75,7 +87,8 @@ def spec_of(a, name):
     return _C.TensorSpec(list(a.shape), to_dtype(a.dtype), name)
 
 
-# Loaded native kernels by compiled kernel: id(compiled) -> (compiled, kernels mode, kernel).
+# Loaded native kernels by compiled kernel: id(compiled) -> (compiled, kernels mode, kernel,
+# the report of a reuse).
 # The entry holds `compiled`, so its id is not reused while the entry lives; least recently used
 # entries go first (the C++ caches below keep what is evicted here).
 _loaded = collections.OrderedDict()
@@ -88,16 +101,15 @@ def native_kernel(compiled):
     compile cache) on the first call, then reused without a cache lookup, which prints and
     hashes the IR (~100-300 us a call)."""
     # The variables that select other machine code for the same compiled kernel.
-    mode = (os.environ.get("NEURON_NATIVE_KERNELS", ""),
-            os.environ.get("NEURON_PARTITION_BLOCKS", ""))
+    mode = _C.native_code_env()
     with _loaded_lock:
         hit = _loaded.get(id(compiled))
         if hit is not None and hit[0] is compiled and hit[1] == mode:
             _loaded.move_to_end(id(compiled))
-            return hit[2], hit[2].reuse_report
+            return hit[2], hit[3]
     kernel = _C.compile_native(compiled)  # the compile cache serves concurrent callers
     with _loaded_lock:
-        _loaded[id(compiled)] = (compiled, mode, kernel)
+        _loaded[id(compiled)] = (compiled, mode, kernel, kernel.reuse_report)
         while len(_loaded) > _LOADED_MAX:
             _loaded.popitem(last=False)
     return kernel, kernel.report
@@ -135,6 +147,12 @@ def run_torch(compiled, tensors, grid):
         host.append(_C.HostTensor.borrow(t.data_ptr(), list(t.shape), to_dtype(t.dtype)))
     outs, _ = _run_native(compiled, host, grid)
     return [from_numpy(o.to_numpy(numpy_dtype(o.dtype)), True) for o in outs]
+
+
+def run_native_host(compiled, host, grid):
+    """(NumPy outputs, compile report text) of a native run on host tensors."""
+    outs, report = _run_native(compiled, host, grid)
+    return [o.to_numpy(numpy_dtype(o.dtype)) for o in outs], report
 
 
 def run(compiled, arrays, grid, mode="native", profile=False):

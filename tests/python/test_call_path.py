@@ -1,0 +1,137 @@
+# The cached call path (kernel.py `_call_fast`): after a kernel's first call with some argument
+# shapes, dtypes and scalar parameters, later such calls skip binding, keying and copies. These
+# tests check that path gives what the general path gives, against NumPy, and that every call
+# the fast path must not take (a new shape, a non-contiguous or read-only array, another
+# parameter value, a changed NEURON_PARTITION_BLOCKS) still behaves as documented.
+import numpy as np
+import pytest
+
+import neuron
+import neuron.language as nl
+
+RNG = np.random.default_rng(7)
+A = RNG.standard_normal((16, 48)).astype(np.float32)
+
+
+def scale_inplace(a):
+    """Writes 2*a back into its input and returns the old values."""
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    nl.store(a, t * 2.0)
+    nl.store(out, t)
+    return out
+
+
+def affine(x, scale, shift):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(x) * scale + shift)
+    return out
+
+
+def two_outputs(x, y):
+    s = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    d = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    tx, ty = nl.load(x), nl.load(y)
+    nl.store(s, tx + ty)
+    nl.store(d, tx - ty)
+    return s, d
+
+
+def test_repeated_calls_take_the_cached_path_and_match_numpy():
+    k = neuron.kernel(two_outputs)
+    b = A[::-1].copy()
+    for _ in range(3):
+        s, d = k(A, b)
+        np.testing.assert_array_equal(s, A + b)
+        np.testing.assert_array_equal(d, A - b)
+    assert len(k._fast) == 1  # one signature, served by the cached path after the first call
+
+
+def test_each_call_reads_its_own_arrays():
+    k = neuron.kernel(two_outputs)
+    for i in range(4):
+        x = A + i
+        s, _ = k(x, A)
+        np.testing.assert_array_equal(s, x + A)
+
+
+def test_writes_to_the_input_land_in_the_callers_array_on_every_call():
+    k = neuron.kernel(scale_inplace)
+    for _ in range(3):
+        a = A.copy()
+        old = k(a)
+        np.testing.assert_array_equal(old, A)
+        np.testing.assert_array_equal(a, A * 2)
+
+
+def test_calls_the_cached_path_must_not_take():
+    k = neuron.kernel(scale_inplace)
+    k(A.copy())
+    # Same shape and dtype, but Fortran order: the kernel runs on a copy, written back.
+    f = np.asfortranarray(A)
+    k(f)
+    np.testing.assert_array_equal(f, A * 2)
+    # Read-only: copied, so the kernel's write is refused rather than lost.
+    r = A.copy()
+    r.setflags(write=False)
+    with pytest.raises(ValueError, match=r"writes argument 0, a read-only array"):
+        k(r)
+    # A new shape compiles a new kernel.
+    small = A[:8].copy()
+    np.testing.assert_array_equal(k(small), A[:8])
+    np.testing.assert_array_equal(small, A[:8] * 2)
+
+
+def test_scalar_parameters_key_the_cached_path_by_type_and_bits():
+    k = neuron.kernel(affine)
+    np.testing.assert_allclose(k(A, 2.0, 1.0), A * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(k(A, 2.0, 1.0), A * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(k(A, 3.0, 1.0), A * 3 + 1, rtol=1e-6)
+    np.testing.assert_allclose(k(A, 3, 1), A * 3 + 1, rtol=1e-6)
+    # -0.0 and 0.0 are equal in Python but trace apart (x * -0.0 + -0.0 is -0.0 for x > 0).
+    pz, nz = k(A, 0.0, 0.0), k(A, -0.0, -0.0)
+    assert not np.signbit(pz[A > 0]).any()
+    assert np.signbit(nz[A > 0]).all()
+    assert len(k._fast) == 5
+
+
+def test_torch_tensors_come_back_as_tensors_on_every_call():
+    torch = pytest.importorskip("torch")
+    k = neuron.kernel(two_outputs)
+    x, y = torch.from_numpy(A.copy()), torch.from_numpy(A[::-1].copy())
+    for _ in range(3):
+        s, d = k(x, y)
+        assert isinstance(s, torch.Tensor) and isinstance(d, torch.Tensor)
+        torch.testing.assert_close(s, x + y, rtol=0, atol=0)
+    # The same shapes as NumPy arrays: NumPy out, from its own cached entry.
+    s, _ = k(A, A)
+    assert isinstance(s, np.ndarray)
+    # bf16 tensors: through their bits (NumPy has no bfloat16 of its own).
+    xb, yb = x.to(torch.bfloat16), y.to(torch.bfloat16)
+    for _ in range(2):
+        s, _ = k(xb, yb)
+        assert s.dtype == torch.bfloat16
+        torch.testing.assert_close(s, (xb.float() + yb.float()).to(torch.bfloat16), rtol=0,
+                                   atol=0)
+
+
+def test_torch_in_place_and_non_contiguous_tensors():
+    torch = pytest.importorskip("torch")
+    k = neuron.kernel(scale_inplace)
+    for _ in range(2):
+        t = torch.from_numpy(A.copy())
+        k(t)
+        np.testing.assert_array_equal(t.numpy(), A * 2)
+    t = torch.from_numpy(np.ascontiguousarray(A.T)).T  # same shape, not contiguous
+    k(t)
+    np.testing.assert_array_equal(t.numpy(), A * 2)
+
+
+def test_a_changed_partition_blocks_setting_reloads_the_kernel(monkeypatch):
+    k = neuron.kernel(two_outputs)
+    k(A, A)
+    k(A, A)
+    monkeypatch.setenv("NEURON_PARTITION_BLOCKS", "0")
+    s, _ = k(A, A)
+    np.testing.assert_array_equal(s, A + A)
+    assert "partition_blocks=off" in k.last_report  # compiled for the new setting
