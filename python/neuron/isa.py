@@ -134,6 +134,10 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
     kept."""
     span = user_span()
     if reverse_pred:  # the inverted predicate, in the predicate's dtype
+        if not isinstance(predicate, _C.Tensor):
+            raise TypeError("nisa.tensor_copy_predicated: predicate must be a tile (an SBUF or "
+                            f"PSUM tensor of integers), got {type(predicate).__name__} "
+                            f"{predicate!r:.40}")
         predicate = _C.binary("equal", predicate, 0.0, predicate.dtype, span)
     _C.tensor_copy_predicated(dst, src, predicate, span)
 

@@ -253,7 +253,7 @@ class Kernel:
                     except shared_constants.Retrace:  # one more constant input: trace again
                         self._consts[call.key()] = consts
                         continue
-        except (TypeError, AttributeError, NeuronError) as e:
+        except (TypeError, AttributeError, IndexError, KeyError, NeuronError) as e:
             self._param_note(call, e)
             raise
         finally:

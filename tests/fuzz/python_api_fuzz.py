@@ -583,6 +583,10 @@ def classify(exc):
         if not msg.strip():
             return f"bad:{type(exc).__name__} without a message"
         return "error"
+    if any("is not an array, so kernel" in n for n in getattr(exc, "__notes__", ())):
+        # The kernel's own code failed on a value the caller passed where it meant a tensor
+        # (`x[300]` of the string 'x'); the toolkit's note says the value became a parameter.
+        return "error"
     return f"bad:{type(exc).__name__}"
 
 
