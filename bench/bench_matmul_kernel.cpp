@@ -34,6 +34,10 @@ const Case kCases[] = {
     // the cache sets (208 KiB is a multiple of 4 KiB, so unpadded rows all share L1 sets).
     {"tile_padded_partitions", 128, 512, 128, 208 * 1024 + 64, 4096 + 16},
     {"odd_7x33x129", 7, 33, 129, 0, 0},
+    // Flash attention's two matmuls (kernels/attention.hpp, head dim 64): the scores
+    // Q^T [64, 128] x K^T [64, 512] and the probabilities' p^T [128, 128] x V [128, 64].
+    {"attention_scores", 128, 512, 64, 208 * 1024 + 64, 4096 + 16},
+    {"attention_pv", 128, 64, 128, 208 * 1024 + 64, 4096 + 16},
 };
 
 // rows x ld elements, random in the first `cols` of each row (the rest is never read).
