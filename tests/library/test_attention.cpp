@@ -74,6 +74,13 @@ TEST_CASE("attention forward: K and V streamed from HBM instead of kept on chip"
   run_forward({1, 2, 2, 40, 200, 8, 8, true, 160}, DType::float32, false, /*stream=*/true);
 }
 
+TEST_CASE("attention forward: head dims over 128 contract in chunks of 128 partitions") {
+  run_forward({1, 2, 1, 130, 200, 192, 160}, DType::float32);  // E = 128 + 64, GQA
+  run_forward({1, 1, 1, 70, 90, 129, 300, true}, DType::float32);  // a 1-partition chunk
+  run_forward({1, 1, 1, 40, 300, 256, 64, true, 260}, DType::float32, false, /*stream=*/true);
+  run_forward({1, 1, 1, 129, 130, 512, 512}, DType::bfloat16, /*native_only=*/true);
+}
+
 TEST_CASE("attention forward: larger sizes natively") {
   run_forward({1, 4, 1, 384, 384, 128, 128, true}, DType::bfloat16, /*native_only=*/true);
 }
@@ -90,6 +97,9 @@ TEST_CASE("attention forward: bad shapes are user errors") {
                        UserError);
   CHECK_THROWS_WITH_AS(bad({1, 1, 8, 16}, {1, 1, 8, 32}, {1, 1, 8, 16}),
                        doctest::Contains("shapes do not match"), UserError);
-  CHECK_THROWS_WITH_AS(bad({1, 1, 8, 256}, {1, 1, 8, 256}, {1, 1, 8, 16}),
-                       doctest::Contains("E=256"), UserError);
+  CHECK_THROWS_WITH_AS(bad({1, 1, 8, 520}, {1, 1, 8, 520}, {1, 1, 8, 16}),
+                       doctest::Contains("head dims E=520 and Ev=16 must be at most 512"),
+                       UserError);
+  CHECK_THROWS_WITH_AS(bad({1, 1, 8, 16}, {1, 1, 8, 16}, {1, 1, 8, 513}),
+                       doctest::Contains("Ev=513"), UserError);
 }

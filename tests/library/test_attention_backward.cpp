@@ -69,6 +69,12 @@ TEST_CASE("attention backward: bf16") {
   run_backward({1, 4, 2, 129, 100, 64, 40, true}, DType::bfloat16);
 }
 
+TEST_CASE("attention backward: head dims over 128 contract in chunks of 128 partitions") {
+  run_backward({1, 2, 1, 130, 100, 192, 160}, DType::float32);  // E = 128 + 64, GQA
+  run_backward({1, 1, 1, 70, 90, 129, 300, true}, DType::float32);
+  run_backward({1, 1, 1, 129, 130, 256, 256, true}, DType::bfloat16, /*native_only=*/true);
+}
+
 TEST_CASE("attention backward: larger sizes natively") {
   run_backward({1, 4, 1, 300, 300, 128, 128, true}, DType::bfloat16, /*native_only=*/true);
 }

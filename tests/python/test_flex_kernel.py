@@ -169,6 +169,9 @@ CASES = {
                           torch.float32, False),
     "bf16 alibi causal": (alibi, fh.causal, 1, 4, 4, 1, 160, 160, 32, 32, 64,
                           torch.bfloat16, False),
+    # Head dims over 128: the scores (and the backward's dp) contract in chunks of 128.
+    "head dims 192 / 160, softcap, gqa": (fh.softcap(3.0), fh.causal, 1, 2, 1, 1, 100, 130, 192,
+                                          160, 64, torch.float32, True),
 }
 PARAMS = [(n, b) for n, c in CASES.items() for b in (["simulator", "native"] if c[-1]
                                                       else ["simulator"])]
@@ -216,7 +219,8 @@ def test_the_kernel_says_why_it_cannot_run():
         flex_attention(q, q, q, kernel_options={"BACKEND": "gpu"})
 
 
-BACKWARD = [(n, "simulator") for n in CASES] + [("odd lengths, tuple blocks", "native")]
+BACKWARD = [(n, "simulator") for n in CASES] + [("odd lengths, tuple blocks", "native"),
+                                                 ("head dims 192 / 160, softcap, gqa", "native")]
 
 
 @pytest.mark.parametrize("name,backend", BACKWARD)

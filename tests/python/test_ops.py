@@ -114,6 +114,29 @@ def test_attention_bf16_gqa_at_a_model_head_dim():
               torch.bfloat16)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_head_dims_over_128(dtype):
+    # E = 192 (two contraction chunks, 128 + 64) and Ev = 160, GQA, odd lengths; E = Ev = 256
+    # causal. Kernels, not PyTorch: strict mode raises on a fallback.
+    cases = [((1, 2, 70, 192), (1, 1, 90, 192), (1, 1, 90, 160), False),
+             ((1, 1, 129, 256), (1, 1, 129, 256), (1, 1, 129, 256), True)]
+    for i, (qs, ks, vs, causal) in enumerate(cases):
+        q, k, v = rand(*qs, seed=20 + i), rand(*ks, seed=30 + i), rand(*vs, seed=40 + i)
+
+        def sdpa(q, k, v, f=F.scaled_dot_product_attention):
+            return f(q, k, v, is_causal=causal, enable_gqa=True)
+        with no_fallbacks():
+            check(sdpa, lambda q, k, v: sdpa(q, k, v, ops.scaled_dot_product_attention),
+                  [q, k, v], dtype, fudge=1.25 if dtype == torch.bfloat16 else None)
+
+
+def test_attention_head_dims_over_512_fall_back_to_pytorch():
+    q, k, v = rand(1, 1, 8, 520, seed=1), rand(1, 1, 8, 520, seed=2), rand(1, 1, 8, 16, seed=3)
+    with pytest.raises(neuron.NeuronError, match="head dims 520 and 16; the kernels take at most 512"):
+        with no_fallbacks():
+            ops.scaled_dot_product_attention(q, k, v)
+
+
 def test_attention_3d_inputs_and_an_explicit_scale():
     q, k, v = rand(3, 7, 16, seed=9), rand(3, 130, 16, seed=10), rand(3, 130, 16, seed=11)
 

@@ -18,7 +18,8 @@ tile and one `gather_flattened` (nisa.nc_n_gather), so new values never recompil
 from a small per-program table input `bh`.
 
 The backward is kernel_bwd.py. Limits (`why_not` says which one applies; the caller then takes
-the host path): E, Ev <= 128; BLOCK_SIZE entries <= 128 or multiples of 128; captured tensors
+the host path): E, Ev <= 512 (a head dim over 128 contracts in chunks of 128 partitions,
+chunked_T / chunked_matmul); BLOCK_SIZE entries <= 128 or multiples of 128; captured tensors
 of at most MAX_CAPTURED elements in all, integer ones with values below 2**24 in magnitude;
 the operations emit.py lists.
 """
@@ -29,6 +30,7 @@ import torch
 from . import emit
 
 MAX_CAPTURED = 16384  # fp32 elements per SBUF partition for all captured tensors (64 KiB)
+MAX_HEAD_DIM = 512  # a [128, Ev] accumulator in one PSUM bank of fp32 (kernels/attention.hpp)
 
 # How many times a flex kernel was traced (one trace = one compile): tests read it.
 TRACES = [0]
@@ -36,8 +38,8 @@ TRACES = [0]
 
 def why_not(q, k, v, score_graph, mask_graph, block_mask):
     """None when the kernel can run this call, else the reason."""
-    if q.size(-1) > 128 or v.size(-1) > 128:
-        return f"head dims {q.size(-1)}, {v.size(-1)} above 128"
+    if q.size(-1) > MAX_HEAD_DIM or v.size(-1) > MAX_HEAD_DIM:
+        return f"head dims {q.size(-1)}, {v.size(-1)} above {MAX_HEAD_DIM}"
     if block_mask is not None:
         for n in block_mask.BLOCK_SIZE:
             if n > 128 and n % 128:
@@ -55,6 +57,24 @@ def why_not(q, k, v, score_graph, mask_graph, block_mask):
         if not t.is_floating_point() and t.numel() and int(t.abs().max()) >= 1 << 24:
             return "a captured integer tensor with values of 2**24 or more"
     return None
+
+
+def chunked_T(nl, x):
+    """x [rows, D] (rows <= 128) transposed on the Tensor engine into SBUF tiles [cw, rows],
+    one per chunk of at most 128 of its D columns (the partitions a matmul contracts over)."""
+    D = x.shape[1]
+    return [nl.copy(nl.transpose(x[:, c0:min(c0 + 128, D)])) for c0 in range(0, D, 128)]
+
+
+def chunked_matmul(nl, nisa, xs, ys):
+    """sum_c xs[c].T @ ys[c] (chunked contraction, chunked_T's tiles) in PSUM fp32: one
+    matmul per chunk, the later ones adding into the first."""
+    if len(xs) == 1:
+        return nl.matmul(xs[0], ys[0], transpose_x=True)
+    out = nl.ndarray((xs[0].shape[1], ys[0].shape[1]), nl.float32, buffer=nl.psum)
+    for c, (x, y) in enumerate(zip(xs, ys)):
+        nisa.nc_matmul(out, x, y, accumulate=c > 0)
+    return out
 
 
 def _inputs(graph):
@@ -179,7 +199,8 @@ def _build(sh, score_graph, mask_graph):
         def query_tile(q0, qr, r):
             """One tile of qr queries from q0 (an int or a loop index) in block row r."""
             # Q^T pre-scaled once per tile: the scores come out of the matmul scaled.
-            qT = nl.multiply(T(nl.load(q[hq, nl.ds(q0, qr), :], dtype=f32)), sh.scale)
+            qT = [nl.multiply(c, sh.scale)
+                  for c in chunked_T(nl, nl.load(q[hq, nl.ds(q0, qr), :], dtype=f32))]
             m = nl.full((qr, 1), ninf, f32, buffer=nl.sbuf)
             l = nl.zeros((qr, 1), f32, buffer=nl.sbuf)
             acc = nl.zeros((qr, sh.Ev), f32, buffer=nl.sbuf)
@@ -220,8 +241,8 @@ def _build(sh, score_graph, mask_graph):
                                                 nl.load(capsT[nl.ds(q0 + off, qr), :])),
                     "kv_idx": None if sh.S % sh.KB else lambda off: nl.broadcast_to(
                         nl.load(caps[0:1, nl.ds(k0 + off, TK)]), (qr, TK))}
-            kT = T(nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=f32))
-            s = nl.matmul(qT, kT, transpose_x=True)
+            kT = chunked_T(nl, nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=f32))
+            s = chunked_matmul(nl, nisa, qT, kT)
             env = dict(fixed)
             kv = None
             if need_kv:

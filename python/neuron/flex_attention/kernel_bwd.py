@@ -20,7 +20,7 @@ import math
 import torch
 
 from . import emit
-from .kernel import TRACES, _captured, block_lists
+from .kernel import TRACES, _captured, block_lists, chunked_T, chunked_matmul
 
 _KERNELS = {}
 
@@ -142,8 +142,8 @@ def _build(sh, score_graph, mask_graph, which):
             for r in nl.affine_range(sh.nQ):
                 for t in range(sh.QB // TQ):
                     q0 = r * sh.QB + t * TQ
-                    qT = T(nl.load(q[hq, nl.ds(q0, TQ), :], dtype=f32))
-                    doT = T(nl.load(dout[hq, nl.ds(q0, TQ), :], dtype=f32))
+                    qT = chunked_T(nl, nl.load(q[hq, nl.ds(q0, TQ), :], dtype=f32))
+                    doT = chunked_T(nl, nl.load(dout[hq, nl.ds(q0, TQ), :], dtype=f32))
                     lse_t = nl.load(lse[hq, nl.ds(q0, TQ), :])
                     delta_t = nl.load(delta[hq, nl.ds(q0, TQ), :])
                     qpos_t = nl.load(qpos[nl.ds(q0, TQ), :])
@@ -164,10 +164,11 @@ def _build(sh, score_graph, mask_graph, which):
                             for sb in range(sh.KB // TK):
                                 k0 = blk * sh.KB + sb * TK
                                 krows = nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=f32)
-                                vT = T(nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=f32))
-                                s_raw = nl.multiply(nl.matmul(qT, T(krows), transpose_x=True),
-                                                    sh.scale)
-                                dp = nl.matmul(doT, vT, transpose_x=True)
+                                vT = chunked_T(nl, nl.load(v[kvrow, nl.ds(k0, TK), :],
+                                                           dtype=f32))
+                                s_raw = nl.multiply(
+                                    chunked_matmul(nl, nisa, qT, chunked_T(nl, krows)), sh.scale)
+                                dp = chunked_matmul(nl, nisa, doT, vT)
                                 kv = nl.add(kv_base, kcol[:, nl.ds(jj, 1)])
                                 if sb:
                                     kv = nl.add(kv, float(sb * TK))
@@ -192,8 +193,8 @@ def _build(sh, score_graph, mask_graph, which):
         for c in nl.affine_range(sh.nK):
             for sb in range(sh.KB // TK):
                 k0 = c * sh.KB + sb * TK
-                kT = T(nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=f32))
-                vT = T(nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=f32))
+                kT = chunked_T(nl, nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=f32))
+                vT = chunked_T(nl, nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=f32))
                 kv = nl.add(zeros, nl.broadcast_to(nl.load(kpos[0:1, nl.ds(k0, TK)]), (TQ, TK)))
                 dk_acc = nl.zeros((TK, sh.E), f32, buffer=nl.sbuf)
                 dv_acc = nl.zeros((TK, sh.Ev), f32, buffer=nl.sbuf)
@@ -214,9 +215,9 @@ def _build(sh, score_graph, mask_graph, which):
                             lse_t = nl.load(lse[hq, nl.ds(q0, TQ), :])
                             delta_t = nl.load(delta[hq, nl.ds(q0, TQ), :])
                             qpos_t = nl.load(qpos[nl.ds(q0, TQ), :])
-                            s_raw = nl.multiply(nl.matmul(T(qrows), kT, transpose_x=True),
-                                                sh.scale)
-                            dp = nl.matmul(T(dorows), vT, transpose_x=True)
+                            s_raw = nl.multiply(
+                                chunked_matmul(nl, nisa, chunked_T(nl, qrows), kT), sh.scale)
+                            dp = chunked_matmul(nl, nisa, chunked_T(nl, dorows), vT)
                             env = index_env(fixed, zeros, qpos_t, kv)
                             p, ds = probs(kind, s_raw, dp, lse_t, delta_t, env, data)
                             dv_acc[...] = nl.add(dv_acc, nl.matmul(p, dorows, transpose_x=True))

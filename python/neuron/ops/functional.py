@@ -20,6 +20,7 @@ __all__ = ["scaled_dot_product_attention", "linear", "rms_norm", "layer_norm", "
            "swiglu", "rope"]
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+MAX_HEAD_DIM = 512  # attention head dims (kernels/attention.hpp kMaxHeadDim: a PSUM bank of fp32)
 
 
 def _problem(tensors):
@@ -66,10 +67,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  is_causal=False, scale=None, enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention on the flash attention kernels
     (forward, and backward from the saved logsumexp). query (..., Hq, L, E), key (..., Hkv, S,
-    E), value (..., Hkv, S, Ev), the same leading dims; E, Ev <= 128; Hq == Hkv, or a multiple
+    E), value (..., Hkv, S, Ev), the same leading dims; E, Ev <= 512; Hq == Hkv, or a multiple
     with enable_gqa=True. is_causal masks top-left aligned as PyTorch does (key j visible to
     query i when j <= i). Falls back to PyTorch for an attn_mask, dropout_p > 0, head dims
-    over 128, broadcast leading dims, other dtypes and devices."""
+    over 512, broadcast leading dims, other dtypes and devices."""
     def torch_sdpa():
         kw = {"enable_gqa": True} if enable_gqa else {}
         return original.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
@@ -98,9 +99,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                           f"{tuple(k.shape)}, value {tuple(v.shape)}): PyTorch broadcasts them",
                           torch_sdpa)
     e, ev = q.shape[-1], v.shape[-1]
-    if e > 128 or ev > 128:
-        return _fall_back(name, "shape", f"head dims {e} and {ev}; the kernels take at most 128",
-                          torch_sdpa)
+    if e > MAX_HEAD_DIM or ev > MAX_HEAD_DIM:
+        return _fall_back(name, "shape", f"head dims {e} and {ev}; the kernels take at most "
+                          f"{MAX_HEAD_DIM}", torch_sdpa)
     lead = q.shape[:-3]
     L, S = q.shape[-2], k.shape[-2]
     q4 = q.reshape(-1, hq, L, e).contiguous()

@@ -2,7 +2,7 @@
 // an online softmax (fp32 statistics), causal or not, GQA, any lengths, L != S, E != Ev. Memory
 // is O(L + S): the L x S score matrix is never formed, only 128 x 512 tiles of it.
 //
-// Shapes: q [B, Hq, L, E], k [B, Hkv, S, E], v [B, Hkv, S, Ev], E, Ev <= 128, Hq a multiple
+// Shapes: q [B, Hq, L, E], k [B, Hkv, S, E], v [B, Hkv, S, Ev], E, Ev <= 512, Hq a multiple
 // of Hkv (query head h reads kv head h / (Hq / Hkv)). out [B, Hq, L, Ev] in q's dtype, lse
 // [B, Hq, L] fp32 (natural log). Causal: key j is visible to query i when j <= i + offset
 // (offset 0 is PyTorch's is_causal; S - L aligns the diagonal bottom-right as flash-attn
@@ -10,7 +10,8 @@
 //
 // Tiling and engine plan. One SPMD program per (batch, kv head, query head in the group):
 // grid attention_grid(). Each program first transposes its K on the Tensor engine into K^T
-// [E, S] (E on partitions, the contraction layout) and gathers V's rows 128 per tile; both stay
+// [E, S] (E on partitions, the contraction layout; a head dim over 128 is cut in chunks of 128
+// partitions whose products add up in PSUM) and gathers V's rows 128 per tile; both stay
 // in SBUF for the whole program when they fit cfg.resident_kv_bytes (64 KiB per partition:
 // S up to 16k in bf16 at E = Ev = 128), else K^T goes to an HBM scratch and the main loop
 // loads [E, 512] blocks of it and V's rows per step. Then per tile of 128 queries (Q^T [E, 128]
@@ -63,6 +64,9 @@ inline std::vector<int64_t> attention_backward_grid(const std::vector<int64_t>& 
 }
 
 inline constexpr int64_t kKeyBlock = 512;  // keys per score tile: one PSUM bank of fp32
+// Head dims up to one PSUM bank of fp32 ([128, Ev] accumulators, and the moving operand of a
+// matmul has at most 512 columns); contractions over more than 128 go chunk by chunk.
+inline constexpr int64_t kMaxHeadDim = kPsumColumns;
 
 namespace detail {
 
@@ -93,8 +97,8 @@ inline AttentionDims check_attention(const nl::tensor& q, const nl::tensor& k, c
   if (d.Hq % d.Hkv != 0)
     args_error(span, kernel, "the {} query heads must be a multiple of the {} key/value heads",
                d.Hq, d.Hkv);
-  if (d.E > kPartitions || d.Ev > kPartitions)
-    args_error(span, kernel, "head dims E={} and Ev={} must be at most {}", d.E, d.Ev, kPartitions);
+  if (d.E > kMaxHeadDim || d.Ev > kMaxHeadDim)
+    args_error(span, kernel, "head dims E={} and Ev={} must be at most {}", d.E, d.Ev, kMaxHeadDim);
   d.G = d.Hq / d.Hkv;
   d.scale = cfg.scale.value_or(1.0 / std::sqrt(double(d.E)));
   if (!(d.scale > 0) || !std::isfinite(d.scale))
@@ -127,13 +131,43 @@ inline KeyRange causal_keys(int64_t q0, int64_t qr, int64_t offset, int64_t S) {
   return {all_see / kKeyBlock * kKeyBlock, end};
 }
 
+// The contraction chunks of a head dim: [c0, c0 + cw) with cw <= 128 (the partitions one
+// matmul contracts over). A head dim over 128 adds its chunks' products in PSUM.
+struct Chunk {
+  int64_t c0, cw;
+};
+inline std::vector<Chunk> head_chunks(int64_t e) {
+  std::vector<Chunk> out;
+  for_each_static_tile(0, e, kPartitions, [&](int64_t c0, int64_t cw) { out.push_back({c0, cw}); });
+  return out;
+}
+
+// dst = stationary^T @ moving over chunked contractions: one matmul per chunk, the first
+// overwriting dst (or adding, with `accumulate`), the others adding.
+inline void matmul_chunks(const nl::tensor& dst, const std::vector<nl::tensor>& stationary,
+                          const std::vector<nl::tensor>& moving, bool accumulate = false) {
+  for (size_t c = 0; c < stationary.size(); ++c)
+    isa::nc_matmul(dst, stationary[c], moving[c], accumulate || c > 0);
+}
+
 // Transposes rows [0, n) of a [n, D] HBM view through the Tensor engine into an HBM scratch
-// [D, n] (`dst` a view of it), 128 rows at a time.
+// [D, n] (`dst` a view of it), 128 rows and 128 columns at a time.
 inline void transpose_into(const nl::tensor& dst, const nl::tensor& src, int64_t n) {
+  const int64_t D = src.shape()[1];
   for_each_tile(n, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
     auto t = nl::load(src(nl::ds(r0, rr), nl::all));
-    nl::store(dst(nl::all, nl::ds(r0, rr)), transpose_to_sbuf(t, "tT"));
+    for (const Chunk& c : head_chunks(D))
+      nl::store(dst(nl::ds(c.c0, c.cw), nl::ds(r0, rr)),
+                transpose_to_sbuf(t(nl::all, nl::ds(c.c0, c.cw)), "tT"));
   });
+}
+
+// x [rows, D] (SBUF, rows <= 128) transposed into one SBUF tile [cw, rows] per head-dim chunk.
+inline std::vector<nl::tensor> transpose_chunks(const nl::tensor& x, const std::string& name) {
+  std::vector<nl::tensor> out;
+  for (const Chunk& c : head_chunks(x.shape()[1]))
+    out.push_back(transpose_to_sbuf(x(nl::all, nl::ds(c.c0, c.cw)), name));
+  return out;
 }
 
 // a / d for an index whose constant and coefficients are multiples of d.
@@ -175,23 +209,36 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
   // 128 per tile: on chip for the whole program when they fit, else K^T in an HBM scratch
   // and both read per key block. Key blocks start at multiples of 128.
   const int64_t ST = ceil_div(d.S, kPartitions);
-  const bool resident = (d.S + ST * d.Ev) * dtype_bytes(dt) <= cfg.resident_kv_bytes;
+  const std::vector<Chunk> e_chunks = head_chunks(d.E);
+  const int64_t EC = static_cast<int64_t>(e_chunks.size());
+  const bool resident = (EC * d.S + ST * d.Ev) * dtype_bytes(dt) <= cfg.resident_kv_bytes;
   std::optional<nl::tensor> kT_sb, v_sb, kT_hbm;
   if (resident) {
-    kT_sb = nl::ndarray({d.E, d.S}, dt, nl::sbuf, "kT");
+    // Chunk c of K^T is kT_sb[0:cw, c, :].
+    kT_sb = nl::ndarray({std::min(d.E, kPartitions), EC, d.S}, dt, nl::sbuf, "kT");
     v_sb = nl::ndarray({std::min(d.S, kPartitions), ST, d.Ev}, dt, nl::sbuf, "v_rows");
     for_each_tile(d.S, kPartitions, [&](nl::index t, nl::index s0, int64_t sr) {
       auto rows = nl::load(k(b, hk, nl::ds(s0, sr), nl::all));
-      isa::tensor_copy((*kT_sb)(nl::all, nl::ds(s0, sr)), nl::transpose(rows));
+      for (int64_t c = 0; c < EC; ++c) {
+        const Chunk& ch = e_chunks[static_cast<size_t>(c)];
+        isa::tensor_copy((*kT_sb)(nl::ds(0, ch.cw), c, nl::ds(s0, sr)),
+                         nl::transpose(rows(nl::all, nl::ds(ch.c0, ch.cw))));
+      }
       isa::dma_copy((*v_sb)(nl::ds(0, sr), t, nl::all), v(b, hk, nl::ds(s0, sr), nl::all));
     });
   } else {
     kT_hbm = nl::ndarray({d.E, d.S}, dt, nl::hbm, "kT");
     transpose_into(*kT_hbm, k(b, hk, nl::all, nl::all), d.S);
   }
+  // K^T [E, sw] of the keys [s0, s0 + sw), one tile per head-dim chunk.
   auto key_block = [&](const nl::index& s0, int64_t sw) {
-    return resident ? (*kT_sb)(nl::all, nl::ds(s0, sw))
-                    : nl::load((*kT_hbm)(nl::all, nl::ds(s0, sw)));
+    std::vector<nl::tensor> out;
+    for (int64_t c = 0; c < EC; ++c) {
+      const Chunk& ch = e_chunks[static_cast<size_t>(c)];
+      out.push_back(resident ? (*kT_sb)(nl::ds(0, ch.cw), c, nl::ds(s0, sw))
+                             : nl::load((*kT_hbm)(nl::ds(ch.c0, ch.cw), nl::ds(s0, sw))));
+    }
+    return out;
   };
   auto value_rows = [&](const nl::index& r0, int64_t rr) {
     return resident ? (*v_sb)(nl::ds(0, rr), div_exact(r0, kPartitions), nl::all)
@@ -208,12 +255,13 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
   struct QueryTile {
     nl::index q0;
     int64_t qr;
-    nl::tensor qT, m, l, acc;
+    std::vector<nl::tensor> qT;  // Q^T [E, qr], one tile per head-dim chunk
+    nl::tensor m, l, acc;
   };
   auto open_tile = [&](const nl::index& q0, int64_t qr) {
     return QueryTile{q0,
                      qr,
-                     transpose_to_sbuf(nl::load(q(b, hq, nl::ds(q0, qr), nl::all)), "qT"),
+                     transpose_chunks(nl::load(q(b, hq, nl::ds(q0, qr), nl::all)), "qT"),
                      nl::full({qr, 1}, kNegInf, nl::float32, nl::sbuf, "m"),
                      nl::zeros({qr, 1}, nl::float32, nl::sbuf, "l"),
                      nl::zeros({qr, d.Ev}, nl::float32, nl::sbuf, "acc")};
@@ -228,7 +276,7 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
     std::vector<nl::tensor> scores, m_new, alpha, p;
     for (auto& t : tiles) {
       auto s_ps = nl::ndarray({t.qr, sw}, nl::float32, nl::psum, "scores");
-      isa::nc_matmul(s_ps, t.qT, kt, /*accumulate=*/false);
+      matmul_chunks(s_ps, t.qT, kt);
       scores.push_back(s_ps);
     }
     for (size_t i = 0; i < tiles.size(); ++i) {

@@ -23,7 +23,8 @@
 // Causal masks work as in the forward: diagonal tiles are masked by affine_select, tiles that
 // no query sees are skipped, and the loops over them are unrolled (their extents differ).
 // Two passes recompute the scores twice instead of accumulating dq across programs, which
-// would need atomics the machine does not have.
+// would need atomics the machine does not have. Head dims over 128 contract in chunks of 128
+// partitions (the scores over E, dp over Ev), adding up in PSUM.
 #pragma once
 #include <tuple>
 
@@ -79,11 +80,19 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
   }
 
   // Per query tile of head g: Q^T, dout^T, -lse and D (fp32 columns).
+  // Q^T and dout^T [E|Ev, qr] one tile per head-dim chunk.
   struct QueryTile {
-    nl::tensor qT, doT, neg_lse, di;
+    std::vector<nl::tensor> qT, doT;
+    nl::tensor neg_lse, di;
+  };
+  auto chunk_loads = [&](const nl::tensor& src, int64_t e) {  // src [e, n] HBM view
+    std::vector<nl::tensor> out;
+    for (const Chunk& c : head_chunks(e)) out.push_back(nl::load(src(nl::ds(c.c0, c.cw), nl::all)));
+    return out;
   };
   auto load_query_tile = [&](const nl::index& g, const nl::index& q0, int64_t qr) {
-    QueryTile t{nl::load(qT(g, nl::all, nl::ds(q0, qr))), nl::load(doT(g, nl::all, nl::ds(q0, qr))),
+    QueryTile t{chunk_loads(qT(g, nl::all, nl::ds(q0, qr)), d.E),
+                chunk_loads(doT(g, nl::all, nl::ds(q0, qr)), d.Ev),
                 nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "neg_lse"),
                 nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "Di")};
     isa::dma_copy(t.neg_lse, lse(b, hk * d.G + g, nl::ds(q0, qr)));
@@ -95,9 +104,9 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
   // the static first query of a causal diagonal tile (s0 then static too).
   auto probs = [&](const QueryTile& t, const nl::index& s0, int64_t sw,
                    std::optional<int64_t> mask_q0, DType pdt) {
-    const int64_t qr = t.qT.shape()[1];
+    const int64_t qr = t.qT[0].shape()[1];
     auto s_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "scores");
-    isa::nc_matmul(s_ps, t.qT, nl::load(kT(nl::all, nl::ds(s0, sw))), /*accumulate=*/false);
+    matmul_chunks(s_ps, t.qT, chunk_loads(kT(nl::all, nl::ds(s0, sw)), d.E));
     nl::tensor s = s_ps;
     if (mask_q0) {
       NEURON_ASSERT(s0.is_constant(), "masked key blocks have static starts");
@@ -108,7 +117,7 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
     auto p = nl::ndarray({qr, sw}, pdt, nl::sbuf, "p");
     isa::activation(p, nl::exp, s, t.neg_lse, d.scale);
     auto dp_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "dp");
-    isa::nc_matmul(dp_ps, t.doT, nl::load(vT(nl::all, nl::ds(s0, sw))), /*accumulate=*/false);
+    matmul_chunks(dp_ps, t.doT, chunk_loads(vT(nl::all, nl::ds(s0, sw)), d.Ev));
     auto dpd = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "dp_minus_D");
     isa::tensor_scalar(dpd, dp_ps, nl::subtract, t.di);
     auto ds = nl::ndarray({qr, sw}, pdt, nl::sbuf, "ds");
