@@ -110,11 +110,19 @@ inline AttentionDims check_attention(const nl::tensor& q, const nl::tensor& k, c
 inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // Causal mask of a score tile whose rows are queries q0.. and columns keys s0..: keeps s where
-// key <= query + offset, else -inf. All three are static.
-inline void mask_causal(const nl::tensor& s, int64_t q0, int64_t s0, int64_t offset) {
+// key <= query + offset, else -inf; rel = q0 + offset - s0 (static, though q0 and s0 may not
+// be). Column f is visible to row p when f <= rel + p, so columns up to rel are visible to
+// every row and only the ones after go through affine_select.
+inline void mask_causal_rel(const nl::tensor& s, int64_t rel) {
   const int64_t cols = s.shape()[1];
-  // value(p, f) = (q0 + p + offset) - (s0 + f) >= 0
-  isa::affine_select(s, {{-1, cols}}, 1, s, kNegInf, nl::greater_equal, q0 + offset - s0);
+  const int64_t m0 = std::clamp<int64_t>(rel + 1, 0, cols);
+  if (m0 == cols) return;
+  // value(p, f') = rel - m0 + p - f' >= 0 for column f = m0 + f'
+  isa::affine_select(s(nl::all, nl::ds(m0, cols - m0)), {{-1, cols - m0}}, 1,
+                     s(nl::all, nl::ds(m0, cols - m0)), kNegInf, nl::greater_equal, rel - m0);
+}
+inline void mask_causal(const nl::tensor& s, int64_t q0, int64_t s0, int64_t offset) {
+  mask_causal_rel(s, q0 + offset - s0);
 }
 
 // The key range a causal query tile [q0, q0 + qr) visits: keys [0, masked_from) are visible to
@@ -268,10 +276,10 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
   };
   // One key block [s0, s0 + sw) for a group of query tiles, phase by phase across the group:
   // the tiles' chains are independent, so one tile's softmax (Vector and Scalar engines)
-  // overlaps another's matmuls (Tensor engine). mask_q0: the group is one causal tile whose
-  // block is on the diagonal (static query start; s0 is static too).
+  // overlaps another's matmuls (Tensor engine). mask_rel: the group is one causal tile whose
+  // block is on the diagonal, rel = q0 + causal_offset - s0 (mask_causal_rel).
   auto step = [&](std::vector<QueryTile>& tiles, const nl::index& s0, int64_t sw,
-                  std::optional<int64_t> mask_q0) {
+                  std::optional<int64_t> mask_rel) {
     auto kt = key_block(s0, sw);
     std::vector<nl::tensor> scores, m_new, alpha, p;
     for (auto& t : tiles) {
@@ -282,11 +290,10 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
     for (size_t i = 0; i < tiles.size(); ++i) {
       auto& t = tiles[i];
       nl::tensor s = scores[i];
-      if (mask_q0) {
-        NEURON_ASSERT(s0.is_constant(), "masked key blocks have static starts");
+      if (mask_rel) {
         s = nl::ndarray({t.qr, sw}, nl::float32, nl::sbuf, "masked");
         isa::tensor_copy(s, scores[i]);
-        mask_causal(s, *mask_q0, s0.constant, cfg.causal_offset);
+        mask_causal_rel(s, *mask_rel);
       }
       m_new.push_back(nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "m_new"));
       isa::tensor_reduce(m_new[i], nl::max, s, 1);
@@ -340,18 +347,50 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
       for (auto& t : tiles) close_tile(t);
     });
   } else {
-    // Each causal tile sees its own number of key blocks: unrolled, one tile at a time.
-    for_each_static_tile(d.q_start, d.L, kPartitions, [&](int64_t q0, int64_t qr) {
-      const KeyRange keys = causal_keys(q0, qr, cfg.causal_offset, d.S);
+    // Causal, one query tile at a time. The regular tiles (128 rows whose visible keys need no
+    // clamping at 0 or S) go in groups of kKeyBlock / 128 = 4 through one rolled loop: tile t
+    // of group j sees 512 (j + u_t) keys unmasked (a runtime trip count, u_t static) and a
+    // masked range of static width right after, so the IR holds four copies of the step
+    // whatever L is (unrolling every tile made L = 2048 a 9 s compile). The other tiles (rows
+    // that see few keys, and the tail) are unrolled one by one.
+    const int64_t off = cfg.causal_offset, per = kKeyBlock / kPartitions;
+    const int64_t qa = d.q_start;
+    const int64_t groups =
+        std::max<int64_t>(0, std::min(d.L - qa, d.S - off - qa) / kKeyBlock);
+    auto causal_tile = [&](int64_t q0, int64_t qr) {
+      const KeyRange keys = causal_keys(q0, qr, off, d.S);
       std::vector<QueryTile> tiles{open_tile(q0, qr)};
       for_each_tile(
           keys.masked_from, kKeyBlock,
           [&](nl::index, nl::index s0, int64_t sw) { step(tiles, s0, sw, std::nullopt); }, 0,
           LoopKind::sequential);
-      for_each_static_tile(keys.masked_from, keys.end, kKeyBlock,
-                           [&](int64_t s0, int64_t sw) { step(tiles, s0, sw, q0); });
+      for_each_static_tile(keys.masked_from, keys.end, kKeyBlock, [&](int64_t s0, int64_t sw) {
+        step(tiles, s0, sw, q0 + off - s0);
+      });
       close_tile(tiles[0]);
-    });
+    };
+    if (groups > 0) {
+      for (nl::index j : nl::affine_range(groups)) {
+        for (int64_t t = 0; t < per; ++t) {
+          // Tile rows [q0, q0 + 128) with q0 = qa + 512 j + 128 t: keys [0, all_see) visible
+          // to every row, all_see = q0 + off + 1 >= 1; blocks of 512 up to masked_from.
+          const int64_t c = qa + off + 1 + t * kPartitions;  // all_see at j = 0
+          const int64_t u = c / kKeyBlock;                   // unmasked blocks at j = 0
+          const int64_t width = c + kPartitions - 1 - u * kKeyBlock;  // masked keys (static)
+          const nl::index q0 = j * kKeyBlock + (qa + t * kPartitions);
+          const nl::index masked_from = j * kKeyBlock + u * kKeyBlock;
+          std::vector<QueryTile> tiles{open_tile(q0, kPartitions)};
+          for (nl::index i : nl::dynamic_range(j + u))
+            step(tiles, i * kKeyBlock, kKeyBlock, std::nullopt);
+          // rel = q0 + off - s0 at the masked range's start: the same for every j.
+          for_each_static_tile(0, width, kKeyBlock, [&](int64_t w0, int64_t sw) {
+            step(tiles, masked_from + w0, sw, (qa + t * kPartitions) + off - u * kKeyBlock - w0);
+          });
+          close_tile(tiles[0]);
+        }
+      }
+    }
+    for_each_static_tile(qa + groups * kKeyBlock, d.L, kPartitions, causal_tile);
   }
   return {out, lse};
 }
