@@ -72,10 +72,15 @@ def sdpa_cases():
                    lambda q, k, v, kw=kw: F.scaled_dot_product_attention(q, k, v, **kw),
                    lambda q, k, v, kw=kw: ops.scaled_dot_product_attention(q, k, v, **kw),
                    fudge={torch.float32: 10.0, torch.bfloat16: 1.5})
-    # Arguments the kernels do not take: neuron.ops falls back to PyTorch (and says why).
+    # A head dim over 128: the scores contract in two chunks (128 + 64).
     q, k, v = rand((1, 2, 7, 192), 4), rand((1, 2, 9, 192), 5), rand((1, 2, 9, 64), 6)
     yield Case("scaled_dot_product_attention", "L=7 S=9 E=192 Ev=64 (head dim > 128)",
-               [q, k, v], F.scaled_dot_product_attention, ops.scaled_dot_product_attention)
+               [q, k, v], F.scaled_dot_product_attention, ops.scaled_dot_product_attention,
+               fudge={torch.float32: 10.0, torch.bfloat16: 1.5})
+    # Arguments the kernels do not take: neuron.ops falls back to PyTorch (and says why).
+    yield Case("scaled_dot_product_attention", "L=7 S=9 E=520 Ev=64 (head dim > 512)",
+               [rand((1, 2, 7, 520), 4), rand((1, 2, 9, 520), 5), v],
+               F.scaled_dot_product_attention, ops.scaled_dot_product_attention)
     mask = rand((7, 9), 7) > 0
     yield Case("scaled_dot_product_attention", "L=7 S=9 E=64 boolean attn_mask",
                [q[..., :64], k[..., :64], v],
