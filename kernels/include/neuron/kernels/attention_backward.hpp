@@ -100,19 +100,18 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
     isa::dma_copy(t.di, dsum(g, nl::ds(q0, qr)));
     return t;
   };
-  // p = exp(scale * s - lse) and ds = p * (dp - D) for a [qr, sw] tile, both in pdt. mask_q0:
-  // the static first query of a causal diagonal tile (s0 then static too).
+  // p = exp(scale * s - lse) and ds = p * (dp - D) for a [qr, sw] tile, both in pdt. mask_rel:
+  // a causal diagonal tile, rel = q0 + causal_offset - s0 (static; mask_causal_rel).
   auto probs = [&](const QueryTile& t, const nl::index& s0, int64_t sw,
-                   std::optional<int64_t> mask_q0, DType pdt) {
+                   std::optional<int64_t> mask_rel, DType pdt) {
     const int64_t qr = t.qT[0].shape()[1];
     auto s_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "scores");
     matmul_chunks(s_ps, t.qT, chunk_loads(kT(nl::all, nl::ds(s0, sw)), d.E));
     nl::tensor s = s_ps;
-    if (mask_q0) {
-      NEURON_ASSERT(s0.is_constant(), "masked key blocks have static starts");
+    if (mask_rel) {
       s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "masked");
       isa::tensor_copy(s, s_ps);
-      mask_causal(s, *mask_q0, s0.constant, off);
+      mask_causal_rel(s, *mask_rel);
     }
     auto p = nl::ndarray({qr, sw}, pdt, nl::sbuf, "p");
     isa::activation(p, nl::exp, s, t.neg_lse, d.scale);
@@ -126,31 +125,46 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
   };
 
   // ---- pass 1: dk, dv per block of 128 keys ----
-  auto key_tile = [&](const nl::index& s0, int64_t sr, bool is_static) {
+  // kind: non-causal; causal with a static s0 (unrolled); or causal regular, s0 = 128 i for a
+  // loop index i of the rolled key tiles (see below).
+  enum class KeyKind { plain, causal_static, causal_rolled };
+  auto key_tile = [&](const nl::index& s0, int64_t sr, KeyKind kind) {
     auto dv_ps = nl::zeros({sr, d.Ev}, nl::float32, nl::psum, "dv_acc");
     auto dk_ps = nl::zeros({sr, d.E}, nl::float32, nl::psum, "dk_acc");
     for (nl::index g : nl::affine_range(d.G)) {
       const nl::index hq = hk * d.G + g;
-      auto pair = [&](const nl::index& q0, int64_t qr, std::optional<int64_t> mask_q0) {
+      auto pair = [&](const nl::index& q0, int64_t qr, std::optional<int64_t> mask_rel) {
         QueryTile t = load_query_tile(g, q0, qr);
-        auto [p, ds] = probs(t, s0, sr, mask_q0, dt);
+        auto [p, ds] = probs(t, s0, sr, mask_rel, dt);
         isa::nc_matmul(dv_ps, p, nl::load(dout(b, hq, nl::ds(q0, qr), nl::all)), true);
         isa::nc_matmul(dk_ps, ds, nl::load(q(b, hq, nl::ds(q0, qr), nl::all)), true);
       };
-      if (!cfg.causal) {
+      if (kind == KeyKind::plain) {
         for_each_tile(d.L, kPartitions,
                       [&](nl::index, nl::index q0, int64_t qr) { pair(q0, qr, std::nullopt); });
-      } else {
-        NEURON_ASSERT(is_static, "causal key tiles are unrolled");
+      } else if (kind == KeyKind::causal_static) {
         // Queries r see this block when r + off >= s0; all of it when r + off >= s0 + sr - 1.
         const int64_t s0c = s0.constant;
         const int64_t lo = std::clamp<int64_t>(s0c - off, d.q_start, d.L);
         const int64_t mid = std::clamp<int64_t>(s0c + sr - 1 - off, lo, d.L);
         for_each_static_tile(lo, mid, kPartitions,
-                             [&](int64_t q0, int64_t qr) { pair(q0, qr, q0); });
+                             [&](int64_t q0, int64_t qr) { pair(q0, qr, q0 + off - s0c); });
         for_each_tile(
             d.L - mid, kPartitions,
             [&](nl::index, nl::index q0, int64_t qr) { pair(q0, qr, std::nullopt); }, mid);
+      } else {
+        // A regular tile of 128 keys (rolled_keys below): the 127 queries from s0 - off see
+        // part of it (rel 0), the full tiles of 128 from s0 + 127 - off all of it (a runtime
+        // count), then a tail of static size.
+        const nl::index lo = s0 - off, mid = s0 + (kPartitions - 1 - off);
+        pair(lo, kPartitions - 1, 0);
+        const int64_t after = d.L - (kPartitions - 1 - off);  // queries from mid at s0 = 0
+        const nl::index full = div_exact(nl::index(after / kPartitions * kPartitions) - s0,
+                                         kPartitions);
+        for (nl::index r : nl::dynamic_range(full))
+          pair(mid + r * kPartitions, kPartitions, std::nullopt);
+        if (after % kPartitions)
+          pair(mid + (full * kPartitions), after % kPartitions, std::nullopt);
       }
     }
     auto dkt = nl::ndarray({sr, d.E}, dt, nl::sbuf, "dk_t");
@@ -158,12 +172,30 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
     nl::store(dk(b, hk, nl::ds(s0, sr), nl::all), dkt);
     nl::store(dv(b, hk, nl::ds(s0, sr), nl::all), nl::copy(dv_ps, dt));
   };
-  if (!cfg.causal)
+  if (!cfg.causal) {
     for_each_tile(d.S, kPartitions,
-                  [&](nl::index, nl::index s0, int64_t sr) { key_tile(s0, sr, false); });
-  else
-    for_each_static_tile(0, d.S, kPartitions,
-                         [&](int64_t s0, int64_t sr) { key_tile(s0, sr, true); });
+                  [&](nl::index, nl::index s0, int64_t sr) { key_tile(s0, sr, KeyKind::plain); });
+  } else {
+    // Regular key tiles: 128 keys whose partly-seeing queries [s0 - off, s0 + 127 - off) lie
+    // in [q_start, L): one rolled loop (their bodies differ only by s0), so the IR does not grow
+    // with S. The others are unrolled.
+    const int64_t first = std::max<int64_t>(0, -floor_div(-(d.q_start + off), kPartitions));
+    const int64_t last = std::min<int64_t>(d.S / kPartitions,
+                                           floor_div(d.L - (kPartitions - 1) + off, kPartitions) + 1);
+    auto unrolled = [&](int64_t from, int64_t to) {
+      for_each_static_tile(from, to, kPartitions, [&](int64_t s0, int64_t sr) {
+        key_tile(s0, sr, KeyKind::causal_static);
+      });
+    };
+    if (last - first >= 2) {
+      unrolled(0, first * kPartitions);
+      for (nl::index i : nl::affine_range(first, last))
+        key_tile(i * kPartitions, kPartitions, KeyKind::causal_rolled);
+      unrolled(last * kPartitions, d.S);
+    } else {
+      unrolled(0, d.S);
+    }
+  }
 
   // ---- pass 2: dq per tile of 128 queries ----
   for (nl::index g : nl::affine_range(d.G)) {
@@ -173,9 +205,9 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
     auto query_tile = [&](const nl::index& q0, int64_t qr, const auto& blocks) {
       QueryTile t = load_query_tile(g, q0, qr);
       auto dq_ps = nl::zeros({qr, d.E}, nl::float32, nl::psum, "dq_acc");
-      blocks([&](const nl::index& s0, int64_t sw, std::optional<int64_t> mask_q0) {
+      blocks([&](const nl::index& s0, int64_t sw, std::optional<int64_t> mask_rel) {
         // ds stays fp32 for dq (a bf16 ds cost dq about 10% more error than PyTorch's).
-        auto [p, ds] = probs(t, s0, sw, mask_q0, nl::float32);
+        auto [p, ds] = probs(t, s0, sw, mask_rel, nl::float32);
         for_each_static_tile(0, sw, kPartitions, [&](int64_t c, int64_t cw) {
           auto dsT = transpose_to_sbuf(ds(nl::all, nl::ds(c, cw)), "dsT");
           auto kc = nl::load(k(b, hk, nl::ds(s0 + c, cw), nl::all), nl::float32);
@@ -194,13 +226,37 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
         });
       });
     } else {
-      for_each_static_tile(d.q_start, d.L, kPartitions, [&](int64_t q0, int64_t qr) {
+      // As the forward: regular query tiles in rolled groups of four (a runtime count of
+      // unmasked key blocks, a masked range of static width), the others unrolled.
+      const int64_t per = kKeyBlock / kPartitions, qa = d.q_start;
+      const int64_t groups =
+          std::max<int64_t>(0, std::min(d.L - qa, d.S - off - qa) / kKeyBlock);
+      if (groups > 0) {
+        for (nl::index j : nl::affine_range(groups)) {
+          for (int64_t t = 0; t < per; ++t) {
+            const int64_t c = qa + off + 1 + t * kPartitions;  // all_see at j = 0
+            const int64_t u = c / kKeyBlock;
+            const int64_t width = c + kPartitions - 1 - u * kKeyBlock;
+            const nl::index masked_from = j * kKeyBlock + u * kKeyBlock;
+            query_tile(j * kKeyBlock + (qa + t * kPartitions), kPartitions,
+                       [&](const auto& step) {
+                         for (nl::index i : nl::dynamic_range(j + u))
+                           step(i * kKeyBlock, kKeyBlock, std::nullopt);
+                         for_each_static_tile(0, width, kKeyBlock, [&](int64_t w0, int64_t sw) {
+                           step(masked_from + w0, sw,
+                                (qa + t * kPartitions) + off - u * kKeyBlock - w0);
+                         });
+                       });
+          }
+        }
+      }
+      for_each_static_tile(qa + groups * kKeyBlock, d.L, kPartitions, [&](int64_t q0, int64_t qr) {
         const KeyRange keys = causal_keys(q0, qr, off, d.S);
         query_tile(q0, qr, [&](const auto& step) {
           for_each_tile(keys.masked_from, kKeyBlock,
                         [&](nl::index, nl::index s0, int64_t sw) { step(s0, sw, std::nullopt); });
           for_each_static_tile(keys.masked_from, keys.end, kKeyBlock,
-                               [&](int64_t s0, int64_t sw) { step(s0, sw, q0); });
+                               [&](int64_t s0, int64_t sw) { step(s0, sw, q0 + off - s0); });
         });
       });
     }

@@ -20,6 +20,10 @@ inline constexpr int64_t kPsumColumns = nl::tile_size::psum_fmax;  // 512 fp32 p
 inline int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
+// Rounded toward -infinity, for any sign of a (b > 0).
+inline int64_t floor_div(int64_t a, int64_t b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
 
 // Calls body(tile_index, start, size) over [base, base + n) cut in tiles of `tile` elements:
 // once inside a rolled loop for the n / tile full tiles (tile_index and start symbolic), and
