@@ -27,10 +27,13 @@
 //    acc = acc * alpha + p @ v.
 //  - the Vector engine writes out = acc / l, the Scalar engine lse = scale * m + log(l).
 // Non-causal query tiles go two at a time through one rolled loop, phase by phase, so one
-// tile's softmax overlaps the other's matmuls. Causal ones are unrolled (each sees a different
-// number of key blocks): blocks left of the diagonal run unmasked in a rolled loop, the one or
-// two blocks on it are masked; blocks right of it are skipped. Rows before the first visible
-// key (negative offsets) are written directly as 0 / -inf.
+// tile's softmax overlaps the other's matmuls. Causal ones go one at a time: blocks left of the
+// diagonal run unmasked, the keys on it are masked (only the columns some row cannot see go
+// through affine_select), blocks right of it are skipped. Tile t of each group of four sees
+// 512 (j + u_t) unmasked keys in group j, so the groups are one rolled loop whose inner loop
+// has a runtime trip count, and the IR stays the same size whatever L is; tiles whose keys
+// would need clamping at 0 or S are unrolled. Rows before the first visible key (negative
+// offsets) are written directly as 0 / -inf.
 #pragma once
 #include <cmath>
 #include <limits>

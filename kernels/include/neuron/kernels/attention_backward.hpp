@@ -21,7 +21,10 @@
 //    (dq is the gradient most sensitive to ds's rounding); ds is transposed 128 keys at a time
 //    on the Tensor engine so dq += ds k accumulates in PSUM.
 // Causal masks work as in the forward: diagonal tiles are masked by affine_select, tiles that
-// no query sees are skipped, and the loops over them are unrolled (their extents differ).
+// no query sees are skipped. The regular tiles (no clamping at 0, L or S) are rolled loops with
+// runtime trip counts, so the IR does not grow with L and S (pass 1: key tile s0 = 128 i sees
+// 127 partly-seeing queries, then floor((L - 127 + off) / 128) - i full query tiles); the
+// rest are unrolled.
 // Two passes recompute the scores twice instead of accumulating dq across programs, which
 // would need atomics the machine does not have. Head dims over 128 contract in chunks of 128
 // partitions (the scores over E, dp over Ev), adding up in PSUM.
