@@ -357,6 +357,17 @@ def vector_select(self, dim, offsets):
     return IndirectView(self, offsets)
 
 
+def indirect(self, index, num_elem=None):
+    """NeuronCore-v4 tensor indirection (columns of an on-chip tensor chosen at run time by a
+    uint16 index tile, per group of partitions): not supported. Refused with the alternatives,
+    not silently approximated: its per-engine partition grouping is not pinned down by the
+    documentation this toolkit follows (docs/nki-compat.md)."""
+    user_error("unsupported", f"'{self.name}'.indirect(...): NeuronCore-v4 tensor indirection "
+               "is not supported. Gather columns with nisa.nc_n_gather / nl.gather_flattened "
+               "(per-partition indices) or nisa.local_gather, and rows of an HBM tensor with "
+               ".vector_select(0, offsets) or .ap(..., vector_offset=offsets)", user_span())
+
+
 def attach(cls, layout_of):
     """The view methods and attributes on a tensor class (traced or eager); layout_of(t, span)
     gives a view's (pattern, offset)."""
@@ -375,6 +386,8 @@ def attach(cls, layout_of):
     cls.flatten_dims, cls.reshape, cls.rearrange = flatten_dims, reshape, rearrange
     cls.view = cls.reinterpret_cast = view
     cls.vector_select = vector_select
+    cls.indirect = indirect
+    cls.UNSUPPORTED = ("indirect",)  # refused with a message (scripts/nki_api_coverage.py)
     cls.is_indirect = lambda self: False  # an IndirectView is the indirect form
     cls.get_pattern, cls.is_contiguous = get_pattern, is_contiguous
     cls.strides = property(lambda self: tuple(s for s, _ in layout_of(self, user_span())[0]))
