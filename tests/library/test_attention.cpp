@@ -64,7 +64,6 @@ TEST_CASE("attention forward: causal query tiles in rolled groups of four (L >= 
   run_forward({1, 1, 1, 1100, 1100, 16, 8, true}, DType::float32);  // 2 groups, then a tail
   run_forward({1, 2, 1, 600, 1000, 8, 8, true, 400}, DType::float32);  // bottom-right, GQA
   run_forward({1, 1, 1, 800, 800, 8, 8, true, -135}, DType::float32);  // rows 0..134 see none
-  run_forward({1, 1, 1, 700, 1300, 8, 8, true, 77}, DType::float32, false, /*stream=*/true);
 }
 
 TEST_CASE("attention forward: fully masked rows give out 0 and lse -inf, no NaN") {

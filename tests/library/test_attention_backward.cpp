@@ -67,9 +67,7 @@ TEST_CASE("attention backward: causal, fully masked rows, GQA") {
 
 TEST_CASE("attention backward: causal key and query tiles in rolled loops (L, S >= 512)") {
   run_backward({1, 1, 1, 1100, 1100, 16, 8, true}, DType::float32);  // then unrolled tails
-  run_backward({1, 2, 1, 600, 1000, 8, 8, true, 400}, DType::float32);  // bottom-right, GQA
-  run_backward({1, 1, 1, 800, 800, 8, 8, true, -135}, DType::float32);  // rows 0..134 see none
-  run_backward({1, 1, 1, 700, 1300, 8, 8, true, 77}, DType::float32);
+  run_backward({1, 2, 1, 700, 1000, 8, 8, true, -135}, DType::float32);  // GQA, rows 0..134 see none
 }
 
 TEST_CASE("attention backward: bf16") {
