@@ -21,3 +21,12 @@ def softmax(x):
     e = nl.exp(t - nl.max(t, axis=1))
     nl.store(out[rows], e * nl.reciprocal(nl.sum(e, axis=1)))
     return out
+
+
+def scale_inplace(a):
+    """Writes 2*a back into its input and returns the old values."""
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    nl.store(a, t * 2.0)
+    nl.store(out, t)
+    return out

@@ -8,18 +8,10 @@ import pytest
 
 import neuron
 import neuron.language as nl
+from helpers import scale_inplace
 
 RNG = np.random.default_rng(7)
 A = RNG.standard_normal((16, 48)).astype(np.float32)
-
-
-def scale_inplace(a):
-    """Writes 2*a back into its input and returns the old values."""
-    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
-    t = nl.load(a)
-    nl.store(a, t * 2.0)
-    nl.store(out, t)
-    return out
 
 
 def affine(x, scale, shift):
