@@ -177,8 +177,9 @@ class Kernel:
         self._cache = {} if _cache is None else _cache
         self._by_ir = {} if _by_ir is None else _by_ir
         self._consts = {} if _consts is None else _consts  # signature -> shared_constant arrays
-        # _fast_key -> (compiled, constants, tensor positions, tensor dtypes): the calls that
-        # skip binding and keying (a cached call's cost, docs/performance.md). Per grid.
+        # _fast_key -> (compiled, constants, tensor positions, tensor dtypes, torch out?): the
+        # calls that skip binding and keying (a cached call's cost, docs/performance.md). Per
+        # grid (kernel[g] is its own Kernel).
         self._fast = {}
         functools.update_wrapper(self, fn, updated=())  # never copy fn.__dict__ over ours
         self._signature = inspect.signature(fn)
