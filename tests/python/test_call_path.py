@@ -127,3 +127,19 @@ def test_a_changed_partition_blocks_setting_reloads_the_kernel(monkeypatch):
     s, _ = k(A, A)
     np.testing.assert_array_equal(s, A + A)
     assert "partition_blocks=off" in k.last_report  # compiled for the new setting
+
+
+def with_constant(x):
+    # nl.shared_constant: a hidden input the cached path passes again (a fresh copy) each call.
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    c = nl.shared_constant(np.arange(16, dtype=np.float32).reshape(16, 1))
+    nl.store(out, nl.add(nl.load(x), nl.load(c)))
+    return out
+
+
+def test_shared_constants_on_every_cached_call():
+    k = neuron.kernel(with_constant)
+    x = A[:16].copy()
+    for _ in range(3):
+        np.testing.assert_array_equal(k(x), x + np.arange(16, dtype=np.float32)[:, None])
+    assert len(k._fast) == 1

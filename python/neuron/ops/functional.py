@@ -26,18 +26,19 @@ MAX_HEAD_DIM = 512  # attention head dims (kernels/attention.hpp kMaxHeadDim: a 
 def _problem(tensors):
     """Why these tensors cannot go to a kernel, as (kind, reason), or None. Meta tensors go
     through (the operators' fake implementations give their shapes)."""
+    first = None
     for name, t in tensors.items():
         if t is None:
             continue
-        if t.device.type not in ("cpu", "meta"):
+        if not (t.is_cpu or t.is_meta):  # (not t.device.type: it builds a device object)
             return "device", f"{name} is on {t.device}; neuron kernels run on CPU tensors"
         if t.dtype not in _DTYPES:
             return "dtype", (f"{name} is {t.dtype}; the kernels take float32, bfloat16 or "
                              "float16")
         if t.numel() == 0:
             return "empty", f"{name} has no elements (shape {tuple(t.shape)})"
-    dtypes = {t.dtype for t in tensors.values() if t is not None}
-    if len(dtypes) > 1:
+        first = t.dtype if first is None else first
+    if any(t is not None and t.dtype != first for t in tensors.values()):
         return "dtype", "the tensors' dtypes differ: " + ", ".join(
             f"{n} {t.dtype}" for n, t in tensors.items() if t is not None)
     return None
