@@ -77,6 +77,9 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     reduce_op (add in one instruction; max, min, ... by a reduction after it) over the free
     dims."""
     span = user_span()
+    if not hasattr(data, "shape"):
+        raise TypeError(f"nisa.activation: data must be a tile (an SBUF or PSUM tensor), got "
+                        f"{type(data).__name__} {data!r:.40}")
     bias = None if bias is None else _operand(bias)
     if bias is not None and not isinstance(bias, _C.Tensor):  # a number: a [P, 1] tile of it
         bias = None if bias == 0.0 else _C.full([data.shape[0], 1], bias, _C.DType.float32,
