@@ -33,7 +33,18 @@ def _op(f):
 
 
 def _pattern(pattern):
+    if not isinstance(pattern, (list, tuple)) or \
+            not all(isinstance(p, (list, tuple)) for p in pattern):
+        raise TypeError(f"an access pattern is a list of [stride, count] pairs, got {pattern!r:.60}")
     return [tuple(_int(v, "a pattern [stride, count] entry") for v in p) for p in pattern]
+
+
+def _number(v, what):
+    """float(v), or a TypeError naming the argument when v is not a number."""
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be a number, got {type(v).__name__} {v!r:.40}") from None
 
 
 @_eager.op(writes=("dst",), matmul=True)
@@ -232,7 +243,8 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
                   offset=0, name=None):
     _C.affine_select(dst, _pattern(pattern), _int(channel_multiplier, "channel_multiplier"),
                      on_true_tile,
-                     float(on_false_value), "equal" if cmp_op is None else _op(cmp_op),
+                     _number(on_false_value, "affine_select: on_false_value"),
+                     "equal" if cmp_op is None else _op(cmp_op),
                      _int(offset, "affine_select offset"), user_span())
 
 

@@ -237,6 +237,9 @@ class _Reduce(_Fn):
 
     @_eager.op()
     def __call__(self, x, axis, dtype=None, keepdims=False):
+        if not isinstance(axis, (int, tuple, list)):
+            raise TypeError(f"nl.{self.__name__}: axis must be an int or a tuple of ints, got "
+                            f"{axis!r:.40}")
         axes = [axis] if isinstance(axis, int) else list(axis)
         return _C.reduce(self.name, x, axes, to_dtype(dtype), keepdims, user_span())
 
@@ -384,6 +387,9 @@ def sequential_range(*args):
 
 def static_range(*args):
     """Unrolled at trace time, like Python's range."""
+    if not all(isinstance(a, int) or hasattr(a, "__index__") for a in args):
+        raise TypeError(f"nl.static_range takes ints (start, stop, step), got "
+                        f"{', '.join(repr(a) for a in args)}"[:120])
     return builtins.range(*args)
 
 

@@ -11,6 +11,7 @@ import pytest
 
 import neuron
 import neuron.cache
+import neuron.isa as nisa
 import neuron.language as nl
 from helpers import scale_inplace, softmax
 
@@ -332,3 +333,48 @@ def test_host_instruction_kernels_give_the_same_bits(cache_dir, monkeypatch):
         neuron.kernel(softmax)[2](x)
     assert info.value.rule == "config"
     assert "bitcode, host" in info.value.message
+
+
+# Wrong argument kinds the Python API fuzzer found raising Python's own errors (or
+# AttributeError / NameError) inside the toolkit: each is now a TypeError naming the argument.
+def _act_number(t):
+    nisa.activation(dst=t, op=nl.exp, data=float("inf"), bias=1.0)
+
+
+def _pred_string(t):
+    nisa.tensor_copy_predicated(t, t, "", reverse_pred=True)
+
+
+def _iota_int_pattern(t):
+    nisa.iota(t, 5, offset=0)
+
+
+def _select_fn_value(t):
+    nisa.affine_select(t, [[-1, 16]], 1, t, nl.bypass)
+
+
+def _max_axis_none(t):
+    nl.max(t, axis=None)
+
+
+def _static_range_str(t):
+    for _ in nl.static_range("2"):
+        pass
+
+
+@pytest.mark.parametrize("body,text", [
+    (_act_number, "nisa.activation: data must be a tile"),
+    (_pred_string, "predicate must be a tile"),
+    (_iota_int_pattern, "list of [stride, count] pairs"),
+    (_select_fn_value, "on_false_value must be a number"),
+    (_max_axis_none, "nl.max: axis must be an int or a tuple of ints, got None"),
+    (_static_range_str, "nl.static_range takes ints"),
+], ids=lambda v: getattr(v, "__name__", "")[1:] if callable(v) else "")
+def test_wrong_argument_kinds_are_type_errors_naming_the_argument(body, text):
+    def k(x):
+        t = nl.ndarray((16, 16), nl.float32)
+        body(t)
+        return t
+
+    with pytest.raises(TypeError, match=text.replace("[", r"\[").replace("]", r"\]")):
+        neuron.kernel(k).trace(np.zeros((16, 16), np.float32))
