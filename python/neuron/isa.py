@@ -129,6 +129,9 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
 @_eager.op(writes=("dst",))
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     # dst keeps the reduced dims as size 1 either way: keepdims only shapes NKI's result view.
+    if not isinstance(axis, (int, tuple, list)):
+        raise TypeError(f"nisa.tensor_reduce: axis must be an int or a tuple of ints, got "
+                        f"{axis!r:.40}")
     axes = [axis] if isinstance(axis, int) else list(axis)
     _C.tensor_reduce(dst, _op(op), data, axes, bool(negate), user_span())
 

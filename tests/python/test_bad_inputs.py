@@ -357,6 +357,10 @@ def _max_axis_none(t):
     nl.max(t, axis=None)
 
 
+def _reduce_float_axis(t):
+    nisa.tensor_reduce(t[:, 0:1], nl.add, t, axis=1.5)
+
+
 def _static_range_str(t):
     for _ in nl.static_range("2"):
         pass
@@ -369,6 +373,7 @@ def _static_range_str(t):
     (_select_fn_value, "on_false_value must be a number"),
     (_max_axis_none, "nl.max: axis must be an int or a tuple of ints, got None"),
     (_static_range_str, "nl.static_range takes ints"),
+    (_reduce_float_axis, "nisa.tensor_reduce: axis must be an int or a tuple of ints, got 1.5"),
 ], ids=lambda v: getattr(v, "__name__", "")[1:] if callable(v) else "")
 def test_wrong_argument_kinds_are_type_errors_naming_the_argument(body, text):
     def k(x):
