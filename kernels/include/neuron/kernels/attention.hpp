@@ -124,9 +124,6 @@ inline void mask_causal_rel(const nl::tensor& s, int64_t rel) {
   isa::affine_select(s(nl::all, nl::ds(m0, cols - m0)), {{-1, cols - m0}}, 1,
                      s(nl::all, nl::ds(m0, cols - m0)), kNegInf, nl::greater_equal, rel - m0);
 }
-inline void mask_causal(const nl::tensor& s, int64_t q0, int64_t s0, int64_t offset) {
-  mask_causal_rel(s, q0 + offset - s0);
-}
 
 // The key range a causal query tile [q0, q0 + qr) visits: keys [0, masked_from) are visible to
 // every row and run unmasked, keys [masked_from, end) go through the mask. masked_from is
@@ -140,6 +137,49 @@ inline KeyRange causal_keys(int64_t q0, int64_t qr, int64_t offset, int64_t S) {
   const int64_t all_see = std::clamp<int64_t>(q0 + offset + 1, 0, S);
   const int64_t end = std::clamp<int64_t>(q0 + qr + offset, 0, S);
   return {all_see / kKeyBlock * kKeyBlock, end};
+}
+
+// Causal query tiles of [q_start, L) with the key blocks each visits: tile(q0, qr, blocks),
+// where blocks(step) calls step(s0, sw, mask_rel) for the tile's key blocks in increasing order
+// (mask_rel, rel = q0 + offset - s0, on the diagonal ones; mask_causal_rel). The regular tiles
+// (128 rows whose keys need no clamping at 0 or S) go in groups of kKeyBlock / 128 = 4 through
+// one rolled loop: tile t of group j sees 512 (j + u_t) keys unmasked (a runtime trip count,
+// u_t static) and a masked range of static width and static rel right after, so the IR holds
+// four copies of the body whatever L is (unrolling every tile made L = 2048 a 9 s compile).
+// The other tiles are unrolled, their unmasked blocks a rolled loop of kind `unmasked`.
+template <typename Tile>
+void for_each_causal_query_tile(const AttentionDims& d, int64_t offset, LoopKind unmasked,
+                                const Tile& tile) {
+  const int64_t qa = d.q_start, per = kKeyBlock / kPartitions;
+  const int64_t groups =
+      std::max<int64_t>(0, std::min(d.L - qa, d.S - offset - qa) / kKeyBlock);
+  if (groups > 0) {
+    for (nl::index j : nl::affine_range(groups)) {
+      for (int64_t t = 0; t < per; ++t) {
+        const int64_t q_rel = qa + t * kPartitions;                 // q0 at j = 0
+        const int64_t all_see = q_rel + offset + 1;                 // >= 1, at j = 0
+        const int64_t u = all_see / kKeyBlock;                      // unmasked blocks at j = 0
+        const int64_t width = all_see + kPartitions - 1 - u * kKeyBlock;  // masked keys
+        tile(j * kKeyBlock + q_rel, kPartitions, [&](const auto& step) {
+          for (nl::index i : nl::dynamic_range(j + u))
+            step(i * kKeyBlock, kKeyBlock, std::nullopt);
+          for_each_static_tile(0, width, kKeyBlock, [&](int64_t w0, int64_t sw) {
+            step(j * kKeyBlock + (u * kKeyBlock + w0), sw, q_rel + offset - u * kKeyBlock - w0);
+          });
+        });
+      }
+    }
+  }
+  for_each_static_tile(qa + groups * kKeyBlock, d.L, kPartitions, [&](int64_t q0, int64_t qr) {
+    const KeyRange keys = causal_keys(q0, qr, offset, d.S);
+    tile(nl::index(q0), qr, [&](const auto& step) {
+      for_each_tile(
+          keys.masked_from, kKeyBlock,
+          [&](nl::index, nl::index s0, int64_t sw) { step(s0, sw, std::nullopt); }, 0, unmasked);
+      for_each_static_tile(keys.masked_from, keys.end, kKeyBlock,
+                           [&](int64_t s0, int64_t sw) { step(s0, sw, q0 + offset - s0); });
+    });
+  });
 }
 
 // The contraction chunks of a head dim: [c0, c0 + cw) with cw <= 128 (the partitions one
@@ -350,50 +390,16 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
       for (auto& t : tiles) close_tile(t);
     });
   } else {
-    // Causal, one query tile at a time. The regular tiles (128 rows whose visible keys need no
-    // clamping at 0 or S) go in groups of kKeyBlock / 128 = 4 through one rolled loop: tile t
-    // of group j sees 512 (j + u_t) keys unmasked (a runtime trip count, u_t static) and a
-    // masked range of static width right after, so the IR holds four copies of the step
-    // whatever L is (unrolling every tile made L = 2048 a 9 s compile). The other tiles (rows
-    // that see few keys, and the tail) are unrolled one by one.
-    const int64_t off = cfg.causal_offset, per = kKeyBlock / kPartitions;
-    const int64_t qa = d.q_start;
-    const int64_t groups =
-        std::max<int64_t>(0, std::min(d.L - qa, d.S - off - qa) / kKeyBlock);
-    auto causal_tile = [&](int64_t q0, int64_t qr) {
-      const KeyRange keys = causal_keys(q0, qr, off, d.S);
-      std::vector<QueryTile> tiles{open_tile(q0, qr)};
-      for_each_tile(
-          keys.masked_from, kKeyBlock,
-          [&](nl::index, nl::index s0, int64_t sw) { step(tiles, s0, sw, std::nullopt); }, 0,
-          LoopKind::sequential);
-      for_each_static_tile(keys.masked_from, keys.end, kKeyBlock, [&](int64_t s0, int64_t sw) {
-        step(tiles, s0, sw, q0 + off - s0);
-      });
-      close_tile(tiles[0]);
-    };
-    if (groups > 0) {
-      for (nl::index j : nl::affine_range(groups)) {
-        for (int64_t t = 0; t < per; ++t) {
-          // Tile rows [q0, q0 + 128) with q0 = qa + 512 j + 128 t: keys [0, all_see) visible
-          // to every row, all_see = q0 + off + 1 >= 1; blocks of 512 up to masked_from.
-          const int64_t c = qa + off + 1 + t * kPartitions;  // all_see at j = 0
-          const int64_t u = c / kKeyBlock;                   // unmasked blocks at j = 0
-          const int64_t width = c + kPartitions - 1 - u * kKeyBlock;  // masked keys (static)
-          const nl::index q0 = j * kKeyBlock + (qa + t * kPartitions);
-          const nl::index masked_from = j * kKeyBlock + u * kKeyBlock;
-          std::vector<QueryTile> tiles{open_tile(q0, kPartitions)};
-          for (nl::index i : nl::dynamic_range(j + u))
-            step(tiles, i * kKeyBlock, kKeyBlock, std::nullopt);
-          // rel = q0 + off - s0 at the masked range's start: the same for every j.
-          for_each_static_tile(0, width, kKeyBlock, [&](int64_t w0, int64_t sw) {
-            step(tiles, masked_from + w0, sw, (qa + t * kPartitions) + off - u * kKeyBlock - w0);
+    // Causal, one query tile at a time (for_each_causal_query_tile).
+    for_each_causal_query_tile(
+        d, cfg.causal_offset, LoopKind::sequential,
+        [&](const nl::index& q0, int64_t qr, const auto& blocks) {
+          std::vector<QueryTile> tiles{open_tile(q0, qr)};
+          blocks([&](const nl::index& s0, int64_t sw, std::optional<int64_t> mask_rel) {
+            step(tiles, s0, sw, mask_rel);
           });
           close_tile(tiles[0]);
-        }
-      }
-    }
-    for_each_static_tile(qa + groups * kKeyBlock, d.L, kPartitions, causal_tile);
+        });
   }
   return {out, lse};
 }

@@ -229,39 +229,11 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
         });
       });
     } else {
-      // As the forward: regular query tiles in rolled groups of four (a runtime count of
-      // unmasked key blocks, a masked range of static width), the others unrolled.
-      const int64_t per = kKeyBlock / kPartitions, qa = d.q_start;
-      const int64_t groups =
-          std::max<int64_t>(0, std::min(d.L - qa, d.S - off - qa) / kKeyBlock);
-      if (groups > 0) {
-        for (nl::index j : nl::affine_range(groups)) {
-          for (int64_t t = 0; t < per; ++t) {
-            const int64_t c = qa + off + 1 + t * kPartitions;  // all_see at j = 0
-            const int64_t u = c / kKeyBlock;
-            const int64_t width = c + kPartitions - 1 - u * kKeyBlock;
-            const nl::index masked_from = j * kKeyBlock + u * kKeyBlock;
-            query_tile(j * kKeyBlock + (qa + t * kPartitions), kPartitions,
-                       [&](const auto& step) {
-                         for (nl::index i : nl::dynamic_range(j + u))
-                           step(i * kKeyBlock, kKeyBlock, std::nullopt);
-                         for_each_static_tile(0, width, kKeyBlock, [&](int64_t w0, int64_t sw) {
-                           step(masked_from + w0, sw,
-                                (qa + t * kPartitions) + off - u * kKeyBlock - w0);
-                         });
-                       });
-          }
-        }
-      }
-      for_each_static_tile(qa + groups * kKeyBlock, d.L, kPartitions, [&](int64_t q0, int64_t qr) {
-        const KeyRange keys = causal_keys(q0, qr, off, d.S);
-        query_tile(q0, qr, [&](const auto& step) {
-          for_each_tile(keys.masked_from, kKeyBlock,
-                        [&](nl::index, nl::index s0, int64_t sw) { step(s0, sw, std::nullopt); });
-          for_each_static_tile(keys.masked_from, keys.end, kKeyBlock,
-                               [&](int64_t s0, int64_t sw) { step(s0, sw, q0 + off - s0); });
-        });
-      });
+      // As the forward (for_each_causal_query_tile).
+      for_each_causal_query_tile(d, off, LoopKind::affine,
+                                 [&](const nl::index& q0, int64_t qr, const auto& blocks) {
+                                   query_tile(q0, qr, blocks);
+                                 });
     }
   }
   return {dq, dk, dv};
