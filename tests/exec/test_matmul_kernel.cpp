@@ -1,5 +1,5 @@
 // nc_matmul instruction kernel (runtime/native/matmul_kernel.hpp): every ISA variant against a
-// scalar std::fma loop written here, bit for bit, over shapes, strides, both accumulate modes,
+// scalar loop written here (std::fma for fp32, the AMX rule for bf16), bit for bit, over shapes, strides, both accumulate modes,
 // fp32 and bf16, and special values.
 #include <doctest/doctest.h>
 
@@ -37,7 +37,28 @@ float widen(float f) {
   return f;
 }
 
-// The contract, literally: acc = C or 0, then one fma per k in increasing k.
+// x86's flush-to-zero, written independently of the kernel's (which uses a double): the result
+// is flushed when its value rounded with an unbounded exponent is below FLT_MIN. Scaling every
+// term by 2^64 (exact for the values that get here) moves the tiny range into fp32's normals,
+// where fp32 rounding is the unbounded-exponent rounding.
+float flushed(float r, float scaled) {
+  if (std::isnan(r) || std::isinf(r)) return r;
+  const float scaled_min = std::ldexp(std::numeric_limits<float>::min(), 64);
+  return std::fabs(scaled) < scaled_min ? std::copysign(0.0f, r) : r;
+}
+float fma_ftz(float a, float b, float c) {
+  return flushed(std::fma(a, b, c), std::fma(std::ldexp(a, 32), std::ldexp(b, 32), std::ldexp(c, 64)));
+}
+float add_ftz(float a, float b) {
+  return flushed(a + b, std::ldexp(a, 64) + std::ldexp(b, 64));
+}
+float daz(float x) {
+  return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x;
+}
+
+// The contract, literally. fp32: acc = C or 0, then one fma per k in increasing k. bf16 (AMX's
+// TDPBF16PS): per block of 32 rows, even and odd rows summed apart from 0, then
+// acc = ftz(daz(acc) + ftz(even + odd)); subnormal inputs read as 0, tiny results flush to 0.
 template <class T>
 void reference(std::vector<float>& c, int64_t ldc, const std::vector<T>& a, int64_t lda,
                const std::vector<T>& b, int64_t ldb, int64_t M, int64_t N, int64_t K,
@@ -45,8 +66,19 @@ void reference(std::vector<float>& c, int64_t ldc, const std::vector<T>& a, int6
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       float acc = accumulate ? c[m * ldc + n] : 0.0f;
-      for (int64_t k = 0; k < K; ++k)
-        acc = std::fma(widen(a[k * lda + m]), widen(b[k * ldb + n]), acc);
+      if constexpr (std::is_same_v<T, float>) {
+        for (int64_t k = 0; k < K; ++k)
+          acc = std::fma(widen(a[k * lda + m]), widen(b[k * ldb + n]), acc);
+      } else {
+        for (int64_t k0 = 0; k0 < K; k0 += 32) {
+          float even = 0.0f, odd = 0.0f;
+          for (int64_t k = k0; k < K && k < k0 + 32; ++k) {
+            float& part = (k - k0) % 2 == 0 ? even : odd;
+            part = fma_ftz(daz(widen(a[k * lda + m])), daz(widen(b[k * ldb + n])), part);
+          }
+          acc = add_ftz(daz(acc), add_ftz(even, odd));
+        }
+      }
       c[m * ldc + n] = acc;
     }
 }
@@ -56,7 +88,7 @@ struct Shape {
 };
 
 // The variants under test: each ISA by name (skipped where this CPU lacks it) and the host's.
-const char* const kVariants[] = {"avx512", "avx2", "portable", "host"};
+const char* const kVariants[] = {"amx", "avx512", "avx2", "portable", "host"};
 
 bool run_f32(const char* isa, std::vector<float>& c, int64_t ldc, const std::vector<float>& a,
              int64_t lda, const std::vector<float>& b, int64_t ldb, const Shape& s, bool acc) {
@@ -153,17 +185,20 @@ const Shape kShapes[] = {{1, 1, 1},    {1, 1, 2},    {2, 3, 1},      {3, 5, 7}, 
 
 TEST_CASE("matmul kernel: variants exist and the host picks the best one it supports") {
   std::string isa = neuron_matmul_isa();
-  CHECK((isa == "avx512" || isa == "avx2" || isa == "portable"));
+  CHECK((isa == "amx" || isa == "avx512" || isa == "avx2" || isa == "portable"));
   CHECK(neuron_matmul_variant_supported("portable") == 1);
   CHECK(neuron_matmul_variant_supported("sse9") == 0);
-  if (neuron_matmul_variant_supported("avx512"))
+  if (neuron_matmul_variant_supported("amx"))
+    CHECK(isa == "amx");
+  else if (neuron_matmul_variant_supported("avx512"))
     CHECK(isa == "avx512");
   else if (neuron_matmul_variant_supported("avx2"))
     CHECK(isa == "avx2");
   float c = 1.0f, a = 2.0f, b = 3.0f;
   CHECK(neuron_matmul_f32_variant("sse9", &c, 1, &a, 1, &b, 1, 1, 1, 1, 0) == 0);
   CHECK(c == 1.0f);
-  MESSAGE("host matmul ISA: ", isa, "; avx512 ", neuron_matmul_variant_supported("avx512"),
+  MESSAGE("host matmul ISA: ", isa, "; amx ", neuron_matmul_variant_supported("amx"),
+          ", avx512 ", neuron_matmul_variant_supported("avx512"),
           ", avx2 ", neuron_matmul_variant_supported("avx2"));
 }
 
@@ -228,7 +263,7 @@ TEST_CASE("matmul kernel: empty shapes") {
   }
 }
 
-TEST_CASE("matmul kernel: denormals are kept, not flushed") {
+TEST_CASE("matmul kernel: fp32 keeps denormals; bf16 flushes them as AMX does") {
   // 2^-70 * 2^-70 = 2^-140, a denormal (fp32 normals start at 2^-126); 2^-149 + 2^-149 = 2^-148.
   const float t = std::ldexp(1.0f, -70), tiny = std::ldexp(1.0f, -149);
   for (const char* isa : kVariants) {
@@ -251,15 +286,40 @@ TEST_CASE("matmul kernel: denormals are kept, not flushed") {
       CHECK(bits_of(c[0]) == 2u);  // 2^-148 is the denormal with mantissa bits 0b10
     }
   }
-  // bf16 denormals widen to fp32 denormals: 0x0001 is 2^-133 (mantissa bit 16 of fp32).
+  // bf16 follows AMX instead: a bf16 denormal (0x0001 is 2^-133) reads as zero, a denormal
+  // accumulator reads as zero, and a tiny result flushes to a zero of its sign.
   for (const char* isa : kVariants) {
     INFO("isa=", std::string(isa));
-    std::vector<uint16_t> a = {0x0001, 0x8001}, b = {0x3f80, 0x3f80};  // K = 2: +t and -t times 1
+    std::vector<uint16_t> a = {0x0001, 0x3f80}, b = {0x3f80, 0x3f80};  // K = 2: t * 1, 1 * 1
     std::vector<float> c = {7.0f};
     if (!run_bf16(isa, c, 1, a, 1, b, 1, {1, 1, 1}, false)) continue;
-    CHECK(bits_of(c[0]) == 0x00010000u);
-    run_bf16(isa, c, 1, a, 1, b, 1, {1, 1, 2}, false);
-    CHECK(bits_of(c[0]) == 0u);  // 2^-133 + (-2^-133) = +0
+    CHECK(bits_of(c[0]) == 0u);
+    c = {tiny};
+    run_bf16(isa, c, 1, a, 1, b, 1, {1, 1, 1}, true);
+    CHECK(bits_of(c[0]) == 0u);  // daz(2^-149) + daz(2^-133) * 1
+    // 2^-70 * -2^-70 = -2^-140: tiny, so the even partial sum is -0.0; -0.0 + the odd +0.0 is
+    // +0.0, added to the accumulator's +0.0: +0.0 (the block sums start at +0.0).
+    a = {0x1c80};
+    b = {0x9c80};
+    c = {1.0f};
+    run_bf16(isa, c, 1, a, 1, b, 1, {1, 1, 1}, false);
+    CHECK(bits_of(c[0]) == 0u);
+    // With a normal product in the same block the tiny one is simply lost: 1 * 1 + (-2^-140).
+    a = {0x3f80, 0x0000, 0x1c80};
+    b = {0x3f80, 0x0000, 0x9c80};
+    run_bf16(isa, c, 1, a, 1, b, 1, {1, 1, 3}, false);
+    CHECK(c[0] == 1.0f);
+    // Tininess after rounding: FLT_MIN - 2^-150 (1 - 2^-8) rounds to FLT_MIN as a denormal but
+    // to FLT_MIN - 2^-150 with an unbounded exponent, so it flushes (as x86's FTZ and AMX do).
+    // Rows 0 and 2 are both even: FLT_MIN, then FLT_MIN + 2^-75 (1 - 2^-8) * -2^-75.
+    a = {0x3f80, 0x0000, 0x19ff};  // 1, 0, 2^-75 (1 - 2^-8)
+    b = {0x0080, 0x0000, 0x9a00};  // FLT_MIN, 0, -2^-75
+    c = {0.0f};
+    run_bf16(isa, c, 1, a, 1, b, 1, {1, 1, 3}, false);
+    CHECK(bits_of(c[0]) == 0u);
+    b[2] = 0x0000;  // the same without the tiny product keeps FLT_MIN
+    run_bf16(isa, c, 1, a, 1, b, 1, {1, 1, 3}, false);
+    CHECK(bits_of(c[0]) == 0x00800000u);
   }
 #if defined(__x86_64__)
   // Nothing may leave flush-to-zero (bit 15) or denormals-are-zero (bit 6) on in MXCSR.

@@ -498,6 +498,45 @@ def fma_f32(prod, acc):
     return np.where(pick_other, other, f).astype(F)
 
 
+FLT_MIN = np.float32(2.0 ** -126)
+# Values in [FLT_MIN - 2^-151, FLT_MIN) round up to FLT_MIN with an unbounded exponent.
+TINY_BELOW = 2.0 ** -126 - 2.0 ** -151
+
+
+def daz(x):
+    """Subnormal fp32 values read as zero of their sign (NaN and infinities pass)."""
+    x = np.asarray(x, F)
+    return np.where(np.abs(x) < FLT_MIN, np.copysign(F(0), x), x).astype(F)
+
+
+def flush(r, exact):
+    """x86 flush-to-zero of the fp32 results r, whose values in double are `exact`: a result
+    whose value rounded with an unbounded exponent is below FLT_MIN becomes a zero of its sign."""
+    m = np.abs(r)
+    tiny = (m < FLT_MIN) | ((m == FLT_MIN) & (np.abs(exact) < TINY_BELOW))
+    return np.where(tiny, np.copysign(F(0), r), r).astype(F)
+
+
+def bf16_matmul(s, m, acc):
+    """nc_matmul with bfloat16 operands (docs/numerics.md, the rule AMX's TDPBF16PS computes):
+    blocks of 32 rows of K; in each, even and odd rows summed apart from +0 with one fma per row,
+    then acc = flush(daz(acc) + flush(even + odd)). s [K, M] and m [K, N] are the operands'
+    values in double; acc [M, N] fp32."""
+    s, m = daz(s.astype(F)).astype(np.float64), daz(m.astype(F)).astype(np.float64)
+    K = s.shape[0]
+    with np.errstate(all="ignore"):
+        for k0 in range(0, K, 32):
+            part = [np.zeros_like(acc), np.zeros_like(acc)]
+            for k in range(k0, min(K, k0 + 32)):
+                prod = np.outer(s[k], m[k])
+                p = part[(k - k0) % 2]
+                part[(k - k0) % 2] = flush(fma_f32(prod, p), prod + p.astype(np.float64))
+            pair = flush(part[0] + part[1], part[0].astype(np.float64) + part[1])
+            a = daz(acc)
+            acc = flush(a + pair, a.astype(np.float64) + pair)
+    return acc
+
+
 # ---- dynamic semantics: registers and indices read at run time ---------------------------------
 
 def wrap_int32(v):
@@ -912,9 +951,12 @@ class Machine:
             else:
                 _, ix, _, kept = self.index(dst, op)
                 acc = np.where(self.mm[dst.buf][ix].reshape(kept), old, F(0)).astype(F)
-            with np.errstate(all="ignore"):
-                for k in range(s.shape[0]):
-                    acc = fma_f32(np.outer(s[k], m[k]), acc)
+            if self.dtype(a["stationary"]) == "bfloat16" and self.dtype(a["moving"]) == "bfloat16":
+                acc = bf16_matmul(s, m, acc)
+            else:
+                with np.errstate(all="ignore"):
+                    for k in range(s.shape[0]):
+                        acc = fma_f32(np.outer(s[k], m[k]), acc)
             self.write(dst, acc, from_matmul=True)
         else:
             raise RefError(f"instruction {op} not modelled")

@@ -37,6 +37,24 @@ def main():
     # Floored mod takes the divisor's sign; fmax ignores NaN.
     check("mod", R.alu("mod", [-7.0, 7.0], [3.0, -3.0]), [2.0, -2.0])
     check("maximum", R.alu("maximum", [np.nan], [1.0]), [1.0])
+    # bf16 matmul (docs/numerics.md): products 1, 2^-24, 2^-24 in rows 0, 1, 3 give 1 + 2^-23
+    # (the odd partial sum holds 2^-23 exactly); in rows 0, 2, 4 (all even) they give 1.
+    e = 2.0 ** -12
+    for rows, want in (((0, 1, 3), 1 + 2.0 ** -23), ((0, 2, 4), 1.0)):
+        s, m = np.zeros((5, 1)), np.zeros((5, 1))
+        for r, v in zip(rows, (1.0, e, e)):
+            s[r, 0], m[r, 0] = v, v
+        check(f"bf16 matmul rows {rows}", R.bf16_matmul(s, m, np.zeros((1, 1), F)), [[want]])
+    # Row 32 starts a new block: 1 in row 0, 2^-24 in rows 32 and 34 (one block's even sum,
+    # 2^-23) give 1 + 2^-23; a subnormal operand reads as 0; a tiny product flushes.
+    s, m = np.zeros((35, 1)), np.zeros((35, 1))
+    s[[0, 32, 34], 0] = m[[0, 32, 34], 0] = [1.0, e, e]
+    check("bf16 matmul blocks", R.bf16_matmul(s, m, np.zeros((1, 1), F)), [[1 + 2.0 ** -23]])
+    check("bf16 matmul daz", R.bf16_matmul(np.array([[2.0 ** -133]]), np.array([[1.0]]),
+                                           np.array([[2.0 ** -140]], F)), [[0.0]])
+    check("bf16 matmul flush", R.bf16_matmul(np.array([[2.0 ** -70], [1.0]]),
+                                             np.array([[2.0 ** -70], [0.0]]),
+                                             np.zeros((1, 1), F)), [[0.0]])
     # fma at an fp32 tie: 3 * 5592407 = 16777221 lies exactly halfway between the fp32 values
     # 16777220 and 16777222 (spacing 2 above 2^24), so a tiny acc decides the rounding; a
     # double sum (exact only to 53 bits) would round to the tie and then to even both times.

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "neuron/base/bf16_dot.hpp"
 #include "neuron/base/builtins.hpp"
 #include "neuron/base/instr_kernels.hpp"
 #include "neuron/base/matmul_kernel.hpp"
@@ -15,6 +16,7 @@
 namespace {
 
 namespace b = neuron::builtins;
+namespace bf16dot = neuron::bf16dot;
 using neuron::AluOp;
 using neuron::DType;
 using neuron::native::kDims;
@@ -604,9 +606,10 @@ inline int accumulate_mode(const NView& d, int accumulate, int64_t count) {
 // d[m, n] (+)= sum over k, then q < Q, of s[(k * M + m) * Q + q] * v[(k * N + n) * Q + q]:
 // acc = fma(s, v, acc) in that order, starting from d's value where acc_mode (accumulate_mode)
 // says to add; then stored in d's dtype. nc_matmul's generic path (Q = 1) and nc_matmul_mx's
-// (Q = 4 values per x4 element).
+// (Q = 4 values per x4 element). With `bf16_rule` (both operands bfloat16, Q = 1) the sum
+// follows neuron/base/bf16_dot.hpp instead.
 inline void matmul_values(const NView& d, int ddt, const float* s, const float* v, int64_t K,
-                          int64_t M, int64_t N, int Q, int acc_mode) {
+                          int64_t M, int64_t N, int Q, int acc_mode, bool bf16_rule = false) {
   Scratch<float, 1> acc(N);
   Scratch<int64_t, 1> doff(M * N);
   int64_t i = 0;
@@ -617,12 +620,19 @@ inline void matmul_values(const NView& d, int ddt, const float* s, const float* 
       const bool keep = acc_mode == 1 || (acc_mode == -1 && d.flags[o]);
       acc.data[n] = keep ? b::load_f32(d.base + o, dt(ddt)) : 0.0f;
     }
-    for (int64_t k = 0; k < K; ++k)
-      for (int q = 0; q < Q; ++q) {
-        const float a = s[(k * M + m) * Q + q];
-        const float* row = v + k * N * Q + q;
-        for (int64_t n = 0; n < N; ++n) acc.data[n] = std::fma(a, row[n * Q], acc.data[n]);
-      }
+    if (bf16_rule) {
+      for (int64_t n = 0; n < N; ++n)
+        acc.data[n] = bf16dot::dot(
+            acc.data[n], K, [&](int64_t k) { return s[k * M + m]; },
+            [&](int64_t k) { return v[k * N + n]; });
+    } else {
+      for (int64_t k = 0; k < K; ++k)
+        for (int q = 0; q < Q; ++q) {
+          const float a = s[(k * M + m) * Q + q];
+          const float* row = v + k * N * Q + q;
+          for (int64_t n = 0; n < N; ++n) acc.data[n] = std::fma(a, row[n * Q], acc.data[n]);
+        }
+    }
     for (int64_t n = 0; n < N; ++n)
       b::store_f32(d.base + doff.data[m * N + n], dt(ddt), acc.data[n]);
   }
@@ -654,7 +664,8 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
     each1(*st, [&](char* p) { s.data[i++] = b::load_f32(p, dt(sdt)); });
     i = 0;
     each1(*mv, [&](char* p) { v.data[i++] = b::load_f32(p, dt(mdt)); });
-    matmul_values(*d, ddt, s.data, v.data, K, M, N, 1, acc_mode);
+    const int bf16 = static_cast<int>(DType::bfloat16);
+    matmul_values(*d, ddt, s.data, v.data, K, M, N, 1, acc_mode, sdt == bf16 && mdt == bf16);
   }
   fill_flags(*d, esize, 1);
 }

@@ -1,4 +1,5 @@
-// The AVX2 + FMA nc_matmul variant: 6 x 16 blocks of C in 12 ymm accumulators.
+// The AVX2 + FMA nc_matmul variant: fp32 in 6 x 16 blocks of C in 12 ymm accumulators; bf16 by
+// the pairs kernel (matmul_bf16_pairs.hpp).
 #include <cstddef>
 #include <cstdint>
 
@@ -54,9 +55,41 @@ struct Avx2 {
   }
 };
 
+// bf16 pairs (matmul_bf16_pairs.hpp): 4 x 12 blocks of C, even/odd partial sums in lane pairs.
+struct Avx2Pairs {
+  using reg = __m256;
+  static constexpr int W = 8;
+  static constexpr int MR = 4;
+  static constexpr int NV = 3;
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static reg bcast2(const float* p) {
+    return _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(p)));
+  }
+  static void pack_pairs(float* dst, const uint16_t* r0, const uint16_t* r1) {
+    const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r0));
+    const __m128i y = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r1));
+    const __m128i xy = _mm_unpacklo_epi16(x, y);
+    _mm256_storeu_ps(dst, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(xy), 16)));
+  }
+  static void finish(float* c, reg acc, int cols, bool load_c) {
+    const __m256 sum = _mm256_add_ps(acc, _mm256_permute_ps(acc, 0xB1));  // even + odd per pair
+    const __m128 s = _mm256_castps256_ps128(
+        _mm256_permutevar8x32_ps(sum, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0)));
+    if (cols == 4) {
+      _mm_storeu_ps(c, _mm_add_ps(load_c ? _mm_loadu_ps(c) : _mm_setzero_ps(), s));
+      return;
+    }
+    const __m128i m = _mm_cmpgt_epi32(_mm_set1_epi32(cols), _mm_setr_epi32(0, 1, 2, 3));
+    _mm_maskstore_ps(c, m, _mm_add_ps(load_c ? _mm_maskload_ps(c, m) : _mm_setzero_ps(), s));
+  }
+};
+
 }  // namespace
 
 #include "matmul_blocked.hpp"
+#include "matmul_bf16_pairs.hpp"
 
 namespace neuron::native {
 
@@ -100,8 +133,8 @@ void matmul_f32_avx2(float* c, int64_t ldc, const float* a, int64_t lda, const f
 
 void matmul_bf16_avx2(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                       int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
-  float* scratch = matmul_scratch(blocked_scratch_floats<Avx2>());
-  matmul_blocked<Avx2>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch);
+  float* scratch = matmul_scratch(pairs_scratch_floats<Avx2Pairs>());
+  matmul_bf16_pairs<Avx2Pairs>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch);
 }
 
 }  // namespace neuron::native

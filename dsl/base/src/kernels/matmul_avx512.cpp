@@ -1,4 +1,5 @@
-// The AVX-512 nc_matmul variant: 8 x 48 blocks of C in 24 zmm accumulators.
+// The AVX-512 nc_matmul variant: fp32 in 8 x 48 blocks of C in 24 zmm accumulators; bf16 by
+// the pairs kernel (matmul_bf16_pairs.hpp).
 #include <cstddef>
 #include <cstdint>
 
@@ -47,9 +48,40 @@ struct Avx512 {
   }
 };
 
+// bf16 pairs (matmul_bf16_pairs.hpp): 8 x 24 blocks of C, even/odd partial sums in lane pairs.
+struct Avx512Pairs {
+  using reg = __m512;
+  static constexpr int W = 16;
+  static constexpr int MR = 8;
+  static constexpr int NV = 3;
+  static reg zero() { return _mm512_setzero_ps(); }
+  static reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static reg bcast2(const float* p) {
+    double d;
+    __builtin_memcpy(&d, p, 8);
+    return _mm512_castpd_ps(_mm512_set1_pd(d));
+  }
+  static void pack_pairs(float* dst, const uint16_t* r0, const uint16_t* r1) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0));
+    const __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1));
+    const __m256i xy = _mm256_set_m128i(_mm_unpackhi_epi16(x, y), _mm_unpacklo_epi16(x, y));
+    _mm512_storeu_ps(dst, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(xy), 16)));
+  }
+  static void finish(float* c, reg acc, int cols, bool load_c) {
+    const __m512 sum = _mm512_add_ps(acc, _mm512_permute_ps(acc, 0xB1));  // even + odd per pair
+    const __m512i even_lanes = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m256 s = _mm512_castps512_ps256(_mm512_permutexvar_ps(even_lanes, sum));
+    const __mmask8 m = static_cast<__mmask8>((1u << cols) - 1u);
+    const __m256 old = load_c ? _mm256_maskz_loadu_ps(m, c) : _mm256_setzero_ps();
+    _mm256_mask_storeu_ps(c, m, _mm256_add_ps(old, s));
+  }
+};
+
 }  // namespace
 
 #include "matmul_blocked.hpp"
+#include "matmul_bf16_pairs.hpp"
 
 namespace neuron::native {
 
@@ -61,8 +93,8 @@ void matmul_f32_avx512(float* c, int64_t ldc, const float* a, int64_t lda, const
 
 void matmul_bf16_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                         int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
-  float* scratch = matmul_scratch(blocked_scratch_floats<Avx512>());
-  matmul_blocked<Avx512>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch);
+  float* scratch = matmul_scratch(pairs_scratch_floats<Avx512Pairs>());
+  matmul_bf16_pairs<Avx512Pairs>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch);
 }
 
 }  // namespace neuron::native

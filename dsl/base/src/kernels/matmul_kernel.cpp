@@ -7,9 +7,12 @@
 #include <memory>
 
 #include "matmul_variants.hpp"
+#include "neuron/base/bf16_dot.hpp"
 #include "neuron/base/error.hpp"
 
 namespace neuron::native {
+
+namespace bf16dot = neuron::bf16dot;
 
 float* matmul_scratch(size_t floats) {
   struct Free {
@@ -51,18 +54,16 @@ inline float widen_bf16(uint16_t h) {
 }
 }  // namespace
 
+// The bf16 rule of neuron/base/bf16_dot.hpp, one output element at a time.
 void matmul_bf16_portable(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                           int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
-  for (int64_t m = 0; m < M; ++m) {
-    float* crow = c + m * ldc;
-    if (!accumulate)
-      for (int64_t n = 0; n < N; ++n) crow[n] = 0.0f;
-    for (int64_t k = 0; k < K; ++k) {
-      const float av = widen_bf16(a[k * lda + m]);
-      const uint16_t* brow = b + k * ldb;
-      for (int64_t n = 0; n < N; ++n) crow[n] = std::fma(av, widen_bf16(brow[n]), crow[n]);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      float& out = c[m * ldc + n];
+      out = bf16dot::dot(
+          accumulate ? out : 0.0f, K, [&](int64_t k) { return widen_bf16(a[k * lda + m]); },
+          [&](int64_t k) { return widen_bf16(b[k * ldb + n]); });
     }
-  }
 }
 
 void transpose32_portable(char* d, int64_t drs, const char* s, int64_t srs, int64_t P,
@@ -88,6 +89,7 @@ struct Variant {
 bool supports(const char* isa) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
+  if (std::strcmp(isa, "amx") == 0) return amx_usable();
   if (std::strcmp(isa, "avx512") == 0)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -100,6 +102,7 @@ bool supports(const char* isa) {
 
 const Variant* find_variant(const char* isa) {
   static const Variant variants[] = {
+      {"amx", matmul_f32_avx512, matmul_bf16_amx, transpose32_avx2},
       {"avx512", matmul_f32_avx512, matmul_bf16_avx512, transpose32_avx2},
       {"avx2", matmul_f32_avx2, matmul_bf16_avx2, transpose32_avx2},
       {"portable", matmul_f32_portable, matmul_bf16_portable, transpose32_portable},
@@ -113,7 +116,7 @@ const Variant* find_variant(const char* isa) {
 // Chosen once, at first use (a function-local static is initialized thread-safely).
 const Variant& host_variant() {
   static const Variant& chosen = [&]() -> const Variant& {
-    for (const char* isa : {"avx512", "avx2"})
+    for (const char* isa : {"amx", "avx512", "avx2"})
       if (const Variant* v = find_variant(isa)) return *v;
     return *find_variant("portable");
   }();

@@ -6,11 +6,12 @@
 // a[k * lda + m], B(k, n) at b[k * ldb + n], C(m, n) at c[m * ldc + n] (leading dimensions in
 // elements). K <= 128, M <= 128, N <= 512 in one instruction, but any sizes must work.
 //
-// Numerics (must match runtime/include/neuron/runtime/builtins.hpp exactly): for every (m, n),
-// acc starts at C(m, n) when accumulate != 0, else 0, then acc = fma(A(k, m), B(k, n), acc)
-// for k = 0, 1, ..., K-1 in increasing order; C(m, n) = acc. fp32 results are therefore bit
-// identical to the simulator. bf16 operands are widened to fp32 exactly first (bf16 products
-// are exact in fp32, so fma equals multiply-then-add).
+// Numerics (must match the simulator's, instr_kernels.cpp, exactly). fp32: for every (m, n), acc
+// starts at C(m, n) when accumulate != 0, else 0, then acc = fma(A(k, m), B(k, n), acc) for
+// k = 0, 1, ..., K-1 in increasing order; C(m, n) = acc. bf16: the rule of
+// neuron/base/bf16_dot.hpp (blocks of 32 rows, even and odd rows in separate partial sums,
+// denormals flushed), which is what AMX computes. Every variant is bit identical to the
+// simulator.
 extern "C" {
 void neuron_matmul_f32(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
                        int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
@@ -20,6 +21,6 @@ void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, c
 // (P elements, rows drs bytes apart) is column f of s (P rows of F elements, srs bytes apart).
 // Moves bits only. d and s must not overlap.
 void neuron_transpose32(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F);
-// Which implementation the host uses: "avx512", "avx2" or "portable" (for reports).
+// Which implementation the host uses: "amx", "avx512", "avx2" or "portable" (for reports).
 const char* neuron_matmul_isa();
 }
