@@ -40,12 +40,15 @@ inline float flush(float r, double exact) {
 // flush(fma(a, b, c)). The double fma is exact whenever the result is near FLT_MIN (a and b are
 // normal bf16 values, so their product has 16 significant bits).
 inline float fma_flush(float a, float b, float c) {
-  return flush(std::fma(a, b, c),
-               std::fma(static_cast<double>(a), static_cast<double>(b), static_cast<double>(c)));
+  const float r = std::fma(a, b, c);
+  if (!(std::fabs(r) <= FLT_MIN)) return r;  // the common case needs no double
+  return flush(r, std::fma(static_cast<double>(a), static_cast<double>(b), static_cast<double>(c)));
 }
 
 inline float add_flush(float a, float b) {
-  return flush(a + b, static_cast<double>(a) + static_cast<double>(b));
+  const float r = a + b;
+  if (!(std::fabs(r) <= FLT_MIN)) return r;
+  return flush(r, static_cast<double>(a) + static_cast<double>(b));
 }
 
 // acc after the bf16 rule over k < K, where a(k) and b(k) give the widened bf16 operands of one
