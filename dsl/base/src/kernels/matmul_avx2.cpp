@@ -34,25 +34,7 @@ struct Avx2 {
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static void store(float* p, reg r) { _mm256_storeu_ps(p, r); }
   static void store_part(float* p, reg r, int n) { _mm256_maskstore_ps(p, mask(n), r); }
-  // bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits.
-  static reg widen16(__m128i h) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-  static reg widen(const uint16_t* p) {
-    return widen16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-  static reg widen_part(const uint16_t* p, int n) {
-    alignas(16) uint16_t tmp[8] = {};
-    for (int i = 0; i < n; ++i) tmp[i] = p[i];
-    return widen16(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
-  }
   static void copy_a(float* dst, const float* src) { __builtin_memcpy(dst, src, MR * 4); }
-  static void copy_a(float* dst, const uint16_t* src) {
-    for (int i = 0; i < MR; ++i) {
-      uint32_t u = static_cast<uint32_t>(src[i]) << 16;
-      __builtin_memcpy(dst + i, &u, 4);
-    }
-  }
 };
 
 // bf16 pairs (matmul_bf16_pairs.hpp): 4 x 12 blocks of C, even/odd partial sums in lane pairs.

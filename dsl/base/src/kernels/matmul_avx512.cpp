@@ -31,21 +31,7 @@ struct Avx512 {
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
   static void store(float* p, reg r) { _mm512_storeu_ps(p, r); }
   static void store_part(float* p, reg r, int n) { _mm512_mask_storeu_ps(p, mask(n), r); }
-  // bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits.
-  static reg widen16(__m256i h) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  static reg widen(const uint16_t* p) {
-    return widen16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static reg widen_part(const uint16_t* p, int n) {
-    return widen16(_mm256_maskz_loadu_epi16(mask(n), p));
-  }
   static void copy_a(float* dst, const float* src) { _mm256_storeu_ps(dst, _mm256_loadu_ps(src)); }
-  static void copy_a(float* dst, const uint16_t* src) {
-    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
-    _mm256_storeu_ps(dst, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
-  }
 };
 
 // bf16 pairs (matmul_bf16_pairs.hpp): 8 x 24 blocks of C, even/odd partial sums in lane pairs.

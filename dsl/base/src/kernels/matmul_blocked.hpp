@@ -1,4 +1,5 @@
-// Private to the matmul kernel: the register-blocked driver shared by the SIMD variants.
+// Private to the matmul kernel: the register-blocked fp32 driver shared by the SIMD variants
+// (bf16 has its own rule and kernels: matmul_bf16_pairs.hpp, matmul_amx.cpp).
 //
 // Included by each variant's source after `#pragma GCC target(...)`, so every function here is
 // compiled for that ISA; everything is in an anonymous namespace so no ISA-specific copy can
@@ -7,13 +8,12 @@
 //
 // V (the vector traits) provides: reg, W (lanes), MR (rows of C per block), NV (vectors of C per
 // row per block), zero(), load(p), load_part(p, n) (lanes >= n are 0), bcast(p),
-// fma(a, b, c) = a * b + c with one rounding, store(p, r), store_part(p, r, n),
-// widen(const uint16_t*) / widen_part(const uint16_t*, n) for bf16, and copy_a(float* dst, src)
-// copying MR elements of a row of A (fp32 or bf16) to fp32.
+// fma(a, b, c) = a * b + c with one rounding, store(p, r), store_part(p, r, n), and
+// copy_a(float* dst, src) copying MR elements of a row of A.
 //
 // Numerics: each C(m, n) lives in one accumulator lane from its first to its last k of a K chunk
 // and gets one fma per k in increasing k; between K chunks it is stored to C and reloaded,
-// which is exact in fp32. Packing only copies (bf16 widening is exact), so every variant is
+// which is exact in fp32. Packing only copies, so every variant is
 // bit-identical to the scalar loop in the header's contract.
 #pragma once
 
@@ -25,28 +25,14 @@ constexpr int64_t kMC = 128;  // columns of A packed at once
 inline float to_f32(float x) {
   return x;
 }
-inline float to_f32(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
 
 template <class V>
 inline typename V::reg load_any(const float* p) {
   return V::load(p);
 }
 template <class V>
-inline typename V::reg load_any(const uint16_t* p) {
-  return V::widen(p);
-}
-template <class V>
 inline typename V::reg load_any_part(const float* p, int n) {
   return V::load_part(p, n);
-}
-template <class V>
-inline typename V::reg load_any_part(const uint16_t* p, int n) {
-  return V::widen_part(p, n);
 }
 
 // Packed A holds kMC columns rounded up to whole panels of MR.
