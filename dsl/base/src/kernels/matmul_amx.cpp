@@ -87,22 +87,34 @@ inline __m512i pair_rows(const uint16_t* row0, const uint16_t* row1, int64_t n, 
 }
 
 // B rows [k0, k0 + kc) x columns [n0, n0 + nc) into right tiles: tile (kb, nb) at
-// bp + (kb * nbs + nb) * kTileElems, row j = pairs (k0 + 32 kb + 2j, +1) of 16 columns.
+// bp + (kb * nbs + nb) * kTileElems, row j = pairs (k0 + 32 kb + 2j, +1) of 16 columns. Two
+// tiles (32 columns) at a time: one 16-bit two-source permute interleaves 16 columns of two rows.
 void pack_b(uint16_t* bp, const uint16_t* b, int64_t ldb, int64_t kc, int64_t nc, int64_t nbs) {
+  alignas(64) uint16_t lo_idx[32], hi_idx[32];
+  for (int i = 0; i < 16; ++i) {
+    lo_idx[2 * i] = static_cast<uint16_t>(i);
+    lo_idx[2 * i + 1] = static_cast<uint16_t>(32 + i);
+    hi_idx[2 * i] = static_cast<uint16_t>(16 + i);
+    hi_idx[2 * i + 1] = static_cast<uint16_t>(48 + i);
+  }
+  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
+  const __m512i minus_zero = _mm512_set1_epi16(static_cast<short>(0x8000));  // -0.0: no effect
   for (int64_t kb = 0; kb * kTileK < kc; ++kb)
-    for (int64_t nb = 0; nb < nbs; ++nb) {
-      uint16_t* tile = bp + (kb * nbs + nb) * kTileElems;
+    for (int64_t nb = 0; nb < nbs; nb += 2) {
+      uint16_t* t0 = bp + (kb * nbs + nb) * kTileElems;
+      uint16_t* t1 = t0 + kTileElems;
       const int64_t n = nc - nb * kTile;
+      const __mmask32 m = n >= 32 ? ~__mmask32{0}
+                          : n <= 0 ? __mmask32{0}
+                                   : static_cast<__mmask32>((1u << n) - 1u);
       for (int64_t j = 0; j < kTile; ++j) {
         const int64_t k = kb * kTileK + 2 * j;
-        __m512i row;
-        if (k >= kc || n <= 0)
-          row = _mm512_set1_epi32(static_cast<int>(0x80008000u));  // -0.0 pairs: no effect
-        else
-          row = pair_rows(b + k * ldb + nb * kTile, k + 1 < kc ? b + (k + 1) * ldb + nb * kTile
-                                                               : nullptr,
-                          n, 0x8000);
-        _mm512_storeu_si512(tile + j * kTileK, row);
+        const __m512i r0 = k < kc ? _mm512_maskz_loadu_epi16(m, b + k * ldb + nb * kTile)
+                                  : minus_zero;
+        const __m512i r1 = k + 1 < kc ? _mm512_maskz_loadu_epi16(m, b + (k + 1) * ldb + nb * kTile)
+                                      : minus_zero;
+        _mm512_storeu_si512(t0 + j * kTileK, _mm512_permutex2var_epi16(r0, lo, r1));
+        _mm512_storeu_si512(t1 + j * kTileK, _mm512_permutex2var_epi16(r0, hi, r1));
       }
     }
 }
