@@ -10,6 +10,7 @@
 #include "bindings.hpp"
 #include "neuron/runtime/cache.hpp"
 #include "neuron/base/config.hpp"
+#include "neuron/base/matmul_kernel.hpp"
 #include "neuron/runtime/native/native.hpp"
 #include "neuron/runtime/profile.hpp"
 #include "neuron/runtime/run.hpp"
@@ -127,6 +128,8 @@ void init_runtime(py::module_& m) {
         r.phases.clear();
         return r.str();
       });
+  // The nc_matmul kernel variant this process uses (NEURON_MATMUL_ISA, else the fastest).
+  m.def("matmul_isa", [] { return std::string(neuron_matmul_isa()); });
   // The variables that select other machine code for one compiled kernel (config.hpp), read
   // with getenv: a cached call checks them each time (os.environ costs ~1 us a variable).
   m.def("native_code_env", [] {

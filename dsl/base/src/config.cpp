@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "neuron/base/error.hpp"
+#include "neuron/base/matmul_kernel.hpp"
 
 namespace neuron {
 
@@ -68,6 +69,11 @@ int config_threads() {
   return n;
 }
 
+std::string config_matmul_isa() {
+  const char* m = std::getenv("NEURON_MATMUL_ISA");
+  return m ? std::string(m) : std::string();
+}
+
 Config config() {
   Config c;
   c.dump_ir = env_flag("NEURON_DUMP_IR");
@@ -108,6 +114,16 @@ Config config() {
     if (s != "0" && s != "1")
       user_error(Span{}, "config", "NEURON_PARTITION_BLOCKS='{}' is not 0 or 1", s);
     c.partition_blocks = s == "1";
+  }
+  c.matmul_isa = config_matmul_isa();
+  if (!c.matmul_isa.empty() && !neuron_matmul_variant_supported(c.matmul_isa.c_str())) {
+    std::string have;
+    for (const char* isa : {"amx", "avx512", "avx2", "portable"})
+      if (neuron_matmul_variant_supported(isa)) have += have.empty() ? isa : std::string(", ") + isa;
+    user_error(Span{}, "config",
+               "NEURON_MATMUL_ISA='{}' is not a matmul variant this CPU runs; it runs: {} "
+               "(unset it to use the fastest)",
+               c.matmul_isa, have);
   }
   if (const char* d = std::getenv("NEURON_PROFILE"); d && *d) c.profile_dir = d;
   c.eager = env_flag("NEURON_EAGER");

@@ -8,6 +8,7 @@
 
 #include "matmul_variants.hpp"
 #include "neuron/base/bf16_dot.hpp"
+#include "neuron/base/config.hpp"
 #include "neuron/base/error.hpp"
 
 namespace neuron::native {
@@ -113,9 +114,12 @@ const Variant* find_variant(const char* isa) {
   return nullptr;
 }
 
-// Chosen once, at first use (a function-local static is initialized thread-safely).
+// Chosen once, at first use (a function-local static is initialized thread-safely):
+// NEURON_MATMUL_ISA when this CPU runs it (config() reports a bad one at compile time), else
+// the fastest supported.
 const Variant& host_variant() {
   static const Variant& chosen = [&]() -> const Variant& {
+    if (const Variant* v = find_variant(config_matmul_isa().c_str())) return *v;
     for (const char* isa : {"amx", "avx512", "avx2"})
       if (const Variant* v = find_variant(isa)) return *v;
     return *find_variant("portable");

@@ -50,6 +50,4 @@ int neuron_matmul_f32_variant(const char* isa, float* c, int64_t ldc, const floa
 int neuron_matmul_bf16_variant(const char* isa, float* c, int64_t ldc, const uint16_t* a,
                                int64_t lda, const uint16_t* b, int64_t ldb, int64_t M, int64_t N,
                                int64_t K, int accumulate);
-// Whether this CPU can run the named variant.
-int neuron_matmul_variant_supported(const char* isa);
 }

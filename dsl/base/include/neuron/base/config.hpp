@@ -34,6 +34,10 @@ struct Config {
   // NEURON_NATIVE_KERNELS: how generated code reaches the instruction kernels: "bitcode"
   // (default: linked in and specialized) or "host" (calls to the library's compiled copies).
   std::string native_kernels = "bitcode";
+  // NEURON_MATMUL_ISA: which nc_matmul kernel variant native code and the simulator use: amx,
+  // avx512, avx2 or portable; empty (default) picks the fastest this CPU supports. All compute
+  // the same bits (docs/numerics.md); for comparing speed. Read once, at the first matmul.
+  std::string matmul_isa;
   // NEURON_PARTITION_BLOCKS=0: generated code runs every instruction over its whole tiles instead
   // of running runs of partition-local instructions a block of partitions at a time (the same
   // bits either way; for comparing speed and for isolating a suspected backend bug).
@@ -55,5 +59,8 @@ struct Config {
 Config config();
 // config().threads alone (NEURON_THREADS), for every native run: without the rest of the parse.
 int config_threads();
+// NEURON_MATMUL_ISA as set, unchecked (config() checks it): for the matmul kernel's first call,
+// which must not throw.
+std::string config_matmul_isa();
 
 }  // namespace neuron

@@ -22,5 +22,8 @@ void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, c
 // Moves bits only. d and s must not overlap.
 void neuron_transpose32(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F);
 // Which implementation the host uses: "amx", "avx512", "avx2" or "portable" (for reports).
+// (NEURON_MATMUL_ISA chooses one; unset, the fastest the CPU supports.)
 const char* neuron_matmul_isa();
+// Whether this CPU can run the named variant ("amx", "avx512", "avx2", "portable").
+int neuron_matmul_variant_supported(const char* isa);
 }
