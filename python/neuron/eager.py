@@ -399,24 +399,32 @@ def _no_index_values(values):
                             "nisa.iota for index values on device")
 
 
-def _resolve_accumulate(arguments, span):
+def _resolve_accumulate(arguments):
     """nc_matmul(accumulate=None): the first matmul write to a PSUM element overwrites, later
     ones add, until a non-matmul write (the executors' per-element flag, which a one-op kernel
-    cannot see): resolved here from the marks kept per PSUM allocation."""
+    cannot see): resolved here from the marks kept per PSUM allocation. A region of which only
+    part was last written by a matmul runs as accumulate=True after its other elements are set
+    to 0: the executors' rule gives those elements a sum starting at 0, so the bits are the same.
+    Returns the zeroing, to run just before the operation (it returns the function that puts the
+    old values back, for when the operation fails), or None."""
     dst, acc = arguments.get("dst"), arguments.get("accumulate")
     if not (acc is None or (not isinstance(acc, bool) and acc == -1)):
-        return
+        return None
     if not isinstance(dst, EagerTensor) or dst._base.matmul is None:
-        return
+        return None
     marks = _view_of(dst._base.matmul, dst._chain)
-    if marks.all():
-        arguments["accumulate"] = True
-    elif not marks.any():
-        arguments["accumulate"] = False
-    else:
-        user_error("eager", "nc_matmul(accumulate=None) into a PSUM region of which only part "
-                   "was last written by a matmul: eager mode cannot split it; pass accumulate="
-                   "True/False or write the region uniformly", span)
+    arguments["accumulate"] = bool(marks.any())
+    if marks.all() or not marks.any():
+        return None
+    def zero():
+        view, fresh = dst._view(), ~marks
+        old = view[fresh].copy()
+        view[fresh] = 0
+
+        def undo():
+            view[fresh] = old
+        return undo
+    return zero
 
 
 def _run(spec, args, kwargs, fn):
@@ -431,8 +439,7 @@ def _run(spec, args, kwargs, fn):
         bound.apply_defaults()
         arguments = bound.arguments
         positional = None
-    if spec.matmul:
-        _resolve_accumulate(arguments, span)
+    zero_fresh = _resolve_accumulate(arguments) if spec.matmul else None
     values = positional if positional is not None else list(arguments.values())
     _no_index_values(values)
     bases = _bases_of(values)
@@ -511,7 +518,13 @@ def _run(spec, args, kwargs, fn):
                                    "eager_unused", span))
         return outs
 
-    arrays = _execute(kernel, bases, span)
+    undo_zeroing = zero_fresh() if zero_fresh else None
+    try:
+        arrays = _execute(kernel, bases, span)
+    except BaseException:
+        if undo_zeroing:
+            undo_zeroing()
+        raise
 
     # Copy back what the kernel wrote, then keep the PSUM matmul marks.
     for b, out in zip(written_bases, arrays):
