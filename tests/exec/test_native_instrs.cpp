@@ -116,6 +116,28 @@ TEST_CASE("native nc_transpose and tensor_copy with a dtype cast") {
   check_reference(r, 0, ref);
 }
 
+// SBUF to PSUM (views in different memories take the fast path, neuron_transpose16).
+TEST_CASE("native nc_transpose of 16-bit tiles: 8 x 8 register blocks and the edges") {
+  const DType bf = DType::bfloat16;
+  for (auto [P, F] : {std::pair<int, int>{16, 24}, {21, 37}, {128, 128}, {3, 5}}) {
+    CAPTURE(P);
+    CAPTURE(F);
+    auto x = random_values(P * F, 9);
+    Program p = program(
+        {decl("x", {P, F}, bf, kIn), decl("out", {F, P}, bf, kOut)},
+        {dma(sb(bf, 0, P, {row(F)}), hbm2(0, bf, P, F, F)),
+         instr(Opcode::nc_transpose, ps(bf, 0, F, {row(P)}), {sb(bf, 0, P, {row(F)})}),
+         dma(hbm2(1, bf, F, P, P), ps(bf, 0, F, {row(P)}))});
+    Tensor in = vals(x, {P, F}, bf);
+    const std::vector<float> xr = in.to_floats();  // the bf16-rounded input
+    auto r = run_both(p, {in, Tensor::empty({F, P}, bf)});
+    std::vector<double> ref(static_cast<size_t>(F * P));
+    for (int f = 0; f < F; ++f)
+      for (int q = 0; q < P; ++q) ref[f * P + q] = xr[q * F + f];
+    check_reference(r, 0, ref, {0, 0});
+  }
+}
+
 TEST_CASE("native activation: exp with bias tile, scale and reduce_res") {
   const int P = 16, F = 40;
   auto x = random_values(P * F, 7), bias = random_values(P, 8);

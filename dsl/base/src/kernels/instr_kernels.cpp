@@ -295,6 +295,8 @@ inline bool transpose_fast(const NView& d, const NView& s, int ddt, int sdt) {
   if (slo < dhi && dlo < shi) return false;
   if (es == 4 && dcs == 4 && scs == 4)
     neuron_transpose32(d.base, drs, s.base, srs, P, F);  // contiguous rows: SIMD when it can
+  else if (es == 2 && dcs == 2 && scs == 2)
+    neuron_transpose16(d.base, drs, s.base, srs, P, F);
   else if (es == 4)
     transpose_blocks<uint32_t>(d.base, drs, dcs, s.base, srs, scs, P, F);
   else if (es == 2)

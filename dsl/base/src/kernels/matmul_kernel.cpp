@@ -6,6 +6,10 @@
 #include <cstring>
 #include <memory>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "matmul_variants.hpp"
 #include "neuron/base/bf16_dot.hpp"
 #include "neuron/base/config.hpp"
@@ -78,6 +82,42 @@ void transpose32_portable(char* d, int64_t drs, const char* s, int64_t srs, int6
     }
 }
 
+// 16-bit transpose: 8 x 8 blocks through SSE2 registers (x86-64's baseline, so no variant
+// choice), three rounds of unpacks; edges and other CPUs element by element.
+void transpose16(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F) {
+  int64_t P8 = 0, F8 = 0;
+#if defined(__SSE2__)
+  P8 = P / 8 * 8;
+  F8 = F / 8 * 8;
+  for (int64_t p0 = 0; p0 < P8; p0 += 8)
+    for (int64_t f0 = 0; f0 < F8; f0 += 8) {
+      __m128i r[8], a[8], b[8];
+      for (int i = 0; i < 8; ++i)
+        r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + (p0 + i) * srs + f0 * 2));
+      for (int i = 0; i < 4; ++i) {
+        a[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+      }
+      // b[h * 4 + j]: rows 4h..4h+3 of columns 2j, 2j+1.
+      for (int h = 0; h < 2; ++h) {
+        b[4 * h + 0] = _mm_unpacklo_epi32(a[4 * h], a[4 * h + 2]);
+        b[4 * h + 1] = _mm_unpackhi_epi32(a[4 * h], a[4 * h + 2]);
+        b[4 * h + 2] = _mm_unpacklo_epi32(a[4 * h + 1], a[4 * h + 3]);
+        b[4 * h + 3] = _mm_unpackhi_epi32(a[4 * h + 1], a[4 * h + 3]);
+      }
+      for (int j = 0; j < 4; ++j) {
+        char* lo = d + (f0 + 2 * j) * drs + p0 * 2;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(lo), _mm_unpacklo_epi64(b[j], b[4 + j]));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(lo + drs), _mm_unpackhi_epi64(b[j], b[4 + j]));
+      }
+    }
+#endif
+  for (int64_t f = F8; f < F; ++f)
+    for (int64_t p = 0; p < P; ++p) std::memcpy(d + f * drs + p * 2, s + p * srs + f * 2, 2);
+  for (int64_t f = 0; f < F8; ++f)
+    for (int64_t p = P8; p < P; ++p) std::memcpy(d + f * drs + p * 2, s + p * srs + f * 2, 2);
+}
+
 namespace {
 
 struct Variant {
@@ -147,6 +187,11 @@ void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, c
 void neuron_transpose32(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F) {
   if (P <= 0 || F <= 0) return;
   neuron::native::host_variant().transpose32(d, drs, s, srs, P, F);
+}
+
+void neuron_transpose16(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F) {
+  if (P <= 0 || F <= 0) return;
+  neuron::native::transpose16(d, drs, s, srs, P, F);
 }
 
 const char* neuron_matmul_isa() {

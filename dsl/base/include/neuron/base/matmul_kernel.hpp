@@ -21,6 +21,8 @@ void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, c
 // (P elements, rows drs bytes apart) is column f of s (P rows of F elements, srs bytes apart).
 // Moves bits only. d and s must not overlap.
 void neuron_transpose32(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F);
+// The same for 16-bit elements (bf16, fp16 tiles).
+void neuron_transpose16(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F);
 // Which implementation the host uses: "amx", "avx512", "avx2" or "portable" (for reports).
 // (NEURON_MATMUL_ISA chooses one; unset, the fastest the CPU supports.)
 const char* neuron_matmul_isa();
