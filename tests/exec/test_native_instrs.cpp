@@ -135,6 +135,13 @@ TEST_CASE("native nc_transpose of 16-bit tiles: 8 x 8 register blocks and the ed
     for (int f = 0; f < F; ++f)
       for (int q = 0; q < P; ++q) ref[f * P + q] = xr[q * F + f];
     check_reference(r, 0, ref, {0, 0});
+    // Into an fp32 PSUM tile (nl.matmul's transpose of a bf16 operand): widened exactly.
+    Program w = program(
+        {decl("x", {P, F}, bf, kIn), decl("out", {F, P}, f32, kOut)},
+        {dma(sb(bf, 0, P, {row(F)}), hbm2(0, bf, P, F, F)),
+         instr(Opcode::nc_transpose, ps(f32, 0, F, {row(P)}), {sb(bf, 0, P, {row(F)})}),
+         dma(hbm2(1, f32, F, P, P), ps(f32, 0, F, {row(P)}))});
+    check_reference(run_both(w, {in, Tensor::empty({F, P}, f32)}), 0, ref, {0, 0});
   }
 }
 

@@ -281,19 +281,47 @@ inline void transpose_blocks(char* d, int64_t drs, int64_t dcs, const char* s, i
     }
 }
 
+// The same with a dtype conversion (through fp32, as everywhere): nl.matmul's transpose of a
+// bf16 operand into an fp32 PSUM tile, for one.
+inline void transpose_convert(char* d, int64_t drs, int64_t dcs, const char* s, int64_t srs,
+                              int64_t scs, int64_t P, int64_t F, int ddt, int sdt) {
+  constexpr int64_t B = 8;
+  // bf16 -> fp32 is a 16-bit shift; other pairs go through the builtins' conversions.
+  const bool widen = sdt == static_cast<int>(DType::bfloat16) && ddt == static_cast<int>(DType::float32);
+  for (int64_t p0 = 0; p0 < P; p0 += B)
+    for (int64_t f0 = 0; f0 < F; f0 += B) {
+      const int64_t pe = p0 + B < P ? p0 + B : P, fe = f0 + B < F ? f0 + B : F;
+      for (int64_t f = f0; f < fe; ++f)
+        for (int64_t p = p0; p < pe; ++p) {
+          const char* from = s + p * srs + f * scs;
+          char* to = d + f * drs + p * dcs;
+          if (widen) {
+            uint16_t h;
+            std::memcpy(&h, from, 2);
+            const uint32_t u = static_cast<uint32_t>(h) << 16;
+            std::memcpy(to, &u, 4);
+          } else {
+            b::store_f32(to, dt(ddt), b::load_f32(from, dt(sdt)));
+          }
+        }
+    }
+}
+
 // The transpose of two matrix-shaped views that share no bytes, typed copies in blocks; false
 // when the views do not qualify (the general path below runs instead).
 inline bool transpose_fast(const NView& d, const NView& s, int ddt, int sdt) {
   int64_t srs, F, scs, drs, dP, dcs;
-  if (ddt != sdt || !as_matrix(s, srs, F, scs) || !as_matrix(d, drs, dP, dcs)) return false;
+  if (!as_matrix(s, srs, F, scs) || !as_matrix(d, drs, dP, dcs)) return false;
   const int64_t P = s.size[0];
   if (d.size[0] != F || dP != P || P * F == 0) return false;
   const int es = neuron::dtype_bytes(dt(sdt));
   const char *slo, *shi, *dlo, *dhi;
   byte_range(s, es, slo, shi);
-  byte_range(d, es, dlo, dhi);
+  byte_range(d, neuron::dtype_bytes(dt(ddt)), dlo, dhi);
   if (slo < dhi && dlo < shi) return false;
-  if (es == 4 && dcs == 4 && scs == 4)
+  if (ddt != sdt)
+    transpose_convert(d.base, drs, dcs, s.base, srs, scs, P, F, ddt, sdt);
+  else if (es == 4 && dcs == 4 && scs == 4)
     neuron_transpose32(d.base, drs, s.base, srs, P, F);  // contiguous rows: SIMD when it can
   else if (es == 2 && dcs == 2 && scs == 2)
     neuron_transpose16(d.base, drs, s.base, srs, P, F);
