@@ -27,14 +27,16 @@ import neuron.language as nl
 
 
 def matmul(x, y):
-    out = nl.ndarray((96, 200), nl.float32, buffer=nl.shared_hbm)
-    acc = nl.ndarray((96, 200), nl.float32, buffer=nl.psum)
+    # Columns 0, 2, 4, ... of y: a strided moving operand takes the kernels' generic path.
+    out = nl.ndarray((2, 96, 200), nl.float32, buffer=nl.shared_hbm)
     a = nl.load(x)
     b = nl.load(y)
-    nisa.nc_matmul(acc, a, b, accumulate=False)
-    r = nl.ndarray((96, 200), nl.float32)
-    nisa.tensor_copy(r, acc)
-    nl.store(out, r)
+    for i, moving in enumerate((b[:, 0:200], b[:, 0:400:2])):
+        acc = nl.ndarray((96, 200), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(acc, a, moving, accumulate=False)
+        r = nl.ndarray((96, 200), nl.float32)
+        nisa.tensor_copy(r, acc)
+        nl.store(out[i], r)
     return out
 
 
@@ -42,7 +44,7 @@ def inputs():
     rng = np.random.default_rng(5)
     # A wide exponent range (so the order of the sums shows) and some subnormal bf16 inputs.
     x = rng.standard_normal((100, 96)) * np.exp2(rng.integers(-20, 20, (100, 96)))
-    y = rng.standard_normal((100, 200)) * np.exp2(rng.integers(-20, 20, (100, 200)))
+    y = rng.standard_normal((100, 400)) * np.exp2(rng.integers(-20, 20, (100, 400)))
     x[rng.random(x.shape) < 0.05] = 2.0 ** -130
     y[rng.random(y.shape) < 0.05] = -(2.0 ** -131)
     return x.astype(ml_dtypes.bfloat16), y.astype(ml_dtypes.bfloat16)
@@ -63,21 +65,22 @@ def run_in_subprocess(tmp_path, mode, isa):
                        env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     used, data = r.stdout.split()
-    return used, np.frombuffer(bytes.fromhex(data), np.float32).reshape(96, 200)
+    return used, np.frombuffer(bytes.fromhex(data), np.float32).reshape(2, 96, 200)
 
 
 def test_every_matmul_variant_computes_the_rules_bits(tmp_path):
     ns = {}
     exec(compile(KERNEL, "bf16_matmul", "exec"), ns)
     x, y = ns["inputs"]()
-    want = reference.bf16_matmul(x.astype(np.float64), y.astype(np.float64),
-                                 np.zeros((96, 200), np.float32))
+    want = np.stack([reference.bf16_matmul(x.astype(np.float64), m.astype(np.float64),
+                                           np.zeros((96, 200), np.float32))
+                     for m in (y[:, 0:200], y[:, 0:400:2])])
     # The rule differs from a sequential fma chain on these inputs (else this test proves little).
     seq = np.zeros((96, 200), np.float32)
-    xs, ys = reference.daz(x.astype(np.float32)), reference.daz(y.astype(np.float32))
+    xs, ys = reference.daz(x.astype(np.float32)), reference.daz(y[:, 0:200].astype(np.float32))
     for k in range(100):
         seq = reference.fma_f32(np.outer(xs[k], ys[k]).astype(np.float64), seq)
-    assert (seq.view(np.uint32) != want.view(np.uint32)).sum() > 100
+    assert (seq.view(np.uint32) != want[0].view(np.uint32)).sum() > 100
 
     ran = []
     for isa in ("amx", "avx512", "avx2", "portable"):
