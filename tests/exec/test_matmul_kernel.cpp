@@ -1,6 +1,6 @@
-// nc_matmul instruction kernel (runtime/native/matmul_kernel.hpp): every ISA variant against a
-// scalar loop written here (std::fma for fp32, the AMX rule for bf16), bit for bit, over shapes, strides, both accumulate modes,
-// fp32 and bf16, and special values.
+// nc_matmul instruction kernel (neuron/base/matmul_kernel.hpp): every ISA variant against a
+// scalar loop written here (std::fma for fp32, the AMX rule for bf16), bit for bit, over
+// shapes, strides, both accumulate modes, fp32 and bf16, and special values.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -47,7 +47,8 @@ float flushed(float r, float scaled) {
   return std::fabs(scaled) < scaled_min ? std::copysign(0.0f, r) : r;
 }
 float fma_ftz(float a, float b, float c) {
-  return flushed(std::fma(a, b, c), std::fma(std::ldexp(a, 32), std::ldexp(b, 32), std::ldexp(c, 64)));
+  return flushed(std::fma(a, b, c),
+                 std::fma(std::ldexp(a, 32), std::ldexp(b, 32), std::ldexp(c, 64)));
 }
 float add_ftz(float a, float b) {
   return flushed(a + b, std::ldexp(a, 64) + std::ldexp(b, 64));

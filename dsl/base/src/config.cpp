@@ -119,7 +119,8 @@ Config config() {
   if (!c.matmul_isa.empty() && !neuron_matmul_variant_supported(c.matmul_isa.c_str())) {
     std::string have;
     for (const char* isa : {"amx", "avx512", "avx2", "portable"})
-      if (neuron_matmul_variant_supported(isa)) have += have.empty() ? isa : std::string(", ") + isa;
+      if (neuron_matmul_variant_supported(isa))
+        have += have.empty() ? isa : std::string(", ") + isa;
     user_error(Span{}, "config",
                "NEURON_MATMUL_ISA='{}' is not a matmul variant this CPU runs; it runs: {} "
                "(unset it to use the fastest)",

@@ -287,7 +287,8 @@ inline void transpose_convert(char* d, int64_t drs, int64_t dcs, const char* s, 
                               int64_t scs, int64_t P, int64_t F, int ddt, int sdt) {
   constexpr int64_t B = 8;
   // bf16 -> fp32 is a 16-bit shift; other pairs go through the builtins' conversions.
-  const bool widen = sdt == static_cast<int>(DType::bfloat16) && ddt == static_cast<int>(DType::float32);
+  const bool widen =
+      sdt == static_cast<int>(DType::bfloat16) && ddt == static_cast<int>(DType::float32);
   for (int64_t p0 = 0; p0 < P; p0 += B)
     for (int64_t f0 = 0; f0 < F; f0 += B) {
       const int64_t pe = p0 + B < P ? p0 + B : P, fe = f0 + B < F ? f0 + B : F;

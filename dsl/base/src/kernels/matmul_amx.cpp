@@ -26,11 +26,11 @@
 namespace neuron::native {
 namespace {
 
-constexpr int64_t kTile = 16;      // rows of a tile; columns of a C tile
-constexpr int64_t kTileK = 32;     // bf16 of K per tile row
-constexpr int64_t kChunkM = 128;   // C rows per packed chunk
-constexpr int64_t kChunkN = 512;   // C columns per packed chunk
-constexpr int64_t kChunkK = 128;   // K rows per packed chunk
+constexpr int64_t kTile = 16;                   // rows of a tile; columns of a C tile
+constexpr int64_t kTileK = 32;                  // bf16 of K per tile row
+constexpr int64_t kChunkM = 128;                // C rows per packed chunk
+constexpr int64_t kChunkN = 512;                // C columns per packed chunk
+constexpr int64_t kChunkK = 128;                // K rows per packed chunk
 constexpr int64_t kTileElems = kTile * kTileK;  // bf16 per packed A or B tile (1 KiB)
 
 struct alignas(64) TileConfig {
@@ -77,12 +77,13 @@ inline void transpose16x16(__m512i r[16]) {
 }
 
 // 16 dwords: column n holds (row0[n], row1[n]) as a bf16 pair; `n` valid columns, the rest 0.
-// A missing row1 (past K) is `missing` in every column.
-inline __m512i pair_rows(const uint16_t* row0, const uint16_t* row1, int64_t n, uint16_t missing) {
-  const __mmask16 m = n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+// A missing row1 (past K) reads as +0.0 (A's padding; B's is -0.0, pack_b).
+inline __m512i pair_rows(const uint16_t* row0, const uint16_t* row1, int64_t n) {
+  const __mmask16 m =
+      n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
   const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row0));
-  const __m512i hi = row1 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row1))
-                          : _mm512_maskz_set1_epi32(m, missing);
+  const __m512i hi =
+      row1 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row1)) : _mm512_setzero_si512();
   return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
 }
 
@@ -104,15 +105,15 @@ void pack_b(uint16_t* bp, const uint16_t* b, int64_t ldb, int64_t kc, int64_t nc
       uint16_t* t0 = bp + (kb * nbs + nb) * kTileElems;
       uint16_t* t1 = t0 + kTileElems;
       const int64_t n = nc - nb * kTile;
-      const __mmask32 m = n >= 32 ? ~__mmask32{0}
+      const __mmask32 m = n >= 32  ? ~__mmask32{0}
                           : n <= 0 ? __mmask32{0}
                                    : static_cast<__mmask32>((1u << n) - 1u);
       for (int64_t j = 0; j < kTile; ++j) {
         const int64_t k = kb * kTileK + 2 * j;
-        const __m512i r0 = k < kc ? _mm512_maskz_loadu_epi16(m, b + k * ldb + nb * kTile)
-                                  : minus_zero;
-        const __m512i r1 = k + 1 < kc ? _mm512_maskz_loadu_epi16(m, b + (k + 1) * ldb + nb * kTile)
-                                      : minus_zero;
+        const __m512i r0 =
+            k < kc ? _mm512_maskz_loadu_epi16(m, b + k * ldb + nb * kTile) : minus_zero;
+        const __m512i r1 =
+            k + 1 < kc ? _mm512_maskz_loadu_epi16(m, b + (k + 1) * ldb + nb * kTile) : minus_zero;
         _mm512_storeu_si512(t0 + j * kTileK, _mm512_permutex2var_epi16(r0, lo, r1));
         _mm512_storeu_si512(t1 + j * kTileK, _mm512_permutex2var_epi16(r0, hi, r1));
       }
@@ -129,9 +130,10 @@ void pack_a(uint16_t* ap, const uint16_t* a, int64_t lda, int64_t kc, int64_t mc
       __m512i r[16];
       for (int64_t j = 0; j < kTile; ++j) {
         const int64_t k = kb * kTileK + 2 * j;
-        r[j] = k >= kc || m <= 0 ? _mm512_setzero_si512()
-                       : pair_rows(a + k * lda + mb * kTile,
-                                   k + 1 < kc ? a + (k + 1) * lda + mb * kTile : nullptr, m, 0);
+        r[j] = k >= kc || m <= 0
+                   ? _mm512_setzero_si512()
+                   : pair_rows(a + k * lda + mb * kTile,
+                               k + 1 < kc ? a + (k + 1) * lda + mb * kTile : nullptr, m);
       }
       transpose16x16(r);  // r[i] = row i of M: 16 pairs of K
       uint16_t* tile = ap + (mb * kbs + kb) * kTileElems;
@@ -141,9 +143,9 @@ void pack_a(uint16_t* ap, const uint16_t* a, int64_t lda, int64_t kc, int64_t mc
 
 // C rows [0, 32) x columns [0, 32) of the chunk (+)= A tiles (mb, mb + 1) x B tiles (nb, nb + 1)
 // over kbs K tiles. Full blocks use C in place; edge blocks go through a zero-padded copy.
-void block_2x2(float* c, int64_t ldc, int64_t rows, int64_t cols, bool load_c,
-               const uint16_t* a0, const uint16_t* a1, const uint16_t* b0, const uint16_t* b1,
-               int64_t kbs, int64_t nbs) {
+void block_2x2(float* c, int64_t ldc, int64_t rows, int64_t cols, bool load_c, const uint16_t* a0,
+               const uint16_t* a1, const uint16_t* b0, const uint16_t* b1, int64_t kbs,
+               int64_t nbs) {
   alignas(64) float edge[32 * 32];
   const bool full = rows == 32 && cols == 32;
   float* t = c;
@@ -151,7 +153,8 @@ void block_2x2(float* c, int64_t ldc, int64_t rows, int64_t cols, bool load_c,
   if (!full) {
     std::memset(edge, 0, sizeof edge);
     if (load_c)
-      for (int64_t i = 0; i < rows; ++i) std::memcpy(edge + i * 32, c + i * ldc, static_cast<size_t>(cols) * 4);
+      for (int64_t i = 0; i < rows; ++i)
+        std::memcpy(edge + i * 32, c + i * ldc, static_cast<size_t>(cols) * 4);
     t = edge;
     stride = 32 * 4;
   }
@@ -182,7 +185,8 @@ void block_2x2(float* c, int64_t ldc, int64_t rows, int64_t cols, bool load_c,
   _tile_stored(2, t + row16, stride);
   _tile_stored(3, t + row16 + 16, stride);
   if (!full)
-    for (int64_t i = 0; i < rows; ++i) std::memcpy(c + i * ldc, edge + i * 32, static_cast<size_t>(cols) * 4);
+    for (int64_t i = 0; i < rows; ++i)
+      std::memcpy(c + i * ldc, edge + i * 32, static_cast<size_t>(cols) * 4);
 }
 
 }  // namespace

@@ -17,9 +17,9 @@
 
 namespace {
 
-constexpr int64_t kPairBlock = 16;   // pairs of rows per block (32 rows: bf16dot::kBlock)
-constexpr int64_t kPairMC = 128;     // rows of C per packed chunk
-constexpr int64_t kPairNC = 512;     // columns of C per packed chunk
+constexpr int64_t kPairBlock = 16;  // pairs of rows per block (32 rows: bf16dot::kBlock)
+constexpr int64_t kPairMC = 128;    // rows of C per packed chunk
+constexpr int64_t kPairNC = 512;    // columns of C per packed chunk
 
 // MXCSR with flush-to-zero (bit 15) and denormals-are-zero (bit 6) for one scope.
 struct FlushDenormals {
@@ -122,8 +122,8 @@ void matmul_bf16_pairs(float* c, int64_t ldc, const uint16_t* a, int64_t lda, co
       const int64_t mc = M - m0 < kPairMC ? M - m0 : kPairMC;
       for (int64_t k0 = 0; k0 < K; k0 += 2 * kPairBlock) {
         const int64_t pairs = (K - k0 + 1) / 2 < kPairBlock ? (K - k0 + 1) / 2 : kPairBlock;
-        float* bp = scratch;                      // [pairs][npad][2]
-        float* ap = scratch + pairs * npad * 2;   // [pairs][mc][2]
+        float* bp = scratch;                     // [pairs][npad][2]
+        float* ap = scratch + pairs * npad * 2;  // [pairs][mc][2]
         for (int64_t j = 0; j < pairs; ++j) {
           const int64_t k = k0 + 2 * j;
           const bool both = k + 1 < K;
