@@ -6,12 +6,8 @@ import os
 import subprocess
 import sys
 
-import ml_dtypes
 import numpy as np
 import pytest
-
-import neuron
-from neuron import _C
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "fuzz"))
