@@ -21,6 +21,11 @@ def late_start(b, h, q_idx, kv_idx):
     return kv_idx <= q_idx - 40  # query rows 0..39 see no key
 
 
+def steep_distance(score, b, h, q_idx, kv_idx):
+    # Keys 145-175 back land 87-105 below the row maximum: exp's subnormal range in fp32.
+    return score - 0.6 * (q_idx - kv_idx)
+
+
 # name: (score_mod, mask_mod, B, Hq, Hkv, Bkv, L, S, E, Ev, BLOCK_SIZE)
 CASES = {
     "plain": (None, None, 2, 2, 2, 2, 200, 200, 32, 32, 128),
@@ -38,6 +43,7 @@ CASES = {
     "odd_lengths": (fh.softcap(3.0), None, 1, 2, 2, 1, 77, 131, 24, 40, 32),
     "tuple_blocks": (None, fh.causal, 1, 2, 2, 1, 200, 150, 32, 32, (64, 32)),
     "fully_masked_rows": (None, late_start, 1, 2, 2, 1, 100, 100, 16, 16, 32),
+    "steep_distance": (steep_distance, fh.causal, 1, 2, 2, 1, 200, 200, 32, 32, 64),
 }
 
 
@@ -167,6 +173,27 @@ def test_learnable_bias_gets_its_gradient():
         fh.judge(n, a, g, r)
     # Bias above the diagonal is masked: exactly zero gradient there.
     assert torch.count_nonzero(torch.triu(ours[0], diagonal=1)) == 0
+
+
+def test_weights_that_would_be_subnormal_are_dropped_before_exp(monkeypatch):
+    # Subnormal exp results make the next exp and matmul 25-100x slower on Intel CPUs, so the
+    # forward and backward drop weights below 2^-126 (test_forward / test_backward
+    # "steep_distance" judge the results against the float64 reference).
+    smallest = []
+    exp_ = torch.Tensor.exp_
+
+    def spy(self):
+        r = exp_(self)
+        pos = r[r > 0]
+        if pos.numel():
+            smallest.append(pos.min().item())
+        return r
+    monkeypatch.setattr(torch.Tensor, "exp_", spy)
+    case = CASES["steep_distance"]
+    q, k, v = _inputs(case, torch.float32, grad=True)
+    out = flex_attention(q, k, v, score_mod=case[0], block_mask=_masks(case)[0])
+    out.sum().backward()
+    assert smallest and min(smallest) >= torch.finfo(torch.float32).tiny
 
 
 def test_fully_masked_rows_are_zero_with_zero_gradients():

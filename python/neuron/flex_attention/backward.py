@@ -11,7 +11,7 @@ key has p = 0 everywhere: zero gradients, no NaN.
 """
 import torch
 
-from .forward import bmm, masked
+from .forward import SUBNORMAL_EXP, bmm, masked
 
 
 def backward(prob, out, lse, dout, dlse, grad_inputs):
@@ -54,7 +54,11 @@ def backward(prob, out, lse, dout, dlse, grad_inputs):
                     raw.requires_grad_(True)
                 _, s, keep = prob.scores(qi, q0, ch, kc, score_inputs=leaves, raw=raw)
             s_d = s.detach()
-            p = torch.exp(masked(s_d, keep) - lse_safe[..., rows].unsqueeze(-1))
+            lse_rows = lse_safe[..., rows]
+            x = masked(s_d, keep) - lse_rows.unsqueeze(-1)
+            if s_d.amin() - lse_rows.max() < SUBNORMAL_EXP[x.dtype]:  # as the forward does
+                x.masked_fill_(x < SUBNORMAL_EXP[x.dtype], -float("inf"))
+            p = x.exp_()
             if keep is not None:
                 p = torch.where(keep, p, 0.0)
             dp = bmm(doi, vc, transpose=True)
