@@ -204,6 +204,8 @@ def _gather(n, a, ops, data, layout, nl):
     for d in range(len(shape) - 2, -1, -1):
         strides[d] = strides[d + 1] * shape[d + 1]
     t = _direct_gather(n, offset, shape, strides, getattr(ops, "direct", None))
+    if t is None:
+        t = _program_constant(n, offset, shape, strides, data, ops)
     if t is not None:
         return t
     flat = float(offset)
@@ -323,6 +325,29 @@ def _der(n, a, da, v, ops):
             r = b("multiply", r, x)
         return b("multiply", d, r)
     return None  # floor, ceil, round, comparisons, booleans, integer ops: zero derivative
+
+
+def _program_constant(n, offset, shape, strides, data, ops):
+    """t[c.., b, h] with every index a constant, b or h: one value per program (an ALiBi slope
+    t[h]), read as a column of the caps tile (every partition holds the caps row) and
+    broadcast over the keys, instead of a gather per element. Indices are checked against the
+    tensor's dims here (a constant) or by the kernel's shape (b < B, h < Hq); anything else
+    takes the gather path, which reports a bad index."""
+    direct = getattr(ops, "direct", None)
+    if direct is None or len(n.args) - 1 != len(shape):
+        return None
+    off = offset
+    for d, (node, stride) in enumerate(zip(n.args[1:], strides)):
+        if node.op == "const" and not isinstance(node.args[0], bool) and \
+                0 <= node.args[0] < shape[d]:
+            off = off + int(node.args[0]) * stride
+        elif node.op == "arg" and node.args[0] in ("b", "h") and \
+                direct[node.args[0] + "_len"] <= shape[d]:
+            off = direct[node.args[0]] * stride + off
+        else:
+            return None
+    nl = ops.nl
+    return nl.add(nl.multiply(ops.like, 0.0), data[:, nl.ds(off, 1)])
 
 
 def _direct_gather(n, offset, shape, strides, direct):

@@ -237,6 +237,7 @@ def _build(sh, score_graph, mask_graph):
             if need_caps:  # captured reads indexed by q_idx / kv_idx: plain loads (emit.py)
                 direct = {
                     "b": b, "h": hk * sh.G + g, "q_idx_len": sh.L, "kv_idx_len": sh.S,
+                    "b_len": sh.B, "h_len": sh.Hq,
                     "q_idx": lambda off: nl.add(zeros[0:qr, :],
                                                 nl.load(capsT[nl.ds(q0 + off, qr), :])),
                     "kv_idx": None if sh.S % sh.KB else lambda off: nl.broadcast_to(
