@@ -117,14 +117,10 @@ Config config() {
   }
   c.matmul_isa = config_matmul_isa();
   if (!c.matmul_isa.empty() && !neuron_matmul_variant_supported(c.matmul_isa.c_str())) {
-    std::string have;
-    for (const char* isa : {"amx", "avx512", "avx2", "portable"})
-      if (neuron_matmul_variant_supported(isa))
-        have += have.empty() ? isa : std::string(", ") + isa;
     user_error(Span{}, "config",
                "NEURON_MATMUL_ISA='{}' is not a matmul variant this CPU runs; it runs: {} "
                "(unset it to use the fastest)",
-               c.matmul_isa, have);
+               c.matmul_isa, neuron_matmul_supported_variants());
   }
   if (const char* d = std::getenv("NEURON_PROFILE"); d && *d) c.profile_dir = d;
   c.eager = env_flag("NEURON_EAGER");

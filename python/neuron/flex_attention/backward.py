@@ -11,7 +11,7 @@ key has p = 0 everywhere: zero gradients, no NaN.
 """
 import torch
 
-from .forward import SUBNORMAL_EXP, bmm, masked
+from .forward import bmm, drop_subnormal_weights, masked
 
 
 def backward(prob, out, lse, dout, dlse, grad_inputs):
@@ -56,9 +56,7 @@ def backward(prob, out, lse, dout, dlse, grad_inputs):
             s_d = s.detach()
             lse_rows = lse_safe[..., rows]
             x = masked(s_d, keep) - lse_rows.unsqueeze(-1)
-            if s_d.amin() - lse_rows.max() < SUBNORMAL_EXP[x.dtype]:  # as the forward does
-                x.masked_fill_(x < SUBNORMAL_EXP[x.dtype], -float("inf"))
-            p = x.exp_()
+            p = drop_subnormal_weights(x, s_d.amin() - lse_rows.max()).exp_()
             if keep is not None:
                 p = torch.where(keep, p, 0.0)
             dp = bmm(doi, vc, transpose=True)

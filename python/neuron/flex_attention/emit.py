@@ -336,18 +336,27 @@ def _program_constant(n, offset, shape, strides, data, ops):
     direct = getattr(ops, "direct", None)
     if direct is None or len(n.args) - 1 != len(shape):
         return None
+    off = _program_offset(n.args[1:], offset, shape, strides, direct)
+    if off is None:
+        return None
+    nl = ops.nl
+    return nl.add(nl.multiply(ops.like, 0.0), data[:, nl.ds(off, 1)])
+
+
+def _program_offset(idx, offset, shape, strides, direct):
+    """The caps offset of t[idx] when every index is a constant, b or h within the tensor's
+    dims (b < B and h < Hq fit when the dim is at least that long), else None."""
     off = offset
-    for d, (node, stride) in enumerate(zip(n.args[1:], strides)):
+    for node, size, stride in zip(idx, shape, strides):
         if node.op == "const" and not isinstance(node.args[0], bool) and \
-                0 <= node.args[0] < shape[d]:
+                0 <= node.args[0] < size:
             off = off + int(node.args[0]) * stride
         elif node.op == "arg" and node.args[0] in ("b", "h") and \
-                direct[node.args[0] + "_len"] <= shape[d]:
+                direct[node.args[0] + "_len"] <= size:
             off = direct[node.args[0]] * stride + off
         else:
             return None
-    nl = ops.nl
-    return nl.add(nl.multiply(ops.like, 0.0), data[:, nl.ds(off, 1)])
+    return off
 
 
 def _direct_gather(n, offset, shape, strides, direct):
@@ -366,12 +375,5 @@ def _direct_gather(n, offset, shape, strides, direct):
         return None
     if len(idx) != len(shape) or shape[-1] < direct[last.args[0] + "_len"]:
         return None  # a short last dim: the gather path reports the bad index
-    off = offset
-    for node, stride in zip(idx[:-1], strides[:-1]):
-        if node.op == "const" and not isinstance(node.args[0], bool) and node.args[0] >= 0:
-            off = off + int(node.args[0]) * stride
-        elif node.op == "arg" and node.args[0] in ("b", "h"):
-            off = direct[node.args[0]] * stride + off
-        else:
-            return None
-    return direct[last.args[0]](off)
+    off = _program_offset(idx[:-1], offset, shape, strides, direct)
+    return None if off is None else direct[last.args[0]](off)

@@ -133,6 +133,15 @@ SUBNORMAL_EXP = {torch.float32: math.log(torch.finfo(torch.float32).tiny),
                   torch.float64: math.log(torch.finfo(torch.float64).tiny)}
 
 
+def drop_subnormal_weights(x, lowest):
+    """x (exp's argument, updated in place): entries whose exp would be subnormal become -inf.
+    lowest: a lower bound of x; when it is above the range, nothing is scanned."""
+    limit = SUBNORMAL_EXP[x.dtype]
+    if lowest < limit:
+        x.masked_fill_(x < limit, NEG_INF)
+    return x
+
+
 def forward(prob):
     """Returns (out [B, Hq, L, Ev] in q's dtype, lse [B, Hq, L], max [B, Hq, L]) in the
     working precision for lse / max."""
@@ -169,10 +178,8 @@ def forward(prob):
                         s.masked_fill_(~keep, NEG_INF)
                 m_new = torch.maximum(m, s.amax(-1))
                 m_use = torch.where(torch.isneginf(m_new), 0.0, m_new)
-                s.sub_(m_use.unsqueeze(-1))
-                if lowest - m_use.max() < SUBNORMAL_EXP[s.dtype]:
-                    s.masked_fill_(s < SUBNORMAL_EXP[s.dtype], NEG_INF)
-                p = s.exp_()
+                p = drop_subnormal_weights(s.sub_(m_use.unsqueeze(-1)),
+                                           lowest - m_use.max()).exp_()
                 alpha = torch.exp(m - m_use)
                 l = l.mul_(alpha).add_(p.sum(-1))
                 acc = acc.mul_(alpha.unsqueeze(-1)).add_(bmm(p, prob.kv_chunk(ch, "v")))

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
+#include <string>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -141,15 +143,17 @@ bool supports(const char* isa) {
   return std::strcmp(isa, "portable") == 0;
 }
 
+// Fastest first; the last (portable) runs anywhere.
+const Variant kVariants[] = {
+    {"amx", matmul_f32_avx512, matmul_bf16_amx, transpose32_avx2},
+    {"avx512", matmul_f32_avx512, matmul_bf16_avx512, transpose32_avx2},
+    {"avx2", matmul_f32_avx2, matmul_bf16_avx2, transpose32_avx2},
+    {"portable", matmul_f32_portable, matmul_bf16_portable, transpose32_portable},
+};
+
 const Variant* find_variant(const char* isa) {
-  static const Variant variants[] = {
-      {"amx", matmul_f32_avx512, matmul_bf16_amx, transpose32_avx2},
-      {"avx512", matmul_f32_avx512, matmul_bf16_avx512, transpose32_avx2},
-      {"avx2", matmul_f32_avx2, matmul_bf16_avx2, transpose32_avx2},
-      {"portable", matmul_f32_portable, matmul_bf16_portable, transpose32_portable},
-  };
   if (!isa || !supports(isa)) return nullptr;
-  for (const Variant& v : variants)
+  for (const Variant& v : kVariants)
     if (std::strcmp(v.name, isa) == 0) return &v;
   return nullptr;
 }
@@ -160,9 +164,9 @@ const Variant* find_variant(const char* isa) {
 const Variant& host_variant() {
   static const Variant& chosen = [&]() -> const Variant& {
     if (const Variant* v = find_variant(config_matmul_isa().c_str())) return *v;
-    for (const char* isa : {"amx", "avx512", "avx2"})
-      if (const Variant* v = find_variant(isa)) return *v;
-    return *find_variant("portable");
+    for (const Variant& v : kVariants)
+      if (supports(v.name)) return v;
+    return kVariants[std::size(kVariants) - 1];
   }();
   return chosen;
 }
@@ -214,6 +218,16 @@ int neuron_matmul_bf16_variant(const char* isa, float* c, int64_t ldc, const uin
   if (!v) return 0;
   if (M > 0 && N > 0) v->bf16(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
   return 1;
+}
+
+const char* neuron_matmul_supported_variants() {
+  static const std::string names = [] {
+    std::string s;
+    for (const auto& v : neuron::native::kVariants)
+      if (neuron::native::supports(v.name)) s += (s.empty() ? "" : ", ") + std::string(v.name);
+    return s;
+  }();
+  return names.c_str();
 }
 
 int neuron_matmul_variant_supported(const char* isa) {

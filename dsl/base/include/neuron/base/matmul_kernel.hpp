@@ -28,4 +28,6 @@ void neuron_transpose16(char* d, int64_t drs, const char* s, int64_t srs, int64_
 const char* neuron_matmul_isa();
 // Whether this CPU can run the named variant ("amx", "avx512", "avx2", "portable").
 int neuron_matmul_variant_supported(const char* isa);
+// The variants this CPU runs, fastest first, comma-separated (for messages).
+const char* neuron_matmul_supported_variants();
 }
