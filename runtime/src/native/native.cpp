@@ -163,6 +163,7 @@ NativeKernel compile_program(const Program& program, const std::string& ir_text,
   native::check_program(impl->program);
   impl->bounds = native::analyze_bounds(impl->program);
   const Target& target = program.target.empty() ? default_target() : target_by_name(program.target);
+  impl->first_reads = native::first_reads(impl->program, impl->bounds, target);
   impl->pitch = native::physical_pitch(impl->program, impl->bounds, target);
   impl->prints = uses_print(impl->program.body);
   impl->flags = native::reads_psum_flags(impl->program);

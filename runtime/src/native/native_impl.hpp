@@ -12,6 +12,7 @@ namespace neuron {
 struct NativeKernel::Impl {
   Program program;  // owns the instructions `bounds` points into
   native::ProgramBounds bounds;
+  native::FirstReads first_reads;  // what a worker clears between programs
   native::Pitch pitch;  // must match what the lowering used (physical_pitch)
   bool prints = false;  // has device_print: runs on one thread, in program order
   bool flags = true;    // reads the PSUM flags (reads_psum_flags): clear them per program

@@ -61,21 +61,30 @@ struct Scratch {
   bool fits(const Target& t, const native::Pitch& pitch) const {
     return partitions == t.partitions && sbuf_pb == pitch.sbuf && psum_pb == pitch.psum;
   }
-  // Every program starts from zeroed memories, like the simulator's.
+  // Every program starts from zeroed memories, like the simulator's: before each program the
+  // worker clears, of what earlier programs may have left nonzero, the bytes the coming program
+  // may read before writing (`first`, first_reads). The rest it overwrites before reading.
   // `with_flags`: the coming program reads (so also writes) the PSUM flags. Code compiled for a
   // program that does not read them never writes them, so they need clearing only after one
   // that does.
-  void reset(const native::LaunchExtent& ext, bool with_flags) {
-    for (int p = 0; p < partitions; ++p) {
-      if (sbuf_dirty) std::memset(sbuf.get() + p * sbuf_pb, 0, static_cast<size_t>(sbuf_dirty));
-      if (psum_dirty) {
-        std::memset(psum.get() + p * psum_pb, 0, static_cast<size_t>(psum_dirty));
-        if (flags_dirty)
-          std::memset(flags.get() + p * psum_pb, 0, static_cast<size_t>(psum_dirty));
+  void reset(const native::LaunchExtent& ext, const native::FirstReads& first, bool with_flags) {
+    auto clear = [&](char* mem, int64_t pb, int64_t dirty,
+                     const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+      for (auto [lo, hi] : ranges) {
+        hi = std::min(hi, dirty);
+        if (lo >= hi) continue;
+        for (int p = 0; p < partitions; ++p)
+          std::memset(mem + p * pb + lo, 0, static_cast<size_t>(hi - lo));
       }
-    }
-    sbuf_dirty = ext.sbuf_written;
-    psum_dirty = ext.psum_written;
+    };
+    clear(sbuf.get(), sbuf_pb, sbuf_dirty, first.sbuf);
+    clear(psum.get(), psum_pb, psum_dirty, first.psum);
+    if (flags_dirty)
+      for (int p = 0; p < partitions; ++p)
+        std::memset(flags.get() + p * psum_pb, 0, static_cast<size_t>(psum_dirty));
+    // Bytes past the cleared ranges may still hold an earlier program's values.
+    sbuf_dirty = std::max(sbuf_dirty, ext.sbuf_written);
+    psum_dirty = std::max(psum_dirty, ext.psum_written);
     flags_dirty = with_flags;
   }
 };
@@ -230,7 +239,7 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
         pids[a] = rest % grid[static_cast<size_t>(a)];
         rest /= grid[static_cast<size_t>(a)];
       }
-      s->reset(ext, k.flags);
+      s->reset(ext, k.first_reads, k.flags);
       if (!first)
         for (auto& t : scratch) std::memset(t.data(), 0, t.bytes());
       first = false;

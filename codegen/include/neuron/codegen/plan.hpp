@@ -78,6 +78,14 @@ ProgramBounds analyze_bounds(const Program& p);
 // writes nor clears them (a memset of 4 flag bytes per fp32 element after every PSUM write).
 bool reads_psum_flags(const Program& p);
 
+// Byte ranges [first, second) of each partition of SBUF and PSUM that a program of `p` may read
+// before writing them, sorted and disjoint (first_reads.cpp says how it is decided). Programs
+// start from zeroed memories; a worker reusing its memories clears only these ranges.
+struct FirstReads {
+  std::vector<std::pair<int64_t, int64_t>> sbuf, psum;
+};
+FirstReads first_reads(const Program& p, const ProgramBounds& b, const Target& t);
+
 // Bytes between partitions in the native scratch memories. The simulator's layout (the
 // target's full partition size, e.g. 192 KiB) puts every partition row of a tile on the same
 // L1 sets; when every access's byte range is static, the pitch shrinks to what the program
