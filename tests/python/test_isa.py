@@ -1,4 +1,5 @@
 # Every nisa instruction (dst first, nothing returned) against a NumPy reference.
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -225,6 +226,33 @@ def test_affine_select_lower_triangle():
     x = RNG.standard_normal((128, 128)).astype(np.float32)
     p, f = np.meshgrid(np.arange(128), np.arange(128), indexing="ij")
     np.testing.assert_array_equal(k(x), np.where(p - f >= 0, x, np.float32(-9.0)))
+
+
+@pytest.mark.parametrize("mode", ["native", "simulate"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_affine_select_every_comparison_over_a_3d_tile(mode, dtype):
+    # value = -5 + 2 p - 3 a + j over a [128, 4, 32] tile: rows of the fast path (one compare
+    # per innermost element), every comparison, 4- and 2-byte elements.
+    cmps = {"equal": np.equal, "not_equal": np.not_equal, "greater": np.greater,
+            "greater_equal": np.greater_equal, "less": np.less, "less_equal": np.less_equal}
+    dt = getattr(nl, dtype)
+    x = RNG.standard_normal((128, 4, 32)).astype(np.float32)
+    p, a, j = np.meshgrid(np.arange(128), np.arange(4), np.arange(32), indexing="ij")
+    value = -5 + 2 * p - 3 * a + j
+    for name, ref in cmps.items():
+        @neuron.kernel(mode=mode)
+        def k(x):
+            out = nl.ndarray((128, 4, 32), dt, buffer=nl.shared_hbm)
+            r = nl.ndarray((128, 4, 32), dt)
+            nisa.affine_select(r, [[-3, 4], [1, 32]], 2, nl.load(x, dtype=dt), 7.0,
+                               cmp_op=getattr(nl, name), offset=-5)
+            nl.store(out, r)
+            return out
+
+        got = np.asarray(k(x)).astype(np.float32)
+        xr = x if dtype == "float32" else x.astype(ml_dtypes.bfloat16).astype(np.float32)
+        np.testing.assert_array_equal(got, np.where(ref(value, 0), xr, np.float32(7.0)),
+                                      err_msg=name)
 
 
 def test_nki_keyword_forms_and_accumulate_overwrite():

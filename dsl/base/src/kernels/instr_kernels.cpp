@@ -739,6 +739,50 @@ void neuron_k_iota(const NView* d, const NView* pat, int ddt, int64_t offset) {
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
+}  // extern "C"
+
+namespace {
+inline bool same_sizes(const NView& a, const NView& b) {
+  for (int k = 0; k < kDims; ++k)
+    if (a.size[k] != b.size[k]) return false;
+  return true;
+}
+
+// affine_select when dst, on_true and the pattern have the same sizes and dst and on_true the
+// same dtype (a causal mask's usual case): one loop per innermost row, where the pattern's value
+// is a + c * j, so the loop is a compare and a select the optimizer vectorizes. Same bits as the
+// element walk below (a bit copy or the fill's bits).
+template <class T>
+[[gnu::always_inline]] inline void select_rows(const NView& d, const NView& s, const NView& pat,
+                                               int64_t offset, AluOp op, const char* fill_bits) {
+  T fill;
+  std::memcpy(&fill, fill_bits, sizeof(T));
+  const int64_t n = d.size[kDims - 1], c = pat.stride[kDims - 1];
+  const int64_t dj = d.stride[kDims - 1], sj = s.stride[kDims - 1];
+  for (int64_t i0 = 0; i0 < d.size[0]; ++i0)
+    for (int64_t i1 = 0; i1 < d.size[1]; ++i1)
+      for (int64_t i2 = 0; i2 < d.size[2]; ++i2)
+        for (int64_t i3 = 0; i3 < d.size[3]; ++i3) {
+          const int64_t a = offset + i0 * pat.stride[0] + i1 * pat.stride[1] +
+                            i2 * pat.stride[2] + i3 * pat.stride[3];
+          char* pd = d.base + i0 * d.stride[0] + i1 * d.stride[1] + i2 * d.stride[2] +
+                     i3 * d.stride[3];
+          const char* ps = s.base + i0 * s.stride[0] + i1 * s.stride[1] + i2 * s.stride[2] +
+                           i3 * s.stride[3];
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t x = static_cast<int32_t>(
+                static_cast<uint32_t>(static_cast<uint64_t>(a + c * j)));
+            T v;
+            std::memcpy(&v, ps + j * sj, sizeof(T));
+            v = b::compare_int(op, x, 0) ? v : fill;
+            std::memcpy(pd + j * dj, &v, sizeof(T));
+          }
+        }
+}
+}  // namespace
+
+extern "C" {
+
 void neuron_k_affine_select(const NView* d, const NView* s, const NView* pat, int ddt, int sdt,
                             int64_t offset, int cmp_op, double on_false) {
   if (partially_overlaps(s, sdt, d, ddt)) {
@@ -748,6 +792,15 @@ void neuron_k_affine_select(const NView* d, const NView* s, const NView* pat, in
   char off_enc[4];
   b::store_f64(off_enc, dt(ddt), on_false);
   const int e = neuron::dtype_bytes(dt(ddt));
+  if (ddt == sdt && (e == 4 || e == 2) && same_sizes(*d, *s) && same_sizes(*d, *pat)) {
+    const AluOp op = static_cast<AluOp>(cmp_op);
+    if (e == 4)
+      select_rows<uint32_t>(*d, *s, *pat, offset, op, off_enc);
+    else
+      select_rows<uint16_t>(*d, *s, *pat, offset, op, off_enc);
+    clear_flags(*d, e);
+    return;
+  }
   ValueCursor c(pat);
   Cursor cs(s);
   each1(*d, [&](char* p) {
