@@ -132,6 +132,8 @@ Jit& jit() {
 #define X(n) add("neuron_host_k_snapshot_" #n, reinterpret_cast<const void*>(&neuron_k_snapshot_##n));
     NEURON_INSTR_SNAPSHOTS(X)
 #undef X
+    add("neuron_host_k_prof_now", reinterpret_cast<const void*>(&neuron_k_prof_now));
+    add("neuron_host_k_prof_add", reinterpret_cast<const void*>(&neuron_k_prof_add));
     add("neuron_k_fault", reinterpret_cast<const void*>(&neuron_k_fault));  // from kernels
     add("neuron_host_k_fault", reinterpret_cast<const void*>(&neuron_k_fault));  // generated code
     if (auto e = main.define(llvm::orc::absoluteSymbols(std::move(syms))))
@@ -171,8 +173,8 @@ void optimize(llvm::Module& m, llvm::TargetMachine& tm, int level) {
 }  // namespace
 
 std::string JitOptions::str() const {
-  return fmt::format("kernels={} O{}{}", bitcode_kernels ? "bitcode" : "host", opt_level,
-                     partition_blocks ? "" : " partition_blocks=off");
+  return fmt::format("kernels={} O{}{}{}", bitcode_kernels ? "bitcode" : "host", opt_level,
+                     partition_blocks ? "" : " partition_blocks=off", profile ? " profile" : "");
 }
 
 const std::string& host_target_id() {

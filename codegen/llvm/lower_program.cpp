@@ -26,6 +26,11 @@ namespace {
 
 // neuron_k_fault's C++ type, for emit_call (the host function is bound by name in jit.cpp).
 void neuron_k_fault_decl(int, int, int64_t, int64_t, int64_t, int64_t) {}
+// The profile hooks' C++ types (JitOptions::profile).
+int64_t neuron_k_prof_now_decl() {
+  return 0;
+}
+void neuron_k_prof_add_decl(int, int64_t) {}
 
 bool inline_kernel(std::string_view name) {
 #define X(n, how) \
@@ -40,9 +45,9 @@ bool inline_kernel(std::string_view name) {
 class Lowering {
  public:
   Lowering(const Program& p, llvm::LLVMContext& ctx, llvm::Module& m, const llvm::Module& kernels,
-           bool bitcode, bool partition_blocks)
+           bool bitcode, bool partition_blocks, bool profile)
       : p_(p), ctx_(ctx), m_(m), b_(ctx), kernels_(kernels), bitcode_(bitcode),
-        partition_blocks_(partition_blocks) {
+        partition_blocks_(partition_blocks), profile_(profile) {
     target_ = &(p.target.empty() ? default_target() : target_by_name(p.target));
     pitch_ = physical_pitch(p, analyze_bounds(p), *target_);
     flags_read_ = reads_psum_flags(p);
@@ -486,6 +491,15 @@ class Lowering {
     return best;
   }
 
+  // One instruction's calls, timed when profiling (a call each side: the clock reads cannot
+  // move across the opaque kernel calls between them).
+  void emit_instr(const Instr& in) {
+    if (!profile_) return call_instr(*this, in);
+    llvm::Value* start = emit_call(&neuron_k_prof_now_decl, "prof_now");
+    call_instr(*this, in);
+    emit_call(&neuron_k_prof_add_decl, "prof_add", in.id, start);
+  }
+
   void emit_run(const std::vector<ProgNode>& body, size_t i, size_t j, int64_t partitions,
                 int64_t size) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
@@ -496,7 +510,7 @@ class Lowering {
     llvm::PHINode* iv = b_.CreatePHI(b_.getInt64Ty(), 2, "pblock");
     iv->addIncoming(i64(0), pre);
     block_ = Block{b_.CreateMul(iv, i64(size)), size, partitions};
-    for (size_t k = i; k < j; ++k) call_instr(*this, body[k].instr);
+    for (size_t k = i; k < j; ++k) emit_instr(body[k].instr);
     block_.reset();
     llvm::Value* next = b_.CreateAdd(iv, i64(1), "", true, true);
     iv->addIncoming(next, b_.GetInsertBlock());
@@ -514,7 +528,7 @@ class Lowering {
         if (size < partitions) {
           emit_run(body, i, j, partitions, size);
         } else {
-          for (size_t k = i; k < std::max(j, i + 1); ++k) call_instr(*this, body[k].instr);
+          for (size_t k = i; k < std::max(j, i + 1); ++k) emit_instr(body[k].instr);
         }
         i = std::max(j, i + 1) - 1;
         continue;
@@ -582,6 +596,7 @@ class Lowering {
   const llvm::Module& kernels_;
   bool bitcode_ = true;
   bool partition_blocks_ = true;
+  bool profile_ = false;
   std::map<std::string, llvm::Function*> fns_;
   llvm::PointerType* view_ptr_ = nullptr;
   llvm::StructType* view_ty_ = nullptr;
@@ -614,7 +629,7 @@ std::unique_ptr<llvm::Module> lower_program(const Program& p, const JitOptions& 
   m->setTargetTriple(tm.getTargetTriple().str());
   m->setDataLayout(tm.createDataLayout());
   std::unique_ptr<llvm::Module> kernels = load_kernel_bitcode(ctx);
-  Lowering(p, ctx, *m, *kernels, opts.bitcode_kernels, opts.partition_blocks).run();
+  Lowering(p, ctx, *m, *kernels, opts.bitcode_kernels, opts.partition_blocks, opts.profile).run();
   if (opts.bitcode_kernels) {
     kernels->setTargetTriple(m->getTargetTriple());
     kernels->setDataLayout(m->getDataLayout());

@@ -1,5 +1,7 @@
 // Bindings for the runtime: host tensors over NumPy memory and the simulator.
+#include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <new>
 #include <sstream>
 
@@ -143,6 +145,53 @@ void init_runtime(py::module_& m) {
     py::gil_scoped_release release;
     return compile_native(c);
   });
+  // Runs `c` natively `runs` times with every instruction call timed (NativeCompileOptions::
+  // profile); returns ([(instruction id, opcode, source line, calls, ns)] of the instructions
+  // that ran, summed over the runs and threads, wall ns of all the runs).
+  m.def("native_profile", [](const Compiled& c, const std::vector<Tensor>& inputs,
+                             const std::vector<int64_t>& grid, int runs) {
+    std::ostringstream printed;
+    std::vector<native::InstrTicks> ticks;
+    NativeOptions o;
+    o.print = &printed;
+    o.profile = &ticks;
+    NativeKernel k;
+    double wall_ns = 0;
+    try {
+      py::gil_scoped_release release;
+      NativeCompileOptions co;
+      co.profile = true;
+      k = compile_native(c, co);
+      for (int r = 0; r < runs; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        k(inputs, grid, o);
+        wall_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0)
+                       .count();
+      }
+    } catch (const std::bad_alloc&) {
+      out_of_memory(c.program);
+    }
+    std::vector<const Instr*> by_id(ticks.size(), nullptr);
+    std::function<void(const std::vector<ProgNode>&)> walk = [&](const auto& body) {
+      for (auto& n : body) {
+        if (n.kind == ProgNode::Kind::loop)
+          walk(n.body);
+        else if (n.instr.id >= 0 && static_cast<size_t>(n.instr.id) < by_id.size())
+          by_id[static_cast<size_t>(n.instr.id)] = &n.instr;
+      }
+    };
+    walk(k.program().body);
+    py::list rows;
+    for (size_t i = 0; i < ticks.size(); ++i) {
+      if (!ticks[i].calls || !by_id[i]) continue;
+      const Span& sp = by_id[i]->span;
+      rows.append(py::make_tuple(static_cast<int>(i), std::string(opcode_name(by_id[i]->op)),
+                                 sp.known() ? fmt::format("{}:{}", sp.file, sp.line) : "",
+                                 ticks[i].calls, ticks[i].ns));
+    }
+    return py::make_tuple(rows, wall_ns);
+  });
+
   // Runs a loaded kernel; returns (outputs, device_print text).
   m.def("run_native_kernel", [](const NativeKernel& k, const std::vector<Tensor>& inputs,
                                 const std::vector<int64_t>& grid) {

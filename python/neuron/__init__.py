@@ -22,12 +22,12 @@ import sys
 from . import _C
 from . import cache, dtypes, eager, errors, isa, language, registry, runtime
 from .errors import NeuronError
-from .kernel import Kernel, kernel, simulate
+from .kernel import Kernel, kernel, native_profile, simulate
 from .oplib import load_ops
 from .profile import Profile, profile
 from . import runs
 
-__all__ = ["kernel", "simulate", "profile", "Profile", "runs", "Kernel", "NeuronError",
+__all__ = ["kernel", "simulate", "native_profile", "profile", "Profile", "runs", "Kernel", "NeuronError",
            "language", "isa", "cache", "registry", "dtypes", "errors", "eager", "runtime", "torch",
            "ops", "compat", "legacy", "flex_attention", "parse_kernel", "trace_example", "load_ops"]
 

@@ -199,7 +199,8 @@ class Kernel:
 
     @property
     def last_profile(self):
-        """The simulator's profile summary of this thread's last call (neuron.simulate)."""
+        """The profile of this thread's last call: the simulator's summary text (neuron.simulate),
+        or a runtime.NativeProfile (neuron.native_profile)."""
         return getattr(self._last, "profile", "")
 
     def __getitem__(self, grid):
@@ -345,7 +346,7 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True  # pytest and IPython hide this frame (the re-raise below)
         fast = None
-        if not kwargs and self.mode == "native" and self._positional and \
+        if not kwargs and self.mode == "native" and not self.profile and self._positional and \
                 len(args) == len(self._params) and self._registered is None:
             fast = self._fast_key(args)
             entry = self._fast.get(fast) if fast is not None else None
@@ -372,7 +373,7 @@ class Kernel:
                     self._fast[fast] = (compiled, consts, at,
                                         [to_dtype(args[i].dtype) for i in at],
                                         any(runtime.is_torch(a) for a in tensors))
-                if self.mode == "native":
+                if self.mode == "native" and not self.profile:
                     self._last.report = report
                 else:
                     self._last.profile = report
@@ -422,3 +423,20 @@ def simulate(k):
     """neuron.simulate(kernel)(...): runs on the simulator with the timing model; the profile
     summary text is in .profile after the call."""
     return _Simulated(k)
+
+
+class _NativeProfiled(_Simulated):
+    def __init__(self, k):
+        self.kernel = Kernel(k.fn, k.grid, k.target, True, k._cache, "native", k._by_ir,
+                             k._consts) \
+            if isinstance(k, Kernel) else Kernel(k, profile=True, mode="native")
+
+    def __getitem__(self, grid):
+        return _NativeProfiled(self.kernel[grid])
+
+
+def native_profile(k):
+    """neuron.native_profile(kernel)(...): runs natively, then once more with every engine
+    instruction timed; .profile is then a runtime.NativeProfile (print it for the table of
+    where the CPU time goes, per instruction and source line)."""
+    return _NativeProfiled(k)

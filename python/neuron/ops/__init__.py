@@ -26,7 +26,7 @@ from .functional import (layer_norm, linear, rms_norm, rope, scaled_dot_product_
                          softmax, swiglu)
 
 __all__ = ["scaled_dot_product_attention", "linear", "rms_norm", "layer_norm", "softmax",
-           "swiglu", "rope", "patch", "strict", "PATCHED"]
+           "swiglu", "rope", "patch", "strict", "profiled", "PATCHED"]
 
 # The torch.nn.functional names patch() replaces (swiglu and rope have no PyTorch function).
 PATCHED = ("scaled_dot_product_attention", "linear", "rms_norm", "layer_norm", "softmax")
@@ -65,3 +65,20 @@ def strict(flag=True):
         yield
     finally:
         _kernels.strict = saved
+
+
+@contextlib.contextmanager
+def profiled():
+    """Within the block, every native kernel launch of the ops is followed by one more run with
+    each engine instruction timed: yields a list that receives (kernel name, runtime.
+    NativeProfile) per launch. Where an op's CPU time goes, per instruction and kernel line:
+
+        with ops.profiled() as runs:
+            ops.layer_norm(x, (1024,), w, b)
+        print(runs[0][1])"""
+    saved = _kernels.profiles
+    _kernels.profiles = []
+    try:
+        yield _kernels.profiles
+    finally:
+        _kernels.profiles = saved

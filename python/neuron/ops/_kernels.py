@@ -24,6 +24,7 @@ strict = None  # neuron.ops.strict() sets it; None: NEURON_STRICT decides
 # The executor of every launch: "native" (LLVM JIT), or "simulate" (the NeuronCore simulator,
 # far slower; scripts/op_coverage.py runs the ops on both).
 mode = "native"
+profiles = None  # ops.profiled() sets a list: (kernel name, runtime.NativeProfile) per launch
 _compiled = {}  # signature -> the compiled kernel
 _rejected = {}  # signature -> why the kernel refused it
 
@@ -50,6 +51,9 @@ def launch(op, name, grid, tensors, params, reference):
             return reference()
     if mode == "native":
         outs = runtime.run_torch(compiled, tensors, grid)
+        if profiles is not None:
+            profiles.append((name, runtime.native_profile(
+                compiled, runtime.host_tensors([runtime.to_numpy(t) for t in tensors]), grid)))
     else:
         outs, _ = runtime.run(compiled, [runtime.to_numpy(t) for t in tensors], grid, mode)
         outs = [runtime.from_numpy(o, True) for o in outs]

@@ -220,6 +220,8 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
   auto work = [&] {
     std::unique_ptr<Scratch> s = pool().take(target, k.pitch);
     native::set_print_stream(opts.print);
+    std::vector<native::InstrTicks> ticks;
+    native::set_profile_table(opts.profile ? &ticks : nullptr);
     // Host tensors zero-copy; HBM scratch tensors private to the worker, zeroed per program.
     std::vector<void*> ptrs;
     std::vector<Tensor> scratch;
@@ -247,6 +249,7 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
       // An index read at run time out of range: the kernels skipped it and recorded a fault.
       const native::Fault f = native::take_fault();
       if (f.kind != native::kFaultNone) {
+        native::set_profile_table(nullptr);
         pool().give(std::move(s));
         std::string where;
         for (size_t a = 0; a < grid.size(); ++a)
@@ -255,6 +258,15 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
       }
     }
     native::set_print_stream(nullptr);
+    native::set_profile_table(nullptr);
+    if (opts.profile) {
+      std::lock_guard lock(error_mutex);
+      if (opts.profile->size() < ticks.size()) opts.profile->resize(ticks.size());
+      for (size_t i = 0; i < ticks.size(); ++i) {
+        (*opts.profile)[i].ns += ticks[i].ns;
+        (*opts.profile)[i].calls += ticks[i].calls;
+      }
+    }
     pool().give(std::move(s));
   };
   auto worker = [&] {

@@ -2,6 +2,7 @@
 // with fmt and writes to the stream of the current run, and the per-thread fault record.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <iostream>
 #include <ostream>
 #include <vector>
@@ -30,7 +31,28 @@ Fault take_fault() {
   return f;
 }
 
+static thread_local std::vector<InstrTicks>* t_profile = nullptr;
+
+void set_profile_table(std::vector<InstrTicks>* table) {
+  t_profile = table;
+}
+
 }  // namespace neuron::native
+
+extern "C" int64_t neuron_k_prof_now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+extern "C" void neuron_k_prof_add(int instr, int64_t start) {
+  const int64_t end = neuron_k_prof_now();
+  auto* t = neuron::native::t_profile;
+  if (!t || instr < 0) return;
+  if (static_cast<size_t>(instr) >= t->size()) t->resize(static_cast<size_t>(instr) + 1);
+  (*t)[static_cast<size_t>(instr)].ns += end - start;
+  (*t)[static_cast<size_t>(instr)].calls += 1;
+}
 
 // Keeps the first fault: later ones are usually its consequences.
 extern "C" void neuron_k_fault(int kind, int instr, int64_t a, int64_t b, int64_t c, int64_t d) {

@@ -9,6 +9,7 @@
 // module so the constants specialize them. Keep this header C-compatible in spirit: no LLVM, no
 // std containers.
 #pragma once
+#include <vector>
 #include <cstdint>
 
 namespace neuron::native {
@@ -49,6 +50,14 @@ struct Fault {
   int64_t a = 0, b = 0, c = 0, d = 0;
 };
 Fault take_fault();  // the first fault since the last call (kind kFaultNone: none), cleared
+
+// Native per-instruction profile (JitOptions::profile): code compiled with it brackets every
+// instruction call with neuron_k_prof_now / neuron_k_prof_add, which add the elapsed
+// nanoseconds and one call to entry `instr` (Instr::id) of this thread's table, when one is set.
+struct InstrTicks {
+  int64_t ns = 0, calls = 0;
+};
+void set_profile_table(std::vector<InstrTicks>* table);  // per thread; null: not recording
 
 }  // namespace neuron::native
 
@@ -193,4 +202,6 @@ void neuron_k_store_scalar(const neuron_nview* d, int ddt, int64_t value);
 // Records a fault (FaultKind) of instruction `instr` for the executor; host only, bound by name
 // in the JIT (kernels and generated code call it).
 void neuron_k_fault(int kind, int instr, int64_t a, int64_t b, int64_t c, int64_t d);
+int64_t neuron_k_prof_now();                        // steady clock, ns (host only)
+void neuron_k_prof_add(int instr, int64_t start);   // see set_profile_table (host only)
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "neuron/codegen/pipeline.hpp"
+#include "neuron/base/instr_kernels.hpp"
 #include "neuron/runtime/tensor.hpp"
 
 namespace neuron {
@@ -44,12 +45,18 @@ struct NativeOptions {
   int threads = 0;
   std::ostream* print = nullptr;  // device_print output; null: std::cout
   RunReport* report = nullptr;    // filled after the run when set
+  // For a kernel compiled with NativeCompileOptions::profile: per instruction (index Instr::id),
+  // the nanoseconds and calls of this run are added here, summed over the worker threads.
+  std::vector<native::InstrTicks>* profile = nullptr;
 };
 
 struct NativeCompileOptions {
   std::string kernels;  // "bitcode" or "host"; empty: NEURON_NATIVE_KERNELS (default bitcode)
   int opt_level = 2;
   double trace_ms = -1;  // a trace time the caller measured, shown in the report
+  // Time every instruction call (NativeOptions::profile collects it): a separately cached
+  // variant with two clock reads per instruction call; the arithmetic is unchanged.
+  bool profile = false;
 };
 
 // A compiled, loaded kernel. Cheap to copy; safe to run from several threads at once.
