@@ -1,4 +1,6 @@
-// Which on-chip bytes a program may read before writing them (plan.hpp first_reads).
+// What a native run must zero (plan.hpp): the on-chip bytes a program may read before writing
+// them (first_reads), and the outputs some element of which may stay unwritten
+// (outputs_to_zero).
 //
 // Every program starts from zeroed SBUF and PSUM (the simulator's rule). A native worker reuses
 // its memories from program to program, so it must clear what the last program left behind,
@@ -10,7 +12,9 @@
 // loop and program-id terms, so the same bytes in every iteration). Anything not provably
 // covered counts as read first, with its full range over all iterations.
 #include <algorithm>
+#include <map>
 #include <set>
+#include <string>
 
 #include "neuron/codegen/plan.hpp"
 #include "neuron/ir/ir.hpp"
@@ -197,6 +201,136 @@ FirstReads first_reads(const Program& p, const ProgramBounds& b, const Target& t
       out.push_back({std::max<int64_t>(0, ab.lo), ab.hi + 1});
   }
   return {merged(std::move(sbuf)), merged(std::move(psum))};
+}
+
+namespace {
+
+// A write of an output that counts towards covering it: an instruction that overwrites its
+// destination, outside dynamic loops, at an address of program ids and affine loops only.
+struct OutputWrite {
+  const AccessPattern* ap;
+  std::vector<std::pair<std::string, int64_t>> loops;  // enclosing loops its offset uses
+};
+
+struct OutputWalk {
+  std::vector<bool> zero;  // per tensor: must be zeroed whatever the writes
+  std::vector<std::vector<OutputWrite>> writes;
+  std::vector<std::pair<std::string, int64_t>> loops;
+  int dynamic_depth = 0;
+
+  void body(const std::vector<ProgNode>& nodes) {
+    for (auto& n : nodes) {
+      if (n.kind == ProgNode::Kind::loop) {
+        const bool dyn = n.loop_kind == LoopKind::dynamic;
+        if (!dyn && n.extent <= 0) continue;
+        dynamic_depth += dyn;
+        loops.push_back({n.var, dyn ? -1 : n.extent});
+        body(n.body);
+        loops.pop_back();
+        dynamic_depth -= dyn;
+        continue;
+      }
+      const Instr& in = n.instr;
+      auto hbm = [](const AccessPattern& ap) { return !is_on_chip(ap.memory) && ap.tensor >= 0; };
+      for (auto& src : in.src)
+        if (hbm(src)) zero[static_cast<size_t>(src.tensor)] = true;  // read: keep its zeros
+      if (!opcode_has_dst(in.op) || !hbm(in.dst)) continue;
+      const size_t t = static_cast<size_t>(in.dst.tensor);
+      if (!overwrites_dst(in)) {
+        zero[t] = true;
+        continue;
+      }
+      if (dynamic_depth > 0 || has_register(in.dst.offset)) continue;  // may not run
+      OutputWrite w{&in.dst, {}};
+      for (auto& [var, extent] : loops)
+        if (in.dst.offset.uses(var)) w.loops.push_back({var, extent});
+      writes[t].push_back(std::move(w));
+    }
+  }
+};
+
+// Whether the writes cover every one of `elements` elements on `grid`, enumerating each
+// write's rows per program and loop iteration (false past `limit` rows: too dear to prove).
+bool covers(const std::vector<OutputWrite>& writes, int64_t elements,
+            const std::vector<int64_t>& grid, int64_t limit) {
+  std::vector<std::pair<int64_t, int64_t>> rows;  // [first, last + 1)
+  std::map<std::string, int64_t> env;
+  for (size_t a = 0; a < 4; ++a) {
+    env["pid" + std::to_string(a)] = 0;
+    env["npid" + std::to_string(a)] = a < grid.size() ? grid[a] : 1;
+  }
+  int64_t programs = 1;
+  for (int64_t g : grid)
+    if (g < 1 || __builtin_mul_overflow(programs, g, &programs) || programs > limit) return false;
+  for (const OutputWrite& w : writes) {
+    const AccessPattern& ap = *w.ap;
+    if (ap.dims.empty()) continue;
+    // The innermost dim as one run when its stride is 1, else element by element.
+    const AccessPattern::Dim last = ap.dims.back();
+    const bool run = last.stride == 1;
+    int64_t per = 1, iters = 1;
+    bool huge = false;
+    for (size_t d = 0; d + (run ? 1 : 0) < ap.dims.size(); ++d)
+      huge |= __builtin_mul_overflow(per, ap.dims[d].size, &per);
+    for (auto& l : w.loops) huge |= __builtin_mul_overflow(iters, l.second, &iters);
+    if (huge) return false;
+    if (per <= 0 || iters <= 0) continue;
+    int64_t count = 0;
+    if (__builtin_mul_overflow(programs, iters, &count) ||
+        __builtin_mul_overflow(count, per, &count) ||
+        count + static_cast<int64_t>(rows.size()) > limit)
+      return false;
+    const size_t nd = ap.dims.size() - (run ? 1 : 0);
+    for (int64_t flat = 0; flat < programs; ++flat) {
+      int64_t rest = flat;
+      for (int a = static_cast<int>(grid.size()) - 1; a >= 0; --a) {
+        env["pid" + std::to_string(a)] = rest % grid[static_cast<size_t>(a)];
+        rest /= grid[static_cast<size_t>(a)];
+      }
+      for (int64_t it = 0; it < iters; ++it) {
+        int64_t r = it;
+        for (size_t l = w.loops.size(); l-- > 0;) {
+          env[w.loops[l].first] = r % w.loops[l].second;
+          r /= w.loops[l].second;
+        }
+        const int64_t base = ap.offset.eval(env);
+        for (int64_t e = 0; e < per; ++e) {
+          int64_t off = base, q = e;
+          for (size_t d = nd; d-- > 0;) {
+            off += (q % ap.dims[d].size) * ap.dims[d].stride;
+            q /= ap.dims[d].size;
+          }
+          rows.push_back({off, off + (run ? last.size : 1)});
+        }
+      }
+    }
+  }
+  std::sort(rows.begin(), rows.end());
+  int64_t reached = 0;
+  for (auto& [lo, hi] : rows) {
+    if (lo > reached) return false;
+    reached = std::max(reached, hi);
+  }
+  return reached >= elements;
+}
+
+}  // namespace
+
+std::vector<bool> outputs_to_zero(const Program& p, const std::vector<int64_t>& grid,
+                                  int64_t limit) {
+  OutputWalk w;
+  w.zero.assign(p.tensors.size(), false);
+  w.writes.resize(p.tensors.size());
+  w.body(p.body);
+  std::vector<bool> out(p.tensors.size(), false);
+  for (size_t t = 0; t < p.tensors.size(); ++t) {
+    const TensorDecl& d = p.tensors[t];
+    if (d.role != TensorDecl::Role::output) continue;
+    int64_t n = 1;
+    for (int64_t x : d.shape) n *= x;
+    out[t] = n > 0 && (w.zero[t] || !covers(w.writes[t], n, grid, limit));
+  }
+  return out;
 }
 
 }  // namespace neuron::native

@@ -31,6 +31,17 @@ Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype) {
   return t;
 }
 
+Tensor Tensor::uninitialized(std::vector<int64_t> shape, DType dtype) {
+  Tensor t;
+  size_t bytes = static_cast<size_t>(product(shape)) * dtype_bytes(dtype);
+  // new[] without a value-initializer leaves the bytes as they are (no memset pass).
+  t.owner_ = std::shared_ptr<std::byte[]>(new std::byte[bytes == 0 ? 1 : bytes]);
+  t.data_ = t.owner_.get();
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
 Tensor Tensor::borrow(void* data, std::vector<int64_t> shape, DType dtype) {
   Tensor t;
   product(shape);

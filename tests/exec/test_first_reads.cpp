@@ -120,3 +120,82 @@ TEST_CASE("every program reads zeros where it reads before writing, though the l
     for (int64_t c = 0; c < F; ++c)
       CHECK(r.native[0].get(row * F + c) == (c < 8 ? float((row % P) * F + c + 1) : 0.0f));
 }
+
+namespace {
+// outputs_to_zero of a kernel written in the IR's text form, for its output `out` (tensor 1).
+bool out_needs_zero(const std::string& text, const std::vector<int64_t>& grid) {
+  Compiled c = compile(parse_kernel(text));
+  const std::vector<bool> z = native::outputs_to_zero(c.program, grid);
+  for (size_t t = 0; t < c.program.tensors.size(); ++t)
+    if (c.program.tensors[t].name == "out") return z[t];
+  FAIL("no output named out");
+  return true;
+}
+
+// Each program stores rows [4 pid0, 4 pid0 + 4) of out [12, 16].
+const std::string kRows = R"(kernel rows(x: float32[4, 16] shared_hbm) -> (out: float32[12, 16] shared_hbm) {
+  alloc t: float32[4, 16] sbuf
+  dma_copy(dst=t[0:+4, 0:+16], src=x[0:+4, 0:+16])
+  dma_copy(dst=out[pid0*4:+4, 0:+16], src=t[0:+4, 0:+16])
+})";
+}  // namespace
+
+TEST_CASE("outputs_to_zero: an output every element of which the programs overwrite is not zeroed") {
+  CHECK_FALSE(out_needs_zero(kRows, {3}));
+  CHECK(out_needs_zero(kRows, {2}));  // rows 8..11 are never written
+  // The same rows through a loop of column halves, and through two strided writes.
+  CHECK_FALSE(out_needs_zero(R"(kernel halves(x: float32[4, 16] shared_hbm) -> (out: float32[4, 16] shared_hbm) {
+  alloc t: float32[4, 16] sbuf
+  dma_copy(dst=t[0:+4, 0:+16], src=x[0:+4, 0:+16])
+  for i0 in affine_range(2) {
+    dma_copy(dst=out[0:+4, i0*8:+8], src=t[0:+4, i0*8:+8])
+  }
+})", {1}));
+  CHECK_FALSE(out_needs_zero(R"(kernel evens(x: float32[4, 16] shared_hbm) -> (out: float32[4, 16] shared_hbm) {
+  alloc t: float32[4, 16] sbuf
+  dma_copy(dst=t[0:+4, 0:+16], src=x[0:+4, 0:+16])
+  dma_copy(dst=out[0:+4, 0:+8:2], src=t[0:+4, 0:+8])
+  dma_copy(dst=out[0:+4, 1:+8:2], src=t[0:+4, 8:+8])
+})", {1}));
+}
+
+TEST_CASE("outputs_to_zero: partial, read, skipped or dynamic writes keep the zeros") {
+  SUBCASE("half the columns") {
+    CHECK(out_needs_zero(R"(kernel half(x: float32[4, 16] shared_hbm) -> (out: float32[4, 16] shared_hbm) {
+  alloc t: float32[4, 16] sbuf
+  dma_copy(dst=t[0:+4, 0:+16], src=x[0:+4, 0:+16])
+  dma_copy(dst=out[0:+4, 0:+8], src=t[0:+4, 0:+8])
+})", {1}));
+  }
+  SUBCASE("the kernel reads its output") {
+    CHECK(out_needs_zero(R"(kernel reread(x: float32[4, 16] shared_hbm) -> (out: float32[4, 16] shared_hbm) {
+  alloc t: float32[4, 16] sbuf
+  dma_copy(dst=t[0:+4, 0:+16], src=out[0:+4, 0:+16])
+  dma_copy(dst=out[0:+4, 0:+16], src=t[0:+4, 0:+16])
+})", {1}));
+  }
+  SUBCASE("the only write is in a loop that may not run") {
+    CHECK(out_needs_zero(R"(kernel dyn(x: float32[4, 16] shared_hbm, n: int32[1, 1] shared_hbm) -> (out: float32[4, 16] shared_hbm) {
+  alloc t: float32[4, 16] sbuf
+  dma_copy(dst=t[0:+4, 0:+16], src=x[0:+4, 0:+16])
+  register_load(reg="r0", src=n[0:+1, 0:+1])
+  for i0 in dynamic_range(0, r0, 1) {
+    dma_copy(dst=out[0:+4, 0:+16], src=t[0:+4, 0:+16])
+  }
+})", {1}));
+  }
+}
+
+TEST_CASE("an output not provably overwritten still reads zeros where nothing wrote") {
+  Tensor x = Tensor::empty({P, F}, f32);
+  for (int i = 0; i < P * F; ++i) x.set(i, float(i + 1));
+  // Dirty the allocator's free memory first, so an unzeroed output would likely show it.
+  for (int k = 0; k < 8; ++k) {
+    Tensor junk = Tensor::uninitialized({12, 16}, f32);
+    for (int i = 0; i < 12 * 16; ++i) junk.set(i, -7.0f);
+  }
+  BothResults r = run_both(compile(parse_kernel(kRows)), {x}, {2});
+  for (int64_t row = 0; row < 12; ++row)
+    for (int64_t c = 0; c < F; ++c)
+      CHECK(r.native[0].get(row * F + c) == (row < 8 ? float((row % P) * F + c + 1) : 0.0f));
+}

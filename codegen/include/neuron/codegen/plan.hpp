@@ -86,6 +86,14 @@ struct FirstReads {
 };
 FirstReads first_reads(const Program& p, const ProgramBounds& b, const Target& t);
 
+// Per tensor of `p` (true only for outputs): whether a launch on `grid` may leave some element
+// unwritten or read it, so the output must start zeroed (the simulator's rule). An output is
+// left unzeroed only when the kernel never reads it and writes that overwrite their destination,
+// outside dynamic loops, provably cover every element, counted row by row over the programs
+// and loop iterations (first_reads.cpp; more than `limit` rows: zeroed, not proven).
+std::vector<bool> outputs_to_zero(const Program& p, const std::vector<int64_t>& grid,
+                                  int64_t limit = int64_t{1} << 22);
+
 // Bytes between partitions in the native scratch memories. The simulator's layout (the
 // target's full partition size, e.g. 192 KiB) puts every partition row of a tile on the same
 // L1 sets; when every access's byte range is static, the pitch shrinks to what the program

@@ -13,6 +13,8 @@ class Tensor {
  public:
   Tensor() = default;
   static Tensor empty(std::vector<int64_t> shape, DType dtype);  // owning, zero-filled
+  // Owning, contents undefined: for outputs a kernel is known to overwrite entirely.
+  static Tensor uninitialized(std::vector<int64_t> shape, DType dtype);
   static Tensor borrow(void* data, std::vector<int64_t> shape, DType dtype);  // caller owns
   // Owning tensor whose elements are the given values converted with the builtins' rounding.
   static Tensor from_floats(const std::vector<float>& values, std::vector<int64_t> shape,

@@ -73,7 +73,8 @@ class NativeKernel {
   // any program runs (rule "out-of-bounds").
   void run(const std::vector<Tensor>& tensors, const std::vector<int64_t>& grid = {1},
            const NativeOptions& opts = {}) const;
-  // Allocates the outputs (zero-filled), runs, returns them.
+  // Allocates the outputs, runs, returns them. Outputs start zeroed as on the simulator; one
+  // the kernel never reads and provably overwrites entirely (outputs_to_zero) skips the fill.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs,
                                  const std::vector<int64_t>& grid = {1},
                                  const NativeOptions& opts = {}) const;
