@@ -112,8 +112,16 @@ inline float narrow_to_f32(uint32_t code) {
   return bits_f32(bits | (sign << 31));
 }
 
+// bf16 keeps fp32's exponent, so rounding is on the bits: add half an ulp minus one, plus the
+// kept lsb (ties to even), and keep the top 16 (a carry rounds up into the exponent, to inf
+// past the largest finite value); NaN becomes the signed quiet NaN. The same codes as
+// f32_to_narrow<8, 7> for all 2^32 inputs (tests/exec/test_builtins.cpp), in a few integer
+// operations the element loops vectorize (every bf16 store: exp's bf16 p in attention,
+// PSUM evacuations).
 inline uint16_t f32_to_bf16(float f) {
-  return static_cast<uint16_t>(f32_to_narrow<8, 7>(f));
+  const uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7fc0u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 inline float bf16_to_f32(uint16_t h) {
   return bits_f32(static_cast<uint32_t>(h) << 16);
