@@ -116,6 +116,26 @@ TEST_CASE("native nc_transpose and tensor_copy with a dtype cast") {
   check_reference(r, 0, ref);
 }
 
+// 32-bit tiles SBUF to PSUM (the fast path, neuron_transpose32: 8 x 8 register blocks on AVX2
+// and AVX-512 CPUs, the edges element by element), sizes on and off the block multiples.
+TEST_CASE("native nc_transpose of 32-bit tiles: register blocks and the edges") {
+  for (auto [P, F] : {std::pair<int, int>{16, 16}, {128, 128}, {37, 50}, {33, 17}, {7, 40}}) {
+    CAPTURE(P);
+    CAPTURE(F);
+    auto x = random_values(P * F, 10);
+    Program p = program(
+        {decl("x", {P, F}, f32, kIn), decl("out", {F, P}, f32, kOut)},
+        {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)),
+         instr(Opcode::nc_transpose, ps(f32, 0, F, {row(P)}), {sb(f32, 0, P, {row(F)})}),
+         dma(hbm2(1, f32, F, P, P), ps(f32, 0, F, {row(P)}))});
+    auto r = run_both(p, {vals(x, {P, F}), Tensor::empty({F, P}, f32)});
+    std::vector<double> ref(static_cast<size_t>(F * P));
+    for (int f = 0; f < F; ++f)
+      for (int q = 0; q < P; ++q) ref[f * P + q] = x[q * F + f];
+    check_reference(r, 0, ref, {0, 0});
+  }
+}
+
 // SBUF to PSUM (views in different memories take the fast path, neuron_transpose16).
 TEST_CASE("native nc_transpose of 16-bit tiles: 8 x 8 register blocks and the edges") {
   const DType bf = DType::bfloat16;
