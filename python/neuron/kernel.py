@@ -404,14 +404,19 @@ def kernel(fn=None, *, target="trn2", mode=None):
     return Kernel(fn, target=target, mode=mode)
 
 
-class _Simulated:
-    def __init__(self, k):
-        self.kernel = Kernel(k.fn, k.grid, k.target, True, k._cache, "simulate", k._by_ir,
+class _Profiled:
+    """A kernel that profiles its calls: on the simulator with the timing model (mode
+    "simulate", neuron.simulate) or natively per instruction (mode "native",
+    neuron.native_profile); .profile holds the last call's profile."""
+
+    def __init__(self, k, mode):
+        self.mode = mode
+        self.kernel = Kernel(k.fn, k.grid, k.target, True, k._cache, mode, k._by_ir,
                              k._consts) \
-            if isinstance(k, Kernel) else Kernel(k, profile=True, mode="simulate")
+            if isinstance(k, Kernel) else Kernel(k, profile=True, mode=mode)
 
     def __getitem__(self, grid):
-        return _Simulated(self.kernel[grid])
+        return _Profiled(self.kernel[grid], self.mode)
 
     def __call__(self, *args, **kwargs):
         out = self.kernel(*args, **kwargs)
@@ -422,21 +427,11 @@ class _Simulated:
 def simulate(k):
     """neuron.simulate(kernel)(...): runs on the simulator with the timing model; the profile
     summary text is in .profile after the call."""
-    return _Simulated(k)
-
-
-class _NativeProfiled(_Simulated):
-    def __init__(self, k):
-        self.kernel = Kernel(k.fn, k.grid, k.target, True, k._cache, "native", k._by_ir,
-                             k._consts) \
-            if isinstance(k, Kernel) else Kernel(k, profile=True, mode="native")
-
-    def __getitem__(self, grid):
-        return _NativeProfiled(self.kernel[grid])
+    return _Profiled(k, "simulate")
 
 
 def native_profile(k):
     """neuron.native_profile(kernel)(...): runs natively, then once more with every engine
     instruction timed; .profile is then a runtime.NativeProfile (print it for the table of
     where the CPU time goes, per instruction and source line)."""
-    return _NativeProfiled(k)
+    return _Profiled(k, "native")
