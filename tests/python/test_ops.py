@@ -373,3 +373,43 @@ def test_library_kernels_are_in_the_registry_with_their_parameters():
     assert info.inputs == ["q", "k", "v"]
     assert [p.name for p in info.params] == ["causal", "scale", "causal_offset"]
     assert info.span.file.endswith("registered.hpp")
+
+
+def test_calls_that_need_no_operator_skip_the_dispatcher_with_the_same_bits(monkeypatch):
+    # Inference calls (no grad needed, plain tensors, no modes) run the operator's
+    # implementation directly; everything else goes through torch.ops.neuron. Both give the
+    # same bits, and a TorchDispatchMode or autograd still sees the operator.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from neuron.ops import _operators
+
+    calls = []
+    real = _operators.IMPLS["softmax"]
+    monkeypatch.setitem(_operators.IMPLS, "softmax",
+                        lambda *a: (calls.append("direct"), real(*a))[1])
+    x = torch.randn(16, 40)
+    with torch.no_grad():
+        fast = ops.softmax(x, -1)
+    assert calls == ["direct"]
+    assert torch.equal(fast, torch.ops.neuron.softmax(x))
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    calls.clear()
+    with Seen() as seen, torch.no_grad():
+        moded = ops.softmax(x, -1)
+    assert calls == [] and any("neuron.softmax" in o for o in seen.ops)
+    assert torch.equal(moded, fast)
+
+    xg = x.clone().requires_grad_()
+    y = ops.softmax(xg, -1)
+    assert calls == [] and y.grad_fn is not None
+    y.sum().backward()
+    assert xg.grad is not None

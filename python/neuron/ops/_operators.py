@@ -26,8 +26,16 @@ from ._reference import reference
 Tensor = torch.Tensor
 
 
+# The Python implementation behind each operator, by name: functional.py calls it directly when
+# nothing needs the operator (no autograd, no tracing, no modes), skipping the dispatcher.
+IMPLS = {}
+
+
 def _op(name):
-    return torch.library.custom_op(f"neuron::{name}", mutates_args=())
+    def register(fn):
+        IMPLS[name] = fn
+        return torch.library.custom_op(f"neuron::{name}", mutates_args=())(fn)
+    return register
 
 
 def _run(op, kernel, grid, tensors, params, ref):

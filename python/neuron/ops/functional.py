@@ -11,6 +11,7 @@ error is what the caller sees."""
 import math
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode as _dispatch_mode
 
 from ..torch import note_fallback
 from . import _kernels, _operators  # _operators registers torch.ops.neuron.*
@@ -21,6 +22,25 @@ __all__ = ["scaled_dot_product_attention", "linear", "rms_norm", "layer_norm", "
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_HEAD_DIM = 512  # attention head dims (kernels/attention.hpp kMaxHeadDim: a PSUM bank of fp32)
+
+
+def _neuron(name, *args):
+    """torch.ops.neuron.<name>(*args); or, when nothing needs the operator, its implementation
+    called directly (the same kernel and bits, without ~11 us of dispatcher and autograd
+    wrapper per call): grad mode off or no argument requiring grad, plain CPU tensors (meta
+    tensors take the operator's fake), not traced by torch.compile, no dispatch, function or
+    functorch mode active."""
+    if (torch.compiler.is_compiling() or _dispatch_mode() is not None
+            or torch._C._is_torch_function_mode_enabled()
+            or torch._C._functorch.peek_interpreter_stack() is not None):
+        return getattr(torch.ops.neuron, name)(*args)
+    grad = torch.is_grad_enabled()
+    for a in args:
+        if isinstance(a, torch.Tensor) and (type(a) is not torch.Tensor or
+                                            a.device.type != "cpu" or
+                                            (grad and a.requires_grad)):
+            return getattr(torch.ops.neuron, name)(*args)
+    return _operators.IMPLS[name](*args)
 
 
 def _problem(tensors):
@@ -109,7 +129,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     k4 = k.reshape(-1, hk, S, e).contiguous()
     v4 = v.reshape(-1, hk, S, ev).contiguous()
     s = _operators.default_scale(e) if scale is None else float(scale)
-    out, _ = torch.ops.neuron.attention(q4, k4, v4, bool(is_causal), s)
+    out, _ = _neuron("attention", q4, k4, v4, bool(is_causal), s)
     return out.reshape(*lead, hq, L, ev)
 
 
@@ -136,8 +156,8 @@ def linear(input, weight, bias=None):
     n, k = weight.shape
     if bias is not None and tuple(bias.shape) != (n,):
         bias = bias.expand(n)  # a one-element bias broadcasts, as in PyTorch
-    y = torch.ops.neuron.linear(input.reshape(-1, k).contiguous(), weight.contiguous(),
-                                None if bias is None else bias.contiguous())
+    y = _neuron("linear", input.reshape(-1, k).contiguous(), weight.contiguous(),
+                None if bias is None else bias.contiguous())
     return y.reshape(*input.shape[:-1], n)
 
 
@@ -165,7 +185,7 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):
     dim = dim % x.dim()
     last = dim == x.dim() - 1
     xt = (x if last else x.movedim(dim, -1)).contiguous()
-    y = torch.ops.neuron.softmax(xt.reshape(-1, xt.shape[-1])).reshape(xt.shape)
+    y = _neuron("softmax", xt.reshape(-1, xt.shape[-1])).reshape(xt.shape)
     return y if last else y.movedim(-1, dim)
 
 
@@ -201,8 +221,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
         return _fall_back("rms_norm", *problem, torch_rms_norm)
     rows, d = rd
     e = torch.finfo(input.dtype).eps if eps is None else float(eps)
-    y = torch.ops.neuron.rms_norm(input.reshape(rows, d).contiguous(),
-                                  None if weight is None else weight.reshape(d).contiguous(), e)
+    y = _neuron("rms_norm", input.reshape(rows, d).contiguous(),
+                None if weight is None else weight.reshape(d).contiguous(), e)
     return y.reshape(input.shape)
 
 
@@ -228,7 +248,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     b = None if bias is None else bias.reshape(d).contiguous()
     if b is not None and w is None:
         w = b.new_ones(d)  # the kernels take a bias with a weight
-    y = torch.ops.neuron.layer_norm(input.reshape(rows, d).contiguous(), w, b, float(eps))
+    y = _neuron("layer_norm", input.reshape(rows, d).contiguous(), w, b, float(eps))
     return y.reshape(input.shape)
 
 
@@ -245,7 +265,7 @@ def swiglu(input):
     if problem:
         return _fall_back("swiglu", *problem, torch_swiglu)
     two_h = input.shape[-1]
-    y = torch.ops.neuron.swiglu(input.reshape(-1, two_h).contiguous())
+    y = _neuron("swiglu", input.reshape(-1, two_h).contiguous())
     return y.reshape(*input.shape[:-1], two_h // 2)
 
 
@@ -274,6 +294,6 @@ def rope(input, cos, sin):
     problem = _problem({"input": input}) or _problem({"cos": cos}) or _problem({"sin": sin})
     if problem:
         return _fall_back(name, *problem, torch_rope)
-    y = torch.ops.neuron.rope(input.reshape(-1, 1, L, d).contiguous(), cos.contiguous(),
-                              sin.contiguous())
+    y = _neuron("rope", input.reshape(-1, 1, L, d).contiguous(), cos.contiguous(),
+                sin.contiguous())
     return y.reshape(input.shape)
