@@ -408,6 +408,13 @@ def test_calls_that_need_no_operator_skip_the_dispatcher_with_the_same_bits(monk
     assert calls == [] and any("neuron.softmax" in o for o in seen.ops)
     assert torch.equal(moded, fast)
 
+    # Parameters of a model under no_grad take the direct path too.
+    calls.clear()
+    with torch.no_grad():
+        ops.softmax(torch.nn.Parameter(x), -1)
+    assert calls == ["direct"]
+    calls.clear()
+
     xg = x.clone().requires_grad_()
     y = ops.softmax(xg, -1)
     assert calls == [] and y.grad_fn is not None

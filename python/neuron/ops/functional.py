@@ -24,19 +24,23 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_HEAD_DIM = 512  # attention head dims (kernels/attention.hpp kMaxHeadDim: a PSUM bank of fp32)
 
 
+# Tensor types that behave as plain tensors (nn.Parameter disables __torch_function__).
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 def _neuron(name, *args):
     """torch.ops.neuron.<name>(*args); or, when nothing needs the operator, its implementation
     called directly (the same kernel and bits, without ~11 us of dispatcher and autograd
-    wrapper per call): grad mode off or no argument requiring grad, plain CPU tensors (meta
-    tensors take the operator's fake), not traced by torch.compile, no dispatch, function or
-    functorch mode active."""
+    wrapper per call): grad mode off or no argument requiring grad, plain CPU tensors or
+    parameters (meta tensors take the operator's fake), not traced by torch.compile, no
+    dispatch, function or functorch mode active."""
     if (torch.compiler.is_compiling() or _dispatch_mode() is not None
             or torch._C._is_torch_function_mode_enabled()
             or torch._C._functorch.peek_interpreter_stack() is not None):
         return getattr(torch.ops.neuron, name)(*args)
     grad = torch.is_grad_enabled()
     for a in args:
-        if isinstance(a, torch.Tensor) and (type(a) is not torch.Tensor or
+        if isinstance(a, torch.Tensor) and (type(a) not in _PLAIN or
                                             a.device.type != "cpu" or
                                             (grad and a.requires_grad)):
             return getattr(torch.ops.neuron, name)(*args)
