@@ -137,15 +137,21 @@ def _run_native(compiled, host, grid):
     return outs, report
 
 
-def run_torch(compiled, tensors, grid):
-    """Runs natively on contiguous CPU torch tensors, borrowing their memory (no NumPy on the
-    way in); returns the outputs as torch tensors. The cheap path of the torch operators."""
+def torch_host_tensors(tensors):
+    """Host tensors borrowing contiguous CPU torch tensors' memory (no NumPy on the way; the
+    caller keeps the tensors alive while they are used)."""
     host = []
     for t in tensors:
         if t.device.type != "cpu":
             raise TypeError(f"neuron kernels take CPU tensors; got a tensor on {t.device}")
         host.append(_C.HostTensor.borrow(t.data_ptr(), list(t.shape), to_dtype(t.dtype)))
-    outs, _ = _run_native(compiled, host, grid)
+    return host
+
+
+def run_torch(compiled, tensors, grid):
+    """Runs natively on contiguous CPU torch tensors, borrowing their memory; returns the
+    outputs as torch tensors. The cheap path of the torch operators."""
+    outs, _ = _run_native(compiled, torch_host_tensors(tensors), grid)
     return [from_numpy(o.to_numpy(numpy_dtype(o.dtype)), True) for o in outs]
 
 

@@ -53,7 +53,7 @@ def launch(op, name, grid, tensors, params, reference):
         outs = runtime.run_torch(compiled, tensors, grid)
         if profiles is not None:
             profiles.append((name, runtime.native_profile(
-                compiled, runtime.host_tensors([runtime.to_numpy(t) for t in tensors]), grid)))
+                compiled, runtime.torch_host_tensors(tensors), grid)))
     else:
         outs, _ = runtime.run(compiled, [runtime.to_numpy(t) for t in tensors], grid, mode)
         outs = [runtime.from_numpy(o, True) for o in outs]
