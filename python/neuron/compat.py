@@ -13,7 +13,7 @@ import runpy
 import sys
 import types
 
-from . import isa, language
+from . import collectives, isa, language
 from .kernel import Kernel, kernel, simulate as _simulate
 
 
@@ -40,6 +40,13 @@ def simulate_kernel(k, *args, **kwargs):
     return simulate(k)(*args)
 
 
+def simulate_kernel_lnc(k, args=(), kwargs=None, lnc=1):
+    """nki.simulator.simulate_kernel(kernel, args, kwargs, lnc): the simulator run of
+    `kernel[lnc](*args, **kwargs)` (a grid of `lnc` programs when lnc > 1)."""
+    k = k if isinstance(k, Kernel) else kernel(k)
+    return simulate(k[int(lnc)] if int(lnc) > 1 else k)(*args, **(kwargs or {}))
+
+
 def baremetal(fn=None, **kwargs):
     """nki.baremetal: compile and run with NumPy arrays (here: natively on the host)."""
     if fn is None:
@@ -64,7 +71,8 @@ def _install_legacy():
 
 
 def install():
-    """Registers `nki`, `nki.language`, `nki.isa` (current API) and `neuronxcc`,
+    """Registers `nki`, `nki.language`, `nki.isa`, `nki.isa.constants`, `nki.typing`,
+    `nki.collectives` (refused when called) and `nki.simulator` (current API) and `neuronxcc`,
     `neuronxcc.nki`, `neuronxcc.nki.language`, `.isa`, `.typing` (legacy API); returns the
     current-API `nki` module."""
     nki = types.ModuleType("nki")
@@ -72,12 +80,21 @@ def install():
     nki.language, nki.isa = language, isa
     nki.jit, nki.simulate, nki.simulate_kernel, nki.baremetal = (jit, simulate, simulate_kernel,
                                                                  baremetal)
+    nki.dtype, nki.tensor = type(language.float32), language.tensor  # for annotations
+    nki.collectives = collectives
+    simulator = types.ModuleType("nki.simulator")
+    simulator.simulate_kernel, simulator.simulate = simulate_kernel_lnc, simulate
+    nki.simulator = simulator
     nki.__path__ = []  # a package, so `import nki.language` works
     sys.modules["nki"] = nki
     sys.modules["nki.language"] = language
     sys.modules["nki.isa"] = isa
     sys.modules["nki.isa.constants"] = isa.constants
-    _install_legacy()
+    sys.modules["nki.collectives"] = collectives
+    sys.modules["nki.simulator"] = simulator
+    legacy = _install_legacy()
+    nki.typing = legacy.typing
+    sys.modules["nki.typing"] = legacy.typing
     return nki
 
 

@@ -43,6 +43,9 @@ def numpy_dtype(d):
 # `array.astype(nl.bfloat16)`, `np.zeros(n, nl.float32)`: NumPy takes any object with a `dtype`
 # attribute as that dtype, and NKI's dtypes are NumPy dtypes.
 _C.DType.dtype = property(numpy_dtype)
+# str() is the NumPy-style name ("bfloat16", "bool"), as str() of NKI's and NumPy's dtypes is;
+# kernels compare it with names (`str(dtype) == "bfloat16"`). repr() keeps the enum's form.
+_C.DType.__str__ = lambda d: d.name.rstrip("_")
 
 
 def from_ml_dtypes(d):

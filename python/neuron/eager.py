@@ -31,6 +31,11 @@ class _State(threading.local):
 _state = _State()
 
 
+def launching():
+    """Is an eager kernel running (its Python executing) on this thread?"""
+    return _state.launch is not None
+
+
 class paused:
     """Eager mode off while a kernel traces (a one-op kernel, or a compiled kernel called from
     an eager one): nl/nisa calls record IR as usual."""
@@ -213,10 +218,14 @@ def _kernel_outputs(launch, inputs, r, span):
         for b in launch.program_shared:
             traced[id(b)] = _C.ndarray(list(b.array.shape), b.dtype, _C.Memory.shared_hbm,
                                        b.name, b.span)
-        if isinstance(r, (tuple, list)):
-            return type(r)(as_traced(x) for x in r)
-        return as_traced(r)
+        for t, root in zip(inputs, roots):
+            if getattr(t._base, "written", False):  # as the kernel did: it has a result
+                _C.memset(root, 0.0, span)
+        value = type(r)(as_traced(x) for x in r) if isinstance(r, (tuple, list)) \
+            else as_traced(r)
+        return returns_of(value, roots).outputs(value)
 
+    from .kernel import _Returns as returns_of
     specs = [_C.TensorSpec(list(t._base.array.shape), t.dtype, t.name) for t in inputs]
     with paused():
         _C.trace(launch.name, check, specs, span)
@@ -528,6 +537,7 @@ def _run(spec, args, kwargs, fn):
 
     # Copy back what the kernel wrote, then keep the PSUM matmul marks.
     for b, out in zip(written_bases, arrays):
+        b.written = True
         if b.on_chip:
             b.array[...] = out
         else:

@@ -40,13 +40,14 @@ def _index_cmp(name):
     f = getattr(int, name)
 
     def cmp(self, other=0):
-        # A rolled loop's index ("i<n>") compares: compiled kernels unroll that loop
-        # (unroll.py). Program ids, registers and runtime loop indices have no value there.
+        # A rolled loop's index ("i<n>") or a program id compares: compiled kernels unroll
+        # that loop or trace per program (unroll.py). Registers and runtime loop indices have
+        # no value there.
         diff = self._sym - _sym_of(other) if _is_int(other) else None
         if diff is not None and has_value(diff):
             return f(int(self), int(other))
-        user_error("control-flow", f"'{diff if diff is not None else self._sym}' (a program "
-                   f"id, register or runtime loop index; here {int(self)}) has no value when "
+        user_error("control-flow", f"'{diff if diff is not None else self._sym}' (a register "
+                   f"or runtime loop index; here {int(self)}) has no value when "
                    "the kernel is compiled, so eager mode refuses to compare or branch on it "
                    "too; select on data with nl.where / nisa.affine_select, or loop at run time "
                    "with nl.while_loop (int(i) gives its value for debugging)", user_span())
@@ -198,9 +199,10 @@ EagerRegister.__hash__ = None
 
 
 def has_value(sym):
-    """Does an index's affine form have a value when compiled? Only rolled loop indices
-    ("i<n>") do (unroll.py); program ids, registers and runtime loop indices do not."""
-    return all(re.fullmatch(r"i\d+", n) for n in re.findall(r"[A-Za-z_]\w*", str(sym)))
+    """Does an index's affine form have a value when compiled? Rolled loop indices ("i<n>":
+    the loop is unrolled), program ids and grid sizes ("pid<n>", "npid<n>": traced per program
+    or per grid) do (unroll.py); registers and runtime loop indices do not."""
+    return all(re.fullmatch(r"(i|pid|npid)\d+", n) for n in re.findall(r"[A-Za-z_]\w*", str(sym)))
 
 
 def traced_bound(v):

@@ -5,6 +5,7 @@ from . import _C
 from . import eager as _eager
 from . import eager_dynamic as _eager_dynamic
 from ._span import user_span
+from .collectives import core_barrier, sendrecv  # noqa: F401 (refused when called)
 from .access import BitcastView, IndirectView, as_index as _as_index, copy_split
 from .errors import user_error
 from .reshaped import dma_operand, flat_rows
@@ -47,12 +48,62 @@ def _number(v, what):
         raise TypeError(f"{what} must be a number, got {type(v).__name__} {v!r:.40}") from None
 
 
+_FP8 = (_C.DType.float8_e4m3, _C.DType.float8_e5m2, _C.DType.float8_e4m3fn)
+
+
 @_eager.op(writes=("dst",), matmul=True)
-def nc_matmul(dst, stationary, moving, accumulate=None, name=None):
+def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
+              is_transpose=False, accumulate=None, tile_position=(), tile_size=(),
+              perf_mode=None, name=None):
     """dst[M,N] (PSUM) = stationary[K,M].T @ moving[K,N] in fp32; accumulate None (or -1) lets
-    the compiler decide (first write overwrites, later ones add), False overwrites, True adds."""
-    _C.nc_matmul(dst, stationary, moving, -1 if accumulate is None else int(accumulate),
-                 user_span())
+    the compiler decide (first write overwrites, later ones add), False overwrites, True adds.
+    is_transpose=True (moving an identity): dst = stationary.T exactly (the PE transpose).
+    perf_mode double_row (FP8): stationary [K, 2, M], moving [K, 2, N], dst = the sum over
+    both K and the pair dim. The onezero flags and the PE tiling (tile_position, tile_size)
+    are placement hints: checked, the result is the same."""
+    span = user_span()
+    _check_pe_tiling(tile_position, tile_size, span)
+    acc = -1 if accumulate is None else int(accumulate)
+    if is_transpose:
+        _C.nc_transpose(dst, stationary, span)
+        return
+    mode = getattr(perf_mode, "value", perf_mode)
+    if mode in (None, "", "none"):
+        _C.nc_matmul(dst, stationary, moving, acc, span)
+        return
+    if mode != "double_row":
+        user_error("unknown-arg", f"nc_matmul: perf_mode must be matmul_perf_mode.none or "
+                   f".double_row, got {perf_mode!r}", span)
+    if tile_size and isinstance(tile_size[1], int) and tile_size[1] < 128:
+        user_error("matmul-shape", f"nc_matmul: perf_mode=double_row cannot be combined with PE "
+                   f"column tiling (tile_size {tuple(tile_size)})", span)
+    for what, t in (("stationary", stationary), ("moving", moving)):
+        if len(t.shape) != 3 or t.shape[1] != 2:
+            user_error("matmul-shape", f"nc_matmul(perf_mode=double_row): {what} must be "
+                       f"[K, 2, free] (the row pairs), got {list(t.shape)}", span)
+        if t.dtype not in _FP8:
+            user_error("matmul-dtype", f"nc_matmul(perf_mode=double_row) takes FP8 operands; "
+                       f"{what} is {t.dtype}; use perf_mode=none for other dtypes", span)
+    # The two rows of each pair are two K chunks accumulated into dst: the same sum.
+    _C.nc_matmul(dst, stationary[:, 0, :], moving[:, 0, :], acc, span)
+    _C.nc_matmul(dst, stationary[:, 1, :], moving[:, 1, :], 1, span)
+
+
+def _check_pe_tiling(position, size, span):
+    """nc_matmul's PE tiling hint: tile_position (row, col) and tile_size (rows, cols), both or
+    neither, multiples of 32 within the 128 x 128 array."""
+    position, size = tuple(position or ()), tuple(size or ())
+    if not position and not size:
+        return
+    if len(position) != 2 or len(size) != 2:
+        user_error("matmul-shape", f"nc_matmul: tile_position and tile_size are given together, "
+                   f"as (row, col) pairs; got tile_position={position}, tile_size={size}", span)
+    for p, n in zip(position, size):
+        if not all(isinstance(v, int) for v in (p, n)):
+            continue  # a position from a rolled loop's index: a hint, left unchecked
+        if p % 32 or n % 32 or n <= 0 or p < 0 or p + n > 128:
+            user_error("matmul-shape", f"nc_matmul: tile_position {position} and tile_size "
+                       f"{size} must be multiples of 32 inside the 128 x 128 PE array", span)
 
 
 @_eager.op(writes=("dst",), matmul=True)

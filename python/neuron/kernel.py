@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import functools
 import inspect
+import itertools
 import threading
 import types
 
@@ -32,7 +33,7 @@ MODES = ("native", "simulate", "eager")
 _FAST_MAX = 64  # fast-path signatures kept per kernel (more take the general path)
 
 _PARAM_KINDS = ("int, float, bool, str, None, an enum member, a dtype, an nl function, a function, "
-                "or a tuple or list of those")
+                "a tuple, list or dict of those, or an NKIObject or dataclass instance of them")
 
 
 def default_mode():
@@ -74,9 +75,12 @@ def param_key(name, v):
         return ("nl", v.name)
     if isinstance(v, (tuple, list)):
         return (type(v).__name__,) + tuple(param_key(name, x) for x in v)
+    if isinstance(v, dict):  # entries in insertion order, as the kernel's Python sees them
+        return ("dict",) + tuple((param_key(f"{name} key", k), param_key(f"{name}[{k!r}]", x))
+                                 for k, x in v.items())
     if isinstance(v, _C.Tensor):
-        raise TypeError(f"argument '{name}' is a traced nl tensor: a kernel cannot be called from "
-                        "inside another kernel's trace; call its Python function to inline it")
+        raise TypeError(f"argument '{name}' is a traced nl tensor, which lives only inside the "
+                        "kernel being traced; pass it to the other kernel's Python function")
     if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, functools.partial)):
         return ("function", v)  # the object itself: kept alive, equal only to itself
     if isinstance(v, NKIObject) or dataclasses.is_dataclass(v) and not isinstance(v, type):
@@ -156,6 +160,65 @@ class _Call:
         return call
 
 
+class _Returns:
+    """What a kernel's Python returned, as the compiled kernel's outputs: NKI kernels may
+    return an input they wrote (an output argument) or nothing. Those inputs are left out of
+    the traced outputs, and a call returns the caller's own array (written back) in their place."""
+
+    def __init__(self, out, inputs):
+        self.single = not isinstance(out, (tuple, list))
+        items = [] if out is None else [out] if self.single else list(out)
+        self.none = out is None
+        self.items = []  # ("in", input position) or ("out", output position) per result
+        n_out = 0
+        for t in items:
+            at = next((i for i, x in enumerate(inputs) if x is t), None)
+            if at is None:
+                self.items.append(("out", n_out))
+                n_out += 1
+            else:
+                self.items.append(("in", at))
+        self.plain = all(kind == "out" for kind, _ in self.items)
+
+    def outputs(self, out):
+        """The returned value less the inputs, for the tracer."""
+        if self.plain:
+            return out
+        kept = [out if self.single else out[i] for i, (kind, _) in enumerate(self.items)
+                if kind == "out"]
+        return tuple(kept) if kept else None
+
+    def results(self, outs, inputs):
+        """A call's result: the kernel's outputs, and the inputs it returned."""
+        if self.none and not outs:
+            return None
+        if not self.plain:
+            outs = [outs[i] if kind == "out" else inputs[i] for kind, i in self.items]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _per_program(fn, grid, span):
+    """fn traced once per program of the grid, in order, with the program ids as ints (the
+    kernel's Python needed their values): each body in a block of its own (its tiles freed at
+    its end), the k-th shared HBM tensor every program allocates being one tensor (the grid's
+    shared outputs, as in eager mode). The result is the first program's."""
+    def run(*tensors):
+        result = None
+        _State.shared = []
+        for pid in itertools.product(*(range(g) for g in grid)):
+            _State.program, _State.shared_next = pid, 0
+            _, loop_id, _ = _C.open_loop(0, 1, 1, False, span)
+            try:
+                out = fn(*tensors)
+            finally:
+                _C.close_loop(loop_id)
+            if result is None:
+                result = (out,)
+        _State.program = None
+        return result[0]
+    return run
+
+
 class Kernel:
     """A traced-on-call kernel. kernel[g0, g1](...) launches a grid of programs."""
 
@@ -228,7 +291,8 @@ class Kernel:
             return []
         return self._consts.get(call.key(), [])
 
-    def _trace(self, call, specs, unroll_all=False):
+    def _trace(self, call, specs, unroll_all=False, returns=None):
+        """The IR; returns (a list) receives how the kernel's results map onto it (_Returns)."""
         if self._registered is not None:
             return self._registered.trace(specs, call.params)
         fn = call.function(self.fn)
@@ -237,16 +301,24 @@ class Kernel:
         def with_constants(*tensors):
             shared_constants.begin(consts, tensors[n:])
             try:
-                return fn(*tensors[:n])
+                out = fn(*tensors[:n])
             finally:
                 shared_constants.end()
+            how = _Returns(out, tensors[:n])
+            if returns is not None:
+                returns[:] = [how]
+            return how.outputs(out)
 
         def once():
             _State.serial += 1  # a new trace: generators of an aborted one close nothing
+            mode = unroll.grid_mode()
+            _State.grid, _State.program = (self.grid if mode else None), None
+            body = with_constants if mode != "programs" else \
+                _per_program(with_constants, self.grid, function_span(self.fn))
             hidden = [runtime.spec_of(a, f"shared_constant{i}") for i, a in enumerate(consts)]
-            return _C.trace(self.fn.__name__, with_constants, specs + hidden,
-                            function_span(self.fn))
-        outer, _State.grid_ndim = _State.grid_ndim, len(self.grid)
+            return _C.trace(self.fn.__name__, body, specs + hidden, function_span(self.fn))
+        outer = (_State.grid_ndim, _State.grid, _State.program, _State.shared)
+        _State.grid_ndim = len(self.grid)
         try:
             with eager.paused():
                 while True:
@@ -259,7 +331,7 @@ class Kernel:
             self._param_note(call, e)
             raise
         finally:
-            _State.grid_ndim = outer
+            _State.grid_ndim, _State.grid, _State.program, _State.shared = outer
 
     def _param_note(self, call, e):
         # A value meant as a tensor but given as something else is a parameter; say so.
@@ -276,10 +348,18 @@ class Kernel:
         return self._compiled(_Call(self, args, kwargs, specs_ok=True))
 
     def _compiled(self, call):
+        return self._launch(call)[0]
+
+    def _launch(self, call):
+        """(compiled kernel, the grid to launch it on) for this call. A kernel whose Python read
+        the grid's size or a program id compiles per grid (unroll.py); traced per program, its
+        one IR holds every program's body, launched once."""
         key = call.key() + (len(self.grid),)  # nl.program_ndim() reads the grid's rank
-        compiled = self._cache.get(key)
-        if compiled is None:
-            ir = self._trace(call, call.specs())
+        entry = self._cache.get(key) or self._cache.get(key + (self.grid,))
+        if entry is None:
+            returns = [None]
+            ir = self._trace(call, call.specs(), returns=returns)
+            mode = unroll.grid_mode()
             try:
                 compiled = self._compile_ir(ir)
             except NeuronError as e:
@@ -288,9 +368,13 @@ class Kernel:
                 if e.rule not in ("sbuf-capacity", "psum-capacity") or \
                         not unroll.partly_unrolled():
                     raise
-                compiled = self._compile_ir(self._trace(call, call.specs(), unroll_all=True))
-            compiled = self._cache.setdefault(key, compiled)
-        return compiled
+                compiled = self._compile_ir(self._trace(call, call.specs(), unroll_all=True,
+                                                        returns=returns))
+                mode = unroll.grid_mode()
+            launch = (1,) * len(self.grid) if mode == "programs" else self.grid
+            entry = self._cache.setdefault(key + (self.grid,) if mode else key,
+                                           (compiled, launch, returns[0] or _Returns(None, [])))
+        return entry
 
     def _compile_ir(self, ir):
         text = str(ir)
@@ -326,7 +410,7 @@ class Kernel:
     def _call_fast(self, entry, args):
         """A cached native call without binding, tracing or copies: the arrays' memory is the
         kernel's HBM, as in the general path when they are contiguous."""
-        compiled, consts, tensor_at, dtypes, like_torch = entry
+        compiled, grid, returns, consts, tensor_at, dtypes, like_torch = entry
         host = []
         for i, d in zip(tensor_at, dtypes):
             a = args[i]
@@ -337,14 +421,16 @@ class Kernel:
         if consts:
             copies = [a.copy() for a in consts]  # a write cannot stick
             host += runtime.host_tensors(copies)
-        outs, report = runtime.run_native_host(compiled, host, self.grid)
+        outs, report = runtime.run_native_host(compiled, host, grid)
         self._last.report = report
         if like_torch:
-            return [runtime.from_numpy(o, True) for o in outs]
-        return outs
+            outs = [runtime.from_numpy(o, True) for o in outs]
+        return returns.results(outs, [args[i] for i in tensor_at])
 
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True  # pytest and IPython hide this frame (the re-raise below)
+        if _C.tracing() or eager.launching():
+            return self._inline(args, kwargs)
         fast = None
         if not kwargs and self.mode == "native" and not self.profile and self._positional and \
                 len(args) == len(self._params) and self._registered is None:
@@ -352,25 +438,24 @@ class Kernel:
             entry = self._fast.get(fast) if fast is not None else None
             if entry is not None:
                 try:
-                    outs = self._call_fast(entry, args)
+                    return self._call_fast(entry, args)
                 except NeuronError as e:
                     raise e.with_traceback(strip_toolkit_frames(e.__traceback__)) from None
-                return outs[0] if len(outs) == 1 else tuple(outs)
         try:
             call = _Call(self, args, kwargs, specs_ok=False)
             tensors = list(call.tensors.values())
             if self.mode == "eager":
                 outs = self._run_eager(call, tensors)
             else:
-                compiled = self._compiled(call)
+                compiled, grid, returns = self._launch(call)
                 arrays, write_back = runtime.host_arrays(tensors)
                 consts = self._constants(call)
                 arrays += [a.copy() for a in consts]  # a write cannot stick
-                outs, report = runtime.run(compiled, arrays, self.grid, self.mode, self.profile)
+                outs, report = runtime.run(compiled, arrays, grid, self.mode, self.profile)
                 write_back()
                 if fast is not None and len(self._fast) < _FAST_MAX:
                     at = [i for i, n in enumerate(self._params) if n in call.tensors]
-                    self._fast[fast] = (compiled, consts, at,
+                    self._fast[fast] = (compiled, grid, returns, consts, at,
                                         [to_dtype(args[i].dtype) for i in at],
                                         any(runtime.is_torch(a) for a in tensors))
                 if self.mode == "native" and not self.profile:
@@ -380,8 +465,24 @@ class Kernel:
         except NeuronError as e:
             raise e.with_traceback(strip_toolkit_frames(e.__traceback__)) from None
         like_torch = any(runtime.is_torch(a) for a in tensors)
+        if self.mode == "eager":
+            outs = [o if any(o is t for t in tensors) else runtime.from_numpy(o, like_torch)
+                    for o in outs]
+            return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
         outs = [runtime.from_numpy(o, like_torch) for o in outs]
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return returns.results(outs, tensors)
+
+    def _inline(self, args, kwargs):
+        """A kernel called while another kernel is traced (or runs eagerly) is part of it, as
+        in NKI: its Python runs on the caller's tensors."""
+        if self._registered is not None:
+            raise TypeError(f"kernel {self.__name__} is a C++ kernel: it cannot be called from "
+                            "inside another kernel")
+        if any(g != 1 for g in self.grid):
+            raise TypeError(f"kernel {self.__name__}{list(self.grid)} called from inside another "
+                            "kernel: an inlined kernel runs in its caller's programs, so call "
+                            "it without a launch grid")
+        return self.fn(*args, **kwargs)
 
     def _run_eager(self, call, tensors):
         if self._registered is not None:
@@ -393,7 +494,8 @@ class Kernel:
         outs = eager.run_kernel(call.function(self.fn), self.fn.__name__,
                                 function_span(self.fn), specs, arrays, self.grid, self.target)
         write_back()
-        return outs
+        # An input the kernel returned (an output argument) is the caller's own object.
+        return [next((t for a, t in zip(arrays, tensors) if a is o), o) for o in outs]
 
 
 def kernel(fn=None, *, target="trn2", mode=None):

@@ -62,8 +62,35 @@ class NKIObject:
 # ---- allocation ------------------------------------------------------------------------------
 
 @_eager.op()
-def ndarray(shape, dtype, buffer=sbuf, name=""):
+def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
+    """An uninitialised tensor. address=(partition, byte offset) asks for a fixed on-chip place
+    (NKI's direct allocation): accepted, and the tile is placed by neuron's allocator, which never
+    lets two tensors share storage (docs/nki-compat.md, "Direct allocation")."""
+    if address is not None and (not isinstance(address, (tuple, list)) or len(address) != 2):
+        raise TypeError(f"nl.ndarray: address is a (partition, byte offset) pair, got "
+                        f"{address!r:.60}")
+    if _State.program is not None and buffer in (shared_hbm, hbm):
+        return _program_shared(list(shape), to_dtype(dtype), buffer, name, user_span())
     return _C.ndarray(list(shape), to_dtype(dtype), buffer, name, user_span())
+
+
+def _program_shared(shape, dtype, buffer, name, span):
+    """A shared HBM allocation while each program is traced on its own: the k-th one of every
+    program is the first program's k-th (the grid's programs share their outputs)."""
+    k, _State.shared_next = _State.shared_next, _State.shared_next + 1
+    if k == len(_State.shared):
+        if any(_State.program):
+            user_error("kernel-output", f"program {_State.program} allocates shared HBM tensor "
+                       f"#{k} but the first program allocated {k}; the programs of a grid "
+                       "share their outputs, so they must allocate the same ones", span)
+        _State.shared.append(_C.ndarray(shape, dtype, buffer, name, span))
+    t = _State.shared[k]
+    if list(t.shape) != shape or t.dtype != dtype:
+        user_error("kernel-output", f"program {_State.program} allocates shared HBM tensor #{k} "
+                   f"as {dtype}{shape} but the first program allocated {t.dtype}"
+                   f"{list(t.shape)}; the programs of a grid share their outputs, so they must "
+                   "allocate the same ones", span)
+    return t
 
 
 @_eager.op()
@@ -301,11 +328,22 @@ def where(condition, x, y, dtype=None):
 
 @_eager.index
 def program_id(axis=0):
+    """This program's index along `axis` of the launch grid: symbolic (one trace serves every
+    program) until the kernel's Python needs its value (`if pid == 0`, `tiles[pid]`); then each
+    program is traced with its ids as ints (unroll.py, "per program")."""
+    pid = _State.program
+    if pid is not None and isinstance(axis, int) and 0 <= axis < len(pid):
+        return pid[axis]
     return _C.program_id(axis, user_span())
 
 
 @_eager.index
 def num_programs(axes=0):
+    """The launch grid's size along `axes`: symbolic until the kernel's Python needs its value,
+    then the int (the kernel then compiles per grid)."""
+    grid = _State.grid
+    if grid is not None and isinstance(axes, int) and 0 <= axes < len(grid):
+        return grid[axes]
     return _C.num_programs(axes, user_span())
 
 
@@ -332,6 +370,10 @@ class _TraceState(threading.local):
     last_view = None
     last_inplace = None
     grid_ndim = None  # the launch grid's rank while a Kernel traces (program_ndim)
+    grid = None       # the launch grid when the trace reads its size (num_programs as ints)
+    program = None    # this program's ids when each program is traced on its own
+    shared = None     # then: the first program's shared HBM tensors, in allocation order
+    shared_next = 0   # and how many of them this program has allocated
 
 
 _State = _TraceState()
@@ -622,6 +664,37 @@ def _affine_cmp(op):
 
 for _op in ("eq", "ne", "lt", "le", "gt", "ge"):
     setattr(_C.Affine, f"__{_op}__", _affine_cmp(_op))
+
+
+def _affine_div(op, reflected):
+    # `i // 2`, `n % i`: not affine, so the value is needed (unroll.py restarts the trace with
+    # the loop unrolled, or per program); a constant Affine divides as its int.
+    import operator
+    fn = getattr(operator, op)
+
+    def div(self, other):
+        if not isinstance(other, (int, _C.Affine)):
+            return NotImplemented
+        a, b = (other, self) if reflected else (self, other)
+        vals = []
+        for v in (a, b):
+            if isinstance(v, _C.Affine):
+                if not v.is_constant():
+                    _unroll.need_value(v)
+                    user_error("control-flow", f"'{v}' (a program id, register or runtime loop "
+                               f"index) has no value at trace time, so `{op}` cannot compute "
+                               "with it; write the index arithmetic as a multiple plus an "
+                               "offset, or loop over the quotient and remainder", user_span())
+                v = v.constant
+            vals.append(v)
+        return fn(*vals)
+    return div
+
+
+_C.Affine.__floordiv__ = _affine_div("floordiv", False)
+_C.Affine.__rfloordiv__ = _affine_div("floordiv", True)
+_C.Affine.__mod__ = _affine_div("mod", False)
+_C.Affine.__rmod__ = _affine_div("mod", True)
 _C.Affine.__hash__ = lambda self: hash(str(self))
 _C.Affine.__bool__ = lambda self: bool(_affine_cmp("ne")(self, 0))
 
@@ -633,14 +706,19 @@ _COMPOSED = ("abs_max", "abs_min", "all", "dropout", "expand_dims", "invert",
              "shared_constant", "shared_identity_matrix", "softmax", "var")
 
 
+_BUILTIN_NAMED = {"bool": lambda: bool_, "range": lambda: static_range}
+
+
 def __getattr__(name):
     # The composed functions live in language_composed.py, which imports this module: reached
     # on first use (PEP 562), so the modules do not import each other.
     if name in _COMPOSED:
         from . import language_composed
         return getattr(language_composed, name)  # not cached in globals(): `all` would shadow the builtin
+    if name in _BUILTIN_NAMED:  # nl.bool, nl.range: kept out of globals() for the same reason
+        return _BUILTIN_NAMED[name]()
     raise AttributeError(f"module 'neuron.language' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_COMPOSED))
+    return sorted(set(globals()) | set(_COMPOSED) | set(_BUILTIN_NAMED))

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import _C
 from ._span import user_span
+from .dtypes import to_dtype
 from .errors import user_error
 from .reshape import base_subscripts, new_shape, symbolic
 
@@ -253,6 +254,8 @@ def ap(r, pattern, offset, scalar_offset, vector_offset, indirect_dim, dtype):
     walks a [B, H, S, D] argument reshaped to [B*H, S, D]), else the base's own ap."""
     span = user_span()
     from .access import pattern_pairs
+    if dtype is not None and to_dtype(dtype) == r.dtype:
+        dtype = None  # the tensor's own dtype: nothing to reinterpret
     if scalar_offset is not None or vector_offset is not None or dtype is not None:
         user_error("unsupported", f"ap(scalar_offset=, vector_offset=, dtype=) of the reshaped "
                    f"tensor '{r.name}' is not supported; the pattern walks the same storage, so "

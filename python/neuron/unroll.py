@@ -21,6 +21,15 @@ class NeedsValue(Exception):
     it; it never reaches the user)."""
 
 
+class NeedsGrid(Exception):
+    """The running trace needs the launch grid's size ("grid": nl.num_programs as ints) or the
+    program ids' values ("programs": each program traced with its ids as ints): restart in
+    that mode (trace() catches it)."""
+
+
+_GRID_MODES = (None, "grid", "programs")  # each one knows more than the one before
+
+
 class _Sites(threading.local):
     active = False      # tracing under trace() (restarts possible)
     unroll = frozenset()  # loop sites to unroll in this trace ("*": all)
@@ -28,6 +37,7 @@ class _Sites(threading.local):
     closed = frozenset()  # sites of the rolled loops that have run to their end
     loops = None        # loop variable -> its site
     partly = False      # the last trace unrolled loops for values and kept others rolled
+    grid_mode = None    # None (program ids and grid size symbolic), "grid" or "programs"
 
 
 _state = _Sites()
@@ -65,6 +75,15 @@ def need_value(a):
     mine = frozenset(_state.loops[n] for n in names if n in _state.loops)
     if mine:
         raise NeedsValue(mine | _state.closed)
+    if any(re.fullmatch(r"pid\d", n) for n in names) and _state.grid_mode != "programs":
+        raise NeedsGrid("programs")
+    if any(re.fullmatch(r"npid\d", n) for n in names) and _state.grid_mode is None:
+        raise NeedsGrid("grid")
+
+
+def grid_mode():
+    """How the running (or last) trace sees the grid: None, "grid" or "programs"."""
+    return _state.grid_mode
 
 
 def trace(run, unroll_all=False):
@@ -72,7 +91,7 @@ def trace(run, unroll_all=False):
     (unroll_all: every loop unrolled from the start)."""
     saved = (_state.active, _state.unroll, _state.opened, _state.closed, _state.loops)
     unroll = frozenset(["*"]) if unroll_all else frozenset()
-    _state.partly = False
+    _state.partly, _state.grid_mode = False, None
     try:
         while True:
             _state.active, _state.unroll, _state.opened = True, unroll, ()
@@ -85,6 +104,11 @@ def trace(run, unroll_all=False):
                 if e.args[0] <= unroll:  # cannot happen: an unrolled loop's index is an int
                     raise RuntimeError("neuron: a loop index needed a value after unrolling")
                 unroll = unroll | e.args[0]
+            except NeedsGrid as e:
+                if _GRID_MODES.index(e.args[0]) <= _GRID_MODES.index(_state.grid_mode):
+                    raise RuntimeError("neuron: a program id needed a value after tracing "
+                                       "per program")
+                _state.grid_mode = e.args[0]
             except IndexError:
                 if not _state.opened or "*" in unroll:
                     raise

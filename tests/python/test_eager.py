@@ -315,9 +315,10 @@ def test_loops_iterate_and_indices_are_ints():
     assert [int(i) for i in eager] == [0, 1, 2] and str(eager[2]) == "2" and len(seen) == 5
 
 
-def branch_on_index(x):
+def branch_on_register(x):
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
-    if nl.program_id(0) == 0:
+    r = nisa.register_alloc(0)
+    if r == 0:
         nl.store(out[0:128, :], nl.load(x[0:128, :]))
     return out
 
@@ -329,7 +330,7 @@ def slice_sized_by_index(x):
     return out
 
 
-@pytest.mark.parametrize("fn,rule,text", [(branch_on_index, "control-flow", "if nl.program_id(0) == 0"),
+@pytest.mark.parametrize("fn,rule,text", [(branch_on_register, "control-flow", "if r == 0"),
                                           (slice_sized_by_index, "index", "x[0:128, 0:i + 1]")],
                          ids=["branch", "slice-size"])
 def test_what_compiling_refuses_on_loop_indices_eager_refuses_too(fn, rule, text):

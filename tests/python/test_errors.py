@@ -113,7 +113,7 @@ def test_dsl_call_outside_a_kernel():
     assert info.value.rule == "no-trace"
 
 
-def test_branching_on_a_loop_index_unrolls_that_loop_and_on_a_program_id_is_an_error():
+def test_branching_on_a_loop_index_unrolls_that_loop_and_on_a_program_id_traces_per_program():
     def k(x):
         out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
         for i in nl.affine_range(2):
@@ -128,14 +128,26 @@ def test_branching_on_a_loop_index_unrolls_that_loop_and_on_a_program_id_is_an_e
 
     def by_pid(x):
         out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
-        if nl.program_id(0) == 0:
+        pid = nl.program_id(0)
+        if pid == 1:  # a program id is a Python value too: each program traced on its own
+            nl.store(out[128:256, :], nl.load(x[128:256, :]) + 1.0)
+        else:
+            nl.store(out[0:128, :], nl.load(x[0:128, :]))
+        return out
+
+    np.testing.assert_array_equal(neuron.kernel(by_pid)[2](x)[:, 0], [1.0] * 128 + [2.0] * 128)
+
+    def by_register(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        r = nisa.register_alloc(1)
+        if r == 0:  # a register's value exists only at run time
             nl.store(out, nl.load(x))
         return out
 
     with pytest.raises(neuron.NeuronError) as info:
-        neuron.kernel(by_pid)[2](np.zeros((128, 4), np.float32))
+        neuron.kernel(by_register)(np.zeros((128, 4), np.float32))
     assert info.value.rule == "control-flow"
-    assert info.value.line == line_of(by_pid, "if nl.program_id(0) == 0")
+    assert info.value.line == line_of(by_register, "if r == 0")
     assert "nl.where" in info.value.message
 
 

@@ -232,7 +232,23 @@ def test_outside_a_kernel_and_nested_kernels_speak_python():
         inner.trace(((128, 8), nl.float32))
     assert "a @neuron.kernel called while tracing kernel 'outer'" in _error_of(outer, A).message
 
+
+
+def test_a_kernel_called_inside_another_kernel_is_inlined():
+    @neuron.kernel
+    def doubled(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.multiply(nl.load(a), 2.0))
+        return out
+
     def calls_inner(a):
-        return inner(a)
-    with pytest.raises(TypeError, match="a kernel cannot be called from inside another kernel"):
-        neuron.kernel(calls_inner)(A)
+        return doubled(a)  # NKI: a jit kernel called while tracing another runs inline
+
+    x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    for mode in ("native", "simulate", "eager"):
+        np.testing.assert_array_equal(neuron.kernel(calls_inner, mode=mode)(x), 2 * x)
+
+    def calls_with_grid(a):
+        return doubled[2](a)
+    with pytest.raises(TypeError, match="call it without a launch grid"):
+        neuron.kernel(calls_with_grid)(x)

@@ -95,12 +95,21 @@ def test_kernels_that_never_need_a_value_trace_once_rolled():
 
 
 def program_id_as_list_index(x):
-    out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
-    scales = [1.0, 2.0]
-    nl.store(out, nl.load(x) * scales[nl.program_id(0)])
+    out = nl.ndarray((256, 8), nl.float32, buffer=nl.shared_hbm)
+    scales = [1.0, 2.0, 3.0, 4.0]
+    pid = nl.program_id(0)
+    rows = x.shape[0] // nl.num_programs(0)  # the grid's size as an int
+    part = slice(pid * rows, (pid + 1) * rows)
+    nl.store(out[part, :], nl.load(x[part, :]) * scales[pid])
     return out
 
 
-def test_a_program_id_as_a_list_index_is_a_type_error_naming_it():
-    with pytest.raises(TypeError, match="program id or register"):
-        neuron.kernel(program_id_as_list_index)[2](np.zeros((128, 8), np.float32))
+@pytest.mark.parametrize("mode", ("native", "simulate", "eager"))
+def test_a_program_id_used_as_a_value_traces_each_program(mode):
+    # NKI 0.3+: program ids and grid sizes are Python ints at trace time. The compiled kernel
+    # traces each program with its ids as ints (one IR, every body) and compiles per grid.
+    x = RNG.standard_normal((256, 8)).astype(np.float32)
+    k = neuron.kernel(program_id_as_list_index, mode=mode)
+    np.testing.assert_array_equal(k[2](x), np.concatenate([x[:128], 2 * x[128:]]))
+    np.testing.assert_array_equal(k[4](x), x * np.repeat([1.0, 2.0, 3.0, 4.0], 64)[:, None]
+                                  .astype(np.float32))  # another grid: traced again

@@ -4,11 +4,28 @@
 #include <set>
 
 #include "neuron/dsl/syntax.hpp"
+#include "neuron/ir/visitor.hpp"
 #include "neuron/trace.hpp"
 
 namespace neuron::dsl {
 
 namespace {
+
+// Does some instruction of k write (its "dst") one of k's input tensors?
+bool writes_an_input(const Kernel& k) {
+  struct Finder : IRVisitor {
+    const Kernel& k;
+    bool found = false;
+    explicit Finder(const Kernel& kernel) : k(kernel) {}
+    void visit_Op(const Op& op) override {
+      const Access* dst = op.access("dst");
+      if (dst == nullptr) return;
+      for (auto& in : k.inputs) found |= dst->buffer == in;
+    }
+  } finder(k);
+  finder.visit(k.body);
+  return finder.found;
+}
 
 struct Frame {
   std::vector<StmtPtr> stmts;
@@ -250,12 +267,16 @@ Kernel TraceScope::finish(const std::optional<std::vector<nl::tensor>>& outputs)
   } else {
     k.outputs = st.shared;
   }
-  if (k.outputs.empty())
+  k.body = Block::make(std::move(st.frames[0].stmts), st.span);
+  // A kernel may write its results into input tensors instead of returning outputs (NKI's
+  // output arguments); one that does neither has nothing to show for its work.
+  if (k.outputs.empty() && !writes_an_input(k))
     user_error(st.span, "kernel-output",
-               "kernel '{}' has no outputs: create them with {} and return them", st.name,
+               "kernel '{}' has no outputs and writes none of its inputs: create outputs with "
+               "{} and return them, or store into an input tensor",
+               st.name,
                spell("nl::ndarray(shape, dtype, nl::shared_hbm)",
                      "nl.ndarray(shape, dtype, buffer=nl.shared_hbm)"));
-  k.body = Block::make(std::move(st.frames[0].stmts), st.span);
   return k;
 }
 

@@ -1,0 +1,236 @@
+# Conventions of production kernels written in the current NKI API (the style of aws-neuron's
+# nki-library), each in a small kernel of our own checked against NumPy: output arguments,
+# kernels calling kernels, program ids used as Python values, configuration objects, the
+# nc_matmul keywords, dtypes compared by name, and the modules those kernels import.
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import neuron
+import neuron.compat
+
+nki = neuron.compat.install()
+import nki.isa as nisa  # noqa: E402
+import nki.language as nl  # noqa: E402
+from helpers import line_of  # noqa: E402
+
+RNG = np.random.default_rng(43)
+MODES = ("native", "simulate", "eager")
+
+
+def test_the_modules_and_names_production_kernels_import():
+    import nki.collectives as ncc
+    import nki.isa.constants as constants
+    from nki.collectives import ReplicaGroup
+    from nki.language import NKIObject
+
+    assert constants.oob_mode is nisa.oob_mode and issubclass(NKIObject, object)
+    assert isinstance(nl.bfloat16, nki.dtype) and nki.tensor is nl.tensor
+    assert nl.bool is nl.bool_ and list(nl.range(3)) == [0, 1, 2]
+    assert ReplicaGroup([[0, 1]]).groups == ([[0, 1]],)
+    assert callable(ncc.all_gather) and callable(nisa.core_barrier) and callable(nisa.sendrecv)
+    # str() of a dtype is its NumPy-style name, as kernels compare it (`str(dtype) == "bool"`)
+    assert [str(d) for d in (nl.bfloat16, nl.float32, nl.bool_)] == ["bfloat16", "float32",
+                                                                      "bool"]
+
+
+def barrier_kernel(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(x))
+    nisa.core_barrier(out, (0, 1))
+    return out
+
+
+def gather_kernel(x):
+    import nki.collectives as ncc
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    ncc.all_gather(dsts=[out], srcs=[x], replica_group=ncc.ReplicaGroup([[0, 1]]),
+                   collective_dim=0)
+    return out
+
+
+@pytest.mark.parametrize("fn,text", [(barrier_kernel, "nisa.core_barrier(out, (0, 1))"),
+                                     (gather_kernel, "ncc.all_gather(")])
+def test_collectives_are_refused_at_the_calling_line(fn, text):
+    with pytest.raises(neuron.NeuronError) as e:
+        nki.jit(fn)[2](np.zeros((128, 4), np.float32))
+    assert e.value.rule == "collectives" and "one simulated core" in e.value.message
+    assert e.value.line == line_of(fn, text)
+
+
+# ---- output arguments and kernels calling kernels ----------------------------------------------
+
+def writes_output(a, out):
+    nl.store(out, nl.multiply(nl.load(a), 2.0))
+
+
+def writes_and_returns(a, out):
+    t = nl.load(a)
+    nl.store(out, nl.multiply(t, 2.0))
+    res = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    nl.store(res, nl.add(t, 1.0))
+    return out, res
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_output_arguments_are_written_and_returned_as_the_callers_array(mode):
+    a = RNG.standard_normal((128, 8)).astype(np.float32)
+    out = np.zeros_like(a)
+    assert neuron.kernel(writes_output, mode=mode)(a, out) is None
+    np.testing.assert_array_equal(out, 2 * a)
+    wide = np.zeros((128, 16), np.float32)
+    strided = wide[:, ::2]  # not contiguous: copied in, written back
+    k = neuron.kernel(writes_and_returns, mode=mode)
+    for _ in range(2):  # the second call takes the cached path
+        got, res = k(a, strided)
+        assert got is strided
+        np.testing.assert_array_equal(wide[:, ::2], 2 * a)
+        np.testing.assert_array_equal(wide[:, 1::2], 0)
+        np.testing.assert_array_equal(res, a + 1)
+
+
+def writes_nothing(a):
+    nl.load(a)
+
+
+def test_a_kernel_that_neither_returns_nor_writes_an_input_is_refused():
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(writes_nothing)(np.zeros((128, 4), np.float32))
+    assert e.value.rule == "kernel-output" and "writes none of its inputs" in e.value.message
+
+
+@nki.jit
+def inner_scale(a, factor: float):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.multiply(nl.load(a), factor))
+    return out
+
+
+def outer_wrapper(a):
+    return inner_scale(a, 3.0)  # a jit kernel called while tracing: inlined, as in NKI
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_jit_kernel_called_from_a_kernel_is_inlined(mode):
+    a = RNG.standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_array_equal(neuron.kernel(outer_wrapper, mode=mode)(a), 3 * a)
+
+
+# ---- program ids and grid sizes as Python values -----------------------------------------------
+
+def sharded(x, out):
+    # nki-library's sharding helpers: n_prgs and prg_id as ints, the work split by them
+    grid_ndim = nl.program_ndim()
+    n_prgs, prg_id = (nl.num_programs(0), nl.program_id(0)) if grid_ndim != 0 else (1, 0)
+    assert n_prgs >= 1
+    rows = x.shape[0] // n_prgs
+    start = prg_id * rows
+    t = nl.load(x[start:start + rows, :])
+    if prg_id == n_prgs - 1:  # the last shard also adds one
+        t = nl.add(t, 1.0)
+    nl.store(out[start:start + rows, :], t)
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_program_ids_and_grid_sizes_are_python_values_when_needed(mode):
+    x = RNG.standard_normal((256, 8)).astype(np.float32)
+    k = neuron.kernel(sharded, mode=mode)
+    for lnc in (2, 4):
+        out = np.zeros_like(x)
+        k[lnc](x, out)
+        ref = x.copy()
+        ref[256 - 256 // lnc:] += 1
+        np.testing.assert_array_equal(out, ref)
+    out = np.zeros_like(x)
+    nki.simulator.simulate_kernel(sharded, (x, out), {}, 2)
+    np.testing.assert_array_equal(out[128:], x[128:] + 1)
+
+
+def allocates_per_program(x):
+    if nl.program_id(0) == 0:
+        return nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray((64, 4), x.dtype, buffer=nl.shared_hbm)
+    return out
+
+
+def test_programs_traced_one_by_one_must_allocate_the_same_outputs():
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(allocates_per_program)[2](np.zeros((128, 4), np.float32))
+    assert e.value.rule == "kernel-output" and "the first program allocated" in e.value.message
+    assert e.value.line == line_of(allocates_per_program, "out = nl.ndarray((64, 4)")
+
+
+# ---- configuration objects and nc_matmul's keywords --------------------------------------------
+
+@dataclasses.dataclass
+class Config(nl.NKIObject):
+    scale: float
+    tiles: dict = dataclasses.field(default_factory=dict)
+
+
+def configured(x, cfg: Config):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm, address=(0, 0))
+    nl.store(out, nl.multiply(nl.load(x), cfg.scale * cfg.tiles.get("extra", 1)))
+    return out
+
+
+def test_configuration_objects_with_dict_fields_are_compile_time_parameters():
+    x = RNG.standard_normal((128, 8)).astype(np.float32)
+    k = neuron.kernel(configured)
+    np.testing.assert_array_equal(k(x, Config(2.0)), 2 * x)
+    np.testing.assert_array_equal(k(x, Config(2.0, {"extra": 3})), 6 * x)  # a new key
+
+
+def double_row(a, b):
+    out = nl.ndarray((64, 96), nl.float32, buffer=nl.shared_hbm)
+    s = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(s, a)
+    m = nl.ndarray(b.shape, b.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(m, b)
+    p = nl.ndarray((64, 96), nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(p, s, m, perf_mode=nisa.matmul_perf_mode.double_row,
+                   tile_position=(0, 0), tile_size=(128, 128))
+    r = nl.ndarray((64, 96), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(r, p)
+    nisa.dma_copy(out, r)
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_double_row_matmul_sums_over_the_row_pairs(mode):
+    a = RNG.standard_normal((128, 2, 64)).astype(ml_dtypes.float8_e5m2)
+    b = RNG.standard_normal((128, 2, 96)).astype(ml_dtypes.float8_e5m2)
+    ref = np.einsum("kjm,kjn->mn", a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(neuron.kernel(double_row, mode=mode)(a, b), ref, rtol=1e-6,
+                               atol=1e-5)
+    with pytest.raises(neuron.NeuronError) as e:  # bf16 operands: FP8 only
+        neuron.kernel(double_row, mode=mode)(a.astype(ml_dtypes.bfloat16),
+                                             b.astype(ml_dtypes.bfloat16))
+    assert e.value.rule == "matmul-dtype"
+
+
+def pe_transpose(a, tile_size):
+    out = nl.ndarray((a.shape[1], a.shape[0]), a.dtype, buffer=nl.shared_hbm)
+    s = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(s, a)
+    p = nl.ndarray((a.shape[1], a.shape[0]), a.dtype, buffer=nl.psum)
+    nisa.nc_matmul(p, s, s, is_transpose=True, is_moving_onezero=True,
+                   tile_position=(0, 0) if tile_size else (), tile_size=tile_size)
+    r = nl.ndarray(p.shape, a.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(r, p)
+    nisa.dma_copy(out, r)
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_is_transpose_is_the_exact_transpose_and_pe_tiles_are_checked(mode):
+    a = RNG.standard_normal((128, 64)).astype(np.float32)
+    k = neuron.kernel(pe_transpose, mode=mode)
+    np.testing.assert_array_equal(k(a, ()), a.T)
+    np.testing.assert_array_equal(k(a, (128, 64)), a.T)
+    with pytest.raises(neuron.NeuronError) as e:
+        k(a, (128, 48))
+    assert e.value.rule == "matmul-shape" and "multiples of 32" in e.value.message
