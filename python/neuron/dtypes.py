@@ -19,16 +19,18 @@ ALL = tuple(_C.DType.__members__.values())
 _numpy_of = {}  # DType -> NumPy dtype, for the ones seen (every call converts its outputs')
 
 
-# MX x4 elements (four packed values, dtype.hpp) cross the host boundary as their raw bits.
-_MX_RAW = {"float8_e5m2_x4": "uint32", "float8_e4m3fn_x4": "uint32", "float4_e2m1fn_x4": "uint16"}
+# Types the host holds as another: MX x4 elements (four packed values, dtype.hpp) as their raw
+# bits, tfloat32 as the float32 it is stored as (low 13 mantissa bits zero).
+_HOST_AS = {"float8_e5m2_x4": "uint32", "float8_e4m3fn_x4": "uint32", "float4_e2m1fn_x4": "uint16",
+           "tfloat32": "float32"}
 
 
 def numpy_dtype(d):
     """The NumPy dtype of a neuron DType (ml_dtypes for bfloat16 and float8; the raw unsigned
     bits for MX x4 types)."""
     found = _numpy_of.get(d)
-    if found is None and d.name_ in _MX_RAW:
-        found = _numpy_of[d] = np.dtype(_MX_RAW[d.name_])
+    if found is None and d.name_ in _HOST_AS:
+        found = _numpy_of[d] = np.dtype(_HOST_AS[d.name_])
     if found is None:
         try:
             found = np.dtype(d.name_)
@@ -57,7 +59,7 @@ def torch_dtype(d, torch=None):
     """The torch dtype of a neuron DType (MX x4 types: their raw bits' unsigned type); TypeError
     when torch has none (float8_e4m3)."""
     torch = torch or sys.modules["torch"]
-    t = getattr(torch, _MX_RAW.get(d.name_, d.name_), None)
+    t = getattr(torch, _HOST_AS.get(d.name_, d.name_), None)
     if not isinstance(t, torch.dtype):
         raise TypeError(f"{d.name_} has no torch dtype (torch.float8_e4m3fn is the OCP format "
                         "without infinities, neuron's float8_e4m3fn); use float8_e4m3fn, "

@@ -598,5 +598,6 @@ def _execute(kernel, bases, span):
     with paused():
         ir = _C.trace(launch.name, kernel, specs, span)
         compiled = _C.compile(ir, launch.target)
-        outs, _ = runtime.run(compiled, [b.array for b in bases], (1,), "simulate")
+        outs, _ = runtime.run(compiled, [b.array for b in bases], (1,), "simulate",
+                              dtypes=[b.dtype for b in bases])
     return outs

@@ -22,6 +22,7 @@ tensor = _C.Tensor
 
 # ---- dtypes and buffers ----------------------------------------------------------------------
 float32, bfloat16, float16 = _C.DType.float32, _C.DType.bfloat16, _C.DType.float16
+tfloat32 = _C.DType.tfloat32  # the Tensor engine's 1-8-10 operand format, in 32 bits (numerics.md)
 float8_e4m3, float8_e5m2 = _C.DType.float8_e4m3, _C.DType.float8_e5m2
 float8_e4m3fn = _C.DType.float8_e4m3fn  # OCP: no infinities, largest 448 (docs/numerics.md)
 float8_e8m0fnu = _C.DType.float8_e8m0fnu  # OCP MX scale: 2^(code - 127), 0xFF NaN (mx.md)

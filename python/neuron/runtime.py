@@ -209,12 +209,14 @@ def native_profile(compiled, host, grid, runs=3):
     return NativeProfile(rows, wall_ns, runs)
 
 
-def run(compiled, arrays, grid, mode="native", profile=False):
+def run(compiled, arrays, grid, mode="native", profile=False, dtypes=None):
     """Runs natively (LLVM JIT) or on the simulator; returns (NumPy outputs, report: the
     native compile report text, or the simulator's profile summary when profiling; profiling
-    natively, a NativeProfile of one more run)."""
+    natively, a NativeProfile of one more run). dtypes: the tensors' neuron dtypes when an
+    array's own would be another (a tfloat32 tile held as float32)."""
     keep = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
-    host = host_tensors(keep)
+    host = host_tensors(keep) if dtypes is None else \
+        [_C.HostTensor.borrow_array(a, d) for a, d in zip(keep, dtypes)]
     if mode == "native":
         outs, summary = _run_native(compiled, host, grid)
         if profile:

@@ -140,6 +140,30 @@ TEST_CASE("the bit-trick bf16 rounding equals the general narrow-float rounding"
   CHECK(b::f32_to_bf16(f_of_bits(0x7F812345)) == 0x7FC0);
 }
 
+TEST_CASE("tf32 rounding is the 1-8-10 narrow-float rounding held in an fp32") {
+  // f32_to_narrow<8, 10> gives the 19-bit code; tf32 keeps it in the fp32's top bits. Every
+  // 251st pattern (all exponents, signs, NaN classes), NaN compared as a class.
+  int64_t bad = 0;
+  for (uint64_t i = 0; i < (1ull << 32); i += 251) {
+    const float f = f_of_bits(static_cast<uint32_t>(i));
+    const uint32_t got = bits_of(b::f32_to_tf32(f));
+    const uint32_t code = b::f32_to_narrow<8, 10>(f);
+    if (std::isnan(f)) {
+      bad += !std::isnan(b::f32_to_tf32(f)) || (got >> 31) != (bits_of(f) >> 31);
+      continue;
+    }
+    bad += got != (code << 13) || (got & 0x1fffu) != 0;
+  }
+  CHECK(bad == 0);
+  CHECK(b::f32_to_tf32(1.0f + std::ldexp(1.0f, -11)) == 1.0f);            // tie -> even (down)
+  CHECK(b::f32_to_tf32(1.0f + 3 * std::ldexp(1.0f, -11)) == 1.0f + std::ldexp(1.0f, -9));
+  CHECK(std::isinf(b::f32_to_tf32(std::numeric_limits<float>::max())));   // rounds past max
+  float stored = 0;
+  b::store_f32(&stored, neuron::DType::tfloat32, 1.0f + std::ldexp(1.0f, -12));
+  CHECK(stored == 1.0f);
+  CHECK(b::load_f32(&stored, neuron::DType::tfloat32) == 1.0f);
+}
+
 TEST_CASE("fp16 conversions match hand-derived bit patterns") {
   CHECK(b::f32_to_fp16(1.0f) == 0x3C00);
   CHECK(b::f32_to_fp16(65504.0f) == 0x7BFF);

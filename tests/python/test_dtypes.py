@@ -141,3 +141,35 @@ def test_a_read_only_input_the_kernel_writes_is_an_error():
     x = np.broadcast_to(np.ones((1, 8), np.float32), (8, 8))  # read-only, not contiguous
     with pytest.raises(ValueError, match="read-only"):
         bump(x)
+
+
+def to_tf32_and_matmul(a, b):
+    # a through a tfloat32 tile and back, and a tf32 x tf32 matmul in fp32 PSUM
+    rounded = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+    prod = nl.ndarray((a.shape[1], b.shape[1]), nl.float32, buffer=nl.shared_hbm)
+    ta = nl.load(a, dtype=nl.tfloat32)
+    tb = nl.load(b, dtype=nl.tfloat32)
+    nl.store(rounded, nl.copy(ta, nl.float32))
+    assert nl.add(ta, rounded_tile := nl.copy(ta, nl.float32)).dtype == nl.float32  # with fp32
+    assert nl.add(ta, ta).dtype == nl.tfloat32 and rounded_tile.dtype == nl.float32
+    nl.store(prod, nl.copy(nl.matmul(ta, tb, transpose_x=True), nl.float32))
+    return rounded, prod
+
+
+def tf32_reference(x):
+    # round to 11 significant bits, ties to even, in float64 (normal fp32 range)
+    m, e = np.frexp(x.astype(np.float64))
+    return (np.round(m * 2.0 ** 11) * 2.0 ** (e - 11)).astype(np.float32)
+
+
+@pytest.mark.parametrize("mode", ("native", "simulate", "eager"))
+def test_tfloat32_rounds_each_write_to_ten_mantissa_bits(mode):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((64, 32)).astype(np.float32) * 100
+    a[0, :4] = [1 + 2 ** -11, 1 + 3 * 2 ** -11, -(1 + 2 ** -12), 3.0]  # ties to even, below half
+    b = rng.standard_normal((64, 16)).astype(np.float32)
+    rounded, prod = neuron.kernel(to_tf32_and_matmul, mode=mode)(a, b)
+    np.testing.assert_array_equal(rounded, tf32_reference(a))
+    assert list(rounded[0, :4]) == [1.0, 1 + 2 ** -9, -1.0, 3.0]
+    ref = tf32_reference(a).astype(np.float64).T @ tf32_reference(b).astype(np.float64)
+    np.testing.assert_allclose(prod, ref, rtol=1e-5, atol=1e-4)

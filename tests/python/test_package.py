@@ -87,13 +87,13 @@ def test_no_import_cycle_between_the_packages_modules():
 def test_one_dtype_table_derived_from_the_cpp_list():
     torch = pytest.importorskip("torch")
     assert set(dtypes.ALL) == set(_C.DType.__members__.values())
-    mx_raw = {"float8_e5m2_x4": np.uint32, "float8_e4m3fn_x4": np.uint32,
-              "float4_e2m1fn_x4": np.uint16}
+    host_as = {"float8_e5m2_x4": np.uint32, "float8_e4m3fn_x4": np.uint32,
+               "float4_e2m1fn_x4": np.uint16, "tfloat32": np.float32}
     for d in dtypes.ALL:
         assert dtypes.to_dtype(d.name_) == d
-        if d.name_ in mx_raw:  # packed MX data crosses the host boundary as raw bits (mx.md)
-            assert dtypes.numpy_dtype(d) == mx_raw[d.name_]
-            assert dtypes.torch_dtype(d, torch) == getattr(torch, np.dtype(mx_raw[d.name_]).name)
+        if d.name_ in host_as:  # packed MX data as raw bits (mx.md), tf32 as its fp32 storage
+            assert dtypes.numpy_dtype(d) == host_as[d.name_]
+            assert dtypes.torch_dtype(d, torch) == getattr(torch, np.dtype(host_as[d.name_]).name)
             continue
         assert dtypes.to_dtype(dtypes.numpy_dtype(d)) == d
         if d == nl.float8_e4m3:

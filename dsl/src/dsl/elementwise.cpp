@@ -16,6 +16,7 @@ DType promote(DType a, DType b) {
   int wa = dtype_bytes(a), wb = dtype_bytes(b);
   if (fa) {
     if (wa != wb) return wa > wb ? a : b;
+    if (wa == 4) return DType::float32;                 // fp32 and tf32
     return wa == 2 ? DType::float32 : DType::bfloat16;  // fp16/bf16, or the two fp8 formats
   }
   // Integers (bool counts as uint8).

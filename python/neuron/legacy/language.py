@@ -37,7 +37,7 @@ from .views import mark_partial as _mark_partial, partial_rect as _partial_rect
 from .views import mask_rect as _mask_rect, restrict as _restrict
 
 # ---- dtypes, buffers, constants --------------------------------------------------------------
-float32, bfloat16, float16 = _nl.float32, _nl.bfloat16, _nl.float16
+float32, bfloat16, float16, tfloat32 = _nl.float32, _nl.bfloat16, _nl.float16, _nl.tfloat32
 float8_e4m3, float8_e5m2, float8_e4m3fn = _nl.float8_e4m3, _nl.float8_e5m2, _nl.float8_e4m3fn
 int8, int16, int32, uint8, uint16, uint32, bool_ = (_nl.int8, _nl.int16, _nl.int32, _nl.uint8,
                                                     _nl.uint16, _nl.uint32, _nl.bool_)

@@ -14,7 +14,8 @@
 //    to a narrower type. A value whose rounded magnitude exceeds the largest finite value
 //    becomes +-inf (all four types have inf, IEEE style). NaN stays NaN (quiet, sign kept).
 //    Subnormals of the narrow type are produced and read (no flush to zero).
-//      bf16 1-8-7 bias 127, fp16 1-5-10 bias 15 (max 65504),
+//      bf16 1-8-7 bias 127, tf32 1-8-10 bias 127 (held in 32 bits), fp16 1-5-10 bias 15
+//      (max 65504),
 //      fp8 e4m3 1-4-3 bias 7 (max 240, like ml_dtypes.float8_e4m3),
 //      fp8 e5m2 1-5-2 bias 15 (max 57344, like ml_dtypes.float8_e5m2).
 //    fp8 e4m3fn (OCP "FN", like ml_dtypes.float8_e4m3fn) is e4m3 without infinities: the top
@@ -126,6 +127,13 @@ inline uint16_t f32_to_bf16(float f) {
 inline float bf16_to_f32(uint16_t h) {
   return bits_f32(static_cast<uint32_t>(h) << 16);
 }
+// tf32 (1-8-10 in 32 bits) rounds as bf16 does, at mantissa bit 13: the same codes as
+// f32_to_narrow<8, 10> placed in an fp32's top 19 bits (tests/exec/test_builtins.cpp).
+inline float f32_to_tf32(float f) {
+  const uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bits_f32((u & 0x80000000u) | 0x7fc00000u);
+  return bits_f32((u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u);
+}
 inline uint16_t f32_to_fp16(float f) {
   return static_cast<uint16_t>(f32_to_narrow<5, 10>(f));
 }
@@ -219,7 +227,8 @@ inline int64_t dtype_int_max(DType t) {
 
 inline float load_f32(const void* p, DType t) {
   switch (t) {
-    case DType::float32: {
+    case DType::float32:
+    case DType::tfloat32: {
       float v;
       std::memcpy(&v, p, 4);
       return v;
@@ -305,6 +314,11 @@ inline void store_f32(void* p, DType t, float v) {
     case DType::float32:
       std::memcpy(p, &v, 4);
       return;
+    case DType::tfloat32: {
+      const float r = f32_to_tf32(v);
+      std::memcpy(p, &r, 4);
+      return;
+    }
     case DType::bfloat16: {
       uint16_t b = f32_to_bf16(v);
       std::memcpy(p, &b, 2);

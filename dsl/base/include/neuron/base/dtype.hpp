@@ -10,7 +10,9 @@ namespace neuron {
 // The three *_x4 types are NeuronCore-v4 MX data: four narrow floats packed in one element
 // (value i of the four in byte i, or for fp4 in nibble i, low nibble first). Only DMA copies,
 // memset 0, quantize_mx and nc_matmul_mx take them (codegen/instrs/mx.hpp); as numbers they are
-// opaque (the verifier refuses arithmetic on them).
+// opaque (the verifier refuses arithmetic on them). tfloat32 is the Tensor engine's 1-8-10
+// operand format held in 32 bits: an fp32 whose low 13 mantissa bits are zero (builtins.hpp).
+// New types go at the end: the enumerators' values are part of compiled-kernel cache keys.
 #define NEURON_DTYPES(X)                  \
   X(float32, "float32", 4, true, true)     \
   X(bfloat16, "bfloat16", 2, true, true)   \
@@ -28,7 +30,8 @@ namespace neuron {
   X(bool_, "bool", 1, false, false)         \
   X(float8_e5m2_x4, "float8_e5m2_x4", 4, false, false) \
   X(float8_e4m3fn_x4, "float8_e4m3fn_x4", 4, false, false) \
-  X(float4_e2m1fn_x4, "float4_e2m1fn_x4", 2, false, false)
+  X(float4_e2m1fn_x4, "float4_e2m1fn_x4", 2, false, false) \
+  X(tfloat32, "tfloat32", 4, true, true)
 
 enum class DType : uint8_t {
 #define X(e, name, bytes, is_float, is_signed) e,
@@ -106,7 +109,8 @@ inline constexpr DType float32 = DType::float32, bfloat16 = DType::bfloat16,
                        uint32 = DType::uint32, bool_ = DType::bool_,
                        float8_e5m2_x4 = DType::float8_e5m2_x4,
                        float8_e4m3fn_x4 = DType::float8_e4m3fn_x4,
-                       float4_e2m1fn_x4 = DType::float4_e2m1fn_x4;
+                       float4_e2m1fn_x4 = DType::float4_e2m1fn_x4,
+                       tfloat32 = DType::tfloat32;
 }  // namespace dtypes
 
 }  // namespace neuron
