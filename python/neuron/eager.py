@@ -151,6 +151,9 @@ for _name in ("add sub mul truediv".split()):
     setattr(EagerTensor, f"__i{_name}__", _inplace_method(f"__i{_name}__"))
 for _name in ("lt le gt ge neg abs bool matmul rmatmul mod floordiv and or xor iter".split()):
     setattr(EagerTensor, f"__{_name}__", _tensor_method(f"__{_name}__"))
+_tile_bool = EagerTensor.__bool__
+# An HBM tensor is true (`if bias:` tests an optional argument), a tile refuses, as traced.
+EagerTensor.__bool__ = lambda self: True if not self._base.on_chip else _tile_bool(self)
 
 
 def _eager_setitem(self, key, value):

@@ -134,11 +134,17 @@ def nc_transpose(dst, data, engine=None, name=None):
 
 @_eager.op(writes=("dst", "reduce_res"))
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
-               name=None):
+               reduce_cmd=None, name=None):
     """dst = op(data * scale + bias) (bias a [P, 1] tile or a number); with reduce_res, its
     reduce_op (add in one instruction; max, min, ... by a reduction after it) over the free
-    dims."""
+    dims. reduce_cmd: reset_reduce (the default with reduce_res) or idle (reduce_res is left
+    alone); the ones that keep the accumulator between instructions are refused."""
     span = user_span()
+    if reduce_cmd is not None:
+        from .isa_composed import _cmd, _cmd_set
+        if _cmd(reduce_cmd, "activation", (_cmd_set.idle, _cmd_set.reset_reduce),
+                span) == _cmd_set.idle:
+            reduce_res = None
     if not hasattr(data, "shape"):
         raise TypeError(f"nisa.activation: data must be a tile (an SBUF or PSUM tensor), got "
                         f"{type(data).__name__} {data!r:.40}")

@@ -56,8 +56,34 @@ class fp32:
 
 
 class NKIObject:
-    """The base class of NKI configuration classes (`@dataclass class Cfg(nl.NKIObject)`). An
+    """The base class of NKI configuration classes. As in NKI, a subclass needs no __init__:
+    `class Cfg(nl.NKIObject): tile: int = 128` takes `Cfg(tile=64)` (keywords, or positions in
+    the order the annotations are declared, base classes first); a field not given keeps its
+    class default, or stays unset. A `@dataclass` subclass has the dataclass's own __init__. An
     instance passed to a kernel is a compile-time parameter keyed by its type and fields."""
+
+    def __init__(self, *args, **kwargs):
+        names = [n for c in reversed(type(self).__mro__) for n in getattr(c, "__annotations__", {})
+                 if not n.startswith("__")]
+        names = list(dict.fromkeys(names))
+        if len(args) > len(names):
+            raise TypeError(f"{type(self).__name__}() takes at most {len(names)} positional "
+                            f"arguments ({', '.join(names)}), got {len(args)}")
+        for n, v in zip(names, args):
+            setattr(self, n, v)
+        for n, v in kwargs.items():
+            if n not in names and not hasattr(type(self), n):
+                raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument "
+                                f"{n!r}; its fields are {', '.join(names) or 'none'}")
+            setattr(self, n, v)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
+
+    def __eq__(self, other):
+        return type(self) is type(other) and vars(self) == vars(other)
+
+    __hash__ = None
 
 
 # ---- allocation ------------------------------------------------------------------------------
@@ -70,6 +96,7 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
     if address is not None and (not isinstance(address, (tuple, list)) or len(address) != 2):
         raise TypeError(f"nl.ndarray: address is a (partition, byte offset) pair, got "
                         f"{address!r:.60}")
+    name = name or ""  # NKI kernels pass name=None
     if _State.program is not None and buffer in (shared_hbm, hbm):
         return _program_shared(list(shape), to_dtype(dtype), buffer, name, user_span())
     return _C.ndarray(list(shape), to_dtype(dtype), buffer, name, user_span())
@@ -96,17 +123,17 @@ def _program_shared(shape, dtype, buffer, name, span):
 
 @_eager.op()
 def zeros(shape, dtype, buffer=sbuf, name=""):
-    return _C.zeros(list(shape), to_dtype(dtype), buffer, name, user_span())
+    return _C.zeros(list(shape), to_dtype(dtype), buffer, name or "", user_span())
 
 
 @_eager.op()
 def ones(shape, dtype, buffer=sbuf, name=""):
-    return _C.ones(list(shape), to_dtype(dtype), buffer, name, user_span())
+    return _C.ones(list(shape), to_dtype(dtype), buffer, name or "", user_span())
 
 
 @_eager.op()
 def full(shape, fill_value, dtype, buffer=sbuf, name=""):
-    return _C.full(list(shape), float(fill_value), to_dtype(dtype), buffer, name, user_span())
+    return _C.full(list(shape), float(fill_value), to_dtype(dtype), buffer, name or "", user_span())
 
 
 def _tensor_arg(x, fn):
@@ -117,7 +144,7 @@ def _tensor_arg(x, fn):
 @_eager.op()
 def zeros_like(x, dtype=None, buffer=None, name=""):
     _tensor_arg(x, "zeros_like")
-    return _C.zeros_like(x, to_dtype(dtype), buffer, name, user_span())
+    return _C.zeros_like(x, to_dtype(dtype), buffer, name or "", user_span())
 
 
 @_eager.op()
@@ -125,7 +152,7 @@ def empty_like(x, dtype=None, buffer=None, name=""):
     """An uninitialised tensor of x's shape (dtype and buffer default to x's)."""
     _tensor_arg(x, "empty_like")
     return _C.ndarray(list(x.shape), x.dtype if dtype is None else to_dtype(dtype),
-                      x.buffer if buffer is None else buffer, name, user_span())
+                      x.buffer if buffer is None else buffer, name or "", user_span())
 
 
 # ---- data movement ---------------------------------------------------------------------------
@@ -602,9 +629,14 @@ def _inplace(name):
 
 
 def _no_bool(self):
-    user_error("control-flow", "a traced tensor has no truth value at trace time: `if`/`while` "
+    # An HBM tensor (a kernel argument, an nl.ndarray in HBM) is an object that exists: NKI
+    # kernels test optional arguments with `if bias:`. A tile's truth would be its data.
+    if self.buffer not in (sbuf, psum):
+        return True
+    user_error("control-flow", "a traced tile has no truth value at trace time: `if`/`while` "
                "on device data is not supported; use nl.where(cond, x, y) or "
-               "nisa.affine_select", user_span())
+               "nisa.affine_select (to test for an optional tensor, write `if t is not None`)",
+               user_span())
 
 
 tensor.__getitem__ = _getitem
@@ -668,10 +700,10 @@ for _op in ("eq", "ne", "lt", "le", "gt", "ge"):
 
 
 def _affine_div(op, reflected):
-    # `i // 2`, `n % i`: not affine, so the value is needed (unroll.py restarts the trace with
-    # the loop unrolled, or per program); a constant Affine divides as its int.
+    # `i // 2`, `n % i`, `divmod(n, i)`: not affine, so the value is needed (unroll.py restarts
+    # the trace with the loop unrolled, or per program); a constant Affine divides as its int.
     import operator
-    fn = getattr(operator, op)
+    fn = divmod if op == "divmod" else getattr(operator, op)
 
     def div(self, other):
         if not isinstance(other, (int, _C.Affine)):
@@ -696,6 +728,8 @@ _C.Affine.__floordiv__ = _affine_div("floordiv", False)
 _C.Affine.__rfloordiv__ = _affine_div("floordiv", True)
 _C.Affine.__mod__ = _affine_div("mod", False)
 _C.Affine.__rmod__ = _affine_div("mod", True)
+_C.Affine.__divmod__ = _affine_div("divmod", False)
+_C.Affine.__rdivmod__ = _affine_div("divmod", True)
 _C.Affine.__hash__ = lambda self: hash(str(self))
 _C.Affine.__bool__ = lambda self: bool(_affine_cmp("ne")(self, 0))
 

@@ -234,3 +234,72 @@ def test_is_transpose_is_the_exact_transpose_and_pe_tiles_are_checked(mode):
     with pytest.raises(neuron.NeuronError) as e:
         k(a, (128, 48))
     assert e.value.rule == "matmul-shape" and "multiples of 32" in e.value.message
+
+
+class Shape(nl.NKIObject):  # no @dataclass and no __init__: fields by keyword, as in NKI
+    rows: int
+    shards: int = 1
+    later: int  # set after construction (or never)
+
+
+def divided(x, out, shape: Shape):
+    n, pid = nl.num_programs(0), nl.program_id(0)
+    per, rest = divmod(shape.rows, n)  # Python arithmetic on the grid's size
+    start = pid * per
+    t = nl.ndarray((per, x.shape[1]), x.dtype, buffer=nl.sbuf, name=None)
+    nisa.dma_copy(t, x[start:start + per, :])
+    r = nl.ndarray(t.shape, nl.float32, buffer=nl.sbuf, name=None)
+    s = nl.ndarray((per, 1), nl.float32, buffer=nl.sbuf)
+    nisa.activation(r, nl.copy, t, reduce_res=s, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    nisa.activation(r, nl.copy, t, reduce_res=s, reduce_cmd=nisa.reduce_cmd.idle)  # s kept
+    nisa.tensor_scalar(r, r, nl.add, s)
+    nisa.dma_copy(out[start:start + per, :], r)
+    assert rest == 0
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_config_classes_divmod_of_the_grid_and_activation_reduce_cmd(mode):
+    x = RNG.standard_normal((256, 8)).astype(np.float32)
+    out = np.zeros_like(x)
+    neuron.kernel(divided, mode=mode)[2](x, out, Shape(rows=256))
+    np.testing.assert_allclose(out, x + x.sum(axis=1, keepdims=True), rtol=1e-6, atol=1e-6)
+    assert Shape(rows=4) == Shape(4) and Shape(4).shards == 1 and not hasattr(Shape(4), "later")
+    assert Shape(4, 2) != Shape(4) and "rows=4" in repr(Shape(4))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colums'"):
+        Shape(colums=3)
+    with pytest.raises(neuron.NeuronError) as e:
+        def accumulating(x, out):
+            t = nl.load(x)
+            s = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+            nisa.activation(t, nl.copy, t, reduce_res=s, reduce_cmd=nisa.reduce_cmd.reduce)
+        neuron.kernel(accumulating, mode=mode)(x[:128], out[:128])
+    assert e.value.rule == "unsupported" and "reduce_cmd" in e.value.message
+
+
+def optional_bias(x, bias=None):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    if bias:  # an HBM tensor is true, as in NKI: the test for an optional argument
+        t = nl.add(t, nl.load(bias))
+    nl.store(out, t)
+    return out
+
+
+def branches_on_a_tile(x):
+    t = nl.load(x)
+    if t:
+        t = nl.add(t, 1.0)
+    return x
+
+
+@pytest.mark.parametrize("mode", ("native", "eager"))
+def test_an_hbm_tensor_is_true_and_a_tile_has_no_truth_value(mode):
+    x = RNG.standard_normal((128, 8)).astype(np.float32)
+    k = neuron.kernel(optional_bias, mode=mode)
+    np.testing.assert_array_equal(k(x), x)
+    np.testing.assert_array_equal(k(x, x), 2 * x)
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(branches_on_a_tile, mode=mode)(x)
+    assert e.value.rule == "control-flow" and "is not None" in e.value.message
+    assert e.value.line == line_of(branches_on_a_tile, "if t:")

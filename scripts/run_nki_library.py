@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Runs the integration tests of aws-neuron/nki-library (production kernels in the current NKI
+API) through neuron's compatibility layer, with that repository's own harness in its simulation
+mode. Not part of CI: the kernels and tests are not ours to ship, the harness needs packages
+our tests do not (pytest-xdist, pytest-html, pytest-timeout, allpairspy, pandas, scipy, boto3,
+fabric2, filelock, plotext, aws-embedded-metrics: install them in a virtual environment), and
+tests/python never depends on it (docs/nki-compat.md, "Published kernels").
+
+    PYTHONPATH=build/python python3 scripts/run_nki_library.py /path/to/nki-library [pytest args]
+
+The harness's simulation mode imports AWS's CPU simulator package (`nki_cpu_simulator`) and a
+dtype helper (`neuron_dtypes`); this script writes small stand-ins for both into a temporary
+folder (the first runs kernels with `neuron.compat.simulate_kernel_lnc`, the second casts with
+ml_dtypes) and puts it first on the path. Three defects of the published snapshot stop its
+harness before any kernel runs; the script repairs them in the checkout, saying so: a missing
+module `test/utils/scripts/remote_lock_scripts.py`, a missing `test/utils/perf_analysis_private.py`,
+and a simulation-mode attribute error in `test/utils/test_orchestrator.py` (`_compiled_kernel`
+is read before it is set). Default pytest arguments: the `fast` tests, 2 workers, 120 s per
+test, artifacts removed (they take tens of GB otherwise), collection errors not fatal (the
+snapshot's core/mlp/mlp.py has a stray docstring fragment, a syntax error)."""
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+SIM = '''import sys, types
+import neuron.compat as _c
+nki = _c.install()
+
+
+def _cpu_simulate(k):
+    class Launch:
+        def __getitem__(self, lnc):
+            return lambda *a, **kw: _c.simulate_kernel_lnc(k, a, kw, lnc)
+
+        def __call__(self, *a, **kw):
+            return _c.simulate_kernel_lnc(k, a, kw, 1)
+    return Launch()
+
+
+nki.cpu_simulate = _cpu_simulate
+for _name in ("builtin", "tensor"):
+    setattr(nki, _name, types.ModuleType("nki." + _name))
+nki.compiler = sys.modules["neuronxcc.nki.compiler"]
+nki.language.dtypes = nki.language
+for _name in ("", ".language", ".isa", ".isa.constants", ".typing", ".language.dtypes",
+              ".tensor", ".builtin", ".compiler"):
+    _mod = nki
+    for _part in [p for p in _name.split(".") if p]:
+        _mod = getattr(_mod, _part)
+    sys.modules["nki_cpu_simulator.nki" + _name] = _mod
+'''
+
+DTYPES = '''import ml_dtypes
+import numpy as np
+import neuron.language as nl
+from neuron.dtypes import numpy_dtype
+
+bfloat16 = ml_dtypes.bfloat16
+finfo = ml_dtypes.finfo
+float8_e5m2_x4, float8_e4m3fn_x4 = nl.float8_e5m2_x4, nl.float8_e4m3fn_x4
+float4_e2m1fn_x4 = nl.float4_e2m1fn_x4
+
+
+def _np(dtype):
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        return numpy_dtype(nl.to_dtype(dtype))
+
+
+def static_cast(value, dtype):
+    return np.asarray(value).astype(_np(dtype))
+
+
+def sizeinbytes(dtype):
+    return _np(dtype).itemsize
+
+
+def is_float_type(dtype):
+    d = _np(dtype)
+    return np.issubdtype(d, np.floating) or d.type.__module__.startswith("ml_dtypes")
+'''
+
+REPAIRS = [
+    ("test/utils/scripts/__init__.py", None, ""),
+    ("test/utils/scripts/remote_lock_scripts.py", None,
+     "import enum\n\n\nclass LockStatus(enum.Enum):\n    ACQUIRED = 'acquired'\n"
+     "    RELEASED = 'released'\n    FAILED = 'failed'\n    BUSY = 'busy'\n\n\n"
+     "class LockResult:\n    def __init__(self, *args, **kwargs):\n        self.args = args\n"),
+    ("test/utils/perf_analysis_private.py", None, "def analyze_trace(*args, **kwargs):\n"
+     "    return None\n"),
+    ("test/utils/test_orchestrator.py", "if not self._compiled_kernel or",
+     "if not getattr(self, '_compiled_kernel', None) or"),
+]
+
+
+def repair(root):
+    for rel, old, new in REPAIRS:
+        path = root / rel
+        if old is None:
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(new)
+                print(f"run_nki_library: created {rel} (missing from the published snapshot)")
+        elif path.exists() and old in path.read_text():
+            path.write_text(path.read_text().replace(old, new))
+            print(f"run_nki_library: patched {rel} ({old!r} -> {new!r})")
+
+
+def main(argv):
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    root = pathlib.Path(argv[0]).resolve()
+    if not (root / "src" / "nkilib_src").is_dir():
+        print(f"run_nki_library: {root} is not a checkout of aws-neuron/nki-library",
+              file=sys.stderr)
+        return 2
+    repair(root)
+    shims = pathlib.Path(tempfile.mkdtemp(prefix="neuron-nkilib-"))
+    (shims / "nki_cpu_simulator").mkdir()
+    (shims / "nki_cpu_simulator" / "__init__.py").write_text(SIM)
+    (shims / "neuron_dtypes.py").write_text(DTYPES)
+    # The harness's conftest imports `nki` before it switches to simulation mode.
+    (shims / "sitecustomize.py").write_text("import neuron.compat\nneuron.compat.install()\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(shims), *env.get("PYTHONPATH", "").split(os.pathsep), str(root / "src"), str(root)])
+    args = argv[1:] or ["test/integration", "-m", "fast", "-q", "-n", "2", "--timeout", "120",
+                        "--tb=line", "-rf", "--continue-on-collection-errors"]
+    cmd = [sys.executable, "-m", "pytest", "--test-mode", "simulation", "-p", "no:cacheprovider",
+           "--force-local-cleanup", *args]
+    print("run_nki_library:", " ".join(cmd), flush=True)
+    return subprocess.call(cmd, cwd=root, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
