@@ -109,7 +109,7 @@ def _program_shared(shape, dtype, buffer, name, span):
     if k == len(_State.shared):
         if any(_State.program):
             user_error("kernel-output", f"program {_State.program} allocates shared HBM tensor "
-                       f"#{k} but the first program allocated {k}; the programs of a grid "
+                       f"#{k} but the first program allocated only {k}; the programs of a grid "
                        "share their outputs, so they must allocate the same ones", span)
         _State.shared.append(_C.ndarray(shape, dtype, buffer, name, span))
     t = _State.shared[k]
