@@ -7,7 +7,7 @@ import functools
 
 from . import _C, access, eager
 from ._span import user_span
-from .eager_values import ApKey, EagerIndex, EagerRegister, frozen
+from .eager_values import ApKey, BroadcastKey, EagerIndex, EagerRegister, frozen
 from .errors import user_error
 
 
@@ -210,10 +210,24 @@ def _ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indi
         return [_C.ndarray([1], _C.DType.float32, _C.Memory.shared_hbm, "eager_unused", span)]
     with eager.paused():
         _C.trace(eager._launch_name(), k, [eager._spec(base, 0)], span)
-    t = eager.EagerTensor(base, ((ApKey(found["dims"]), tuple(found["shape"])),), found["shape"])
+    t = eager.EagerTensor(base, _ap_chain(found["dims"]), found["shape"])
     if "bitcast" in found:
         return access.BitcastView(t, *found["bitcast"])
     return t if rows is None else access.IndirectView(t, rows)
+
+
+def _ap_chain(dims):
+    """The eager view chain of an ap() view's per-storage-dim (start, size, step, kept): the
+    walk, then a broadcast for each step-0 (repeated) dim."""
+    walked = [(st, 1, 1, keep) if step == 0 else (st, n, step, keep) for st, n, step, keep in dims]
+    shape = [n for _, n, _, keep in walked if keep]
+    chain = [(ApKey(walked), tuple(shape))]
+    kept = [(n, step) for _, n, step, keep in dims if keep]
+    for d, (n, step) in enumerate(kept):
+        if step == 0 and n > 1:
+            shape[d] = n
+            chain.append((BroadcastKey(d, n), tuple(shape)))
+    return tuple(chain)
 
 
 eager.EagerTensor.ap = _ap

@@ -303,3 +303,31 @@ def test_an_hbm_tensor_is_true_and_a_tile_has_no_truth_value(mode):
         neuron.kernel(branches_on_a_tile, mode=mode)(x)
     assert e.value.rule == "control-flow" and "is not None" in e.value.message
     assert e.value.line == line_of(branches_on_a_tile, "if t:")
+
+
+def column_broadcast(x, y):
+    out = nl.ndarray((24, 8), nl.float32, buffer=nl.shared_hbm)
+    c = nl.ndarray((24, 1), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(c, x)
+    t = nl.ndarray((24, 8), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(t, y)
+    r = nl.ndarray((24, 8), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(r, t, c.ap([[1, 24], [0, 8]]), nl.add)  # stride 0: the column repeated
+    nisa.dma_copy(out, r)
+    return out
+
+
+def repeats_a_wide_dim(x, y):
+    t = nl.ndarray((24, 8), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(t, y)
+    return t.ap([[8, 24], [0, 8]])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_stride_zero_pattern_entry_repeats_a_size_one_dim(mode):
+    x = RNG.standard_normal((24, 1)).astype(np.float32)
+    y = RNG.standard_normal((24, 8)).astype(np.float32)
+    np.testing.assert_array_equal(neuron.kernel(column_broadcast, mode=mode)(x, y), y + x)
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(repeats_a_wide_dim, mode=mode)(x, y)
+    assert e.value.rule == "access-pattern" and "size-1 dim" in e.value.message

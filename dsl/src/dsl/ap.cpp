@@ -80,6 +80,7 @@ tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& patte
   std::vector<int> dim_of(pattern.size(), -1);
   std::vector<int64_t> step_of(pattern.size(), 1);
   std::vector<int> walker(n, -1);  // the entry walking each dim
+  bool broadcast = false;          // some entry has stride 0
   // Entries with a count > 1 take dims in order: the first (outermost) dim whose stride
   // divides theirs and inside which they stay.
   size_t next = 0;
@@ -96,6 +97,20 @@ tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& patte
       continue;
     }
     if (cnt == 1) continue;
+    if (st == 0) {  // a broadcast: the entry repeats a size-1 dim (a view for reading)
+      for (size_t k = next; k < n && dim_of[j] < 0; ++k)
+        if (S[k] == 1) {
+          dim_of[j] = static_cast<int>(k);
+          step_of[j] = 0;
+          broadcast = true;
+        }
+      if (dim_of[j] < 0)
+        fail(fmt::format("entry {} [0, {}] repeats an element, which needs a size-1 dim of the "
+                         "storage after dim {} to repeat",
+                         j, cnt, static_cast<int64_t>(next) - 1));
+      next = static_cast<size_t>(dim_of[j]) + 1;
+      continue;
+    }
     for (size_t k = next; k < n && dim_of[j] < 0; ++k)
       if (st > 0 && st % R[k] == 0 && (st / R[k]) * (cnt - 1) < S[k]) {
         dim_of[j] = static_cast<int>(k);
@@ -134,7 +149,9 @@ tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& patte
     }
     const int64_t cnt = pattern[static_cast<size_t>(j)].second;
     const int64_t step = step_of[static_cast<size_t>(j)];
-    if (step == 1 || cnt == 1) {
+    if (step == 0) {
+      subs.emplace_back(ds(start[k], 1), span);  // broadcast below
+    } else if (step == 1 || cnt == 1) {
       subs.emplace_back(ds(start[k], cnt), span);
     } else {
       if (!start[k].is_constant())
@@ -145,7 +162,12 @@ tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& patte
       subs.emplace_back(slice(s0, s0 + step * (cnt - 1) + 1, step), span);
     }
   }
-  return index_n(tensor(Access::whole(v.buffer)), subs);
+  tensor view = index_n(tensor(Access::whole(v.buffer)), subs);
+  if (!broadcast) return view;
+  // One view dim per entry, in order: the stride-0 ones repeat their size-1 dim.
+  std::vector<int64_t> shape;
+  for (auto& [st, cnt] : pattern) shape.push_back(cnt);
+  return tensor(dsl::broadcast_view(dsl::view_of(view, span), shape, span));
 }
 
 }  // namespace neuron::nl
