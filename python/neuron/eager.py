@@ -8,6 +8,7 @@ the same shape, dtype and memory, re-applies the operand's recorded subscripts (
 placement rules are checked as in a compiled kernel), calls the very same tracing function on
 those views, stores the tiles it wrote, runs it on the simulator and copies the results back.
 """
+import enum
 import functools
 import inspect
 import re
@@ -264,13 +265,37 @@ def op(writes=(), matmul=False, result_matmul=False):
         @functools.wraps(fn)
         def call(*args, **kwargs):
             if _state.launch is None:
-                result = fn(*args, **kwargs)
+                try:
+                    result = fn(*args, **kwargs)
+                except TypeError as e:
+                    if "incompatible function arguments" not in str(e):
+                        raise
+                    _operand_error(spec, fn, args, kwargs, e)
                 if write_hooks and spec.writes:
                     _written(spec, args, kwargs)
                 return result
             return _run(spec, args, kwargs, fn)
         return call
     return wrap
+
+
+def _operand_error(spec, fn, args, kwargs, e):
+    """A NeuronError (rule `operand`) at the user's line for an argument the instruction cannot
+    take (pybind's "incompatible function arguments" names C++ types, not the user's values)."""
+    bound = spec.signature.bind_partial(*args, **kwargs)
+    bad = []
+    for name, v in bound.arguments.items():
+        p = spec.signature.parameters[name]
+        if v is None and p.default is inspect.Parameter.empty:
+            bad.append(f"'{name}' is None")
+        elif v is not None and not isinstance(v, (_C.Tensor, int, float, str, list, tuple,
+                                                  np.number, enum.Enum)) and \
+                type(v).__module__.startswith("neuron") and hasattr(v, "shape"):
+            bad.append(f"'{name}' is a {type(v).__name__} of shape {list(v.shape)} (a reshaped, "
+                       "access-pattern or indirect view, which DMA copies take); copy it into a "
+                       "tile first (nisa.dma_copy) and pass the tile")
+    what = "; ".join(bad) if bad else str(e).splitlines()[0]
+    user_error("operand", f"{fn.__name__}: {what}", user_span())
 
 
 # Called as hook(view) with every view a traced nl/nisa call wrote; empty unless a legacy kernel

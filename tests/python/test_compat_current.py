@@ -331,3 +331,31 @@ def test_a_stride_zero_pattern_entry_repeats_a_size_one_dim(mode):
     with pytest.raises(neuron.NeuronError) as e:
         neuron.kernel(repeats_a_wide_dim, mode=mode)(x, y)
     assert e.value.rule == "access-pattern" and "size-1 dim" in e.value.message
+
+
+def matmul_of_none(a):
+    p = nl.ndarray((128, 128), nl.float32, buffer=nl.psum)
+    s = None  # e.g. a view helper that returned nothing
+    m = nl.load(a)
+    nisa.nc_matmul(p, s, m)
+    return a
+
+
+def activation_of_a_row_view(a):
+    t = nl.ndarray((128, 4, 8), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(t, a)
+    r = nl.ndarray((128, 32), nl.float32, buffer=nl.sbuf)
+    nisa.activation(r, nl.exp, t.reshape((128, 32)))
+    return a
+
+
+@pytest.mark.parametrize("fn,text,line", [
+    (matmul_of_none, "'stationary' is None", "nisa.nc_matmul(p, s, m)"),
+    (activation_of_a_row_view, "'data' is a Reshaped of shape [128, 32]",
+     "nisa.activation(r, nl.exp, t.reshape((128, 32)))")])
+def test_an_operand_an_instruction_cannot_take_is_named_at_the_users_line(fn, text, line):
+    a = np.zeros((128, 32), np.float32)
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(fn)(a.reshape(128, 4, 8) if fn is activation_of_a_row_view else a)
+    assert e.value.rule == "operand" and text in e.value.message, e.value.message
+    assert e.value.line == line_of(fn, line)
