@@ -17,7 +17,8 @@ module `test/utils/scripts/remote_lock_scripts.py`, a missing `test/utils/perf_a
 and a simulation-mode attribute error in `test/utils/test_orchestrator.py` (`_compiled_kernel`
 is read before it is set). Default pytest arguments: the `fast` tests, 2 workers, 120 s per
 test, artifacts removed (they take tens of GB otherwise), collection errors not fatal (the
-snapshot's core/mlp/mlp.py has a stray docstring fragment, a syntax error)."""
+snapshot's core/mlp/mlp.py has a stray docstring fragment, a syntax error), and 9 GB of
+address space per process (NKILIB_MEMORY_GB)."""
 import os
 import pathlib
 import subprocess
@@ -133,7 +134,16 @@ def main(argv):
     cmd = [sys.executable, "-m", "pytest", "--test-mode", "simulation", "-p", "no:cacheprovider",
            "--force-local-cleanup", *args]
     print("run_nki_library:", " ".join(cmd), flush=True)
-    return subprocess.call(cmd, cwd=root, env=env)
+    return subprocess.call(cmd, cwd=root, env=env, preexec_fn=_cap_memory)
+
+
+def _cap_memory():
+    # Each pytest worker inherits this cap: a kernel whose trace or simulation grows past it
+    # fails with a MemoryError instead of the machine's memory killer taking the worker (two
+    # of the snapshot's large kernels grow past 12 GB here). NKILIB_MEMORY_GB changes it.
+    import resource
+    limit = int(float(os.environ.get("NKILIB_MEMORY_GB", "9")) * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 if __name__ == "__main__":
