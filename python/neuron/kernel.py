@@ -429,8 +429,6 @@ class Kernel:
 
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True  # pytest and IPython hide this frame (the re-raise below)
-        if _C.tracing() or eager.launching():
-            return self._inline(args, kwargs)
         fast = None
         if not kwargs and self.mode == "native" and not self.profile and self._positional and \
                 len(args) == len(self._params) and self._registered is None:
@@ -441,6 +439,9 @@ class Kernel:
                     return self._call_fast(entry, args)
                 except NeuronError as e:
                     raise e.with_traceback(strip_toolkit_frames(e.__traceback__)) from None
+        # Off the cached path above: traced and eager tensors never take it.
+        if _C.tracing() or eager.launching():
+            return self._inline(args, kwargs)
         try:
             call = _Call(self, args, kwargs, specs_ok=False)
             tensors = list(call.tensors.values())

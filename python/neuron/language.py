@@ -151,8 +151,8 @@ def zeros_like(x, dtype=None, buffer=None, name=""):
 def empty_like(x, dtype=None, buffer=None, name=""):
     """An uninitialised tensor of x's shape (dtype and buffer default to x's)."""
     _tensor_arg(x, "empty_like")
-    return _C.ndarray(list(x.shape), x.dtype if dtype is None else to_dtype(dtype),
-                      x.buffer if buffer is None else buffer, name or "", user_span())
+    return ndarray(x.shape, x.dtype if dtype is None else dtype,
+                   x.buffer if buffer is None else buffer, name)
 
 
 # ---- data movement ---------------------------------------------------------------------------
