@@ -17,7 +17,8 @@ class AutoAccumulateTargets : public IRVisitor {
  public:
   std::set<std::string> names;
   void visit_Op(const Op& op) override {
-    if (op.code != Opcode::nc_matmul || op.get_int("accumulate", -1) != -1) return;
+    const bool matmul = op.code == Opcode::nc_matmul || op.code == Opcode::nc_matmul_mx;
+    if (!matmul || op.get_int("accumulate", -1) != -1) return;
     if (auto dst = op.access("dst")) names.insert(dst->buffer->name);
   }
 };

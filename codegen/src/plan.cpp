@@ -326,11 +326,22 @@ ProgramBounds analyze_bounds(const Program& p) {
 }
 
 namespace {
+bool reads_flags(const Instr& in) {
+  switch (in.op) {
+    case Opcode::nc_matmul:
+    case Opcode::nc_matmul_mx:
+      return in.args.accumulate == -1;
+    case Opcode::psum_flags_set:
+    case Opcode::psum_flags_get:
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool reads_flags(const std::vector<ProgNode>& body) {
   for (auto& n : body) {
-    if (n.kind == ProgNode::Kind::loop ? reads_flags(n.body)
-                                       : n.instr.op == Opcode::nc_matmul && n.instr.args.accumulate == -1)
-      return true;
+    if (n.kind == ProgNode::Kind::loop ? reads_flags(n.body) : reads_flags(n.instr)) return true;
   }
   return false;
 }

@@ -346,6 +346,16 @@ void init_trace(py::module_& m) {
   m.def("memset", [](const nl::tensor& dst, double value, const Span& span) {
     isa::memset(dst, value, span);
   });
+  // Eager mode's hand-over of PSUM "written by matmul" flags between its one-op kernels
+  // (ops.hpp psum_flags_set/get): executor state, not NKI instructions.
+  m.def("_psum_flags_set", [](const nl::tensor& dst, const nl::tensor& flags, const Span& span) {
+    dsl::require_trace(span);
+    dsl::emit(Opcode::psum_flags_set, {{"dst", dst.access()}, {"flags", flags.access()}}, span);
+  });
+  m.def("_psum_flags_get", [](const nl::tensor& dst, const nl::tensor& src, const Span& span) {
+    dsl::require_trace(span);
+    dsl::emit(Opcode::psum_flags_get, {{"dst", dst.access()}, {"src", src.access()}}, span);
+  });
   m.def("iota", [](const nl::tensor& dst, const isa::pattern& pattern, int64_t offset,
                    int64_t channel_multiplier, const Span& span) {
     isa::iota(dst, pattern, offset, channel_multiplier, span);

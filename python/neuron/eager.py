@@ -50,14 +50,11 @@ class paused:
 
 class _Spec:
     """How an nl/nisa function touches its arguments: `writes` names the parameters whose
-    views it writes; `matmul` says the write is a matmul (sets the PSUM accumulate marks);
-    `result_matmul` says a returned PSUM tile was written by a matmul."""
+    views it writes."""
 
-    def __init__(self, fn, writes=(), matmul=False, result_matmul=False,
-                 returns_self=False):
+    def __init__(self, fn, writes=(), returns_self=False):
         self.signature = None if fn is None else inspect.signature(fn)
-        self.writes, self.matmul = tuple(writes), matmul
-        self.result_matmul, self.returns_self = result_matmul, returns_self
+        self.writes, self.returns_self = tuple(writes), returns_self
 
 
 # ---- eager tensors ---------------------------------------------------------------------------
@@ -256,11 +253,11 @@ def rng_state(seed):
 
 # ---- one-op kernels --------------------------------------------------------------------------
 
-def op(writes=(), matmul=False, result_matmul=False):
+def op(writes=()):
     """Decorator for the public nl/nisa functions: in eager mode a call runs as a one-op
     kernel on the simulator; otherwise (tracing) it is the function itself."""
     def wrap(fn):
-        spec = _Spec(fn, writes, matmul, result_matmul)
+        spec = _Spec(fn, writes)
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
@@ -386,9 +383,10 @@ def _spec(base, i):
     return _C.TensorSpec(list(base.array.shape), base.dtype, name)
 
 
-def _root(base, inp, span, load=False):
+def _root(base, inp, span, load=False, flags=None):
     """The traced whole view of base in a one-op kernel: the input itself for HBM, else a tile
-    of the same shape, dtype and memory (holding the input's values when load)."""
+    of the same shape, dtype and memory (holding the input's values when load, and for PSUM
+    the flags of the `flags` input)."""
     if not base.on_chip:
         return inp
     shape = list(base.array.shape)
@@ -397,6 +395,10 @@ def _root(base, inp, span, load=False):
         stage = _C.ndarray(shape, base.dtype, _C.Memory.sbuf, f"{base.name}_eager_stage", span)
         _C.dma_copy(stage, inp, span)
         _C.tensor_copy(tile, stage, span)
+        marks = _C.ndarray(shape, _C.DType.uint8, _C.Memory.sbuf, f"{base.name}_eager_flags",
+                           span)
+        _C.dma_copy(marks, flags, span)
+        _C._psum_flags_set(tile, marks, span)
     elif load:
         _C.dma_copy(tile, inp, span)
     return tile
@@ -436,34 +438,6 @@ def _no_index_values(values):
                             "nisa.iota for index values on device")
 
 
-def _resolve_accumulate(arguments):
-    """nc_matmul(accumulate=None): the first matmul write to a PSUM element overwrites, later
-    ones add, until a non-matmul write (the executors' per-element flag, which a one-op kernel
-    cannot see): resolved here from the marks kept per PSUM allocation. A region of which only
-    part was last written by a matmul runs as accumulate=True after its other elements are set
-    to 0: the executors' rule gives those elements a sum starting at 0, so the bits are the same.
-    Returns the zeroing, to run just before the operation (it returns the function that puts the
-    old values back, for when the operation fails), or None."""
-    dst, acc = arguments.get("dst"), arguments.get("accumulate")
-    if not (acc is None or (not isinstance(acc, bool) and acc == -1)):
-        return None
-    if not isinstance(dst, EagerTensor) or dst._base.matmul is None:
-        return None
-    marks = _view_of(dst._base.matmul, dst._chain)
-    arguments["accumulate"] = bool(marks.any())
-    if marks.all() or not marks.any():
-        return None
-    def zero():
-        view, fresh = dst._view(), ~marks
-        old = view[fresh].copy()
-        view[fresh] = 0
-
-        def undo():
-            view[fresh] = old
-        return undo
-    return zero
-
-
 def _run(spec, args, kwargs, fn):
     """Runs fn(*args, **kwargs) as a one-op kernel on the simulator (see the module doc)."""
     launch = _state.launch
@@ -476,7 +450,6 @@ def _run(spec, args, kwargs, fn):
         bound.apply_defaults()
         arguments = bound.arguments
         positional = None
-    zero_fresh = _resolve_accumulate(arguments) if spec.matmul else None
     values = positional if positional is not None else list(arguments.values())
     _no_index_values(values)
     bases = _bases_of(values)
@@ -495,11 +468,17 @@ def _run(spec, args, kwargs, fn):
         if not any(b is t._base for b in written_bases):
             written_bases.append(t._base)
     result_info = {}
+    # The PSUM flags of the bases (psum_flags_set/get in ops.hpp): extra inputs, and extra
+    # outputs for the PSUM tiles the kernel writes or returns, so the executor alone decides
+    # what nc_matmul(accumulate=None) does and which writes set or clear the flags.
+    psum = [b for b in bases if b.flags is not None]
+    flags_out = [b for b in written_bases if b.flags is not None]
 
     def kernel(*inputs):
         reads, writes = [], []
+        flags_in = dict(zip(map(id, psum), inputs[len(bases):]))
         for i, (b, inp) in enumerate(zip(bases, inputs)):
-            r = _root(b, inp, span, load=True)
+            r = _root(b, inp, span, load=True, flags=flags_in.get(id(b)))
             reads.append(r)
             if not b.on_chip and any(w is b for w in written_bases):
                 r = _C.ndarray(list(b.array.shape), b.dtype, _C.Memory.shared_hbm,
@@ -550,20 +529,21 @@ def _run(spec, args, kwargs, fn):
                                "eager_result", span)
                 (_C.store if result.buffer not in _HBM else _C.dma_copy)(o, result, span)
                 outs.append(o)
+        for b in flags_out:
+            outs.append(_flags_of(writes[bases.index(b)], b.name, span))
+        if result_info.get("buffer") == _C.Memory.psum:
+            outs.append(_flags_of(result, "eager_result", span))
         if not outs:
             outs.append(_C.ndarray([1], _C.DType.float32, _C.Memory.shared_hbm,
                                    "eager_unused", span))
         return outs
 
-    undo_zeroing = zero_fresh() if zero_fresh else None
-    try:
-        arrays = _execute(kernel, bases, span)
-    except BaseException:
-        if undo_zeroing:
-            undo_zeroing()
-        raise
+    arrays = _execute(kernel, bases, span, [b.flags for b in psum])
 
-    # Copy back what the kernel wrote, then keep the PSUM matmul marks.
+    # Copy back what the kernel wrote, with the PSUM flags the executor left.
+    n_results = len(written_bases) + bool(result_info)
+    for b, flags in zip(flags_out, arrays[n_results:]):
+        b.flags[...] = flags
     for b, out in zip(written_bases, arrays):
         b.written = True
         if b.on_chip:
@@ -572,9 +552,6 @@ def _run(spec, args, kwargs, fn):
             for _, t in written:
                 if t._base is b:
                     t._view()[...] = _view_of(out, t._chain)
-    for _, t in written:
-        if t._base.matmul is not None:
-            _view_of(t._base.matmul, t._chain)[...] = spec.matmul
     if spec.returns_self:
         return args[0]
     if not result_info:
@@ -584,8 +561,8 @@ def _run(spec, args, kwargs, fn):
     if buffer == _C.Memory.shared_hbm:
         return _shared(launch, out, result_info["dtype"], name, span)
     base = _Base(out, buffer, result_info["dtype"], _tile_name(launch, name), span)
-    if base.matmul is not None:
-        base.matmul[...] = spec.result_matmul
+    if base.flags is not None:
+        base.flags[...] = arrays[-1]
     return EagerTensor(base)
 
 
@@ -617,15 +594,29 @@ def _shared(launch, array, dtype, name, span):
     return EagerTensor(base)
 
 
-def _execute(kernel, bases, span):
+def _execute(kernel, bases, span, flags):
     """Traces, compiles (the compile cache keys on the IR) and simulates a one-op kernel over
-    the bases' arrays; returns its outputs as NumPy arrays (device_print output goes to
-    sys.stdout at once)."""
+    the bases' arrays, then the `flags` arrays (uint8); returns its outputs as NumPy arrays
+    (device_print output goes to sys.stdout at once)."""
     launch = _state.launch
     specs = [_spec(b, i) for i, b in enumerate(bases)]
+    specs += [_C.TensorSpec(list(f.shape), _C.DType.uint8, f"psum_flags{i}")
+              for i, f in enumerate(flags)]
     with paused():
         ir = _C.trace(launch.name, kernel, specs, span)
         compiled = _C.compile(ir, launch.target)
-        outs, _ = runtime.run(compiled, [b.array for b in bases], (1,), "simulate",
-                              dtypes=[b.dtype for b in bases])
+        outs, _ = runtime.run(compiled, [b.array for b in bases] + list(flags), (1,),
+                              "simulate", dtypes=[b.dtype for b in bases] +
+                              [_C.DType.uint8] * len(flags))
     return outs
+
+
+def _flags_of(tile, name, span):
+    """The PSUM flags of `tile` (1 where the executor marks an element as last written by a
+    matmul) in a new uint8 HBM output."""
+    shape = list(tile.shape)
+    stage = _C.ndarray(shape, _C.DType.uint8, _C.Memory.sbuf, f"{name}_flags_stage", span)
+    _C._psum_flags_get(stage, tile, span)
+    out = _C.ndarray(shape, _C.DType.uint8, _C.Memory.shared_hbm, f"{name}_flags", span)
+    _C.dma_copy(out, stage, span)
+    return out

@@ -109,13 +109,14 @@ def _symbolic_slice_check(key, span):
 
 class _Base:
     """One allocation: a kernel argument (the caller's array), an nl allocation or an op
-    result. `matmul` (PSUM only) marks the elements last written by a matmul, which is what
-    nc_matmul(accumulate=None) reads."""
+    result. `flags` (PSUM only) holds the executor's per-element "last written by a matmul"
+    flags (what nc_matmul(accumulate=None) reads), handed to and taken back from every one-op
+    kernel that touches the tile (eager.py)."""
 
     def __init__(self, array, buffer, dtype, name, span, is_input=False):
         self.array, self.buffer, self.dtype, self.name = array, buffer, dtype, name
         self.span, self.is_input = span, is_input
-        self.matmul = np.zeros(array.shape, bool) if buffer == _C.Memory.psum else None
+        self.flags = np.zeros(array.shape, np.uint8) if buffer == _C.Memory.psum else None
 
     @property
     def on_chip(self):

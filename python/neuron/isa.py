@@ -51,7 +51,7 @@ def _number(v, what):
 _FP8 = (_C.DType.float8_e4m3, _C.DType.float8_e5m2, _C.DType.float8_e4m3fn)
 
 
-@_eager.op(writes=("dst",), matmul=True)
+@_eager.op(writes=("dst",))
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
               is_transpose=False, accumulate=None, tile_position=(), tile_size=(),
               perf_mode=None, name=None):
@@ -106,7 +106,7 @@ def _check_pe_tiling(position, size, span):
                        f"{size} must be multiples of 32 inside the 128 x 128 PE array", span)
 
 
-@_eager.op(writes=("dst",), matmul=True)
+@_eager.op(writes=("dst",))
 def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_position=None,
                  tile_size=None, accumulate=None, name=None):
     """NeuronCore-v4 MX matmul (docs/mx.md): dst[M, N] (PSUM fp32/bf16) = stationary[K, M].T @

@@ -235,7 +235,7 @@ def device_print(prefix, x):
 
 # ---- matrix operations -----------------------------------------------------------------------
 
-@_eager.op(result_matmul=True)
+@_eager.op()
 def matmul(x, y, transpose_x=False):
     return _C.matmul(x, y, transpose_x, user_span())
 

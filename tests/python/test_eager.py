@@ -259,6 +259,41 @@ def test_auto_accumulate_into_a_partly_marked_region_follows_each_elements_mark(
     np.testing.assert_allclose(out[:, 32:], g[:, 32:64], rtol=1e-4, atol=1e-3)
 
 
+def flags_hand_over(x, marks):
+    """psum_flags_set / psum_flags_get (ops.hpp), the instructions eager mode hands a PSUM
+    tile's flags over with, in a compiled kernel: set from `marks`, read back, then an
+    auto-accumulating matmul follows them element by element."""
+    from neuron import _C
+    from neuron._span import user_span
+    out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+    seen = nl.ndarray((2, 128, 64), nl.uint8, buffer=nl.shared_hbm)
+    p = nl.ndarray((128, 64), nl.float32, buffer=nl.psum)
+    a = nl.load(x)
+    nisa.memset(p, 5.0)
+    _C._psum_flags_set(p, nl.load(marks), user_span())
+    for i, after in enumerate(("set", "matmul")):
+        if after == "matmul":
+            nisa.nc_matmul(p, a, a[:, 0:64])
+        f = nl.ndarray((128, 64), nl.uint8, buffer=nl.sbuf)
+        _C._psum_flags_get(f, p, user_span())
+        nl.store(seen[i], f)
+    nl.store(out, p)
+    return out, seen
+
+
+def test_psum_flags_hand_over_instructions_agree_on_both_executors():
+    x = RNG.standard_normal((128, 128)).astype(np.float32)
+    marks = RNG.integers(0, 3, (128, 64)).astype(np.uint8)  # 2 counts as set, like 1
+    outs = [neuron.kernel(flags_hand_over, mode=m)(x, marks) for m in ("native", "simulate")]
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    out, seen = outs[0]
+    np.testing.assert_array_equal(seen[0], marks != 0)
+    np.testing.assert_array_equal(seen[1], 1)  # a matmul write sets every flag it writes
+    g = x.astype(f64).T @ x[:, 0:64]
+    np.testing.assert_allclose(out, np.where(marks != 0, 5.0 + g, g), rtol=1e-4, atol=1e-3)
+
+
 def test_a_failing_auto_accumulate_leaves_the_psum_values_alone():
     def k(x):
         out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)

@@ -213,6 +213,39 @@ def test_nc_matmul_mx_accumulates():
     np.testing.assert_allclose(out, want, rtol=1e-6)
 
 
+def accumulate_auto(st_p, st_s, mv_p, mv_s):
+    """nc_matmul_mx's default accumulate (auto): the first matmul into each (rotating) PSUM tile
+    overwrites, the second adds; every iteration stores the same sum."""
+    st = nl.ndarray(st_p.shape, nl.float8_e5m2_x4, buffer=nl.sbuf)
+    nisa.dma_copy(st, st_p.ap([[st_p.shape[1], 32], [1, st_p.shape[1]]],
+                              dtype=nl.float8_e5m2_x4))
+    mv = nl.ndarray(mv_p.shape, nl.float8_e5m2_x4, buffer=nl.sbuf)
+    nisa.dma_copy(mv, mv_p.ap([[mv_p.shape[1], 32], [1, mv_p.shape[1]]],
+                              dtype=nl.float8_e5m2_x4))
+    ss, ms = nl.load(st_s), nl.load(mv_s)
+    M, N = st_p.shape[1], mv_p.shape[1]
+    out = nl.ndarray((3, M, N), nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(3):
+        ps = nl.ndarray((M, N), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul_mx(ps, st, mv, ss, ms)
+        nisa.nc_matmul_mx(ps, st, mv, ss, ms)
+        nl.store(out[i], nl.copy(ps))
+    return out
+
+
+def test_nc_matmul_mx_auto_accumulate_restarts_per_tile_on_every_executor():
+    # The native backend keeps PSUM flags only for programs that read them: an auto-accumulating
+    # nc_matmul_mx is one (it once overwrote twice there), and its loop tile starts fresh.
+    rng = np.random.default_rng(4)
+    st, mv = values(nl.float8_e5m2_x4, (32, 16), rng), values(nl.float8_e5m2_x4, (32, 20), rng)
+    st_s = rng.integers(125, 130, (4, 4)).astype(np.uint8)
+    mv_s = rng.integers(125, 130, (4, 5)).astype(np.uint8)
+    out = all_modes(accumulate_auto, pack(st), st_s, pack(mv), mv_s)
+    want = 2 * np.einsum("kiq,kjq->ij", dequant(st, st_s), dequant(mv, mv_s))
+    for i in range(3):
+        np.testing.assert_allclose(out[i], want, rtol=1e-6)
+
+
 def bitcast_round_trip(words):
     """uint8 bytes read as fp4 x4 (two bytes each) into SBUF and written back as uint32."""
     P, B = words.shape

@@ -73,8 +73,8 @@ struct ProgramBounds {
 };
 ProgramBounds analyze_bounds(const Program& p);
 
-// Whether any instruction reads the PSUM "written by matmul" flags (an nc_matmul with
-// accumulate=auto). When none does the flags are unobservable, and the native backend neither
+// Whether any instruction reads the PSUM "written by matmul" flags (an nc_matmul or
+// nc_matmul_mx with accumulate=auto, eager mode's psum_flags_set/get). When none does the flags are unobservable, and the native backend neither
 // writes nor clears them (a memset of 4 flag bytes per fp32 element after every PSUM write).
 bool reads_psum_flags(const Program& p);
 

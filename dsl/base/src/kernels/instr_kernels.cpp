@@ -728,6 +728,25 @@ void neuron_k_memset(const NView* d, int ddt, double value) {
   clear_flags(*d, e);
 }
 
+void neuron_k_psum_flags_set(const NView* d, const NView* s, int ddt, int sdt) {
+  if (!d->flags) return;  // code compiled without flags (plan.hpp reads_psum_flags)
+  const NView* vs[2] = {s, d};
+  const int e = neuron::dtype_bytes(dt(ddt));
+  each(vs, 0, [&](char** p, int64_t) {
+    std::memset(d->flags + (p[1] - d->base), b::load_f32(p[0], dt(sdt)) != 0.0f ? 1 : 0,
+                static_cast<size_t>(e));
+  });
+}
+
+void neuron_k_psum_flags_get(const NView* d, const NView* s, int ddt, int sdt) {
+  (void)sdt;
+  const NView* vs[2] = {s, d};
+  each(vs, 0, [&](char** p, int64_t) {
+    b::store_f32(p[1], dt(ddt), s->flags && s->flags[p[0] - s->base] ? 1.0f : 0.0f);
+  });
+  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+}
+
 void neuron_k_iota(const NView* d, const NView* pat, int ddt, int64_t offset) {
   ValueCursor c(pat);
   each1(*d, [&](char* p) {

@@ -1,4 +1,5 @@
-// Instructions the engines' sequencers run: registers (runtime integers) and device_print.
+// Instructions the engines' sequencers run: registers (runtime integers), device_print and the
+// PSUM flag hand-over of eager mode.
 #pragma once
 #include "neuron/codegen/instr_def.hpp"
 
@@ -53,6 +54,27 @@ struct InstrDef<Opcode::device_print> {
     NormLayout l0;
     auto s = e.view(in.src[0], in, l0);
     e.call(NEURON_KERNEL(print), s, dtype_arg(in.src[0]), e.text(print_header(in)));
+  }
+};
+
+// Executor state for eager mode (ops.hpp): the PSUM "written by matmul" flags of dst's elements
+// <- flags != 0, element by element in row-major order; dst's values stay.
+template <>
+struct InstrDef<Opcode::psum_flags_set> {
+  static void check(const Operands& o) { o.same_count(0, "flags"); }
+  template <class E>
+  static void call(E& e, const Instr& in) {
+    call_dst_src(e, in, NEURON_KERNEL(psum_flags_set));
+  }
+};
+
+// dst <- 1 where src's elements have their flags set, else 0.
+template <>
+struct InstrDef<Opcode::psum_flags_get> {
+  static void check(const Operands& o) { o.same_count(0, "source"); }
+  template <class E>
+  static void call(E& e, const Instr& in) {
+    call_dst_src(e, in, NEURON_KERNEL(psum_flags_get));
   }
 };
 

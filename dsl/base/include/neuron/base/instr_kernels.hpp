@@ -74,7 +74,8 @@ void set_profile_table(std::vector<InstrTicks>* table);  // per thread; null: no
   X(store_scalar, inline) X(tensor_tensor_scan, call) X(partition_reduce, call) X(max8, call)    \
   X(find_index8, call) X(match_replace8, call) X(bn_stats, call) X(bn_aggr, call)              \
   X(stream_shuffle, call) X(rng, call) X(dropout, call) X(rng_seed, call) X(rng_skip, call)    \
-  X(matmul_mx, call) X(quantize_mx, call) X(copy_bytes, call)
+  X(matmul_mx, call) X(quantize_mx, call) X(copy_bytes, call) X(psum_flags_set, call)        \
+  X(psum_flags_get, call)
 // The cold paths of the streaming kernels (host only; see instr_kernels.cpp).
 #define NEURON_INSTR_SNAPSHOTS(X) \
   X(copy) X(tensor_tensor) X(tensor_scalar) X(activation) X(copy_predicated) X(affine_select)
@@ -130,6 +131,10 @@ void neuron_k_snapshot_affine_select(const neuron_nview* d, const neuron_nview* 
                                      int cmp_op, double on_false);
 // device_print: host only (formats with fmt, writes to the stream the run was given).
 void neuron_k_print(const neuron_nview* s, int sdt, const char* prefix);
+// psum_flags_set: the "written by matmul" flags of d's elements <- s's values != 0 (d's values
+// stay). psum_flags_get: d's values <- 1 where s's elements have their flags set, else 0.
+void neuron_k_psum_flags_set(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt);
+void neuron_k_psum_flags_get(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt);
 // dma_copy with indirect rows: partition p moves row idx[p] (of `rows`) of the HBM side, `side` 1
 // (src) or 2 (dst), whose dim 0 stride is the row stride. Out-of-range rows fault or, with
 // oob_skip, are skipped.

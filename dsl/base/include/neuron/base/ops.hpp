@@ -129,7 +129,13 @@ namespace neuron {
   X(register_move, "register_move", Isa, none, 0, /* reg <- value, or reg <- src register */  \
     (ARG(reg, name, req, reg), ARG(value, integer, opt, imm0), ARG(src, name, opt, src_reg)))  \
   X(device_print, "device_print", Isa, none, 1,                                                \
-    (IN(src, ANY_MEM), ARG(prefix, name, opt, prefix)))
+    (IN(src, ANY_MEM), ARG(prefix, name, opt, prefix)))                                        \
+  /* executor state, not NKI instructions: eager mode (python/neuron/eager.py) runs each call */ \
+  /* as its own kernel, so it hands a PSUM tile's "written by matmul" flags over with these */  \
+  X(psum_flags_set, "psum_flags_set", Isa, none, 1, /* dst's flags <- flags != 0 */           \
+    (OUT(PSUM), IN(flags, SBUF)))                                                              \
+  X(psum_flags_get, "psum_flags_get", Isa, none, 1, /* dst <- 1 where src's flags are set */  \
+    (OUT(SBUF), IN(src, PSUM)))
 
 enum class OpLevel { Nl, Isa };
 
