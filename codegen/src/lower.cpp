@@ -81,9 +81,9 @@ class Lowerer {
     AccessPattern p;
     p.memory = b.memory;
     p.dtype = b.dtype;
-    auto rs = row_strides(b.shape);
-    NEURON_ASSERT(a.dims.size() == b.shape.size(), "view rank {} != buffer rank {} for {}",
-                  a.dims.size(), b.shape.size(), b.name);
+    auto rs = row_strides(a.storage_shape());
+    NEURON_ASSERT(a.dims.size() == a.storage_shape().size(), "view rank {} != storage rank {} for {}",
+                  a.dims.size(), a.storage_shape().size(), b.name);
     if (is_on_chip(b.memory)) {
       NEURON_ASSERT(b.offset >= 0, "buffer {} reached lower without an offset", b.name);
       p.partition = a.dims[0].start;

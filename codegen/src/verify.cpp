@@ -281,10 +281,11 @@ class Verifier {
       user_error(op.span, "buffer-scope",
                  "{} argument '{}' uses buffer '{}' outside the block that allocates it", opname,
                  arg, b.name);
-    if (a.dims.size() != b.shape.size())
+    if (!a.storage.empty()) check_storage(op, opname, arg, a);
+    if (a.dims.size() != a.storage_shape().size())
       user_error(op.span, "shape-mismatch",
                  "{} argument '{}' indexes {} dimension(s) of {} which has {}", opname, arg,
-                 a.dims.size(), buffer_str(b), b.shape.size());
+                 a.dims.size(), buffer_str(b), a.storage_shape().size());
     for (size_t d = 0; d < a.dims.size(); ++d) check_bounds(op, opname, arg, a, d);
     if (!is_on_chip(b.memory)) return;
     if (a.dims[0].size > target_.partitions)
@@ -302,6 +303,22 @@ class Verifier {
     if (is_compute(op.code)) check_start_partition(op, opname, arg, a);
   }
 
+  // A view of the storage seen with another shape (ir.hpp Access::storage): the same elements,
+  // and on chip the same partitions.
+  void check_storage(const Op& op, std::string_view opname, const std::string& arg,
+                     const Access& a) {
+    const Buffer& b = *a.buffer;
+    int64_t n = 1;
+    for (auto s : a.storage) n *= s;
+    const bool partitions_kept = !is_on_chip(b.memory) || a.storage[0] == b.shape[0];
+    if (n != b.elements() || !partitions_kept || a.storage.empty())
+      user_error(op.span, "shape-mismatch",
+                 "{} argument '{}' sees {} as [{}], which {}", opname, arg, buffer_str(b),
+                 fmt::join(a.storage, ", "),
+                 n != b.elements() ? fmt::format("has {} elements, not {}", n, b.elements())
+                                   : std::string("changes its partition dim"));
+  }
+
   void check_bounds(const Op& op, std::string_view opname, const std::string& arg, const Access& a,
                     size_t d) {
     // A body under a zero-trip loop never runs: its indices have no range to check.
@@ -309,7 +326,7 @@ class Verifier {
       if (extent == 0) return;
     const DimSlice& s = a.dims[d];
     if (indirect_dim_.first == arg && indirect_dim_.second == d) return;
-    int64_t dim = a.buffer->shape[d];
+    int64_t dim = a.storage_shape()[d];
     if (s.size < 1)
       user_error(op.span, "shape-mismatch", "{} argument '{}' has size {} in dim {}", opname, arg,
                  s.size, d);

@@ -110,6 +110,33 @@ void init_dynamic(py::module_& m) {
     }
     return out;
   });
+  // The storage shape a view walks when it is not the buffer's own (ir.hpp Access::storage),
+  // and the whole buffer seen with a storage shape: eager mode replays t.ap() views with them.
+  m.def("view_storage", [](const nl::tensor& t) { return t.access().storage; });
+  // A view's walk without its start: [(stride, count)] over its kept dims, in elements of the
+  // storage it walks (views.py checks that a tile view is dense per partition with it).
+  m.def("view_walk", [](const nl::tensor& t) {
+    const Access& a = t.access();
+    const std::vector<int64_t>& S = a.storage_shape();
+    std::vector<std::pair<int64_t, int64_t>> out;
+    int64_t r = 1;
+    std::vector<int64_t> R(S.size(), 1);
+    for (size_t k = S.size(); k-- > 0;) {
+      R[k] = r;
+      r *= S[k];
+    }
+    for (size_t d = 0; d < a.dims.size(); ++d)
+      if (a.dims[d].keep) out.emplace_back(a.dims[d].step * R[d], a.dims[d].size);
+    return out;
+  });
+  m.def("storage_view", [](const nl::tensor& t, const std::vector<int64_t>& shape) {
+    Access a = Access::whole(t.access().buffer);
+    if (shape.empty() || shape == a.buffer->shape) return nl::tensor(a);
+    a.storage = shape;
+    a.dims.clear();
+    for (auto d : shape) a.dims.push_back(DimSlice{Affine(0), d, 1, true});
+    return nl::tensor(a);
+  });
   m.def("load_rows", [](const nl::tensor& src, const nl::tensor& rows, nl::oob_mode oob,
                         std::optional<DType> dtype, const Span& span) {
     return nl::load_rows(src, rows, oob, dtype, span);

@@ -118,8 +118,8 @@ def split_pattern(make, pat, offset, keep_first):
     try:
         return [({}, make(pat, offset))]
     except NeuronError as e:
-        # Only a transposing walk (a stride larger than the one before it) is split; a pattern
-        # that splits or merges a dim keeps its error.
+        # Only a transposing walk (a stride larger than the one before it) is split; an
+        # in-order pattern that no storage shape walks (overlapping entries) keeps its error.
         if e.rule != "access-pattern" or all(pat[i][0] >= pat[i + 1][0]
                                              for i in range(len(pat) - 1)):
             raise
@@ -218,7 +218,9 @@ def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indir
     off = None if offset is None else as_index(offset, "ap offset")
     if vector_offset is None:
         if scalar_offset is None and int(indirect_dim) == 0:
-            return split_or_view(lambda p, o: _C.ap(self, p, o, None, 0, span), self, pat, off)
+            return split_or_view(
+                lambda p, o: _C.ap(self, p, None if o is None else as_index(o, "ap offset"),
+                                   None, 0, span), self, pat, off)
         so = None if scalar_offset is None else \
             scalar_register(scalar_offset, "ap scalar_offset", span)
         return _C.ap(self, pat, off, so, int(indirect_dim), span)

@@ -206,22 +206,23 @@ def _ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indi
         if isinstance(v, access.BitcastView):  # ap(dtype=...): a view in base's own dtype
             found.update(bitcast=(v.dtype, v.shape))
             v = v.view
-        found.update(dims=_C.view_dims(v), shape=list(v.shape))
+        found.update(dims=_C.view_dims(v), shape=list(v.shape), storage=_C.view_storage(v))
         return [_C.ndarray([1], _C.DType.float32, _C.Memory.shared_hbm, "eager_unused", span)]
     with eager.paused():
         _C.trace(eager._launch_name(), k, [eager._spec(base, 0)], span)
-    t = eager.EagerTensor(base, _ap_chain(found["dims"]), found["shape"])
+    t = eager.EagerTensor(base, _ap_chain(found["dims"], found["storage"]), found["shape"])
     if "bitcast" in found:
         return access.BitcastView(t, *found["bitcast"])
     return t if rows is None else access.IndirectView(t, rows)
 
 
-def _ap_chain(dims):
-    """The eager view chain of an ap() view's per-storage-dim (start, size, step, kept): the
-    walk, then a broadcast for each step-0 (repeated) dim."""
+def _ap_chain(dims, storage=()):
+    """The eager view chain of an ap() view's per-storage-dim (start, size, step, kept) of the
+    storage seen with shape `storage` (empty: its own): the walk, then a broadcast for each
+    step-0 (repeated) dim."""
     walked = [(st, 1, 1, keep) if step == 0 else (st, n, step, keep) for st, n, step, keep in dims]
     shape = [n for _, n, _, keep in walked if keep]
-    chain = [(ApKey(walked), tuple(shape))]
+    chain = [(ApKey(walked, storage), tuple(shape))]
     kept = [(n, step) for _, n, step, keep in dims if keep]
     for d, (n, step) in enumerate(kept):
         if step == 0 and n > 1:

@@ -155,7 +155,8 @@ def _view_of(array, chain):
     v = array
     for key, shape in chain:
         if isinstance(key, ApKey):  # t.ap(...): a view of the whole storage
-            v = array[key.numpy_key()].reshape(shape)
+            storage = array.reshape(key.storage) if key.storage else array
+            v = storage[key.numpy_key()].reshape(shape)
         elif isinstance(key, BroadcastKey):
             v = np.broadcast_to(v, shape)
         else:
@@ -245,11 +246,13 @@ class ApKey:
     """t.ap(...) in an eager view chain: the view's slice of each storage dim (start, size, step,
     kept), as the C++ DSL chose it. It applies to the whole storage, not to the view before it."""
 
-    def __init__(self, dims):
-        self.dims = [tuple(d) for d in dims]
+    def __init__(self, dims, storage=()):
+        self.dims, self.storage = [tuple(d) for d in dims], tuple(storage)
 
     def apply(self, root):
         span, subs = user_span(), []
+        if self.storage:  # a walk of the storage seen with another shape (ir.hpp Access)
+            root = _C.storage_view(root, list(self.storage))
         for start, size, step, keep in self.dims:
             if not keep:
                 subs.append(_C.subscript("scalar", _C.Affine(start), 0, 0, span))

@@ -8,7 +8,7 @@ from ._span import user_span
 from .collectives import core_barrier, sendrecv  # noqa: F401 (refused when called)
 from .access import BitcastView, IndirectView, as_index as _as_index, copy_split
 from .errors import user_error
-from .reshaped import dma_operand, flat_rows
+from .reshaped import dma_operand
 from .language import _Fn, _int, _operand
 
 # What an indirect DMA (.ap(vector_offset=...)) does with a row index outside the tensor: a
@@ -114,8 +114,8 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
     (float8_e8m0fnu or uint8 scales, block g on partition (g // 4) * 32 + g % 4 of the scale
     tile). tile_position / tile_size (row tiling) place the matmul on the PE array: accepted,
     the result is the same."""
-    _C.nc_matmul_mx(dst, flat_rows(stationary), flat_rows(moving), flat_rows(stationary_scale),
-                    flat_rows(moving_scale), -1 if accumulate is None else int(accumulate),
+    _C.nc_matmul_mx(dst, stationary, moving, stationary_scale,
+                    moving_scale, -1 if accumulate is None else int(accumulate),
                     user_span())
 
 
@@ -124,7 +124,7 @@ def quantize_mx(dst, src, dst_scale, name=None):
     """NeuronCore-v4 MXFP8 quantization (docs/mx.md): src [P, F] bf16/fp16 -> dst [P, F/4]
     float8_e5m2_x4 / float8_e4m3fn_x4 and one scale (float8_e8m0fnu or uint8) per block of 8
     partitions x 4 values."""
-    _C.quantize_mx(flat_rows(dst), flat_rows(src), flat_rows(dst_scale), user_span())
+    _C.quantize_mx(dst, src, dst_scale, user_span())
 
 
 @_eager.op(writes=("dst",))

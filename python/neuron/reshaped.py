@@ -11,8 +11,9 @@ operand (nl.load, nl.store, nisa.dma_copy move the base view, whose shape differ
 tile's but whose element order is the same), for reads and writes: nothing is copied.
 `.ap(pattern, offset=)` walks the storage as if it had the reshaped shape.
 
-Reshapes of SBUF/PSUM tiles that only drop size-1 free dims are subscripts (t[:, 0, :]); the
-others stay refused (views.py)."""
+Reshapes of SBUF/PSUM tiles that only drop size-1 free dims are subscripts (t[:, 0, :]); those
+that keep the partitions and regroup a dense run of free elements are .ap() views
+(regroup_on_chip); the others stay refused (views.py)."""
 import math
 
 import numpy as np
@@ -203,20 +204,22 @@ def reshape(t, shape, span):
     return view_as(base, [(0, n, 1) for n in base.shape], shape)
 
 
-def rows_on_chip(t, shape):
-    """A whole tile's reshape that keeps dim 0 and merges free dims ([P, F, 4] -> [P, 4F]) as a
-    Reshaped of the tile: each partition's elements in the same order. DMA copies
-    and the instructions that read a partition's elements as one flat row (nisa.quantize_mx,
-    nisa.nc_matmul_mx) take it; None when not such a reshape."""
-    if not shape or shape[0] != t.shape[0] or len(shape) >= len(t.shape) or \
-            not _covers_storage(t):
-        return None  # merges only: a split or a new dim stays refused (views.py)
-    return Reshaped(t, shape)
-
-
-def flat_rows(x):
-    """The tile under an on-chip Reshaped (rows_on_chip), for flat-row instructions; else x."""
-    return x.base if isinstance(x, Reshaped) and x.buffer in _ON_CHIP else x
+def regroup_on_chip(t, shape):
+    """A tile view's reshape that keeps dim 0 (the partitions) and regroups each partition's
+    free elements when they are one dense run ([P, 4F] <-> [P, 4, F], also of a slice such as
+    t[:, 0:512]): t.ap() over the new shape, a view of the tile's storage seen with that shape
+    (ir.hpp Access::storage) that every instruction takes, and writes through it land in the
+    tile. None when not such a reshape."""
+    if t.buffer not in _ON_CHIP or len(shape) < 2 or shape[0] != t.shape[0] or \
+            math.prod(shape) != math.prod(t.shape):
+        return None
+    walk = _C.view_walk(t) if isinstance(t, _C.Tensor) else t.get_pattern()
+    expected = 1  # the free dims dense, innermost first (size-1 dims take any stride)
+    for stride, count in reversed(walk[1:]):
+        if count > 1 and stride != expected:
+            return None
+        expected *= count
+    return t.ap([list(walk[0])] + [[s, n] for s, n in zip(_row_major(shape[1:]), shape[1:])])
 
 
 def squeeze_on_chip(t, shape):
@@ -240,7 +243,7 @@ def _covers_storage(t):
     """Is the view t its whole storage (a kernel argument or allocation, unsubscripted)?"""
     if isinstance(t, _C.Tensor):
         try:
-            dims, storage = _C.view_dims(t), _C.storage_shape(t)
+            dims, storage = _C.view_dims(t), list(_C.view_storage(t)) or _C.storage_shape(t)
         except ValueError:  # it starts at a program id or register
             return False
         return list(t.shape) == list(storage) and all(

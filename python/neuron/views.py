@@ -4,13 +4,16 @@ get_pattern(), is_contiguous()). Eager tensors get the same methods in eager_vie
 HBM tensors (reshaped.py) here too.
 
 A neuron view (ir.hpp Access) is one slice (start, size, step, kept) per storage dim, in storage
-order. Views that keep that form are built on the subscript machinery (language._getitem), so a
-write through t.slice(...) reaches the storage. reshape, reshape_dim, expand_dim and
-flatten_dims of an HBM tensor are Reshaped views (reshaped.py: subscripts map to views of the
-base, DMAs move them); on chip only dropping size-1 free dims is a view. Views that reorder dims
-or reinterpret bytes (permute, rearrange, view(dtype)), and on-chip reshapes that split or merge
-dims, have no such form, and a copy in their place would silently drop writes: they are refused
-(rule unsupported) unless the call changes nothing. broadcast repeats a size-1 dim with step 0
+order, where the storage may be seen with another row-major shape of the same elements. Views
+that keep that form are built on the subscript machinery (language._getitem), so a write
+through t.slice(...) reaches the storage. reshape, reshape_dim, expand_dim and flatten_dims of
+an HBM tensor are Reshaped views (reshaped.py: subscripts map to views of the base, DMAs move
+them); on chip dropping size-1 free dims is a subscript and regrouping a dense run of each
+partition's free elements is an .ap() view of the storage seen with the new shape. Views that
+reorder dims or reinterpret bytes (permute, rearrange, view(dtype)), and on-chip reshapes that
+move elements between partitions or regroup a non-dense view, have no such form, and a copy in
+their place would silently drop writes: they are refused (rule unsupported) unless the call
+changes nothing. broadcast repeats a size-1 dim with step 0
 (_C.broadcast_view; eager chains hold a BroadcastKey), a view for reading (docs/nki-compat.md)."""
 import math
 
@@ -148,10 +151,11 @@ def permute(self, dims):
 def _reshaped(self, shape, call, what, instead, span):
     """self seen with `shape`: itself, a view, an HBM Reshaped (reshaped.py), or refused."""
     new = _reshaped_mod.reshape(self, shape, span)
-    if new is None:  # on chip: only dropping size-1 free dims is a view (a subscript)
+    if new is None:  # on chip: dropping size-1 free dims is a subscript
         new = _reshaped_mod.squeeze_on_chip(self, _reshaped_mod.new_shape(self.shape, shape))
-    if new is None:  # a whole tile's free dims regrouped: a row view for DMA and MX operands
-        new = _reshaped_mod.rows_on_chip(self, list(_reshaped_mod.new_shape(self.shape, shape)))
+    if new is None:  # a dense run of free elements per partition regrouped: an .ap() view
+        new = _reshaped_mod.regroup_on_chip(self, list(_reshaped_mod.new_shape(self.shape,
+                                                                               shape)))
     if new is None:
         refuse(call, what, f"{instead} (HBM tensors reshape as views: reshape the kernel "
                "argument or shared_hbm tensor, then load tiles from it)", span)
@@ -308,7 +312,7 @@ class _Expr:
 
 
 def traced_layout(t, span):
-    return layout(_view_dims(t, span), _C.storage_shape(t))
+    return layout(_view_dims(t, span), list(_C.view_storage(t)) or _C.storage_shape(t))
 
 
 def _slice(self, dim, start, end=None, step=1):

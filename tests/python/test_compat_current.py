@@ -320,7 +320,11 @@ def column_broadcast(x, y):
 def repeats_a_wide_dim(x, y):
     t = nl.ndarray((24, 8), nl.float32, buffer=nl.sbuf)
     nisa.dma_copy(t, y)
-    return t.ap([[8, 24], [0, 8]])
+    r = nl.ndarray((24, 8), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(r, t.ap([[8, 24], [0, 8]], offset=3))  # element 3 of each row, 8 times
+    out = nl.ndarray((24, 8), nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(out, r)
+    return out
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -328,9 +332,9 @@ def test_a_stride_zero_pattern_entry_repeats_a_size_one_dim(mode):
     x = RNG.standard_normal((24, 1)).astype(np.float32)
     y = RNG.standard_normal((24, 8)).astype(np.float32)
     np.testing.assert_array_equal(neuron.kernel(column_broadcast, mode=mode)(x, y), y + x)
-    with pytest.raises(neuron.NeuronError) as e:
-        neuron.kernel(repeats_a_wide_dim, mode=mode)(x, y)
-    assert e.value.rule == "access-pattern" and "size-1 dim" in e.value.message
+    # a dim of size 8 repeats one element too: the storage seen as [24, 1, 8]
+    np.testing.assert_array_equal(neuron.kernel(repeats_a_wide_dim, mode=mode)(x, y),
+                                  np.repeat(y[:, 3:4], 8, axis=1))
 
 
 def matmul_of_none(a):
@@ -342,20 +346,70 @@ def matmul_of_none(a):
 
 
 def activation_of_a_row_view(a):
-    t = nl.ndarray((128, 4, 8), nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(t, a)
     r = nl.ndarray((128, 32), nl.float32, buffer=nl.sbuf)
-    nisa.activation(r, nl.exp, t.reshape((128, 32)))
+    nisa.activation(r, nl.exp, a.reshape((128, 32)))  # an HBM view: DMA copies take it
+    nl.store(a.reshape((128, 32)), r)
     return a
 
 
 @pytest.mark.parametrize("fn,text,line", [
     (matmul_of_none, "'stationary' is None", "nisa.nc_matmul(p, s, m)"),
     (activation_of_a_row_view, "'data' is a Reshaped of shape [128, 32]",
-     "nisa.activation(r, nl.exp, t.reshape((128, 32)))")])
+     "nisa.activation(r, nl.exp, a.reshape((128, 32)))")])
 def test_an_operand_an_instruction_cannot_take_is_named_at_the_users_line(fn, text, line):
     a = np.zeros((128, 32), np.float32)
     with pytest.raises(neuron.NeuronError) as e:
         neuron.kernel(fn)(a.reshape(128, 4, 8) if fn is activation_of_a_row_view else a)
     assert e.value.rule == "operand" and text in e.value.message, e.value.message
     assert e.value.line == line_of(fn, line)
+
+
+# ---- .ap() patterns that split or merge storage dims (nki-library's TensorView) -----------------
+
+def split_merge_patterns(x, y):
+    """x [512, 8]: partition p holds rows p, p+128, ... (a split of dim 0, walked out of order);
+    y [4, 6, 8]: each batch's [6, 8] merged into one row; a tile's free dim split with a step."""
+    S, H = x.shape
+    t = nl.ndarray((128, S // 128, H), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, x.ap([[H, 128], [128 * H, S // 128], [1, H]]))
+    out_x = nl.ndarray((128, S // 128 * H), x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(out_x, t.ap([[S // 128 * H, 128], [1, S // 128 * H]]))
+    B, R, C = y.shape
+    m = nl.ndarray((B, R * C), y.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(m, y.ap([[R * C, B], [1, R * C]]))
+    strided = nl.ndarray((B, R, C // 2), y.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(strided, m.ap([[R * C, B], [C, R], [2, C // 2]]))
+    out_y = nl.ndarray((B, R * C), y.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(out_y, m)
+    out_s = nl.ndarray((B, R, C // 2), y.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(out_s, strided)
+    return out_x, out_y, out_s
+
+
+@pytest.mark.parametrize("mode", ("native", "simulate"))
+def test_ap_patterns_that_split_or_merge_storage_dims(mode):
+    x = RNG.standard_normal((512, 8)).astype(np.float32)
+    y = RNG.standard_normal((4, 6, 8)).astype(np.float32)
+    out_x, out_y, out_s = neuron.kernel(split_merge_patterns, mode=mode)(x, y)
+    np.testing.assert_array_equal(out_x, x.reshape(4, 128, 8).transpose(1, 0, 2).reshape(128, 32))
+    np.testing.assert_array_equal(out_y, y.reshape(4, 48))
+    np.testing.assert_array_equal(out_s, y[:, :, ::2])
+
+
+def merge_and_split_in_order(y):
+    B, R, C = y.shape
+    m = nl.ndarray((B, R * C), y.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(m, y.ap([[R * C, B], [1, R * C]]))
+    out = nl.ndarray((B, R, C // 2), y.dtype, buffer=nl.shared_hbm)
+    nisa.tensor_copy(m.ap([[R * C, B], [C, R], [2, C // 2]]),
+                     m.ap([[R * C, B], [C, R], [2, C // 2]]) * 3.0)
+    nisa.dma_copy(out, m.ap([[R * C, B], [C, R], [2, C // 2]]))
+    return out
+
+
+def test_split_and_merge_patterns_run_eagerly_too():
+    # (a transposing pattern runs traced only; these walk their dims in order)
+    y = RNG.standard_normal((4, 6, 8)).astype(np.float32)
+    outs = [neuron.kernel(merge_and_split_in_order, mode=m)(y) for m in ("eager", "native")]
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], 3.0 * y[:, :, ::2])

@@ -160,8 +160,6 @@ def test_calls_that_change_nothing_return_the_view():
 
 REFUSED = [  # each on its own line: the error points at it
     ("permute", lambda t: t.permute((1, 0))),
-    ("expand_dim", lambda t: t.expand_dim(1)),
-    ("reshape_dim", lambda t: t.reshape_dim(1, (4, 4))),
     ("flatten_dims", lambda t: t.flatten_dims(0, 1)),
     ("reshape", lambda t: t.reshape((64, 32))),
     ("rearrange", lambda t: t.rearrange("p (a b)", "p (b a)", {"a": 4})),
@@ -182,6 +180,57 @@ def test_views_neuron_cannot_represent_are_refused_at_the_users_line(method, cal
     assert e.value.rule == "unsupported" and e.value.line == call.__code__.co_firstlineno
     assert f"{method}(" in e.value.message
     assert "keep the storage dims in order" in e.value.message
+
+
+def regrouped_tiles(x):
+    """On-chip reshapes that keep the partitions and regroup a dense run of each partition's
+    free elements: views of the tile's storage seen with the new shape, taken by every
+    instruction, read and written through."""
+    t = nl.load(x)                                   # [128, 16]
+    split = t.reshape_dim(1, (4, 4))                 # [128, 4, 4]
+    grown = t.expand_dim(1)                          # [128, 1, 16]
+    part = t.slice(1, 4, 12).reshape((128, 2, 4))    # a slice's dense run, regrouped
+    nisa.tensor_scalar(part, part, nl.multiply, 3.0)  # writes land in t[:, 4:12]
+    tile = nl.ndarray((128, 2, 8), nl.float32, buffer=nl.sbuf)
+    merged = tile.flatten_dims(1, 2)                 # [128, 16] over a 3-D tile
+    nisa.activation(merged, nl.exp, t)               # an ISA destination
+    s = nl.ndarray((128, 4), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(s, nl.add, split, axis=2)     # reduce the inner split dim
+    out = nl.ndarray((4, 128, 16), nl.float32, buffer=nl.shared_hbm)
+    nl.store(out[0], t)
+    nl.store(out[1].reshape((128, 4, 4)), split)
+    nl.store(out[2], grown.reshape((128, 16)))
+    nl.store(out[3], tile.reshape((128, 16)))
+    sums = nl.ndarray((128, 4), nl.float32, buffer=nl.shared_hbm)
+    nl.store(sums, s)
+    return out, sums, tuple(split.get_pattern()), tuple(merged.strides)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_on_chip_reshapes_that_regroup_free_elements_are_views(mode):
+    out, sums = neuron.kernel(lambda x: regrouped_tiles(x)[:2], mode=mode)(X)
+    t = X.copy()
+    t[:, 4:12] *= 3
+    np.testing.assert_array_equal(out[0], t)
+    np.testing.assert_array_equal(out[1], t)  # split then stored through a split HBM view
+    np.testing.assert_array_equal(out[2], t)
+    np.testing.assert_allclose(out[3], np.exp(t.astype(np.float64)), rtol=1e-6)
+    np.testing.assert_allclose(sums, t.reshape(128, 4, 4).sum(axis=2), rtol=1e-6, atol=1e-5)
+
+
+def test_regrouped_views_inspect_like_numpy():
+    seen = []
+
+    def k(x):
+        out, sums, pattern, strides = regrouped_tiles(x)
+        seen.append((pattern, strides))
+        return out, sums
+    neuron.kernel(k)(X)
+    pattern, strides = seen[0]
+    # the split view of a [128, 16] tile: its partitions, then 4 rows of 4 (NumPy's strides of
+    # X.reshape(128, 4, 4), in elements)
+    assert [list(p) for p in pattern] == [[16, 128], [4, 4], [1, 4]]
+    assert list(strides) == [16, 1]  # the merged view of a [128, 2, 8] tile
 
 
 def test_view_rules_of_on_chip_tiles():

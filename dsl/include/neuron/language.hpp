@@ -220,8 +220,10 @@ void register_move(const index& reg, const index& value, Span span = Span::curre
 // buffer) from element `offset` (default: t's own first element), moved by scalar_offset (a
 // register, usually) times the element stride of dim indirect_dim. Each entry walks one buffer
 // dim, in dim order (its stride a multiple of that dim's stride, staying inside the dim); on
-// chip the first entry walks the partitions. Dims no entry walks are fixed at the offset.
-// Patterns that split or merge dims are a UserError "access-pattern".
+// chip the first entry walks the partitions. Dims no entry walks are fixed at the offset. A
+// pattern that splits or merges the buffer's dims walks the storage seen as the row-major shape
+// whose dims are its entries (Access::storage); one whose strides do not nest (each a multiple
+// of the next) or whose entries overlap is a UserError "access-pattern".
 tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& pattern,
           std::optional<index> offset = std::nullopt,
           std::optional<index> scalar_offset = std::nullopt, int64_t indirect_dim = 0,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+
 #include "neuron/dsl/builder.hpp"
 #include "neuron/dsl/emit.hpp"
 #include "neuron/language.hpp"
@@ -11,7 +12,9 @@ namespace neuron::nl {
 
 namespace {
 
-std::string pattern_str(const std::vector<std::pair<int64_t, int64_t>>& p) {
+using Pattern = std::vector<std::pair<int64_t, int64_t>>;
+
+std::string pattern_str(const Pattern& p) {
   std::vector<std::string> parts;
   for (auto& [s, c] : p) parts.push_back(fmt::format("[{}, {}]", s, c));
   return fmt::format("[{}]", fmt::join(parts, ", "));
@@ -28,38 +31,32 @@ tensor index_n(const tensor& t, const std::vector<subscript>& s) {
   }
 }
 
-}  // namespace
+// Element strides of a row-major shape.
+std::vector<int64_t> row_strides(const std::vector<int64_t>& S) {
+  std::vector<int64_t> R(S.size(), 1);
+  for (size_t k = S.size() - 1; k > 0; --k) R[k - 1] = R[k] * S[k];
+  return R;
+}
 
-tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& pattern,
-          std::optional<index> offset, std::optional<index> scalar_offset, int64_t indirect_dim,
-          Span span) {
-  dsl::require_trace(span);
-  const Access& v = dsl::view_of(t, span);
-  const Buffer& b = *v.buffer;
-  const std::vector<int64_t>& S = b.shape;
+// A pattern's view of storage seen with row-major shape S: a subscript per dim of S, or why
+// there is none.
+struct Mapping {
+  std::vector<subscript> subs;
+  bool broadcast = false;  // some entry has stride 0
+  std::string error;
+};
+
+Mapping map_pattern(const std::vector<int64_t>& S, const index& off, const Pattern& pattern,
+                    bool on_chip, Memory memory, const Span& span) {
+  Mapping m;
   const size_t n = S.size();
-  auto fail = [&](const std::string& why) {
-    user_error(span, "access-pattern", "ap({}) of '{}' (storage shape [{}]): {}",
-               pattern_str(pattern), b.name, fmt::join(S, ", "), why);
+  const std::vector<int64_t> R = row_strides(S);
+  auto fail = [&](std::string why) {
+    m.error = std::move(why);
+    return m;
   };
-  // Element strides of the row-major storage.
-  std::vector<int64_t> R(n, 1);
-  for (size_t k = n - 1; k > 0; --k) R[k - 1] = R[k] * S[k];
-
-  index off = 0;
-  if (offset) {
-    off = *offset;
-  } else {
-    for (size_t k = 0; k < n; ++k) off = off + v.dims[k].start * R[k];
-  }
-  if (scalar_offset) {
-    if (indirect_dim < 0 || indirect_dim >= static_cast<int64_t>(n))
-      fail(fmt::format("indirect_dim {} is not a dim of the storage (0..{})", indirect_dim, n - 1));
-    off = off + *scalar_offset * R[static_cast<size_t>(indirect_dim)];
-  }
   // The offset as per-dim starts: its constant in mixed radix, each symbolic term (loop index,
   // program id, register) on the outermost dim whose stride divides its coefficient.
-  if (off.constant < 0) fail(fmt::format("the offset {} is negative", off.constant));
   std::vector<index> start(n, index(0));
   int64_t c = off.constant;
   for (size_t k = 0; k < n; ++k) {
@@ -71,27 +68,23 @@ tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& patte
     while (term.coeff % R[k] != 0) ++k;  // R[n - 1] == 1 divides everything
     start[k] = start[k] + index::var(term.var, term.coeff / R[k]);
   }
-
-  if (pattern.empty() || pattern.size() > n)
-    fail(fmt::format("the pattern has {} entries; each walks one of the {} dims of the storage "
-                     "(splitting or merging dims is not supported)",
-                     pattern.size(), n));
-  const bool on_chip = is_on_chip(b.memory);
+  if (pattern.size() > n)
+    return fail(fmt::format("the pattern has {} entries; each walks one of the {} dims of the "
+                            "storage",
+                            pattern.size(), n));
   std::vector<int> dim_of(pattern.size(), -1);
   std::vector<int64_t> step_of(pattern.size(), 1);
   std::vector<int> walker(n, -1);  // the entry walking each dim
-  bool broadcast = false;          // some entry has stride 0
   // Entries with a count > 1 take dims in order: the first (outermost) dim whose stride
   // divides theirs and inside which they stay.
   size_t next = 0;
   for (size_t j = 0; j < pattern.size(); ++j) {
     auto [st, cnt] = pattern[j];
-    if (cnt < 1) fail(fmt::format("entry {} has count {}; counts are positive", j, cnt));
     if (on_chip && j == 0) {
       if (cnt > 1 && st != R[0])
-        fail(fmt::format("on {} the first entry walks the partitions, so its stride must be {} "
-                         "(the elements per partition), got {}",
-                         memory_name(b.memory), R[0], st));
+        return fail(fmt::format("on {} the first entry walks the partitions, so its stride must "
+                                "be {} (the elements per partition), got {}",
+                                memory_name(memory), R[0], st));
       dim_of[0] = 0;
       next = 1;
       continue;
@@ -102,12 +95,12 @@ tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& patte
         if (S[k] == 1) {
           dim_of[j] = static_cast<int>(k);
           step_of[j] = 0;
-          broadcast = true;
+          m.broadcast = true;
         }
       if (dim_of[j] < 0)
-        fail(fmt::format("entry {} [0, {}] repeats an element, which needs a size-1 dim of the "
-                         "storage after dim {} to repeat",
-                         j, cnt, static_cast<int64_t>(next) - 1));
+        return fail(fmt::format("entry {} [0, {}] repeats an element, which needs a size-1 dim "
+                                "of the storage after dim {} to repeat",
+                                j, cnt, static_cast<int64_t>(next) - 1));
       next = static_cast<size_t>(dim_of[j]) + 1;
       continue;
     }
@@ -117,10 +110,10 @@ tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& patte
         step_of[j] = st / R[k];
       }
     if (dim_of[j] < 0)
-      fail(fmt::format("entry {} [{}, {}] walks no single dim after dim {}: its stride must be a "
-                       "positive multiple of one dim's stride ([{}]) and stay inside that dim "
-                       "(splitting or merging dims is not supported)",
-                       j, st, cnt, static_cast<int64_t>(next) - 1, fmt::join(R, ", ")));
+      return fail(fmt::format("entry {} [{}, {}] walks no single dim after dim {}: its stride "
+                              "must be a positive multiple of one dim's stride ([{}]) and stay "
+                              "inside that dim",
+                              j, st, cnt, static_cast<int64_t>(next) - 1, fmt::join(R, ", ")));
     next = static_cast<size_t>(dim_of[j]) + 1;
   }
   // Count-1 entries keep an unwalked dim (size 1) between their neighbours' dims.
@@ -136,34 +129,114 @@ tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& patte
     for (int k = lo; k < hi && dim_of[j] < 0; ++k)
       if (walker[static_cast<size_t>(k)] < 0) dim_of[j] = k;
     if (dim_of[j] < 0)
-      fail(fmt::format("entry {} [{}, 1] has no dim left to keep as size 1", j, pattern[j].first));
+      return fail(fmt::format("entry {} [{}, 1] has no dim left to keep as size 1", j,
+                              pattern[j].first));
     walker[static_cast<size_t>(dim_of[j])] = static_cast<int>(j);
   }
 
-  std::vector<subscript> subs;
   for (size_t k = 0; k < n; ++k) {
     const int j = walker[k];
     if (j < 0) {
-      subs.emplace_back(start[k], span);
+      m.subs.emplace_back(start[k], span);
       continue;
     }
     const int64_t cnt = pattern[static_cast<size_t>(j)].second;
     const int64_t step = step_of[static_cast<size_t>(j)];
     if (step == 0) {
-      subs.emplace_back(ds(start[k], 1), span);  // broadcast below
+      m.subs.emplace_back(ds(start[k], 1), span);  // broadcast below
     } else if (step == 1 || cnt == 1) {
-      subs.emplace_back(ds(start[k], cnt), span);
+      m.subs.emplace_back(ds(start[k], cnt), span);
     } else {
       if (!start[k].is_constant())
-        fail(fmt::format("dim {} is walked with step {} from '{}'; a strided walk needs a "
-                         "constant start",
-                         k, step, start[k].str()));
+        return fail(fmt::format("dim {} is walked with step {} from '{}'; a strided walk needs a "
+                                "constant start",
+                                k, step, start[k].str()));
       const int64_t s0 = start[k].constant;
-      subs.emplace_back(slice(s0, s0 + step * (cnt - 1) + 1, step), span);
+      m.subs.emplace_back(slice(s0, s0 + step * (cnt - 1) + 1, step), span);
     }
   }
-  tensor view = index_n(tensor(Access::whole(v.buffer)), subs);
-  if (!broadcast) return view;
+  return m;
+}
+
+// The row-major shape of the same elements (`total` of them; on chip `partitions` rows kept)
+// with one dim per pattern entry, in order: a walking entry's dim has the entry's stride, a
+// count-1 or repeating (stride 0) entry's dim has size 1, and a last dim of stride 1 takes what
+// remains. The shape in which a pattern that splits or merges the buffer's dims walks one dim
+// per entry; empty when the strides do not nest (each a multiple of the next).
+std::vector<int64_t> pattern_storage(int64_t total, int64_t partitions, const Pattern& pattern,
+                                     bool on_chip) {
+  std::vector<int64_t> shape;
+  int64_t outer = total;  // the stride of the dim before the next one
+  for (size_t j = 0; j < pattern.size(); ++j) {
+    auto [st, cnt] = pattern[j];
+    if (on_chip && j == 0) st = total / partitions;  // the partition dim, whatever its count
+    else if (cnt == 1 || st == 0) {
+      shape.push_back(1);
+      continue;
+    }
+    if (st < 0 || st > outer || outer % st != 0) return {};
+    shape.push_back(outer / st);
+    outer = st;
+  }
+  if (outer > 1) shape.push_back(outer);
+  return shape;
+}
+
+}  // namespace
+
+tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& pattern,
+          std::optional<index> offset, std::optional<index> scalar_offset, int64_t indirect_dim,
+          Span span) {
+  dsl::require_trace(span);
+  const Access& v = dsl::view_of(t, span);
+  const Buffer& b = *v.buffer;
+  const std::vector<int64_t>& S = b.shape;
+  const size_t n = S.size();
+  auto fail = [&](const std::string& why) {
+    user_error(span, "access-pattern", "ap({}) of '{}' (storage shape [{}]): {}",
+               pattern_str(pattern), b.name, fmt::join(S, ", "), why);
+  };
+  const std::vector<int64_t> R = row_strides(S);
+
+  index off = 0;
+  if (offset) {
+    off = *offset;
+  } else {  // t's first element, in the storage shape t's view walks
+    const std::vector<int64_t> RV = row_strides(v.storage_shape());
+    for (size_t k = 0; k < v.dims.size(); ++k) off = off + v.dims[k].start * RV[k];
+  }
+  if (scalar_offset) {
+    if (indirect_dim < 0 || indirect_dim >= static_cast<int64_t>(n))
+      fail(fmt::format("indirect_dim {} is not a dim of the storage (0..{})", indirect_dim, n - 1));
+    off = off + *scalar_offset * R[static_cast<size_t>(indirect_dim)];
+  }
+  if (off.constant < 0) fail(fmt::format("the offset {} is negative", off.constant));
+  if (pattern.empty()) fail("the pattern is empty");
+  for (size_t j = 0; j < pattern.size(); ++j)
+    if (pattern[j].second < 1)
+      fail(fmt::format("entry {} has count {}; counts are positive", j, pattern[j].second));
+
+  // In the buffer's own shape when the pattern walks one dim per entry there, else in the shape
+  // whose dims are the pattern's strides (a split or merge of dims; Access::storage).
+  const bool on_chip = is_on_chip(b.memory);
+  Access whole = Access::whole(v.buffer);
+  Mapping m = map_pattern(S, off, pattern, on_chip, b.memory, span);
+  if (!m.error.empty()) {
+    std::vector<int64_t> shape = pattern_storage(b.elements(), S[0], pattern, on_chip);
+    Mapping split = shape.empty() || shape == S
+                        ? Mapping{}
+                        : map_pattern(shape, off, pattern, on_chip, b.memory, span);
+    if (shape.empty() || shape == S || !split.error.empty())
+      fail(m.error + "; nor does it walk one dim per entry of any reshape of the storage (that "
+                     "needs strides that nest, each a multiple of the next smaller one, and "
+                     "entries that stay inside their dims without overlapping)");
+    m = std::move(split);
+    whole.storage = shape;
+    whole.dims.clear();
+    for (auto d : shape) whole.dims.push_back(DimSlice{Affine(0), d, 1, true});
+  }
+  tensor view = index_n(tensor(whole), m.subs);
+  if (!m.broadcast) return view;
   // One view dim per entry, in order: the stride-0 ones repeat their size-1 dim.
   std::vector<int64_t> shape;
   for (auto& [st, cnt] : pattern) shape.push_back(cnt);

@@ -54,6 +54,7 @@ size_t hash_access(const Access& a) {
     mix(h, hash_of(d.step));
     mix(h, d.keep ? 1 : 2);
   }
+  for (auto s : a.storage) mix(h, hash_of(s));
   return h;
 }
 
@@ -88,7 +89,7 @@ bool equal_buffers(const std::vector<BufferPtr>& a, const std::vector<BufferPtr>
 }  // namespace
 
 bool equal(const Access& a, const Access& b) {
-  return equal_buffer(a.buffer, b.buffer) && a.dims == b.dims;
+  return equal_buffer(a.buffer, b.buffer) && a.dims == b.dims && a.storage == b.storage;
 }
 
 bool equal(const StmtPtr& a, const StmtPtr& b) {

@@ -368,7 +368,8 @@ class Parser {
 
   Value value() {
     const Token& t = cur();
-    bool view_follows = ahead(1).kind == Tok::punct && ahead(1).text == "[";
+    bool view_follows = (ahead(1).kind == Tok::punct && ahead(1).text == "[") ||
+                        (ahead(1).kind == Tok::ident && ahead(1).text == "as");
     if ((t.kind == Tok::ident || t.kind == Tok::string) && view_follows) return view();
     if (t.kind == Tok::string) return next().text;
     if (at_punct("[")) return int_list();
@@ -392,6 +393,10 @@ class Parser {
            fmt::format("unknown buffer '{}': expected a kernel parameter or a visible alloc", n));
     Access a;
     a.buffer = b;
+    if (at_ident("as")) {  // `name as [shape][...]`: the storage seen with another shape
+      next();
+      a.storage = int_list();
+    }
     expect("[");
     if (!at_punct("]")) {
       a.dims.push_back(slice());
@@ -401,9 +406,10 @@ class Parser {
       }
     }
     if (!at_punct("]")) fail(cur(), "expected ',' or ']'");
-    if (a.dims.size() != b->shape.size())
-      fail(name_tok, fmt::format("view of '{}' has {} slices: expected {} (the buffer's rank)", n,
-                                 a.dims.size(), b->shape.size()));
+    if (a.dims.size() != a.storage_shape().size())
+      fail(name_tok, fmt::format("view of '{}' has {} slices: expected {} (the {}'s rank)", n,
+                                 a.dims.size(), a.storage_shape().size(),
+                                 a.storage.empty() ? "buffer" : "storage shape"));
     expect("]");
     return a;
   }

@@ -92,6 +92,7 @@ std::string access_text(const Access& a) {
   std::vector<std::string> parts;
   for (auto& d : a.dims) parts.push_back(slice_text(d));
   std::string name = a.buffer ? name_text(a.buffer->name) : "<null>";
+  if (!a.storage.empty()) name += " as " + ints_text(a.storage);  // reshaped storage (ir.hpp)
   return fmt::format("{}[{}]", name, fmt::join(parts, ", "));
 }
 

@@ -45,10 +45,17 @@ struct DimSlice {
   bool operator==(const DimSlice&) const = default;
 };
 
-// A view of a buffer: one DimSlice per buffer dimension. Its shape is the sizes of the kept dims.
+// A view of a buffer: one DimSlice per storage dimension. Its shape is the sizes of the kept dims.
+// The storage is the buffer's elements in row-major order seen with the buffer's shape or, when
+// `storage` is set, with that shape (the same element count and, on chip, the same partition
+// dim): a view that splits or merges the buffer's dims (t.ap(), a tile reshape) walks it.
 struct Access {
   BufferPtr buffer;
   std::vector<DimSlice> dims;
+  std::vector<int64_t> storage;  // empty: buffer->shape
+  const std::vector<int64_t>& storage_shape() const {
+    return storage.empty() ? buffer->shape : storage;
+  }
   std::vector<int64_t> shape() const;
   static Access whole(BufferPtr b);  // the full buffer
 };
