@@ -89,10 +89,10 @@ class Lowerer {
       p.partition = a.dims[0].start;
       p.dims.push_back({a.dims[0].step == 0 ? 0 : 1, a.dims[0].size});
       Affine off(b.offset);
-      for (size_t d = 1; d < a.dims.size(); ++d) {
+      for (size_t d = 1; d < a.dims.size(); ++d)
         off += a.dims[d].start * (rs[d] * dtype_bytes(b.dtype));
-        if (a.dims[d].keep) p.dims.push_back({a.dims[d].step * rs[d], a.dims[d].size});
-      }
+      for (size_t d : a.kept())  // the free dims, in view order
+        if (d != 0) p.dims.push_back({a.dims[d].step * rs[d], a.dims[d].size});
       p.offset = off;
       if (b.slots > 1) p.rotation = Rotation{b.slot_var, b.slots, slot_stride(b)};
     } else {
@@ -100,10 +100,8 @@ class Lowerer {
       NEURON_ASSERT(it != tensor_index_.end(), "HBM buffer {} is not a program tensor", b.name);
       p.tensor = it->second;
       Affine off(0);
-      for (size_t d = 0; d < a.dims.size(); ++d) {
-        off += a.dims[d].start * rs[d];
-        if (a.dims[d].keep) p.dims.push_back({a.dims[d].step * rs[d], a.dims[d].size});
-      }
+      for (size_t d = 0; d < a.dims.size(); ++d) off += a.dims[d].start * rs[d];
+      for (size_t d : a.kept()) p.dims.push_back({a.dims[d].step * rs[d], a.dims[d].size});
       p.offset = off;
     }
     return p;

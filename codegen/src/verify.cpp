@@ -282,6 +282,7 @@ class Verifier {
                  "{} argument '{}' uses buffer '{}' outside the block that allocates it", opname,
                  arg, b.name);
     if (!a.storage.empty()) check_storage(op, opname, arg, a);
+    if (!a.order.empty()) check_order(op, opname, arg, a);
     if (a.dims.size() != a.storage_shape().size())
       user_error(op.span, "shape-mismatch",
                  "{} argument '{}' indexes {} dimension(s) of {} which has {}", opname, arg,
@@ -317,6 +318,23 @@ class Verifier {
                  fmt::join(a.storage, ", "),
                  n != b.elements() ? fmt::format("has {} elements, not {}", n, b.elements())
                                    : std::string("changes its partition dim"));
+  }
+
+  // A transposing view (ir.hpp Access::order) lists each kept storage dim once; on chip the
+  // partition dim comes first.
+  void check_order(const Op& op, std::string_view opname, const std::string& arg,
+                   const Access& a) {
+    std::vector<int> want;
+    for (size_t d = 0; d < a.dims.size(); ++d)
+      if (a.dims[d].keep) want.push_back(static_cast<int>(d));
+    std::vector<int> got = a.order;
+    std::sort(got.begin(), got.end());
+    const bool partition_first = !is_on_chip(a.buffer->memory) || a.order[0] == 0;
+    if (got != want || !partition_first)
+      user_error(op.span, "shape-mismatch",
+                 "{} argument '{}' orders the dims of '{}' as [{}], which {}", opname, arg,
+                 a.buffer->name, fmt::join(a.order, ", "),
+                 got != want ? "is not one of each kept dim" : "moves the partition dim");
   }
 
   void check_bounds(const Op& op, std::string_view opname, const std::string& arg, const Access& a,

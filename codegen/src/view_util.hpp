@@ -16,8 +16,8 @@ namespace neuron::passes {
 inline std::vector<int64_t> pattern_shape(const Access& a) {
   if (!a.buffer || !is_on_chip(a.buffer->memory) || a.dims.empty()) return a.shape();
   std::vector<int64_t> s{a.dims[0].size};
-  for (size_t d = 1; d < a.dims.size(); ++d)
-    if (a.dims[d].keep) s.push_back(a.dims[d].size);
+  for (size_t d : a.kept())
+    if (d != 0) s.push_back(a.dims[d].size);
   return s;
 }
 
@@ -70,9 +70,8 @@ inline bool broadcasts_free(const Access& a) {
 // The dim an indirect DMA's row index selects: the HBM view's first kept dim (its rows move to
 // the partitions of the on-chip side).
 inline size_t rows_dim(const Access& hbm) {
-  for (size_t d = 0; d < hbm.dims.size(); ++d)
-    if (hbm.dims[d].keep) return d;
-  return 0;
+  const std::vector<size_t> k = hbm.kept();
+  return k.empty() ? 0 : k[0];
 }
 
 inline std::string shape_str(const std::vector<int64_t>& s) {

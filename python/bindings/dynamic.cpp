@@ -113,7 +113,16 @@ void init_dynamic(py::module_& m) {
   // The storage shape a view walks when it is not the buffer's own (ir.hpp Access::storage),
   // and the whole buffer seen with a storage shape: eager mode replays t.ap() views with them.
   m.def("view_storage", [](const nl::tensor& t) { return t.access().storage; });
-  // A view's walk without its start: [(stride, count)] over its kept dims, in elements of the
+  // A transposing view's dims (ir.hpp Access::order: storage dims in view order; empty: storage
+  // order), and a view given that order: eager mode replays t.ap() views with them.
+  m.def("view_order", [](const nl::tensor& t) { return t.access().order; });
+  m.def("ordered_view", [](const nl::tensor& t, const std::vector<int>& order) {
+    Access a = t.access();
+    a.order = order;
+    a.normalize_order();
+    return nl::tensor(a);
+  });
+  // A view's walk without its start: [(stride, count)] over its dims (view order), in elements of the
   // storage it walks (views.py checks that a tile view is dense per partition with it).
   m.def("view_walk", [](const nl::tensor& t) {
     const Access& a = t.access();
@@ -125,8 +134,7 @@ void init_dynamic(py::module_& m) {
       R[k] = r;
       r *= S[k];
     }
-    for (size_t d = 0; d < a.dims.size(); ++d)
-      if (a.dims[d].keep) out.emplace_back(a.dims[d].step * R[d], a.dims[d].size);
+    for (size_t d : a.kept()) out.emplace_back(a.dims[d].step * R[d], a.dims[d].size);
     return out;
   });
   m.def("storage_view", [](const nl::tensor& t, const std::vector<int64_t>& shape) {

@@ -156,7 +156,8 @@ def _view_of(array, chain):
     for key, shape in chain:
         if isinstance(key, ApKey):  # t.ap(...): a view of the whole storage
             storage = array.reshape(key.storage) if key.storage else array
-            v = storage[key.numpy_key()].reshape(shape)
+            v = storage[key.numpy_key()]
+            v = (v.transpose(key.axes()) if key.order else v).reshape(shape)
         elif isinstance(key, BroadcastKey):
             v = np.broadcast_to(v, shape)
         else:
@@ -246,13 +247,25 @@ class ApKey:
     """t.ap(...) in an eager view chain: the view's slice of each storage dim (start, size, step,
     kept), as the C++ DSL chose it. It applies to the whole storage, not to the view before it."""
 
-    def __init__(self, dims, storage=()):
+    def __init__(self, dims, storage=(), order=()):
         self.dims, self.storage = [tuple(d) for d in dims], tuple(storage)
+        self.order = tuple(order)  # storage dims in view order (a transposing walk); () in order
 
     def apply(self, root):
-        span, subs = user_span(), []
+        span = user_span()
         if self.storage:  # a walk of the storage seen with another shape (ir.hpp Access)
             root = _C.storage_view(root, list(self.storage))
+        if self.order:
+            return _C.ordered_view(self._index(root, span), list(self.order))
+        return self._index(root, span)
+
+    def axes(self):
+        """The NumPy transpose of numpy_key's view that puts its dims in view order."""
+        kept = sorted(self.order)
+        return [kept.index(d) for d in self.order]
+
+    def _index(self, root, span):
+        subs = []
         for start, size, step, keep in self.dims:
             if not keep:
                 subs.append(_C.subscript("scalar", _C.Affine(start), 0, 0, span))

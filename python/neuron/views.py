@@ -3,15 +3,17 @@ t.squeeze_dim, t.broadcast, the reshapes and the inspection attributes (size, st
 get_pattern(), is_contiguous()). Eager tensors get the same methods in eager_views.py, reshaped
 HBM tensors (reshaped.py) here too.
 
-A neuron view (ir.hpp Access) is one slice (start, size, step, kept) per storage dim, in storage
-order, where the storage may be seen with another row-major shape of the same elements. Views
+A neuron view (ir.hpp Access) is one slice (start, size, step, kept) per storage dim, its dims in
+storage order or another (a transposing view), where the storage may be seen with another
+row-major shape of the same elements. Views
 that keep that form are built on the subscript machinery (language._getitem), so a write
 through t.slice(...) reaches the storage. reshape, reshape_dim, expand_dim and flatten_dims of
 an HBM tensor are Reshaped views (reshaped.py: subscripts map to views of the base, DMAs move
 them); on chip dropping size-1 free dims is a subscript and regrouping a dense run of each
 partition's free elements is an .ap() view of the storage seen with the new shape. Views that
-reorder dims or reinterpret bytes (permute, rearrange, view(dtype)), and on-chip reshapes that
-move elements between partitions or regroup a non-dense view, have no such form, and a copy in
+move a tile's partition dim or reinterpret bytes (rearrange, view(dtype), permute of dim 0 on
+chip), and on-chip reshapes that move elements between partitions or regroup a non-dense view,
+have no such form (permute of other dims is a transposing .ap() view), and a copy in
 their place would silently drop writes: they are refused (rule unsupported) unless the call
 changes nothing. broadcast repeats a size-1 dim with step 0
 (_C.broadcast_view; eager chains hold a BroadcastKey), a view for reading (docs/nki-compat.md)."""
@@ -108,8 +110,9 @@ def broadcast_check(t, dim, size, span):
 
 # ---- refused: views that reorder, split or merge storage dims ---------------------------------
 
-_WHY = ("neuron's views keep the storage dims in order (one slice per storage dim), so a view "
-        "cannot {what}, and a copy would not be a view (writes through it would be lost)")
+_WHY = ("neuron's views walk each storage dim once (one slice per dim, the partition dim first "
+        "on chip), so a view cannot {what}, and a copy would not be a view (writes through it "
+        "would be lost)")
 
 
 def refuse(method, what, instead, span):
@@ -139,13 +142,25 @@ def _resolved(shape, total):
 
 
 def permute(self, dims):
+    """The view with its dims in order `dims`: the same walk with its entries reordered (a
+    transposing .ap() view, ir.hpp Access::order). On chip the partition dim stays first."""
     span = user_span()
-    if len(dims) == len(self.shape) and _identity_perm(dims, len(self.shape)):
+    n = len(self.shape)
+    if len(dims) == n and _identity_perm(dims, n):
         return self
-    refuse(f"permute({list(dims)})", "reorder dims",
-           "transpose on chip with nisa.nc_transpose / nl.transpose, or while moving with "
-           "nisa.dma_transpose (into a tile of the permuted shape)",
-           span)
+    try:
+        perm = [int(d) + n if int(d) < 0 else int(d) for d in dims]
+    except (TypeError, ValueError):
+        perm = None
+    if perm is None or sorted(perm) != list(range(n)):
+        user_error("index", f"permute({list(dims)}) of '{self.name}' of shape {list(self.shape)}: "
+                   f"dims must list each of 0..{n - 1} once", span)
+    if self.buffer in _ON_CHIP and perm[0] != 0:
+        refuse(f"permute({list(dims)})", "move the partition dim",
+               "transpose on chip with nisa.nc_transpose / nl.transpose, or while moving with "
+               "nisa.dma_transpose (into a tile of the permuted shape)", span)
+    walk = _C.view_walk(self) if isinstance(self, _C.Tensor) else self.get_pattern()
+    return self.ap([list(walk[d]) for d in perm])
 
 
 def _reshaped(self, shape, call, what, instead, span):
@@ -268,12 +283,14 @@ def row_major(shape):
     return r
 
 
-def layout(dims, storage):
+def layout(dims, storage, order=()):
     """(pattern, offset) of a view given per storage dim (start, size, step, kept): pattern
-    [[stride, count], ...] over its kept dims, offset its first element in storage elements."""
+    [[stride, count], ...] over its kept dims (in `order`, storage dims in view order, when the
+    view transposes), offset its first element in storage elements."""
     r = row_major(storage)
     offset = sum(start * rk for (start, _, _, _), rk in zip(dims, r))
-    pattern = [[step * rk, size] for (_, size, step, keep), rk in zip(dims, r) if keep]
+    view = list(order) if order else [d for d, x in enumerate(dims) if x[3]]
+    pattern = [[dims[d][2] * r[d], dims[d][1]] for d in view]
     return pattern, offset
 
 
@@ -312,7 +329,8 @@ class _Expr:
 
 
 def traced_layout(t, span):
-    return layout(_view_dims(t, span), list(_C.view_storage(t)) or _C.storage_shape(t))
+    return layout(_view_dims(t, span), list(_C.view_storage(t)) or _C.storage_shape(t),
+                  _C.view_order(t))
 
 
 def _slice(self, dim, start, end=None, step=1):

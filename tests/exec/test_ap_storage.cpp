@@ -89,3 +89,49 @@ TEST_CASE("a view of reshaped storage round-trips through the IR text; a wrong s
     CHECK(msg.find(why) != std::string::npos);
   }
 }
+
+TEST_CASE("an ap walk out of storage order is one transposing view; a bad order is refused") {
+  // x [4, 128, 8] read as [128, 4, 8]: partition p, block b, element e = x[b, p, e].
+  auto k = neuron::trace(
+      "transpose_blocks",
+      [](nl::tensor x) {
+        auto t = nl::ndarray({128, 4, 8}, nl::float32, nl::sbuf);
+        isa::dma_copy(t, nl::ap(x, {{8, 128}, {128 * 8, 4}, {1, 8}}));
+        auto out = nl::ndarray({128, 4, 8}, nl::float32, nl::shared_hbm);
+        isa::dma_copy(out, t);
+        return out;
+      },
+      {{{4, 128, 8}, DType::float32}});
+  Tensor x = Tensor::empty({4, 128, 8}, DType::float32);
+  for (int64_t i = 0; i < x.elements(); ++i) x.set(i, static_cast<float>(i));
+  neuron::Compiled c = neuron::compile(k, neuron::default_compile_options());
+  CHECK(c.program.body.size() == 2);  // one DMA in, one out: no per-block copies
+  auto r = neuron::testing::run_both(c, {x});
+  for (int64_t p = 0; p < 128; ++p)
+    for (int64_t b = 0; b < 4; ++b)
+      for (int64_t e = 0; e < 8; ++e)
+        REQUIRE(r.sim[0].get((p * 4 + b) * 8 + e) == x.get((b * 128 + p) * 8 + e));
+
+  std::string text = neuron::print(k);
+  INFO(text);
+  const std::string view = "in0[0:+4, 0:+128, 0:+8] order [1, 0, 2]";
+  const auto at = text.find(view);
+  REQUIRE(at != std::string::npos);
+  neuron::Kernel back = neuron::parse_kernel(text);
+  CHECK(neuron::equal(back, k));
+  CHECK(neuron::hash_value(back) == neuron::hash_value(k));
+  CHECK(neuron::print(back) == text);
+  for (auto [order, why] : {std::pair{"order [1, 1, 2]", "is not one of each kept dim"},
+                            std::pair{"order [1, 0]", "is not one of each kept dim"}}) {
+    std::string bad = text;
+    bad.replace(at + view.find("order"), std::string("order [1, 0, 2]").size(), order);
+    std::string msg;
+    try {
+      neuron::compile(neuron::parse_kernel(bad), neuron::default_compile_options());
+    } catch (const neuron::UserError& e) {
+      msg = e.what();
+    }
+    INFO(msg);
+    CHECK(msg.find(why) != std::string::npos);
+  }
+}

@@ -20,7 +20,10 @@ inline std::shared_ptr<Buffer> buf(std::string name, Memory m, std::vector<int64
 }
 
 inline Access view(BufferPtr b, std::vector<DimSlice> dims) {
-  return Access{std::move(b), std::move(dims), {}};
+  Access a;
+  a.buffer = std::move(b);
+  a.dims = std::move(dims);
+  return a;
 }
 
 inline DimSlice sl(Affine start, int64_t size, int64_t step = 1) {
@@ -110,7 +113,7 @@ inline Kernel everything() {
       {"empty", std::string()},
       {"list", std::vector<int64_t>{1, -2, 3}},
       {"nolist", std::vector<int64_t>{}},
-      {"scalar_view", Access{scalar_out, {}, {}}}};
+      {"scalar_view", view(scalar_out, {})}};
 
   std::vector<StmtPtr> inner = {
       // step 0 broadcast, a dropped dim, negative coefficients and program ids.

@@ -179,7 +179,7 @@ def test_views_neuron_cannot_represent_are_refused_at_the_users_line(method, cal
         neuron.kernel(k, mode=mode)(X)
     assert e.value.rule == "unsupported" and e.value.line == call.__code__.co_firstlineno
     assert f"{method}(" in e.value.message
-    assert "keep the storage dims in order" in e.value.message
+    assert "walk each storage dim once" in e.value.message
 
 
 def regrouped_tiles(x):
@@ -231,6 +231,43 @@ def test_regrouped_views_inspect_like_numpy():
     # X.reshape(128, 4, 4), in elements)
     assert [list(p) for p in pattern] == [[16, 128], [4, 4], [1, 4]]
     assert list(strides) == [16, 1]  # the merged view of a [128, 2, 8] tile
+
+
+def permuted_views(x, y):
+    """permute() keeps the walk and reorders its dims (a transposing view): a tile's free dims
+    after a split, reduced over the now-last axis (nki-library's cascaded max), and an HBM
+    tensor's dims moved in one DMA; writes through a permuted view land in the tile."""
+    t = nl.load(x)                                              # [128, 24]
+    v = t.reshape_dim(1, (6, 4)).permute((0, 2, 1))             # [128, 4, 6]
+    m = nl.ndarray((128, 4), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(m, nl.maximum, v, axis=2)
+    u = nl.ndarray((128, 4, 8), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(u, y.permute((1, 0, 2)))                      # [4, 128, 8] -> [128, 4, 8]
+    w = nl.ndarray((128, 8, 4), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(w.permute((0, 2, 1)), u)                   # written transposed
+    out_m = nl.ndarray((128, 4), nl.float32, buffer=nl.shared_hbm)
+    out_w = nl.ndarray((128, 8, 4), nl.float32, buffer=nl.shared_hbm)
+    nl.store(out_m, m)
+    nl.store(out_w, w)
+    return out_m, out_w, tuple(v.shape), tuple(v.strides)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_permute_is_a_view_with_its_dims_reordered(mode):
+    x = RNG.standard_normal((128, 24)).astype(np.float32)
+    seen = []
+
+    def k(x, y):
+        out_m, out_w, shape, strides = permuted_views(x, y)
+        seen.append((shape, strides))
+        return out_m, out_w
+    out_m, out_w = neuron.kernel(k, mode=mode)(x, Y)
+    np.testing.assert_array_equal(out_m, x.reshape(128, 6, 4).max(axis=1))
+    np.testing.assert_array_equal(out_w, Y.transpose(1, 2, 0))
+    shape, strides = seen[0]
+    view = x.reshape(128, 6, 4).transpose(0, 2, 1)  # NumPy's strides, in elements
+    assert list(shape) == list(view.shape)
+    assert list(strides) == [s // 4 for s in view.strides]
 
 
 def test_view_rules_of_on_chip_tiles():

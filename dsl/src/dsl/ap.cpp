@@ -4,6 +4,9 @@
 #include <fmt/ranges.h>
 
 
+#include <algorithm>
+#include <functional>
+
 #include "neuron/dsl/builder.hpp"
 #include "neuron/dsl/emit.hpp"
 #include "neuron/language.hpp"
@@ -43,6 +46,7 @@ std::vector<int64_t> row_strides(const std::vector<int64_t>& S) {
 struct Mapping {
   std::vector<subscript> subs;
   bool broadcast = false;  // some entry has stride 0
+  std::vector<int> order;  // the dim each entry walks, when not in storage order
   std::string error;
 };
 
@@ -75,9 +79,21 @@ Mapping map_pattern(const std::vector<int64_t>& S, const index& off, const Patte
   std::vector<int> dim_of(pattern.size(), -1);
   std::vector<int64_t> step_of(pattern.size(), 1);
   std::vector<int> walker(n, -1);  // the entry walking each dim
-  // Entries with a count > 1 take dims in order: the first (outermost) dim whose stride
-  // divides theirs and inside which they stay.
+  // Entries with a count > 1 take dims in order where they can: the first (outermost) free dim
+  // after the previous entry's whose stride divides theirs and inside which they stay, else
+  // such a dim before it (a transposing walk: the view's dims leave storage order).
   size_t next = 0;
+  auto take = [&](size_t j, auto&& fits) {
+    for (size_t k = next; k < n && dim_of[j] < 0; ++k)
+      if (walker[k] < 0 && fits(k)) dim_of[j] = static_cast<int>(k);
+    for (size_t k = 0; k < next && dim_of[j] < 0; ++k)
+      if (walker[k] < 0 && fits(k)) dim_of[j] = static_cast<int>(k);
+    if (dim_of[j] >= 0) {
+      walker[static_cast<size_t>(dim_of[j])] = static_cast<int>(j);
+      next = static_cast<size_t>(dim_of[j]) + 1;
+    }
+    return dim_of[j] >= 0;
+  };
   for (size_t j = 0; j < pattern.size(); ++j) {
     auto [st, cnt] = pattern[j];
     if (on_chip && j == 0) {
@@ -85,54 +101,46 @@ Mapping map_pattern(const std::vector<int64_t>& S, const index& off, const Patte
         return fail(fmt::format("on {} the first entry walks the partitions, so its stride must "
                                 "be {} (the elements per partition), got {}",
                                 memory_name(memory), R[0], st));
-      dim_of[0] = 0;
+      dim_of[0] = walker[0] = 0;
       next = 1;
       continue;
     }
     if (cnt == 1) continue;
     if (st == 0) {  // a broadcast: the entry repeats a size-1 dim (a view for reading)
-      for (size_t k = next; k < n && dim_of[j] < 0; ++k)
-        if (S[k] == 1) {
-          dim_of[j] = static_cast<int>(k);
-          step_of[j] = 0;
-          m.broadcast = true;
-        }
-      if (dim_of[j] < 0)
+      if (!take(j, [&](size_t k) { return S[k] == 1; }))
         return fail(fmt::format("entry {} [0, {}] repeats an element, which needs a size-1 dim "
-                                "of the storage after dim {} to repeat",
-                                j, cnt, static_cast<int64_t>(next) - 1));
-      next = static_cast<size_t>(dim_of[j]) + 1;
+                                "of the storage to repeat",
+                                j, cnt));
+      step_of[j] = 0;
+      m.broadcast = true;
       continue;
     }
-    for (size_t k = next; k < n && dim_of[j] < 0; ++k)
-      if (st > 0 && st % R[k] == 0 && (st / R[k]) * (cnt - 1) < S[k]) {
-        dim_of[j] = static_cast<int>(k);
-        step_of[j] = st / R[k];
-      }
-    if (dim_of[j] < 0)
-      return fail(fmt::format("entry {} [{}, {}] walks no single dim after dim {}: its stride "
-                              "must be a positive multiple of one dim's stride ([{}]) and stay "
-                              "inside that dim",
-                              j, st, cnt, static_cast<int64_t>(next) - 1, fmt::join(R, ", ")));
-    next = static_cast<size_t>(dim_of[j]) + 1;
+    if (!take(j, [&](size_t k) {
+          return st > 0 && st % R[k] == 0 && (st / R[k]) * (cnt - 1) < S[k];
+        }))
+      return fail(fmt::format("entry {} [{}, {}] walks no single dim: its stride must be a "
+                              "positive multiple of one dim's stride ([{}]) and stay inside that "
+                              "dim",
+                              j, st, cnt, fmt::join(R, ", ")));
+    step_of[j] = st / R[static_cast<size_t>(dim_of[j])];
   }
-  // Count-1 entries keep an unwalked dim (size 1) between their neighbours' dims.
+  // Count-1 entries keep an unwalked dim (size 1), between their neighbours' dims if one is.
   for (size_t j = 0; j < pattern.size(); ++j) {
-    if (dim_of[j] >= 0) {
-      walker[static_cast<size_t>(dim_of[j])] = static_cast<int>(j);
-      continue;
-    }
+    if (dim_of[j] >= 0) continue;
     int lo = 0, hi = static_cast<int>(n);
     for (size_t i = 0; i < j; ++i) lo = std::max(lo, dim_of[i] + 1);
     for (size_t i = j + 1; i < pattern.size(); ++i)
       if (dim_of[i] >= 0) hi = std::min(hi, dim_of[i]);
     for (int k = lo; k < hi && dim_of[j] < 0; ++k)
       if (walker[static_cast<size_t>(k)] < 0) dim_of[j] = k;
+    for (int k = 0; k < static_cast<int>(n) && dim_of[j] < 0; ++k)
+      if (walker[static_cast<size_t>(k)] < 0) dim_of[j] = k;
     if (dim_of[j] < 0)
       return fail(fmt::format("entry {} [{}, 1] has no dim left to keep as size 1", j,
                               pattern[j].first));
     walker[static_cast<size_t>(dim_of[j])] = static_cast<int>(j);
   }
+  if (!std::is_sorted(dim_of.begin(), dim_of.end())) m.order = dim_of;
 
   for (size_t k = 0; k < n; ++k) {
     const int j = walker[k];
@@ -159,26 +167,36 @@ Mapping map_pattern(const std::vector<int64_t>& S, const index& off, const Patte
 }
 
 // The row-major shape of the same elements (`total` of them; on chip `partitions` rows kept)
-// with one dim per pattern entry, in order: a walking entry's dim has the entry's stride, a
-// count-1 or repeating (stride 0) entry's dim has size 1, and a last dim of stride 1 takes what
-// remains. The shape in which a pattern that splits or merges the buffer's dims walks one dim
-// per entry; empty when the strides do not nest (each a multiple of the next).
+// with one dim per pattern entry: the walking entries' strides, largest first (each dim the
+// entry of that stride), a last dim of stride 1 for what remains, and a size-1 dim for each
+// count-1 or repeating (stride 0) entry. The shape in which a pattern that splits or merges the
+// buffer's dims walks one dim per entry; empty when the strides do not nest (each a multiple of
+// the next) or repeat.
 std::vector<int64_t> pattern_storage(int64_t total, int64_t partitions, const Pattern& pattern,
                                      bool on_chip) {
+  std::vector<int64_t> strides;
+  size_t size_one = 0;  // count-1 and repeating entries: a size-1 dim each
+  for (size_t j = on_chip ? 1 : 0; j < pattern.size(); ++j) {
+    auto [st, cnt] = pattern[j];
+    if (cnt == 1 || st == 0) ++size_one;
+    else if (st > 0) strides.push_back(st);
+    else return {};
+  }
+  std::sort(strides.begin(), strides.end(), std::greater<>());
+  if (std::adjacent_find(strides.begin(), strides.end()) != strides.end()) return {};  // overlap
   std::vector<int64_t> shape;
   int64_t outer = total;  // the stride of the dim before the next one
-  for (size_t j = 0; j < pattern.size(); ++j) {
-    auto [st, cnt] = pattern[j];
-    if (on_chip && j == 0) st = total / partitions;  // the partition dim, whatever its count
-    else if (cnt == 1 || st == 0) {
-      shape.push_back(1);
-      continue;
-    }
-    if (st < 0 || st > outer || outer % st != 0) return {};
+  if (on_chip) {
+    shape.push_back(partitions);
+    outer = total / partitions;
+  }
+  for (int64_t st : strides) {
+    if (st > outer || outer % st != 0) return {};
     shape.push_back(outer / st);
     outer = st;
   }
   if (outer > 1) shape.push_back(outer);
+  shape.insert(shape.end(), size_one, 1);
   return shape;
 }
 
@@ -236,6 +254,12 @@ tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& patte
     for (auto d : shape) whole.dims.push_back(DimSlice{Affine(0), d, 1, true});
   }
   tensor view = index_n(tensor(whole), m.subs);
+  if (!m.order.empty()) {  // the view's dims in entry order (ir.hpp Access::order)
+    Access a = view.access();
+    a.order = m.order;
+    a.normalize_order();
+    view = tensor(std::move(a));
+  }
   if (!m.broadcast) return view;
   // One view dim per entry, in order: the stride-0 ones repeat their size-1 dim.
   std::vector<int64_t> shape;

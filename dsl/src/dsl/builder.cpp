@@ -248,7 +248,8 @@ Kernel TraceScope::finish(const std::optional<std::vector<nl::tensor>>& outputs)
         if (in == b)
           user_error(st.span, "kernel-output", "kernel input '{}' cannot be returned as an output",
                      b->name);
-      if (!(t.access().dims == Access::whole(b).dims))
+      if (!(t.access().dims == Access::whole(b).dims) || !t.access().storage.empty() ||
+          !t.access().order.empty())
         user_error(st.span, "kernel-output",
                    "kernel outputs must be whole tensors, not a view of '{}'", b->name);
       for (auto& o : k.outputs)

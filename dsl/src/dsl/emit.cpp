@@ -61,8 +61,8 @@ Access broadcast_view(const Access& a, const std::vector<int64_t>& shape, const 
     user_error(span, "broadcast", "cannot broadcast '{}' of shape {} to {}: ranks differ",
                a.buffer->name, shape_text(have), shape_text(shape));
   size_t k = 0;
-  for (auto& d : out.dims) {
-    if (!d.keep) continue;
+  for (size_t s : a.kept()) {
+    DimSlice& d = out.dims[s];
     if (d.size != shape[k]) {
       if (d.size != 1)
         user_error(span, "broadcast", "cannot broadcast '{}' of shape {} to {} (dim {})",

@@ -51,9 +51,7 @@ tensor tensor::index_with(const std::vector<subscript>& subs) const {
   const Span& span = subs.front().span();
   dsl::require_trace(span);
   const Buffer& buf = buffer_of(view_);
-  std::vector<size_t> kept;  // positions in view_.dims of the view's dims
-  for (size_t d = 0; d < view_.dims.size(); ++d)
-    if (view_.dims[d].keep) kept.push_back(d);
+  const std::vector<size_t> kept = view_.kept();  // positions in view_.dims of the view's dims
   if (subs.size() > kept.size())
     user_error(span, "index", "{} subscripts given for '{}' of shape [{}] ({} dims)", subs.size(),
                buf.name, fmt::join(shape(), ", "), kept.size());
@@ -120,6 +118,7 @@ tensor tensor::index_with(const std::vector<subscript>& subs) const {
   };
   for (auto it = dropped.rbegin(); it != dropped.rend() && rank() < min_rank; ++it)
     out.dims[*it].keep = true;
+  out.normalize_order();
   return tensor(std::move(out));
 }
 

@@ -55,6 +55,7 @@ size_t hash_access(const Access& a) {
     mix(h, d.keep ? 1 : 2);
   }
   for (auto s : a.storage) mix(h, hash_of(s));
+  for (auto o : a.order) mix(h, hash_of(static_cast<int64_t>(o)) + 7);
   return h;
 }
 
@@ -89,7 +90,8 @@ bool equal_buffers(const std::vector<BufferPtr>& a, const std::vector<BufferPtr>
 }  // namespace
 
 bool equal(const Access& a, const Access& b) {
-  return equal_buffer(a.buffer, b.buffer) && a.dims == b.dims && a.storage == b.storage;
+  return equal_buffer(a.buffer, b.buffer) && a.dims == b.dims && a.storage == b.storage &&
+         a.order == b.order;
 }
 
 bool equal(const StmtPtr& a, const StmtPtr& b) {

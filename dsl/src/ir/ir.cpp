@@ -1,6 +1,8 @@
 // Factories and accessors of the Kernel IR nodes.
 #include "neuron/ir/ir.hpp"
 
+#include <algorithm>
+
 namespace neuron {
 
 int64_t Buffer::elements() const {
@@ -15,10 +17,28 @@ int64_t Buffer::free_elements() const {
   return n;
 }
 
+std::vector<size_t> Access::kept() const {
+  std::vector<size_t> k;
+  if (!order.empty()) {
+    for (int d : order) k.push_back(static_cast<size_t>(d));
+    return k;
+  }
+  for (size_t d = 0; d < dims.size(); ++d)
+    if (dims[d].keep) k.push_back(d);
+  return k;
+}
+
+void Access::normalize_order() {
+  if (order.empty()) return;
+  std::vector<int> o;
+  for (int d : order)
+    if (dims[static_cast<size_t>(d)].keep) o.push_back(d);
+  order = std::is_sorted(o.begin(), o.end()) ? std::vector<int>{} : o;
+}
+
 std::vector<int64_t> Access::shape() const {
   std::vector<int64_t> s;
-  for (auto& d : dims)
-    if (d.keep) s.push_back(d.size);
+  for (size_t d : kept()) s.push_back(dims[d].size);
   return s;
 }
 

@@ -411,6 +411,10 @@ class Parser {
                                  a.dims.size(), a.storage_shape().size(),
                                  a.storage.empty() ? "buffer" : "storage shape"));
     expect("]");
+    if (at_ident("order")) {  // `name[...] order [dims]`: a transposing view
+      next();
+      for (int64_t d : int_list()) a.order.push_back(static_cast<int>(d));
+    }
     return a;
   }
 

@@ -45,7 +45,9 @@ struct DimSlice {
   bool operator==(const DimSlice&) const = default;
 };
 
-// A view of a buffer: one DimSlice per storage dimension. Its shape is the sizes of the kept dims.
+// A view of a buffer: one DimSlice per storage dimension. Its shape is the sizes of the kept dims,
+// in storage order or, when `order` is set, in that order (a transposing view such as a
+// .permute() or a t.ap() walk out of storage order; on chip the partition dim stays first).
 // The storage is the buffer's elements in row-major order seen with the buffer's shape or, when
 // `storage` is set, with that shape (the same element count and, on chip, the same partition
 // dim): a view that splits or merges the buffer's dims (t.ap(), a tile reshape) walks it.
@@ -53,9 +55,15 @@ struct Access {
   BufferPtr buffer;
   std::vector<DimSlice> dims;
   std::vector<int64_t> storage;  // empty: buffer->shape
+  std::vector<int> order;        // empty: the kept dims in storage order
   const std::vector<int64_t>& storage_shape() const {
     return storage.empty() ? buffer->shape : storage;
   }
+  // The storage dims the view's dims walk, in view order.
+  std::vector<size_t> kept() const;
+  // After keep flags changed: `order` without the dims no longer kept, empty when it is the
+  // storage order.
+  void normalize_order();
   std::vector<int64_t> shape() const;
   static Access whole(BufferPtr b);  // the full buffer
 };
