@@ -147,7 +147,7 @@ class Lowerer {
           const bool on_src = spec.slot == ArgSlot::src_rows;
           const Access& hbm = *op.access(on_src ? "src" : "dst");
           a.indirect = on_src ? InstrArgs::Indirect::src : InstrArgs::Indirect::dst;
-          a.indirect_rows = hbm.buffer->shape.at(rows_dim(hbm));
+          a.indirect_rows = hbm.storage_shape().at(rows_dim(hbm));
           break;
         }
         case ArgSlot::bias_tile:

@@ -202,7 +202,23 @@ def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indir
        dtype=None):
     """The view of this tensor's storage walking pattern = [[stride, count], ...] from element
     `offset` (None: this view's first element); see the module doc."""
+    return ap_over(self, None, pattern, offset, scalar_offset, vector_offset, indirect_dim, dtype)
+
+
+def ap_over(self, storage, pattern, offset=None, scalar_offset=None, vector_offset=None,
+            indirect_dim=0, dtype=None):
+    """ap() of self, whose storage elements are counted, for scalar_offset's indirect_dim and
+    vector_offset's rows, in the dims of the row-major shape `storage` (None: self's own; a
+    whole-storage reshape passes its shape, reshaped.py)."""
     span = user_span()
+    if storage is not None and scalar_offset is not None:
+        if not is_int(indirect_dim) or not 0 <= int(indirect_dim) < len(storage):
+            user_error("access-pattern", f"ap: indirect_dim {indirect_dim} is not a dim of the "
+                       f"shape {list(storage)}", span)
+        # The offset's step in elements: a multiple of the buffer's last dim (stride 1).
+        step = math.prod(storage[int(indirect_dim) + 1:])
+        scalar_offset = scalar_register(scalar_offset, "ap scalar_offset", span) * step
+        indirect_dim = len(_C.storage_shape(self)) - 1
     pat = pattern_pairs(pattern)
     if dtype is not None:
         if to_dtype(dtype) != self.dtype:
@@ -227,7 +243,8 @@ def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indir
     if scalar_offset is not None:
         user_error("access-pattern", "ap: scalar_offset and vector_offset are mutually "
                    "exclusive", span)
-    whole = indirect_pattern(self, pat, vector_offset, indirect_dim, _C.storage_shape(self),
+    whole = indirect_pattern(self, pat, vector_offset, indirect_dim,
+                             list(storage) if storage is not None else _C.storage_shape(self),
                              span)
     return IndirectView(_C.ap(self, whole, off, None, 0, span), vector_offset)
 

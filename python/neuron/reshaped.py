@@ -9,7 +9,8 @@ elements are the base's in the same row-major order. Its subscripts map to a vie
 size-1 dims (then every instruction takes it), else again a Reshaped. A Reshaped is a DMA
 operand (nl.load, nl.store, nisa.dma_copy move the base view, whose shape differs from the
 tile's but whose element order is the same), for reads and writes: nothing is copied.
-`.ap(pattern, offset=)` walks the storage as if it had the reshaped shape.
+`.ap(...)` of a whole reshaped tensor is the tensor's own .ap() (a pattern walks storage
+elements, which a reshape does not move).
 
 Reshapes of SBUF/PSUM tiles that only drop size-1 free dims are subscripts (t[:, 0, :]); those
 that keep the partitions and regroup a dense run of free elements are .ap() views
@@ -252,66 +253,32 @@ def _covers_storage(t):
 
 
 def ap(r, pattern, offset, scalar_offset, vector_offset, indirect_dim, dtype):
-    """r.ap(...): the pattern walks r's storage; when r reshapes a whole storage, its entries
-    take the dims of r's shape as ap.cpp takes storage dims (so `[[S*D, B*H], [D, S], [1, D]]`
-    walks a [B, H, S, D] argument reshaped to [B*H, S, D]), else the base's own ap."""
+    """r.ap(...): a pattern walks storage elements, which a reshape does not move. When r
+    reshapes a whole storage it is the base's .ap() with the same pattern, from element 0 by
+    default (scalar_offset's indirect_dim and vector_offset's rows count in r's dims); else the
+    base's own ap."""
     span = user_span()
-    from .access import pattern_pairs
     if dtype is not None and to_dtype(dtype) == r.dtype:
         dtype = None  # the tensor's own dtype: nothing to reinterpret
-    if scalar_offset is not None or vector_offset is not None or dtype is not None:
+    dynamic = scalar_offset is not None or vector_offset is not None
+    if offset is not None and symbolic(_value(offset)) is not None:
+        # A rolled loop's index may step across several of the base's dims (one head of merged
+        # [B, H] heads per iteration), which one view's start cannot: unroll that loop, the
+        # offset is a number then. Program ids and registers stay symbolic.
+        from .unroll import need_value
+        need_value(symbolic(_value(offset)))
+    if _covers_storage(r.base) and isinstance(r.base, _C.Tensor):
+        from .access import ap_over
+        return ap_over(r.base, list(r.shape), pattern, 0 if offset is None else offset,
+                       scalar_offset, vector_offset, indirect_dim, dtype)
+    if dynamic or dtype is not None:
+        where = " in eager mode" if _covers_storage(r.base) else " (it reshapes part of a tensor)"
         user_error("unsupported", f"ap(scalar_offset=, vector_offset=, dtype=) of the reshaped "
-                   f"tensor '{r.name}' is not supported; the pattern walks the same storage, so "
-                   "call .ap() on the tensor before reshaping it", span)
-    if not _covers_storage(r.base):
-        return r.base.ap(pattern, offset)
-    from .access import split_or_view
-    pat = pattern_pairs(pattern)
-    return split_or_view(lambda p, o: _ap_whole(r, p, o, span), r, pat, offset)
-
-
-def _ap_whole(r, pat, offset, span):
-    """One view of r's storage walking pat (a whole-storage reshape's ap), or an error."""
-    if offset is None:
-        off = 0
-    else:
-        off = _value(offset)
-        if symbolic(off) is not None:
-            from .unroll import need_value
-            need_value(symbolic(off))  # a rolled loop's index: unroll it, the offset is a number
-            return r.base.ap([list(p) for p in pat], offset)  # a program id or register
-    shape, R = list(r.shape), _row_major(r.shape)
-
-    def fail(why):
-        user_error("access-pattern", f"ap({[list(p) for p in pat]}) of '{r.name}' reshaped to "
-                   f"{shape}: {why}", span)
-    if off < 0:
-        fail(f"the offset {off} is negative")
-    if len(pat) > len(shape):
-        fail(f"the pattern has {len(pat)} entries; each walks one of the {len(shape)} dims")
-    start, c = [], off
-    for k in range(len(shape)):
-        start.append(c // R[k])
-        c %= R[k]
-    box = [[s, 1, 1] for s in start]
-    nxt = 0
-    for j, (st, cnt) in enumerate(pat):
-        if cnt < 1:
-            fail(f"entry {j} has count {cnt}; counts are positive")
-        if cnt == 1:
-            continue
-        k = next((k for k in range(nxt, len(shape))
-                  if st > 0 and st % R[k] == 0 and (st // R[k]) * (cnt - 1) < shape[k]), None)
-        if k is None:
-            fail(f"entry {j} [{st}, {cnt}] walks no single dim after dim {nxt - 1}: its stride "
-                 f"must be a positive multiple of one dim's stride ({R}) and stay inside it")
-        box[k][1:] = [cnt, st // R[k]]
-        nxt = k + 1
-    view = r[tuple(_key(*b) for b in box)]
-    counts = [cnt for _, cnt in pat]
-    if list(view.shape) == counts:
-        return view
-    return reshape(view, counts, span)
+                   f"tensor '{r.name}' is not supported{where}; the pattern walks the same "
+                   "storage, so call .ap() on the tensor before reshaping it", span)
+    if _covers_storage(r.base):  # eager: the pattern walks the same elements
+        return r.base.ap(pattern, 0 if offset is None else offset)
+    return r.base.ap(pattern, offset)
 
 
 # ---- whole-operand uses: DMA ------------------------------------------------------------------

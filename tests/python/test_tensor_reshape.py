@@ -140,3 +140,35 @@ def test_on_chip_tiles_drop_size_one_dims_only():
     with pytest.raises(neuron.NeuronError) as e:
         neuron.kernel(merge_on_chip)(X)
     assert e.value.rule == "unsupported" and "HBM tensors reshape as views" in e.value.message
+
+
+def reshaped_access_patterns(q, k, rows):
+    """.ap() of a reshaped whole tensor walks the same storage elements (from element 0): a
+    block chosen at run time by scalar_offset (counted in the reshaped dim 0), rows chosen by
+    vector_offset (rows of the reshaped [B*H*S, D]), the bytes read as int32 (dtype=), and a
+    pattern that splits a reshaped dim."""
+    heads, flat = q.reshape((B * H, S, D)), q.reshape((B * H * S, D))
+    out = nl.ndarray((4, S, D), nl.float32, buffer=nl.shared_hbm)
+    bits = nl.ndarray((S, D), nl.int32, buffer=nl.shared_hbm)
+    nl.store(out[0], nl.load(heads.ap([[D, S], [1, D]], scalar_offset=nl.load(k),
+                                      indirect_dim=0)))
+    nl.store(out[1], nl.load(flat.ap([[D, S], [1, D]], vector_offset=nl.load(rows))))
+    nl.store(bits, nl.load(flat.ap([[D, S], [1, D]], offset=S * D, dtype=nl.int32)))
+    t = nl.ndarray((S, 2, D), nl.float32, buffer=nl.sbuf)  # heads 2 and 3, row by row
+    nisa.dma_copy(t, heads.ap([[D, S], [S * D, 2], [1, D]], offset=2 * S * D))
+    nl.store(out[2], t[:, 0, :])
+    nl.store(out[3], t[:, 1, :])
+    return out, bits
+
+
+@pytest.mark.parametrize("mode", ("native", "simulate"))
+def test_access_patterns_of_a_reshaped_tensor(mode):
+    k = np.array([[4]], np.int32)
+    rows = RNG.permutation(B * H * S)[:S].astype(np.int32).reshape(S, 1)
+    out, bits = neuron.kernel(reshaped_access_patterns, mode=mode)(Q, k, rows)
+    heads = Q.reshape(B * H, S, D)
+    np.testing.assert_array_equal(out[0], heads[4])
+    np.testing.assert_array_equal(out[1], Q.reshape(-1, D)[rows[:, 0]])
+    np.testing.assert_array_equal(bits, heads[1].view(np.int32))
+    np.testing.assert_array_equal(out[2], heads[2])
+    np.testing.assert_array_equal(out[3], heads[3])

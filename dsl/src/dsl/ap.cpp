@@ -115,8 +115,9 @@ Mapping map_pattern(const std::vector<int64_t>& S, const index& off, const Patte
       m.broadcast = true;
       continue;
     }
-    if (!take(j, [&](size_t k) {
-          return st > 0 && st % R[k] == 0 && (st / R[k]) * (cnt - 1) < S[k];
+    if (!take(j, [&](size_t k) {  // (from a constant start: the walk must not leave the dim)
+          const int64_t first = start[k].is_constant() ? start[k].constant : 0;
+          return st > 0 && st % R[k] == 0 && first + (st / R[k]) * (cnt - 1) < S[k];
         }))
       return fail(fmt::format("entry {} [{}, {}] walks no single dim: its stride must be a "
                               "positive multiple of one dim's stride ([{}]) and stay inside that "
