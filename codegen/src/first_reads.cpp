@@ -36,6 +36,7 @@ bool overwrites_dst(const Instr& in) {
     case Opcode::iota:
     case Opcode::affine_select:
     case Opcode::nc_transpose:
+    case Opcode::nc_transpose_vector:
       return true;
     case Opcode::nc_matmul:
       return in.args.accumulate == 0;

@@ -656,7 +656,8 @@ class Verifier {
         break;
       }
       case Opcode::nl_transpose:
-      case Opcode::nc_transpose: {
+      case Opcode::nc_transpose:
+      case Opcode::nc_transpose_vector: {
         const char* src = op.code == Opcode::nl_transpose ? "src" : "data";
         auto &d = view(op, "dst"), &s = view(op, src);
         if (free_elements(s) > target_.partitions)

@@ -276,6 +276,14 @@ void init_trace(py::module_& m) {
   m.def("nc_transpose", [](const nl::tensor& dst, const nl::tensor& data, const Span& span) {
     isa::nc_transpose(dst, data, span);
   });
+  m.def("nc_transpose_tensor", [](const nl::tensor& dst, const nl::tensor& data,
+                                  const Span& span) {
+    isa::nc_transpose(dst, data, false, span);
+  });
+  m.def("nc_transpose_vector", [](const nl::tensor& dst, const nl::tensor& data,
+                                  const Span& span) {
+    isa::nc_transpose(dst, data, true, span);
+  });
   m.def("activation", [](const nl::tensor& dst, const std::string& op, const nl::tensor& data,
                          std::optional<nl::tensor> bias, const Operand& scale,
                          std::optional<std::string> reduce_op,

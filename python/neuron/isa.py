@@ -129,7 +129,20 @@ def quantize_mx(dst, src, dst_scale, name=None):
 
 @_eager.op(writes=("dst",))
 def nc_transpose(dst, data, engine=None, name=None):
-    _C.nc_transpose(dst, data, user_span())
+    """dst[F, P] = data[P, F].T: on the Tensor engine into PSUM, or on the Vector engine (at
+    most 32 x 32, SBUF or PSUM) when engine=nisa.engine.vector or, by default, when dst is in
+    SBUF (NKI's rule: the engine follows dst's buffer)."""
+    from .isa_constants import engine as _engine
+    if engine is not None and engine not in (_engine.unknown, _engine.tensor, _engine.vector):
+        user_error("unknown-arg", f"nc_transpose: engine {engine!r} does not transpose; use "
+                   "nisa.engine.tensor (PE array, dst in PSUM) or nisa.engine.vector (32 x 32)",
+                   user_span())
+    if engine == _engine.vector:
+        _C.nc_transpose_vector(dst, data, user_span())
+    elif engine == _engine.tensor:
+        _C.nc_transpose_tensor(dst, data, user_span())
+    else:
+        _C.nc_transpose(dst, data, user_span())
 
 
 @_eager.op(writes=("dst", "reduce_res"))
@@ -329,9 +342,8 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, en
     elif isinstance(dst, IndirectView):
         _C.dma_copy_rows(dst.view, src, dst.rows, False, oob_mode, span)
     else:
-        if oob_mode != _C.oob_mode.error:
-            user_error("unknown-arg", "dma_copy: oob_mode applies to indirect rows only (a side "
-                       "given as t.ap(..., vector_offset=rows))", span)
+        # oob_mode: a direct copy's indices are known when compiled and checked then, so there
+        # is nothing to skip (NKI takes the keyword on every dma_copy).
         # A reshaped HBM tensor (reshaped.py): its base view, same elements in the same order;
         # a transposing .ap() pattern (access.py SplitView): one copy per part.
         copy_split(lambda d, s: _C.dma_copy(dma_operand(d, s, "dma_copy", span),

@@ -99,6 +99,42 @@ def test_nc_transpose_layouts(dtype, mode):
     np.testing.assert_array_equal(e, x[0:13, 3:24].T)  # edges of the 8 x 8 blocks
 
 
+def vector_transposes(x):
+    """nc_transpose on the Vector engine: by default for a dst in SBUF, or asked for with
+    engine=vector (into PSUM too); a direct dma_copy takes oob_mode (nothing to skip)."""
+    t = nl.load(x)                                    # [16, 24]
+    a = nl.ndarray((24, 16), nl.float32, buffer=nl.sbuf)
+    nisa.nc_transpose(a, t)
+    b = nl.ndarray((24, 16), nl.float32, buffer=nl.psum)
+    nisa.nc_transpose(b, t, engine=nisa.engine.vector)
+    out = nl.ndarray((2, 24, 16), nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(out[0], a, oob_mode=nisa.oob_mode.skip)
+    nl.store(out[1], b)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["native", "simulate", "eager"])
+def test_nc_transpose_on_the_vector_engine(mode):
+    x = RNG.uniform(-2, 2, (16, 24)).astype(np.float32)
+    out = neuron.kernel(vector_transposes, mode=mode)(x)
+    np.testing.assert_array_equal(out[0], x.T)
+    np.testing.assert_array_equal(out[1], x.T)
+    if mode == "native":  # both on the Vector engine's instruction
+        assert str(neuron.kernel(vector_transposes).compile(x).kernel).count(
+            "nc_transpose_vector(") == 2
+
+    def too_big(x):
+        a = nl.ndarray((64, 32), nl.float32, buffer=nl.sbuf)
+        nisa.nc_transpose(a, nl.load(x))  # 32 x 64: more than the Vector engine's 32 x 32
+        out = nl.ndarray((64, 32), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, a)
+        return out
+
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(too_big, mode=mode)(np.zeros((32, 64), np.float32))
+    assert e.value.rule == "shape-mismatch" and "at most 32 x 32" in str(e.value)
+
+
 def test_activation_with_scale_bias_and_reduce():
     @neuron.kernel
     def k(x, b):

@@ -134,6 +134,35 @@ def test_nc_stream_shuffle_moves_partitions_per_quadrant():
         np.testing.assert_array_equal(got[p], want)
 
 
+def broadcast_row(x):
+    """nki-library's stream_shuffle_broadcast: a [1, F] row onto 32 partitions (mask of zeros),
+    the last 8 left alone (255)."""
+    out = nl.ndarray((32, 16), nl.float32, buffer=nl.shared_hbm)
+    d = nl.full((32, 16), -1.0, nl.float32)
+    nisa.nc_stream_shuffle(d, nl.load(x), [0] * 24 + [255] * 8)
+    nl.store(out, d)
+    return out
+
+
+def test_nc_stream_shuffle_broadcasts_a_row_to_other_partitions():
+    x = RNG.uniform(-1, 1, (1, 16)).astype(np.float32)
+    got = three_ways(broadcast_row, x)
+    np.testing.assert_array_equal(got[:24], np.repeat(x, 24, axis=0))
+    np.testing.assert_array_equal(got[24:], -1.0)
+
+    def past_the_source(x):
+        d = nl.ndarray((64, 16), nl.float32, buffer=nl.sbuf)
+        nisa.nc_stream_shuffle(d, nl.load(x), [0] * 32)  # partition 32 would read src row 32
+        out = nl.ndarray((64, 16), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, d)
+        return out
+
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(past_the_source, mode="simulate")(x)
+    assert e.value.rule == "shuffle-mask" and "dst partition 32 reads src partition 32" in \
+        str(e.value)
+
+
 def test_shape_rules_name_the_line():
     def bad(x):
         out = nl.ndarray((4, 8), nl.float32, buffer=nl.shared_hbm)

@@ -75,8 +75,10 @@ void nc_matmul_mx(const tensor& dst, const tensor& stationary, const tensor& mov
 // src [P, F] (bf16/fp16) quantized in blocks of 8 partitions x 4 values (VectorE).
 void quantize_mx(const tensor& dst, const tensor& src, const tensor& dst_scale,
                  Span span = Span::current());
-// dst[F,P] = data[P,F].T on the Tensor engine.
+// dst[F,P] = data[P,F].T: on the Tensor engine into PSUM, or (vector, the default for a dst in
+// SBUF) on the Vector engine, at most 32 x 32.
 void nc_transpose(const tensor& dst, const tensor& data, Span span = Span::current());
+void nc_transpose(const tensor& dst, const tensor& data, bool vector, Span span = Span::current());
 // dst = op(data * scale + bias) on the Scalar engine; with reduce_op, reduce_res[P,1] gets the
 // reduction of the result over the free axes. scale is a float or a [P,1] tile.
 void activation(const tensor& dst, act op, const tensor& data,

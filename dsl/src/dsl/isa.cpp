@@ -67,8 +67,13 @@ void quantize_mx(const tensor& dst, const tensor& src, const tensor& dst_scale, 
 
 void nc_transpose(const tensor& dst, const tensor& data, Span span) {
   dsl::require_trace(span);
-  dsl::emit(Opcode::nc_transpose, {{"dst", view_of(dst, span)}, {"data", view_of(data, span)}},
-            span);
+  nc_transpose(dst, data, view_of(dst, span).buffer->memory == Memory::sbuf, span);
+}
+
+void nc_transpose(const tensor& dst, const tensor& data, bool vector, Span span) {
+  dsl::require_trace(span);
+  dsl::emit(vector ? Opcode::nc_transpose_vector : Opcode::nc_transpose,
+            {{"dst", view_of(dst, span)}, {"data", view_of(data, span)}}, span);
 }
 
 void activation(const tensor& dst, act op, const tensor& data, std::optional<tensor> bias,

@@ -43,4 +43,22 @@ struct InstrDef<Opcode::nc_transpose> {
   }
 };
 
+// nc_transpose on the Vector engine (NKI's engine=vector, the default when dst is in SBUF): the
+// same transpose of a tile of at most 32 x 32, SBUF or PSUM on either side.
+template <>
+struct InstrDef<Opcode::nc_transpose_vector> {
+  static void check(const Operands& o) {
+    InstrDef<Opcode::nc_transpose>::check(o);
+    const int64_t P = o.src[0].partitions(), F = o.src[0].per_partition();
+    if (P > 32 || F > 32)
+      o.fail("shape-mismatch", "data {} [P={}, F={}]: the Vector engine transposes at most 32 x "
+             "32; transpose larger tiles on the Tensor engine into PSUM (dst in PSUM)",
+             o.src[0].str(), P, F);
+  }
+  template <class E>
+  static void call(E& e, const Instr& in) {
+    call_dst_src(e, in, NEURON_KERNEL(transpose));
+  }
+};
+
 }  // namespace neuron::native

@@ -272,7 +272,22 @@ struct InstrDef<Opcode::nc_stream_shuffle> {
       if (mask[i] != 255 && (mask[i] < 0 || mask[i] >= group))
         o.fail("shuffle-mask", "shuffle_mask[{}] is {}; a source partition is 0..{} or 255",
                i, mask[i], group - 1);
-    per_partition_count(o, o.dst, o.src[0].per_partition(), "dst");
+    // dst may span other partitions than src (src [1, F] broadcast to dst [32, F] with a mask
+    // of zeros): each dst partition p reads src partition (p - p % 32) + shuffle_mask[p % 32].
+    const int64_t Pd = o.dst.partitions();
+    if (Pd > 32 && Pd % 32 != 0)
+      o.fail("shape-mismatch", "dst {} spans {} partitions; shuffles work on 32-partition groups "
+             "(use at most 32 or a multiple of 32)", o.dst.str(), Pd);
+    if (o.dst.per_partition() != o.src[0].per_partition())
+      o.fail("shape-mismatch", "dst {} has {} elements per partition but src {} has {}; a shuffle "
+             "moves whole partitions", o.dst.str(), o.dst.per_partition(), o.src[0].str(),
+             o.src[0].per_partition());
+    for (int64_t p = 0; p < Pd; ++p) {
+      const int64_t i = p % 32, from = mask[static_cast<size_t>(i)];
+      if (from != 255 && p - i + from >= P)
+        o.fail("shuffle-mask", "dst partition {} reads src partition {} (shuffle_mask[{}] is {}) "
+               "but src {} has {} partitions", p, p - i + from, i, from, o.src[0].str(), P);
+    }
     if (o.in.dst.dtype != o.in.src[0].dtype)
       o.fail("dtype", "dst is {} but src is {}; a shuffle keeps the dtype",
              dtype_name(o.in.dst.dtype), dtype_name(o.in.src[0].dtype));

@@ -56,6 +56,8 @@ namespace neuron {
     (OUT(PSUM), IN(stationary, SBUF), IN(moving, SBUF),                                        \
      ARG(accumulate, integer, opt, accumulate)))                                               \
   X(nc_transpose, "nc_transpose", Isa, tensor, 1, (OUT(PSUM), IN(data, SBUF)))                 \
+  X(nc_transpose_vector, "nc_transpose_vector", Isa, vector, 1, /* at most 32 x 32 */          \
+    (OUT(ON_CHIP), IN(data, ON_CHIP)))                                                         \
   /* MX (NeuronCore-v4 microscaling), see instrs/mx.hpp */                                     \
   X(nc_matmul_mx, "nc_matmul_mx", Isa, tensor, 1, /* dst(psum) <- scaled x4 st^T @ mv */       \
     (OUT(PSUM), IN(stationary, SBUF), IN(moving, SBUF), IN(stationary_scale, SBUF),           \
