@@ -194,18 +194,20 @@ def run_kernel(fn, name, span, specs, arrays, grid, target):
         finally:
             _state.launch = saved
         outputs = _kernel_outputs(launch, inputs, r, span)
-    return [b.array for b in outputs]
+    return [b.array if shape is None else b.array.reshape(shape) for b, shape in outputs]
 
 
 def _kernel_outputs(launch, inputs, r, span):
-    """The bases a program returns (r) or, when it returns None, the shared_hbm ones it
-    allocated, after the tracer's own checks of a kernel's outputs (dsl TraceScope::finish):
+    """(base, reshaped shape or None) for each tensor a program returns (r) or, when it
+    returns None, for the shared_hbm ones it allocated, after the tracer's own checks of a kernel's outputs (dsl TraceScope::finish):
     a kernel over the same inputs allocates the program's shared_hbm tensors and returns the
     traced counterparts of r's tensors (with their subscripts), so any rule r breaks is
     reported by the C++ tracer, with its message."""
     traced = {}
 
     def as_traced(v):
+        if isinstance(v, Reshaped):
+            return Reshaped(as_traced(v.base), v.shape)
         if not isinstance(v, EagerTensor):
             return v  # the tracer names what was returned instead of a tensor
         b = v._base
@@ -231,8 +233,10 @@ def _kernel_outputs(launch, inputs, r, span):
     with paused():
         _C.trace(launch.name, check, specs, span)
     if r is None:
-        return list(launch.program_shared)
-    return [t._base for t in (r if isinstance(r, (tuple, list)) else [r])]
+        return [(b, None) for b in launch.program_shared]
+    from .kernel import whole_of_reshape
+    return [(t._base, shape) for t, shape in
+            map(whole_of_reshape, r if isinstance(r, (tuple, list)) else [r])]
 
 
 def rng_state(seed):

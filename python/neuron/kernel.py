@@ -163,29 +163,35 @@ class _Call:
 class _Returns:
     """What a kernel's Python returned, as the compiled kernel's outputs: NKI kernels may
     return an input they wrote (an output argument) or nothing. Those inputs are left out of
-    the traced outputs, and a call returns the caller's own array (written back) in their place."""
+    the traced outputs, and a call returns the caller's own array (written back) in their place.
+    A returned reshape of a whole tensor (t.reshape(...), reshaped.py) is that tensor, and the
+    caller gets its array with the reshaped shape."""
 
     def __init__(self, out, inputs):
         self.single = not isinstance(out, (tuple, list))
         items = [] if out is None else [out] if self.single else list(out)
         self.none = out is None
         self.items = []  # ("in", input position) or ("out", output position) per result
+        self.shapes = []  # per result: the reshaped shape the caller gets, or None
         n_out = 0
         for t in items:
+            t, shape = whole_of_reshape(t)
+            self.shapes.append(shape)
             at = next((i for i, x in enumerate(inputs) if x is t), None)
             if at is None:
                 self.items.append(("out", n_out))
                 n_out += 1
             else:
                 self.items.append(("in", at))
-        self.plain = all(kind == "out" for kind, _ in self.items)
+        self.plain = all(kind == "out" for kind, _ in self.items) and \
+            not any(s is not None for s in self.shapes)
 
     def outputs(self, out):
         """The returned value less the inputs, for the tracer."""
         if self.plain:
             return out
-        kept = [out if self.single else out[i] for i, (kind, _) in enumerate(self.items)
-                if kind == "out"]
+        kept = [whole_of_reshape(out if self.single else out[i])[0]
+                for i, (kind, _) in enumerate(self.items) if kind == "out"]
         return tuple(kept) if kept else None
 
     def results(self, outs, inputs):
@@ -194,7 +200,16 @@ class _Returns:
             return None
         if not self.plain:
             outs = [outs[i] if kind == "out" else inputs[i] for kind, i in self.items]
+            outs = [o if s is None else o.reshape(s) for o, s in zip(outs, self.shapes)]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def whole_of_reshape(t):
+    """(the tensor, the reshaped shape) for a reshape of a whole tensor, else (t, None)."""
+    from .reshaped import Reshaped, _covers_storage
+    if isinstance(t, Reshaped) and _covers_storage(t.base):
+        return t.base, tuple(t.shape)
+    return t, None
 
 
 def _per_program(fn, grid, span):

@@ -172,3 +172,21 @@ def test_access_patterns_of_a_reshaped_tensor(mode):
     np.testing.assert_array_equal(bits, heads[1].view(np.int32))
     np.testing.assert_array_equal(out[2], heads[2])
     np.testing.assert_array_equal(out[3], heads[3])
+
+
+def returns_a_reshape(x):
+    out = nl.ndarray((3 * 128, D), nl.float32, buffer=nl.shared_hbm)
+    nl.store(out.reshape((3, 128, D))[1], nl.load(x.reshape((3, 128, D))[2]))
+    nl.store(out.reshape((3, 128, D))[0], nl.load(x.reshape((3, 128, D))[0]))
+    nl.store(out.reshape((3, 128, D))[2], nl.load(x.reshape((3, 128, D))[1]))
+    return out.reshape((3, 128, D)), x.reshape((128, 3 * D))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_kernel_may_return_a_reshape_of_a_whole_tensor(mode):
+    k = neuron.kernel(returns_a_reshape, mode=mode)
+    for _ in range(2):  # the second call takes the cached path
+        out, same = k(X)
+        assert out.shape == (3, 128, D) and same.shape == (128, 3 * D)
+        np.testing.assert_array_equal(out, X.reshape(3, 128, D)[[0, 2, 1]])
+        np.testing.assert_array_equal(same, X.reshape(128, 3 * D))
