@@ -97,7 +97,9 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
         raise TypeError(f"nl.ndarray: address is a (partition, byte offset) pair, got "
                         f"{address!r:.60}")
     name = name or ""  # NKI kernels pass name=None
-    if _State.program is not None and buffer in (shared_hbm, hbm):
+    # Shared HBM is one tensor for every program; private HBM (nl.hbm) is each program's own
+    # scratch, allocated in its body.
+    if _State.program is not None and buffer == shared_hbm:
         return _program_shared(list(shape), to_dtype(dtype), buffer, name, user_span())
     return _C.ndarray(list(shape), to_dtype(dtype), buffer, name, user_span())
 

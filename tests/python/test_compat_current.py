@@ -413,3 +413,28 @@ def test_split_and_merge_patterns_run_eagerly_too():
     outs = [neuron.kernel(merge_and_split_in_order, mode=m)(y) for m in ("eager", "native")]
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_array_equal(outs[0], 3.0 * y[:, :, ::2])
+
+
+def private_scratch_per_program(x):
+    """Each program of a grid its own private HBM scratch (nl.hbm / nl.private_hbm), also when
+    the kernel's Python reads the program id (programs traced one by one)."""
+    out = nl.ndarray((2, 128, 8), nl.float32, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    t = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(t, x)
+    h = nl.ndarray((128, 8), nl.float32, buffer=nl.private_hbm)
+    nisa.dma_copy(h, t)
+    u = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(u, h)
+    if pid == 1:
+        nisa.tensor_scalar(u, u, nl.multiply, 2.0)
+    nisa.dma_copy(out[pid], u)
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_private_hbm_is_each_programs_own(mode):
+    x = RNG.standard_normal((128, 8)).astype(np.float32)
+    out = neuron.kernel(private_scratch_per_program, mode=mode)[2](x)
+    np.testing.assert_array_equal(out[0], x)
+    np.testing.assert_array_equal(out[1], 2 * x)
