@@ -88,7 +88,7 @@ class Lowerer {
       NEURON_ASSERT(b.offset >= 0, "buffer {} reached lower without an offset", b.name);
       p.partition = a.dims[0].start;
       p.dims.push_back({a.dims[0].step == 0 ? 0 : 1, a.dims[0].size});
-      Affine off(b.offset);
+      Affine off(b.offset + a.origin * dtype_bytes(b.dtype));
       for (size_t d = 1; d < a.dims.size(); ++d)
         off += a.dims[d].start * (rs[d] * dtype_bytes(b.dtype));
       for (size_t d : a.kept())  // the free dims, in view order
@@ -99,7 +99,7 @@ class Lowerer {
       auto it = tensor_index_.find(&b);
       NEURON_ASSERT(it != tensor_index_.end(), "HBM buffer {} is not a program tensor", b.name);
       p.tensor = it->second;
-      Affine off(0);
+      Affine off(a.origin);
       for (size_t d = 0; d < a.dims.size(); ++d) off += a.dims[d].start * rs[d];
       for (size_t d : a.kept()) p.dims.push_back({a.dims[d].step * rs[d], a.dims[d].size});
       p.offset = off;

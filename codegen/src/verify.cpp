@@ -304,20 +304,33 @@ class Verifier {
     if (is_compute(op.code)) check_start_partition(op, opname, arg, a);
   }
 
-  // A view of the storage seen with another shape (ir.hpp Access::storage): the same elements,
-  // and on chip the same partitions.
+  // A view of the storage seen with another shape (ir.hpp Access::storage): the elements it
+  // touches are the buffer's (on chip, of each partition: the partitions kept). The storage's
+  // outermost dim may run past the buffer's end (a pattern's last step); a start the verifier
+  // cannot bound counts as that dim's last index.
   void check_storage(const Op& op, std::string_view opname, const std::string& arg,
                      const Access& a) {
     const Buffer& b = *a.buffer;
-    int64_t n = 1;
-    for (auto s : a.storage) n *= s;
-    const bool partitions_kept = !is_on_chip(b.memory) || a.storage[0] == b.shape[0];
-    if (n != b.elements() || !partitions_kept || a.storage.empty())
+    const bool on_chip = is_on_chip(b.memory);
+    const std::vector<int64_t>& S = a.storage;
+    if (on_chip && S[0] != b.shape[0])
+      user_error(op.span, "shape-mismatch", "{} argument '{}' sees {} as [{}], which changes its "
+                 "partition dim", opname, arg, buffer_str(b), fmt::join(S, ", "));
+    __int128 last = a.origin, stride = 1;
+    for (size_t d = S.size(); d-- > (on_chip ? 1 : 0);) {
+      const DimSlice& s = a.dims[d];
+      const __int128 hi = s.start.is_constant()
+                              ? __int128(s.start.constant) + __int128(s.size - 1) * s.step
+                              : __int128(S[d] - 1);
+      last += hi * stride;
+      stride *= S[d];
+    }
+    const int64_t have = on_chip ? b.free_elements() : b.elements();
+    if (a.origin < 0 || last >= have)
       user_error(op.span, "shape-mismatch",
-                 "{} argument '{}' sees {} as [{}], which {}", opname, arg, buffer_str(b),
-                 fmt::join(a.storage, ", "),
-                 n != b.elements() ? fmt::format("has {} elements, not {}", n, b.elements())
-                                   : std::string("changes its partition dim"));
+                 "{} argument '{}' sees {} as [{}] from element {}: it reaches element {}, past "
+                 "its {} elements{}", opname, arg, buffer_str(b), fmt::join(S, ", "), a.origin,
+                 static_cast<int64_t>(last), have, on_chip ? " per partition" : "");
   }
 
   // A transposing view (ir.hpp Access::order) lists each kept storage dim once; on chip the

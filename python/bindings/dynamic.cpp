@@ -134,17 +134,21 @@ void init_dynamic(py::module_& m) {
       R[k] = r;
       r *= S[k];
     }
+    if (is_on_chip(a.buffer->memory)) R[0] = a.buffer->free_elements();  // a partition's step
     for (size_t d : a.kept()) out.emplace_back(a.dims[d].step * R[d], a.dims[d].size);
     return out;
   });
-  m.def("storage_view", [](const nl::tensor& t, const std::vector<int64_t>& shape) {
+  m.def("view_origin", [](const nl::tensor& t) { return t.access().origin; });
+  m.def("storage_view", [](const nl::tensor& t, const std::vector<int64_t>& shape,
+                           int64_t origin) {
     Access a = Access::whole(t.access().buffer);
-    if (shape.empty() || shape == a.buffer->shape) return nl::tensor(a);
+    if (shape.empty() || (shape == a.buffer->shape && origin == 0)) return nl::tensor(a);
     a.storage = shape;
+    a.origin = origin;
     a.dims.clear();
     for (auto d : shape) a.dims.push_back(DimSlice{Affine(0), d, 1, true});
     return nl::tensor(a);
-  });
+  }, py::arg("t"), py::arg("shape"), py::arg("origin") = 0);
   m.def("load_rows", [](const nl::tensor& src, const nl::tensor& rows, nl::oob_mode oob,
                         std::optional<DType> dtype, const Span& span) {
     return nl::load_rows(src, rows, oob, dtype, span);

@@ -207,26 +207,26 @@ def _ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indi
             found.update(bitcast=(v.dtype, v.shape))
             v = v.view
         found.update(dims=_C.view_dims(v), shape=list(v.shape), storage=_C.view_storage(v),
-                     order=_C.view_order(v))
+                     order=_C.view_order(v), origin=_C.view_origin(v))
         return [_C.ndarray([1], _C.DType.float32, _C.Memory.shared_hbm, "eager_unused", span)]
     with eager.paused():
         _C.trace(eager._launch_name(), k, [eager._spec(base, 0)], span)
-    t = eager.EagerTensor(base, _ap_chain(found["dims"], found["storage"], found["order"]),
-                          found["shape"])
+    t = eager.EagerTensor(base, _ap_chain(found["dims"], found["storage"], found["order"],
+                                          found["origin"], base.on_chip), found["shape"])
     if "bitcast" in found:
         return access.BitcastView(t, *found["bitcast"])
     return t if rows is None else access.IndirectView(t, rows)
 
 
-def _ap_chain(dims, storage=(), order=()):
+def _ap_chain(dims, storage=(), order=(), origin=0, on_chip=False):
     """The eager view chain of an ap() view's per-storage-dim (start, size, step, kept) of the
-    storage seen with shape `storage` (empty: its own), its dims in `order` (storage dims in
-    view order; empty: storage order): the walk, then a broadcast for each step-0 (repeated)
-    dim."""
+    storage seen with shape `storage` from element `origin` (empty: its own), its dims in
+    `order` (storage dims in view order; empty: storage order): the walk, then a broadcast for
+    each step-0 (repeated) dim."""
     walked = [(st, 1, 1, keep) if step == 0 else (st, n, step, keep) for st, n, step, keep in dims]
     view_dims = list(order) if order else [d for d, x in enumerate(dims) if x[3]]
     shape = [walked[d][1] for d in view_dims]
-    chain = [(ApKey(walked, storage, order), tuple(shape))]
+    chain = [(ApKey(walked, storage, order, origin, on_chip), tuple(shape))]
     kept = [(dims[d][1], dims[d][2]) for d in view_dims]
     for d, (n, step) in enumerate(kept):
         if step == 0 and n > 1:

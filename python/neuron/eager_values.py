@@ -1,6 +1,7 @@
 """Values in eager mode (python/neuron/eager.py): loop indices and program ids, which keep
 their affine form so eager mode refuses what compiling refuses, and the NumPy arrays behind
 eager tensors with the views that subscripts select."""
+import math
 import re
 
 import numpy as np
@@ -155,7 +156,7 @@ def _view_of(array, chain):
     v = array
     for key, shape in chain:
         if isinstance(key, ApKey):  # t.ap(...): a view of the whole storage
-            storage = array.reshape(key.storage) if key.storage else array
+            storage = key.storage_of(array)
             v = storage[key.numpy_key()]
             v = (v.transpose(key.axes()) if key.order else v).reshape(shape)
         elif isinstance(key, BroadcastKey):
@@ -247,17 +248,35 @@ class ApKey:
     """t.ap(...) in an eager view chain: the view's slice of each storage dim (start, size, step,
     kept), as the C++ DSL chose it. It applies to the whole storage, not to the view before it."""
 
-    def __init__(self, dims, storage=(), order=()):
+    def __init__(self, dims, storage=(), order=(), origin=0, on_chip=False):
         self.dims, self.storage = [tuple(d) for d in dims], tuple(storage)
         self.order = tuple(order)  # storage dims in view order (a transposing walk); () in order
+        self.origin = origin       # the storage's first element (per partition on chip)
+        self.on_chip = on_chip
 
     def apply(self, root):
         span = user_span()
         if self.storage:  # a walk of the storage seen with another shape (ir.hpp Access)
-            root = _C.storage_view(root, list(self.storage))
+            root = _C.storage_view(root, list(self.storage), self.origin)
         if self.order:
             return _C.ordered_view(self._index(root, span), list(self.order))
         return self._index(root, span)
+
+    def storage_of(self, array):
+        """The NumPy view of `array` (the allocation) that this walk's storage is."""
+        if not self.storage:
+            return array
+        # A strided view of the allocation's elements from the origin on (on chip, of each
+        # partition), in the storage's row-major shape; its outermost dim may run past their
+        # end, where the walk (checked by the verifier) never reads.
+        rows = array.reshape(array.shape[0], -1) if self.on_chip else array.reshape(1, -1)
+        inner = self.storage[1:] if self.on_chip else self.storage
+        item = array.itemsize
+        strides = [item * math.prod(inner[k + 1:]) for k in range(len(inner))]
+        view = np.lib.stride_tricks.as_strided(
+            rows[:, self.origin:], (rows.shape[0],) + tuple(inner),
+            (rows.strides[0],) + tuple(strides), writeable=True)
+        return view if self.on_chip else view[0]
 
     def axes(self):
         """The NumPy transpose of numpy_key's view that puts its dims in view order."""

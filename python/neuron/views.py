@@ -283,12 +283,15 @@ def row_major(shape):
     return r
 
 
-def layout(dims, storage, order=()):
+def layout(dims, storage, order=(), origin=0, partition=None):
     """(pattern, offset) of a view given per storage dim (start, size, step, kept): pattern
     [[stride, count], ...] over its kept dims (in `order`, storage dims in view order, when the
-    view transposes), offset its first element in storage elements."""
+    view transposes), offset its first element in storage elements. The storage starts at
+    element `origin` (per partition on chip, where a partition is `partition` elements)."""
     r = row_major(storage)
-    offset = sum(start * rk for (start, _, _, _), rk in zip(dims, r))
+    if partition is not None:
+        r[0] = partition
+    offset = origin + sum(start * rk for (start, _, _, _), rk in zip(dims, r))
     view = list(order) if order else [d for d, x in enumerate(dims) if x[3]]
     pattern = [[dims[d][2] * r[d], dims[d][1]] for d in view]
     return pattern, offset
@@ -329,8 +332,9 @@ class _Expr:
 
 
 def traced_layout(t, span):
-    return layout(_view_dims(t, span), list(_C.view_storage(t)) or _C.storage_shape(t),
-                  _C.view_order(t))
+    buffer = _C.storage_shape(t)
+    return layout(_view_dims(t, span), list(_C.view_storage(t)) or buffer, _C.view_order(t),
+                  _C.view_origin(t), math.prod(buffer[1:]) if t.buffer in _ON_CHIP else None)
 
 
 def _slice(self, dim, start, end=None, step=1):

@@ -40,6 +40,24 @@ neuron::Kernel split_kernel() {
       {{{S * H}, DType::float32}});
 }
 
+// The kernel's IR text parses back to the same kernel (equal, same hash, same text).
+void check_round_trip(const neuron::Kernel& k, const std::string& text) {
+  neuron::Kernel back = neuron::parse_kernel(text);
+  CHECK(neuron::equal(back, k));
+  CHECK(neuron::hash_value(back) == neuron::hash_value(k));
+  CHECK(neuron::print(back) == text);
+}
+
+// The UserError message of compiling the kernel `text` describes ("" when it compiles).
+std::string compile_error(const std::string& text) {
+  try {
+    neuron::compile(neuron::parse_kernel(text), neuron::default_compile_options());
+  } catch (const neuron::UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("ap views that split or merge dims walk the storage in another shape, on both executors") {
@@ -62,28 +80,31 @@ TEST_CASE("a view of reshaped storage round-trips through the IR text; a wrong s
   const std::string merged = " as [128, 32][0:+128, 0:+32]";
   const auto at = text.find(merged);
   REQUIRE(at != std::string::npos);
-  neuron::Kernel back = neuron::parse_kernel(text);
-  CHECK(neuron::equal(back, k));
-  CHECK(neuron::hash_value(back) == neuron::hash_value(k));
-  CHECK(neuron::print(back) == text);
+  check_round_trip(k, text);
 
   // The same view without the storage shape is another view (and has the wrong rank).
   std::string plain = text;
   plain.erase(at, std::string(" as [128, 32]").size());
   CHECK_THROWS_WITH(neuron::parse_kernel(plain), doctest::Contains("expected 3"));
 
+  // A storage from another element (ir.hpp Access::origin) prints, parses and compiles.
+  std::string moved = text;
+  moved.replace(at, merged.size(), " as [128, 29] from 3[0:+128, 0:+29]");
+  moved.replace(moved.find("out0[0:+128, 0:+32]"), std::string("out0[0:+128, 0:+32]").size(),
+                "out0[0:+128, 0:+29]");
+  neuron::Kernel from = neuron::parse_kernel(moved);
+  CHECK(neuron::print(from) == moved);
+  CHECK_FALSE(neuron::equal(from, k));
+  CHECK(compile_error(moved).empty());
+
   // A storage shape with other elements, or other partitions, is the verifier's error.
   for (auto [view, why] :
-       {std::pair{" as [128, 33][0:+128, 0:+32]", "has 4224 elements, not 4096"},
+       {std::pair{" as [128, 33][0:+128, 0:+33]", "reaches element 32, past its 32 elements"},
+        std::pair{" as [128, 30] from 3[0:+128, 0:+30]", "reaches element 32, past its 32"},
         std::pair{" as [64, 64][0:+64, 0:+64]", "changes its partition dim"}}) {
     std::string bad = text;
     bad.replace(at, merged.size(), view);
-    std::string msg;
-    try {
-      neuron::compile(neuron::parse_kernel(bad), neuron::default_compile_options());
-    } catch (const neuron::UserError& e) {
-      msg = e.what();
-    }
+    const std::string msg = compile_error(bad);
     INFO(msg);
     CHECK(msg.find("shape-mismatch") != std::string::npos);
     CHECK(msg.find(why) != std::string::npos);
@@ -117,20 +138,12 @@ TEST_CASE("an ap walk out of storage order is one transposing view; a bad order 
   const std::string view = "in0[0:+4, 0:+128, 0:+8] order [1, 0, 2]";
   const auto at = text.find(view);
   REQUIRE(at != std::string::npos);
-  neuron::Kernel back = neuron::parse_kernel(text);
-  CHECK(neuron::equal(back, k));
-  CHECK(neuron::hash_value(back) == neuron::hash_value(k));
-  CHECK(neuron::print(back) == text);
+  check_round_trip(k, text);
   for (auto [order, why] : {std::pair{"order [1, 1, 2]", "is not one of each kept dim"},
                             std::pair{"order [1, 0]", "is not one of each kept dim"}}) {
     std::string bad = text;
     bad.replace(at + view.find("order"), std::string("order [1, 0, 2]").size(), order);
-    std::string msg;
-    try {
-      neuron::compile(neuron::parse_kernel(bad), neuron::default_compile_options());
-    } catch (const neuron::UserError& e) {
-      msg = e.what();
-    }
+    const std::string msg = compile_error(bad);
     INFO(msg);
     CHECK(msg.find(why) != std::string::npos);
   }

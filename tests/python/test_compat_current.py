@@ -438,3 +438,38 @@ def test_private_hbm_is_each_programs_own(mode):
     out = neuron.kernel(private_scratch_per_program, mode=mode)[2](x)
     np.testing.assert_array_equal(out[0], x)
     np.testing.assert_array_equal(out[1], 2 * x)
+
+
+def unaligned_patterns(v, inp, ea):
+    """Patterns whose walk starts off the boundaries of the shape their strides make, or whose
+    outer stride does not divide the tensor: the storage seen with that shape from the walk's
+    first element (ir.hpp Access::origin)."""
+    t = nl.ndarray((128, 6, 16), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(t, v.ap([[96, 128], [16, 6], [1, 16]], offset=1024 * 16 + 5 * 16))
+    u = nl.ndarray((6, 67), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(u, inp.ap([[71, 6], [1, 67]], offset=40 * 58 - 6 * 71 + 3))
+    w = nl.ndarray((128, 2, 2), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(w, ea.ap([[2, 128], [256, 2], [1, 2]], offset=4))
+    s = nl.ndarray((128, 2, 3), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(s, t.ap([[96, 128], [16, 2], [1, 3]], offset=35))  # on chip, unaligned
+    outs = [nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm) for x in (t, u, w, s)]
+    for o, x in zip(outs, (t, u, w, s)):
+        nisa.dma_copy(o, x)
+    return tuple(outs)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ap_patterns_that_start_off_a_dim_boundary(mode):
+    v = RNG.standard_normal((2, 1, 1024 + 128 * 6 + 5, 16)).astype(np.float32)
+    inp = RNG.standard_normal((40, 58)).astype(np.float32)
+    ea = RNG.standard_normal((300, 2)).astype(np.float32)
+    t, u, w, s = neuron.kernel(unaligned_patterns, mode=mode)(v, inp, ea)
+    flat_v, flat_i, flat_e = v.reshape(-1), inp.reshape(-1), ea.reshape(-1)
+    np.testing.assert_array_equal(t, flat_v[1024 * 16 + 80:][:128 * 96].reshape(128, 6, 16))
+    base = 40 * 58 - 6 * 71 + 3
+    np.testing.assert_array_equal(u, np.stack([flat_i[base + 71 * i:][:67] for i in range(6)]))
+    np.testing.assert_array_equal(w, np.array([[[flat_e[4 + 2 * p + 256 * j + c] for c in range(2)]
+                                                for j in range(2)] for p in range(128)]))
+    rows = t.reshape(128, 96)
+    np.testing.assert_array_equal(s, np.stack([rows[:, 35 + 16 * j:][:, :3] for j in range(2)],
+                                              axis=1))

@@ -50,11 +50,14 @@ struct Mapping {
   std::string error;
 };
 
+// `off` counts elements of the buffer; on chip a partition is `part` of them (the buffer's
+// elements per partition), whatever S's free dims hold.
 Mapping map_pattern(const std::vector<int64_t>& S, const index& off, const Pattern& pattern,
-                    bool on_chip, Memory memory, const Span& span) {
+                    bool on_chip, int64_t part, Memory memory, const Span& span) {
   Mapping m;
   const size_t n = S.size();
-  const std::vector<int64_t> R = row_strides(S);
+  std::vector<int64_t> R = row_strides(S);
+  if (on_chip) R[0] = part;
   auto fail = [&](std::string why) {
     m.error = std::move(why);
     return m;
@@ -66,6 +69,8 @@ Mapping map_pattern(const std::vector<int64_t>& S, const index& off, const Patte
   for (size_t k = 0; k < n; ++k) {
     start[k] = c / R[k];
     c %= R[k];
+    if (start[k].constant >= S[k] && k > 0)
+      return fail(fmt::format("the offset {} lies outside the storage", off.constant));
   }
   for (auto& term : off.terms) {
     size_t k = 0;
@@ -167,14 +172,15 @@ Mapping map_pattern(const std::vector<int64_t>& S, const index& off, const Patte
   return m;
 }
 
-// The row-major shape of the same elements (`total` of them; on chip `partitions` rows kept)
-// with one dim per pattern entry: the walking entries' strides, largest first (each dim the
-// entry of that stride), a last dim of stride 1 for what remains, and a size-1 dim for each
-// count-1 or repeating (stride 0) entry. The shape in which a pattern that splits or merges the
+// A row-major shape of the elements from `origin` on (of `total`; on chip `partitions` rows kept
+// and `origin` counted per partition) with one dim per pattern entry: the walking entries'
+// strides, largest first (each dim the entry of that stride; the outermost as long as the
+// elements allow, its last step possibly partial), a last dim of stride 1 for what remains, and a size-1 dim for each count-1
+// or repeating (stride 0) entry. The shape in which a pattern that splits or merges the
 // buffer's dims walks one dim per entry; empty when the strides do not nest (each a multiple of
 // the next) or repeat.
 std::vector<int64_t> pattern_storage(int64_t total, int64_t partitions, const Pattern& pattern,
-                                     bool on_chip) {
+                                     bool on_chip, int64_t origin) {
   std::vector<int64_t> strides;
   size_t size_one = 0;  // count-1 and repeating entries: a size-1 dim each
   for (size_t j = on_chip ? 1 : 0; j < pattern.size(); ++j) {
@@ -186,14 +192,18 @@ std::vector<int64_t> pattern_storage(int64_t total, int64_t partitions, const Pa
   std::sort(strides.begin(), strides.end(), std::greater<>());
   if (std::adjacent_find(strides.begin(), strides.end()) != strides.end()) return {};  // overlap
   std::vector<int64_t> shape;
-  int64_t outer = total;  // the stride of the dim before the next one
+  int64_t outer = total;  // the elements (per partition) from the origin on, then each stride
   if (on_chip) {
     shape.push_back(partitions);
     outer = total / partitions;
   }
-  for (int64_t st : strides) {
-    if (st > outer || outer % st != 0) return {};
-    shape.push_back(outer / st);
+  outer -= origin;
+  for (size_t i = 0; i < strides.size(); ++i) {
+    const int64_t st = strides[i];
+    if (st > outer || (i > 0 && outer % st != 0)) return {};
+    // The outermost dim: as many strides as start inside the elements (its last one may run
+    // past their end; the verifier checks the elements the view touches).
+    shape.push_back(i == 0 ? (outer + st - 1) / st : outer / st);
     outer = st;
   }
   if (outer > 1) shape.push_back(outer);
@@ -217,11 +227,14 @@ tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& patte
   };
   const std::vector<int64_t> R = row_strides(S);
 
+  const bool on_chip = is_on_chip(b.memory);
   index off = 0;
   if (offset) {
     off = *offset;
-  } else {  // t's first element, in the storage shape t's view walks
-    const std::vector<int64_t> RV = row_strides(v.storage_shape());
+  } else {  // t's first element, in the storage t's view walks
+    std::vector<int64_t> RV = row_strides(v.storage_shape());
+    if (on_chip) RV[0] = R[0];
+    off = index(v.origin);
     for (size_t k = 0; k < v.dims.size(); ++k) off = off + v.dims[k].start * RV[k];
   }
   if (scalar_offset) {
@@ -236,16 +249,30 @@ tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& patte
       fail(fmt::format("entry {} has count {}; counts are positive", j, pattern[j].second));
 
   // In the buffer's own shape when the pattern walks one dim per entry there, else in the shape
-  // whose dims are the pattern's strides (a split or merge of dims; Access::storage).
-  const bool on_chip = is_on_chip(b.memory);
+  // whose dims are the pattern's strides (a split or merge of dims; Access::storage): from the
+  // buffer's first element, or from the offset's (its constant part, per partition on chip)
+  // when the walk does not start on that shape's dim boundaries.
   Access whole = Access::whole(v.buffer);
-  Mapping m = map_pattern(S, off, pattern, on_chip, b.memory, span);
+  Mapping m = map_pattern(S, off, pattern, on_chip, R[0], b.memory, span);
   if (!m.error.empty()) {
-    std::vector<int64_t> shape = pattern_storage(b.elements(), S[0], pattern, on_chip);
-    Mapping split = shape.empty() || shape == S
-                        ? Mapping{}
-                        : map_pattern(shape, off, pattern, on_chip, b.memory, span);
-    if (shape.empty() || shape == S || !split.error.empty())
+    const int64_t from = on_chip ? off.constant % R[0] : off.constant;
+    std::vector<int64_t> origins{0};
+    if (from != 0) origins.push_back(from);
+    Mapping split;
+    std::vector<int64_t> shape;
+    for (int64_t origin : origins) {
+      std::vector<int64_t> s = pattern_storage(b.elements(), S[0], pattern, on_chip, origin);
+      if (s.empty() || (s == S && origin == 0)) continue;
+      index rest = off;
+      rest.constant -= origin;
+      Mapping tried = map_pattern(s, rest, pattern, on_chip, R[0], b.memory, span);
+      if (!tried.error.empty()) continue;
+      split = std::move(tried);
+      shape = std::move(s);
+      whole.origin = origin;
+      break;
+    }
+    if (shape.empty())
       fail(m.error + "; nor does it walk one dim per entry of any reshape of the storage (that "
                      "needs strides that nest, each a multiple of the next smaller one, and "
                      "entries that stay inside their dims without overlapping)");

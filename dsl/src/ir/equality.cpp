@@ -55,6 +55,7 @@ size_t hash_access(const Access& a) {
     mix(h, d.keep ? 1 : 2);
   }
   for (auto s : a.storage) mix(h, hash_of(s));
+  mix(h, hash_of(a.origin));
   for (auto o : a.order) mix(h, hash_of(static_cast<int64_t>(o)) + 7);
   return h;
 }
@@ -91,7 +92,7 @@ bool equal_buffers(const std::vector<BufferPtr>& a, const std::vector<BufferPtr>
 
 bool equal(const Access& a, const Access& b) {
   return equal_buffer(a.buffer, b.buffer) && a.dims == b.dims && a.storage == b.storage &&
-         a.order == b.order;
+         a.origin == b.origin && a.order == b.order;
 }
 
 bool equal(const StmtPtr& a, const StmtPtr& b) {

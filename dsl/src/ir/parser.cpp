@@ -393,9 +393,13 @@ class Parser {
            fmt::format("unknown buffer '{}': expected a kernel parameter or a visible alloc", n));
     Access a;
     a.buffer = b;
-    if (at_ident("as")) {  // `name as [shape][...]`: the storage seen with another shape
+    if (at_ident("as")) {  // `name as [shape] from N[...]`: the storage seen with another shape
       next();
       a.storage = int_list();
+      if (at_ident("from")) {
+        next();
+        a.origin = integer();
+      }
     }
     expect("[");
     if (!at_punct("]")) {

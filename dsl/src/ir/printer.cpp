@@ -93,6 +93,7 @@ std::string access_text(const Access& a) {
   for (auto& d : a.dims) parts.push_back(slice_text(d));
   std::string name = a.buffer ? name_text(a.buffer->name) : "<null>";
   if (!a.storage.empty()) name += " as " + ints_text(a.storage);  // reshaped storage (ir.hpp)
+  if (a.origin != 0) name += fmt::format(" from {}", a.origin);
   std::string order;
   if (!a.order.empty())  // a transposing view: its dims' storage dims, in view order
     order = " order " + ints_text(std::vector<int64_t>(a.order.begin(), a.order.end()));

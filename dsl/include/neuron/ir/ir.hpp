@@ -49,12 +49,14 @@ struct DimSlice {
 // in storage order or, when `order` is set, in that order (a transposing view such as a
 // .permute() or a t.ap() walk out of storage order; on chip the partition dim stays first).
 // The storage is the buffer's elements in row-major order seen with the buffer's shape or, when
-// `storage` is set, with that shape (the same element count and, on chip, the same partition
-// dim): a view that splits or merges the buffer's dims (t.ap(), a tile reshape) walks it.
+// `storage` is set, the elements from `origin` on (on chip: of each partition, the partition
+// dim kept) seen with that shape: a view that splits or merges the buffer's dims (t.ap(), a
+// tile reshape) walks it. The verifier checks that the storage lies inside the buffer.
 struct Access {
   BufferPtr buffer;
   std::vector<DimSlice> dims;
   std::vector<int64_t> storage;  // empty: buffer->shape
+  int64_t origin = 0;            // with `storage`: its first element (on chip, per partition)
   std::vector<int> order;        // empty: the kept dims in storage order
   const std::vector<int64_t>& storage_shape() const {
     return storage.empty() ? buffer->shape : storage;
