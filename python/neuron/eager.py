@@ -199,10 +199,10 @@ def run_kernel(fn, name, span, specs, arrays, grid, target):
 
 def _kernel_outputs(launch, inputs, r, span):
     """(base, reshaped shape or None) for each tensor a program returns (r) or, when it
-    returns None, for the shared_hbm ones it allocated, after the tracer's own checks of a kernel's outputs (dsl TraceScope::finish):
-    a kernel over the same inputs allocates the program's shared_hbm tensors and returns the
-    traced counterparts of r's tensors (with their subscripts), so any rule r breaks is
-    reported by the C++ tracer, with its message."""
+    returns None, for the shared_hbm ones it allocated, after the tracer's own checks of a
+    kernel's outputs (dsl TraceScope::finish): a kernel over the same inputs allocates the
+    program's shared_hbm tensors and returns the traced counterparts of r's tensors (with their
+    subscripts), so any rule r breaks is reported by the C++ tracer, with its message."""
     traced = {}
 
     def as_traced(v):

@@ -702,13 +702,14 @@ for _op in ("eq", "ne", "lt", "le", "gt", "ge"):
 
 
 def _affine_div(op, reflected):
-    # `i // 2`, `n % i`, `divmod(n, i)`: not affine, so the value is needed (unroll.py restarts
-    # the trace with the loop unrolled, or per program); a constant Affine divides as its int.
+    # `i // 2`, `i / 2`, `n % i`, `divmod(n, i)`: not affine, so the value is needed (unroll.py
+    # restarts the trace with the loop unrolled, or per program); a constant Affine divides as
+    # its int.
     import operator
     fn = divmod if op == "divmod" else getattr(operator, op)
 
     def div(self, other):
-        if not isinstance(other, (int, _C.Affine)):
+        if not isinstance(other, (int, float, _C.Affine)):
             return NotImplemented
         a, b = (other, self) if reflected else (self, other)
         vals = []
@@ -728,6 +729,8 @@ def _affine_div(op, reflected):
 
 _C.Affine.__floordiv__ = _affine_div("floordiv", False)
 _C.Affine.__rfloordiv__ = _affine_div("floordiv", True)
+_C.Affine.__truediv__ = _affine_div("truediv", False)
+_C.Affine.__rtruediv__ = _affine_div("truediv", True)
 _C.Affine.__mod__ = _affine_div("mod", False)
 _C.Affine.__rmod__ = _affine_div("mod", True)
 _C.Affine.__divmod__ = _affine_div("divmod", False)

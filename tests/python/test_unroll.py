@@ -77,6 +77,21 @@ def test_comparisons_and_min_unroll_and_later_loops_stay_rolled():
     assert ir.count("affine_range(") == 1 and "affine_range(2)" in ir
 
 
+def true_division_of_an_index(x):
+    out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(3):  # `i / 2` is Python arithmetic on the index: unrolled
+        nl.store(out[i * 128:(i + 1) * 128, :], nl.load(x[i * 128:(i + 1) * 128, :]) + i / 2)
+    return out
+
+
+@pytest.mark.parametrize("mode", ("native", "eager"))
+def test_true_division_of_a_loop_index_is_python_arithmetic(mode):
+    x = RNG.uniform(-1, 1, (384, 8)).astype(np.float32)
+    want = x + np.repeat([0.0, 0.5, 1.0], 128)[:, None]
+    np.testing.assert_allclose(neuron.kernel(true_division_of_an_index, mode=mode)(x), want,
+                               rtol=1e-6)
+
+
 def rolled_only(x):
     out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
     for i in nl.affine_range(3):

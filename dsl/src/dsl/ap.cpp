@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-
 #include <algorithm>
 #include <functional>
 
