@@ -12,13 +12,6 @@ namespace {
 
 using namespace passes;
 
-// Elements between consecutive indices of each buffer dimension (row-major).
-std::vector<int64_t> row_strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * shape[d];
-  return s;
-}
-
 class Lowerer {
  public:
   Lowerer(const Kernel& k, const Target& t) : target_(t) {

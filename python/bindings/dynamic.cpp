@@ -126,14 +126,8 @@ void init_dynamic(py::module_& m) {
   // storage it walks (views.py checks that a tile view is dense per partition with it).
   m.def("view_walk", [](const nl::tensor& t) {
     const Access& a = t.access();
-    const std::vector<int64_t>& S = a.storage_shape();
     std::vector<std::pair<int64_t, int64_t>> out;
-    int64_t r = 1;
-    std::vector<int64_t> R(S.size(), 1);
-    for (size_t k = S.size(); k-- > 0;) {
-      R[k] = r;
-      r *= S[k];
-    }
+    std::vector<int64_t> R = row_strides(a.storage_shape());
     if (is_on_chip(a.buffer->memory)) R[0] = a.buffer->free_elements();  // a partition's step
     for (size_t d : a.kept()) out.emplace_back(a.dims[d].step * R[d], a.dims[d].size);
     return out;

@@ -205,6 +205,12 @@ def reshape(t, shape, span):
     return view_as(base, [(0, n, 1) for n in base.shape], shape)
 
 
+def walk_of(t):
+    """A view's [[stride, count], ...] without its start (a traced view's may be symbolic), as
+    .ap() takes it; an eager view's from its layout."""
+    return _C.view_walk(t) if isinstance(t, _C.Tensor) else t.get_pattern()
+
+
 def regroup_on_chip(t, shape):
     """A tile view's reshape that keeps dim 0 (the partitions) and regroups each partition's
     free elements when they are one dense run ([P, 4F] <-> [P, 4, F], also of a slice such as
@@ -214,7 +220,7 @@ def regroup_on_chip(t, shape):
     if t.buffer not in _ON_CHIP or len(shape) < 2 or shape[0] != t.shape[0] or \
             math.prod(shape) != math.prod(t.shape):
         return None
-    walk = _C.view_walk(t) if isinstance(t, _C.Tensor) else t.get_pattern()
+    walk = walk_of(t)
     expected = 1  # the free dims dense, innermost first (size-1 dims take any stride)
     for stride, count in reversed(walk[1:]):
         if count > 1 and stride != expected:

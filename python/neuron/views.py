@@ -159,7 +159,7 @@ def permute(self, dims):
         refuse(f"permute({list(dims)})", "move the partition dim",
                "transpose on chip with nisa.nc_transpose / nl.transpose, or while moving with "
                "nisa.dma_transpose (into a tile of the permuted shape)", span)
-    walk = _C.view_walk(self) if isinstance(self, _C.Tensor) else self.get_pattern()
+    walk = _reshaped_mod.walk_of(self)
     return self.ap([list(walk[d]) for d in perm])
 
 

@@ -408,7 +408,6 @@ def merge_and_split_in_order(y):
 
 
 def test_split_and_merge_patterns_run_eagerly_too():
-    # (a transposing pattern runs traced only; these walk their dims in order)
     y = RNG.standard_normal((4, 6, 8)).astype(np.float32)
     outs = [neuron.kernel(merge_and_split_in_order, mode=m)(y) for m in ("eager", "native")]
     np.testing.assert_array_equal(outs[0], outs[1])

@@ -33,13 +33,6 @@ tensor index_n(const tensor& t, const std::vector<subscript>& s) {
   }
 }
 
-// Element strides of a row-major shape.
-std::vector<int64_t> row_strides(const std::vector<int64_t>& S) {
-  std::vector<int64_t> R(S.size(), 1);
-  for (size_t k = S.size() - 1; k > 0; --k) R[k - 1] = R[k] * S[k];
-  return R;
-}
-
 // A pattern's view of storage seen with row-major shape S: a subscript per dim of S, or why
 // there is none.
 struct Mapping {

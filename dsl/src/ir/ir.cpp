@@ -17,6 +17,12 @@ int64_t Buffer::free_elements() const {
   return n;
 }
 
+std::vector<int64_t> row_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * shape[d];
+  return s;
+}
+
 std::vector<size_t> Access::kept() const {
   std::vector<size_t> k;
   if (!order.empty()) {

@@ -45,6 +45,9 @@ struct DimSlice {
   bool operator==(const DimSlice&) const = default;
 };
 
+// Elements between consecutive indices of each dim of a row-major shape.
+std::vector<int64_t> row_strides(const std::vector<int64_t>& shape);
+
 // A view of a buffer: one DimSlice per storage dimension. Its shape is the sizes of the kept dims,
 // in storage order or, when `order` is set, in that order (a transposing view such as a
 // .permute() or a t.ap() walk out of storage order; on chip the partition dim stays first).
