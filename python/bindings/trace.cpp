@@ -183,6 +183,8 @@ void init_trace(py::module_& m) {
     return std::make_tuple(var, id, extent);
   });
   m.def("close_loop", &dsl::close_loop);
+  m.def("seal_segment", &dsl::seal_segment);
+  m.def("order_segments", &dsl::order_segments);
   m.def("require_trace", &dsl::require_trace);
 
   // ---- nl ----

@@ -1,18 +1,27 @@
-"""nki.collectives and the cross-core nki.isa instructions (`core_barrier`, `sendrecv`): present
-so that kernels which import them load, and refused at the calling line when a kernel reaches
-one (rule `collectives`).
+"""The cross-core instructions of nki.isa (`core_barrier`, `sendrecv`) between the programs of a
+launch grid (the cores of `kernel[2]`, `nl.nc(2)`, an LNC of 2), and nki.collectives (ranks of
+other devices: present so that kernels importing it load, refused when called).
 
-Why they are not emulated: neuron runs the programs of a launch grid (`kernel[2]`, `nl.nc(2)`)
-one after another on one simulated core, so there is no second core running at the same time
-to wait for or exchange data with, and a barrier between programs that run in sequence would
-silently order writes differently from the hardware. Kernels that take a collective path only
-when sharded across cores (an LNC of 2) run here with a grid of 1 (docs/nki-compat.md)."""
+How the cores meet: a kernel that reaches a core collective is traced per program ("cores" in
+unroll.py), every program's body at the top level of the one kernel body. Each collective call
+seals the calling program's statements so far into a segment (its "phase"); when the last
+program reaches the k-th collective, the exchanges of round k are emitted (for sendrecv, one DMA
+copy per receiving program: its dst from the sender's src), and when every program has ended
+the body is ordered phase by phase: phase k of program 0, of program 1, ..., the round-k copies,
+then phase k + 1. That is a sequential schedule every real execution of the barrier agrees
+with: whatever a core wrote before a collective is visible to every core after it. Programs
+share one simulated SBUF here (each core has its own on hardware), so the live tiles of all
+cores together must fit. A collective inside a rolled loop unrolls the loops traced so far
+(unroll.py); one inside a runtime loop or conditional (fori_loop, if_else) is refused, since its
+rounds could not be paired at trace time."""
+from . import _C
+from . import eager as _eager
+from . import unroll
 from ._span import user_span
 from .errors import user_error
 
-_WHY = ("neuron runs the programs of a launch grid one after another on one simulated core, "
-        "so there is no other core or rank to synchronize or exchange data with; run the "
-        "kernel unsharded (a grid of 1, LNC=1)")
+_WHY = ("nki.collectives reaches ranks on other devices; neuron simulates one device (the cores "
+        "of one grid exchange data with nisa.sendrecv and nisa.core_barrier)")
 
 
 def _refused(qualified):
@@ -42,5 +51,165 @@ NAMES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective
 for _name in NAMES:
     globals()[_name] = _refused(f"nki.collectives.{_name}")
 
-core_barrier = _refused("nisa.core_barrier")
-sendrecv = _refused("nisa.sendrecv")
+
+
+class _Rounds:
+    """The collectives of the programs traced so far in "cores" mode (kernel._per_program)."""
+    active = False
+
+    def begin(self, n):
+        self.active, self.n = True, n
+        self.calls = [[] for _ in range(n)]  # per program: (what, span, exchange) per round
+        self.phases = [[] for _ in range(n)]  # per program: its segments, one per phase
+        self.copies = {}  # round -> the segment of its exchange copies
+
+    def end_program(self, p, span):
+        seg = _C.seal_segment()
+        if seg < 0:  # cannot happen: a program's body ends at the top level
+            raise RuntimeError("neuron: a program's body ended inside an open block")
+        self.phases[p].append(seg)
+
+    def finish(self, span):
+        self.active = False
+        counts = [len(c) for c in self.calls]
+        if len(set(counts)) > 1:
+            p = counts.index(min(counts))
+            user_error("collectives", f"program {p} reaches {counts[p]} core collectives "
+                       f"(core_barrier, sendrecv) but program {counts.index(max(counts))} "
+                       f"reaches {max(counts)}; every core of the grid must call the same "
+                       "collectives in the same order", span)
+        order = []
+        for k in range(counts[0] + 1):
+            order += [self.phases[p][k] for p in range(self.n)]
+            if k in self.copies:
+                order.append(self.copies[k])
+        _C.order_segments(order, span)
+
+
+_rounds = _Rounds()
+
+
+def _program_rank():
+    from .language import _State
+    rank = 0
+    for i, g in zip(_State.program, _State.grid):
+        rank = rank * g + i
+    return rank
+
+
+def _grid_size(what, span):
+    """The number of programs of the launch grid (restarting the trace to learn it)."""
+    from .language import _State
+    if _eager.launching():
+        user_error("collectives", f"nisa.{what} needs a compiled kernel: eager mode runs the "
+                   "programs of a grid one after another; use mode='simulate' or 'native'", span)
+    _C.require_trace(span)
+    if _State.grid is None:
+        if unroll.grid_mode() is None and unroll.tracing():
+            raise unroll.NeedsGrid("grid")
+        user_error("collectives", f"nisa.{what} is only supported in a @neuron.kernel (or "
+                   "nki.jit) kernel", span)
+    n = 1
+    for g in _State.grid:
+        n *= g
+    return n
+
+
+def _meet(what, span, exchange=None):
+    """The calling program reaches a core collective: seal its phase; the last program pairs the
+    round's exchanges."""
+    if unroll.grid_mode() != "cores":
+        raise unroll.NeedsGrid("cores")
+    r, p = _rounds, _program_rank()
+    seg = _C.seal_segment()
+    if seg < 0:
+        unroll.need_unrolled()  # restarts when rolled loops are open around the call
+        user_error("collectives", f"nisa.{what} inside a runtime loop or conditional "
+                   "(nl.fori_loop, nl.while_loop, nl.if_else): the cores' rounds are paired when "
+                   "the kernel is traced; call it outside, or use a Python loop", span)
+    r.phases[p].append(seg)
+    k = len(r.calls[p])
+    r.calls[p].append((what, span, exchange))
+    if p != r.n - 1:
+        return
+    for q in range(r.n - 1):
+        if len(r.calls[q]) <= k:
+            user_error("collectives", f"program {r.n - 1} reaches its core collective #{k + 1} "
+                       f"(nisa.{what}) but program {q} reached only {len(r.calls[q])}; every "
+                       "core of the grid must call the same collectives in the same order", span)
+        other, other_span = r.calls[q][k][:2]
+        if other != what:
+            user_error("collectives", f"core collective #{k + 1}: program {q} calls "
+                       f"nisa.{other} (line {other_span.line}) where program {p} calls "
+                       f"nisa.{what}; every core of the grid must call the same collectives in "
+                       "the same order", span)
+    if what == "sendrecv":
+        _exchange(k, span)
+        r.copies[k] = _C.seal_segment()
+
+
+def _exchange(k, span):
+    """Round k of sendrecv: each program's dst receives its sender's src (one DMA copy each;
+    through a temporary when some program's dst is another's src)."""
+    from . import isa
+    from .language import ndarray, sbuf
+    calls = [c[k][2] for c in _rounds.calls]
+    n = len(calls)
+    for p, (dst, src, to, frm) in enumerate(calls):
+        for rank, role in ((to, "send_to_rank"), (frm, "recv_from_rank")):
+            if not 0 <= rank < n:
+                user_error("collectives", f"nisa.sendrecv on program {p}: {role}={rank} is not "
+                           f"a core of the grid (0 to {n - 1})", _rounds.calls[p][k][1])
+    for p, (_, _, to, _) in enumerate(calls):
+        if calls[to][3] != p:
+            user_error("collectives", f"nisa.sendrecv: program {p} sends to program {to}, which "
+                       f"receives from program {calls[to][3]}; sender and receiver must name "
+                       "each other", _rounds.calls[p][k][1])
+    dst_names = {getattr(c[0], "name", None) for c in calls}
+    srcs = []
+    for dst, src, _, _ in calls:
+        if getattr(src, "name", None) in dst_names:  # copy it out before any dst is written
+            tmp = ndarray(list(src.shape), src.dtype, buffer=sbuf)
+            isa.dma_copy(dst=tmp, src=src)
+            src = tmp
+        srcs.append(src)
+    for p, (dst, _, _, frm) in enumerate(calls):
+        isa.dma_copy(dst=dst, src=srcs[frm])
+
+
+def core_barrier(data=None, cores=None, engine=None, name=None):
+    """nisa.core_barrier(data, cores): every core of `cores` (default: the grid's) waits until
+    all of them reach it, so what each wrote to `data` before is visible to all after."""
+    span = user_span()
+    n = _grid_size("core_barrier", span)
+    if cores is not None:
+        cores = sorted({int(c) for c in (cores if isinstance(cores, (tuple, list)) else [cores])})
+        bad = [c for c in cores if not 0 <= c < n]
+        if bad:
+            user_error("collectives", f"nisa.core_barrier: cores={tuple(cores)} names core "
+                       f"{bad[0]}, but the grid has {n} program(s) (cores 0 to {n - 1})", span)
+        if len(cores) == 1:
+            return  # one core waits for itself
+        if len(cores) != n:
+            user_error("collectives", f"nisa.core_barrier: cores={tuple(cores)} is part of a "
+                       f"grid of {n} programs; neuron synchronizes all the grid's cores or one",
+                       span)
+    if n > 1:
+        _meet("core_barrier", span)
+
+
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id=0, dma_engine=None, name=None):
+    """nisa.sendrecv: sends src to core send_to_rank and receives dst from core recv_from_rank
+    (a DMA copy between the cores' SBUF or HBM)."""
+    span = user_span()
+    n = _grid_size("sendrecv", span)
+    to, frm = int(send_to_rank), int(recv_from_rank)
+    if n == 1:
+        if to != 0 or frm != 0:
+            user_error("collectives", f"nisa.sendrecv: send_to_rank={to}, recv_from_rank={frm} "
+                       "but the grid has one program (core 0); launch the kernel on a grid of "
+                       "cores (kernel[2], nl.nc(2))", span)
+        from . import isa
+        isa.dma_copy(dst=dst, src=src)
+        return
+    _meet("sendrecv", span, (dst, src, to, frm))

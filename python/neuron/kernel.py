@@ -22,7 +22,7 @@ from . import _C
 from . import eager
 from . import runtime
 from . import shared_constants
-from . import unroll
+from . import collectives, unroll
 from ._span import function_span
 from .dtypes import to_dtype
 from .errors import NeuronError, strip_toolkit_frames
@@ -212,23 +212,37 @@ def whole_of_reshape(t):
     return t, None
 
 
-def _per_program(fn, grid, span):
+def _per_program(fn, grid, span, cores=False):
     """fn traced once per program of the grid, in order, with the program ids as ints (the
     kernel's Python needed their values): each body in a block of its own (its tiles freed at
     its end), the k-th shared HBM tensor every program allocates being one tensor (the grid's
-    shared outputs, as in eager mode). The result is the first program's."""
+    shared outputs, as in eager mode). cores: the programs meet at core collectives, so their
+    bodies stay at the top level and are interleaved at them (collectives.py). The result is the
+    first program's."""
     def run(*tensors):
         result = None
         _State.shared = []
-        for pid in itertools.product(*(range(g) for g in grid)):
-            _State.program, _State.shared_next = pid, 0
-            _, loop_id, _ = _C.open_loop(0, 1, 1, False, span)
-            try:
-                out = fn(*tensors)
-            finally:
-                _C.close_loop(loop_id)
-            if result is None:
-                result = (out,)
+        programs = list(itertools.product(*(range(g) for g in grid)))
+        if cores:
+            collectives._rounds.begin(len(programs))
+        try:
+            for rank, pid in enumerate(programs):
+                _State.program, _State.shared_next = pid, 0
+                if cores:
+                    out = fn(*tensors)
+                    collectives._rounds.end_program(rank, span)
+                else:
+                    _, loop_id, _ = _C.open_loop(0, 1, 1, False, span)
+                    try:
+                        out = fn(*tensors)
+                    finally:
+                        _C.close_loop(loop_id)
+                if result is None:
+                    result = (out,)
+            if cores:
+                collectives._rounds.finish(span)
+        finally:
+            collectives._rounds.active = False
         _State.program = None
         return result[0]
     return run
@@ -328,8 +342,8 @@ class Kernel:
             _State.serial += 1  # a new trace: generators of an aborted one close nothing
             mode = unroll.grid_mode()
             _State.grid, _State.program = (self.grid if mode else None), None
-            body = with_constants if mode != "programs" else \
-                _per_program(with_constants, self.grid, function_span(self.fn))
+            body = with_constants if not unroll.per_program() else \
+                _per_program(with_constants, self.grid, function_span(self.fn), mode == "cores")
             hidden = [runtime.spec_of(a, f"shared_constant{i}") for i, a in enumerate(consts)]
             return _C.trace(self.fn.__name__, body, specs + hidden, function_span(self.fn))
         outer = (_State.grid_ndim, _State.grid, _State.program, _State.shared)
@@ -386,7 +400,7 @@ class Kernel:
                 compiled = self._compile_ir(self._trace(call, call.specs(), unroll_all=True,
                                                         returns=returns))
                 mode = unroll.grid_mode()
-            launch = (1,) * len(self.grid) if mode == "programs" else self.grid
+            launch = (1,) * len(self.grid) if mode in ("programs", "cores") else self.grid
             entry = self._cache.setdefault(key + (self.grid,) if mode else key,
                                            (compiled, launch, returns[0] or _Returns(None, [])))
         return entry

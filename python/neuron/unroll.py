@@ -22,12 +22,13 @@ class NeedsValue(Exception):
 
 
 class NeedsGrid(Exception):
-    """The running trace needs the launch grid's size ("grid": nl.num_programs as ints) or the
-    program ids' values ("programs": each program traced with its ids as ints): restart in
+    """The running trace needs the launch grid's size ("grid": nl.num_programs as ints), the
+    program ids' values ("programs": each program traced with its ids as ints) or the cores to
+    meet at collectives ("cores": per program, interleaved at them, collectives.py): restart in
     that mode (trace() catches it)."""
 
 
-_GRID_MODES = (None, "grid", "programs")  # each one knows more than the one before
+_GRID_MODES = (None, "grid", "programs", "cores")  # each one knows more than the one before
 
 
 class _Sites(threading.local):
@@ -75,15 +76,35 @@ def need_value(a):
     mine = frozenset(_state.loops[n] for n in names if n in _state.loops)
     if mine:
         raise NeedsValue(mine | _state.closed)
-    if any(re.fullmatch(r"pid\d", n) for n in names) and _state.grid_mode != "programs":
+    if any(re.fullmatch(r"pid\d", n) for n in names) and not per_program():
         raise NeedsGrid("programs")
     if any(re.fullmatch(r"npid\d", n) for n in names) and _state.grid_mode is None:
         raise NeedsGrid("grid")
 
 
 def grid_mode():
-    """How the running (or last) trace sees the grid: None, "grid" or "programs"."""
+    """How the running (or last) trace sees the grid: None, "grid", "programs" or "cores"."""
     return _state.grid_mode
+
+
+def per_program():
+    """Is each program traced on its own (its ids ints) in the running (or last) trace?"""
+    return _state.grid_mode in ("programs", "cores")
+
+
+def tracing():
+    """Is a trace running under trace() (so that it can restart)?"""
+    return _state.active
+
+
+def need_unrolled():
+    """The kernel's Python needs to be outside every rolled loop (a core collective): restart
+    with the loops traced so far unrolled. Returns when they already are."""
+    if not _state.active:
+        return
+    sites = frozenset(_state.opened) | _state.closed
+    if not sites <= _state.unroll and "*" not in _state.unroll:
+        raise NeedsValue(sites)
 
 
 def trace(run, unroll_all=False):

@@ -36,30 +36,6 @@ def test_the_modules_and_names_production_kernels_import():
                                                                       "bool"]
 
 
-def barrier_kernel(x):
-    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
-    nl.store(out, nl.load(x))
-    nisa.core_barrier(out, (0, 1))
-    return out
-
-
-def gather_kernel(x):
-    import nki.collectives as ncc
-    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
-    ncc.all_gather(dsts=[out], srcs=[x], replica_group=ncc.ReplicaGroup([[0, 1]]),
-                   collective_dim=0)
-    return out
-
-
-@pytest.mark.parametrize("fn,text", [(barrier_kernel, "nisa.core_barrier(out, (0, 1))"),
-                                     (gather_kernel, "ncc.all_gather(")])
-def test_collectives_are_refused_at_the_calling_line(fn, text):
-    with pytest.raises(neuron.NeuronError) as e:
-        nki.jit(fn)[2](np.zeros((128, 4), np.float32))
-    assert e.value.rule == "collectives" and "one simulated core" in e.value.message
-    assert e.value.line == line_of(fn, text)
-
-
 # ---- output arguments and kernels calling kernels ----------------------------------------------
 
 def writes_output(a, out):

@@ -180,11 +180,6 @@ def returns_a_tile(a):
     return nl.load(a)
 
 
-def never_returns(a):
-    nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
-    return nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
-
-
 def hbm_full(a):
     return nl.full((128, 8), 1.0, nl.float32, buffer=nl.hbm)
 
@@ -209,7 +204,6 @@ def exp_as_alu(a):
 
 @pytest.mark.parametrize("fn,expected", [
     (returns_a_tile, "nl.ndarray(..., buffer=nl.shared_hbm)"),
-    (never_returns, "or use nl.hbm for scratch"),
     (hbm_full, "create it with nl.ndarray and store"),
     (matmul_1d, "nl.matmul takes 2-D tiles"),
     (transpose_3d, "nl.transpose takes a 2-D tile"),

@@ -1,6 +1,7 @@
 // The per-thread tracing state: open blocks, counters, buffer naming, kernel inputs/outputs.
 #include "neuron/dsl/builder.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include "neuron/dsl/syntax.hpp"
@@ -46,6 +47,7 @@ struct TraceState {
   std::vector<BufferPtr> inputs;
   std::vector<BufferPtr> shared;  // shared_hbm tensors created by the kernel, in order
   std::vector<Frame> frames;      // frames[0] is the kernel body
+  std::vector<std::vector<StmtPtr>> segments;  // sealed parts of the body (seal_segment)
   int next_loop = 0, next_tile = 0, next_out = 0, next_loop_id = 0, next_register = 0;
   std::set<std::string> names;
   BufferPtr rng_state;
@@ -149,7 +151,7 @@ BufferPtr rng_state(const Span& span) {
   b->dtype = DType::uint32;
   b->span = span;
   // At the front of the body, so the tile outlives every loop and is seeded before any use.
-  auto& body = st.frames.front().stmts;
+  auto& body = st.segments.empty() ? st.frames.front().stmts : st.segments.front();
   body.insert(body.begin(),
               {Alloc::make(b, span),
                Op::make(Opcode::rng_seed, {{"dst", Access::whole(b)}, {"seed", 0.0}}, span)});
@@ -171,6 +173,29 @@ void close_loop(int id) noexcept {
       f.kind == LoopKind::dynamic
           ? For::make_dynamic(f.var, f.start, f.stop, f.step, f.cond, body, f.span)
           : For::make(f.var, f.extent, f.kind, body, f.span));
+}
+
+int seal_segment() {
+  if (!current || current->frames.size() != 1) return -1;
+  current->segments.push_back(std::move(current->frames.front().stmts));
+  current->frames.front().stmts.clear();
+  return int(current->segments.size()) - 1;
+}
+
+void order_segments(const std::vector<int>& order, const Span& span) {
+  TraceState& st = state(span);
+  std::vector<int> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i)
+    if (sorted[i] != int(i) || sorted.size() != st.segments.size())
+      internal_error("order_segments: [{}] is not an order of {} segments",
+                     fmt::join(order, ", "), st.segments.size());
+  std::vector<StmtPtr> body;
+  for (int k : order)
+    for (auto& s : st.segments[size_t(k)]) body.push_back(std::move(s));
+  for (auto& s : st.frames.front().stmts) body.push_back(std::move(s));
+  st.frames.front().stmts = std::move(body);
+  st.segments.clear();
 }
 
 TraceScope::TraceScope(std::string name, Span span, Syntax syntax) : syntax_(syntax) {
@@ -230,6 +255,7 @@ Kernel TraceScope::finish(const std::optional<std::vector<nl::tensor>>& outputs)
                "for statement)",
                st.frames.back().var, st.name);
   Kernel k;
+  std::vector<StmtPtr> scratch;  // Allocs of shared_hbm tensors not returned
   k.name = st.name;
   k.span = st.span;
   k.inputs = st.inputs;
@@ -256,19 +282,28 @@ Kernel TraceScope::finish(const std::optional<std::vector<nl::tensor>>& outputs)
         if (o == b) user_error(st.span, "kernel-output", "'{}' is returned twice", b->name);
       k.outputs.push_back(b);
     }
+    // A shared_hbm tensor the kernel does not return is scratch, as in NKI (attention
+    // tutorials keep intermediate results in one): HBM of the kernel's own, declared at the
+    // start of its body. The buffer was created by new_buffer, not const, and nothing else
+    // holds it yet, so it is changed in place.
     for (auto& b : st.shared) {
       bool returned = false;
       for (auto& o : k.outputs) returned |= o == b;
-      if (!returned)
-        user_error(b->span, "kernel-output",
-                   "shared_hbm tensor '{}' is not returned by the kernel (return it, or use "
-                   "{} for scratch)",
-                   b->name, spell("nl::hbm", "nl.hbm"));
+      if (returned) continue;
+      const_cast<Buffer&>(*b).memory = Memory::hbm;
+      scratch.push_back(Alloc::make(b, b->span));
     }
   } else {
     k.outputs = st.shared;
   }
-  k.body = Block::make(std::move(st.frames[0].stmts), st.span);
+  if (!st.segments.empty()) {  // sealed but never ordered: in the order they were traced
+    std::vector<int> order(st.segments.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+    order_segments(order, st.span);
+  }
+  auto& body = st.frames[0].stmts;
+  body.insert(body.begin(), scratch.begin(), scratch.end());
+  k.body = Block::make(std::move(body), st.span);
   // A kernel may write its results into input tensors instead of returning outputs (NKI's
   // output arguments); one that does neither has nothing to show for its work.
   if (k.outputs.empty() && !writes_an_input(k))

@@ -46,6 +46,14 @@ std::string new_register(const Span& span);
 // Closes the innermost loop if it is `id`. Never throws (called from destructors).
 void close_loop(int id) noexcept;
 
+// Segments of the kernel body, for the cores of an LNC grid traced one after another and then
+// interleaved at their collectives (python/neuron/collectives.py): seal_segment() moves the body's
+// statements so far into a new segment and returns its index, or -1 (sealing nothing) while a
+// block is open; order_segments() makes the body those segments in the given order (each once),
+// followed by any statements not yet sealed.
+int seal_segment();
+void order_segments(const std::vector<int>& order, const Span& span);
+
 // A running trace. Constructing one starts tracing on this thread (nested traces are a
 // UserError "nested-trace"); destroying it without finish() discards everything. `syntax` is
 // the language of the kernel's source, which user messages quote code in while it runs.

@@ -1,0 +1,189 @@
+# Core collectives between the programs of a grid (python/neuron/collectives.py): nisa.sendrecv
+# and nisa.core_barrier across the cores of kernel[n] / an LNC-2 launch, checked against NumPy
+# on the simulator and natively; their errors; and nki.collectives (other devices) refused.
+import numpy as np
+import pytest
+
+import neuron
+import neuron.compat
+
+nki = neuron.compat.install()
+import nki.isa as nisa  # noqa: E402
+import nki.language as nl  # noqa: E402
+from helpers import line_of  # noqa: E402
+
+RNG = np.random.default_rng(7)
+COMPILED = ("native", "simulate")
+
+
+def all_reduce(x):
+    """Core p loads x[p]; the cores swap tiles with sendrecv; each stores the sum."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    mine = nl.ndarray(x.shape[1:], x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=mine, src=x[pid])
+    theirs = nl.ndarray(x.shape[1:], x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
+    total = nl.ndarray(x.shape[1:], x.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=total, data1=mine, data2=theirs, op=nl.add)
+    nisa.dma_copy(dst=out[pid], src=total)
+    return out
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_sendrecv_exchanges_tiles_between_the_two_cores(mode):
+    x = RNG.standard_normal((2, 128, 48)).astype(np.float32)
+    y = neuron.kernel(all_reduce, mode=mode)[2](x)
+    np.testing.assert_array_equal(y, np.broadcast_to(x[0] + x[1], x.shape))
+
+
+def barrier_through_hbm(x):
+    """Core p writes 2 * x[p] into HBM scratch (not returned), waits at the barrier, then reads
+    what the other core wrote, tile by tile in affine_range loops."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    scratch = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    for i in nl.affine_range(x.shape[1]):
+        t = nl.ndarray(x.shape[2:], x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[pid, i])
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=scratch[pid, i], src=t)
+    nisa.core_barrier(data=scratch, cores=(0, 1))
+    for i in nl.affine_range(x.shape[1]):
+        t = nl.ndarray(x.shape[2:], x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=scratch[1 - pid, i])
+        nisa.dma_copy(dst=out[pid, i], src=t)
+    return out
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_what_a_core_wrote_before_the_barrier_is_seen_by_the_other_after_it(mode):
+    x = RNG.standard_normal((2, 3, 128, 16)).astype(np.float32)
+    y = neuron.kernel(barrier_through_hbm, mode=mode)[2](x)
+    np.testing.assert_array_equal(y, 2 * x[::-1])
+
+
+def ring_shift(x):
+    """n cores: core p sends its tile to p + 1 and receives from p - 1, in place."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    pid, n = nl.program_id(0), nl.num_programs(0)
+    t = nl.ndarray(x.shape[1:], x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[pid])
+    nisa.sendrecv(src=t, dst=t, send_to_rank=(pid + 1) % n, recv_from_rank=(pid - 1) % n,
+                  pipe_id=0)
+    nisa.dma_copy(dst=out[pid], src=t)
+    return out
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_a_ring_of_four_cores_exchanges_in_place(mode):
+    x = RNG.standard_normal((4, 32, 8)).astype(np.float32)
+    y = neuron.kernel(ring_shift, mode=mode)[4](x)
+    np.testing.assert_array_equal(y, np.roll(x, 1, axis=0))
+
+
+def one_core(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.core_barrier(data=t, cores=(0,))
+    u = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=t, dst=u, send_to_rank=0, recv_from_rank=0, pipe_id=0)
+    nisa.dma_copy(dst=out, src=u)
+    return out
+
+
+def test_on_a_grid_of_one_a_barrier_waits_for_nothing_and_sendrecv_copies():
+    x = RNG.standard_normal((16, 8)).astype(np.float32)
+    np.testing.assert_array_equal(neuron.kernel(one_core, mode="simulate")(x), x)
+
+
+def sends_to_core_one(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=t, dst=t, send_to_rank=1, recv_from_rank=1, pipe_id=0)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def only_core_zero_waits(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x)
+    if nl.program_id(0) == 0:
+        nisa.core_barrier(data=out, cores=(0, 1))
+    return out
+
+
+def unpaired(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    # 0 sends to 1, 1 to 2, 2 to 0, but every core receives from the next one
+    nisa.sendrecv(src=t, dst=t, send_to_rank=(pid + 1) % 3, recv_from_rank=(pid + 1) % 3,
+                  pipe_id=0)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def in_a_runtime_loop(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x)
+
+    def body(i):
+        nisa.core_barrier(data=out, cores=(0, 1))
+    nl.fori_loop(0, 2, body)
+    return out
+
+
+@pytest.mark.parametrize("fn,grid,text,words", [
+    (sends_to_core_one, 1, "nisa.sendrecv(", "send_to_rank=1, recv_from_rank=1 but the grid has "
+                                             "one program"),
+    (only_core_zero_waits, 2, "nisa.core_barrier(", "program 1 reaches 0 core collectives"),
+    (unpaired, 3, "nisa.sendrecv(", "program 0 sends to program 1, which receives from program 2"),
+    (in_a_runtime_loop, 2, "nisa.core_barrier(", "inside a runtime loop or conditional"),
+])
+def test_collectives_that_cannot_pair_name_the_rule_and_the_line(fn, grid, text, words):
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(fn, mode="simulate")[grid](np.zeros((16, 8), np.float32))
+    assert e.value.rule == "collectives" and words in e.value.message, e.value.message
+    if fn is not only_core_zero_waits:  # that one is found where the kernel ends
+        assert e.value.line == line_of(fn, text)
+
+
+def test_eager_mode_asks_for_a_compiled_kernel():
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(all_reduce, mode="eager")[2](np.zeros((2, 16, 8), np.float32))
+    assert e.value.rule == "collectives" and "compiled kernel" in e.value.message
+    assert e.value.line == line_of(all_reduce, "nisa.sendrecv(")
+
+
+def gather_kernel(x):
+    import nki.collectives as ncc
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    ncc.all_gather(dsts=[out], srcs=[x], replica_group=ncc.ReplicaGroup([[0, 1]]),
+                   collective_dim=0)
+    return out
+
+
+def test_collectives_across_devices_are_refused_at_the_calling_line():
+    with pytest.raises(neuron.NeuronError) as e:
+        nki.jit(gather_kernel)[2](np.zeros((128, 4), np.float32))
+    assert e.value.rule == "collectives" and "one device" in e.value.message
+    assert e.value.line == line_of(gather_kernel, "ncc.all_gather(")
+
+
+def scratch_in_shared_hbm(x):
+    """NKI's attention tutorials keep intermediate results in shared_hbm tensors they do not
+    return: those are the kernel's scratch."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    tmp = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nl.store(tmp, nl.multiply(nl.load(x), 3.0))
+    nl.store(out, nl.add(nl.load(tmp), 1.0))
+    return out
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_a_shared_hbm_tensor_not_returned_is_scratch(mode):
+    x = RNG.standard_normal((64, 32)).astype(np.float32)
+    y = neuron.kernel(scratch_in_shared_hbm, mode=mode)(x)
+    np.testing.assert_allclose(y, x * 3 + 1, rtol=1e-6)
