@@ -172,6 +172,7 @@ void init_trace(py::module_& m) {
   m.def("trace", &trace_python, py::arg("name"), py::arg("fn"), py::arg("specs"),
         py::arg("span"));
   m.def("tracing", &dsl::tracing);
+  m.def("trace_serial", &dsl::trace_serial);
   // Opens a rolled loop; returns (var, id, extent), extent 0 meaning no loop was opened.
   m.def("open_loop", [](int64_t start, int64_t stop, int64_t step, bool sequential,
                         const Span& span) {

@@ -150,8 +150,10 @@ for _name in ("add sub mul truediv".split()):
 for _name in ("lt le gt ge neg abs bool matmul rmatmul mod floordiv and or xor iter".split()):
     setattr(EagerTensor, f"__{_name}__", _tensor_method(f"__{_name}__"))
 _tile_bool = EagerTensor.__bool__
-# An HBM tensor is true (`if bias:` tests an optional argument), a tile refuses, as traced.
-EagerTensor.__bool__ = lambda self: True if not self._base.on_chip else _tile_bool(self)
+# An HBM tensor or an nl.ndarray tile is true (`if bias:` tests an optional argument), a
+# computed tile refuses, as traced (language._no_bool).
+EagerTensor.__bool__ = lambda self: (True if not self._base.on_chip or self._base.allocated
+                                     else _tile_bool(self))
 
 
 def _eager_setitem(self, key, value):
@@ -275,7 +277,10 @@ def op(writes=()):
                 if write_hooks and spec.writes:
                     _written(spec, args, kwargs)
                 return result
-            return _run(spec, args, kwargs, fn)
+            result = _run(spec, args, kwargs, fn)
+            if fn.__name__ == "ndarray" and isinstance(result, EagerTensor):
+                result._base.allocated = True
+            return result
         return call
     return wrap
 

@@ -117,6 +117,7 @@ class _Base:
     def __init__(self, array, buffer, dtype, name, span, is_input=False):
         self.array, self.buffer, self.dtype, self.name = array, buffer, dtype, name
         self.span, self.is_input = span, is_input
+        self.allocated = False  # made by nl.ndarray (true in `if t:`, as traced)
         self.flags = np.zeros(array.shape, np.uint8) if buffer == _C.Memory.psum else None
 
     @property

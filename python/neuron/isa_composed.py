@@ -309,9 +309,13 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1,
 _TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
 
 
-def transpose_by_dma(dst, src, axes, fn, span):
-    """dst = src with its dims permuted (dst dim i = src dim axes[i]), as DMA copies of the
-    runs along src's longest permuted dim (one copy per position in the other dims)."""
+def transpose_by_dma(dst, src, axes, fn, span, oob_mode=None):
+    """dst = src with its dims permuted (dst dim i = src dim axes[i]): one DMA copy from the
+    transposing view of src (ir.hpp Access::order). An on-chip src goes through HBM scratch
+    first (a view on chip keeps its partition dim first, a DMA engine does not need to); rows
+    chosen at run time (t.ap(..., vector_offset=rows)) are gathered into SBUF before that."""
+    from .access import IndirectView
+    from .views import permute
     shape = list(src.shape)
     rank = len(shape)
     if rank not in _TRANSPOSE_AXES:
@@ -328,13 +332,26 @@ def transpose_by_dma(dst, src, axes, fn, span):
     if dst.dtype != src.dtype:
         user_error("dtype", f"{fn}: dst is {dst.dtype.name_} but src is {src.dtype.name_} (a "
                    "DMA transpose does not cast)", span)
-    run = max(range(rank), key=lambda d: shape[d])  # the src dim each copy moves whole
-    others = [d for d in range(rank) if d != run]
-    for pos in itertools.product(*(range(shape[d]) for d in others)):
-        at = dict(zip(others, pos))
-        s_key = tuple(slice(None) if d == run else slice(at[d], at[d] + 1) for d in range(rank))
-        d_key = tuple(slice(None) if a == run else slice(at[a], at[a] + 1) for a in axes)
-        _C.dma_copy(dst[d_key], src[s_key], span)
+    if isinstance(src, IndirectView):
+        rows = _C.ndarray(shape, src.dtype, _C.Memory.sbuf, "", span)
+        mode = _C.oob_mode.error if oob_mode is None else _C.oob_mode(int(oob_mode))
+        _C.dma_copy_rows(rows, src.view, src.rows, True, mode, span)
+        src = rows
+    if not isinstance(src, _C.Tensor):  # a reshaped view: a copy per run of its longest dim
+        run = max(range(rank), key=lambda d: shape[d])
+        others = [d for d in range(rank) if d != run]
+        for pos in itertools.product(*(range(shape[d]) for d in others)):
+            at = dict(zip(others, pos))
+            s_key = tuple(slice(None) if d == run else slice(at[d], at[d] + 1)
+                          for d in range(rank))
+            d_key = tuple(slice(None) if a == run else slice(at[a], at[a] + 1) for a in axes)
+            _C.dma_copy(dst[d_key], src[s_key], span)
+        return
+    if src.buffer in (_C.Memory.sbuf, _C.Memory.psum):
+        scratch = _C.ndarray(shape, src.dtype, _C.Memory.hbm, "", span)
+        _C.dma_copy(scratch, src, span)
+        src = scratch
+    _C.dma_copy(dst, permute(src, axes), span)
 
 
 @_eager.op(writes=("dst",))
@@ -345,7 +362,7 @@ def dma_transpose(dst, src, axes=None, dge_mode=None, oob_mode=None, priority=No
     if dst.buffer != _C.Memory.sbuf:
         user_error("memory", f"dma_transpose: dst '{dst.name}' is in {dst.buffer.name}; a DMA "
                    "transpose writes SBUF", span)
-    transpose_by_dma(dst, src, axes, "dma_transpose", span)
+    transpose_by_dma(dst, src, axes, "dma_transpose", span, oob_mode)
 
 
 __all__ = ["scalar_tensor_tensor", "tensor_scalar_cumulative", "tensor_scalar_reduce",

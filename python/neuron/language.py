@@ -101,7 +101,12 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
     # scratch, allocated in its body.
     if _State.program is not None and buffer == shared_hbm:
         return _program_shared(list(shape), to_dtype(dtype), buffer, name, user_span())
-    return _C.ndarray(list(shape), to_dtype(dtype), buffer, name, user_span())
+    t = _C.ndarray(list(shape), to_dtype(dtype), buffer, name, user_span())
+    serial = _C.trace_serial()
+    if _State.allocated[0] != serial:
+        _State.allocated = (serial, set())
+    _State.allocated[1].add(t.name)
+    return t
 
 
 def _program_shared(shape, dtype, buffer, name, span):
@@ -404,6 +409,7 @@ class _TraceState(threading.local):
     program = None    # this program's ids when each program is traced on its own
     shared = None     # then: the first program's shared HBM tensors, in allocation order
     shared_next = 0   # and how many of them this program has allocated
+    allocated = (-2, set())  # (_C.trace_serial(), the tiles nl.ndarray allocated in that trace)
 
 
 _State = _TraceState()
@@ -631,9 +637,12 @@ def _inplace(name):
 
 
 def _no_bool(self):
-    # An HBM tensor (a kernel argument, an nl.ndarray in HBM) is an object that exists: NKI
-    # kernels test optional arguments with `if bias:`. A tile's truth would be its data.
-    if self.buffer not in (sbuf, psum):
+    # An HBM tensor (a kernel argument, an nl.ndarray in HBM) or a tile the kernel allocated
+    # with nl.ndarray is an object that exists: NKI kernels test optional arguments with
+    # `if bias:`, on chip too (nki-library's `if params.expert_index:`). The truth of a computed
+    # tile (`if a > b:`) would be its data.
+    if self.buffer not in (sbuf, psum) or (_State.allocated[0] == _C.trace_serial() and
+                                           self.name in _State.allocated[1]):
         return True
     user_error("control-flow", "a traced tile has no truth value at trace time: `if`/`while` "
                "on device data is not supported; use nl.where(cond, x, y) or "

@@ -136,6 +136,10 @@ def base_subscripts(base_shape, shape, picks, name, sub):
             continue
         if not go:
             continue  # new size-1 dims (their subscripts are 0, checked by the caller)
+        if not gn:  # size-1 dims of the base the reshape drops: their one element
+            for d in go:
+                subs[d] = sub("ds", 0, 1)
+            continue
         for d in gn:
             start, size, step = picks[d]
             if step != 1 and size > 1:

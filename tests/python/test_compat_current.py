@@ -262,6 +262,22 @@ def optional_bias(x, bias=None):
     return out
 
 
+def optional_tile(x, scale=None):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    if scale:  # a tile allocated with nl.ndarray is true too (nki-library's optional tiles)
+        nisa.tensor_tensor(dst=t, data1=t, data2=scale, op=nl.multiply)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def scaled_by_itself(x):
+    s = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=x)
+    return optional_tile(x, s)
+
+
 def branches_on_a_tile(x):
     t = nl.load(x)
     if t:
@@ -270,11 +286,12 @@ def branches_on_a_tile(x):
 
 
 @pytest.mark.parametrize("mode", ("native", "eager"))
-def test_an_hbm_tensor_is_true_and_a_tile_has_no_truth_value(mode):
+def test_an_hbm_tensor_or_allocated_tile_is_true_and_a_computed_tile_has_no_truth_value(mode):
     x = RNG.standard_normal((128, 8)).astype(np.float32)
     k = neuron.kernel(optional_bias, mode=mode)
     np.testing.assert_array_equal(k(x), x)
     np.testing.assert_array_equal(k(x, x), 2 * x)
+    np.testing.assert_array_equal(neuron.kernel(scaled_by_itself, mode=mode)(x), x * x)
     with pytest.raises(neuron.NeuronError) as e:
         neuron.kernel(branches_on_a_tile, mode=mode)(x)
     assert e.value.rule == "control-flow" and "is not None" in e.value.message

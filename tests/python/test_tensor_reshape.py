@@ -190,3 +190,21 @@ def test_a_kernel_may_return_a_reshape_of_a_whole_tensor(mode):
         assert out.shape == (3, 128, D) and same.shape == (128, 3 * D)
         np.testing.assert_array_equal(out, X.reshape(3, 128, D)[[0, 2, 1]])
         np.testing.assert_array_equal(same, X.reshape(128, 3 * D))
+
+
+def drops_a_unit_dim(pos):
+    """nki-library's position ids: a [B, 1] argument seen as [P, B // P] rows, one per program."""
+    out = nl.ndarray((2, pos.shape[0] // 2), pos.dtype, buffer=nl.shared_hbm)
+    rows = pos.reshape([2, pos.shape[0] // 2])
+    for p in nl.affine_range(2):
+        t = nl.ndarray((1, pos.shape[0] // 2), pos.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, rows[p, :])
+        nisa.dma_copy(out[p:p + 1, :], t)
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_reshape_that_drops_size_one_dims_is_subscripted_like_numpy(mode):
+    pos = RNG.integers(0, 100, (8, 1)).astype(np.int32)
+    out = neuron.kernel(drops_a_unit_dim, mode=mode)(pos)
+    np.testing.assert_array_equal(out, pos.reshape(2, 4))

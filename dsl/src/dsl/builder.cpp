@@ -2,6 +2,7 @@
 #include "neuron/dsl/builder.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <set>
 
 #include "neuron/dsl/syntax.hpp"
@@ -51,6 +52,7 @@ struct TraceState {
   int next_loop = 0, next_tile = 0, next_out = 0, next_loop_id = 0, next_register = 0;
   std::set<std::string> names;
   BufferPtr rng_state;
+  int64_t serial = 0;
 };
 
 thread_local TraceState* current = nullptr;
@@ -84,6 +86,10 @@ void check_shape(const std::vector<int64_t>& shape, const Span& span) {
 
 bool tracing() {
   return current != nullptr;
+}
+
+int64_t trace_serial() {
+  return current ? current->serial : -1;
 }
 
 void require_trace(const Span& span) {
@@ -204,7 +210,9 @@ TraceScope::TraceScope(std::string name, Span span, Syntax syntax) : syntax_(syn
                "{} called while tracing kernel '{}' (started at {}); kernels cannot be traced "
                "from inside another kernel",
                spell("neuron::trace", "a @neuron.kernel"), current->name, current->span.str());
+  static std::atomic<int64_t> traces{0};
   current = new TraceState();
+  current->serial = traces++;
   current->name = std::move(name);
   current->span = std::move(span);
   current->frames.emplace_back();

@@ -16,6 +16,9 @@ struct TensorSpec;  // neuron/trace.hpp
 
 namespace dsl {
 
+// A number naming the running trace (distinct for every trace of the process), or -1.
+int64_t trace_serial();
+
 // Throws UserError rule "no-trace" when no trace is running on this thread.
 void require_trace(const Span& span);
 bool tracing();
