@@ -85,13 +85,15 @@ def bitcast_pattern(t, pat, offset, dtype, span):
 
 
 class SplitView:
-    """t.ap(pattern) whose entries no single view walks in storage order (a transposing walk
-    such as [[F, P], [P*F, 4], [1, F]] over a [4, P, F] tensor): the views of its parts, each
+    """t.ap(pattern) whose entries no single view walks (a transposing walk such as
+    [[F, P], [P*F, 4], [1, F]] over a [4, P, F] tensor, or an overlapping sliding window such as
+    [[1, 8], [1, 32]], which is read only): the views of its parts, each
     the pattern without some entries at one index of theirs. nisa.dma_copy and nisa.tensor_copy
     copy it part by part (one instruction per part), taking the same index of the other side."""
 
-    def __init__(self, parts, shape, like):
+    def __init__(self, parts, shape, like, overlapping=False):
         self.parts, self.shape, self._like = parts, tuple(shape), like
+        self.overlapping = overlapping  # elements seen twice: a source only
 
     ndim = property(lambda self: len(self.shape))
     dtype = property(lambda self: self._like.dtype)
@@ -111,22 +113,22 @@ _SPLIT_MAX = 512
 
 def split_pattern(make, pat, offset, keep_first):
     """[(indices {entry: index}, view)] covering pattern `pat` from `offset`: make(pat, offset)
-    when one view walks it, else the parts of the first entry whose removal lets the rest walk
-    (keep_first: never entry 0, an on-chip tile's partition entry). Raises make's error when
-    no split works."""
+    when one view walks it, else the parts of the entry whose removal lets the rest walk in the
+    fewest parts (keep_first: never entry 0, an on-chip tile's partition entry). Raises make's
+    error when no split works."""
     from .errors import NeuronError
     try:
         return [({}, make(pat, offset))]
     except NeuronError as e:
-        # Only a transposing walk (a stride larger than the one before it) is split; an
-        # in-order pattern that no storage shape walks (overlapping entries) keeps its error.
-        if e.rule != "access-pattern" or all(pat[i][0] >= pat[i + 1][0]
-                                             for i in range(len(pat) - 1)):
+        if e.rule != "access-pattern":
             raise
         first = e
     base = 0 if offset is None else offset
-    for j in range(1 if keep_first else 0, len(pat)):
+    best = None
+    for j in sorted(range(1 if keep_first else 0, len(pat)), key=lambda j: pat[j][1]):
         stride, count = pat[j]
+        if best is not None and count >= len(best):
+            break
         rest = pat[:j] + pat[j + 1:]
         parts = []
         try:
@@ -138,8 +140,22 @@ def split_pattern(make, pat, offset, keep_first):
                     raise first
         except NeuronError:
             continue
-        return parts
-    raise first
+        if best is None or len(parts) < len(best):
+            best = parts
+    if best is None:
+        raise first
+    return best
+
+
+def _overlaps(pat):
+    """Do two entries of a pattern reach the same element (a sliding window such as
+    [[1, 4], [1, 32]])? Sorted by stride, each stride must pass the extent of the ones below."""
+    reach = 0
+    for stride, count in sorted((abs(s), c) for s, c in pat if c > 1):
+        if stride == 0 or stride <= reach:
+            return True
+        reach += stride * (count - 1)
+    return False
 
 
 def split_or_view(make, t, pat, offset):
@@ -147,7 +163,7 @@ def split_or_view(make, t, pat, offset):
     parts = split_pattern(make, pat, offset, t.buffer in (_C.Memory.sbuf, _C.Memory.psum))
     if len(parts) == 1 and not parts[0][0]:
         return parts[0][1]
-    return SplitView(parts, [c for _, c in pat], t)
+    return SplitView(parts, [c for _, c in pat], t, _overlaps(pat))
 
 
 def copy_split(copy, dst, src):
@@ -159,6 +175,10 @@ def copy_split(copy, dst, src):
     if isinstance(other, SplitView):
         user_error("access-pattern", "a copy takes a transposing .ap() pattern on one side only",
                    user_span())
+    if split is dst and split.overlapping:
+        user_error("access-pattern", f"the .ap() pattern of the destination '{dst.name}' reaches "
+                   "some elements more than once (a sliding window); such a pattern can only be "
+                   "read", user_span())
     for idx, view in split.parts:
         sub = other[tuple(idx.get(d, slice(None)) for d in range(len(split.shape)))]
         copy(view, sub) if split is dst else copy(sub, view)

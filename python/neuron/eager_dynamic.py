@@ -199,6 +199,10 @@ def _ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indi
                                             list(base.array.shape), span)
             v = _C.ap(view, whole, None if offset is None else access.as_index(offset, "ap "
                       "offset"), None, 0, span)
+        if isinstance(v, access.SplitView) and v.overlapping:
+            user_error("access-pattern", f"ap({pattern}) of '{base.name}' reaches some "
+                       "elements more than once (a sliding window), which can only be read, and "
+                       "only in a traced kernel (mode='native' or 'simulate')", span)
         if isinstance(v, access.SplitView):
             user_error("unsupported", "a transposing .ap() pattern (entries out of storage "
                        "order) runs traced only, not in eager mode; run the kernel traced "

@@ -7,7 +7,7 @@ import math
 from . import _C
 from . import eager as _eager
 from ._span import user_span
-from .errors import user_error
+from .errors import NeuronError, user_error
 from .isa import dma_copy, iota, max8, memset, nc_find_index8, nc_match_replace8, nc_n_gather, \
     tensor_copy, tensor_scalar, tensor_tensor, tensor_tensor_scan
 
@@ -23,6 +23,20 @@ def _two_dims(t, what, fn, span):
         user_error("shape", f"{fn}: {what} '{t.name}' has shape {list(t.shape)}; it takes a "
                    "[P, N] tile", span)
     return t.shape
+
+
+def _free_flat(t, span):
+    """A tile with several free dims as [P, their product] (a view of the same elements, when
+    each partition's are one dense run, else t itself for _two_dims to refuse)."""
+    if len(t.shape) <= 2:
+        return t
+    n = 1
+    for d in t.shape[1:]:
+        n *= d
+    try:
+        return t.reshape([t.shape[0], n])
+    except NeuronError:
+        return t
 
 
 def _run_starts(ids, span):
@@ -82,6 +96,7 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
     (dst is [P, T + 1]); the other partitions of dst are left alone, as on GpSimd. Indices
     are exact below 2**24."""
     span = user_span()
+    src, dst = _free_flat(src, span), _free_flat(dst, span)  # [P, a, b] walks its a * b
     p, t = _two_dims(src, "src", "nonzero_with_count", span)
     if list(dst.shape) != [p, t + 1]:
         user_error("shape", f"nonzero_with_count: dst has shape {list(dst.shape)}; src "

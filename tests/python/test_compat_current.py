@@ -465,3 +465,30 @@ def test_ap_patterns_that_start_off_a_dim_boundary(mode):
     rows = t.reshape(128, 96)
     np.testing.assert_array_equal(s, np.stack([rows[:, 35 + 16 * j:][:, :3] for j in range(2)],
                                               axis=1))
+
+
+def sliding_windows(img):
+    """nki-library's depthwise convolution: row i of the tile is the window img[off + i + s*j]
+    for j < Q (an .ap() whose entries overlap), read by DMA."""
+    a = nl.ndarray((16, 40), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=img.ap(pattern=[[1, 16], [1, 40]], offset=5))
+    b = nl.ndarray((8, 10), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=b, src=img.ap(pattern=[[1, 8], [3, 10]], offset=64 + 7))
+    oa = nl.ndarray((16, 40), nl.float32, buffer=nl.shared_hbm)
+    ob = nl.ndarray((8, 10), nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=oa, src=a)
+    nisa.dma_copy(dst=ob, src=b)
+    return oa, ob
+
+
+@pytest.mark.parametrize("mode", ("native", "simulate"))
+def test_overlapping_sliding_window_patterns_are_read(mode):
+    img = RNG.standard_normal((2, 64)).astype(np.float32)
+    a, b = neuron.kernel(sliding_windows, mode=mode)(img)
+    flat = img.reshape(-1)
+    np.testing.assert_array_equal(a, np.array([[flat[5 + i + j] for j in range(40)]
+                                               for i in range(16)]))
+    np.testing.assert_array_equal(b, np.array([[flat[71 + i + 3 * j] for j in range(10)]
+                                               for i in range(8)]))
+    with pytest.raises(neuron.NeuronError, match="only in a traced kernel"):
+        neuron.kernel(sliding_windows, mode="eager")(img)

@@ -79,6 +79,24 @@ def test_nonzero_with_count_writes_every_16th_partition():
     np.testing.assert_array_equal(got, want)
 
 
+def nonzeros_3d(x):
+    """nki-library's form: a [P, tiles, T] src and a [P, 1, tiles * T + 1] dst, flattened."""
+    out = nl.ndarray((48, 1, 21), nl.int32, buffer=nl.shared_hbm)
+    d = nl.ndarray((48, 1, 21), nl.int32, buffer=nl.sbuf)
+    nisa.memset(d, 7)
+    t = nl.ndarray((48, 4, 5), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(t, x)
+    nisa.nonzero_with_count(dst=d, src=t, index_offset=16, padding_val=-3)
+    nisa.dma_copy(out, d)
+    return out
+
+
+def test_nonzero_with_count_flattens_several_free_dims():
+    x = RNG.integers(-2, 3, (48, 20)).astype(np.float32) * (RNG.random((48, 20)) > 0.5)
+    got = three_ways(nonzeros_3d, x.reshape(48, 4, 5), modes=MODES)
+    np.testing.assert_array_equal(got[:, 0], three_ways(nonzeros, x, modes=MODES))
+
+
 def top(src):
     v_out = nl.ndarray((32, 20), nl.bfloat16, buffer=nl.shared_hbm)
     i_out = nl.ndarray((32, 20), nl.uint32, buffer=nl.shared_hbm)
