@@ -869,3 +869,21 @@ def test_constants_are_keyed_by_type_and_exact_value():
     assert add_const(a, 1)[0, 0] == 10.0
     assert add_const(a, True)[0, 0] == 10.0
     assert len(add_const._kernels) == 4
+
+
+@nki.jit
+def through_scratch(a):
+    """Attention v3's habit: intermediate results in a shared_hbm tensor it does not return."""
+    tmp = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(tmp, nl.multiply(nl.load(a), 2.0))
+    nl.store(out, nl.add(nl.load(tmp), 1.0))
+    return out
+
+
+def test_a_shared_hbm_tensor_not_returned_is_scratch_and_not_copied_back():
+    a = RNG.standard_normal((64, 32)).astype(np.float32)
+    out = through_scratch(a)
+    assert isinstance(out, np.ndarray)
+    np.testing.assert_allclose(out, 2 * a + 1, rtol=1e-6)
+    np.testing.assert_allclose(nki.simulate_kernel(through_scratch, a), 2 * a + 1, rtol=1e-6)

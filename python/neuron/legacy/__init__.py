@@ -88,7 +88,6 @@ class _Traced:
                 kwargs[p.name] = values[p.name]
         try:
             out = self._lk_fn(*args, **kwargs)
-            created = list(views._State.shared)
         finally:
             views.end_trace()
             self._lk_spillable, self._lk_spill_notes = spill.candidates(), spill.notes()
@@ -104,12 +103,9 @@ class _Traced:
         dummy = not kept and any(i is not None for i in inputs)
         if dummy:  # only mutated parameters are returned; a kernel needs one output
             kept = [language.ndarray((1,), language.float32, buffer=language.shared_hbm)]
-        # shared_hbm tensors the kernel wrote but did not return are scratch in NKI: neuron
-        # makes them outputs too (its rule) and run() drops them.
-        scratch = [t for t in created if out is not None and not any(t is o for o in kept)]
-        self._lk_returned[key] = (single and out is not None, inputs, dummy, len(scratch),
-                                  shapes)
-        kept = kept + scratch
+        # shared_hbm tensors the kernel wrote but did not return are its scratch (the
+        # tracer's rule, as in NKI).
+        self._lk_returned[key] = (single and out is not None, inputs, dummy, shapes)
         return kept if len(kept) != 1 else kept[0]
 
 
@@ -219,11 +215,7 @@ class LegacyKernel:
         arrays = arrays[:len(arrays) - len(traced._lk_constants)]
         spec = tuple((tuple(a.shape), runtime.to_dtype(a.dtype))
                      for a in map(runtime.to_numpy, arrays))
-        single, inputs, dummy, scratch, shapes = traced._lk_returned.get(
-            spec, (False, [], False, 0, []))
-        if scratch:  # drop the scratch outputs (see _Traced)
-            out = out[:-scratch]
-            out = out[0] if len(out) == 1 else out
+        single, inputs, dummy, shapes = traced._lk_returned.get(spec, (False, [], False, []))
         if not any(i is not None for i in inputs) and not any(shapes):
             return out
         outs = [] if dummy else list(out) if isinstance(out, tuple) else [out]

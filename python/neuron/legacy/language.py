@@ -150,8 +150,6 @@ def _make(shape, dtype, buffer, name, fill=None):
             t = _nl.ndarray(tshape, dtype, buffer=memory, name=n)
         else:
             t = _nl.full(tshape, fill, dtype, buffer=memory, name=n)
-        if memory == shared_hbm and _State.active:
-            _State.shared.append(t)  # returned, or scratch (legacy/__init__.py)
         return t
     made = _allocate(shape, tile, alloc)
     if bshape and memory == hbm and _memory(buffer) == psum:

@@ -25,7 +25,6 @@ class _TraceState(threading.local):  # per thread: threads may trace concurrentl
         self.frames = {}        # id(view) -> (view, grid axes, grid rank) of grid subscripts
         self.grid = (1,)        # the launch grid of the kernel being traced
         self.active = False     # tracing a legacy kernel
-        self.shared = []        # shared_hbm tensors the kernel created (nl.ndarray & co.)
 
 
 _State = _TraceState()
@@ -41,7 +40,7 @@ def begin_trace(grid):
 def end_trace():
     from .deferred import reset
     reset()  # an unused pending result is dead code
-    _State.partial, _State.frames, _State.shared = {}, {}, []  # drop the traced handles
+    _State.partial, _State.frames = {}, {}  # drop the traced handles
     _State.active = False
 
 
