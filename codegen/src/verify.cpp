@@ -555,11 +555,11 @@ class Verifier {
       user_error(op.span, "matmul-shape", "{}: dst has shape {} but the product is [{}, {}]",
                  opname, shape_str(pattern_shape(dst)), m, n);
     // NeuronCore-v4 can also write bf16 results (NKI_API.md 6.5).
-    const bool bf16_ok = target_.name == "trn3" && op.code == Opcode::nc_matmul;
+    const bool bf16_ok = target_.generation == "trn3" && op.code == Opcode::nc_matmul;
     if (dst.buffer->dtype != DType::float32 && !(bf16_ok && dst.buffer->dtype == DType::bfloat16))
       user_error(op.span, "psum-dtype", "{}: dst '{}' is {}; matmul results in PSUM are float32{}",
                  opname, dst.buffer->name, dtype_name(dst.buffer->dtype),
-                 target_.name == "trn3" ? " or bfloat16" : "");
+                 target_.generation == "trn3" ? " or bfloat16" : "");
   }
 
   void reduce_axes(const Op& op, std::string_view opname, const Access& x, const Access& dst) {

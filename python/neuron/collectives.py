@@ -9,9 +9,9 @@ program reaches the k-th collective, the exchanges of round k are emitted (for s
 copy per receiving program: its dst from the sender's src), and when every program has ended
 the body is ordered phase by phase: phase k of program 0, of program 1, ..., the round-k copies,
 then phase k + 1. That is a sequential schedule every real execution of the barrier agrees
-with: whatever a core wrote before a collective is visible to every core after it. Programs
-share one simulated SBUF here (each core has its own on hardware), so the live tiles of all
-cores together must fit. A collective inside a rolled loop unrolls the loops traced so far
+with: whatever a core wrote before a collective is visible to every core after it. The kernel
+compiles for all its cores' SBUF and PSUM in one simulated core (target "trn2x2", kernel.py
+_target_for). A collective inside a rolled loop unrolls the loops traced so far
 (unroll.py); one inside a runtime loop or conditional (fori_loop, if_else) is refused, since its
 rounds could not be paired at trace time."""
 from . import _C

@@ -13,6 +13,7 @@ import enum
 import functools
 import inspect
 import itertools
+import math
 import threading
 import types
 
@@ -390,26 +391,34 @@ class Kernel:
             ir = self._trace(call, call.specs(), returns=returns)
             mode = unroll.grid_mode()
             try:
-                compiled = self._compile_ir(ir)
+                compiled = self._compile_ir(ir, self._target_for(mode))
             except NeuronError as e:
                 # Partly unrolled (unroll.py) and out of SBUF/PSUM: the loops left rolled
                 # rotate their tiles over several slots; fully unrolled, each has one.
                 if e.rule not in ("sbuf-capacity", "psum-capacity") or \
                         not unroll.partly_unrolled():
                     raise
-                compiled = self._compile_ir(self._trace(call, call.specs(), unroll_all=True,
-                                                        returns=returns))
+                ir = self._trace(call, call.specs(), unroll_all=True, returns=returns)
                 mode = unroll.grid_mode()
+                compiled = self._compile_ir(ir, self._target_for(mode))
             launch = (1,) * len(self.grid) if mode in ("programs", "cores") else self.grid
             entry = self._cache.setdefault(key + (self.grid,) if mode else key,
                                            (compiled, launch, returns[0] or _Returns(None, [])))
         return entry
 
-    def _compile_ir(self, ir):
-        text = str(ir)
-        compiled = self._by_ir.get(text)
+    def _target_for(self, mode):
+        """The target to compile for: the kernel's, or for the cores of a grid traced into one
+        body ("cores", collectives.py) that many cores' SBUF and PSUM ("trn2x2")."""
+        if mode != "cores":
+            return self.target
+        return f"{self.target}x{math.prod(self.grid)}"
+
+    def _compile_ir(self, ir, target=None):
+        target = target or self.target
+        key = str(ir) if target == self.target else (str(ir), target)
+        compiled = self._by_ir.get(key)
         if compiled is None:
-            compiled = self._by_ir.setdefault(text, _C.compile(ir, self.target))
+            compiled = self._by_ir.setdefault(key, _C.compile(ir, target))
         return compiled
 
     def _fast_key(self, args):

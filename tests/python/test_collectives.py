@@ -187,3 +187,25 @@ def test_a_shared_hbm_tensor_not_returned_is_scratch(mode):
     x = RNG.standard_normal((64, 32)).astype(np.float32)
     y = neuron.kernel(scratch_in_shared_hbm, mode=mode)(x)
     np.testing.assert_allclose(y, x * 3 + 1, rtol=1e-6)
+
+
+def big_tiles_across_a_barrier(x):
+    """Each core keeps a 112 KB-per-partition tile live across the barrier: the two together
+    exceed one core's SBUF, as they may, each core having its own."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    big = nl.ndarray((128, 28000), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=big[:, 0:8], src=x[pid])
+    nisa.core_barrier(data=out, cores=(0, 1))
+    nisa.dma_copy(dst=out[pid], src=big[:, 0:8])
+    return out
+
+
+def test_each_core_has_its_own_sbuf():
+    from neuron import _C
+    assert _C.sbuf_bytes_per_partition("trn2x2") == 2 * _C.sbuf_bytes_per_partition("trn2")
+    assert 28000 * 4 * 2 > _C.sbuf_bytes_per_partition("trn2")
+    x = RNG.standard_normal((2, 128, 8)).astype(np.float32)
+    for mode in COMPILED:
+        np.testing.assert_array_equal(neuron.kernel(big_tiles_across_a_barrier,
+                                                    mode=mode)[2](x), x)

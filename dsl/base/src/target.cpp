@@ -14,6 +14,10 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <memory>
+#include <mutex>
+
 #include "neuron/base/error.hpp"
 
 namespace neuron {
@@ -39,9 +43,16 @@ EngineTiming engine(double ghz, int64_t latency) {
 // The fields every generation shares (tile_limits) plus its usable SBUF bytes per partition.
 Target from_tile_limits(const char* name, int64_t sbuf_bytes_per_partition) {
   using namespace tile_limits;
-  return Target{name,          pmax,           sbuf_bytes_per_partition,
-                psum_banks * psum_bank_bytes, psum_banks, psum_bank_bytes,
-                gemm_stationary_fmax, gemm_moving_fmax};
+  Target t;
+  t.name = t.generation = name;
+  t.partitions = pmax;
+  t.sbuf_bytes_per_partition = sbuf_bytes_per_partition;
+  t.psum_bytes_per_partition = psum_banks * psum_bank_bytes;
+  t.psum_banks = psum_banks;
+  t.psum_bank_bytes = psum_bank_bytes;
+  t.gemm_stationary_fmax = gemm_stationary_fmax;
+  t.gemm_moving_fmax = gemm_moving_fmax;
+  return t;
 }
 
 Target make_trn1() {
@@ -159,9 +170,41 @@ const std::vector<Target>& targets() {
 
 }  // namespace
 
+// "trn2x2": the on-chip memory of n cores of a generation in one simulated core, for the
+// programs of an LNC grid traced into one body (python/neuron/collectives.py): SBUF and PSUM
+// (bytes and banks) n times over, everything else the generation's.
+const Target* cores_of(std::string_view name) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<Target>, std::less<>> made;
+  const size_t x = name.rfind('x');
+  if (x == std::string_view::npos || x + 1 >= name.size()) return nullptr;
+  int n = 0;
+  for (char c : name.substr(x + 1)) {
+    if (c < '0' || c > '9' || n > 64) return nullptr;
+    n = n * 10 + (c - '0');
+  }
+  if (n < 2 || n > 64) return nullptr;
+  const Target* base = nullptr;
+  for (auto& t : targets())
+    if (t.name == name.substr(0, x)) base = &t;
+  if (!base) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = made.find(name);
+  if (it == made.end()) {
+    auto t = std::make_unique<Target>(*base);
+    t->name = std::string(name);
+    t->sbuf_bytes_per_partition *= n;
+    t->psum_bytes_per_partition *= n;
+    t->psum_banks *= n;
+    it = made.emplace(std::string(name), std::move(t)).first;
+  }
+  return it->second.get();
+}
+
 const Target& target_by_name(std::string_view name) {
   for (auto& t : targets())
     if (t.name == name) return t;
+  if (const Target* t = cores_of(name)) return *t;
   user_error(Span{}, "target", "unknown target '{}'; known targets are {}", name,
              fmt::join(target_names(), ", "));
 }

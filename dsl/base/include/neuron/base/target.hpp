@@ -33,7 +33,7 @@ struct EngineTiming {
 };
 
 struct Target {
-  std::string name;
+  std::string name;  // "trn2"; "trn2x2" is two trn2 cores' SBUF and PSUM (target_by_name)
   int partitions = 128;
   int64_t sbuf_bytes_per_partition = 0;  // usable bytes per partition
   int64_t psum_bytes_per_partition = 16384;
@@ -41,6 +41,7 @@ struct Target {
   int64_t psum_bank_bytes = 2048;
   int64_t gemm_stationary_fmax = 128;
   int64_t gemm_moving_fmax = 512;
+  std::string generation;  // "trn1", "trn2", "trn3" (the name without a core count)
 
   // ---- timing model (runtime/timing.hpp; every figure's source is in target.cpp) ----
   EngineTiming tensor, vector, scalar, gpsimd;
