@@ -14,6 +14,8 @@ compiles for all its cores' SBUF and PSUM in one simulated core (target "trn2x2"
 _target_for). A collective inside a rolled loop unrolls the loops traced so far
 (unroll.py); one inside a runtime loop or conditional (fori_loop, if_else) is refused, since its
 rounds could not be paired at trace time."""
+import threading
+
 from . import _C
 from . import eager as _eager
 from . import unroll
@@ -53,8 +55,9 @@ for _name in NAMES:
 
 
 
-class _Rounds:
-    """The collectives of the programs traced so far in "cores" mode (kernel._per_program)."""
+class _Rounds(threading.local):
+    """The collectives of the programs traced so far in "cores" mode (kernel._per_program); per
+    thread, as threads trace concurrently."""
     active = False
 
     def begin(self, n):
