@@ -14,6 +14,7 @@ compiles for all its cores' SBUF and PSUM in one simulated core (target "trn2x2"
 _target_for). A collective inside a rolled loop unrolls the loops traced so far
 (unroll.py); one inside a runtime loop or conditional (fori_loop, if_else) is refused, since its
 rounds could not be paired at trace time."""
+import math
 import threading
 
 from . import _C
@@ -58,22 +59,20 @@ for _name in NAMES:
 class _Rounds(threading.local):
     """The collectives of the programs traced so far in "cores" mode (kernel._per_program); per
     thread, as threads trace concurrently."""
-    active = False
 
     def begin(self, n):
-        self.active, self.n = True, n
+        self.n = n
         self.calls = [[] for _ in range(n)]  # per program: (what, span, exchange) per round
         self.phases = [[] for _ in range(n)]  # per program: its segments, one per phase
         self.copies = {}  # round -> the segment of its exchange copies
 
-    def end_program(self, p, span):
+    def end_program(self, p):
         seg = _C.seal_segment()
         if seg < 0:  # cannot happen: a program's body ends at the top level
             raise RuntimeError("neuron: a program's body ended inside an open block")
         self.phases[p].append(seg)
 
     def finish(self, span):
-        self.active = False
         counts = [len(c) for c in self.calls]
         if len(set(counts)) > 1:
             p = counts.index(min(counts))
@@ -112,10 +111,7 @@ def _grid_size(what, span):
             raise unroll.NeedsGrid("grid")
         user_error("collectives", f"nisa.{what} is only supported in a @neuron.kernel (or "
                    "nki.jit) kernel", span)
-    n = 1
-    for g in _State.grid:
-        n *= g
-    return n
+    return math.prod(_State.grid)
 
 
 def _meet(what, span, exchange=None):

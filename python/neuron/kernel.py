@@ -226,24 +226,21 @@ def _per_program(fn, grid, span, cores=False):
         programs = list(itertools.product(*(range(g) for g in grid)))
         if cores:
             collectives._rounds.begin(len(programs))
-        try:
-            for rank, pid in enumerate(programs):
-                _State.program, _State.shared_next = pid, 0
-                if cores:
-                    out = fn(*tensors)
-                    collectives._rounds.end_program(rank, span)
-                else:
-                    _, loop_id, _ = _C.open_loop(0, 1, 1, False, span)
-                    try:
-                        out = fn(*tensors)
-                    finally:
-                        _C.close_loop(loop_id)
-                if result is None:
-                    result = (out,)
+        for rank, pid in enumerate(programs):
+            _State.program, _State.shared_next = pid, 0
             if cores:
-                collectives._rounds.finish(span)
-        finally:
-            collectives._rounds.active = False
+                out = fn(*tensors)
+                collectives._rounds.end_program(rank)
+            else:
+                _, loop_id, _ = _C.open_loop(0, 1, 1, False, span)
+                try:
+                    out = fn(*tensors)
+                finally:
+                    _C.close_loop(loop_id)
+            if result is None:
+                result = (out,)
+        if cores:
+            collectives._rounds.finish(span)
         _State.program = None
         return result[0]
     return run
