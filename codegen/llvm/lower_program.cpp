@@ -45,9 +45,9 @@ bool inline_kernel(std::string_view name) {
 class Lowering {
  public:
   Lowering(const Program& p, llvm::LLVMContext& ctx, llvm::Module& m, const llvm::Module& kernels,
-           bool bitcode, bool partition_blocks, bool profile)
+           bool bitcode, bool partition_blocks, bool run_buffers, bool profile)
       : p_(p), ctx_(ctx), m_(m), b_(ctx), kernels_(kernels), bitcode_(bitcode),
-        partition_blocks_(partition_blocks), profile_(profile) {
+        partition_blocks_(partition_blocks), fold_runs_(run_buffers), profile_(profile) {
     target_ = &(p.target.empty() ? default_target() : target_by_name(p.target));
     pitch_ = physical_pitch(p, analyze_bounds(p), *target_);
     flags_read_ = reads_psum_flags(p);
@@ -202,6 +202,7 @@ class Lowering {
     for (size_t t = 0; t < p_.tensors.size(); ++t)
       tensors_.push_back(b_.CreateLoad(i8p, b_.CreateConstGEP1_64(i8p, tensors, t)));
     alloca_point_ = b_.GetInsertBlock();
+    fold_buf_ = nullptr;
     return fn_;
   }
 
@@ -381,6 +382,18 @@ class Lowering {
 
   // Resolves a pattern for the current loop iteration into a view.
   llvm::Value* resolve(const AccessPattern& ap, const Instr& in, NormLayout& l) {
+    if (const Fold* f = folded(ap)) {
+      // A run-local range: this block's rows in the run's buffer (no block offset: every
+      // block reuses it).
+      l = normalize(ap, in, block_->fold_pitch);
+      llvm::Value* base =
+          b_.CreateConstGEP1_64(b_.getInt8Ty(), fold_buf_, f->at + ap.offset.constant - f->lo);
+      l.count = l.count / l.size[0] * block_->size;
+      l.size[0] = block_->size;
+      llvm::Value* slot = new_view();
+      store_view(slot, base, nullptr, l.size, l.stride);
+      return slot;
+    }
     const bool chip = is_on_chip(ap.memory);
     const int64_t pb = !chip ? 0 : ap.memory == Memory::psum ? pitch_.psum : pitch_.sbuf;
     l = normalize(ap, in, pb);
@@ -433,12 +446,55 @@ class Lowering {
   static constexpr int64_t kBlockBytes = 64 * 1024;  // all operands' rows of one block
   static constexpr size_t kMaxRun = 64;              // instructions (bounds the overlap checks)
 
+  // A run-local range (run_local.cpp) at byte `at` of each row of the run's buffer.
+  struct Fold {
+    int64_t partition, lo, hi, at;
+  };
   struct Block {
     llvm::Value* first;  // the block's first partition (of the run's operands)
     int64_t size;        // partitions per block
     int64_t partitions;  // the run's partitions
+    std::vector<Fold> folds;
+    int64_t fold_pitch = 0;  // bytes between rows of the run's buffer
   };
   std::optional<Block> block_;
+  static constexpr int64_t kFoldBytes = 96 * 1024;  // the per-function run buffer
+  llvm::Value* fold_buf_ = nullptr;                 // allocated on first use per function
+
+  // The run-local range holding `ap`, if any.
+  const Fold* folded(const AccessPattern& ap) const {
+    if (!block_ || ap.memory != Memory::sbuf || !ap.offset.is_constant() ||
+        !ap.partition.is_constant())
+      return nullptr;
+    for (const Fold& f : block_->folds)
+      if (ap.partition.constant == f.partition && ap.offset.constant >= f.lo &&
+          ap.offset.constant < f.hi)
+        return &f;
+    return nullptr;
+  }
+
+  // Lays out the run-local ranges of the run body[i, j) in rows of the run's buffer: each range
+  // 64-byte aligned, rows an odd number of cache lines apart (so a block's rows do not share
+  // L1 sets), as many ranges as fit kFoldBytes.
+  void plan_folds(const std::vector<ProgNode>& body, size_t i, size_t j, Block& blk) {
+    constexpr int64_t kLine = 64;
+    int64_t at = 0;
+    for (const RunLocal& r : run_local_ranges(p_, body, i, j)) {
+      const int64_t len = (r.hi - r.lo + kLine - 1) / kLine * kLine;
+      int64_t pitch = at + len;
+      if ((pitch / kLine) % 2 == 0) pitch += kLine;
+      if (pitch * blk.size > kFoldBytes) continue;
+      blk.folds.push_back({r.partition, r.lo, r.hi, at});
+      at += len;
+      blk.fold_pitch = pitch;
+    }
+    if (blk.folds.empty() || fold_buf_) return;
+    llvm::IRBuilder<> eb(ctx_);
+    eb.SetInsertPoint(alloca_point_, alloca_point_->getFirstInsertionPt());
+    auto* buf = eb.CreateAlloca(llvm::ArrayType::get(b_.getInt8Ty(), kFoldBytes), nullptr, "run");
+    buf->setAlignment(llvm::Align(kLine));
+    fold_buf_ = eb.CreateConstGEP2_64(buf->getAllocatedType(), buf, 0, 0);
+  }
 
   // The instructions from body[i] on that can run as one blocked run (maybe just body[i]).
   size_t run_end(const std::vector<ProgNode>& body, size_t i, int64_t& partitions) const {
@@ -509,7 +565,9 @@ class Lowering {
     b_.SetInsertPoint(loop);
     llvm::PHINode* iv = b_.CreatePHI(b_.getInt64Ty(), 2, "pblock");
     iv->addIncoming(i64(0), pre);
-    block_ = Block{b_.CreateMul(iv, i64(size)), size, partitions};
+    Block blk{b_.CreateMul(iv, i64(size)), size, partitions};
+    if (fold_runs_) plan_folds(body, i, j, blk);
+    block_ = std::move(blk);
     for (size_t k = i; k < j; ++k) emit_instr(body[k].instr);
     block_.reset();
     llvm::Value* next = b_.CreateAdd(iv, i64(1), "", true, true);
@@ -596,6 +654,7 @@ class Lowering {
   const llvm::Module& kernels_;
   bool bitcode_ = true;
   bool partition_blocks_ = true;
+  bool fold_runs_ = true;
   bool profile_ = false;
   std::map<std::string, llvm::Function*> fns_;
   llvm::PointerType* view_ptr_ = nullptr;
@@ -635,7 +694,8 @@ std::unique_ptr<llvm::Module> lower_program(const Program& p, const JitOptions& 
   m->setTargetTriple(tm.getTargetTriple().str());
   m->setDataLayout(tm.createDataLayout());
   std::unique_ptr<llvm::Module> kernels = load_kernel_bitcode(ctx);
-  Lowering(p, ctx, *m, *kernels, opts.bitcode_kernels, opts.partition_blocks, opts.profile).run();
+  Lowering(p, ctx, *m, *kernels, opts.bitcode_kernels, opts.partition_blocks, opts.run_buffers,
+           opts.profile).run();
   if (opts.bitcode_kernels) {
     kernels->setTargetTriple(m->getTargetTriple());
     kernels->setDataLayout(m->getDataLayout());

@@ -2,7 +2,8 @@
 # (codegen/llvm/lower_program.cpp, docs/native.md). These kernels have rows long enough to be
 # blocked, and runs whose views are shifted across partitions (where blocking would read what
 # another block wrote): native results must be the simulator's bits, with blocks and without
-# (NEURON_PARTITION_BLOCKS=0), and match NumPy.
+# (NEURON_PARTITION_BLOCKS=0), with the runs' temporaries in run buffers and at their SBUF
+# addresses (NEURON_RUN_BUFFERS=0), and match NumPy.
 import numpy as np
 import pytest
 
@@ -57,23 +58,44 @@ def shifted_reference(x):
     return s[1:129] + x
 
 
-@pytest.mark.parametrize("fn", [softmax_rows, shifted])
-def test_blocked_runs_give_the_simulator_bits(fn, monkeypatch):
-    x = RNG.standard_normal((128, F)).astype(np.float32)
-    sim = neuron.kernel(fn, mode="simulate")(x)
-    results = {}
-    for blocks in ("1", "0"):
-        monkeypatch.setenv("NEURON_PARTITION_BLOCKS", blocks)
-        k = neuron.kernel(fn)
-        results[blocks] = k(x)
-        assert ("partition_blocks=off" in k.last_report) == (blocks == "0")
-    assert results["1"].tobytes() == sim.tobytes()
-    assert results["0"].tobytes() == sim.tobytes()
+def carried(x):
+    # acc is set before the loop and updated in place in each iteration's run (it carries values
+    # into the run: not run-local); t is loaded and used up inside the run (run-local).
+    out = nl.ndarray((128, F), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, F), nl.float32)
+    nisa.memset(acc, 0.5)
+    for i in nl.sequential_range(3):
+        t = nl.ndarray((128, F), nl.float32)
+        nisa.dma_copy(t, x[i * 128:(i + 1) * 128, :])
+        u = nl.ndarray((128, F), nl.float32)
+        nisa.tensor_scalar(u, t, nl.multiply, float(i + 1))
+        nisa.tensor_tensor(acc, acc, u, nl.add)
+    nisa.dma_copy(out, acc)
+    return out
+
+
+def reference(fn, x):
+    x = x.astype(np.float64)
     if fn is softmax_rows:
-        e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
-        np.testing.assert_allclose(sim, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-9)
-    else:
-        np.testing.assert_allclose(sim, shifted_reference(x), rtol=1e-5, atol=1e-5)
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+    if fn is carried:
+        return 0.5 + sum((i + 1) * x[i * 128:(i + 1) * 128] for i in range(3))
+    return shifted_reference(x)
+
+
+@pytest.mark.parametrize("fn", [softmax_rows, shifted, carried])
+def test_blocked_runs_give_the_simulator_bits(fn, monkeypatch):
+    x = RNG.standard_normal((384 if fn is carried else 128, F)).astype(np.float32)
+    sim = neuron.kernel(fn, mode="simulate")(x)
+    for blocks, buffers in (("1", "1"), ("1", "0"), ("0", "1")):
+        monkeypatch.setenv("NEURON_PARTITION_BLOCKS", blocks)
+        monkeypatch.setenv("NEURON_RUN_BUFFERS", buffers)
+        k = neuron.kernel(fn)
+        assert k(x).tobytes() == sim.tobytes(), (blocks, buffers)
+        assert ("partition_blocks=off" in k.last_report) == (blocks == "0")
+        assert ("run_buffers=off" in k.last_report) == (buffers == "0")
+    np.testing.assert_allclose(sim, reference(fn, x), rtol=1e-5, atol=1e-5)
 
 
 def test_bad_partition_blocks_value(monkeypatch):
@@ -82,3 +104,11 @@ def test_bad_partition_blocks_value(monkeypatch):
         neuron.kernel(softmax_rows)(np.zeros((128, F), np.float32))
     assert info.value.rule == "config"
     assert "NEURON_PARTITION_BLOCKS='yes'" in info.value.message
+
+
+def test_bad_run_buffers_value(monkeypatch):
+    monkeypatch.setenv("NEURON_RUN_BUFFERS", "on")
+    with pytest.raises(neuron.NeuronError) as info:
+        neuron.kernel(softmax_rows)(np.zeros((128, F), np.float32))
+    assert info.value.rule == "config"
+    assert "NEURON_RUN_BUFFERS='on' is not 0 or 1" in info.value.message

@@ -40,6 +40,15 @@ std::vector<std::pair<const AccessPattern*, bool>> operands_of(const Instr& in);
 // both a block of partitions at a time keeps each partition's reads and writes in order).
 bool same_partition_map(const AccessPattern& a, const AccessPattern& b);
 
+// SBUF bytes [lo, hi) of partitions from `partition` that only the partition-blocked run
+// body[i, j) touches, and that it writes in full before reading (run_local.cpp): the native
+// backend keeps them in a buffer of one block's rows instead of the whole tile.
+struct RunLocal {
+  int64_t partition, lo, hi;
+};
+std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgNode>& body,
+                                       size_t i, size_t j);
+
 // Whether nc_matmul operands have the contiguous [rows, cols] layout neuron_matmul_* takes.
 bool matmul_fast_layout(const Instr& in, const NormLayout& dst, const NormLayout& st,
                         const NormLayout& mv);

@@ -1,0 +1,116 @@
+// Run-local SBUF ranges: the temporaries a partition-blocked run makes and uses up itself.
+//
+// A blocked run (lower_program.cpp, docs/native.md "Partition blocks") executes its
+// instructions on partitions [0, B), then [B, 2B), ... Every tile still has its full address
+// range, so a [128, 1024] fp32 temporary streams 512 KiB through the caches per run even though
+// each block's rows are written and read back within microseconds. A range that only the run
+// touches, and that the run writes in full before reading, holds nothing another block or
+// instruction can see: the native backend gives it a per-block buffer of B rows instead (the
+// storage folding of Halide's schedules), so the run's temporaries stay in L1.
+#include <optional>
+#include <set>
+
+#include "neuron/codegen/plan.hpp"
+
+namespace neuron::native {
+namespace {
+
+// The bytes [lo, hi) of each partition a pattern may touch, when it walks partitions one by one
+// from a constant partition at a constant offset without rotating; with `dense`, only when it
+// touches every byte of the range (row-major, contiguous free dims).
+std::optional<std::pair<int64_t, int64_t>> byte_range(const AccessPattern& ap, bool dense) {
+  if (ap.memory != Memory::sbuf || ap.dims.empty() || ap.dims[0].stride != 1 ||
+      !ap.offset.is_constant() || !ap.partition.is_constant())
+    return std::nullopt;
+  if (!ap.rotation.var.empty() && ap.rotation.count > 1) return std::nullopt;
+  const int64_t es = dtype_bytes(ap.dtype);
+  int64_t n = 1, lo = ap.offset.constant, hi = ap.offset.constant + es;
+  for (size_t d = ap.dims.size(); d-- > 1;) {
+    if (ap.dims[d].size == 1) continue;
+    if (dense && ap.dims[d].stride != n) return std::nullopt;
+    n *= ap.dims[d].size;
+    const int64_t reach = ap.dims[d].stride * (ap.dims[d].size - 1) * es;
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return std::pair{lo, hi};
+}
+
+// A pattern covering bytes [lo, hi) of partitions [partition, partition + count).
+AccessPattern probe(int64_t partition, int64_t count, int64_t lo, int64_t hi) {
+  AccessPattern p;
+  p.memory = Memory::sbuf;
+  p.dtype = DType::uint8;
+  p.partition = Affine(partition);
+  p.offset = Affine(lo);
+  p.dims = {{1, count}, {1, hi - lo}};
+  return p;
+}
+
+// Every view of `in` in execution order: what it reads, then what it writes. A predicated copy
+// keeps dst where the predicate is false, so it reads its destination too.
+std::vector<std::pair<const AccessPattern*, bool>> in_order(const Instr& in) {
+  std::vector<std::pair<const AccessPattern*, bool>> reads, writes;
+  for (auto [ap, written] : operands_of(in)) (written ? writes : reads).push_back({ap, written});
+  if (in.op == Opcode::tensor_copy_predicated) reads.push_back({&in.dst, false});
+  reads.insert(reads.end(), writes.begin(), writes.end());
+  return reads;
+}
+
+// The SBUF views of every instruction not in `skip` (ids); false when two instructions share an
+// id (a hand-built program): then the run's instructions cannot be told apart.
+bool collect(const std::vector<ProgNode>& body, const std::set<int>& skip, std::set<int>& seen,
+             std::vector<const AccessPattern*>& out) {
+  for (const ProgNode& n : body) {
+    if (n.kind == ProgNode::Kind::loop) {
+      if (!collect(n.body, skip, seen, out)) return false;
+      continue;
+    }
+    if (!seen.insert(n.instr.id).second) return false;
+    if (!skip.count(n.instr.id))
+      for (auto [ap, written] : operands_of(n.instr))
+        if (ap->memory == Memory::sbuf) out.push_back(ap);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgNode>& body,
+                                       size_t i, size_t j) {
+  std::vector<std::pair<const AccessPattern*, bool>> run;
+  std::set<int> ids;
+  for (size_t k = i; k < j; ++k) {
+    const Instr& in = body[k].instr;
+    ids.insert(in.id);
+    auto ops = in_order(in);
+    run.insert(run.end(), ops.begin(), ops.end());
+  }
+  std::vector<const AccessPattern*> outside;
+  std::set<int> seen;
+  if (!collect(p.body, ids, seen, outside)) return {};
+
+  std::vector<RunLocal> ranges;
+  for (size_t a = 0; a < run.size(); ++a) {
+    auto [ap, written] = run[a];
+    const auto r = written ? byte_range(*ap, true) : std::nullopt;
+    if (!r) continue;
+    const AccessPattern whole =
+        probe(ap->partition.constant, ap->dims[0].size, r->first, r->second);
+    // The write is the range's first access in the run, every later one lies inside it with the
+    // same partitions, and nothing outside the run touches it.
+    bool ok = true;
+    for (size_t b = 0; b < run.size() && ok; ++b) {
+      const AccessPattern& other = *run[b].first;
+      if (b == a || !may_overlap(whole, other)) continue;
+      const auto o = byte_range(other, false);
+      ok = b > a && o && o->first >= r->first && o->second <= r->second &&
+           other.partition == ap->partition && other.dims[0].size == ap->dims[0].size;
+    }
+    for (const AccessPattern* other : outside)
+      if (ok && may_overlap(whole, *other)) ok = false;
+    if (ok) ranges.push_back({ap->partition.constant, r->first, r->second});
+  }
+  return ranges;
+}
+
+}  // namespace neuron::native

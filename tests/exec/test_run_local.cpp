@@ -1,0 +1,155 @@
+// Run-local SBUF ranges (plan.hpp run_local_ranges): the temporaries a partition-blocked run
+// writes in full, reads back and never shares with another instruction, which the native
+// backend keeps in a buffer of one block's rows. A range is run-local only when no block or
+// instruction outside the run could see a difference.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "exec/differential.hpp"
+#include "exec/sim_test_util.hpp"
+#include "neuron/codegen/plan.hpp"
+
+using namespace neuron;
+using namespace neuron::sim_test;
+using namespace neuron::testing;
+
+namespace {
+constexpr DType f32 = DType::float32;
+constexpr int64_t P = 4, F = 16;  // [4, 16] fp32 tiles: 64 bytes a partition
+using Ranges = std::vector<std::tuple<int64_t, int64_t, int64_t>>;
+
+// Lowered programs number their instructions; hand-built ones are numbered here.
+void number(std::vector<ProgNode>& body, int& next) {
+  for (ProgNode& n : body) {
+    if (n.kind == ProgNode::Kind::loop) number(n.body, next);
+    else n.instr.id = next++;
+  }
+}
+Program numbered(Program p) {
+  int next = 0;
+  number(p.body, next);
+  return p;
+}
+// The run-local ranges of the run body[i, j) of the program's top level.
+Ranges ranges_of(const Program& p, size_t i, size_t j) {
+  Ranges out;
+  for (const native::RunLocal& r : native::run_local_ranges(p, p.body, i, j))
+    out.emplace_back(r.partition, r.lo, r.hi);
+  return out;
+}
+AccessPattern tile(int64_t off, std::vector<Dim> free = {row(F)}) {
+  return sb(f32, off, P, std::move(free));
+}
+ProgNode load(AccessPattern dst) {
+  return dma(std::move(dst), hbm2(0, f32, P, F, F));
+}
+ProgNode scale(AccessPattern dst, AccessPattern src) {
+  InstrArgs a;
+  a.op0 = AluOp::multiply;
+  a.imm0 = 2.0;
+  return instr(Opcode::tensor_scalar, std::move(dst), {std::move(src)}, a);
+}
+ProgNode add(AccessPattern dst, AccessPattern a, AccessPattern b) {
+  InstrArgs args;
+  args.op0 = AluOp::add;
+  return instr(Opcode::tensor_tensor, std::move(dst), {std::move(a), std::move(b)}, args);
+}
+ProgNode store(AccessPattern src) {
+  return dma(hbm2(1, f32, P, F, F), std::move(src));
+}
+const std::vector<TensorDecl> kXY = {decl("x", {P, F}, f32, kIn), decl("y", {P, F}, f32, kOut)};
+}  // namespace
+
+TEST_CASE("run_local: temporaries written in full and read back inside the run") {
+  // t = load x; u = 2 t; w = u + t; store w
+  Program p = numbered(program(
+      kXY, {load(tile(0)), scale(tile(64), tile(0)), add(tile(128), tile(64), tile(0)),
+            store(tile(128))}));
+  CHECK(ranges_of(p, 0, 4) == Ranges{{0, 0, 64}, {0, 64, 128}, {0, 128, 192}});
+  // A tile read after the run (the store left out of it) is not run-local.
+  CHECK(ranges_of(p, 0, 3) == Ranges{{0, 0, 64}, {0, 64, 128}});
+  // Reads of part of a tile (its first half) lie inside its range.
+  Program half = numbered(program(kXY, {load(tile(0)), scale(tile(64, {row(F / 2)}), tile(0, {row(F / 2)})),
+                                        store(tile(0))}));
+  CHECK(ranges_of(half, 0, 3) == Ranges{{0, 0, 64}, {0, 64, 96}});
+}
+
+TEST_CASE("run_local: what may hold values from outside the run is left alone") {
+  SUBCASE("written by halves, then read whole") {
+    Program p = numbered(program(kXY, {instr(Opcode::memset, tile(0, {row(F / 2)}), {}),
+                                       instr(Opcode::memset, tile(32, {row(F / 2)}), {}),
+                                       scale(tile(64), tile(0)), store(tile(64))}));
+    CHECK(ranges_of(p, 0, 4) == Ranges{{0, 64, 128}});
+  }
+  SUBCASE("updated in place first (it carries a value into the run)") {
+    Program p = numbered(program(kXY, {scale(tile(0), tile(0)), store(tile(0))}));
+    CHECK(ranges_of(p, 0, 2).empty());
+  }
+  SUBCASE("the destination of a predicated copy keeps its old values") {
+    Program p = numbered(program(
+        kXY, {load(tile(0)),
+              instr(Opcode::tensor_copy_predicated, tile(64), {tile(0), tile(0)}),
+              store(tile(64))}));
+    CHECK(ranges_of(p, 0, 3) == Ranges{{0, 0, 64}});
+  }
+  SUBCASE("every other column written (not dense)") {
+    Program p = numbered(program(kXY, {instr(Opcode::memset, tile(0, {{2, F / 2}}), {}),
+                                       scale(tile(64, {{2, F / 2}}), tile(0, {{2, F / 2}})),
+                                       store(tile(64))}));
+    CHECK(ranges_of(p, 0, 3).empty());
+  }
+  SUBCASE("read by a view straddling two tiles") {
+    Program p = numbered(program(
+        kXY, {load(tile(0)), load(tile(64)), scale(tile(128), tile(32)), store(tile(128))}));
+    CHECK(ranges_of(p, 0, 4) == Ranges{{0, 128, 192}});
+  }
+  SUBCASE("touched by an instruction outside the run, before or in a loop") {
+    Program p = numbered(program(
+        kXY, {instr(Opcode::memset, tile(0), {}),
+              loop("i0", 2, {load(tile(64))}), load(tile(0)), scale(tile(64), tile(0)),
+              store(tile(64))}));
+    CHECK(ranges_of(p, 2, 5) == Ranges{});
+  }
+  SUBCASE("instructions that share an id cannot be told apart") {
+    Program p = program(kXY, {load(tile(0)), scale(tile(64), tile(0)), store(tile(64))});
+    CHECK(ranges_of(p, 0, 3).empty());
+  }
+}
+
+TEST_CASE("run_local: a blocked run with run-local tiles gives the simulator's bits") {
+  // [128, 1024] fp32 tiles (512 KiB) are blocked: t = x, e = exp(t) with row sums s,
+  // out = e * (1 / s) + t. Every tile but s's reciprocal is run-local.
+  constexpr int64_t R = 128, C = 1024, T = C * 4;
+  auto x = random_values(R * C, 21);
+  InstrArgs ex;
+  ex.func = ActFunc::exp;
+  ex.reduce_op = AluOp::add;
+  ProgNode e = instr(Opcode::activation, sb(f32, T, R, {row(C)}), {sb(f32, 0, R, {row(C)})}, ex);
+  e.instr.has_reduce_res = true;
+  e.instr.reduce_res = sb(f32, 3 * T, R, {row(1)});
+  InstrArgs rc;
+  rc.func = ActFunc::reciprocal;
+  InstrArgs mul;
+  mul.op0 = AluOp::multiply;
+  mul.operand0_tile = true;
+  Program p = numbered(program(
+      {decl("x", {R, C}, f32, kIn), decl("out", {R, C}, f32, kOut)},
+      {dma(sb(f32, 0, R, {row(C)}), hbm2(0, f32, R, C, C)), e,
+       instr(Opcode::activation, sb(f32, 3 * T + 64, R, {row(1)}), {sb(f32, 3 * T, R, {row(1)})},
+             rc),
+       instr(Opcode::tensor_scalar, sb(f32, 2 * T, R, {row(C)}),
+             {sb(f32, T, R, {row(C)}), sb(f32, 3 * T + 64, R, {row(1)})}, mul),
+       add(sb(f32, 2 * T, R, {row(C)}), sb(f32, 2 * T, R, {row(C)}), sb(f32, 0, R, {row(C)})),
+       dma(hbm2(1, f32, R, C, C), sb(f32, 2 * T, R, {row(C)}))}));
+  CHECK(ranges_of(p, 0, 6).size() == 5);
+  auto r = run_both(p, {Tensor::from_floats(x, {R, C}, f32), Tensor::empty({R, C}, f32)});
+  std::vector<double> ref(R * C);
+  for (int64_t q = 0; q < R; ++q) {
+    double s = 0;
+    for (int64_t c = 0; c < C; ++c) s += std::exp(double(x[q * C + c]));
+    for (int64_t c = 0; c < C; ++c)
+      ref[q * C + c] = std::exp(double(x[q * C + c])) / s + x[q * C + c];
+  }
+  check_reference(r, 0, ref, Tolerance{1e-5, 1e-6});
+}
