@@ -7,6 +7,7 @@
 // touches, and that the run writes in full before reading, holds nothing another block or
 // instruction can see: the native backend gives it a per-block buffer of B rows instead (the
 // storage folding of Halide's schedules), so the run's temporaries stay in L1.
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -15,14 +16,14 @@
 namespace neuron::native {
 namespace {
 
-// The bytes [lo, hi) of each partition a pattern may touch, when it walks partitions one by one
-// from a constant partition at a constant offset without rotating; with `dense`, only when it
-// touches every byte of the range (row-major, contiguous free dims).
+// The bytes [lo, hi) of each partition a pattern may touch in one loop iteration (its current
+// rotating slot, if it rotates), when it walks partitions one by one from a constant partition
+// at a constant offset; with `dense`, only when it touches every byte of the range (row-major,
+// contiguous free dims).
 std::optional<std::pair<int64_t, int64_t>> byte_range(const AccessPattern& ap, bool dense) {
   if (ap.memory != Memory::sbuf || ap.dims.empty() || ap.dims[0].stride != 1 ||
       !ap.offset.is_constant() || !ap.partition.is_constant())
     return std::nullopt;
-  if (!ap.rotation.var.empty() && ap.rotation.count > 1) return std::nullopt;
   const int64_t es = dtype_bytes(ap.dtype);
   int64_t n = 1, lo = ap.offset.constant, hi = ap.offset.constant + es;
   for (size_t d = ap.dims.size(); d-- > 1;) {
@@ -94,17 +95,22 @@ std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgN
     auto [ap, written] = run[a];
     const auto r = written ? byte_range(*ap, true) : std::nullopt;
     if (!r) continue;
-    const AccessPattern whole =
-        probe(ap->partition.constant, ap->dims[0].size, r->first, r->second);
-    // The write is the range's first access in the run, every later one lies inside it with the
-    // same partitions, and nothing outside the run touches it.
-    bool ok = true;
+    // A rotating range (a tile allocated in a loop) spans all its slots.
+    const bool rotates = !ap->rotation.var.empty() && ap->rotation.count > 1;
+    const int64_t slots = rotates ? (ap->rotation.count - 1) * ap->rotation.bytes : 0;
+    const AccessPattern whole = probe(ap->partition.constant, ap->dims[0].size, r->first,
+                                      r->second + std::max<int64_t>(0, slots));
+    // The write is the range's first access in the run, every later one lies inside it (the
+    // same slot: the same rotation) with the same partitions, and nothing outside the run
+    // touches it.
+    bool ok = slots >= 0;
     for (size_t b = 0; b < run.size() && ok; ++b) {
       const AccessPattern& other = *run[b].first;
       if (b == a || !may_overlap(whole, other)) continue;
       const auto o = byte_range(other, false);
       ok = b > a && o && o->first >= r->first && o->second <= r->second &&
-           other.partition == ap->partition && other.dims[0].size == ap->dims[0].size;
+           other.partition == ap->partition && other.dims[0].size == ap->dims[0].size &&
+           (other.rotation == ap->rotation || (!rotates && other.rotation.count <= 1));
     }
     for (const AccessPattern* other : outside)
       if (ok && may_overlap(whole, *other)) ok = false;

@@ -111,6 +111,25 @@ TEST_CASE("run_local: what may hold values from outside the run is left alone") 
               store(tile(64))}));
     CHECK(ranges_of(p, 2, 5) == Ranges{});
   }
+  SUBCASE("a tile allocated in a loop (rotating slots) but not one carried across iterations") {
+    // acc = 0.5; for i0: t = x (slot i0 % 2), u = 2 t (slot i0 % 2), acc += u; store acc
+    AccessPattern t = tile(64), u = tile(192);
+    t.rotation = u.rotation = Rotation{"i0", 2, 64};
+    Program p = numbered(program(kXY, {instr(Opcode::memset, tile(0), {}),
+                                       loop("i0", 4, {load(t), scale(u, t),
+                                                      add(tile(0), tile(0), u)}),
+                                       store(tile(0))}));
+    Ranges got;
+    for (const native::RunLocal& r : native::run_local_ranges(p, p.body[1].body, 0, 3))
+      got.emplace_back(r.partition, r.lo, r.hi);
+    CHECK(got == Ranges{{0, 64, 128}, {0, 192, 256}});
+    // A read of the other slot (last iteration's t) is not the same slot.
+    AccessPattern previous = t;
+    previous.rotation.var = "i1";
+    p.body[1].body.insert(p.body[1].body.begin() + 2, scale(tile(320), previous));
+    p = numbered(p);
+    CHECK(native::run_local_ranges(p, p.body[1].body, 0, 4).size() == 2);  // u and the new one
+  }
   SUBCASE("instructions that share an id cannot be told apart") {
     Program p = program(kXY, {load(tile(0)), scale(tile(64), tile(0)), store(tile(64))});
     CHECK(ranges_of(p, 0, 3).empty());
