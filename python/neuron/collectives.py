@@ -1,6 +1,7 @@
-"""The cross-core instructions of nki.isa (`core_barrier`, `sendrecv`) between the programs of a
-launch grid (the cores of `kernel[2]`, `nl.nc(2)`, an LNC of 2), and nki.collectives (ranks of
-other devices: present so that kernels importing it load, refused when called).
+"""The cross-core instructions of nki.isa (`core_barrier`, `sendrecv`) and the legacy
+`nl.all_reduce` between the programs of a launch grid (the cores of `kernel[2]`, `nl.nc(2)`, an
+LNC of 2), and nki.collectives (ranks of other devices: present so that kernels importing it
+load, refused when called).
 
 How the cores meet: a kernel that reaches a core collective is traced per program ("cores" in
 unroll.py), every program's body at the top level of the one kernel body. Each collective call
@@ -65,6 +66,7 @@ class _Rounds(threading.local):
         self.calls = [[] for _ in range(n)]  # per program: (what, span, exchange) per round
         self.phases = [[] for _ in range(n)]  # per program: its segments, one per phase
         self.copies = {}  # round -> the segment of its exchange copies
+        self.slots = {}  # round -> the HBM tensor an all_reduce round gathers into
 
     def end_program(self, p):
         seg = _C.seal_segment()
@@ -91,6 +93,11 @@ class _Rounds(threading.local):
 _rounds = _Rounds()
 
 
+def _shown(what):
+    """How the user's kernel names the collective `what`."""
+    return "nl.all_reduce" if what == "all_reduce" else f"nisa.{what}"
+
+
 def _program_rank():
     from .language import _State
     rank = 0
@@ -103,13 +110,13 @@ def _grid_size(what, span):
     """The number of programs of the launch grid (restarting the trace to learn it)."""
     from .language import _State
     if _eager.launching():
-        user_error("collectives", f"nisa.{what} needs a compiled kernel: eager mode runs the "
+        user_error("collectives", f"{_shown(what)} needs a compiled kernel: eager mode runs the "
                    "programs of a grid one after another; use mode='simulate' or 'native'", span)
     _C.require_trace(span)
     if _State.grid is None:
         if unroll.grid_mode() is None and unroll.tracing():
             raise unroll.NeedsGrid("grid")
-        user_error("collectives", f"nisa.{what} is only supported in a @neuron.kernel (or "
+        user_error("collectives", f"{_shown(what)} is only supported in a @neuron.kernel (or "
                    "nki.jit) kernel", span)
     return math.prod(_State.grid)
 
@@ -123,7 +130,7 @@ def _meet(what, span, exchange=None):
     seg = _C.seal_segment()
     if seg < 0:
         unroll.need_unrolled()  # restarts when rolled loops are open around the call
-        user_error("collectives", f"nisa.{what} inside a runtime loop or conditional "
+        user_error("collectives", f"{_shown(what)} inside a runtime loop or conditional "
                    "(nl.fori_loop, nl.while_loop, nl.if_else): the cores' rounds are paired when "
                    "the kernel is traced; call it outside, or use a Python loop", span)
     r.phases[p].append(seg)
@@ -134,14 +141,14 @@ def _meet(what, span, exchange=None):
     for q in range(r.n - 1):
         if len(r.calls[q]) <= k:
             user_error("collectives", f"program {r.n - 1} reaches its core collective #{k + 1} "
-                       f"(nisa.{what}) but program {q} reached only {len(r.calls[q])}; every "
+                       f"({_shown(what)}) but program {q} reached only {len(r.calls[q])}; every "
                        "core of the grid must call the same collectives in the same order", span)
         other, other_span = r.calls[q][k][:2]
         if other != what:
             user_error("collectives", f"core collective #{k + 1}: program {q} calls "
-                       f"nisa.{other} (line {other_span.line}) where program {p} calls "
-                       f"nisa.{what}; every core of the grid must call the same collectives in "
-                       "the same order", span)
+                       f"{_shown(other)} (line {other_span.line}) where program {p} calls "
+                       f"{_shown(what)}; every core of the grid must call the same collectives "
+                       "in the same order", span)
     if what == "sendrecv":
         _exchange(k, span)
         r.copies[k] = _C.seal_segment()
@@ -212,3 +219,68 @@ def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id=0, dma_engine=None,
         isa.dma_copy(dst=dst, src=src)
         return
     _meet("sendrecv", span, (dst, src, to, frm))
+
+
+def all_reduce(x, op, program_axes, dtype=None, span=None):
+    """The legacy nl.all_reduce: `op` over the tiles x of the programs that differ only along
+    `program_axes`, returned to each of them (x's shape, `dtype` or x's). Each program writes x
+    into its slot of an HBM tensor the grid shares, the programs meet at a barrier, and each
+    reads its group's slots and combines them in program order, in fp32: so every program of a
+    group gets the same bits."""
+    from . import isa
+    from .language import _State, float32, ndarray, psum, sbuf, shared_hbm
+    span = span or user_span()
+    n = _grid_size("all_reduce", span)
+    if n > 1 and unroll.grid_mode() != "cores":
+        raise unroll.NeedsGrid("cores")
+    grid = tuple(_State.grid)
+    axes = program_axes if isinstance(program_axes, (tuple, list)) else (program_axes,)
+    try:
+        axes = sorted({int(a) for a in axes})
+    except (TypeError, ValueError):
+        user_error("collectives", f"nl.all_reduce: program_axes={program_axes!r} must be grid "
+                   "axes (ints)", span)
+    bad = [a for a in axes if not 0 <= a < len(grid)]
+    if bad:
+        user_error("collectives", f"nl.all_reduce: program_axes={tuple(axes)} names axis "
+                   f"{bad[0]}, but the grid {grid} has axes 0 to {len(grid) - 1}", span)
+    out = ndarray(list(x.shape), dtype or x.dtype, buffer=sbuf)
+    if n == 1:
+        isa.tensor_copy(dst=out, src=x)
+        return out
+    if x.buffer == psum:  # DMA reads SBUF
+        t = ndarray(list(x.shape), x.dtype, buffer=sbuf)
+        isa.tensor_copy(dst=t, src=x)
+        x = t
+    me = tuple(_State.program)
+    r, rank = _rounds, _program_rank()
+    k = len(r.calls[rank])
+    slots = r.slots.get(k)
+    if slots is None:
+        slots = r.slots[k] = ndarray([n] + list(x.shape), x.dtype, buffer=shared_hbm)
+    elif list(slots.shape[1:]) != list(x.shape) or slots.dtype != x.dtype:
+        user_error("collectives", f"nl.all_reduce: program {rank} reduces a tile of shape "
+                   f"{list(x.shape)} ({x.dtype}) where another program's is "
+                   f"{list(slots.shape[1:])} ({slots.dtype}); every program of the grid must "
+                   "pass the same shape and dtype", span)
+    isa.dma_copy(dst=slots[rank], src=x)
+    _meet("all_reduce", span)
+    acc = ndarray(list(x.shape), float32, buffer=sbuf)
+    first = True
+    for q in range(n):
+        ids, rest = [], q
+        for g in reversed(grid):
+            ids.append(rest % g)
+            rest //= g
+        ids = ids[::-1]
+        if any(ids[a] != me[a] for a in range(len(grid)) if a not in axes):
+            continue
+        t = ndarray(list(x.shape), x.dtype, buffer=sbuf)
+        isa.dma_copy(dst=t, src=slots[q])
+        if first:
+            isa.tensor_copy(dst=acc, src=t)
+        else:
+            isa.tensor_tensor(dst=acc, data1=acc, data2=t, op=op)
+        first = False
+    isa.tensor_copy(dst=out, src=acc)
+    return out

@@ -209,3 +209,57 @@ def test_each_core_has_its_own_sbuf():
     for mode in COMPILED:
         np.testing.assert_array_equal(neuron.kernel(big_tiles_across_a_barrier,
                                                     mode=mode)[2](x), x)
+
+
+# ---- the legacy nl.all_reduce over the programs of a grid ------------------------------------
+
+import neuronxcc.nki.language as lnl  # noqa: E402  (the legacy API, after compat.install)
+
+
+def legacy_all_reduce(x):
+    """Program (i, j) of a [G0, G1] grid loads x[i, j]; it gets the sum over j (its row of the
+    grid) and the max over the whole grid, in bf16 for the max."""
+    out = lnl.ndarray(x.shape, x.dtype, buffer=lnl.shared_hbm)
+    i, j = lnl.program_id(0), lnl.program_id(1)
+    t = lnl.load(x[i, j])
+    row_sum = lnl.all_reduce(t, op=np.add, program_axes=[1])
+    grid_max = lnl.all_reduce(t, op=lnl.maximum, program_axes=(0, 1), dtype=lnl.bfloat16)
+    lnl.store(out[i, j], row_sum + grid_max)
+    return out
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_legacy_all_reduce_combines_the_programs_along_the_axes(mode):
+    # Multiples of 1/8 below 16: their sums of three and bf16 maxima are exact.
+    x = (RNG.integers(-64, 64, (2, 3, 128, 64)) / 8).astype(np.float32)
+    y = neuron.kernel(legacy_all_reduce, mode=mode)[2, 3](x)
+    ref = x.astype(np.float64).sum(axis=1, keepdims=True) + x.max(axis=(0, 1), keepdims=True)
+    np.testing.assert_array_equal(y, np.broadcast_to(ref, x.shape).astype(np.float32))
+
+
+def legacy_all_reduce_1d(x):
+    out = lnl.ndarray(x.shape, x.dtype, buffer=lnl.shared_hbm)
+    t = lnl.load(x)
+    lnl.store(out, lnl.all_reduce(t, op=np.add, program_axes=0))
+    return out
+
+
+def test_legacy_all_reduce_on_a_grid_of_one_is_the_tile():
+    x = RNG.standard_normal((128, 32)).astype(np.float32)
+    np.testing.assert_array_equal(neuron.kernel(legacy_all_reduce_1d, mode="simulate")(x), x)
+
+
+def legacy_all_reduce_bad_axis(x):
+    out = lnl.ndarray(x.shape, x.dtype, buffer=lnl.shared_hbm)
+    t = lnl.load(x)
+    lnl.store(out, lnl.all_reduce(t, op=np.add, program_axes=1))
+    return out
+
+
+def test_legacy_all_reduce_names_a_missing_grid_axis_at_the_line():
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(legacy_all_reduce_bad_axis, mode="simulate")[2](
+            np.zeros((128, 8), np.float32))
+    assert e.value.rule == "collectives"
+    assert "program_axes=(1,) names axis 1, but the grid (2,) has axes 0 to 0" in e.value.message
+    assert e.value.line == line_of(legacy_all_reduce_bad_axis, "lnl.all_reduce(")

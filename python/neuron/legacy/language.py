@@ -535,7 +535,17 @@ def shared_identity_matrix(n, dtype=uint8, **kwargs):
 
 # ---- not provided: a clear error instead of an AttributeError ----------------------------------
 
-UNSUPPORTED = "all_reduce finfo".split()
+def all_reduce(x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=True,
+               asynchronous=False, **kwargs):
+    """op over x of the SPMD programs that differ only along program_axes; each of them gets
+    the result (neuron.collectives.all_reduce: the same bits in every program)."""
+    _no_mask(mask, "nl.all_reduce")
+    from .. import collectives
+    return collectives.all_reduce(_concrete(_operand(x, "nl.all_reduce")), op, program_axes,
+                                  dtype, user_span())
+
+
+UNSUPPORTED = "finfo".split()
 _define_unsupported(globals(), "nl", UNSUPPORTED)
 _wrap_module(globals(), "nl", _keywords.NL,
              skip={"arange", "mgrid", "ds", "program_id", "num_programs", "program_ndim",
