@@ -656,7 +656,7 @@ def pid_mask(x):
 
 def unsupported_call(x):
     out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
-    nl.all_reduce(nl.load(x), op=np.add, program_axes=[0])
+    nl.finfo(nl.float32)
     return out
 
 
@@ -690,8 +690,8 @@ ERRORS = [
     (unmasked_tail, (200, 64), "index", "t = nl.load", "only where a mask= excludes"),
     (pid_mask, (256, 64), "mask", "mask=(rows < 200)",
      "depends on 'pid0*128 - 200' (a program id)"),
-    (unsupported_call, (128, 64), "unsupported", "nl.all_reduce",
-     "nl.all_reduce is not supported by neuron's legacy layer"),
+    (unsupported_call, (128, 64), "unsupported", "nl.finfo",
+     "nl.finfo is not supported by neuron's legacy layer"),
     (current_api_dst, (128, 64), "unknown-arg", "nisa.activation(dst=",
      "nisa.activation got an unexpected keyword argument 'dst'"),
     (unknown_nl_keyword, (128, 64), "unknown-arg", "out=out",
