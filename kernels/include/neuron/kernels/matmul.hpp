@@ -13,10 +13,11 @@
 //    slice of K loads one B tile [k, 512] by DMA (transposed by the Tensor engine, 128 columns
 //    at a time, when B is [N, K]) and feeds one nc_matmul per subtile: the moving tile is
 //    reused by the whole group. The K loop accumulates in PSUM (fp32).
-//  - Epilogue: the bias row (broadcast over partitions once per column block) is added by the
-//    Vector engine while evacuating PSUM (straight into the output dtype when there is no
-//    activation), the activation and the cast to the output dtype run on the Scalar engine,
-//    and a DMA stores the tile.
+//  - Epilogue: the bias joins the PSUM accumulation as a last rank-1 product on the Tensor
+//    engine (ones[1, rows].T @ bias[1, 512]: exact products, so the same fp32 sum as adding a
+//    broadcast bias tile, without writing and reading one); PSUM is evacuated into the output
+//    dtype by the Vector engine, or by the Scalar engine applying the activation, and a DMA
+//    stores the tile.
 // Remainders of M, N and K are a second, static copy of each loop body with smaller tiles.
 #pragma once
 #include <optional>
@@ -86,6 +87,8 @@ inline nl::tensor matmul_impl(const nl::tensor& a, const nl::tensor& b,
     return t;
   };
 
+  std::optional<nl::tensor> ones;
+  if (bias) ones = nl::ones({1, kPartitions}, nl::float32, nl::sbuf, "ones");
   for_each_tile(rows, subtiles * kPartitions, [&](nl::index, nl::index g0, int64_t gr) {
     const nl::index grow = row0 + g0;
     std::optional<nl::tensor> panel;
@@ -118,28 +121,24 @@ inline nl::tensor matmul_impl(const nl::tensor& a, const nl::tensor& b,
           isa::nc_matmul(acc[j++], at, bt, /*accumulate=*/true);
         });
       });
-      std::optional<nl::tensor> bias_rows;
-      if (bias)
-        bias_rows = nl::broadcast_to(load_row(*bias, n0, nr, nl::float32, "bias"),
-                                     {std::min(gr, kPartitions), nr});
+      if (bias) {
+        // The bias joins the accumulation as one more rank-1 product, ones[1, rows].T @
+        // bias[1, nr]: every row gets bias added in fp32 (the product is exact), with no
+        // [rows, nr] broadcast of it to write and read back.
+        auto bias_row = load_row(*bias, n0, nr, nl::float32, "bias");
+        size_t j = 0;
+        for_each_static_tile(0, gr, kPartitions, [&](int64_t, int64_t cw) {
+          isa::nc_matmul(acc[j++], (*ones)(nl::all, nl::ds(0, cw)), bias_row,
+                         /*accumulate=*/true);
+        });
+      }
       size_t j = 0;
       for_each_static_tile(0, gr, kPartitions, [&](int64_t c, int64_t cw) {
-        nl::tensor r = acc[j++];
         auto y = nl::ndarray({cw, nr}, out_dt, nl::sbuf, "y");
-        if (bias_rows && !cfg.activation) {
-          // One pass: the sum is taken in fp32 and rounded once to the output dtype.
-          isa::tensor_tensor(y, r, (*bias_rows)(nl::ds(0, cw), nl::all), nl::add);
-        } else {
-          if (bias_rows) {
-            auto biased = nl::ndarray({cw, nr}, nl::float32, nl::sbuf, "biased");
-            isa::tensor_tensor(biased, r, (*bias_rows)(nl::ds(0, cw), nl::all), nl::add);
-            r = biased;
-          }
-          if (cfg.activation)
-            isa::activation(y, *cfg.activation, r);
-          else
-            isa::tensor_copy(y, r);
-        }
+        if (cfg.activation)
+          isa::activation(y, *cfg.activation, acc[j++]);
+        else
+          isa::tensor_copy(y, acc[j++]);
         nl::store(out(nl::ds(grow + c, cw), nl::ds(n0, nr)), y);
       });
     });
