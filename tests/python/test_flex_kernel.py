@@ -167,8 +167,12 @@ CASES = {
                              torch.float32, False),
     "fully masked rows": (None, late_start, 1, 2, 2, 1, 100, 100, 16, 16, 32,
                           torch.float32, False),
+    # bf16: the Tensor engine takes bf16 operands; E = 32's scale is not a power of two (the
+    # scores are scaled in fp32), E = 64's is (Q^T carries it).
     "bf16 alibi causal": (alibi, fh.causal, 1, 4, 4, 1, 160, 160, 32, 32, 64,
-                          torch.bfloat16, False),
+                          torch.bfloat16, True),
+    "bf16 softcap, gqa, odd lengths": (fh.softcap(3.0), fh.causal, 1, 4, 2, 1, 150, 170, 64, 48,
+                                       64, torch.bfloat16, True),
     # Head dims over 128: the scores (and the backward's dp) contract in chunks of 128.
     "head dims 192 / 160, softcap, gqa": (fh.softcap(3.0), fh.causal, 1, 2, 1, 1, 100, 130, 192,
                                           160, 64, torch.float32, True),

@@ -163,12 +163,19 @@ def _build(sh, score_graph, mask_graph):
     need_caps = any(g.inputs for g in graphs)
     n_score = len(score_graph.inputs) if score_graph is not None else 0
 
-    def T(x):  # Tensor-engine transpose (PSUM) back to SBUF, where matmul operands live
-        return nl.copy(nl.transpose(x))
+    def T(x, dtype=None):  # Tensor-engine transpose (PSUM) back to SBUF, where matmul
+        return nl.copy(nl.transpose(x), dtype=dtype)  # operands live
+
+    # A power-of-two scale is exact in any float format, so Q^T can carry it even in bf16.
+    exact_scale = math.frexp(sh.scale)[0] == 0.5
 
     @neuron.kernel
     def flex_forward(q, k, v, kn, ki, fn, fi, bh, caps, capsT, qpos):
         TRACES[0] += 1
+        # bf16 inputs: the Tensor engine takes bf16 operands (fp32 accumulation in PSUM, the
+        # AMX path natively), as the kernel library's attention does; everything else is fp32.
+        mm = q.dtype if q.dtype == nl.bfloat16 else f32
+        prescale = mm == f32 or exact_scale
         out = nl.ndarray((sh.B * sh.Hq, sh.L, sh.Ev), q.dtype, buffer=nl.shared_hbm, name="out")
         lse = nl.ndarray((sh.B * sh.Hq, sh.L, 1), f32, buffer=nl.shared_hbm, name="lse")
         mx = nl.ndarray((sh.B * sh.Hq, sh.L, 1), f32, buffer=nl.shared_hbm, name="max_scores")
@@ -199,8 +206,9 @@ def _build(sh, score_graph, mask_graph):
         def query_tile(q0, qr, r):
             """One tile of qr queries from q0 (an int or a loop index) in block row r."""
             # Q^T pre-scaled once per tile: the scores come out of the matmul scaled.
-            qT = [nl.multiply(c, sh.scale)
-                  for c in chunked_T(nl, nl.load(q[hq, nl.ds(q0, qr), :], dtype=f32))]
+            qT = chunked_T(nl, nl.load(q[hq, nl.ds(q0, qr), :], dtype=mm))
+            if prescale:
+                qT = [nl.multiply(c, sh.scale) for c in qT]
             m = nl.full((qr, 1), ninf, f32, buffer=nl.sbuf)
             l = nl.zeros((qr, 1), f32, buffer=nl.sbuf)
             acc = nl.zeros((qr, sh.Ev), f32, buffer=nl.sbuf)
@@ -242,8 +250,10 @@ def _build(sh, score_graph, mask_graph):
                                                 nl.load(capsT[nl.ds(q0 + off, qr), :])),
                     "kv_idx": None if sh.S % sh.KB else lambda off: nl.broadcast_to(
                         nl.load(caps[0:1, nl.ds(k0 + off, TK)]), (qr, TK))}
-            kT = chunked_T(nl, nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=f32))
+            kT = chunked_T(nl, nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=mm))
             s = chunked_matmul(nl, nisa, qT, kT)
+            if not prescale:  # scaled in fp32 (a bf16 Q^T * scale would round)
+                s = nl.multiply(s, sh.scale)
             env = dict(fixed)
             kv = None
             if need_kv:
@@ -277,8 +287,8 @@ def _build(sh, score_graph, mask_graph):
                             reduce_res=rowsum)
             alpha = nl.exp(nl.subtract(m, m_use))
             l[...] = nl.add(nl.multiply(l, alpha), rowsum)
-            vt = nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=f32)
-            pv = nl.matmul(T(p), vt, transpose_x=True)
+            vt = nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=mm)
+            pv = nl.matmul(T(p, mm), vt, transpose_x=True)
             acc[...] = nl.add(nl.multiply(acc, alpha), pv)
             m[...] = m_new
 
