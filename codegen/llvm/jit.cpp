@@ -175,7 +175,7 @@ void optimize(llvm::Module& m, llvm::TargetMachine& tm, int level) {
 std::string JitOptions::str() const {
   return fmt::format("kernels={} O{}{}{}{}", bitcode_kernels ? "bitcode" : "host", opt_level,
                      partition_blocks ? "" : " partition_blocks=off",
-                     run_buffers ? "" : " run_buffers=off", profile ? " profile" : "");
+                     sbuf_folding ? "" : " sbuf_folding=off", profile ? " profile" : "");
 }
 
 const std::string& host_target_id() {

@@ -45,12 +45,13 @@ bool inline_kernel(std::string_view name) {
 class Lowering {
  public:
   Lowering(const Program& p, llvm::LLVMContext& ctx, llvm::Module& m, const llvm::Module& kernels,
-           bool bitcode, bool partition_blocks, bool run_buffers, bool profile)
+           bool bitcode, bool partition_blocks, bool sbuf_folding, bool profile)
       : p_(p), ctx_(ctx), m_(m), b_(ctx), kernels_(kernels), bitcode_(bitcode),
-        partition_blocks_(partition_blocks), fold_runs_(run_buffers), profile_(profile) {
+        partition_blocks_(partition_blocks), fold_runs_(sbuf_folding), profile_(profile) {
     target_ = &(p.target.empty() ? default_target() : target_by_name(p.target));
     pitch_ = physical_pitch(p, analyze_bounds(p), *target_);
     flags_read_ = reads_psum_flags(p);
+    if (fold_runs_) broadcast_ = broadcast_rows(p);
     // The NView type comes from the bitcode, so the ABI has one source of truth.
     const llvm::Function* copy = kernels.getFunction("neuron_k_copy");
     NEURON_ASSERT(copy, "instruction kernel neuron_k_copy missing from the embedded bitcode");
@@ -395,8 +396,9 @@ class Lowering {
       return slot;
     }
     const bool chip = is_on_chip(ap.memory);
+    const bool one_row = shares_one_row(ap);
     const int64_t pb = !chip ? 0 : ap.memory == Memory::psum ? pitch_.psum : pitch_.sbuf;
-    l = normalize(ap, in, pb);
+    l = normalize(ap, in, one_row ? 0 : pb);  // partitions 0 bytes apart: one row serves all
     llvm::Value *base, *flags = nullptr;
     if (chip) {
       llvm::Value* off = eval(ap.offset, in.span);
@@ -408,7 +410,9 @@ class Lowering {
         off = b_.CreateAdd(off, b_.CreateMul(r, i64(ap.rotation.bytes)));
       }
       check_dynamic(ap, in, off);
-      llvm::Value* byte = b_.CreateAdd(b_.CreateMul(eval(ap.partition, in.span), i64(pb)), off);
+      llvm::Value* partition = one_row ? i64(shares_one_row(ap)->partition)
+                                       : eval(ap.partition, in.span);
+      llvm::Value* byte = b_.CreateAdd(b_.CreateMul(partition, i64(pb)), off);
       const bool ps = ap.memory == Memory::psum;
       base = b_.CreateGEP(b_.getInt8Ty(), ps ? psum_ : sbuf_, byte);
       if (ps && flags_read_) flags = b_.CreateGEP(b_.getInt8Ty(), flags_, byte);
@@ -420,6 +424,10 @@ class Lowering {
       check_dynamic(ap, in, elem);
       llvm::Value* off = b_.CreateMul(elem, i64(dtype_bytes(ap.dtype)));
       base = b_.CreateGEP(b_.getInt8Ty(), tensors_[static_cast<size_t>(ap.tensor)], off);
+    }
+    if (writes_one_row(in) && (&ap == &in.dst || (!in.src.empty() && &ap == &in.src[0]))) {
+      l.count /= l.size[0];  // one partition of the destination and of its repeated source
+      l.size[0] = 1;
     }
     if (block_) {
       // Inside a partition-blocked run (emit_run): this block's partitions of the view.
@@ -446,7 +454,7 @@ class Lowering {
   static constexpr int64_t kBlockBytes = 64 * 1024;  // all operands' rows of one block
   static constexpr size_t kMaxRun = 64;              // instructions (bounds the overlap checks)
 
-  // A run-local range (run_local.cpp) at byte `at` of each row of the run's buffer.
+  // A run-local range (folded_sbuf.cpp) at byte `at` of each row of the run's buffer.
   struct Fold {
     int64_t partition, lo, hi, at;
   };
@@ -460,6 +468,22 @@ class Lowering {
   std::optional<Block> block_;
   static constexpr int64_t kFoldBytes = 96 * 1024;  // the per-function run buffer
   llvm::Value* fold_buf_ = nullptr;                 // allocated on first use per function
+
+  // The broadcast rows (folded_sbuf.cpp) holding `ap`, if any: read from their first row.
+  const BroadcastRows* shares_one_row(const AccessPattern& ap) const {
+    if (ap.memory != Memory::sbuf || !ap.offset.is_constant() || !ap.partition.is_constant())
+      return nullptr;
+    for (const BroadcastRows& r : broadcast_)
+      if (ap.partition.constant >= r.partition && ap.partition.constant < r.partition + r.count &&
+          ap.offset.constant >= r.lo && ap.offset.constant < r.hi)
+        return &r;
+    return nullptr;
+  }
+  std::vector<BroadcastRows> broadcast_;
+  // A write of broadcast rows (only partition-broadcast writes fill them): its one row, once.
+  bool writes_one_row(const Instr& in) const {
+    return opcode_has_dst(in.op) && shares_one_row(in.dst);
+  }
 
   // The run-local range holding `ap`, if any.
   const Fold* folded(const AccessPattern& ap) const {
@@ -503,7 +527,7 @@ class Lowering {
     for (; j < body.size() && j < i + kMaxRun && body[j].kind == ProgNode::Kind::instr; ++j) {
       const Instr& in = body[j].instr;
       int64_t p = 0;
-      if (!partition_local(in, p) || (j > i && p != partitions)) break;
+      if (!partition_local(in, p) || writes_one_row(in) || (j > i && p != partitions)) break;
       auto ops = operands_of(in);
       // A view sharing bytes with one written in the run must map partitions the same way,
       // else one block could read what another block writes (or the reverse).
@@ -694,7 +718,7 @@ std::unique_ptr<llvm::Module> lower_program(const Program& p, const JitOptions& 
   m->setTargetTriple(tm.getTargetTriple().str());
   m->setDataLayout(tm.createDataLayout());
   std::unique_ptr<llvm::Module> kernels = load_kernel_bitcode(ctx);
-  Lowering(p, ctx, *m, *kernels, opts.bitcode_kernels, opts.partition_blocks, opts.run_buffers,
+  Lowering(p, ctx, *m, *kernels, opts.bitcode_kernels, opts.partition_blocks, opts.sbuf_folding,
            opts.profile).run();
   if (opts.bitcode_kernels) {
     kernels->setTargetTriple(m->getTargetTriple());

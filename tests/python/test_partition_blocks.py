@@ -2,8 +2,8 @@
 # (codegen/llvm/lower_program.cpp, docs/native.md). These kernels have rows long enough to be
 # blocked, and runs whose views are shifted across partitions (where blocking would read what
 # another block wrote): native results must be the simulator's bits, with blocks and without
-# (NEURON_PARTITION_BLOCKS=0), with the runs' temporaries in run buffers and at their SBUF
-# addresses (NEURON_RUN_BUFFERS=0), and match NumPy.
+# (NEURON_PARTITION_BLOCKS=0), with SBUF folding (the runs' temporaries in run buffers, tiles of
+# broadcast rows in one row) and without (NEURON_SBUF_FOLDING=0), and match NumPy.
 import numpy as np
 import pytest
 
@@ -74,27 +74,50 @@ def carried(x):
     return out
 
 
+def weighted(x):
+    # w = x's first row on every partition (a broadcast: one physical row natively), then
+    # overwritten on half its partitions by an ordinary write (no longer one row from there).
+    out = nl.ndarray((128, F), nl.float32, buffer=nl.shared_hbm)
+    row = nl.ndarray((1, F), nl.float32)
+    nisa.dma_copy(row, x[0:1, :])
+    w = nl.broadcast_to(row, (128, F))
+    half = nl.full((128, F), 0.5, nl.float32)
+    t = nl.ndarray((128, F), nl.float32)
+    nisa.dma_copy(t, x)
+    y = nl.ndarray((128, F), nl.float32)
+    nisa.tensor_tensor(y, t, w, nl.multiply)
+    nisa.tensor_tensor(y, y, half, nl.add)
+    nisa.tensor_scalar(w[0:64, :], t[0:64, :], nl.multiply, 3.0)
+    nisa.tensor_tensor(y, y, w, nl.add)
+    nisa.dma_copy(out, y)
+    return out
+
+
 def reference(fn, x):
     x = x.astype(np.float64)
     if fn is softmax_rows:
         e = np.exp(x - x.max(axis=1, keepdims=True))
         return e / e.sum(axis=1, keepdims=True)
+    if fn is weighted:
+        w = np.broadcast_to(x[0], x.shape).copy()
+        w[0:64] = 3 * x[0:64]
+        return x * x[0] + 0.5 + w
     if fn is carried:
         return 0.5 + sum(2 * x[i * 128:(i + 1) * 128] for i in range(3))
     return shifted_reference(x)
 
 
-@pytest.mark.parametrize("fn", [softmax_rows, shifted, carried])
+@pytest.mark.parametrize("fn", [softmax_rows, shifted, carried, weighted])
 def test_blocked_runs_give_the_simulator_bits(fn, monkeypatch):
     x = RNG.standard_normal((384 if fn is carried else 128, F)).astype(np.float32)
     sim = neuron.kernel(fn, mode="simulate")(x)
-    for blocks, buffers in (("1", "1"), ("1", "0"), ("0", "1")):
+    for blocks, folding in (("1", "1"), ("1", "0"), ("0", "1")):
         monkeypatch.setenv("NEURON_PARTITION_BLOCKS", blocks)
-        monkeypatch.setenv("NEURON_RUN_BUFFERS", buffers)
+        monkeypatch.setenv("NEURON_SBUF_FOLDING", folding)
         k = neuron.kernel(fn)
-        assert k(x).tobytes() == sim.tobytes(), (blocks, buffers)
+        assert k(x).tobytes() == sim.tobytes(), (blocks, folding)
         assert ("partition_blocks=off" in k.last_report) == (blocks == "0")
-        assert ("run_buffers=off" in k.last_report) == (buffers == "0")
+        assert ("sbuf_folding=off" in k.last_report) == (folding == "0")
     np.testing.assert_allclose(sim, reference(fn, x), rtol=1e-5, atol=1e-5)
 
 
@@ -106,9 +129,9 @@ def test_bad_partition_blocks_value(monkeypatch):
     assert "NEURON_PARTITION_BLOCKS='yes'" in info.value.message
 
 
-def test_bad_run_buffers_value(monkeypatch):
-    monkeypatch.setenv("NEURON_RUN_BUFFERS", "on")
+def test_bad_sbuf_folding_value(monkeypatch):
+    monkeypatch.setenv("NEURON_SBUF_FOLDING", "on")
     with pytest.raises(neuron.NeuronError) as info:
         neuron.kernel(softmax_rows)(np.zeros((128, F), np.float32))
     assert info.value.rule == "config"
-    assert "NEURON_RUN_BUFFERS='on' is not 0 or 1" in info.value.message
+    assert "NEURON_SBUF_FOLDING='on' is not 0 or 1" in info.value.message

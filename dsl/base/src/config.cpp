@@ -115,11 +115,11 @@ Config config() {
       user_error(Span{}, "config", "NEURON_PARTITION_BLOCKS='{}' is not 0 or 1", s);
     c.partition_blocks = s == "1";
   }
-  if (const char* b = std::getenv("NEURON_RUN_BUFFERS"); b && *b) {
+  if (const char* b = std::getenv("NEURON_SBUF_FOLDING"); b && *b) {
     std::string_view s(b);
     if (s != "0" && s != "1")
-      user_error(Span{}, "config", "NEURON_RUN_BUFFERS='{}' is not 0 or 1", s);
-    c.run_buffers = s == "1";
+      user_error(Span{}, "config", "NEURON_SBUF_FOLDING='{}' is not 0 or 1", s);
+    c.sbuf_folding = s == "1";
   }
   c.matmul_isa = config_matmul_isa();
   if (!c.matmul_isa.empty() && !neuron_matmul_variant_supported(c.matmul_isa.c_str())) {

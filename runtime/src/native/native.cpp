@@ -70,7 +70,7 @@ native::JitOptions jit_options(const NativeCompileOptions& o) {
   j.bitcode_kernels = k == "bitcode";
   j.opt_level = o.opt_level;
   j.partition_blocks = config().partition_blocks;
-  j.run_buffers = config().run_buffers;
+  j.sbuf_folding = config().sbuf_folding;
   j.profile = o.profile;
   return j;
 }

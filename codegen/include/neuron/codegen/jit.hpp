@@ -24,9 +24,9 @@ struct JitOptions {
   // Runs of partition-local instructions go a block of partitions at a time (lower_program.cpp).
   // NEURON_PARTITION_BLOCKS.
   bool partition_blocks = true;
-  // Run-local temporaries of those runs live in a buffer of one block's rows (run_local.cpp).
-  // NEURON_RUN_BUFFERS.
-  bool run_buffers = true;
+  // Run-local temporaries of those runs live in a buffer of one block's rows, tiles filled only
+  // by partition broadcasts in one row (folded_sbuf.cpp). NEURON_SBUF_FOLDING.
+  bool sbuf_folding = true;
   // Every instruction call timed into the running thread's profile table (instr_kernels.hpp
   // set_profile_table); NativeCompileOptions::profile.
   bool profile = false;

@@ -41,13 +41,22 @@ std::vector<std::pair<const AccessPattern*, bool>> operands_of(const Instr& in);
 bool same_partition_map(const AccessPattern& a, const AccessPattern& b);
 
 // SBUF bytes [lo, hi) of partitions from `partition` that only the partition-blocked run
-// body[i, j) touches, and that it writes in full before reading (run_local.cpp): the native
+// body[i, j) touches, and that it writes in full before reading (folded_sbuf.cpp): the native
 // backend keeps them in a buffer of one block's rows instead of the whole tile.
 struct RunLocal {
   int64_t partition, lo, hi;
 };
 std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgNode>& body,
                                        size_t i, size_t j);
+
+// SBUF bytes [lo, hi) of partitions [partition, partition + count) that hold the same row in
+// every partition at all times (folded_sbuf.cpp): only partition-broadcast writes of the whole
+// range fill them (a DMA from a source with partition step 0, a memset), and only element-wise
+// instructions read them. The native backend keeps one physical row for them.
+struct BroadcastRows {
+  int64_t partition, count, lo, hi;
+};
+std::vector<BroadcastRows> broadcast_rows(const Program& p);
 
 // Whether nc_matmul operands have the contiguous [rows, cols] layout neuron_matmul_* takes.
 bool matmul_fast_layout(const Instr& in, const NormLayout& dst, const NormLayout& st,

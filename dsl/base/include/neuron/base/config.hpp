@@ -42,9 +42,10 @@ struct Config {
   // of running runs of partition-local instructions a block of partitions at a time (the same
   // bits either way; for comparing speed and for isolating a suspected backend bug).
   bool partition_blocks = true;
-  // NEURON_RUN_BUFFERS=0: a partition-blocked run keeps the temporaries only it uses at their
-  // SBUF addresses instead of in a buffer of one block's rows (the same bits either way).
-  bool run_buffers = true;
+  // NEURON_SBUF_FOLDING=0: generated code keeps every SBUF tile at its full addresses, instead of
+  // keeping a blocked run's own temporaries in a buffer of one block's rows and a tile filled
+  // only by partition broadcasts in one row (codegen/src/folded_sbuf.cpp; the same bits).
+  bool sbuf_folding = true;
   // ---- profiler (runtime/profile.hpp, docs/profiling.md) ----
   // NEURON_PROFILE=dir: every neuron::simulate of a compiled kernel also runs the timing model
   // and writes <kernel>-<n>.json (Chrome/Perfetto trace), .txt (summary) and .html into dir.

@@ -172,3 +172,89 @@ TEST_CASE("run_local: a blocked run with run-local tiles gives the simulator's b
   }
   check_reference(r, 0, ref, Tolerance{1e-5, 1e-6});
 }
+
+// ---- broadcast rows (plan.hpp broadcast_rows) ------------------------------------------------
+
+namespace {
+using Rows = std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>;
+Rows rows_of(const Program& p) {
+  Rows out;
+  for (const native::BroadcastRows& r : native::broadcast_rows(p))
+    out.emplace_back(r.partition, r.count, r.lo, r.hi);
+  return out;
+}
+// x's row 0 repeated on every partition (a DMA source with partition step 0).
+ProgNode broadcast_load(AccessPattern dst) {
+  return dma(std::move(dst), hbm(0, f32, 0, {{0, P}, {1, F}}));
+}
+ProgNode transpose(AccessPattern dst, AccessPattern src) {
+  return instr(Opcode::nc_transpose, std::move(dst), {std::move(src)});
+}
+}  // namespace
+
+TEST_CASE("broadcast_rows: tiles only partition broadcasts fill, read element-wise") {
+  // w = x[0] on every partition; c = 0.5 everywhere; t = x; y = t * w + c
+  Program p = program(kXY, {broadcast_load(tile(0)), instr(Opcode::memset, tile(64), {}),
+                            load(tile(128)), scale(tile(192), tile(0)),
+                            add(tile(192), tile(192), tile(64)), add(tile(192), tile(192), tile(128)),
+                            store(tile(192))});
+  CHECK(rows_of(p) == Rows{{0, P, 0, 64}, {0, P, 64, 128}});
+  // Refilled by the same broadcast in a loop: still one row at all times.
+  Program again = program(kXY, {loop("i0", 3, {broadcast_load(tile(0)), scale(tile(64), tile(0))}),
+                                store(tile(64))});
+  CHECK(rows_of(again) == Rows{{0, P, 0, 64}});
+}
+
+TEST_CASE("broadcast_rows: rows that may differ, or readers that need rows apart, are left alone") {
+  SUBCASE("overwritten by an ordinary write") {
+    Program p = program(kXY, {broadcast_load(tile(0)), scale(tile(64), tile(0)),
+                              load(tile(0)), store(tile(0))});
+    CHECK(rows_of(p).empty());
+  }
+  SUBCASE("half its partitions overwritten") {
+    Program p = program(kXY, {broadcast_load(tile(0)), scale(sb(f32, 0, P / 2, {row(F)}),
+                                                             sb(f32, 64, P / 2, {row(F)})),
+                              store(tile(0))});
+    CHECK(rows_of(p).empty());
+  }
+  SUBCASE("read by a transpose") {
+    Program p = program(kXY, {broadcast_load(tile(0)), transpose(sb(f32, 64, F, {row(P)}), tile(0)),
+                              store(tile(0))});
+    CHECK(rows_of(p).empty());
+  }
+  SUBCASE("a broadcast of half the columns, read whole") {
+    Program p = program(kXY, {dma(tile(0, {row(F / 2)}), hbm(0, f32, 0, {{0, P}, {1, F / 2}})),
+                              scale(tile(64), tile(0)), store(tile(64))});
+    CHECK(rows_of(p).empty());
+  }
+  SUBCASE("a single partition (nothing to share)") {
+    Program p = program(kXY, {dma(sb(f32, 0, 1, {row(F)}), hbm(0, f32, 0, {{0, 1}, {1, F}})),
+                              store(tile(0))});
+    CHECK(rows_of(p).empty());
+  }
+}
+
+TEST_CASE("broadcast_rows: a norm-like kernel gives the simulator's bits with one weight row") {
+  // out = x * w (w = x's first row broadcast) + 0.5, [128, 1024] fp32, blocked runs.
+  constexpr int64_t R = 128, C = 1024, T = C * 4;
+  auto x = random_values(R * C, 22);
+  InstrArgs mul;
+  mul.op0 = AluOp::multiply;
+  InstrArgs half;
+  half.imm0 = 0.5;
+  Program p = numbered(program(
+      {decl("x", {R, C}, f32, kIn), decl("out", {R, C}, f32, kOut)},
+      {dma(sb(f32, 0, R, {row(C)}), hbm(0, f32, 0, {{0, R}, {1, C}})),
+       instr(Opcode::memset, sb(f32, T, R, {row(C)}), {}, half),
+       dma(sb(f32, 2 * T, R, {row(C)}), hbm2(0, f32, R, C, C)),
+       instr(Opcode::tensor_tensor, sb(f32, 3 * T, R, {row(C)}),
+             {sb(f32, 2 * T, R, {row(C)}), sb(f32, 0, R, {row(C)})}, mul),
+       add(sb(f32, 3 * T, R, {row(C)}), sb(f32, 3 * T, R, {row(C)}), sb(f32, T, R, {row(C)})),
+       dma(hbm2(1, f32, R, C, C), sb(f32, 3 * T, R, {row(C)}))}));
+  CHECK(rows_of(p).size() == 2);
+  auto r = run_both(p, {Tensor::from_floats(x, {R, C}, f32), Tensor::empty({R, C}, f32)});
+  std::vector<double> ref(R * C);
+  for (int64_t q = 0; q < R; ++q)
+    for (int64_t c = 0; c < C; ++c) ref[q * C + c] = double(x[q * C + c]) * x[c] + 0.5;
+  check_reference(r, 0, ref, Tolerance{1e-6, 1e-6});
+}

@@ -1,12 +1,19 @@
-// Run-local SBUF ranges: the temporaries a partition-blocked run makes and uses up itself.
+// SBUF ranges the native backend keeps in less memory than the simulator's tiles. Values are
+// unchanged (the same instructions on the same data), so results stay the simulator's bits.
 //
-// A blocked run (lower_program.cpp, docs/native.md "Partition blocks") executes its
+// Run-local ranges: the temporaries a partition-blocked run makes and uses up itself. A
+// blocked run (lower_program.cpp, docs/native.md "Partition blocks") executes its
 // instructions on partitions [0, B), then [B, 2B), ... Every tile still has its full address
 // range, so a [128, 1024] fp32 temporary streams 512 KiB through the caches per run even though
 // each block's rows are written and read back within microseconds. A range that only the run
 // touches, and that the run writes in full before reading, holds nothing another block or
 // instruction can see: the native backend gives it a per-block buffer of B rows instead (the
 // storage folding of Halide's schedules), so the run's temporaries stay in L1.
+//
+// Broadcast rows: a tile that only partition-broadcast writes fill (a DMA whose source
+// repeats one row on every partition: nl.broadcast_to, a norm's weight; a memset) holds the
+// same row in every partition at all times, so one physical row serves them all: a [128, D]
+// weight tile read row by row stays a 4 KiB row in L1 instead of 512 KiB in L2.
 #include <algorithm>
 #include <optional>
 #include <set>
@@ -20,8 +27,10 @@ namespace {
 // rotating slot, if it rotates), when it walks partitions one by one from a constant partition
 // at a constant offset; with `dense`, only when it touches every byte of the range (row-major,
 // contiguous free dims).
-std::optional<std::pair<int64_t, int64_t>> byte_range(const AccessPattern& ap, bool dense) {
-  if (ap.memory != Memory::sbuf || ap.dims.empty() || ap.dims[0].stride != 1 ||
+std::optional<std::pair<int64_t, int64_t>> byte_range(const AccessPattern& ap, bool dense,
+                                                      bool any_step = false) {
+  if (ap.memory != Memory::sbuf || ap.dims.empty() ||
+      (ap.dims[0].stride != 1 && !(any_step && ap.dims[0].stride == 0)) ||
       !ap.offset.is_constant() || !ap.partition.is_constant())
     return std::nullopt;
   const int64_t es = dtype_bytes(ap.dtype);
@@ -117,6 +126,83 @@ std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgN
     if (ok) ranges.push_back({ap->partition.constant, r->first, r->second});
   }
   return ranges;
+}
+
+
+namespace {
+
+// A write that puts the same row in every partition of its destination: a memset, or a DMA
+// whose source repeats one row (partition step 0) and does not overlap the destination.
+bool broadcast_write(const Instr& in) {
+  if (in.op == Opcode::memset) return true;
+  if (in.op != Opcode::dma_copy || in.args.indirect != InstrArgs::Indirect::none ||
+      in.src.empty() || in.src[0].dims.empty() || in.dst.dims.empty())
+    return false;
+  const AccessPattern& s = in.src[0];
+  return s.dims[0].stride == 0 && s.dims[0].size == in.dst.dims[0].size &&
+         !may_overlap(s, in.dst);
+}
+
+struct Access {
+  const Instr* in;
+  const AccessPattern* ap;
+  bool written;
+};
+
+void all_accesses(const std::vector<ProgNode>& body, std::vector<Access>& out) {
+  for (const ProgNode& n : body) {
+    if (n.kind == ProgNode::Kind::loop) {
+      all_accesses(n.body, out);
+      continue;
+    }
+    for (auto [ap, written] : operands_of(n.instr))
+      if (ap->memory == Memory::sbuf) out.push_back({&n.instr, ap, written});
+  }
+}
+
+}  // namespace
+
+std::vector<BroadcastRows> broadcast_rows(const Program& p) {
+  std::vector<Access> all;
+  all_accesses(p.body, all);
+  std::vector<BroadcastRows> found;
+  for (const Access& w : all) {
+    if (!w.written || w.ap != &w.in->dst || !broadcast_write(*w.in)) continue;
+    const AccessPattern& d = *w.ap;
+    const auto r = byte_range(d, true);
+    if (!r || d.dims[0].size < 2 || (!d.rotation.var.empty() && d.rotation.count > 1)) continue;
+    const BroadcastRows cand{d.partition.constant, d.dims[0].size, r->first, r->second};
+    bool seen = false;
+    for (const BroadcastRows& f : found)
+      seen = seen || (f.partition == cand.partition && f.count == cand.count &&
+                      f.lo == cand.lo && f.hi == cand.hi);
+    if (seen) continue;
+    // Every write of the range is such a write of the whole range; every read lies inside it,
+    // from its partitions, by an element-wise instruction (partition-local: the matmul and
+    // transpose kernels' fast paths want rows apart).
+    const AccessPattern whole = probe(cand.partition, cand.count, cand.lo, cand.hi);
+    bool ok = true;
+    for (const Access& a : all) {
+      if (!ok) break;
+      if (!may_overlap(whole, *a.ap)) continue;
+      if (a.written) {
+        const auto o = a.ap == &a.in->dst ? byte_range(*a.ap, true) : std::nullopt;
+        ok = o && broadcast_write(*a.in) && o->first == cand.lo && o->second == cand.hi &&
+             a.ap->partition == d.partition && a.ap->dims[0].size == cand.count &&
+             a.ap->rotation.count <= 1;
+        continue;
+      }
+      int64_t parts = 0;
+      const AccessPattern& v = *a.ap;
+      const auto o = byte_range(v, false, /*any_step=*/true);
+      ok = o && partition_local(*a.in, parts) && o->first >= cand.lo && o->second <= cand.hi &&
+           v.partition.constant >= cand.partition &&
+           v.partition.constant + (v.dims[0].stride ? v.dims[0].size : 1) <=
+               cand.partition + cand.count;
+    }
+    if (ok) found.push_back(cand);
+  }
+  return found;
 }
 
 }  // namespace neuron::native
