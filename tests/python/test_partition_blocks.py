@@ -121,17 +121,11 @@ def test_blocked_runs_give_the_simulator_bits(fn, monkeypatch):
     np.testing.assert_allclose(sim, reference(fn, x), rtol=1e-5, atol=1e-5)
 
 
-def test_bad_partition_blocks_value(monkeypatch):
-    monkeypatch.setenv("NEURON_PARTITION_BLOCKS", "yes")
+@pytest.mark.parametrize("knob,value", [("NEURON_PARTITION_BLOCKS", "yes"),
+                                         ("NEURON_SBUF_FOLDING", "on")])
+def test_a_bad_knob_value_names_the_knob(knob, value, monkeypatch):
+    monkeypatch.setenv(knob, value)
     with pytest.raises(neuron.NeuronError) as info:
         neuron.kernel(softmax_rows)(np.zeros((128, F), np.float32))
     assert info.value.rule == "config"
-    assert "NEURON_PARTITION_BLOCKS='yes'" in info.value.message
-
-
-def test_bad_sbuf_folding_value(monkeypatch):
-    monkeypatch.setenv("NEURON_SBUF_FOLDING", "on")
-    with pytest.raises(neuron.NeuronError) as info:
-        neuron.kernel(softmax_rows)(np.zeros((128, F), np.float32))
-    assert info.value.rule == "config"
-    assert "NEURON_SBUF_FOLDING='on' is not 0 or 1" in info.value.message
+    assert f"{knob}='{value}' is not 0 or 1" in info.value.message
