@@ -9,9 +9,11 @@ tests/python never depends on it (docs/nki-compat.md, "Published kernels").
     PYTHONPATH=build/python python3 scripts/run_nki_library.py /path/to/nki-library [pytest args]
 
 The harness's simulation mode imports AWS's CPU simulator package (`nki_cpu_simulator`) and a
-dtype helper (`neuron_dtypes`); this script writes small stand-ins for both into a temporary
-folder (the first runs kernels with `neuron.compat.simulate_kernel_lnc`, the second casts with
-ml_dtypes) and puts it first on the path. Three defects of the published snapshot stop its
+dtype helper (`neuron_dtypes`), and its trace-only tests AWS's compile frontend
+(`nki.compiler.frontend`); this script writes small stand-ins for the three into a temporary
+folder (the simulator runs kernels with `neuron.compat.simulate_kernel_lnc`, the dtype helper
+casts with ml_dtypes, the frontend traces and compiles a kernel with neuron without running it)
+and puts it first on the path. Three defects of the published snapshot stop its
 harness before any kernel runs; the script repairs them in the checkout, saying so: a missing
 module `test/utils/scripts/remote_lock_scripts.py`, a missing `test/utils/perf_analysis_private.py`,
 and a simulation-mode attribute error in `test/utils/test_orchestrator.py` (`_compiled_kernel`
@@ -84,6 +86,50 @@ def is_float_type(dtype):
     return np.issubdtype(d, np.floating) or d.type.__module__.startswith("ml_dtypes")
 '''
 
+# The harness's trace-only tests (`-m trace_only`: TensorView's view rules at trace time) import
+# AWS's compile frontend, nki.compiler.frontend; this stand-in traces and compiles the kernel with
+# neuron instead (no run), so a kernel that fails to trace or compile here fails its test.
+FRONTEND = '''import neuron
+from neuron.kernel import Kernel
+
+
+class NKIFrontend:
+    pass
+
+
+class _Module:
+    def __init__(self, compiled):
+        self.operation, self.compiled = self, compiled
+
+    def print(self, file=None, **kwargs):
+        print(self.compiled, file=file)
+
+
+class _Result:
+    def __init__(self, compiled):
+        self.module = _Module(compiled)
+
+
+class ParserFrontend(NKIFrontend):
+    def compile(self, kernel, inputs=None, target=None, lnc=1, **kwargs):
+        k = kernel if isinstance(kernel, Kernel) else neuron.kernel(kernel)
+        k = k[int(lnc)] if int(lnc or 1) > 1 else k
+        return _Result(k.compile(**(inputs or {})))
+
+
+TracerFrontend = ParserFrontend
+'''
+
+SITE = '''import sys
+import neuron.compat
+nki = neuron.compat.install()
+import nki_trace_frontend
+nki.compiler = sys.modules["neuronxcc.nki.compiler"]
+nki.compiler.frontend = nki_trace_frontend
+sys.modules["nki.compiler"] = nki.compiler
+sys.modules["nki.compiler.frontend"] = nki_trace_frontend
+'''
+
 REPAIRS = [
     ("test/utils/scripts/__init__.py", None, ""),
     ("test/utils/scripts/remote_lock_scripts.py", None,
@@ -124,8 +170,9 @@ def main(argv):
     (shims / "nki_cpu_simulator").mkdir()
     (shims / "nki_cpu_simulator" / "__init__.py").write_text(SIM)
     (shims / "neuron_dtypes.py").write_text(DTYPES)
+    (shims / "nki_trace_frontend.py").write_text(FRONTEND)
     # The harness's conftest imports `nki` before it switches to simulation mode.
-    (shims / "sitecustomize.py").write_text("import neuron.compat\nneuron.compat.install()\n")
+    (shims / "sitecustomize.py").write_text(SITE)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(shims), *env.get("PYTHONPATH", "").split(os.pathsep), str(root / "src"), str(root)])

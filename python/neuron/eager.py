@@ -228,7 +228,10 @@ def _kernel_outputs(launch, inputs, r, span):
                 _C.memset(root, 0.0, span)
         value = type(r)(as_traced(x) for x in r) if isinstance(r, (tuple, list)) \
             else as_traced(r)
-        return returns_of(value, roots).outputs(value)
+        how = returns_of(value, roots)
+        if how.returns_input:
+            _C.note_returned_input()
+        return how.outputs(value)
 
     from .kernel import _Returns as returns_of
     specs = [_C.TensorSpec(list(t._base.array.shape), t.dtype, t.name) for t in inputs]

@@ -6,8 +6,8 @@ time (mode="eager", or NEURON_EAGER=1: python/neuron/eager.py).
 A call's arguments are bound to the function's parameters as Python binds them (positional or
 keyword, defaults applied). A NumPy array or torch tensor is a tensor of the kernel; any other
 value is a compile-time parameter, passed to the function as is while it traces: an int,
-float, bool, str, None (an optional tensor left out), enum member, dtype, nl function, function,
-or a tuple or list of those."""
+float, bool, str, None (an optional tensor left out), enum member, dtype, buffer (nl.sbuf, ...),
+nl function, function, or a tuple or list of those."""
 import dataclasses
 import enum
 import functools
@@ -33,8 +33,9 @@ from .language import NKIObject, _Fn, _State
 MODES = ("native", "simulate", "eager")
 _FAST_MAX = 64  # fast-path signatures kept per kernel (more take the general path)
 
-_PARAM_KINDS = ("int, float, bool, str, None, an enum member, a dtype, an nl function, a function, "
-                "a tuple, list or dict of those, or an NKIObject or dataclass instance of them")
+_PARAM_KINDS = ("int, float, bool, str, None, an enum member, a dtype, a buffer (nl.sbuf, ...), "
+                "an nl function, a function, a tuple, list or dict of those, or an NKIObject or "
+                "dataclass instance of them")
 
 
 def default_mode():
@@ -72,6 +73,8 @@ def param_key(name, v):
         return ("enum", type(v).__module__, type(v).__qualname__, v.name)
     if isinstance(v, _C.DType):
         return ("dtype", v.name_)
+    if isinstance(v, _C.Memory):  # a buffer (nl.sbuf, nl.hbm, ...): where the kernel allocates
+        return ("buffer", v.name)
     if isinstance(v, _Fn):
         return ("nl", v.name)
     if isinstance(v, (tuple, list)):
@@ -184,6 +187,7 @@ class _Returns:
                 n_out += 1
             else:
                 self.items.append(("in", at))
+        self.returns_input = any(kind == "in" for kind, _ in self.items)
         self.plain = all(kind == "out" for kind, _ in self.items) and \
             not any(s is not None for s in self.shapes)
 
@@ -332,6 +336,8 @@ class Kernel:
             finally:
                 shared_constants.end()
             how = _Returns(out, tensors[:n])
+            if how.returns_input:
+                _C.note_returned_input()
             if returns is not None:
                 returns[:] = [how]
             return how.outputs(out)

@@ -53,6 +53,7 @@ struct TraceState {
   std::set<std::string> names;
   BufferPtr rng_state;
   int64_t serial = 0;
+  bool returns_input = false;  // note_returned_input()
 };
 
 thread_local TraceState* current = nullptr;
@@ -179,6 +180,10 @@ void close_loop(int id) noexcept {
       f.kind == LoopKind::dynamic
           ? For::make_dynamic(f.var, f.start, f.stop, f.step, f.cond, body, f.span)
           : For::make(f.var, f.extent, f.kind, body, f.span));
+}
+
+void note_returned_input() {
+  if (current) current->returns_input = true;
 }
 
 int seal_segment() {
@@ -314,7 +319,7 @@ Kernel TraceScope::finish(const std::optional<std::vector<nl::tensor>>& outputs)
   k.body = Block::make(std::move(body), st.span);
   // A kernel may write its results into input tensors instead of returning outputs (NKI's
   // output arguments); one that does neither has nothing to show for its work.
-  if (k.outputs.empty() && !writes_an_input(k))
+  if (k.outputs.empty() && !writes_an_input(k) && !st.returns_input)
     user_error(st.span, "kernel-output",
                "kernel '{}' has no outputs and writes none of its inputs: create outputs with "
                "{} and return them, or store into an input tensor",

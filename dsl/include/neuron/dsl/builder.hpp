@@ -57,6 +57,10 @@ void close_loop(int id) noexcept;
 int seal_segment();
 void order_segments(const std::vector<int>& order, const Span& span);
 
+// The kernel returns one of its input tensors (NKI's output alias of an input): a kernel with
+// no outputs that writes no input is then a kernel whose result is that input, not an error.
+void note_returned_input();
+
 // A running trace. Constructing one starts tracing on this thread (nested traces are a
 // UserError "nested-trace"); destroying it without finish() discards everything. `syntax` is
 // the language of the kernel's source, which user messages quote code in while it runs.
