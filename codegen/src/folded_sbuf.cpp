@@ -195,7 +195,8 @@ std::vector<BroadcastRows> broadcast_rows(const Program& p) {
       int64_t parts = 0;
       const AccessPattern& v = *a.ap;
       const auto o = byte_range(v, false, /*any_step=*/true);
-      ok = o && partition_local(*a.in, parts) && o->first >= cand.lo && o->second <= cand.hi &&
+      ok = o && partition_local(*a.in, parts) && v.rotation.count <= 1 &&
+           o->first >= cand.lo && o->second <= cand.hi &&
            v.partition.constant >= cand.partition &&
            v.partition.constant + (v.dims[0].stride ? v.dims[0].size : 1) <=
                cand.partition + cand.count;

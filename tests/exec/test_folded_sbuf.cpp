@@ -227,6 +227,13 @@ TEST_CASE("broadcast_rows: rows that may differ, or readers that need rows apart
                               scale(tile(64), tile(0)), store(tile(64))});
     CHECK(rows_of(p).empty());
   }
+  SUBCASE("read through rotating slots (a tile allocated in a loop reads past the range)") {
+    AccessPattern slot = tile(0);
+    slot.rotation = Rotation{"i0", 2, 64};
+    Program p = program(kXY, {broadcast_load(tile(0)),
+                              loop("i0", 2, {scale(tile(128), slot), store(tile(128))})});
+    CHECK(rows_of(p).empty());
+  }
   SUBCASE("a single partition (nothing to share)") {
     Program p = program(kXY, {dma(sb(f32, 0, 1, {row(F)}), hbm(0, f32, 0, {{0, 1}, {1, F}})),
                               store(tile(0))});
