@@ -396,7 +396,7 @@ class Lowering {
       return slot;
     }
     const bool chip = is_on_chip(ap.memory);
-    const bool one_row = shares_one_row(ap);
+    const BroadcastRows* one_row = shares_one_row(ap);
     const int64_t pb = !chip ? 0 : ap.memory == Memory::psum ? pitch_.psum : pitch_.sbuf;
     l = normalize(ap, in, one_row ? 0 : pb);  // partitions 0 bytes apart: one row serves all
     llvm::Value *base, *flags = nullptr;
@@ -410,8 +410,7 @@ class Lowering {
         off = b_.CreateAdd(off, b_.CreateMul(r, i64(ap.rotation.bytes)));
       }
       check_dynamic(ap, in, off);
-      llvm::Value* partition = one_row ? i64(shares_one_row(ap)->partition)
-                                       : eval(ap.partition, in.span);
+      llvm::Value* partition = one_row ? i64(one_row->partition) : eval(ap.partition, in.span);
       llvm::Value* byte = b_.CreateAdd(b_.CreateMul(partition, i64(pb)), off);
       const bool ps = ap.memory == Memory::psum;
       base = b_.CreateGEP(b_.getInt8Ty(), ps ? psum_ : sbuf_, byte);

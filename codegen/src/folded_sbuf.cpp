@@ -33,16 +33,17 @@ std::optional<std::pair<int64_t, int64_t>> byte_range(const AccessPattern& ap, b
       (ap.dims[0].stride != 1 && !(any_step && ap.dims[0].stride == 0)) ||
       !ap.offset.is_constant() || !ap.partition.is_constant())
     return std::nullopt;
-  const int64_t es = dtype_bytes(ap.dtype);
-  int64_t n = 1, lo = ap.offset.constant, hi = ap.offset.constant + es;
-  for (size_t d = ap.dims.size(); d-- > 1;) {
-    if (ap.dims[d].size == 1) continue;
-    if (dense && ap.dims[d].stride != n) return std::nullopt;
-    n *= ap.dims[d].size;
-    const int64_t reach = ap.dims[d].stride * (ap.dims[d].size - 1) * es;
-    (reach < 0 ? lo : hi) += reach;
+  if (dense) {
+    int64_t n = 1;  // elements inside dim d: a dense walk's stride there
+    for (size_t d = ap.dims.size(); d-- > 1;) {
+      if (ap.dims[d].size == 1) continue;
+      if (ap.dims[d].stride != n) return std::nullopt;
+      n *= ap.dims[d].size;
+    }
   }
-  return std::pair{lo, hi};
+  const int64_t es = dtype_bytes(ap.dtype);
+  const Span1 s = extent(ap.offset.constant, ap.dims, 1, es, es);
+  return std::pair{s.lo, s.hi};
 }
 
 // A pattern covering bytes [lo, hi) of partitions [partition, partition + count).

@@ -47,13 +47,6 @@ bool same_shape(const std::vector<const NormLayout*>& ls) {
   return true;
 }
 
-namespace {
-
-// [lo, hi) of a constant-start range walked by `dims` (strides in elements, sizes) from
-// `start`, in units of `unit`; nullopt when a start is not constant.
-struct Span1 {
-  int64_t lo, hi;
-};
 Span1 extent(int64_t start, const std::vector<AccessPattern::Dim>& dims, size_t first, int64_t unit,
              int64_t last_unit) {
   int64_t lo = start, hi = start;
@@ -63,6 +56,8 @@ Span1 extent(int64_t start, const std::vector<AccessPattern::Dim>& dims, size_t 
   }
   return {lo, hi + last_unit};
 }
+
+namespace {
 
 bool apart(Span1 a, Span1 b) {
   return a.hi <= b.lo || b.hi <= a.lo;

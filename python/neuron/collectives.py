@@ -18,6 +18,8 @@ rounds could not be paired at trace time."""
 import math
 import threading
 
+import numpy as np
+
 from . import _C
 from . import eager as _eager
 from . import unroll
@@ -267,12 +269,8 @@ def all_reduce(x, op, program_axes, dtype=None, span=None):
     _meet("all_reduce", span)
     acc = ndarray(list(x.shape), float32, buffer=sbuf)
     first = True
-    for q in range(n):
-        ids, rest = [], q
-        for g in reversed(grid):
-            ids.append(rest % g)
-            rest //= g
-        ids = ids[::-1]
+    for q in range(n):  # row-major ranks, as _program_rank counts them
+        ids = np.unravel_index(q, grid)
         if any(ids[a] != me[a] for a in range(len(grid)) if a not in axes):
             continue
         t = ndarray(list(x.shape), x.dtype, buffer=sbuf)

@@ -533,8 +533,6 @@ def shared_identity_matrix(n, dtype=uint8, **kwargs):
     return _constants.request(np.eye(int(n)), uint8 if dtype is None else dtype)
 
 
-# ---- not provided: a clear error instead of an AttributeError ----------------------------------
-
 def all_reduce(x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=True,
                asynchronous=False, **kwargs):
     """op over x of the SPMD programs that differ only along program_axes; each of them gets
@@ -544,6 +542,8 @@ def all_reduce(x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=Tr
     return collectives.all_reduce(_concrete(_operand(x, "nl.all_reduce")), op, program_axes,
                                   dtype, user_span())
 
+
+# ---- not provided: a clear error instead of an AttributeError ----------------------------------
 
 UNSUPPORTED = "finfo".split()
 _define_unsupported(globals(), "nl", UNSUPPORTED)

@@ -26,6 +26,13 @@ int64_t bytes_per_partition(const Target& t, Memory m);
 
 // Whether the kernels may walk all operands with one loop nest (same normalized sizes).
 bool same_shape(const std::vector<const NormLayout*>& ls);
+// [lo, hi) of a range walked by `dims` (strides in elements, sizes; from dims[first] on) from
+// `start`, in units of `unit`, the last element `last_unit` long.
+struct Span1 {
+  int64_t lo, hi;
+};
+Span1 extent(int64_t start, const std::vector<AccessPattern::Dim>& dims, size_t first, int64_t unit,
+             int64_t last_unit);
 // Whether two operands of one instruction can share bytes (conservative: true unless their
 // memories, tensors, partitions or byte ranges are provably apart).
 bool may_overlap(const AccessPattern& a, const AccessPattern& b);
