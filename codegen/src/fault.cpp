@@ -42,8 +42,8 @@ void raise_fault(const Program& p, const Fault& f, const std::string& where) {
                                      ? p.tensors[static_cast<size_t>(hbm.tensor)].name
                                      : "?";
       user_error(in->span, "out-of-bounds",
-                 "{}: row index {} (element {} of the {} index tile) is outside the {} rows of "
-                 "tensor '{}'{}; keep indices in 0..{}, or pass oob_mode=skip to skip such rows",
+                 "{}: row index {} (element {} of the {} index tile) is outside the {} rows "
+                 "the view of tensor '{}' can select{}; keep indices in 0..{}, or pass oob_mode=skip to skip such rows",
                  name, f.a, f.c, src ? "src_rows" : "dst_rows", f.b, tensor, at, f.b - 1);
     }
     case kFaultGatherIndex:

@@ -140,7 +140,11 @@ class Lowerer {
           const bool on_src = spec.slot == ArgSlot::src_rows;
           const Access& hbm = *op.access(on_src ? "src" : "dst");
           a.indirect = on_src ? InstrArgs::Indirect::src : InstrArgs::Indirect::dst;
-          a.indirect_rows = hbm.storage_shape().at(rows_dim(hbm));
+          // Index i selects row start + step * i; the rows it may name are those of the
+          // dim from start on, step apart (the view's offset and stride already hold both).
+          const DimSlice& r = hbm.dims.at(rows_dim(hbm));
+          const int64_t total = hbm.storage_shape().at(rows_dim(hbm));
+          a.indirect_rows = std::max<int64_t>(0, (total - r.start.constant + r.step - 1) / r.step);
           break;
         }
         case ArgSlot::bias_tile:

@@ -223,10 +223,11 @@ class Verifier {
                  opname, rows_arg, shape_str(pattern_shape(rows)), P, other.buffer->name);
     const size_t d = rows_dim(hbm);
     const DimSlice& r = hbm.dims.at(d);
-    if (!(r.start == Affine(0)) || r.step != 1 || r.size != P)
+    if (!r.start.is_constant() || r.start.constant < 0 || r.step < 1 || r.size != P)
       user_error(op.span, "indirect-dma",
-                 "{}: dim {} of '{}' is the row dim {} selects; index it as 0:{} (the rows come "
-                 "from the index tile), got start {}, size {}, step {}",
+                 "{}: dim {} of '{}' is the row dim {} selects; index it as a:a+{}*k:k with a "
+                 "constant a >= 0 and k >= 1 (the rows come from the index tile), got start {}, "
+                 "size {}, step {}",
                  opname, d, hbm.buffer->name, rows_arg, P, r.start.str(), r.size, r.step);
     const int64_t mode = op.get_int("oob_mode", 0);
     if (mode != 0 && mode != 1)

@@ -313,6 +313,33 @@ def test_vector_select_reads_and_writes_rows_chosen_at_run_time():
         np.testing.assert_array_equal(back, want_back)
 
 
+def strided_rows(x, idx):
+    out = nl.ndarray((8, 16), nl.float32, buffer=nl.shared_hbm)
+    back = nl.ndarray((40, 16), nl.float32, buffer=nl.shared_hbm)
+    rows = nl.load(idx)
+    t = nl.load(x[3:40:3].vector_select(0, rows))  # index i is row 3 + 3 * i
+    nl.store(out, t)
+    nl.store(back, nl.load(x))
+    nl.store(back[1:40:2].vector_select(0, rows), t * 2.0)  # row 1 + 2 * i
+    return out, back
+
+
+def test_vector_select_of_a_strided_slice_steps_through_its_rows():
+    x = np.arange(40 * 16, dtype=np.float32).reshape(40, 16)
+    idx = np.array([[0], [12], [5], [1], [9], [2], [11], [4]], np.int32)
+    want_back = x.copy()
+    want_back[1 + 2 * idx[:, 0]] = x[3 + 3 * idx[:, 0]] * 2
+    for mode in ("native", "simulate", "eager"):
+        out, back = neuron.kernel(strided_rows, mode=mode)(x, idx)
+        np.testing.assert_array_equal(out, x[3 + 3 * idx[:, 0]], err_msg=mode)
+        np.testing.assert_array_equal(back, want_back, err_msg=mode)
+    # x[3:40:3] has 13 rows: index 13 would read row 42 of 40, a fault in every mode.
+    for mode in ("native", "simulate"):
+        with pytest.raises(neuron.NeuronError) as e:
+            neuron.kernel(strided_rows, mode=mode)(x, np.full((8, 1), 13, np.int32))
+        assert "13" in e.value.message, e.value.message
+
+
 def test_vector_select_rules():
     def not_dim0(x, idx):
         return nl.load(x.vector_select(1, nl.load(idx)))

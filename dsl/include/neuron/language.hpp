@@ -180,8 +180,8 @@ index num_programs(int axis = 0, Span span = Span::current());
 enum class oob_mode { error = 0, skip = 1 };
 
 // Rows chosen at run time: result row p is row rows[p, 0] of src's first kept dim (src is an HBM
-// tensor or a view whose first kept dim is taken whole from 0); rows is an integer [P, 1] SBUF
-// tile. The result is [P, other kept dims of src...] in SBUF.
+// tensor or a view of one; a first kept dim sliced a:b:k names row a + k * rows[p, 0]); rows is
+// an integer [P, 1] SBUF tile. The result is [P, other kept dims of src...] in SBUF.
 tensor load_rows(const tensor& src, const tensor& rows, oob_mode oob = oob_mode::error,
                  std::optional<DType> dtype = std::nullopt, Span span = Span::current());
 // The inverse: row p of value goes to row rows[p, 0] of dst's first kept dim.

@@ -122,10 +122,13 @@ Access rows_view(const nl::tensor& t, int64_t P, std::string_view what, const Sp
                v.buffer->name, memory_name(v.buffer->memory));
   for (auto& d : v.dims)
     if (d.keep) {
-      if (!(d.start == Affine(0)) || d.step != 1)
+      // Row i of the index tile picks row start + step * i of the tensor: a strided slice
+      // of the row dim (TensorView's t[0:512:2] before a vector select) is a valid source.
+      if (!d.start.is_constant() || d.start.constant < 0 || d.step < 1)
         user_error(span, "indirect-dma",
-                   "{}: the row dim of '{}' must be taken whole from row 0 (the rows come from "
-                   "the index tile), got start {} step {}",
+                   "{}: the row dim of '{}' must start at a constant row and step forward "
+                   "(the rows come from the index tile), got start {} step {}; slice it as "
+                   "a:b:k with a constant a >= 0 and k >= 1",
                    what, v.buffer->name, d.start.str(), d.step);
       d.size = P;
       return v;
