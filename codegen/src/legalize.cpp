@@ -76,7 +76,7 @@ class Legalizer : public IRMutator {
   // A partition broadcast is only possible through DMA: materialise it in an SBUF tile shaped
   // like dst.
   Access materialise(const Access& a, const Access& dst, const std::string& base) {
-    Access t = temp(base, Memory::sbuf, pattern_shape(dst), dst.buffer->dtype);
+    Access t = temp(base, Memory::sbuf, pattern_shape(dst), dst.dtype());
     emit(Opcode::dma_copy, {{"dst", t}, {"src", a}});
     return t;
   }
@@ -114,7 +114,7 @@ class Legalizer : public IRMutator {
         Access src = *op.access("src");
         // DMA cannot read PSUM: stage the tile through SBUF.
         if (src.buffer->memory == Memory::psum) {
-          Access t = temp(src.buffer->name, Memory::sbuf, pattern_shape(src), src.buffer->dtype);
+          Access t = temp(src.buffer->name, Memory::sbuf, pattern_shape(src), src.dtype());
           emit(Opcode::tensor_copy, {{"dst", t}, {"src", src}});
           src = t;
         }
@@ -136,7 +136,7 @@ class Legalizer : public IRMutator {
           int64_t m = partitions(x), k = free_elements(x);
           Access xt_psum = temp(base, Memory::psum, {k, m}, DType::float32);
           emit(Opcode::nc_transpose, {{"dst", xt_psum}, {"data", x}});
-          Access xt = temp(base, Memory::sbuf, {k, m}, x.buffer->dtype);
+          Access xt = temp(base, Memory::sbuf, {k, m}, x.dtype());
           emit(Opcode::tensor_copy, {{"dst", xt}, {"src", xt_psum}});
           x = xt;
         }
@@ -153,10 +153,10 @@ class Legalizer : public IRMutator {
         if (!act_func_from_name(func))
           user_error(op.span, "unknown-arg", "nl.unary: func=\"{}\" is not an activation function",
                      func);
-        if (!dtype_is_float(x.buffer->dtype))
+        if (!dtype_is_float(x.dtype()))
           user_error(op.span, "dtype",
                      "nl.unary: '{}' is {}; activation functions take float tiles", x.buffer->name,
-                     dtype_name(x.buffer->dtype));
+                     dtype_name(x.dtype()));
         emit(Opcode::activation, {{"dst", *dst}, {"data", x}, {"func", func}, {"scale", 1.0}});
         break;
       }
@@ -227,7 +227,7 @@ class Legalizer : public IRMutator {
   }
 
   Access to_sbuf(const Access& a, const std::string& base) {
-    Access t = temp(base, Memory::sbuf, pattern_shape(a), a.buffer->dtype);
+    Access t = temp(base, Memory::sbuf, pattern_shape(a), a.dtype());
     emit(Opcode::tensor_copy, {{"dst", t}, {"src", a}});
     return t;
   }
@@ -243,7 +243,7 @@ class Legalizer : public IRMutator {
     auto input = [&](const Access& a) {
       if (broadcasts_partitions(a)) return materialise(a, dst, base);
       if (!same_buffer(a, dst)) return a;
-      Access t = temp(base, Memory::sbuf, pattern_shape(dst), a.buffer->dtype);
+      Access t = temp(base, Memory::sbuf, pattern_shape(dst), a.dtype());
       emit(Opcode::tensor_copy, {{"dst", t}, {"src", a}});
       return t;
     };
@@ -257,7 +257,7 @@ class Legalizer : public IRMutator {
       emit(Opcode::memset, {{"dst", dst}, {"value", number(yv)}});
     }
     if (!x) {
-      x = temp(base, Memory::sbuf, pattern_shape(dst), dst.buffer->dtype);
+      x = temp(base, Memory::sbuf, pattern_shape(dst), dst.dtype());
       emit(Opcode::memset, {{"dst", *x}, {"value", number(xv)}});
     }
     if (x->buffer->memory == Memory::psum && cond.buffer->memory == Memory::psum)

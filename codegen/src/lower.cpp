@@ -73,7 +73,7 @@ class Lowerer {
     const Buffer& b = *a.buffer;
     AccessPattern p;
     p.memory = b.memory;
-    p.dtype = b.dtype;
+    p.dtype = a.dtype();
     auto rs = row_strides(a.storage_shape());
     NEURON_ASSERT(a.dims.size() == a.storage_shape().size(), "view rank {} != storage rank {} for {}",
                   a.dims.size(), a.storage_shape().size(), b.name);
@@ -81,9 +81,9 @@ class Lowerer {
       NEURON_ASSERT(b.offset >= 0, "buffer {} reached lower without an offset", b.name);
       p.partition = a.dims[0].start;
       p.dims.push_back({a.dims[0].step == 0 ? 0 : 1, a.dims[0].size});
-      Affine off(b.offset + a.origin * dtype_bytes(b.dtype));
-      for (size_t d = 1; d < a.dims.size(); ++d)
-        off += a.dims[d].start * (rs[d] * dtype_bytes(b.dtype));
+      const int64_t es = dtype_bytes(a.dtype());  // storage elements are the view's
+      Affine off(b.offset + a.origin * es);
+      for (size_t d = 1; d < a.dims.size(); ++d) off += a.dims[d].start * (rs[d] * es);
       for (size_t d : a.kept())  // the free dims, in view order
         if (d != 0) p.dims.push_back({a.dims[d].step * rs[d], a.dims[d].size});
       p.offset = off;

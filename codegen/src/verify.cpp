@@ -211,10 +211,10 @@ class Verifier {
                  "{}: {} selects rows of '{}' in {}; indirect rows index an HBM tensor moved to "
                  "or from SBUF",
                  opname, rows_arg, hbm.buffer->name, memory_name(hbm.buffer->memory));
-    if (rows.buffer->memory != Memory::sbuf || dtype_is_float(rows.buffer->dtype))
+    if (rows.buffer->memory != Memory::sbuf || dtype_is_float(rows.dtype()))
       user_error(op.span, "indirect-dma",
                  "{}: {} must be an integer SBUF tile, got '{}' ({} in {})", opname, rows_arg,
-                 rows.buffer->name, dtype_name(rows.buffer->dtype),
+                 rows.buffer->name, dtype_name(rows.dtype()),
                  memory_name(rows.buffer->memory));
     const int64_t P = partitions(other);
     if (partitions(rows) != P || free_elements(rows) != 1)
@@ -282,6 +282,10 @@ class Verifier {
       user_error(op.span, "buffer-scope",
                  "{} argument '{}' uses buffer '{}' outside the block that allocates it", opname,
                  arg, b.name);
+    if (a.as_dtype && (!is_on_chip(b.memory) || a.storage.empty()))
+      user_error(op.span, "unsupported", "{} argument '{}' reads {} as {}: reinterpreting views "
+                 "are of on-chip tiles, with a storage shape", opname, arg, buffer_str(b),
+                 dtype_name(*a.as_dtype));
     if (!a.storage.empty()) check_storage(op, opname, arg, a);
     if (!a.order.empty()) check_order(op, opname, arg, a);
     if (a.dims.size() != a.storage_shape().size())
@@ -326,11 +330,14 @@ class Verifier {
       last += hi * stride;
       stride *= S[d];
     }
-    const int64_t have = on_chip ? b.free_elements() : b.elements();
+    // In elements of the view's dtype (a reinterpreting view counts its own).
+    const int64_t bytes = (on_chip ? b.free_elements() : b.elements()) * dtype_bytes(b.dtype);
+    const int64_t have = bytes / dtype_bytes(a.dtype());
     if (a.origin < 0 || last >= have)
       user_error(op.span, "shape-mismatch",
-                 "{} argument '{}' sees {} as [{}] from element {}: it reaches element {}, past "
-                 "its {} elements{}", opname, arg, buffer_str(b), fmt::join(S, ", "), a.origin,
+                 "{} argument '{}' sees {} as [{}]{} from element {}: it reaches element {}, "
+                 "past its {} elements{}", opname, arg, buffer_str(b), fmt::join(S, ", "),
+                 a.as_dtype ? fmt::format(" {}", dtype_name(*a.as_dtype)) : "", a.origin,
                  static_cast<int64_t>(last), have, on_chip ? " per partition" : "");
   }
 
@@ -448,9 +455,9 @@ class Verifier {
       const Access* a = op.access(spec.name);
       if (!a || !a->buffer) continue;
       const Buffer& b = *a->buffer;
-      if (spec.kind == ArgKind::index && dtype_is_float(b.dtype))
+      if (spec.kind == ArgKind::index && dtype_is_float(a->dtype()))
         user_error(op.span, "dtype", "{}: '{}' is {}; indices are integers", opname, spec.name,
-                   dtype_name(b.dtype));
+                   dtype_name(a->dtype()));
       if (memory_in(b.memory, spec.memories)) continue;
       if (is_hbm(b.memory) && is_compute(op.code))
         user_error(op.span, "engine-memory",
@@ -519,11 +526,11 @@ class Verifier {
                       std::initializer_list<const char*> args) {
     for (auto n : args) {
       auto a = op.access(n);
-      if (a && (!dtype_is_float(a->buffer->dtype) || a->buffer->dtype == DType::float8_e8m0fnu))
+      if (a && (!dtype_is_float(a->dtype()) || a->dtype() == DType::float8_e8m0fnu))
         user_error(op.span, "dtype",
                    "{}: '{}' is {}; matmul operands must be float8_e4m3, float8_e5m2, "
                    "float8_e4m3fn, bfloat16, float16 or float32",
-                   opname, n, dtype_name(a->buffer->dtype));
+                   opname, n, dtype_name(a->dtype()));
     }
   }
 
@@ -532,9 +539,9 @@ class Verifier {
     if (!is_bitwise(alu_op)) return;
     for (auto n : args) {
       auto a = op.access(n);
-      if (a && dtype_is_float(a->buffer->dtype))
+      if (a && dtype_is_float(a->dtype()))
         user_error(op.span, "dtype", "{}: bitwise operator '{}' needs integer tiles but '{}' is {}",
-                   opname, alu_op_name(alu_op), n, dtype_name(a->buffer->dtype));
+                   opname, alu_op_name(alu_op), n, dtype_name(a->dtype()));
     }
   }
 
@@ -557,9 +564,9 @@ class Verifier {
                  opname, shape_str(pattern_shape(dst)), m, n);
     // NeuronCore-v4 can also write bf16 results (NKI_API.md 6.5).
     const bool bf16_ok = target_.generation == "trn3" && op.code == Opcode::nc_matmul;
-    if (dst.buffer->dtype != DType::float32 && !(bf16_ok && dst.buffer->dtype == DType::bfloat16))
+    if (dst.dtype() != DType::float32 && !(bf16_ok && dst.dtype() == DType::bfloat16))
       user_error(op.span, "psum-dtype", "{}: dst '{}' is {}; matmul results in PSUM are float32{}",
-                 opname, dst.buffer->name, dtype_name(dst.buffer->dtype),
+                 opname, dst.buffer->name, dtype_name(dst.dtype()),
                  target_.generation == "trn3" ? " or bfloat16" : "");
   }
 
@@ -636,13 +643,13 @@ class Verifier {
       case Opcode::dma_copy:
         if (op.get_int("bitcast", 0) != 0) {  // a reinterpreting copy moves bytes
           auto &d = view(op, "dst"), &s = view(op, "src");
-          const int64_t db = view_elements(d) * dtype_bytes(d.buffer->dtype),
-                        sb = view_elements(s) * dtype_bytes(s.buffer->dtype);
+          const int64_t db = view_elements(d) * dtype_bytes(d.dtype()),
+                        sb = view_elements(s) * dtype_bytes(s.dtype());
           if (db != sb)
             user_error(op.span, "shape-mismatch",
                        "{}: dst {} {} holds {} bytes but the reinterpreted src {} {} holds {}",
-                       opname, shape_str(pattern_shape(d)), dtype_name(d.buffer->dtype), db,
-                       shape_str(pattern_shape(s)), dtype_name(s.buffer->dtype), sb);
+                       opname, shape_str(pattern_shape(d)), dtype_name(d.dtype()), db,
+                       shape_str(pattern_shape(s)), dtype_name(s.dtype()), sb);
         } else {
           same_elements(op, opname);
         }
@@ -688,9 +695,9 @@ class Verifier {
       case Opcode::nl_unary: {
         act_func(op, opname, "func");
         auto& x = view(op, "x");
-        if (!dtype_is_float(x.buffer->dtype))
+        if (!dtype_is_float(x.dtype()))
           user_error(op.span, "dtype", "{}: '{}' is {}; activation functions take float tiles",
-                     opname, x.buffer->name, dtype_name(x.buffer->dtype));
+                     opname, x.buffer->name, dtype_name(x.dtype()));
         same_shape(op, opname, "dst", "x");
         break;
       }
@@ -778,7 +785,7 @@ class Verifier {
         break;
       case Opcode::iota: {
         auto& d = view(op, "dst");
-        if (d.buffer->dtype == DType::bool_)
+        if (d.dtype() == DType::bool_)
           user_error(op.span, "dtype", "{}: dst '{}' is bool; iota writes integer or float tiles",
                      opname, d.buffer->name);
         check_pattern(op, opname, d);
@@ -829,7 +836,7 @@ class Verifier {
     const Access* mx = nullptr;
     std::string mx_arg;
     for (auto& a : op.args)
-      if (auto v = std::get_if<Access>(&a.value); v && dtype_is_mx(v->buffer->dtype)) {
+      if (auto v = std::get_if<Access>(&a.value); v && dtype_is_mx(v->dtype())) {
         mx = v;
         mx_arg = a.name;
       }
@@ -840,18 +847,18 @@ class Verifier {
     if (copy) {
       if (op.get_int("bitcast", 0) != 0) return;
       auto d = op.access("dst"), s = op.access("src");
-      if (d && s && d->buffer->dtype == s->buffer->dtype) return;
+      if (d && s && d->dtype() == s->dtype()) return;
       user_error(op.span, "dtype",
                  "{}: copies {} to {}; MX x4 data is copied unchanged only (the same dtype on "
                  "both sides), or reinterpreted with a .ap(dtype=...) view",
-                 opname, d ? dtype_name(d->buffer->dtype) : "?",
-                 s ? dtype_name(s->buffer->dtype) : "?");
+                 opname, d ? dtype_name(d->dtype()) : "?",
+                 s ? dtype_name(s->dtype()) : "?");
     }
     if (op.code == Opcode::memset && op.get_float("value", 0.0) == 0.0) return;
     user_error(op.span, "dtype",
                "{}: '{}' ('{}') is {}, packed MX data: only DMA and tensor copies, memset 0, "
                "quantize_mx and nc_matmul_mx take x4 tiles",
-               opname, mx_arg, mx->buffer->name, dtype_name(mx->buffer->dtype));
+               opname, mx_arg, mx->buffer->name, dtype_name(mx->dtype()));
   }
 
   void check_register(const Op& op, std::string_view opname, const char* arg) {

@@ -90,6 +90,11 @@ void init_dynamic(py::module_& m) {
                  int64_t indirect_dim, const Span& span) {
     return nl::ap(t, pattern, offset, scalar_offset, indirect_dim, span);
   });
+  m.def("ap_as", [](const nl::tensor& t, DType dtype,
+                    const std::vector<std::pair<int64_t, int64_t>>& pattern,
+                    std::optional<Affine> offset, const Span& span) {
+    return nl::ap_as(t, dtype, pattern, offset, span);
+  });
   // t with size-1 dim `dim` repeated `size` times (step 0): NkiTensor.broadcast.
   m.def("broadcast_view", [](const nl::tensor& t, int64_t dim, int64_t size, const Span& span) {
     auto shape = t.shape();
@@ -133,16 +138,20 @@ void init_dynamic(py::module_& m) {
     return out;
   });
   m.def("view_origin", [](const nl::tensor& t) { return t.access().origin; });
+  m.def("view_as_dtype", [](const nl::tensor& t) { return t.access().as_dtype; });
+  // (eager mode re-applies a recorded ap(): `dtype` set for a reinterpreting one, ir.hpp)
   m.def("storage_view", [](const nl::tensor& t, const std::vector<int64_t>& shape,
-                           int64_t origin) {
+                           int64_t origin, std::optional<DType> dtype) {
     Access a = Access::whole(t.access().buffer);
-    if (shape.empty() || (shape == a.buffer->shape && origin == 0)) return nl::tensor(a);
+    a.as_dtype = dtype;
+    if (!dtype && (shape.empty() || (shape == a.buffer->shape && origin == 0)))
+      return nl::tensor(a);
     a.storage = shape;
     a.origin = origin;
     a.dims.clear();
     for (auto d : shape) a.dims.push_back(DimSlice{Affine(0), d, 1, true});
     return nl::tensor(a);
-  }, py::arg("t"), py::arg("shape"), py::arg("origin") = 0);
+  }, py::arg("t"), py::arg("shape"), py::arg("origin") = 0, py::arg("dtype") = std::nullopt);
   m.def("load_rows", [](const nl::tensor& src, const nl::tensor& rows, nl::oob_mode oob,
                         std::optional<DType> dtype, const Span& span) {
     return nl::load_rows(src, rows, oob, dtype, span);

@@ -245,6 +245,10 @@ def ap_over(self, storage, pattern, offset=None, scalar_offset=None, vector_offs
             if scalar_offset is not None or vector_offset is not None:
                 user_error("unsupported", "ap(dtype=...) with scalar_offset or vector_offset is "
                            "not supported", span)
+            if self.buffer in (_C.Memory.sbuf, _C.Memory.psum) and storage is None:
+                # A tile's bytes read as dtype: an ordinary view every instruction takes.
+                return _C.ap_as(self, to_dtype(dtype), pat,
+                                None if offset is None else as_index(offset, "ap offset"), span)
             shape = [c for _, c in pat]
             dt, bpat, boff = bitcast_pattern(self, pat, offset, dtype, span)
             boff = None if boff is None else as_index(boff, "ap offset")

@@ -71,8 +71,14 @@ class EagerTensor:
 
     shape = property(lambda self: list(self._shape))
     ndim = property(lambda self: len(self._shape))
-    dtype = property(lambda self: self._base.dtype)
     buffer = property(lambda self: self._base.buffer)
+
+    @property
+    def dtype(self):  # the base's, unless a t.view(dtype) in the chain reads its bytes as another
+        for key, _ in reversed(self._chain):
+            if getattr(key, "as_dtype", None) is not None:
+                return key.as_dtype
+        return self._base.dtype
     name = property(lambda self: self._base.name)
 
     def _view(self):

@@ -211,18 +211,20 @@ def _ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indi
             found.update(bitcast=(v.dtype, v.shape))
             v = v.view
         found.update(dims=_C.view_dims(v), shape=list(v.shape), storage=_C.view_storage(v),
-                     order=_C.view_order(v), origin=_C.view_origin(v))
+                     order=_C.view_order(v), origin=_C.view_origin(v),
+                     as_dtype=_C.view_as_dtype(v))
         return [_C.ndarray([1], _C.DType.float32, _C.Memory.shared_hbm, "eager_unused", span)]
     with eager.paused():
         _C.trace(eager._launch_name(), k, [eager._spec(base, 0)], span)
     t = eager.EagerTensor(base, _ap_chain(found["dims"], found["storage"], found["order"],
-                                          found["origin"], base.on_chip), found["shape"])
+                                          found["origin"], base.on_chip, found["as_dtype"]),
+                          found["shape"])
     if "bitcast" in found:
         return access.BitcastView(t, *found["bitcast"])
     return t if rows is None else access.IndirectView(t, rows)
 
 
-def _ap_chain(dims, storage=(), order=(), origin=0, on_chip=False):
+def _ap_chain(dims, storage=(), order=(), origin=0, on_chip=False, as_dtype=None):
     """The eager view chain of an ap() view's per-storage-dim (start, size, step, kept) of the
     storage seen with shape `storage` from element `origin` (empty: its own), its dims in
     `order` (storage dims in view order; empty: storage order): the walk, then a broadcast for
@@ -230,7 +232,7 @@ def _ap_chain(dims, storage=(), order=(), origin=0, on_chip=False):
     walked = [(st, 1, 1, keep) if step == 0 else (st, n, step, keep) for st, n, step, keep in dims]
     view_dims = list(order) if order else [d for d, x in enumerate(dims) if x[3]]
     shape = [walked[d][1] for d in view_dims]
-    chain = [(ApKey(walked, storage, order, origin, on_chip), tuple(shape))]
+    chain = [(ApKey(walked, storage, order, origin, on_chip, as_dtype), tuple(shape))]
     kept = [(dims[d][1], dims[d][2]) for d in view_dims]
     for d, (n, step) in enumerate(kept):
         if step == 0 and n > 1:

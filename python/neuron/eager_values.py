@@ -8,6 +8,7 @@ import numpy as np
 
 from . import _C
 from ._span import user_span
+from .dtypes import numpy_dtype
 from .errors import user_error
 
 _HBM = (_C.Memory.hbm, _C.Memory.shared_hbm)
@@ -249,16 +250,17 @@ class ApKey:
     """t.ap(...) in an eager view chain: the view's slice of each storage dim (start, size, step,
     kept), as the C++ DSL chose it. It applies to the whole storage, not to the view before it."""
 
-    def __init__(self, dims, storage=(), order=(), origin=0, on_chip=False):
+    def __init__(self, dims, storage=(), order=(), origin=0, on_chip=False, as_dtype=None):
         self.dims, self.storage = [tuple(d) for d in dims], tuple(storage)
         self.order = tuple(order)  # storage dims in view order (a transposing walk); () in order
         self.origin = origin       # the storage's first element (per partition on chip)
         self.on_chip = on_chip
+        self.as_dtype = as_dtype   # a tile's bytes read as this dtype (t.view(dtype)); None: its own
 
     def apply(self, root):
         span = user_span()
         if self.storage:  # a walk of the storage seen with another shape (ir.hpp Access)
-            root = _C.storage_view(root, list(self.storage), self.origin)
+            root = _C.storage_view(root, list(self.storage), self.origin, self.as_dtype)
         if self.order:
             return _C.ordered_view(self._index(root, span), list(self.order))
         return self._index(root, span)
@@ -271,8 +273,10 @@ class ApKey:
         # partition), in the storage's row-major shape; its outermost dim may run past their
         # end, where the walk (checked by the verifier) never reads.
         rows = array.reshape(array.shape[0], -1) if self.on_chip else array.reshape(1, -1)
+        if self.as_dtype is not None:  # the same bytes as as_dtype elements
+            rows = rows.view(numpy_dtype(self.as_dtype))
         inner = self.storage[1:] if self.on_chip else self.storage
-        item = array.itemsize
+        item = rows.itemsize
         strides = [item * math.prod(inner[k + 1:]) for k in range(len(inner))]
         view = np.lib.stride_tricks.as_strided(
             rows[:, self.origin:], (rows.shape[0],) + tuple(inner),

@@ -247,14 +247,15 @@ def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
 
 def view(self, dtype):
     """t.view(dtype) / t.reinterpret_cast(dtype): the same bytes as `dtype` elements, the last
-    dim scaled by the size ratio (NKI). Of an HBM tensor whose last dim is contiguous: a
-    reinterpreting view (access.py BitcastView) that DMA copies take; of a tile: refused."""
+    dim scaled by the size ratio (NKI); the last dim must be contiguous. Of an HBM tensor: a
+    reinterpreting view (access.py BitcastView) that DMA copies take; of a tile: a view every
+    instruction takes (ir.hpp Access::as_dtype)."""
     span = user_span()
     from .dtypes import to_dtype
     d = to_dtype(dtype)
     if d == self.dtype:
         return self
-    if self.buffer not in _ON_CHIP and not isinstance(self, _reshaped_mod.Reshaped):
+    if not isinstance(self, _reshaped_mod.Reshaped):
         pat, off = [list(p) for p in self.get_pattern()], self.offset
         sd, sb = d.itemsize, self.dtype.itemsize
         last_s, last_c = pat[-1]
@@ -268,10 +269,8 @@ def view(self, dtype):
         # The same walk counted in elements of d (access.ap converts it back to bytes).
         dpat = [[s * sb // sd, c] for s, c in pat[:-1]] + [[1, last_c * sb // sd]]
         return self.ap(dpat, offset=off * sb // sd, dtype=d)
-    refuse(f"view({to_dtype(dtype).name_})", "reinterpret its bytes as another dtype (the "
-           "storage dtype is fixed)", "convert with nisa.tensor_copy(dst, src) into a tile of "
-           "the new dtype (a value conversion, not a bit cast), or pass the kernel argument "
-           "already viewed as that dtype (numpy's a.view(dtype))", span)
+    refuse(f"view({to_dtype(dtype).name_})", "reinterpret the bytes of a reshaped view as "
+           "another dtype", "call .view(dtype) on the tensor before reshaping it", span)
 
 
 # ---- inspection -------------------------------------------------------------------------------

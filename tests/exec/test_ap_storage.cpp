@@ -1,7 +1,7 @@
 // Access patterns that split or merge a buffer's dims (nl::ap): the view walks the buffer's
 // storage seen with another row-major shape (ir.hpp Access::storage). Both executors against a
 // plain C++ reference, the IR text round trip of such a view, and the verifier's rule for a
-// storage shape that is not the buffer's elements.
+// storage shape that is not the buffer's elements; a tile's bytes read as another dtype (nl::ap_as).
 #include <doctest/doctest.h>
 
 #include <string>
@@ -147,4 +147,68 @@ TEST_CASE("an ap walk out of storage order is one transposing view; a bad order 
     INFO(msg);
     CHECK(msg.find(why) != std::string::npos);
   }
+}
+
+TEST_CASE("a tile's bytes read as another dtype (nl::ap_as): both executors, text, verifier") {
+  // x fp32 [128, 16]: its exponent fields through an int32 view, and 8 of its bytes' bf16
+  // halves (halves 4..11 of each row: fp32 words 2..5).
+  auto k = neuron::trace(
+      "bit_fields",
+      [](nl::tensor x) {
+        auto t = nl::ndarray({128, 16}, nl::float32, nl::sbuf);
+        isa::dma_copy(t, x);
+        auto bits = nl::ap_as(t, DType::int32, {{16, 128}, {1, 16}});
+        auto e = nl::ndarray({128, 16}, nl::int32, nl::sbuf);
+        isa::tensor_scalar(e, bits, nl::right_shift, 23, false, nl::bitwise_and, 255);
+        auto out = nl::ndarray({128, 16}, nl::int32, nl::shared_hbm);
+        isa::dma_copy(out, e);
+        auto halves = nl::ndarray({128, 8}, nl::bfloat16, nl::shared_hbm);
+        isa::dma_copy(halves, nl::ap_as(t, DType::bfloat16, {{32, 128}, {1, 8}}, nl::index(4)));
+        return std::vector<nl::tensor>{out, halves};
+      },
+      {{{128, 16}, DType::float32}});
+  Tensor x = Tensor::empty({128, 16}, DType::float32);
+  for (int64_t i = 0; i < x.elements(); ++i)
+    x.set(i, static_cast<float>((i * 7919) % 2003 - 1000) * 0.37f);
+  auto r = neuron::testing::run_both(neuron::compile(k, neuron::default_compile_options()), {x});
+  const auto* words = static_cast<const uint32_t*>(x.data());
+  const auto* got = static_cast<const int32_t*>(r.sim[0].data());
+  const auto* halves = static_cast<const uint16_t*>(r.sim[1].data());
+  for (int64_t p = 0; p < 128; ++p) {
+    for (int64_t j = 0; j < 16; ++j)
+      REQUIRE(got[p * 16 + j] == static_cast<int32_t>((words[p * 16 + j] >> 23) & 255));
+    for (int64_t j = 0; j < 8; ++j) {  // half 4 + j of row p: word 2 + j / 2, low half first
+      const uint32_t w = words[p * 16 + 2 + j / 2];
+      REQUIRE(halves[p * 8 + j] == static_cast<uint16_t>(j % 2 ? w >> 16 : w & 0xFFFF));
+    }
+  }
+
+  std::string text = neuron::print(k);
+  INFO(text);
+  const std::string view = " bitcast int32 as [128, 16][0:+128, 0:+16]";
+  const auto at = text.find(view);
+  REQUIRE(at != std::string::npos);
+  check_round_trip(k, text);
+  for (auto [bad_view, rule, why] :
+       {std::tuple{" bitcast int32 as [128, 17][0:+128, 0:+17]", "shape-mismatch",
+                   "as [128, 17] int32 from element 0: it reaches element 16, past its 16"},
+        std::tuple{" bitcast int8 as [128, 65][0:+128, 0:+65]", "shape-mismatch",
+                   "reaches element 64, past its 64 elements per partition"}}) {
+    std::string bad = text;
+    bad.replace(at, view.size(), bad_view);
+    const std::string msg = compile_error(bad);
+    INFO(msg);
+    CHECK(msg.find(rule) != std::string::npos);
+    CHECK(msg.find(why) != std::string::npos);
+  }
+  // On an HBM tensor it is not an IR view (HBM bit casts are DMA operands of the Python layer).
+  std::string hbm = text;
+  const std::string x_view = "dma_copy(dst=t0[0:+128, 0:+16], src=in0[0:+128, 0:+16])";
+  const auto xa = hbm.find(x_view);
+  REQUIRE(xa != std::string::npos);
+  hbm.replace(xa, x_view.size(),
+              "dma_copy(dst=t0[0:+128, 0:+16], src=in0 bitcast int32 as [128, 16][0:+128, 0:+16])");
+  const std::string msg = compile_error(hbm);
+  INFO(msg);
+  CHECK(msg.find("reinterpreting views are of on-chip tiles") != std::string::npos);
 }

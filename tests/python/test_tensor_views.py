@@ -1,8 +1,8 @@
 # The current API's tensor view methods (NKI_API.md 6.3, python/neuron/views.py): slice, select
 # and squeeze_dim are views (reads and writes go through them), the inspection attributes match
 # NumPy's strides of the same view, and the views neuron cannot represent on chip (reordered,
-# split or merged storage dims, reinterpreted dtype) are refused at the user's line; broadcast
-# is a step-0 view. Reshapes of HBM tensors: test_tensor_reshape.py.
+# split or merged storage dims) are refused at the user's line; broadcast is a step-0 view;
+# view(dtype) of a tile reads its bytes as another dtype. Reshapes of HBM tensors: test_tensor_reshape.py.
 import numpy as np
 import pytest
 
@@ -163,8 +163,6 @@ REFUSED = [  # each on its own line: the error points at it
     ("flatten_dims", lambda t: t.flatten_dims(0, 1)),
     ("reshape", lambda t: t.reshape((64, 32))),
     ("rearrange", lambda t: t.rearrange("p (a b)", "p (b a)", {"a": 4})),
-    ("view", lambda t: t.view(nl.int32)),
-    ("view", lambda t: t.reinterpret_cast(nl.int32)),
 ]
 
 
@@ -180,6 +178,66 @@ def test_views_neuron_cannot_represent_are_refused_at_the_users_line(method, cal
     assert e.value.rule == "unsupported" and e.value.line == call.__code__.co_firstlineno
     assert f"{method}(" in e.value.message
     assert "walk each storage dim once" in e.value.message
+
+
+# ---- view(dtype) of a tile: its bytes read as another dtype, by any instruction ---------------
+
+def bit_fields(x, h):
+    """Exponent bits of fp32 values through an int32 view; the same bytes stored as bf16 halves;
+    a write through an int32 view of part of a tile (clearing sign bits) seen by fp32 reads; a
+    bf16 tile's pairs read as fp32 words."""
+    exps = nl.ndarray(x.shape, nl.int32, buffer=nl.shared_hbm)
+    halves = nl.ndarray((x.shape[0], 2 * x.shape[1]), nl.bfloat16, buffer=nl.shared_hbm)
+    absd = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    words = nl.ndarray((h.shape[0], h.shape[1] // 2), nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    bits = t.view(nl.int32)
+    assert bits.dtype == nl.int32 and tuple(bits.shape) == tuple(x.shape)
+    e = nl.ndarray(x.shape, nl.int32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=e, data=bits, op0=nl.right_shift, operand0=23,
+                       op1=nl.bitwise_and, operand1=255)
+    nl.store(exps, e)
+    nl.store(halves, t.view(nl.bfloat16))
+    part = t[:, 8:24].view(nl.int32)                 # a sub-view: its own offset
+    nisa.tensor_scalar(dst=part, data=part, op0=nl.bitwise_and, operand0=0x7FFFFFFF)
+    nl.store(absd, t)
+    nl.store(words, nl.load(h).view(nl.float32))
+    return exps, halves, absd, words
+
+
+def test_view_dtype_of_a_tile_reads_and_writes_its_bytes():
+    x = (np.random.default_rng(0).standard_normal((128, 32)) * 100).astype(np.float32)
+    h = np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32)
+    import ml_dtypes
+    hb = h.astype(ml_dtypes.bfloat16)
+    want_abs = x.copy()
+    want_abs[:, 8:24] = np.abs(x[:, 8:24])
+    for mode in ("native", "simulate", "eager"):
+        exps, halves, absd, words = neuron.kernel(bit_fields, mode=mode)(x, hb)
+        np.testing.assert_array_equal(exps, (x.view(np.int32) >> 23) & 255, err_msg=mode)
+        np.testing.assert_array_equal(np.asarray(halves).view(np.uint16),
+                                      x.view(np.uint16), err_msg=mode)
+        np.testing.assert_array_equal(absd, want_abs, err_msg=mode)
+        np.testing.assert_array_equal(np.asarray(words).view(np.uint32),
+                                      hb.view(np.uint32), err_msg=mode)
+
+
+def test_view_dtype_of_a_tile_needs_whole_elements():
+    def odd_row(x):  # a partition of 3 bf16 is 6 bytes: no whole fp32 elements
+        return nl.load(x).view(nl.float32)
+
+    def odd_start(x):  # starts at bf16 element 1: half way into an fp32 word
+        return nl.load(x)[:, 1:5].view(nl.float32)
+
+    import ml_dtypes
+    for fn, shape, text in ((odd_row, (8, 3), "contiguous and hold whole"),
+                            (odd_start, (8, 8), "contiguous and hold whole")):
+        x = np.zeros(shape, ml_dtypes.bfloat16)
+        for mode in ("native", "eager"):
+            with pytest.raises(neuron.NeuronError) as e:
+                neuron.kernel(fn, mode=mode)(x)
+            assert e.value.rule == "access-pattern" and text in e.value.message, e.value.message
+            assert e.value.line == fn.__code__.co_firstlineno + 1
 
 
 def regrouped_tiles(x):

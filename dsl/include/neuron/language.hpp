@@ -228,6 +228,12 @@ tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& patte
           std::optional<index> offset = std::nullopt,
           std::optional<index> scalar_offset = std::nullopt, int64_t indirect_dim = 0,
           Span span = Span::current());
+// The bytes of on-chip tile t's buffer read as `dtype` (NKI's t.view(dtype) and
+// t.ap(..., dtype=) of a tile): each partition's bytes are row_bytes / sizeof(dtype) elements of
+// dtype, which pattern (first entry: the partitions, stride row_bytes / sizeof(dtype)) and
+// offset (default: t's first element) count. A bit cast: no value changes, no copy.
+tensor ap_as(const tensor& t, DType dtype, const std::vector<std::pair<int64_t, int64_t>>& pattern,
+             std::optional<index> offset = std::nullopt, Span span = Span::current());
 
 // Runtime loops (NKI's nl.fori_loop / nl.while_loop): body(i) for i in range(lower, upper, step)
 // with the trip count read when the loop starts; body(r) while r != 0, r = init first and then

@@ -203,48 +203,27 @@ std::vector<int64_t> pattern_storage(int64_t total, int64_t partitions, const Pa
   return shape;
 }
 
-}  // namespace
-
-tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& pattern,
-          std::optional<index> offset, std::optional<index> scalar_offset, int64_t indirect_dim,
-          Span span) {
-  dsl::require_trace(span);
-  const Access& v = dsl::view_of(t, span);
-  const Buffer& b = *v.buffer;
-  const std::vector<int64_t>& S = b.shape;
-  const size_t n = S.size();
-  auto fail = [&](const std::string& why) {
-    user_error(span, "access-pattern", "ap({}) of '{}' (storage shape [{}]): {}",
-               pattern_str(pattern), b.name, fmt::join(S, ", "), why);
-  };
+// The view of `base` (a whole buffer, or a whole tile read as another dtype: its storage then
+// counts that dtype's elements) walking `pattern` from element `off`.
+tensor walk(const Access& base, const Pattern& pattern, index off, const Span& span,
+            const std::function<void(const std::string&)>& fail) {
+  const Buffer& b = *base.buffer;
+  const std::vector<int64_t>& S = base.storage_shape();
   const std::vector<int64_t> R = row_strides(S);
-
   const bool on_chip = is_on_chip(b.memory);
-  index off = 0;
-  if (offset) {
-    off = *offset;
-  } else {  // t's first element, in the storage t's view walks
-    std::vector<int64_t> RV = row_strides(v.storage_shape());
-    if (on_chip) RV[0] = R[0];
-    off = index(v.origin);
-    for (size_t k = 0; k < v.dims.size(); ++k) off = off + v.dims[k].start * RV[k];
-  }
-  if (scalar_offset) {
-    if (indirect_dim < 0 || indirect_dim >= static_cast<int64_t>(n))
-      fail(fmt::format("indirect_dim {} is not a dim of the storage (0..{})", indirect_dim, n - 1));
-    off = off + *scalar_offset * R[static_cast<size_t>(indirect_dim)];
-  }
+  int64_t total = 1;
+  for (int64_t d : S) total *= d;
   if (off.constant < 0) fail(fmt::format("the offset {} is negative", off.constant));
   if (pattern.empty()) fail("the pattern is empty");
   for (size_t j = 0; j < pattern.size(); ++j)
     if (pattern[j].second < 1)
       fail(fmt::format("entry {} has count {}; counts are positive", j, pattern[j].second));
 
-  // In the buffer's own shape when the pattern walks one dim per entry there, else in the shape
-  // whose dims are the pattern's strides (a split or merge of dims; Access::storage): from the
-  // buffer's first element, or from the offset's (its constant part, per partition on chip)
-  // when the walk does not start on that shape's dim boundaries.
-  Access whole = Access::whole(v.buffer);
+  // In the storage's own shape when the pattern walks one dim per entry there, else in the
+  // shape whose dims are the pattern's strides (a split or merge of dims; Access::storage):
+  // from the storage's first element, or from the offset's (its constant part, per partition on
+  // chip) when the walk does not start on that shape's dim boundaries.
+  Access whole = base;
   Mapping m = map_pattern(S, off, pattern, on_chip, R[0], b.memory, span);
   if (!m.error.empty()) {
     const int64_t from = on_chip ? off.constant % R[0] : off.constant;
@@ -253,7 +232,7 @@ tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& patte
     Mapping split;
     std::vector<int64_t> shape;
     for (int64_t origin : origins) {
-      std::vector<int64_t> s = pattern_storage(b.elements(), S[0], pattern, on_chip, origin);
+      std::vector<int64_t> s = pattern_storage(total, S[0], pattern, on_chip, origin);
       if (s.empty() || (s == S && origin == 0)) continue;
       index rest = off;
       rest.constant -= origin;
@@ -285,6 +264,92 @@ tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& patte
   std::vector<int64_t> shape;
   for (auto& [st, cnt] : pattern) shape.push_back(cnt);
   return tensor(dsl::broadcast_view(dsl::view_of(view, span), shape, span));
+}
+
+// t's first element, counted in the storage of its buffer (R: that storage's row strides).
+index first_element(const Access& v, const std::vector<int64_t>& R, bool on_chip) {
+  std::vector<int64_t> RV = row_strides(v.storage_shape());
+  if (on_chip) RV[0] = R[0];
+  index off = index(v.origin);
+  for (size_t k = 0; k < v.dims.size(); ++k) off = off + v.dims[k].start * RV[k];
+  return off;
+}
+
+}  // namespace
+
+tensor ap(const tensor& t, const std::vector<std::pair<int64_t, int64_t>>& pattern,
+          std::optional<index> offset, std::optional<index> scalar_offset, int64_t indirect_dim,
+          Span span) {
+  dsl::require_trace(span);
+  const Access& v = dsl::view_of(t, span);
+  const Buffer& b = *v.buffer;
+  const std::vector<int64_t>& S = b.shape;
+  const size_t n = S.size();
+  auto fail = [&](const std::string& why) {
+    user_error(span, "access-pattern", "ap({}) of '{}' (storage shape [{}]): {}",
+               pattern_str(pattern), b.name, fmt::join(S, ", "), why);
+  };
+  const std::vector<int64_t> R = row_strides(S);
+  const bool on_chip = is_on_chip(b.memory);
+  if (v.as_dtype)
+    fail(fmt::format("it is read as {}; call ap(..., dtype=...) on the tile itself",
+                     dtype_name(*v.as_dtype)));
+  index off = offset ? *offset : first_element(v, R, on_chip);
+  if (scalar_offset) {
+    if (indirect_dim < 0 || indirect_dim >= static_cast<int64_t>(n))
+      fail(fmt::format("indirect_dim {} is not a dim of the storage (0..{})", indirect_dim, n - 1));
+    off = off + *scalar_offset * R[static_cast<size_t>(indirect_dim)];
+  }
+  return walk(Access::whole(v.buffer), pattern, off, span, fail);
+}
+
+tensor ap_as(const tensor& t, DType dtype, const std::vector<std::pair<int64_t, int64_t>>& pattern,
+             std::optional<index> offset, Span span) {
+  dsl::require_trace(span);
+  const Access& v = dsl::view_of(t, span);
+  const Buffer& b = *v.buffer;
+  auto fail = [&](const std::string& why) {
+    user_error(span, "access-pattern", "ap({}, dtype={}) of '{}' ({}[{}] in {}): {}",
+               pattern_str(pattern), dtype_name(dtype), b.name, dtype_name(b.dtype),
+               fmt::join(b.shape, ", "), memory_name(b.memory), why);
+  };
+  if (!is_on_chip(b.memory))
+    fail("reinterpreting views of HBM tensors are DMA operands (the Python layer's BitcastView)");
+  if (v.as_dtype) fail("it is already read as another dtype; call it on the tile itself");
+  const int64_t row_bytes = b.free_elements() * dtype_bytes(b.dtype), size = dtype_bytes(dtype);
+  if (row_bytes % size != 0)
+    fail(fmt::format("a partition holds {} bytes, not a whole number of {}-byte elements",
+                     row_bytes, size));
+  // Each partition's bytes as row_bytes / size elements of dtype: pattern and offset count them.
+  Access base = Access::whole(v.buffer);
+  base.as_dtype = dtype;
+  base.storage = {b.shape[0], row_bytes / size};
+  base.dims = {DimSlice{Affine(0), b.shape[0], 1, true},
+               DimSlice{Affine(0), row_bytes / size, 1, true}};
+  index off = 0;
+  if (offset) {
+    off = *offset;
+  } else {  // t's first element: a whole number of dtype elements into its partition
+    const std::vector<int64_t> R = row_strides(b.shape);
+    index first = first_element(v, R, true);
+    const int64_t es = dtype_bytes(b.dtype);
+    bool whole_elements = true;
+    for (auto& term : first.terms) whole_elements &= (term.coeff * es) % size == 0;
+    const int64_t in_row = first.constant % R[0];
+    whole_elements &= (in_row * es) % size == 0;
+    if (!whole_elements)
+      fail(fmt::format("the view starts at '{}' {} elements, not on a {} element boundary; pass "
+                       "offset=", first.str(), dtype_name(b.dtype), dtype_name(dtype)));
+    // Partition p's element j of the tile is byte j * es of its row: in dtype elements, the
+    // partition part keeps the new row length.
+    off = index(first.constant / R[0] * (row_bytes / size) + in_row * es / size);
+    for (auto& term : first.terms) {
+      const int64_t c = term.coeff % R[0] == 0 ? term.coeff / R[0] * (row_bytes / size)
+                                               : term.coeff * es / size;
+      off = off + index::var(term.var, c);
+    }
+  }
+  return walk(base, pattern, off, span, fail);
 }
 
 }  // namespace neuron::nl

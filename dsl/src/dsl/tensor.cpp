@@ -16,7 +16,7 @@ const Buffer& buffer_of(const Access& a) {
 }  // namespace
 
 DType tensor::dtype() const {
-  return buffer_of(view_).dtype;
+  return view_.dtype();
 }
 Memory tensor::buffer() const {
   return buffer_of(view_).memory;

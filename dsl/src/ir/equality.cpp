@@ -56,6 +56,7 @@ size_t hash_access(const Access& a) {
   }
   for (auto s : a.storage) mix(h, hash_of(s));
   mix(h, hash_of(a.origin));
+  if (a.as_dtype) mix(h, hash_of(static_cast<int64_t>(*a.as_dtype)) + 11);
   for (auto o : a.order) mix(h, hash_of(static_cast<int64_t>(o)) + 7);
   return h;
 }
@@ -92,7 +93,7 @@ bool equal_buffers(const std::vector<BufferPtr>& a, const std::vector<BufferPtr>
 
 bool equal(const Access& a, const Access& b) {
   return equal_buffer(a.buffer, b.buffer) && a.dims == b.dims && a.storage == b.storage &&
-         a.origin == b.origin && a.order == b.order;
+         a.origin == b.origin && a.order == b.order && a.as_dtype == b.as_dtype;
 }
 
 bool equal(const StmtPtr& a, const StmtPtr& b) {

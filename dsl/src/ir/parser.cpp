@@ -369,7 +369,8 @@ class Parser {
   Value value() {
     const Token& t = cur();
     bool view_follows = (ahead(1).kind == Tok::punct && ahead(1).text == "[") ||
-                        (ahead(1).kind == Tok::ident && ahead(1).text == "as");
+                        (ahead(1).kind == Tok::ident &&
+                         (ahead(1).text == "as" || ahead(1).text == "bitcast"));
     if ((t.kind == Tok::ident || t.kind == Tok::string) && view_follows) return view();
     if (t.kind == Tok::string) return next().text;
     if (at_punct("[")) return int_list();
@@ -393,6 +394,13 @@ class Parser {
            fmt::format("unknown buffer '{}': expected a kernel parameter or a visible alloc", n));
     Access a;
     a.buffer = b;
+    if (at_ident("bitcast")) {  // `name bitcast dtype as [shape] ...`: the bytes read as dtype
+      next();
+      if (cur().kind != Tok::ident || !dtype_from_name(cur().text))
+        fail(cur(), "expected a dtype after 'bitcast'");
+      a.as_dtype = dtype_from_name(next().text);
+      if (!at_ident("as")) fail(cur(), "expected 'as [shape]' after the bitcast dtype");
+    }
     if (at_ident("as")) {  // `name as [shape] from N[...]`: the storage seen with another shape
       next();
       a.storage = int_list();

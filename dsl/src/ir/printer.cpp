@@ -92,6 +92,7 @@ std::string access_text(const Access& a) {
   std::vector<std::string> parts;
   for (auto& d : a.dims) parts.push_back(slice_text(d));
   std::string name = a.buffer ? name_text(a.buffer->name) : "<null>";
+  if (a.as_dtype) name += fmt::format(" bitcast {}", dtype_name(*a.as_dtype));
   if (!a.storage.empty()) name += " as " + ints_text(a.storage);  // reshaped storage (ir.hpp)
   if (a.origin != 0) name += fmt::format(" from {}", a.origin);
   std::string order;

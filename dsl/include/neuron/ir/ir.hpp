@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -55,15 +56,19 @@ std::vector<int64_t> row_strides(const std::vector<int64_t>& shape);
 // `storage` is set, the elements from `origin` on (on chip: of each partition, the partition
 // dim kept) seen with that shape: a view that splits or merges the buffer's dims (t.ap(), a
 // tile reshape) walks it. The verifier checks that the storage lies inside the buffer.
+// An on-chip view may read the bytes as another dtype (`as_dtype`, NKI's t.view(dtype) of a
+// tile): it then has `storage`, and storage, origin and dims count elements of that dtype.
 struct Access {
   BufferPtr buffer;
   std::vector<DimSlice> dims;
   std::vector<int64_t> storage;  // empty: buffer->shape
   int64_t origin = 0;            // with `storage`: its first element (on chip, per partition)
   std::vector<int> order;        // empty: the kept dims in storage order
+  std::optional<DType> as_dtype;  // a reinterpreting view: the dtype its elements are read as
   const std::vector<int64_t>& storage_shape() const {
     return storage.empty() ? buffer->shape : storage;
   }
+  DType dtype() const { return as_dtype.value_or(buffer->dtype); }
   // The storage dims the view's dims walk, in view order.
   std::vector<size_t> kept() const;
   // After keep flags changed: `order` without the dims no longer kept, empty when it is the
