@@ -169,11 +169,22 @@ def test_rms_norm_with_and_without_weight(dtype):
     with no_fallbacks():
         check(lambda x, w: F.rms_norm(x, (127,), w, 1e-6),
               lambda x, w: ops.rms_norm(x, (127,), w, 1e-6), [x, w], dtype)
-        # eps=None is finfo(dtype).eps, as in PyTorch (the float64 golden gets that eps too);
-        # a 2-D normalized_shape
-        eps = torch.finfo(dtype).eps
+        # eps=None is the epsilon of PyTorch's compute dtype: fp32's for bf16 input too (the
+        # float64 golden gets that eps); a 2-D normalized_shape
+        eps = torch.finfo(torch.float32).eps
         check(lambda x: F.rms_norm(x, (5, 127), eps=eps), lambda x: ops.rms_norm(x, [5, 127]),
               [x], dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_rms_norm_default_eps_is_pytorchs(dtype):
+    # One small value per row: x / sqrt(x^2 + eps) is +-1 with fp32's epsilon, and +-0.49 with
+    # bf16's (0.0078), so a wrong default shows in the first digit. PyTorch's own result judges.
+    x = torch.tensor([[0.05], [-0.03], [0.2]], dtype=dtype)
+    with no_fallbacks():
+        got = ops.rms_norm(x, (1,))
+    torch.testing.assert_close(got, F.rms_norm(x, (1,)))
+    assert got.abs().min().item() > 0.99
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

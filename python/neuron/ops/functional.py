@@ -209,7 +209,8 @@ def _normalized(input, normalized_shape, params):
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """torch.nn.functional.rms_norm over the trailing normalized_shape: input * rsqrt(mean(
-    input^2) + eps) (* weight); eps None is torch.finfo(input.dtype).eps, as in PyTorch.
+    input^2) + eps) (* weight); eps None is the epsilon of the dtype PyTorch computes in (its
+    opmath type: float32 for bfloat16 / float16 inputs, so torch.finfo(torch.float32).eps).
     Statistics in fp32. Falls back to PyTorch for other dtypes and devices (the weight may be
     another float dtype)."""
     def torch_rms_norm():
@@ -224,7 +225,9 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     if problem:
         return _fall_back("rms_norm", *problem, torch_rms_norm)
     rows, d = rd
-    e = torch.finfo(input.dtype).eps if eps is None else float(eps)
+    # PyTorch's default is numeric_limits<opmath_t>::epsilon(): fp32's for 16-bit floats.
+    opmath = torch.float32 if input.dtype in (torch.bfloat16, torch.float16) else input.dtype
+    e = torch.finfo(opmath).eps if eps is None else float(eps)
     y = _neuron("rms_norm", input.reshape(rows, d).contiguous(),
                 None if weight is None else weight.reshape(d).contiguous(), e)
     return y.reshape(input.shape)
