@@ -93,6 +93,25 @@ def weighted(x):
     return out
 
 
+def bit_views(x):
+    # A run's temporary read through an int32 view (its exponent field) and rewritten in place
+    # through a bf16 view of its halves: views of other dtypes in a blocked run, its temporary
+    # in a run buffer.
+    out = nl.ndarray((128, F), nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, F), nl.float32)
+    nisa.dma_copy(t, x)
+    sq = nl.ndarray((128, F), nl.float32)
+    nisa.activation(sq, nl.square, t)
+    e = nl.ndarray((128, F), nl.int32)
+    nisa.tensor_scalar(e, sq.view(nl.int32), nl.right_shift, 23)
+    halves = sq.view(nl.bfloat16)
+    nisa.tensor_scalar(halves, halves, nl.multiply, 2.0)  # the high half doubled: 2x the value
+    y = nl.ndarray((128, F), nl.float32)
+    nisa.tensor_tensor(y, sq, e, nl.add)
+    nisa.dma_copy(out, y)
+    return out
+
+
 def reference(fn, x):
     x = x.astype(np.float64)
     if fn is softmax_rows:
@@ -104,10 +123,14 @@ def reference(fn, x):
         return x * x[0] + 0.5 + w
     if fn is carried:
         return 0.5 + sum(2 * x[i * 128:(i + 1) * 128] for i in range(3))
+    if fn is bit_views:  # doubling the high bf16 half of a normal fp32 doubles it; doubling the
+        # low half moves mantissa bits 7-14 (below 2^-15 of the value, inside the tolerance)
+        sq = x.astype(np.float32) ** 2
+        return 2.0 * sq.astype(np.float64) + (sq.view(np.int32) >> 23)
     return shifted_reference(x)
 
 
-@pytest.mark.parametrize("fn", [softmax_rows, shifted, carried, weighted])
+@pytest.mark.parametrize("fn", [softmax_rows, shifted, carried, weighted, bit_views])
 def test_blocked_runs_give_the_simulator_bits(fn, monkeypatch):
     x = RNG.standard_normal((384 if fn is carried else 128, F)).astype(np.float32)
     sim = neuron.kernel(fn, mode="simulate")(x)
