@@ -2,9 +2,11 @@
 // slots. Buffers are stacked (a block's buffers are popped when it ends), which keeps every
 // buffer's bytes distinct from its neighbours' so the engines can overlap their work. When the
 // stack would overflow, a buffer goes into the first hole left by dead buffers instead: a
-// buffer lives from its Alloc to the last statement of its block that uses it (a use inside a
-// nested loop counts as a use by that statement). So an unrolled loop (static_range, Python
-// range) allocating a tile per iteration fits as long as the live tiles do. Rotation is an
+// buffer lives from the first to the last statement of its block that uses it (a use inside a
+// nested loop counts as a use by that statement; it is placed when the first comes, not at its
+// Alloc). So an unrolled loop (static_range, Python range) allocating a tile per iteration, or
+// a list of tiles declared up front and used one after another, fits as long as the live tiles
+// do. Rotation is an
 // optimisation: when a buffer fits nowhere while rotating buffers are live, the largest of those
 // loses a slot and the allocation starts over, so a block tile that was multi-buffered first does
 // not push a later, larger one out of SBUF; and a buffer short of its slots takes them from a
@@ -162,20 +164,39 @@ class Allocator : public IRMutator {
     block_loop_ = pending_;
     pending_.reset();
     const int64_t sbuf_stack = sbuf_.stack, psum_stack = psum_.stack;
-    // Index of the last statement using each buffer allocated in this block.
-    std::map<const Buffer*, size_t> last_use;
+    // Index of the first and the last statement using each buffer allocated in this block.
+    std::map<const Buffer*, size_t> first_use, last_use;
     for (size_t i = 0; i < n.stmts.size(); ++i) {
       if (auto a = n.stmts[i]->as<Alloc>()) last_use[a->buffer.get()] = i;
       Uses u;
       u.visit(n.stmts[i]);
       for (auto* b : u.buffers)
-        if (auto it = last_use.find(b); it != last_use.end()) it->second = i;
+        if (auto it = last_use.find(b); it != last_use.end()) {
+          it->second = i;
+          first_use.try_emplace(b, i);
+        }
     }
     std::vector<std::vector<const Buffer*>> dies_after(n.stmts.size());
     for (auto& [b, last] : last_use) dies_after[last].push_back(b);
+    // A buffer is placed when its first user comes, not at its Alloc: tiles declared together
+    // up front (a list of tiles, nki-library's modular allocator) but used one after another
+    // then share space as they do in the kernel's own layout.
+    std::map<size_t, std::vector<size_t>> place_before;  // user index -> Alloc indices
     std::vector<StmtPtr> out;
     bool changed = false;
     for (size_t i = 0; i < n.stmts.size(); ++i) {
+      if (auto a = n.stmts[i]->as<Alloc>(); a && is_on_chip(a->buffer->memory)) {
+        if (auto it = first_use.find(a->buffer.get()); it != first_use.end()) {
+          place_before[it->second].push_back(i);
+          out.push_back(n.stmts[i]);  // replaced by the placed Alloc below
+          continue;
+        }
+      }
+      if (auto it = place_before.find(i); it != place_before.end())
+        for (size_t at : it->second) {
+          out[at] = mutate(n.stmts[at]);
+          changed = true;
+        }
       StmtPtr m = mutate(n.stmts[i]);
       changed |= m != n.stmts[i];
       out.push_back(m);

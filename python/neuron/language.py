@@ -2,6 +2,7 @@
 through the C++ DSL, so a Python kernel traces to the same IR as the same C++ kernel."""
 import builtins
 import threading
+import typing
 
 import numpy as np
 
@@ -60,7 +61,26 @@ class NKIObject:
     `class Cfg(nl.NKIObject): tile: int = 128` takes `Cfg(tile=64)` (keywords, or positions in
     the order the annotations are declared, base classes first); a field not given keeps its
     class default, or stays unset. A `@dataclass` subclass has the dataclass's own __init__. An
-    instance passed to a kernel is a compile-time parameter keyed by its type and fields."""
+    instance passed to a kernel is a compile-time parameter keyed by its type and fields.
+
+    A plain class attribute (`section_idx = None`, no annotation) is a field too, as NKI treats
+    it: nki-library's `@dataclass class SectionParams(nl.NKIObject)` declares its fields that
+    way and is built with keywords. Such attributes get an annotation when the subclass is
+    created, before a @dataclass decorator reads them (values that cannot be dataclass defaults,
+    lists and dicts, stay plain attributes)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__annotations__")
+        if own is None:
+            own = {}
+            cls.__annotations__ = own
+        for name, value in list(cls.__dict__.items()):
+            # (methods, properties and other descriptors are not fields)
+            if name.startswith("__") or name in own or hasattr(type(value), "__get__") or \
+                    type(value).__hash__ is None:
+                continue
+            own[name] = typing.Any
 
     def __init__(self, *args, **kwargs):
         names = [n for c in reversed(type(self).__mro__) for n in getattr(c, "__annotations__", {})

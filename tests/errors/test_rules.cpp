@@ -390,11 +390,13 @@ TEST_CASE("rule sbuf-capacity") {
   // t0: 131072 B per partition; t1: 80000 B at 131072 -> 211072 fits; two slots of t0 do not,
   // so t0 falls back to one slot; t2 then overflows.
   auto t2 = sbuf("t2", {128, 1024});
-  // Every buffer is used after t2's allocation, so none is dead (dead ones leave holes).
+  // Every buffer is used before and after t2's allocation, so all are live there (a buffer is
+  // placed at its first use, and dead ones leave holes).
   auto zero = [](BufferPtr b) { return op(Opcode::memset, {{"dst", whole(b)}, {"value", 0.0}}); };
   Kernel k = kernel({}, {},
-                    {alloc(t1), affine_for("i0", 4, {alloc(t0), zero(t0), alloc(t2, sp), zero(t2),
-                                                     zero(t0)}),
+                    {alloc(t1), zero(t1),
+                     affine_for("i0", 4, {alloc(t0), zero(t0), alloc(t2, sp), zero(t2),
+                                          zero(t0)}),
                      zero(t1)});
   CHECK_RULE(compile(k), "sbuf-capacity",
              "SBUF needs 215168 bytes per partition but trn2 has 212984: t1 float32[128, 20000] "
@@ -405,12 +407,16 @@ TEST_CASE("rule sbuf-capacity") {
 
 TEST_CASE("rule psum-capacity") {
   std::vector<StmtPtr> body;
-  for (int n = 0; n < 8; ++n) body.push_back(alloc(psum(fmt::format("p{}", n), {128, 512})));
+  std::vector<BufferPtr> p;
+  auto zero = [](BufferPtr b) { return op(Opcode::memset, {{"dst", whole(b)}, {"value", 0.0}}); };
+  for (int n = 0; n < 8; ++n) {  // each written (so placed) before p8 is allocated
+    p.push_back(psum(fmt::format("p{}", n), {128, 512}));
+    body.push_back(alloc(p.back()));
+    body.push_back(zero(p.back()));
+  }
   Span sp = Span::current();
   body.push_back(alloc(psum("p8", {128, 4}), sp));
-  for (int n = 0; n < 8; ++n)  // all still live when p8 is allocated
-    body.push_back(op(Opcode::memset, {{"dst", whole(body[n]->as<Alloc>()->buffer)},
-                                       {"value", 0.0}}));
+  for (int n = 0; n < 8; ++n) body.push_back(zero(p[n]));  // all still live when p8 comes
   CHECK_RULE(
       allocate(kernel({}, {}, body), "trn2"), "psum-capacity",
       "PSUM needs 9 banks of 2048 bytes but trn2 has 8: p0 float32[128, 512] (2048 B) x1 slot",
@@ -434,6 +440,33 @@ TEST_CASE("capacity: dead buffers leave holes, so an unrolled loop's tiles fit")
   REQUIRE(offsets.size() == 9);
   for (int n = 0; n < 8; ++n) CHECK(offsets[n] == n * 2048);  // the stack while it has room
   CHECK(offsets[8] == 0);                                      // then the first hole
+}
+
+TEST_CASE("capacity: tiles declared up front are placed at their first use") {
+  // Sixteen [128, 512] fp32 PSUM tiles (trn2 has 8 banks) all declared first, as a list of
+  // tiles is (nki-library's modular allocator), then each written and read in turn: each is
+  // placed when first used, so they take turns in the banks instead of overflowing.
+  std::vector<StmtPtr> body;
+  std::vector<BufferPtr> tiles;
+  for (int n = 0; n < 16; ++n) {
+    tiles.push_back(psum(fmt::format("p{}", n), {128, 512}));
+    body.push_back(alloc(tiles.back()));
+  }
+  for (int n = 0; n < 16; ++n)
+    body.push_back(op(Opcode::memset, {{"dst", whole(tiles[static_cast<size_t>(n)])},
+                                       {"value", 0.0}}));
+  Kernel out = allocate(kernel({}, {}, body), "trn2");
+  std::vector<int64_t> offsets;
+  for (auto& st : out.body->as<Block>()->stmts)
+    if (auto a = st->as<Alloc>()) offsets.push_back(a->buffer->offset);
+  REQUIRE(offsets.size() == 16);
+  for (int n = 0; n < 16; ++n) CHECK(offsets[static_cast<size_t>(n)] >= 0);
+  CHECK(offsets[8] == 0);  // the ninth reuses the first's bank (p0 died after its memset)
+  // The same tiles all written before any is read again are live together: 16 banks.
+  for (int n = 0; n < 16; ++n)
+    body.push_back(op(Opcode::memset, {{"dst", whole(tiles[static_cast<size_t>(n)])},
+                                       {"value", 1.0}}));
+  CHECK_THROWS_AS((void)allocate(kernel({}, {}, body), "trn2"), UserError);
 }
 
 TEST_CASE("an unknown target names the known ones") {

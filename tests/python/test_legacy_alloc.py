@@ -24,9 +24,10 @@ N, P, F = 16, 8, 4096  # 16 blocks of [8, 4096] fp32: 16 KiB per partition each,
 
 @nki.jit(mode="simulation")
 def window_sums(x, modular=True):
-    """out block i = x block i-1 + x block i: each block is read in two iterations, so with one
-    tile per block all 16 stay live (256 KiB per partition, more than SBUF); mod_alloc with
-    num_free_tiles=(2,) keeps two (block i overwrites block i-2, which is no longer read)."""
+    """out block i = x block i-1 + x block i: each block is read in two iterations. mod_alloc
+    with num_free_tiles=(2,) keeps two tiles (block i overwrites block i-2, which is no longer
+    read); with one tile per block, each lives from its load to its last read, so two are live
+    at a time too (256 KiB per partition for all 16, more than SBUF)."""
     out = nl.ndarray((N * P - P, F), dtype=x.dtype, buffer=nl.shared_hbm)
     buffer = ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2,)) if modular else nl.sbuf
     t = nl.ndarray((N, nl.par_dim(P), F), dtype=x.dtype, buffer=buffer)
@@ -44,11 +45,32 @@ def test_mod_alloc_reuses_tiles_modulo_num_free_tiles():
     np.testing.assert_allclose(window_sums(x), want, rtol=1e-6, atol=0)
 
 
-def test_one_tile_per_block_does_not_fit_where_mod_alloc_does():
-    # The same kernel with plain nl.sbuf: the reuse above is what made it fit.
-    x = np.zeros((N * P, F), np.float32)
+def test_one_tile_per_block_fits_by_the_blocks_live_ranges():
+    # The same kernel with plain nl.sbuf: each block is placed when first written and freed after
+    # its last read, as NKI's allocator places blocks, so it fits as the modular one does.
+    x = RNG.uniform(-1, 1, (N * P, F)).astype(np.float32)
+    blocks = x.astype(f64).reshape(N, P, F)
+    want = (blocks[:-1] + blocks[1:]).reshape(-1, F)
+    np.testing.assert_allclose(window_sums(x, modular=False), want, rtol=1e-6, atol=0)
+
+
+@nki.jit(mode="simulation")
+def all_blocks_then_sum(x):
+    """Every block loaded before any is read: all 16 live together (256 KiB per partition)."""
+    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((N, nl.par_dim(P), F), dtype=x.dtype, buffer=nl.sbuf)
+    for i in nl.sequential_range(N):
+        t[i] = nl.load(x[i * P:(i + 1) * P, :])
+    acc = nl.zeros((nl.par_dim(P), F), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.sequential_range(N):
+        acc[...] = nl.add(acc, t[i])
+    nl.store(out, acc)
+    return out
+
+
+def test_blocks_live_together_do_not_fit():
     with pytest.raises(neuron.NeuronError) as info:
-        window_sums(x, modular=False)
+        all_blocks_then_sum(np.zeros((N * P, F), np.float32))
     assert info.value.rule == "sbuf-capacity"
 
 
