@@ -271,6 +271,33 @@ def test_config_classes_divmod_of_the_grid_and_activation_reduce_cmd(mode):
     assert e.value.rule == "unsupported" and "reduce_cmd" in e.value.message
 
 
+@dataclasses.dataclass
+class Section(nl.NKIObject):  # fields as plain class attributes, as nki-library declares them
+    index = None
+    offset = 0
+
+    def end(self, length):
+        return self.offset + length
+
+
+def sectioned(x, section: Section):
+    out = nl.ndarray((32, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(x[section.offset:section.end(32), :]))
+    return out
+
+
+def test_dataclass_config_fields_declared_without_annotations_take_keywords():
+    s = Section(index=1, offset=64)
+    assert (s.index, s.offset) == (1, 64) and Section().offset == 0 and Section(2, 32).offset == 32
+    assert Section(index=1, offset=64) == s and Section(index=2, offset=64) != s
+    x = RNG.standard_normal((128, 8)).astype(np.float32)
+    k = neuron.kernel(sectioned)
+    np.testing.assert_array_equal(k(x, s), x[64:96])
+    np.testing.assert_array_equal(k(x, Section(index=0, offset=0)), x[0:32])  # a new key
+    with pytest.raises(TypeError, match="unexpected keyword argument 'ofset'"):
+        Section(ofset=3)
+
+
 def optional_bias(x, bias=None):
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
     t = nl.load(x)
