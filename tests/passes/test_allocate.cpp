@@ -110,6 +110,7 @@ TEST_CASE("allocate: small PSUM tiles pack into one bank, none straddles a bank"
     body.push_back(alloc(tiles.back()));
   }
   for (auto& t : tiles) body.push_back(touch(t));
+  for (auto& t : tiles) body.push_back(touch(t));  // (each used twice: all live together)
   auto c = collect(allocate(kernel({}, {}, body), "trn1"));
   for (int n = 0; n < 9; ++n) CHECK(c.allocs[fmt::format("q{}", n)]->offset == n * 512);
   // A 1600 B tile then a 512 B one: the second would cross into bank 1, so it starts there.
