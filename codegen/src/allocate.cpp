@@ -47,16 +47,6 @@ struct LoopCtx {
   LoopKind kind = LoopKind::sequential;
 };
 
-// The buffers a statement reads or writes, nested statements included.
-class Uses : public IRVisitor {
- public:
-  std::set<const Buffer*> buffers;
-  void visit_Op(const Op& op) override {
-    for (auto& a : op.args)
-      if (auto v = std::get_if<Access>(&a.value)) buffers.insert(v->buffer.get());
-  }
-};
-
 // Live ranges of one memory, in bytes per partition (a rotating PSUM buffer has one per slot).
 class Space {
  public:
@@ -380,15 +370,16 @@ StmtPtr sink_allocs(const StmtPtr& s) {
     std::vector<size_t> users;
     for (size_t j = i + 1; j < in.size(); ++j)
       if (uses[j].count(b)) users.push_back(j);
-    const bool cleared = users.size() == 2 && users[0] == i + 1 && clears_only(in[i + 1], b);
+    // (fresh_psum's clear comes right before the tile's first user)
+    const bool cleared = users.size() == 2 && clears_only(in[users[0]], b);
     if (users.size() != 1 + (cleared ? 1 : 0)) continue;
     const size_t target = users.back();
     if (!one_trip_scope(in[target])) continue;
     moved[target].push_back(in[i]);
     gone[i] = true;
     if (cleared) {
-      moved[target].push_back(in[i + 1]);
-      gone[i + 1] = true;
+      moved[target].push_back(in[users[0]]);
+      gone[users[0]] = true;
     }
   }
   std::vector<StmtPtr> out;

@@ -2,16 +2,21 @@
 // the first matmul into a PSUM tile overwrites and later ones add; both executors decide this
 // from a per-byte "last written by a matmul" flag. A tile allocated inside a loop reuses the
 // storage of an earlier iteration (rotating slots), whose flags are still set, so without this
-// pass its first matmul would add onto a stale result. A memset right after the allocation
-// clears the flags (any non-matmul write does) and gives the fresh tile defined contents.
+// pass its first matmul would add onto a stale result. A memset clears the flags (any
+// non-matmul write does) and gives the fresh tile defined contents: right before the first
+// statement of the allocating block that uses the tile, so the tile's life (allocate.cpp places
+// a buffer at its first use) still starts where the kernel first uses it.
 #include <set>
 
 #include "neuron/codegen/pipeline.hpp"
 #include "neuron/ir/visitor.hpp"
+#include "view_util.hpp"
 
 namespace neuron {
 
 namespace {
+
+using passes::Uses;
 
 class AutoAccumulateTargets : public IRVisitor {
  public:
@@ -23,24 +28,37 @@ class AutoAccumulateTargets : public IRVisitor {
   }
 };
 
-class ClearAtAllocation : public IRMutator {
+class ClearAtFirstUse : public IRMutator {
  public:
-  explicit ClearAtAllocation(std::set<std::string> names) : names_(std::move(names)) {}
+  explicit ClearAtFirstUse(std::set<std::string> names) : names_(std::move(names)) {}
 
   StmtPtr mutate_Block(const Block& n, const StmtPtr& self) override {
     std::vector<StmtPtr> out;
+    std::vector<const Alloc*> waiting;  // allocated here, not used yet
     bool changed = false;
     for (auto& s : n.stmts) {
       StmtPtr m = mutate(s);
       changed |= m != s;
-      out.push_back(m);
-      auto alloc = s->as<Alloc>();
-      if (alloc && alloc->buffer->memory == Memory::psum && names_.count(alloc->buffer->name)) {
-        out.push_back(Op::make(Opcode::memset,
-                               {{"dst", Access::whole(alloc->buffer)}, {"value", 0.0}},
-                               alloc->span));
-        changed = true;
+      if (auto alloc = s->as<Alloc>()) {
+        if (alloc->buffer->memory == Memory::psum && names_.count(alloc->buffer->name))
+          waiting.push_back(alloc);
+        out.push_back(m);
+        continue;
       }
+      Uses u;
+      u.visit(s);
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        if (!u.buffers.count((*it)->buffer.get())) {
+          ++it;
+          continue;
+        }
+        out.push_back(Op::make(Opcode::memset,
+                               {{"dst", Access::whole((*it)->buffer)}, {"value", 0.0}},
+                               (*it)->span));
+        changed = true;
+        it = waiting.erase(it);
+      }
+      out.push_back(m);
     }
     return changed ? Block::make(std::move(out), n.span) : self;
   }
@@ -56,7 +74,7 @@ Kernel fresh_psum(const Kernel& k) {
   targets.visit(k.body);
   if (targets.names.empty()) return k;
   Kernel out = k;
-  out.body = ClearAtAllocation(std::move(targets.names)).mutate(k.body);
+  out.body = ClearAtFirstUse(std::move(targets.names)).mutate(k.body);
   return out;
 }
 

@@ -3,12 +3,24 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "neuron/ir/ir.hpp"
+#include "neuron/ir/visitor.hpp"
 
 namespace neuron::passes {
+
+// The buffers a statement reads or writes, nested statements included.
+class Uses : public IRVisitor {
+ public:
+  std::set<const Buffer*> buffers;
+  void visit_Op(const Op& op) override {
+    for (auto& a : op.args)
+      if (auto v = std::get_if<Access>(&a.value)) buffers.insert(v->buffer.get());
+  }
+};
 
 // The shape an engine sees: for an on-chip view the partition count followed by the kept free
 // dims (the partition dim is always walked, even when indexed by a scalar); for HBM the kept

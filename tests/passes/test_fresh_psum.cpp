@@ -1,5 +1,5 @@
-// fresh_psum: PSUM tiles targeted by accumulate=auto matmuls are cleared where they are
-// allocated, so storage reused across loop iterations starts a new accumulation.
+// fresh_psum: PSUM tiles targeted by accumulate=auto matmuls are cleared before their first
+// use, so storage reused across loop iterations starts a new accumulation.
 #include <doctest/doctest.h>
 
 #include "kernel_builder.hpp"
@@ -10,7 +10,7 @@
 using namespace neuron;
 using namespace neuron::tb;
 
-TEST_CASE("fresh_psum inserts a memset after the allocation of an auto-accumulated tile") {
+TEST_CASE("fresh_psum inserts a memset before the first use of an auto-accumulated tile") {
   auto a = sbuf("a", {128, 128}), b = sbuf("b", {128, 512});
   auto acc = psum("acc", {128, 512}), other = psum("other", {128, 512});
   auto matmul = [&](BufferPtr dst, int64_t accumulate) {
@@ -28,8 +28,9 @@ TEST_CASE("fresh_psum inserts a memset after the allocation of an auto-accumulat
       {}, {},
       {alloc(a), alloc(b),
        affine_for("i0", 4,
-                  {alloc(acc), op(Opcode::memset, {{"dst", whole(acc)}, {"value", 0.0}}),
-                   alloc(other), seq_for("i1", 2, {matmul(acc, -1)}), matmul(other, 1)})});
+                  {alloc(acc), alloc(other),
+                   op(Opcode::memset, {{"dst", whole(acc)}, {"value", 0.0}}),
+                   seq_for("i1", 2, {matmul(acc, -1)}), matmul(other, 1)})});
   Kernel after = fresh_psum(before);
   INFO(print(after));
   CHECK(equal(after, expected));
