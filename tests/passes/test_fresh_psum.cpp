@@ -47,3 +47,29 @@ TEST_CASE("fresh_psum leaves kernels without auto-accumulating matmuls unchanged
   Kernel after = fresh_psum(k);
   CHECK(after.body == k.body);  // the same node: nothing changed
 }
+
+TEST_CASE("fresh tiles declared up front are placed one after another, each at its clear") {
+  // Sixteen [128, 512] fp32 PSUM tiles (trn2 has 8 banks) declared first, then each the target
+  // of an accumulate=auto matmul and read out in turn: the clears come at each tile's first use,
+  // so allocate sees one tile live at a time and they fit.
+  auto a = sbuf("a", {128, 128}), b = sbuf("b", {128, 512}), out = sbuf("out", {128, 512});
+  std::vector<StmtPtr> body{alloc(a), alloc(b), alloc(out)};
+  std::vector<BufferPtr> tiles;
+  for (int n = 0; n < 16; ++n) {
+    tiles.push_back(psum(fmt::format("p{}", n), {128, 512}));
+    body.push_back(alloc(tiles.back()));
+  }
+  for (auto& t : tiles) {
+    body.push_back(op(Opcode::nc_matmul, {{"dst", whole(t)},
+                                          {"stationary", whole(a)},
+                                          {"moving", whole(b)},
+                                          {"accumulate", int64_t{-1}}}));
+    body.push_back(op(Opcode::tensor_copy, {{"dst", whole(out)}, {"src", whole(t)}}));
+  }
+  Kernel cleared = fresh_psum(kernel({}, {}, body));
+  const auto& stmts = cleared.body->as<Block>()->stmts;
+  REQUIRE(stmts.size() == body.size() + 16);
+  CHECK(stmts[19]->as<Op>()->code == Opcode::memset);  // right before p0's matmul
+  CHECK(stmts[20]->as<Op>()->code == Opcode::nc_matmul);
+  CHECK_NOTHROW((void)allocate(cleared, "trn2"));
+}
