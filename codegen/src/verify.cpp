@@ -367,8 +367,10 @@ class Verifier {
     if (indirect_dim_.first == arg && indirect_dim_.second == d) return;
     int64_t dim = a.storage_shape()[d];
     if (s.size < 1)
-      user_error(op.span, "shape-mismatch", "{} argument '{}' has size {} in dim {}", opname, arg,
-                 s.size, d);
+      user_error(op.span, "shape-mismatch",
+                 "{} argument '{}' is an empty view of '{}' (size {} in dim {}): an instruction "
+                 "needs at least one element; skip the instruction when its slice is empty",
+                 opname, arg, a.buffer->name, s.size, d);
     // Loop variables range over 0..extent-1; program ids (and anything unknown) are unbounded,
     // so a side of the range that depends on them is not checked.
     // 128-bit arithmetic: starts, coefficients and sizes near INT64_MAX must give an error,

@@ -428,3 +428,39 @@ def test_tensor_indirection_is_refused_with_the_alternatives(mode):
     assert e.value.rule == "unsupported"
     assert "tensor indirection is not supported" in e.value.message
     assert "nc_n_gather" in e.value.message and "vector_select" in e.value.message
+
+
+def uneven_shards(x):
+    # nki-library's sharding: positions // cores per core, the last core takes the rest; with
+    # fewer rows than cores, core 0's shard is nl.ds(0, 0), a view no instruction touches.
+    rows = x.shape[0]
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    cores, core = nl.num_programs(0), nl.program_id(0)
+    per = rows // cores
+    mine = rows - core * per if core == cores - 1 else per
+    src, dst = x[nl.ds(core * per, mine)], out[nl.ds(core * per, mine)]
+    empty = x[rows:rows]  # a Python slice may be empty too
+    for r in range(mine):
+        nl.store(dst[r:r + 1], nl.multiply(nl.load(src[r:r + 1]), 2.0))
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_empty_slice_is_a_view_until_an_instruction_uses_it(mode):
+    x = RNG.standard_normal((1, 16)).astype(np.float32)
+    got = neuron.kernel(uneven_shards, mode=mode)[2](x)
+    np.testing.assert_array_equal(got, 2 * x)
+
+
+def reads_an_empty_slice(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 16), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t[0:0], src=x[nl.ds(4, 0)])
+    return out
+
+
+@pytest.mark.parametrize("mode", ("native", "eager"))
+def test_an_instruction_on_an_empty_slice_is_an_error(mode):
+    with pytest.raises(neuron.NeuronError) as info:
+        neuron.kernel(reads_an_empty_slice, mode=mode)(X)
+    assert "empty" in info.value.message and "dma_copy" in info.value.message

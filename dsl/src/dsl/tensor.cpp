@@ -62,10 +62,12 @@ tensor tensor::index_with(const std::vector<subscript>& subs) const {
     const subscript& s = subs[k];
     DimSlice& d = out.dims[kept[k]];
     int64_t n = d.size;
+    // An empty slice (size 0) is a view like any other (NKI code takes `nl.ds(offset, 0)` of a
+    // shard that a core does not own); only an instruction that uses it is an error (verify.cpp).
     auto check_range = [&](const index& start, int64_t size) {
-      if (size <= 0)
-        user_error(s.span(), "index", "dim {} of '{}': slice size must be positive, got {}", k,
-                   buf.name, size);
+      if (size < 0)
+        user_error(s.span(), "index", "dim {} of '{}': slice size must not be negative, got {}",
+                   k, buf.name, size);
       if (start.is_constant() && (start.constant < 0 || start.constant + size > n))
         user_error(s.span(), "index",
                    "dim {} of '{}' has size {}; subscript covers [{}, {}) which is out of range", k,
@@ -92,10 +94,7 @@ tensor tensor::index_with(const std::vector<subscript>& subs) const {
           user_error(s.span(), "index", "dim {} of '{}': slice step must be positive, got {}", k,
                      buf.name, sl.step);
         int64_t size = sl.stop > sl.start ? (sl.stop - sl.start + sl.step - 1) / sl.step : 0;
-        if (size <= 0)
-          user_error(s.span(), "index", "dim {} of '{}': slice {}:{}:{} is empty", k, buf.name,
-                     sl.start, sl.stop, sl.step);
-        if (sl.start < 0 || sl.stop > n)
+        if (sl.start < 0 || sl.start > n || (size > 0 && sl.stop > n))
           user_error(s.span(), "index", "dim {} of '{}' has size {}; slice {}:{} is out of range",
                      k, buf.name, n, sl.start, sl.stop);
         d.start = d.start + index(sl.start) * d.step;
