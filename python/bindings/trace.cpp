@@ -185,6 +185,7 @@ void init_trace(py::module_& m) {
   });
   m.def("close_loop", &dsl::close_loop);
   m.def("seal_segment", &dsl::seal_segment);
+  m.def("seal_statements", &dsl::seal_statements);
   m.def("note_returned_input", &dsl::note_returned_input);
   m.def("order_segments", &dsl::order_segments);
   m.def("require_trace", &dsl::require_trace);

@@ -8,9 +8,12 @@ unroll.py), every program's body at the top level of the one kernel body. Each c
 seals the calling program's statements so far into a segment (its "phase"); when the last
 program reaches the k-th collective, the exchanges of round k are emitted (for sendrecv, one DMA
 copy per receiving program: its dst from the sender's src), and when every program has ended
-the body is ordered phase by phase: phase k of program 0, of program 1, ..., the round-k copies,
-then phase k + 1. That is a sequential schedule every real execution of the barrier agrees
-with: whatever a core wrote before a collective is visible to every core after it. The kernel
+the body is ordered phase by phase: phase k of every program, the round-k copies, then phase
+k + 1. Within a phase the programs take turns statement by statement (the top-level statements
+of their bodies: a loop is one), as concurrent cores do. That is a sequential schedule every
+real execution of the barrier agrees with: whatever a core wrote before a collective is visible
+to every core after it. `kernel[2]` traced per program (the two cores of an LNC-2 NeuronCore,
+kernel.py `_cores`) runs the same way without collectives: one phase in lock step. The kernel
 compiles for all its cores' SBUF and PSUM in one simulated core (target "trn2x2", kernel.py
 _target_for). A collective inside a rolled loop unrolls the loops traced so far
 (unroll.py); one inside a runtime loop or conditional (fori_loop, if_else) is refused, since its
@@ -66,15 +69,16 @@ class _Rounds(threading.local):
     def begin(self, n):
         self.n = n
         self.calls = [[] for _ in range(n)]  # per program: (what, span, exchange) per round
-        self.phases = [[] for _ in range(n)]  # per program: its segments, one per phase
+        # per program, per phase: the segments of its statements (one each), in order
+        self.phases = [[] for _ in range(n)]
         self.copies = {}  # round -> the segment of its exchange copies
         self.slots = {}  # round -> the HBM tensor an all_reduce round gathers into
 
     def end_program(self, p):
-        seg = _C.seal_segment()
-        if seg < 0:  # cannot happen: a program's body ends at the top level
+        segs = _C.seal_statements()
+        if segs is None:  # cannot happen: a program's body ends at the top level
             raise RuntimeError("neuron: a program's body ended inside an open block")
-        self.phases[p].append(seg)
+        self.phases[p].append(segs)
 
     def finish(self, span):
         counts = [len(c) for c in self.calls]
@@ -86,7 +90,14 @@ class _Rounds(threading.local):
                        "collectives in the same order", span)
         order = []
         for k in range(counts[0] + 1):
-            order += [self.phases[p][k] for p in range(self.n)]
+            # The cores run concurrently: within a phase their statements take turns, the
+            # first of every program, then the second, ... (lock step). A core that writes HBM
+            # its sibling has just cleared (nki-library zeroes a shared output on every core,
+            # then each stores its shard) sees what concurrent cores see; programs that share
+            # nothing compute the same in any order.
+            phase = [self.phases[p][k] for p in range(self.n)]
+            for i in range(max(map(len, phase))):
+                order += [segs[i] for segs in phase if i < len(segs)]
             if k in self.copies:
                 order.append(self.copies[k])
         _C.order_segments(order, span)
@@ -129,13 +140,13 @@ def _meet(what, span, exchange=None):
     if unroll.grid_mode() != "cores":
         raise unroll.NeedsGrid("cores")
     r, p = _rounds, _program_rank()
-    seg = _C.seal_segment()
-    if seg < 0:
+    segs = _C.seal_statements()
+    if segs is None:
         unroll.need_unrolled()  # restarts when rolled loops are open around the call
         user_error("collectives", f"{_shown(what)} inside a runtime loop or conditional "
                    "(nl.fori_loop, nl.while_loop, nl.if_else): the cores' rounds are paired when "
                    "the kernel is traced; call it outside, or use a Python loop", span)
-    r.phases[p].append(seg)
+    r.phases[p].append(segs)
     k = len(r.calls[p])
     r.calls[p].append((what, span, exchange))
     if p != r.n - 1:

@@ -347,7 +347,7 @@ class Kernel:
             mode = unroll.grid_mode()
             _State.grid, _State.program = (self.grid if mode else None), None
             body = with_constants if not unroll.per_program() else \
-                _per_program(with_constants, self.grid, function_span(self.fn), mode == "cores")
+                _per_program(with_constants, self.grid, function_span(self.fn), self._cores(mode))
             hidden = [runtime.spec_of(a, f"shared_constant{i}") for i, a in enumerate(consts)]
             return _C.trace(self.fn.__name__, body, specs + hidden, function_span(self.fn))
         outer = (_State.grid_ndim, _State.grid, _State.program, _State.shared)
@@ -409,10 +409,17 @@ class Kernel:
                                            (compiled, launch, returns[0] or _Returns(None, [])))
         return entry
 
+    def _cores(self, mode):
+        """Are the programs of this trace cores that run concurrently, in lock step
+        (collectives.py)? Those that meet at collectives ("cores"), and `kernel[2]` traced per
+        program: the two cores of an LNC-2 NeuronCore (NKI_API.md, "Launch"), which NKI's own
+        simulator runs as two threads."""
+        return mode == "cores" or (mode == "programs" and self.grid == (2,))
+
     def _target_for(self, mode):
         """The target to compile for: the kernel's, or for the cores of a grid traced into one
-        body ("cores", collectives.py) that many cores' SBUF and PSUM ("trn2x2")."""
-        if mode != "cores":
+        body (`_cores`) that many cores' SBUF and PSUM ("trn2x2")."""
+        if not self._cores(mode):
             return self.target
         return f"{self.target}x{math.prod(self.grid)}"
 

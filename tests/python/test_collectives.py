@@ -263,3 +263,28 @@ def test_legacy_all_reduce_names_a_missing_grid_axis_at_the_line():
     assert e.value.rule == "collectives"
     assert "program_axes=(1,) names axis 1, but the grid (2,) has axes 0 to 0" in e.value.message
     assert e.value.line == line_of(legacy_all_reduce_bad_axis, "lnl.all_reduce(")
+
+
+def zero_then_shard(x):
+    """nki-library's cascaded-max store: every core clears the whole output, then stores its own
+    shard. On hardware the two cores of kernel[2] run concurrently, so both clears come before
+    either store; run one core after the other, core 1's clear would erase core 0's shard."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    n, p = nl.num_programs(0), nl.program_id(0)
+    rows = x.shape[0] // n
+    p = min(p, n - 1)  # a Python int: each core is traced on its own
+    zeros = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.memset(zeros, 0.0)
+    nisa.dma_copy(dst=out, src=zeros)
+    shard = nl.ndarray((rows, x.shape[1]), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=shard, src=x[p * rows:(p + 1) * rows])
+    nisa.tensor_scalar(dst=shard, data=shard, op0=nl.multiply, operand0=2.0)
+    nisa.dma_copy(dst=out[p * rows:(p + 1) * rows], src=shard)
+    return out
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_the_two_cores_of_kernel_2_run_in_lock_step(mode):
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    got = nki.jit(zero_then_shard, mode="simulation" if mode == "simulate" else None)[2](x)
+    np.testing.assert_array_equal(got, 2 * x)

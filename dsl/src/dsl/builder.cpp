@@ -193,6 +193,17 @@ int seal_segment() {
   return int(current->segments.size()) - 1;
 }
 
+std::optional<std::vector<int>> seal_statements() {
+  if (!current || current->frames.size() != 1) return std::nullopt;
+  std::vector<int> ids;
+  for (auto& stmt : current->frames.front().stmts) {
+    current->segments.push_back({std::move(stmt)});
+    ids.push_back(int(current->segments.size()) - 1);
+  }
+  current->frames.front().stmts.clear();
+  return ids;
+}
+
 void order_segments(const std::vector<int>& order, const Span& span) {
   TraceState& st = state(span);
   std::vector<int> sorted = order;

@@ -53,8 +53,11 @@ void close_loop(int id) noexcept;
 // interleaved at their collectives (python/neuron/collectives.py): seal_segment() moves the body's
 // statements so far into a new segment and returns its index, or -1 (sealing nothing) while a
 // block is open; order_segments() makes the body those segments in the given order (each once),
-// followed by any statements not yet sealed.
+// followed by any statements not yet sealed. seal_statements() seals each of the body's
+// statements so far into a segment of its own (the cores run in lock step between collectives)
+// and returns their indices in order, or nullopt while a block is open.
 int seal_segment();
+std::optional<std::vector<int>> seal_statements();
 void order_segments(const std::vector<int>& order, const Span& span);
 
 // The kernel returns one of its input tensors (NKI's output alias of an input): a kernel with
