@@ -8,7 +8,7 @@ from . import _C
 from . import eager as _eager
 from ._span import user_span
 from .errors import NeuronError, user_error
-from .isa import dma_copy, iota, max8, memset, nc_find_index8, nc_match_replace8, nc_n_gather, \
+from .isa import dma_copy, iota, max8, memset, nc_match_replace8, nc_n_gather, \
     tensor_copy, tensor_scalar, tensor_tensor, tensor_tensor_scan
 
 _f32, _u32 = _C.DType.float32, _C.DType.uint32
@@ -101,22 +101,31 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
     if list(dst.shape) != [p, t + 1]:
         user_error("shape", f"nonzero_with_count: dst has shape {list(dst.shape)}; src "
                    f"{[p, t]} gives [{p}, {t + 1}] (one more element: the count)", span)
-    width = max(t, 8)  # nc_find_index8 reads at least 8 elements
-    key = _C.zeros([p, width], _f32, _C.Memory.sbuf, "", span)
-    nz = key[:, 0:t]
+    nz = _tile([p, t], _f32, span)
     tensor_scalar(nz, src, "not_equal", 0.0)
     rank = _tile([p, t], _f32, span)  # how many nonzeros up to and including j
     zeros = _C.zeros([p, t], _f32, _C.Memory.sbuf, "", span)
     tensor_tensor_scan(rank, nz, zeros, 0.0, "add", "add")
-    tensor_tensor(nz, nz, rank, "multiply")  # k + 1 at the k-th nonzero, 0 elsewhere
     res = _tile([p, t + 1], _f32, span)
     tensor_copy(res[:, t:t + 1], rank[:, t - 1:t])
-    vals, idx = _tile([p, 8], _f32, span), _tile([p, 8], _u32, span)
-    for k0 in range(0, t, 8):  # slot k holds the position of the value k + 1
-        iota(vals, [[1, 8]], offset=k0 + 1)
-        nc_find_index8(idx, key, vals)
-        m = min(8, t - k0)
-        tensor_copy(res[:, k0:k0 + m], idx[:, 0:m])
+    # Slot k holds the index of the (k + 1)-th nonzero, which is the number of positions j
+    # with rank[j] < k + 1 (rank never decreases): a binary search per slot, all slots at once,
+    # by gathers of rank (log2(T) + 1 rounds of five instructions; a search by value with
+    # nc_find_index8, 8 slots per instruction, costs T / 8 passes over the row).
+    want = _tile([p, t], _f32, span)
+    iota(want, [[1, t]], offset=1)  # k + 1
+    pos = res[:, 0:t]
+    memset(pos, 0.0)
+    probe, got = _tile([p, t], _u32, span), nz  # nz is no longer needed
+    step = 1 << (t.bit_length() - 1)
+    while step:
+        # probe = min(pos + step, T) - 1; pos += step where rank[probe] < k + 1
+        tensor_scalar(probe, pos, "add", float(step - 1), False, "minimum", float(t - 1))
+        nc_n_gather(got, rank, probe)
+        tensor_tensor(got, got, want, "less")
+        tensor_scalar(got, got, "multiply", float(step))
+        tensor_tensor(pos, pos, got, "add")
+        step >>= 1
     slot = _tile([p, t], _f32, span)
     iota(slot, [[1, t]])
     tensor_scalar(slot, slot, "less", res[:, t:t + 1])  # slot k < N: an index

@@ -79,6 +79,29 @@ def test_nonzero_with_count_writes_every_16th_partition():
     np.testing.assert_array_equal(got, want)
 
 
+def nonzeros_any(x):
+    p, t = x.shape
+    out = nl.ndarray((p, t + 1), nl.int32, buffer=nl.shared_hbm)
+    d = nl.full((p, t + 1), 7, nl.int32)
+    nisa.nonzero_with_count(d, nl.load(x), padding_val=-1)
+    nl.store(out, d)
+    return out
+
+
+@pytest.mark.parametrize("t", [1, 2, 7, 8, 16, 33, 1000])
+def test_nonzero_with_count_at_any_width(t):
+    # widths around powers of two (the search's steps), rows empty, full, and half full
+    x = ((RNG.random((32, t)) > 0.5) * RNG.integers(1, 5, (32, t))).astype(np.float32)
+    x[16] = 0
+    x[0] = 3
+    got = three_ways(nonzeros_any, x, modes=MODES)
+    for p in (0, 16):
+        idx = np.flatnonzero(x[p])
+        np.testing.assert_array_equal(got[p, :t], np.r_[idx, np.full(t - len(idx), -1)])
+        assert got[p, t] == len(idx)
+    np.testing.assert_array_equal(got[1:16], 7)
+
+
 def nonzeros_3d(x):
     """nki-library's form: a [P, tiles, T] src and a [P, 1, tiles * T + 1] dst, flattened."""
     out = nl.ndarray((48, 1, 21), nl.int32, buffer=nl.shared_hbm)
