@@ -54,6 +54,49 @@ def baremetal(fn=None, **kwargs):
     return kernel(fn)
 
 
+class _Measured:
+    """A kernel run on the simulator with the timing model (nki.benchmark / nki.profile of the
+    current API). `kernel[g]` launches a grid; `.benchmark_result.nc_latency` and `.profile`
+    (the summary text) describe the last call."""
+
+    def __init__(self, k, trace_path=None):
+        self._k = k if isinstance(k, Kernel) else kernel(k)
+        self._trace_path = trace_path
+
+    def __getitem__(self, grid):
+        return _Measured(self._k[grid], self._trace_path)
+
+    def __call__(self, *args, **kwargs):
+        from .legacy import BenchmarkResult, _total_us
+        sim = _simulate(self._k)
+        out = sim(*args, **kwargs)
+        self.profile = sim.profile
+        self.benchmark_result = BenchmarkResult(_total_us(sim.profile), sim.profile)
+        if self._trace_path:
+            os.makedirs(os.path.dirname(self._trace_path) or ".", exist_ok=True)
+            with open(self._trace_path, "w") as f:
+                f.write(sim.profile)
+            self.profile_path = self._trace_path
+        return out
+
+
+def benchmark(kernel=None, warmup=10, iters=100, **kwargs):
+    """nki.benchmark(kernel, warmup=, iters=): one run on the simulator with the timing model;
+    `.benchmark_result.nc_latency.get_latency_percentile(p)` is the modelled latency in us (one
+    deterministic figure for every percentile). warmup, iters and file names are accepted and
+    ignored: the model's latency does not vary between runs."""
+    return (lambda f: _Measured(f)) if kernel is None else _Measured(kernel)
+
+
+def profile(func=None, working_directory=None, save_neff_name=None,
+            save_trace_name="profile.ntff", **kwargs):
+    """nki.profile: a run on the simulator with the timing model that writes the profile summary
+    (text, not a device NTFF trace) to <working_directory>/<save_trace_name's stem>.txt."""
+    stem = os.path.splitext(os.path.basename(save_trace_name or "profile.ntff"))[0]
+    path = os.path.join(working_directory or ".", stem + ".txt")
+    return (lambda f: _Measured(f, path)) if func is None else _Measured(func, path)
+
+
 def _install_legacy():
     from . import legacy
     neuronxcc = sys.modules.get("neuronxcc")
@@ -80,6 +123,7 @@ def install():
     nki.language, nki.isa = language, isa
     nki.jit, nki.simulate, nki.simulate_kernel, nki.baremetal = (jit, simulate, simulate_kernel,
                                                                  baremetal)
+    nki.benchmark, nki.profile = benchmark, profile
     nki.dtype, nki.tensor = type(language.float32), language.tensor  # for annotations
     nki.collectives = collectives
     simulator = types.ModuleType("nki.simulator")

@@ -16,8 +16,8 @@ from .language import _Fn, _int, _operand
 oob_mode = _C.oob_mode
 
 from . import isa_constants as constants  # noqa: E402 (nki.isa.constants)
-from .isa_constants import (dge_mode, dma_engine, engine, get_nc_version,  # noqa: E402,F401
-                            gpsimd_engine, matmul_perf_mode, nc_version, reduce_cmd,
+from .isa_constants import (dge_mode, dma_engine, engine, get_nc_sub_version,  # noqa: E402,F401
+                            get_nc_version, gpsimd_engine, matmul_perf_mode, nc_version, reduce_cmd,
                             scalar_engine, sync_engine, tensor_engine, unknown_engine,
                             vector_engine)
 

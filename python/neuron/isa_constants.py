@@ -57,3 +57,9 @@ unknown_engine, tensor_engine, scalar_engine, gpsimd_engine, vector_engine, sync
 def get_nc_version():
     """NC-v3: kernels are traced once for every target, and trn2 is the default one."""
     return nc_version.gen3
+
+
+def get_nc_sub_version():
+    """The revision within the generation get_nc_version() names: 0 (neuron models one
+    revision of each)."""
+    return 0

@@ -537,3 +537,29 @@ def test_overlapping_sliding_window_patterns_are_read(mode):
                                                for i in range(8)]))
     with pytest.raises(neuron.NeuronError, match="only in a traced kernel"):
         neuron.kernel(sliding_windows, mode="eager")(img)
+
+
+def scaled_rows(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=3.0)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_benchmark_and_profile_of_the_current_api(tmp_path):
+    import re
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    bench = nki.benchmark(warmup=2, iters=5)(scaled_rows)
+    np.testing.assert_array_equal(bench(x), 3 * x)
+    lat = bench.benchmark_result.nc_latency
+    sim = neuron.simulate(neuron.kernel(scaled_rows))
+    sim(x)
+    modelled = float(re.search(r"total time\s+([0-9.]+) us", sim.profile).group(1))
+    assert lat.get_latency_percentile(50) == lat.get_latency_percentile(99) == \
+        pytest.approx(modelled, abs=0.01) and modelled > 0
+    prof = nki.profile(working_directory=str(tmp_path), save_trace_name="rows.ntff")(scaled_rows)
+    np.testing.assert_array_equal(prof[1](x), 3 * x)
+    assert "total time" in (tmp_path / "rows.txt").read_text()
+    assert nisa.get_nc_sub_version() == 0 and nisa.get_nc_version() == nisa.nc_version.gen3
