@@ -60,14 +60,18 @@ class NKIObject:
     """The base class of NKI configuration classes. As in NKI, a subclass needs no __init__:
     `class Cfg(nl.NKIObject): tile: int = 128` takes `Cfg(tile=64)` (keywords, or positions in
     the order the annotations are declared, base classes first); a field not given keeps its
-    class default, or stays unset. A `@dataclass` subclass has the dataclass's own __init__. An
+    class default, or None. A `@dataclass` subclass has the dataclass's own __init__. An
     instance passed to a kernel is a compile-time parameter keyed by its type and fields.
 
     A plain class attribute (`section_idx = None`, no annotation) is a field too, as NKI treats
     it: nki-library's `@dataclass class SectionParams(nl.NKIObject)` declares its fields that
     way and is built with keywords. Such attributes get an annotation when the subclass is
     created, before a @dataclass decorator reads them (values that cannot be dataclass defaults,
-    lists and dicts, stay plain attributes)."""
+    lists and dicts, stay plain attributes).
+
+    A field without a default defaults to None, in a @dataclass subclass too: NKI does not
+    require every field at construction (nki-library's MLP TKG constants declare a field,
+    `remainderIFused`, that their constructor call never passes), so neither does neuron."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -81,6 +85,9 @@ class NKIObject:
                     type(value).__hash__ is None:
                 continue
             own[name] = typing.Any
+        for name in own:
+            if not name.startswith("__") and not hasattr(cls, name):
+                setattr(cls, name, None)
 
     def __init__(self, *args, **kwargs):
         names = [n for c in reversed(type(self).__mro__) for n in getattr(c, "__annotations__", {})

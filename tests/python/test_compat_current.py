@@ -258,7 +258,7 @@ def test_config_classes_divmod_of_the_grid_and_activation_reduce_cmd(mode):
     out = np.zeros_like(x)
     neuron.kernel(divided, mode=mode)[2](x, out, Shape(rows=256))
     np.testing.assert_allclose(out, x + x.sum(axis=1, keepdims=True), rtol=1e-6, atol=1e-6)
-    assert Shape(rows=4) == Shape(4) and Shape(4).shards == 1 and not hasattr(Shape(4), "later")
+    assert Shape(rows=4) == Shape(4) and Shape(4).shards == 1 and Shape(4).later is None
     assert Shape(4, 2) != Shape(4) and "rows=4" in repr(Shape(4))
     with pytest.raises(TypeError, match="unexpected keyword argument 'colums'"):
         Shape(colums=3)
@@ -296,6 +296,19 @@ def test_dataclass_config_fields_declared_without_annotations_take_keywords():
     np.testing.assert_array_equal(k(x, Section(index=0, offset=0)), x[0:32])  # a new key
     with pytest.raises(TypeError, match="unexpected keyword argument 'ofset'"):
         Section(ofset=3)
+
+
+@dataclasses.dataclass
+class Dims(nl.NKIObject):
+    rows: int
+    spare: int  # never passed, as nki-library's MLPTKGConstantsDimensionSizes.remainderIFused
+    cols: int = 8
+
+
+def test_dataclass_config_fields_not_passed_are_none():
+    d = Dims(rows=4)
+    assert (d.rows, d.spare, d.cols) == (4, None, 8) and Dims(4, 5).spare == 5
+    assert Dims(rows=4) == Dims(4, None, 8) != Dims(4, 1)
 
 
 def optional_bias(x, bias=None):
