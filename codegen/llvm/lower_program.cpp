@@ -317,9 +317,16 @@ class Lowering {
     int64_t operand = -1;
     for (size_t i = 0; i < in.src.size(); ++i)
       if (&ap == &in.src[i]) operand = static_cast<int64_t>(i);
+    // A direct dma_copy with oob_mode skip: its HBM side out of range skips the copy, no fault
+    // (the simulator's Machine::skipped_copy).
+    const bool skip = in.op == Opcode::dma_copy && in.args.oob_skip && !indirect && !chip;
     auto range_check = [&](llvm::Value* first, llvm::Value* last, int64_t lim, int kind) {
       llvm::Value* ok = b_.CreateAnd(b_.CreateICmpSGE(first, i64(0)),
                                      b_.CreateICmpSLT(last, i64(lim)));
+      if (skip) {
+        guard_ = guard_ ? b_.CreateAnd(guard_, ok) : ok;
+        return;
+      }
       auto* bad = llvm::BasicBlock::Create(ctx_, "out_of_bounds", fn_);
       auto* next = llvm::BasicBlock::Create(ctx_, "checked", fn_);
       b_.CreateCondBr(ok, next, bad);

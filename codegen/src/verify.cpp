@@ -193,12 +193,11 @@ class Verifier {
   // whole from row 0 (size P, step 1).
   void check_indirect(const Op& op, std::string_view opname) {
     const bool src = op.has("src_rows"), dst = op.has("dst_rows");
-    if (!src && !dst) {
-      if (op.has("oob_mode"))
-        user_error(op.span, "unknown-arg", "{}: oob_mode applies to indirect rows only "
-                   "(src_rows or dst_rows)", opname);
-      return;
-    }
+    const int64_t mode = op.get_int("oob_mode", 0);
+    if (mode != 0 && mode != 1)
+      user_error(op.span, "unknown-arg", "{}: oob_mode is 0 (error) or 1 (skip), got {}", opname,
+                 mode);
+    if (!src && !dst) return;  // oob_mode skips a copy a runtime offset moves out of range
     if (src && dst)
       user_error(op.span, "indirect-dma", "{}: give src_rows or dst_rows, not both", opname);
     const char* side = src ? "src" : "dst";
@@ -229,10 +228,6 @@ class Verifier {
                  "constant a >= 0 and k >= 1 (the rows come from the index tile), got start {}, "
                  "size {}, step {}",
                  opname, d, hbm.buffer->name, rows_arg, P, r.start.str(), r.size, r.step);
-    const int64_t mode = op.get_int("oob_mode", 0);
-    if (mode != 0 && mode != 1)
-      user_error(op.span, "unknown-arg", "{}: oob_mode is 0 (error) or 1 (skip), got {}", opname,
-                 mode);
     indirect_dim_ = {side, d};
   }
 

@@ -383,6 +383,8 @@ void init_trace(py::module_& m) {
   m.def("dma_copy", [](const nl::tensor& dst, const nl::tensor& src, const Span& span) {
     isa::dma_copy(dst, src, span);
   });
+  m.def("dma_copy_oob", [](const nl::tensor& dst, const nl::tensor& src, nl::oob_mode oob,
+                           const Span& span) { isa::dma_copy(dst, src, oob, span); });
 }
 
 }  // namespace neuron::python

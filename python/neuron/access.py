@@ -84,6 +84,15 @@ def bitcast_pattern(t, pat, offset, dtype, span):
         None if off is None else off // k
 
 
+class OutOfRange:
+    """An eager `.ap(..., scalar_offset=r)` that the offset's value moves outside its tensor:
+    `nisa.dma_copy(..., oob_mode=skip)` skips the copy, as a compiled kernel does when it runs;
+    any other use raises the error the view would have raised."""
+
+    def __init__(self, error):
+        self.error = error
+
+
 class SplitView:
     """t.ap(pattern) whose entries no single view walks (a transposing walk such as
     [[F, P], [P*F, 4], [1, F]] over a [4, P, F] tensor, or an overlapping sliding window such as

@@ -8,7 +8,7 @@ import functools
 from . import _C, access, eager
 from ._span import user_span
 from .eager_values import ApKey, BroadcastKey, EagerIndex, EagerRegister, frozen
-from .errors import user_error
+from .errors import NeuronError, user_error
 
 
 def _traced(v, span):
@@ -215,7 +215,12 @@ def _ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indi
                      as_dtype=_C.view_as_dtype(v))
         return [_C.ndarray([1], _C.DType.float32, _C.Memory.shared_hbm, "eager_unused", span)]
     with eager.paused():
-        _C.trace(eager._launch_name(), k, [eager._spec(base, 0)], span)
+        try:
+            _C.trace(eager._launch_name(), k, [eager._spec(base, 0)], span)
+        except NeuronError as e:
+            if scalar_offset is None or e.rule not in ("access-pattern", "out-of-bounds", "index"):
+                raise
+            return access.OutOfRange(e)  # the offset's value: skipped by an oob_mode skip copy
     t = eager.EagerTensor(base, _ap_chain(found["dims"], found["storage"], found["order"],
                                           found["origin"], base.on_chip, found["as_dtype"]),
                           found["shape"])

@@ -6,7 +6,7 @@ from . import eager as _eager
 from . import eager_dynamic as _eager_dynamic
 from ._span import user_span
 from .collectives import core_barrier, sendrecv  # noqa: F401 (refused when called)
-from .access import BitcastView, IndirectView, as_index as _as_index, copy_split
+from .access import BitcastView, IndirectView, OutOfRange, as_index as _as_index, copy_split
 from .errors import user_error
 from .reshaped import dma_operand
 from .language import _Fn, _int, _operand
@@ -342,12 +342,36 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, en
     elif isinstance(dst, IndirectView):
         _C.dma_copy_rows(dst.view, src, dst.rows, False, oob_mode, span)
     else:
-        # oob_mode: a direct copy's indices are known when compiled and checked then, so there
-        # is nothing to skip (NKI takes the keyword on every dma_copy).
+        # oob_mode skip: a copy whose HBM side a register or runtime loop index (.ap's
+        # scalar_offset) moves out of its tensor is skipped when it runs; constant indices are
+        # checked when the kernel compiles.
         # A reshaped HBM tensor (reshaped.py): its base view, same elements in the same order;
         # a transposing .ap() pattern (access.py SplitView): one copy per part.
-        copy_split(lambda d, s: _C.dma_copy(dma_operand(d, s, "dma_copy", span),
-                                            dma_operand(s, d, "dma_copy", span), span), dst, src)
+        skip = oob_mode == _C.oob_mode.skip
+
+        def copy(d, s):
+            d, s = dma_operand(d, s, "dma_copy", span), dma_operand(s, d, "dma_copy", span)
+            if skip:
+                _C.dma_copy_oob(d, s, oob_mode, span)
+            else:
+                _C.dma_copy(d, s, span)
+        copy_split(copy, dst, src)
+
+
+_dma_copy = dma_copy
+
+
+def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, engine=None,
+             name=None):
+    """DMA copy between HBM and SBUF (either way, or SBUF to SBUF) with a cast; one side may
+    be t.ap(..., vector_offset=rows) (rows chosen at run time, oob_mode for bad rows), or
+    t.ap(..., scalar_offset=r) (a copy r moves out of t is skipped with oob_mode skip)."""
+    for side in (dst, src):
+        if isinstance(side, OutOfRange):  # eager mode: the offset's value is known now
+            if int(oob_mode) == int(_C.oob_mode.skip):
+                return None
+            raise side.error
+    return _dma_copy(dst, src, oob_mode, dge_mode, priority, engine, name)
 
 
 # ---- gathers ---------------------------------------------------------------------------------

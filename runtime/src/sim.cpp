@@ -229,6 +229,36 @@ struct Machine {
     return s;
   }
 
+  // Smallest and largest value of sum(stride * idx) over the dims from `first` (dim 0 spans
+  // `rows` rows when given: an indirect DMA's HBM side).
+  static std::pair<int64_t, int64_t> reach(const AccessPattern& ap, size_t first, int64_t rows) {
+    int64_t lo = 0, hi = 0;
+    for (size_t i = first; i < ap.dims.size(); ++i) {
+      const int64_t size = i == 0 && rows > 0 ? rows : ap.dims[i].size;
+      int64_t span = ap.dims[i].stride * (size - 1);
+      (span < 0 ? lo : hi) += span;
+    }
+    return {lo, hi};
+  }
+
+  // A dma_copy with oob_mode skip whose HBM side a runtime offset (a register, a dynamic loop)
+  // moves outside its tensor is skipped, as NKI's DMA skips out-of-bounds accesses; the native
+  // code does the same (codegen/llvm/lower_program.cpp check_dynamic).
+  bool skipped_copy(const CInstr& ci) const {
+    const Instr& in = *ci.in;
+    if (in.op != Opcode::dma_copy || !in.args.oob_skip ||
+        in.args.indirect != InstrArgs::Indirect::none)
+      return false;
+    for (const CPattern* cp : {&ci.dst, &ci.src[0]}) {
+      const AccessPattern& ap = *cp->ap;
+      if (is_on_chip(ap.memory)) continue;
+      const int64_t off = cp->offset.eval(env);
+      auto [lo, hi] = reach(ap, 0, 0);
+      if (off + lo < 0 || off + hi >= hbm[static_cast<size_t>(ap.tensor)].elements()) return true;
+    }
+    return false;
+  }
+
   // Resolves a pattern into the kernels' view for the current iteration and checks every element
   // it touches. `what` names the operand.
   // `rows`: an indirect DMA's HBM side, whose dim 0 positions are data: its bounds are checked
@@ -244,16 +274,7 @@ struct Machine {
                    opcode_name(in.op), d.size);
       count *= d.size;
     }
-    // Smallest and largest value of sum(stride * idx) over the given dims.
-    auto extent = [&](size_t first) {
-      int64_t lo = 0, hi = 0;
-      for (size_t i = first; i < ap.dims.size(); ++i) {
-        const int64_t size = i == 0 && rows > 0 ? rows : ap.dims[i].size;
-        int64_t span = ap.dims[i].stride * (size - 1);
-        (span < 0 ? lo : hi) += span;
-      }
-      return std::pair{lo, hi};
-    };
+    auto extent = [&](size_t first) { return reach(ap, first, rows); };
     native::NView v{};
     if (is_on_chip(ap.memory)) {
       NEURON_ASSERT(!ap.dims.empty(), "on-chip pattern without a partition dim at {}",
@@ -379,7 +400,7 @@ struct Machine {
 
   void run_instr(const CInstr& ci) {
     if (timing) time_instr(ci);
-    if (!execute) return;
+    if (!execute || skipped_copy(ci)) return;
     Executor e{*this, ci};
     native::call_instr(e, *ci.in);
     native::raise_fault(*prog, native::take_fault(), pid_str());

@@ -316,3 +316,49 @@ def test_eager_registers_hold_values_and_loops_iterate(capsys):
 
     out = neuron.kernel(k, mode="eager")(np.zeros(4, np.float32), ints((1, 1), [3]))
     assert seen == [3, 0, 1, 2] and out[0, 0] == 3
+
+
+def scatter_rows(x, rows):
+    """Row i of x goes to row rows[i] of out through .ap(scalar_offset=...), as nki-library's
+    indexed_flatten writes its rows; an offset outside out skips that copy (oob_mode skip)."""
+    n, f = x.shape
+    out = nl.ndarray((8, f), x.dtype, buffer=nl.shared_hbm)
+    fill = nl.ndarray((8, f), x.dtype, buffer=nl.sbuf)
+    nisa.memset(fill, -1.0)
+    nisa.dma_copy(dst=out, src=fill)
+    r_sb = nl.ndarray((1, n), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=r_sb, src=rows)
+    for i in range(n):
+        t = nl.ndarray((1, f), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i:i + 1, :])
+        r = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=r, src=r_sb[0:1, i:i + 1])
+        nisa.dma_copy(dst=out.ap([[f, 1], [1, f]], offset=0, scalar_offset=r, indirect_dim=0),
+                      src=t, oob_mode=nisa.oob_mode.skip)
+    return out
+
+
+def test_a_dma_copy_moved_out_of_range_by_its_scalar_offset_is_skipped_with_oob_mode_skip():
+    x = RNG.standard_normal((5, 16)).astype(np.float32)
+    rows = ints((1, 5), [5, -1000000, 2, 8, 7])  # below, and past the end (8 rows)
+    want = np.full((8, 16), -1.0, np.float32)
+    want[[5, 2, 7]] = x[[0, 2, 4]]
+    np.testing.assert_array_equal(three_ways(scatter_rows, x, rows), want)
+
+
+def scatter_rows_strict(x, rows):
+    out = nl.ndarray((8, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
+    r = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=r, src=rows)
+    t = nl.load(x)
+    nisa.dma_copy(dst=out.ap([[16, 1], [1, 16]], offset=0, scalar_offset=r, indirect_dim=0),
+                  src=t)
+    return out
+
+
+@pytest.mark.parametrize("mode", ("native", "simulate", "eager"))
+def test_without_oob_mode_skip_an_out_of_range_scalar_offset_is_an_error(mode):
+    x = RNG.standard_normal((1, 16)).astype(np.float32)
+    with pytest.raises(neuron.NeuronError) as info:
+        neuron.kernel(scatter_rows_strict, mode=mode)(x, ints((1, 1), [9]))
+    assert info.value.line == line_of(scatter_rows_strict, "scalar_offset=r")

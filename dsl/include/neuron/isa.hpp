@@ -117,6 +117,9 @@ void affine_select(const tensor& dst, const pattern& pattern, int64_t channel_mu
                    int64_t offset = 0, Span span = Span::current());
 // DMA copy between HBM and SBUF (either direction, or SBUF to SBUF).
 void dma_copy(const tensor& dst, const tensor& src, Span span = Span::current());
+// The same; with oob_mode::skip, a copy whose HBM side a register or runtime loop index moves
+// out of its tensor at run time is skipped instead of faulting (NKI's oob_mode on dma_copy).
+void dma_copy(const tensor& dst, const tensor& src, nl::oob_mode oob, Span span = Span::current());
 // dst's bytes = src's bytes, each walked in row-major order (NKI's .ap(dtype=...) views: the
 // two sides may have different dtypes and shapes but hold the same number of bytes).
 void dma_copy_bitcast(const tensor& dst, const tensor& src, Span span = Span::current());

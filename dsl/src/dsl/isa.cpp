@@ -226,6 +226,16 @@ void dma_copy(const tensor& dst, const tensor& src, Span span) {
   dsl::emit(Opcode::dma_copy, {{"dst", view_of(dst, span)}, {"src", view_of(src, span)}}, span);
 }
 
+void dma_copy(const tensor& dst, const tensor& src, nl::oob_mode oob, Span span) {
+  if (oob == nl::oob_mode::error) return dma_copy(dst, src, span);
+  dsl::require_trace(span);
+  dsl::emit(Opcode::dma_copy,
+            {{"dst", view_of(dst, span)},
+             {"src", view_of(src, span)},
+             {"oob_mode", static_cast<int64_t>(oob)}},
+            span);
+}
+
 void dma_copy_bitcast(const tensor& dst, const tensor& src, Span span) {
   dsl::require_trace(span);
   dsl::emit(Opcode::dma_copy,
