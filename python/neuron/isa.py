@@ -374,6 +374,9 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, en
     return _dma_copy(dst, src, oob_mode, dge_mode, priority, engine, name)
 
 
+dma_copy.__wrapped__ = _dma_copy.__wrapped__  # the traced body, for callers already in an op
+
+
 # ---- gathers ---------------------------------------------------------------------------------
 
 @_eager.op(writes=("dst",))

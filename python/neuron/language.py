@@ -471,7 +471,11 @@ def _rolled(args, sequential):
         return
     serial = _State.serial
     try:
-        yield _C.Affine(start) + _C.Affine.var(var, step)
+        # One trip: the index is the constant `start` (the loop stays, a block for its tiles),
+        # so an .ap() offset or subscript built from it is constant (nki-library's output
+        # projection offsets an SBUF .ap() by head * row length in a loop over one head: as a
+        # variable that term would look like a partition offset).
+        yield _C.Affine(start) + (_C.Affine.var(var, step) if extent > 1 else _C.Affine(0))
     finally:
         if serial == _State.serial:
             _C.close_loop(loop_id)

@@ -128,3 +128,22 @@ def test_a_program_id_used_as_a_value_traces_each_program(mode):
     np.testing.assert_array_equal(k[2](x), np.concatenate([x[:128], 2 * x[128:]]))
     np.testing.assert_array_equal(k[4](x), x * np.repeat([1.0, 2.0, 3.0, 4.0], 64)[:, None]
                                   .astype(np.float32))  # another grid: traced again
+
+
+def one_head(x):
+    """nki-library's output projection: an SBUF .ap() offset by head * (elements per row) in a
+    loop over the heads, here one head. A one-trip loop's index is the constant 0, so the offset
+    stays inside partition 0's row instead of naming a partition by a loop variable."""
+    out = nl.ndarray((128, 16), x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    for head in nl.affine_range(1):
+        nl.store(out, nl.copy(t.ap([[32, 128], [1, 16]], offset=head * 32 + 16)))
+    return out
+
+
+@pytest.mark.parametrize("mode", ("native", "simulate", "eager"))
+def test_a_one_trip_loops_index_is_a_constant(mode):
+    x = RNG.standard_normal((128, 32)).astype(np.float32)
+    np.testing.assert_array_equal(neuron.kernel(one_head, mode=mode)(x), x[:, 16:32])
+    ir = str(neuron.kernel(one_head).trace(x))
+    assert "affine_range(1)" in ir  # the loop stays: a block for the tiles made inside it
