@@ -10,7 +10,7 @@ import numpy as np
 from . import _C
 from ._span import user_span
 from .dtypes import to_dtype
-from .errors import user_error
+from .errors import NeuronError, user_error
 
 
 class IndirectView:
@@ -85,12 +85,18 @@ def bitcast_pattern(t, pat, offset, dtype, span):
 
 
 class OutOfRange:
-    """An eager `.ap(..., scalar_offset=r)` that the offset's value moves outside its tensor:
-    `nisa.dma_copy(..., oob_mode=skip)` skips the copy, as a compiled kernel does when it runs;
-    any other use raises the error the view would have raised."""
+    """An `.ap()` view that cannot exist: its pattern from its offset leaves the tensor (a
+    constant offset, or in eager mode a scalar_offset's value). As in NKI, building it is no
+    error: kernels build a view per loop step and use it only on the steps where it fits
+    (nki-library's output projection). `nisa.dma_copy(..., oob_mode=skip)` skips a copy
+    through it; any other use (an instruction, an attribute) raises the error, which names the
+    .ap() call's line."""
 
     def __init__(self, error):
         self.error = error
+
+    def __getattr__(self, name):
+        raise self.error
 
 
 class SplitView:
@@ -216,9 +222,21 @@ def scalar_register(v, what, span):
     return as_index(v, what)
 
 
+def _known(v):
+    """A pattern number: an int, or a loop index whose value the trace knows (a one-trip loop's,
+    or, by unrolling that loop, any rolled loop's)."""
+    if isinstance(v, _C.Affine):
+        if not v.is_constant():
+            from . import unroll
+            unroll.need_value(v)  # restarts the trace with the loop unrolled
+        if v.is_constant():
+            return int(v.constant)
+    return v
+
+
 def pattern_pairs(pattern):
     try:
-        pairs = [tuple(p) for p in pattern]
+        pairs = [tuple(_known(v) for v in p) for p in pattern]
     except TypeError:
         pairs = None
     if not pairs or any(len(p) != 2 or not all(is_int(v) for v in p) for p in pairs):
@@ -227,11 +245,26 @@ def pattern_pairs(pattern):
     return [(int(s), int(c)) for s, c in pairs]
 
 
+def _fits_elsewhere(t, pattern):
+    """Does the pattern make a view of t from element 0 (so that only its offset failed)?"""
+    try:
+        ap_over(t, None, pattern, 0)
+        return True
+    except (NeuronError, TypeError):
+        return False
+
+
 def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0,
        dtype=None):
     """The view of this tensor's storage walking pattern = [[stride, count], ...] from element
     `offset` (None: this view's first element); see the module doc."""
-    return ap_over(self, None, pattern, offset, scalar_offset, vector_offset, indirect_dim, dtype)
+    try:
+        return ap_over(self, None, pattern, offset, scalar_offset, vector_offset, indirect_dim,
+                       dtype)
+    except NeuronError as e:
+        if e.rule != "access-pattern" or not _fits_elsewhere(self, pattern):
+            raise
+        return OutOfRange(e)  # raised where the view is used (OutOfRange)
 
 
 def ap_over(self, storage, pattern, offset=None, scalar_offset=None, vector_offset=None,

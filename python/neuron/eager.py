@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _C, runtime
 from ._span import user_span
-from .access import BitcastView, IndirectView
+from .access import BitcastView, IndirectView, OutOfRange
 from .eager_values import _HBM, ApKey, BroadcastKey, EagerIndex, _Base, _numpy_key, \
     _symbolic_slice_check, _view_of, frozen, traced_bound
 from .errors import user_error
@@ -276,6 +276,9 @@ def op(writes=()):
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
+            for a in (*args, *kwargs.values()):  # an .ap() view that cannot exist, now used
+                if type(a) is OutOfRange:
+                    raise a.error
             if _state.launch is None:
                 try:
                     result = fn(*args, **kwargs)

@@ -190,6 +190,8 @@ def _ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indi
         view = self._apply(eager._root(base, root, span))
         if rows is None:
             v = access.ap(view, pattern, offset, scalar_offset, None, indirect_dim, dtype)
+            if isinstance(v, access.OutOfRange):
+                raise v.error
         else:
             if scalar_offset is not None:
                 user_error("access-pattern", "ap: scalar_offset and vector_offset are mutually "
@@ -218,9 +220,10 @@ def _ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indi
         try:
             _C.trace(eager._launch_name(), k, [eager._spec(base, 0)], span)
         except NeuronError as e:
-            if scalar_offset is None or e.rule not in ("access-pattern", "out-of-bounds", "index"):
+            if e.rule not in ("access-pattern", "out-of-bounds", "index") or \
+                    (scalar_offset is None and offset is None):
                 raise
-            return access.OutOfRange(e)  # the offset's value: skipped by an oob_mode skip copy
+            return access.OutOfRange(e)  # its offset's value: raised where it is used
     t = eager.EagerTensor(base, _ap_chain(found["dims"], found["storage"], found["order"],
                                           found["origin"], base.on_chip, found["as_dtype"]),
                           found["shape"])

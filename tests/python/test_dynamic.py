@@ -362,3 +362,34 @@ def test_without_oob_mode_skip_an_out_of_range_scalar_offset_is_an_error(mode):
     with pytest.raises(neuron.NeuronError) as info:
         neuron.kernel(scatter_rows_strict, mode=mode)(x, ints((1, 1), [9]))
     assert info.value.line == line_of(scatter_rows_strict, "scalar_offset=r")
+
+
+def views_per_step(x):
+    """nki-library's output projection: an .ap() view built on every loop step and used only
+    on the steps where it fits (h < 7); building the others is no error."""
+    out = nl.ndarray((7, 128, 4), x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)  # [128, 28]
+    for h in nl.affine_range(8):
+        v = t.ap([[28, 128], [7, 4]], offset=h)  # h = 7 would walk past the row
+        if h < 7:
+            nl.store(out[h], nl.copy(v))
+    return out
+
+
+def uses_a_view_past_the_row(x):
+    out = nl.ndarray((128, 4), x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    v = t.ap([[28, 128], [7, 4]], offset=7)
+    nl.store(out, nl.copy(v))
+    return out
+
+
+def test_an_ap_view_that_does_not_fit_is_an_error_only_where_it_is_used():
+    x = RNG.standard_normal((128, 28)).astype(np.float32)
+    got = three_ways(views_per_step, x)
+    np.testing.assert_array_equal(got, x.reshape(128, 4, 7).transpose(2, 0, 1))
+    for mode in ("native", "simulate", "eager"):
+        with pytest.raises(neuron.NeuronError) as info:
+            neuron.kernel(uses_a_view_past_the_row, mode=mode)(x)
+        assert info.value.rule == "access-pattern"
+        assert info.value.line == line_of(uses_a_view_past_the_row, "t.ap(")
