@@ -9,11 +9,11 @@ seals the calling program's statements so far into a segment (its "phase"); when
 program reaches the k-th collective, the exchanges of round k are emitted (for sendrecv, one DMA
 copy per receiving program: its dst from the sender's src), and when every program has ended
 the body is ordered phase by phase: phase k of every program, the round-k copies, then phase
-k + 1. Within a phase the programs take turns statement by statement (the top-level statements
-of their bodies: a loop is one), as concurrent cores do. That is a sequential schedule every
-real execution of the barrier agrees with: whatever a core wrote before a collective is visible
-to every core after it. `kernel[2]` traced per program (the two cores of an LNC-2 NeuronCore,
-kernel.py `_cores`) runs the same way without collectives: one phase in lock step. The kernel
+k + 1. That is a sequential schedule every real execution of the barrier agrees with: whatever
+a core wrote before a collective is visible to every core after it. `kernel[2]` traced per
+program without collectives (the two cores of an LNC-2 NeuronCore, kernel.py `_cores`) is one
+phase whose programs take turns statement by statement (the top-level statements of their
+bodies: a loop is one), as concurrent cores do. The kernel
 compiles for all its cores' SBUF and PSUM in one simulated core (target "trn2x2", kernel.py
 _target_for). A collective inside a rolled loop unrolls the loops traced so far
 (unroll.py); one inside a runtime loop or conditional (fori_loop, if_else) is refused, since its
@@ -66,8 +66,9 @@ class _Rounds(threading.local):
     """The collectives of the programs traced so far in "cores" mode (kernel._per_program); per
     thread, as threads trace concurrently."""
 
-    def begin(self, n):
+    def begin(self, n, lock_step=False):
         self.n = n
+        self.lock_step = lock_step
         self.calls = [[] for _ in range(n)]  # per program: (what, span, exchange) per round
         # per program, per phase: the segments of its statements (one each), in order
         self.phases = [[] for _ in range(n)]
@@ -90,14 +91,20 @@ class _Rounds(threading.local):
                        "collectives in the same order", span)
         order = []
         for k in range(counts[0] + 1):
-            # The cores run concurrently: within a phase their statements take turns, the
-            # first of every program, then the second, ... (lock step). A core that writes HBM
-            # its sibling has just cleared (nki-library zeroes a shared output on every core,
-            # then each stores its shard) sees what concurrent cores see; programs that share
-            # nothing compute the same in any order.
             phase = [self.phases[p][k] for p in range(self.n)]
-            for i in range(max(map(len, phase))):
-                order += [segs[i] for segs in phase if i < len(segs)]
+            if self.lock_step:
+                # Cores without collectives run concurrently: their statements take turns, the
+                # first of every program, then the second, ... A core that writes HBM its
+                # sibling has just cleared (nki-library zeroes a shared output on every core,
+                # then each stores its shard) sees what concurrent cores see; programs that
+                # share nothing compute the same in any order.
+                for i in range(max(map(len, phase))):
+                    order += [segs[i] for segs in phase if i < len(segs)]
+            else:
+                # Between collectives, one core's phase after another's: each phase's tiles
+                # die before the next core's phase, as the allocator checks the cores' tiles
+                # against their joint SBUF and PSUM, not each core's own.
+                order += [s for segs in phase for s in segs]
             if k in self.copies:
                 order.append(self.copies[k])
         _C.order_segments(order, span)

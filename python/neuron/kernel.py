@@ -217,19 +217,20 @@ def whole_of_reshape(t):
     return t, None
 
 
-def _per_program(fn, grid, span, cores=False):
+def _per_program(fn, grid, span, cores=False, lock_step=False):
     """fn traced once per program of the grid, in order, with the program ids as ints (the
     kernel's Python needed their values): each body in a block of its own (its tiles freed at
     its end), the k-th shared HBM tensor every program allocates being one tensor (the grid's
     shared outputs, as in eager mode). cores: the programs meet at core collectives, so their
-    bodies stay at the top level and are interleaved at them (collectives.py). The result is the
+    bodies stay at the top level and are interleaved at them (collectives.py); lock_step: they
+    take turns statement by statement instead (kernel[2] without collectives). The result is the
     first program's."""
     def run(*tensors):
         result = None
         _State.shared = []
         programs = list(itertools.product(*(range(g) for g in grid)))
         if cores:
-            collectives._rounds.begin(len(programs))
+            collectives._rounds.begin(len(programs), lock_step=lock_step)
         for rank, pid in enumerate(programs):
             _State.program, _State.shared_next = pid, 0
             if cores:
@@ -347,7 +348,8 @@ class Kernel:
             mode = unroll.grid_mode()
             _State.grid, _State.program = (self.grid if mode else None), None
             body = with_constants if not unroll.per_program() else \
-                _per_program(with_constants, self.grid, function_span(self.fn), self._cores(mode))
+                _per_program(with_constants, self.grid, function_span(self.fn), self._cores(mode),
+                             mode == "programs")
             hidden = [runtime.spec_of(a, f"shared_constant{i}") for i, a in enumerate(consts)]
             return _C.trace(self.fn.__name__, body, specs + hidden, function_span(self.fn))
         outer = (_State.grid_ndim, _State.grid, _State.program, _State.shared)
