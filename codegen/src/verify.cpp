@@ -182,10 +182,15 @@ class Verifier {
       user_error(a.span, "partition-size",
                  "buffer {} has {} partitions; the partition dimension (dim 0) is at most {}",
                  buffer_str(b), b.shape[0], target_.partitions);
-    if (b.memory == Memory::psum && b.slot_bytes() > target_.psum_bank_bytes)
+    // A PSUM buffer may span several banks (nki-library's top-k keeps [128, 1024] fp32 index
+    // tiles in PSUM on trn2; the allocator gives it whole banks); a matmul writes within one
+    // (matmul_shape).
+    const int64_t psum_bytes = target_.psum_banks * target_.psum_bank_bytes;
+    if (b.memory == Memory::psum && b.slot_bytes() > psum_bytes)
       user_error(a.span, "psum-bank",
-                 "PSUM buffer {} needs {} bytes per partition but a PSUM bank holds {}",
-                 buffer_str(b), b.slot_bytes(), target_.psum_bank_bytes);
+                 "PSUM buffer {} needs {} bytes per partition but PSUM holds {} ({} banks of {})",
+                 buffer_str(b), b.slot_bytes(), psum_bytes, target_.psum_banks,
+                 target_.psum_bank_bytes);
   }
 
   // Indirect rows (src_rows / dst_rows): an integer [P, 1] SBUF tile whose element p is the row
@@ -542,6 +547,29 @@ class Verifier {
     }
   }
 
+  // A matmul accumulates within one PSUM bank: its result may not cross a bank boundary of a
+  // buffer that spans several (checked where the result's position is known when compiling).
+  void bank_of_result(const Op& op, std::string_view opname, const Access& dst) {
+    if (dst.buffer->memory != Memory::psum ||
+        dst.buffer->slot_bytes() <= target_.psum_bank_bytes)
+      return;
+    const std::vector<int64_t> R = row_strides(dst.storage_shape());
+    int64_t lo = 0, hi = 0;
+    for (size_t d = 1; d < dst.dims.size(); ++d) {
+      const DimSlice& s = dst.dims[d];
+      if (!s.start.is_constant()) return;
+      lo += s.start.constant * R[d];
+      hi += (s.start.constant + s.step * (s.size - 1)) * R[d];
+    }
+    const int64_t es = dtype_bytes(dst.dtype()), bank = target_.psum_bank_bytes;
+    if ((lo * es) / bank != (hi * es + es - 1) / bank)
+      user_error(op.span, "psum-bank",
+                 "{}: the result goes to bytes [{}, {}) of each partition of PSUM buffer '{}', "
+                 "across a {}-byte bank boundary; a matmul accumulates within one bank, so "
+                 "write each bank's columns with a matmul of its own",
+                 opname, lo * es, hi * es + es, dst.buffer->name, bank);
+  }
+
   void matmul_shape(const Op& op, std::string_view opname, int64_t k1, int64_t m, int64_t k2,
                     int64_t n, const Access& dst) {
     if (k1 != k2)
@@ -559,6 +587,7 @@ class Verifier {
     if (partitions(dst) != m || free_elements(dst) != n)
       user_error(op.span, "matmul-shape", "{}: dst has shape {} but the product is [{}, {}]",
                  opname, shape_str(pattern_shape(dst)), m, n);
+    bank_of_result(op, opname, dst);
     // NeuronCore-v4 can also write bf16 results (NKI_API.md 6.5).
     const bool bf16_ok = target_.generation == "trn3" && op.code == Opcode::nc_matmul;
     if (dst.dtype() != DType::float32 && !(bf16_ok && dst.dtype() == DType::bfloat16))
