@@ -59,12 +59,12 @@ class _Measured:
     current API). `kernel[g]` launches a grid; `.benchmark_result.nc_latency` and `.profile`
     (the summary text) describe the last call."""
 
-    def __init__(self, k, trace_path=None):
+    def __init__(self, k, trace=None):
         self._k = k if isinstance(k, Kernel) else kernel(k)
-        self._trace_path = trace_path
+        self._trace = trace  # nki.profile's (working_directory, save_trace_name)
 
     def __getitem__(self, grid):
-        return _Measured(self._k[grid], self._trace_path)
+        return _Measured(self._k[grid], self._trace)
 
     def __call__(self, *args, **kwargs):
         from .legacy import BenchmarkResult, _total_us
@@ -72,11 +72,9 @@ class _Measured:
         out = sim(*args, **kwargs)
         self.profile = sim.profile
         self.benchmark_result = BenchmarkResult(_total_us(sim.profile), sim.profile)
-        if self._trace_path:
-            os.makedirs(os.path.dirname(self._trace_path) or ".", exist_ok=True)
-            with open(self._trace_path, "w") as f:
-                f.write(sim.profile)
-            self.profile_path = self._trace_path
+        if self._trace:
+            from .legacy import write_profile
+            self.profile_path = write_profile(*self._trace, sim.profile)
         return out
 
 
@@ -92,9 +90,8 @@ def profile(func=None, working_directory=None, save_neff_name=None,
             save_trace_name="profile.ntff", **kwargs):
     """nki.profile: a run on the simulator with the timing model that writes the profile summary
     (text, not a device NTFF trace) to <working_directory>/<save_trace_name's stem>.txt."""
-    stem = os.path.splitext(os.path.basename(save_trace_name or "profile.ntff"))[0]
-    path = os.path.join(working_directory or ".", stem + ".txt")
-    return (lambda f: _Measured(f, path)) if func is None else _Measured(func, path)
+    trace = (working_directory, save_trace_name)
+    return (lambda f: _Measured(f, trace)) if func is None else _Measured(func, trace)
 
 
 def _install_legacy():

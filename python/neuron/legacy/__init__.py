@@ -262,6 +262,17 @@ class BenchmarkKernel(LegacyKernel):
         return out
 
 
+def write_profile(working_directory, save_trace_name, text):
+    """nki.profile's output here: the profile summary text in
+    <working_directory>/<save_trace_name without extension>.txt (no device NTFF); its path."""
+    stem = os.path.splitext(os.path.basename(save_trace_name or "profile.ntff"))[0]
+    os.makedirs(working_directory or ".", exist_ok=True)
+    path = os.path.join(working_directory or ".", stem + ".txt")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
 class ProfileKernel(LegacyKernel):
     """nki.profile: runs on the simulator with the timing model and writes the profile summary
     (text) to <working_directory>/<save_trace_name without extension>.txt."""
@@ -269,11 +280,8 @@ class ProfileKernel(LegacyKernel):
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True
         out = self.run(args, kwargs, "simulate", profile=True)
-        stem = os.path.splitext(os.path.basename(self.save_trace_name))[0]
-        os.makedirs(self.working_directory, exist_ok=True)
-        self.profile_path = os.path.join(self.working_directory, stem + ".txt")
-        with open(self.profile_path, "w") as f:
-            f.write(self.profile_text)
+        self.profile_path = write_profile(self.working_directory, self.save_trace_name,
+                                          self.profile_text)
         return out
 
 
