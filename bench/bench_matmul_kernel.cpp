@@ -106,7 +106,7 @@ __attribute__((target("avx512f,fma"))) void fma_peak_avx512(benchmark::State& st
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (const char* isa : {"amx", "avx512", "avx2", "portable"}) {
+  for (const char* isa : {"amx", "avx512bf16", "avx512", "avx2", "portable"}) {
     if (!neuron_matmul_variant_supported(isa)) continue;
     for (const Case& cs : kCases) {
       std::string shape = fmt::format("{}/M{}_N{}_K{}", cs.name, cs.M, cs.N, cs.K);

@@ -3,6 +3,7 @@
 // shapes, strides, both accumulate modes, fp32 and bf16, and special values.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -89,7 +90,7 @@ struct Shape {
 };
 
 // The variants under test: each ISA by name (skipped where this CPU lacks it) and the host's.
-const char* const kVariants[] = {"amx", "avx512", "avx2", "portable", "host"};
+const char* const kVariants[] = {"amx", "avx512bf16", "avx512", "avx2", "portable", "host"};
 
 bool run_f32(const char* isa, std::vector<float>& c, int64_t ldc, const std::vector<float>& a,
              int64_t lda, const std::vector<float>& b, int64_t ldb, const Shape& s, bool acc) {
@@ -186,11 +187,14 @@ const Shape kShapes[] = {{1, 1, 1},    {1, 1, 2},    {2, 3, 1},      {3, 5, 7}, 
 
 TEST_CASE("matmul kernel: variants exist and the host picks the best one it supports") {
   std::string isa = neuron_matmul_isa();
-  CHECK((isa == "amx" || isa == "avx512" || isa == "avx2" || isa == "portable"));
+  CHECK((isa == "amx" || isa == "avx512bf16" || isa == "avx512" || isa == "avx2" ||
+         isa == "portable"));
   CHECK(neuron_matmul_variant_supported("portable") == 1);
   CHECK(neuron_matmul_variant_supported("sse9") == 0);
   if (neuron_matmul_variant_supported("amx"))
     CHECK(isa == "amx");
+  else if (neuron_matmul_variant_supported("avx512bf16"))
+    CHECK(isa == "avx512bf16");
   else if (neuron_matmul_variant_supported("avx512"))
     CHECK(isa == "avx512");
   else if (neuron_matmul_variant_supported("avx2"))
@@ -199,8 +203,9 @@ TEST_CASE("matmul kernel: variants exist and the host picks the best one it supp
   CHECK(neuron_matmul_f32_variant("sse9", &c, 1, &a, 1, &b, 1, 1, 1, 1, 0) == 0);
   CHECK(c == 1.0f);
   MESSAGE("host matmul ISA: ", isa, "; amx ", neuron_matmul_variant_supported("amx"),
-          ", avx512 ", neuron_matmul_variant_supported("avx512"),
-          ", avx2 ", neuron_matmul_variant_supported("avx2"));
+          ", avx512bf16 ", neuron_matmul_variant_supported("avx512bf16"), ", avx512 ",
+          neuron_matmul_variant_supported("avx512"), ", avx2 ",
+          neuron_matmul_variant_supported("avx2"));
 }
 
 TEST_CASE("matmul kernel: hand-computed 2x2x3 fp32 and bf16") {
@@ -361,6 +366,46 @@ TEST_CASE("matmul kernel: inf, NaN, signed zero and overflow follow fma") {
           CHECK(std::isnan(got[i]));
         } else if (bits_of(got[i]) != bits_of(want[i])) {
           CHECK(bits_of(got[i]) == bits_of(want[i]));
+        }
+      }
+    }
+  }
+}
+
+// The bf16 variants that use hardware dot products (AMX, AVX512-BF16) were matched to the rule
+// by measurement; this sweeps bands of exponents from the flush range to overflow, with
+// subnormal, infinite and NaN inputs mixed in, so a CPU whose instruction rounds or flushes
+// differently fails here rather than in a user's kernel.
+TEST_CASE("matmul kernel: bf16 bit-exact across the exponent range, specials included") {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> offset(-8, 8), mant(0, 127), coin(0, 99);
+  const uint16_t specials[] = {0x7f80, 0xff80, 0x7fc1, 0x0001, 0x807f, 0x0000, 0x8000};
+  for (int center : {-120, -66, -63, -10, 0, 60, 63, 120}) {
+    auto one = [&](int e0) -> uint16_t {
+      if (coin(rng) < 3) return specials[static_cast<size_t>(coin(rng)) % std::size(specials)];
+      const int e = std::clamp(e0 + offset(rng), -126, 127);
+      return static_cast<uint16_t>((coin(rng) % 2) << 15 | (e + 127) << 7 | mant(rng));
+    };
+    for (Shape sh : {Shape{7, 33, 129}, Shape{16, 64, 128}}) {
+      const int64_t lda = sh.M + 3, ldb = sh.N + 5, ldc = sh.N + 1;
+      std::vector<uint16_t> a(static_cast<size_t>(sh.K * lda)), b(static_cast<size_t>(sh.K * ldb));
+      for (auto& x : a) x = one(center);
+      for (auto& x : b) x = one(center);
+      std::vector<float> c0(static_cast<size_t>(sh.M * ldc));
+      for (auto& x : c0) x = widen(one(2 * center)) * 1.5f;
+      for (bool acc : {false, true}) {
+        std::vector<float> want = c0;
+        reference(want, ldc, a, lda, b, ldb, sh.M, sh.N, sh.K, acc);
+        for (const char* isa : kVariants) {
+          std::vector<float> got = c0;
+          if (!run_bf16(isa, got, ldc, a, lda, b, ldb, sh, acc)) continue;
+          INFO("isa=", std::string(isa), " exponents around ", center, " M=", sh.M, " N=", sh.N,
+               " K=", sh.K, " accumulate=", acc);
+          int differ = 0;
+          for (size_t i = 0; i < got.size(); ++i)
+            differ +=
+                std::isnan(want[i]) ? !std::isnan(got[i]) : bits_of(got[i]) != bits_of(want[i]);
+          CHECK(differ == 0);
         }
       }
     }

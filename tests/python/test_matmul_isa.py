@@ -79,7 +79,7 @@ def test_every_matmul_variant_computes_the_rules_bits(tmp_path):
     assert (seq.view(np.uint32) != want[0].view(np.uint32)).sum() > 100
 
     ran = []
-    for isa in ("amx", "avx512", "avx2", "portable"):
+    for isa in ("amx", "avx512bf16", "avx512", "avx2", "portable"):
         for mode in ("native", "simulate"):
             try:
                 used, got = run_in_subprocess(tmp_path, mode, isa)

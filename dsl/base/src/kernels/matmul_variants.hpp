@@ -28,6 +28,10 @@ void matmul_f32_avx512(float*, int64_t, const float*, int64_t, const float*, int
 void matmul_bf16_avx512(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
                         int64_t, int64_t, int64_t, bool);
 
+// bf16 through AVX512-BF16's VDPBF16PS (matmul_avx512bf16.cpp).
+void matmul_bf16_avx512bf16(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
+                            int64_t, int64_t, int64_t, bool);
+
 // bf16 through AMX tiles (matmul_amx.cpp), and whether this CPU has AMX and the OS granted it.
 void matmul_bf16_amx(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t,
                      int64_t, int64_t, bool);
@@ -42,7 +46,8 @@ void transpose32_avx2(char* d, int64_t drs, const char* s, int64_t srs, int64_t 
 }  // namespace neuron::native
 
 extern "C" {
-// Runs the named variant ("amx", "avx512", "avx2" or "portable") regardless of the host's default.
+// Runs the named variant ("amx", "avx512bf16", "avx512", "avx2" or
+// "portable") regardless of the host's default.
 // Returns 1 when it ran, 0 when this CPU cannot run that variant (or the name is unknown).
 int neuron_matmul_f32_variant(const char* isa, float* c, int64_t ldc, const float* a, int64_t lda,
                               const float* b, int64_t ldb, int64_t M, int64_t N, int64_t K,

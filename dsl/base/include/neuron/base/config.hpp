@@ -35,8 +35,9 @@ struct Config {
   // (default: linked in and specialized) or "host" (calls to the library's compiled copies).
   std::string native_kernels = "bitcode";
   // NEURON_MATMUL_ISA: which nc_matmul kernel variant native code and the simulator use: amx,
-  // avx512, avx2 or portable; empty (default) picks the fastest this CPU supports. All compute
-  // the same bits (docs/numerics.md); for comparing speed. Read once, at the first matmul.
+  // avx512bf16, avx512, avx2 or portable; empty (default) picks the fastest this CPU supports.
+  // All compute the same bits (docs/numerics.md); for comparing speed. Read once, at the first
+  // matmul.
   std::string matmul_isa;
   // NEURON_PARTITION_BLOCKS=0: generated code runs every instruction over its whole tiles instead
   // of running runs of partition-local instructions a block of partitions at a time (the same

@@ -23,10 +23,10 @@ void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, c
 void neuron_transpose32(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F);
 // The same for 16-bit elements (bf16, fp16 tiles).
 void neuron_transpose16(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F);
-// Which implementation the host uses: "amx", "avx512", "avx2" or "portable" (for reports).
+// Which implementation the host uses: "amx", "avx512bf16", "avx512", "avx2" or "portable".
 // (NEURON_MATMUL_ISA chooses one; unset, the fastest the CPU supports.)
 const char* neuron_matmul_isa();
-// Whether this CPU can run the named variant ("amx", "avx512", "avx2", "portable").
+// Whether this CPU can run the named variant ("amx", "avx512bf16", "avx512", "avx2", "portable").
 int neuron_matmul_variant_supported(const char* isa);
 // The variants this CPU runs, fastest first, comma-separated (for messages).
 const char* neuron_matmul_supported_variants();
