@@ -311,8 +311,11 @@ class Verifier {
 
   // A view of the storage seen with another shape (ir.hpp Access::storage): the elements it
   // touches are the buffer's (on chip, of each partition: the partitions kept). The storage's
-  // outermost dim may run past the buffer's end (a pattern's last step); a start the verifier
-  // cannot bound counts as that dim's last index.
+  // outermost dim may run past the buffer's end (a pattern's last step). A start's loop
+  // variables count at their largest and a program id as the dim's last index; a register (or
+  // a dynamic loop's variable) counts at 0, because the instruction checks the elements it
+  // touches when it runs: a runtime offset into a view whose last row overhangs the end
+  // (ap(scalar_offset=...) from a mid-row origin) is only an error if it reaches past the end.
   void check_storage(const Op& op, std::string_view opname, const std::string& arg,
                      const Access& a) {
     const Buffer& b = *a.buffer;
@@ -324,9 +327,17 @@ class Verifier {
     __int128 last = a.origin, stride = 1;
     for (size_t d = S.size(); d-- > (on_chip ? 1 : 0);) {
       const DimSlice& s = a.dims[d];
-      const __int128 hi = s.start.is_constant()
-                              ? __int128(s.start.constant) + __int128(s.size - 1) * s.step
-                              : __int128(S[d] - 1);
+      __int128 hi =
+          __int128(s.start.constant) + std::max<__int128>(0, __int128(s.size - 1) * s.step);
+      for (auto& t : s.start.terms) {
+        if (runtime_var(t.var)) continue;  // checked when the instruction runs
+        auto ext = loop_extent(t.var);
+        if (!ext) {  // a program id: the dim's last index, as before
+          hi = S[d] - 1;
+          break;
+        }
+        hi += std::max<__int128>(0, __int128(t.coeff) * std::max<int64_t>(*ext - 1, 0));
+      }
       last += hi * stride;
       stride *= S[d];
     }

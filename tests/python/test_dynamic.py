@@ -364,6 +364,37 @@ def test_without_oob_mode_skip_an_out_of_range_scalar_offset_is_an_error(mode):
     assert info.value.line == line_of(scatter_rows_strict, "scalar_offset=r")
 
 
+def expert_bias_up_half(bias, expert):
+    """nki-library's MoE gate/up projection: the up half (bias[e, 1, 0:512]) of a runtime-chosen
+    expert's bias, as 4 rows of 128, through .ap(offset=576, scalar_offset=e). The view starts
+    mid-row of its [E * 1152 / 128, 128] storage, so its last storage row overhangs the tensor;
+    only the rows a runtime offset actually reaches are checked."""
+    out = nl.ndarray((4, 128), bias.dtype, buffer=nl.shared_hbm)
+    e = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=e, src=expert)
+    t = nl.ndarray((4, 128), bias.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=bias.ap([[128, 4], [1, 128]], offset=576, scalar_offset=e,
+                                     indirect_dim=0))
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@pytest.mark.parametrize("e", (0, 3))
+def test_a_runtime_offset_view_starting_mid_row_reads_each_experts_rows(e):
+    bias = RNG.standard_normal((4, 2, 576)).astype(np.float16)
+    got = three_ways(expert_bias_up_half, bias, ints((1, 1), [e]))
+    np.testing.assert_array_equal(got, bias[e, 1, 0:512].reshape(4, 128))
+
+
+@pytest.mark.parametrize("mode", ("native", "simulate", "eager"))
+def test_a_runtime_offset_past_the_last_expert_is_an_error_when_it_runs(mode):
+    bias = RNG.standard_normal((4, 2, 576)).astype(np.float16)
+    with pytest.raises(neuron.NeuronError) as info:
+        neuron.kernel(expert_bias_up_half, mode=mode)(bias, ints((1, 1), [4]))
+    assert info.value.line == line_of(expert_bias_up_half, "src=bias.ap(")
+    print(info.value)
+
+
 def views_per_step(x):
     """nki-library's output projection: an .ap() view built on every loop step and used only
     on the steps where it fits (h < 7); building the others is no error."""

@@ -214,6 +214,8 @@ tensor walk(const Access& base, const Pattern& pattern, index off, const Span& s
   int64_t total = 1;
   for (int64_t d : S) total *= d;
   if (off.constant < 0) fail(fmt::format("the offset {} is negative", off.constant));
+  if (!on_chip && off.constant >= total)
+    fail(fmt::format("the offset {} is past the last of its {} elements", off.constant, total));
   if (pattern.empty()) fail("the pattern is empty");
   for (size_t j = 0; j < pattern.size(); ++j)
     if (pattern[j].second < 1)
