@@ -101,6 +101,26 @@ __attribute__((target("avx512f,fma"))) void fma_peak_avx512(benchmark::State& st
   state.counters["GFLOP/s"] =
       benchmark::Counter(2e-9 * 24 * 16 * kSteps, benchmark::Counter::kIsIterationInvariantRate);
 }
+
+// The same for AVX512-BF16's vdpbf16ps (32 products per instruction): the avx512bf16 variant's
+// ceiling.
+__attribute__((target("avx512f,avx512bf16"))) void dpbf16_peak(benchmark::State& state) {
+  constexpr int64_t kSteps = 4096;
+  for (auto _ : state) {
+    __m512 acc[24];
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(float(i));
+    __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80),
+             y = (__m512bh)_mm512_set1_epi32(0x38d138d1);
+    for (int64_t s = 0; s < kSteps; ++s) {
+#pragma GCC unroll 24
+      for (int i = 0; i < 24; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
+      __asm__ volatile("" : "+v"(x));
+    }
+    for (int i = 0; i < 24; ++i) benchmark::DoNotOptimize(acc[i]);
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2e-9 * 24 * 32 * kSteps, benchmark::Counter::kIsIterationInvariantRate);
+}
 #endif
 
 }  // namespace
@@ -121,6 +141,8 @@ int main(int argc, char** argv) {
 #if defined(__x86_64__)
   if (neuron_matmul_variant_supported("avx512"))
     benchmark::RegisterBenchmark("fma_peak/avx512", fma_peak_avx512);
+  if (neuron_matmul_variant_supported("avx512bf16"))
+    benchmark::RegisterBenchmark("dpbf16_peak/avx512bf16", dpbf16_peak);
 #endif
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
