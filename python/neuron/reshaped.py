@@ -202,7 +202,37 @@ def reshape(t, shape, span):
     if t.buffer in _ON_CHIP:
         return None  # views.py: a subscript when it only drops size-1 free dims, else refused
     base = t.base if isinstance(t, Reshaped) else t
+    whole = _whole_buffer(base)
+    if whole is not None:  # e.g. [1, 1, H] -> [1, H] (a view) -> [1, 1, H]: the tensor again
+        if shape == list(whole.shape):
+            return whole
+        base = whole
     return view_as(base, [(0, n, 1) for n in base.shape], shape)
+
+
+def _whole_buffer(t):
+    """The whole tensor when the view t covers all of its storage in order (a subscript that
+    only dropped size-1 dims), else None."""
+    if hasattr(t, "_chain"):  # eager: a view of the whole array, C-ordered from its start
+        if not t._chain:
+            return t
+        v, whole = t._view(), t._base.array
+        same = t.dtype == t._base.dtype and v.size == whole.size and v.flags.c_contiguous and \
+            v.__array_interface__["data"][0] == whole.__array_interface__["data"][0]
+        return type(t)(t._base) if same else None
+    if not isinstance(t, _C.Tensor) or list(_C.view_storage(t)) or _C.view_origin(t) or \
+            list(_C.view_order(t)) or _C.view_as_dtype(t) is not None:
+        return None
+    try:
+        dims = _C.view_dims(t)
+    except ValueError:  # it starts at a program id or register
+        return None
+    storage = _C.storage_shape(t)
+    if len(dims) != len(storage) or not all(
+            start == 0 and size == n and step == 1 for (start, size, step, _), n in
+            zip(dims, storage)):
+        return None
+    return t if list(t.shape) == list(storage) else _C.storage_view(t, [], 0, None)
 
 
 def walk_of(t):

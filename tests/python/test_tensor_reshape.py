@@ -192,6 +192,26 @@ def test_a_kernel_may_return_a_reshape_of_a_whole_tensor(mode):
         np.testing.assert_array_equal(same, X.reshape(128, 3 * D))
 
 
+def reshapes_there_and_back(x):
+    """nki-library's MLP (token generation, B = S = 1): the [B, S, H] output seen as [B * S, H]
+    to store its rows (a view dropping a size-1 dim), then reshaped back and returned."""
+    b, s, h = x.shape
+    out = nl.ndarray((b, s, h), x.dtype, buffer=nl.shared_hbm)
+    rows = out.reshape((b * s, h))
+    nl.store(rows, nl.multiply(nl.load(x.reshape((b * s, h))), 2.0))
+    return [rows.reshape((b, s, h))]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape", ((1, 1, 64), (2, 3, 64)))
+def test_a_view_reshaped_back_to_its_tensors_shape_is_that_tensor(mode, shape):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    out = neuron.kernel(reshapes_there_and_back, mode=mode)(x)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    assert out.shape == shape
+    np.testing.assert_array_equal(out, x * 2)
+
+
 def drops_a_unit_dim(pos):
     """nki-library's position ids: a [B, 1] argument seen as [P, B // P] rows, one per program."""
     out = nl.ndarray((2, pos.shape[0] // 2), pos.dtype, buffer=nl.shared_hbm)
