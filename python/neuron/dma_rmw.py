@@ -22,6 +22,7 @@ from . import eager as _eager
 from ._span import user_span
 from .access import IndirectView
 from .errors import user_error
+from .reshaped import dma_operand
 
 _F32 = _C.DType.float32
 _SBUF = _C.Memory.sbuf
@@ -44,7 +45,7 @@ def on_chip(x, oob, span):
     if x.buffer in (_SBUF, _C.Memory.psum):
         return x
     t = fp32_tile(x.shape, span)
-    _C.dma_copy(t, x, span)
+    _C.dma_copy(t, dma_operand(x, t, "dma_compute", span), span)  # a Reshaped: its base view
     return t
 
 
@@ -187,7 +188,8 @@ def _compute(dst, srcs, oob_mode, atomic):
         acc = _total(terms[:-1], dst.shape, span)
         _C.tensor_tensor(dst, acc, terms[-1], "add", span)
         return
-    _C.dma_copy(dst, _sbuf(_total(terms, dst.shape, span), span), span)
+    total = _sbuf(_total(terms, dst.shape, span), span)
+    _C.dma_copy(dma_operand(dst, total, "dma_compute", span), total, span)
 
 
 def _sbuf(t, span):

@@ -75,6 +75,30 @@ def test_sum_of_three_sources_and_an_hbm_destination():
     np.testing.assert_allclose(got, want, rtol=2 ** -8, atol=1e-6)
 
 
+def compute_hidden_shard(x, res, shard):
+    """nki-library's MLP fused residual add, sharded on the hidden dim: [B, S, H] HBM tensors
+    seen as [B * S, shards, H / shards] (reshapes; one shard of them is no view of [B, S, H]) and
+    one shard of each added HBM to HBM."""
+    b, s, h = x.shape
+    out = nl.ndarray((b, s, h), x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(out, x)
+    xs, rs, os = (v.reshape((b * s, 2, h // 2)) for v in (x, res, out))
+    nisa.dma_compute(dst=os[0:b * s, shard, 0:h // 2], srcs=[xs[0:b * s, shard, 0:h // 2],
+                                                            rs[0:b * s, shard, 0:h // 2]],
+                     scales=[1.0, 1.0], reduce_op=nl.add)
+    return out
+
+
+@pytest.mark.parametrize("shard", (0, 1))
+def test_dma_compute_between_views_of_reshaped_hbm_tensors(shard):
+    x, res = (RNG.uniform(-2, 2, (7, 2, 64)).astype(np.float32) for _ in range(2))
+    got = three_ways(compute_hidden_shard, x, res, shard)
+    want = x.copy()
+    cols = slice(32 * shard, 32 * shard + 32)
+    want[:, :, cols] = x[:, :, cols] + res[:, :, cols]
+    np.testing.assert_array_equal(got, want)
+
+
 def compute_gather_skip(table, idx):
     out = nl.ndarray((8, 16), nl.float32, buffer=nl.shared_hbm)
     t = nl.full((8, 16), 1.0, nl.float32)
