@@ -549,10 +549,13 @@ class ds:
 # ---- tensor methods: indexing and operators --------------------------------------------------
 
 def _int(v, what):
-    """v as an int; a float (even 2.0), bool, inf or anything else is a TypeError, never
-    silently truncated."""
+    """v as an int (an index expression whose loop terms cancelled, Affine(127), is its
+    value); a float (even 2.0), bool, inf or anything else is a TypeError, never silently
+    truncated."""
     if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
         return int(v)
+    if isinstance(v, _C.Affine) and v.is_constant():
+        return v.constant
     raise TypeError(f"{what} must be an int, got {v!r} ({type(v).__name__})")
 
 

@@ -464,3 +464,21 @@ def test_an_instruction_on_an_empty_slice_is_an_error(mode):
     with pytest.raises(neuron.NeuronError) as info:
         neuron.kernel(reads_an_empty_slice, mode=mode)(X)
     assert "empty" in info.value.message and "dma_copy" in info.value.message
+
+
+def ds_width_from_index_arithmetic(x):
+    """nki-library's QKV projection: a tile width computed from loop indices whose terms cancel
+    (end - start with both in i) is the number it equals."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        start, end = i * 32, (i + 1) * 32
+        t = nl.load(x[:, nl.ds(start, end - start)])
+        nl.store(out[:, nl.ds(start, end - start)], nl.multiply(t, 3.0))
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_ds_size_whose_loop_terms_cancel_is_its_number(mode):
+    x = np.arange(127 * 64, dtype=np.float32).reshape(127, 64)
+    np.testing.assert_array_equal(neuron.kernel(ds_width_from_index_arithmetic, mode=mode)(x),
+                                  x * 3)
