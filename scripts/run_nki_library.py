@@ -14,13 +14,14 @@ dtype helper (`neuron_dtypes`), and its trace-only tests AWS's compile frontend
 folder (the simulator runs kernels with `neuron.compat.simulate_kernel_lnc`, the dtype helper
 casts with ml_dtypes, the frontend traces and compiles a kernel with neuron without running it)
 and puts it first on the path. Three defects of the published snapshot stop its
-harness before any kernel runs; the script repairs them in the checkout, saying so: a missing
-module `test/utils/scripts/remote_lock_scripts.py`, a missing `test/utils/perf_analysis_private.py`,
-and a simulation-mode attribute error in `test/utils/test_orchestrator.py` (`_compiled_kernel`
-is read before it is set). Default pytest arguments: the `fast` tests, 2 workers, 120 s per
-test, artifacts removed (they take tens of GB otherwise), collection errors not fatal (the
-snapshot's core/mlp/mlp.py has a stray docstring fragment, a syntax error), and 9 GB of
-address space per process (NKILIB_MEMORY_GB)."""
+harness before any kernel runs, and two more stop two test files from being collected; the
+script repairs them in the checkout, saying so: a missing module
+`test/utils/scripts/remote_lock_scripts.py`, a missing `test/utils/perf_analysis_private.py`, a
+simulation-mode attribute error in `test/utils/test_orchestrator.py` (`_compiled_kernel` is read
+before it is set), `Platforms` used but not imported in `core/qkv/test_qkv_tkg.py`, and a stray
+docstring fragment in `core/mlp/mlp.py` (a syntax error). Default pytest arguments: the `fast`
+tests, 2 workers, 120 s per test, artifacts removed (they take tens of GB otherwise), collection
+errors not fatal, and 9 GB of address space per process (NKILIB_MEMORY_GB)."""
 import os
 import pathlib
 import subprocess
@@ -140,6 +141,20 @@ REPAIRS = [
      "    return None\n"),
     ("test/utils/test_orchestrator.py", "if not self._compiled_kernel or",
      "if not getattr(self, '_compiled_kernel', None) or"),
+    # Collection errors of two files: a name used but not imported, a docstring fragment.
+    ("test/integration/nkilib/core/qkv/test_qkv_tkg.py",
+     "from test.utils.common_dataclasses import (\n    TKG_INFERENCE_ARGS,",
+     "from test.utils.common_dataclasses import (\n    Platforms,\n    TKG_INFERENCE_ARGS,"),
+    ("src/nkilib_src/nkilib/core/mlp/mlp.py",
+     "        - Standard matrix multiplication layouts\n    \"\"\"\n\n        TKG mode supports:\n"
+     "        - FP8 quantization (tensor-wise and row-wise)\n"
+     "        - MXFP quantization (MXFP4 and MXFP8) - TKG only\n"
+     "        - Column tiling optimizations\n"
+     "        - Tensor layout optimization for down projection\n"
+     "        - Input in SBUF for kernel fusion\n\n        CTE mode supports:\n"
+     "        - FP8 quantization (tensor-wise and row-wise)\n"
+     "        - Standard matrix multiplication layouts\n    \"\"\"\n",
+     "        - Standard matrix multiplication layouts\n    \"\"\"\n"),
 ]
 
 
@@ -153,7 +168,8 @@ def repair(root):
                 print(f"run_nki_library: created {rel} (missing from the published snapshot)")
         elif path.exists() and old in path.read_text():
             path.write_text(path.read_text().replace(old, new))
-            print(f"run_nki_library: patched {rel} ({old!r} -> {new!r})")
+            short = lambda text: repr(text if len(text) < 60 else text[:57] + "...")  # noqa: E731
+            print(f"run_nki_library: patched {rel} ({short(old)} -> {short(new)})")
 
 
 def main(argv):
