@@ -399,9 +399,12 @@ class Kernel:
                 compiled = self._compile_ir(ir, self._target_for(mode))
             except NeuronError as e:
                 # Partly unrolled (unroll.py) and out of SBUF/PSUM: the loops left rolled
-                # rotate their tiles over several slots; fully unrolled, each has one.
-                if e.rule not in ("sbuf-capacity", "psum-capacity") or \
-                        not unroll.partly_unrolled():
+                # rotate their tiles over several slots; fully unrolled, each has one. A tile
+                # used after the rolled loop that allocated it (kept in a Python list: in NKI a
+                # loop is a Python range and its tiles outlive it): unrolled, it is in scope.
+                capacity = e.rule in ("sbuf-capacity", "psum-capacity") and \
+                    unroll.partly_unrolled()
+                if not capacity and not (e.rule == "buffer-scope" and unroll.kept_rolled_loops()):
                     raise
                 ir = self._trace(call, call.specs(), unroll_all=True, returns=returns)
                 mode = unroll.grid_mode()

@@ -38,6 +38,7 @@ class _Sites(threading.local):
     closed = frozenset()  # sites of the rolled loops that have run to their end
     loops = None        # loop variable -> its site
     partly = False      # the last trace unrolled loops for values and kept others rolled
+    rolled = False      # the last trace kept loops rolled
     grid_mode = None    # None (program ids and grid size symbolic), "grid" or "programs"
 
 
@@ -120,6 +121,7 @@ def trace(run, unroll_all=False):
             try:
                 result = run()
                 _state.partly = bool(unroll) and "*" not in unroll and bool(_state.opened)
+                _state.rolled = "*" not in unroll and bool(_state.opened)
                 return result
             except NeedsValue as e:
                 if e.args[0] <= unroll:  # cannot happen: an unrolled loop's index is an int
@@ -141,6 +143,11 @@ def trace(run, unroll_all=False):
 def partly_unrolled():
     """Did the last trace unroll some loops for their values and keep others rolled?"""
     return _state.partly
+
+
+def kept_rolled_loops():
+    """Did the last trace keep any loop rolled?"""
+    return _state.rolled
 
 
 def _index(self):

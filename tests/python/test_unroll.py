@@ -147,3 +147,27 @@ def test_a_one_trip_loops_index_is_a_constant(mode):
     np.testing.assert_array_equal(neuron.kernel(one_head, mode=mode)(x), x[:, 16:32])
     ir = str(neuron.kernel(one_head).trace(x))
     assert "affine_range(1)" in ir  # the loop stays: a block for the tiles made inside it
+
+
+def tiles_kept_in_a_list(x):
+    """nki-library's depthwise conv1d: tiles allocated in one loop, kept in a Python list and
+    used by a later loop. With one trip (a one-tile kernel) neither loop's index is needed as a
+    value, so both stay rolled and the tile would be used outside its loop's block; the kernel
+    is traced again with its loops unrolled, as NKI (loops are Python ranges) runs it."""
+    n = x.shape[0] // 128
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    tiles = []
+    for i in nl.affine_range(n):
+        t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        tiles.append(t)
+    for j in nl.affine_range(n):
+        nisa.dma_copy(dst=out[j * 128:(j + 1) * 128, :], src=tiles[j])
+    return out
+
+
+@pytest.mark.parametrize("mode", ("native", "simulate", "eager"))
+@pytest.mark.parametrize("rows", (128, 256))
+def test_a_tile_kept_past_its_rolled_loop_unrolls_the_loop(mode, rows):
+    x = np.random.default_rng(3).standard_normal((rows, 64)).astype(np.float32)
+    np.testing.assert_array_equal(neuron.kernel(tiles_kept_in_a_list, mode=mode)(x), x)
