@@ -228,11 +228,15 @@ def _whole_buffer(t):
     except ValueError:  # it starts at a program id or register
         return None
     storage = _C.storage_shape(t)
-    if len(dims) != len(storage) or not all(
-            start == 0 and size == n and step == 1 for (start, size, step, _), n in
-            zip(dims, storage)):
+    if not _spans(dims, storage):
         return None
     return t if list(t.shape) == list(storage) else _C.storage_view(t, [], 0, None)
+
+
+def _spans(dims, storage):
+    """Do a view's dims (view_dims) take all of each dim of `storage`?"""
+    return len(dims) == len(storage) and all(
+        start == 0 and size == n for (start, size, _, _), n in zip(dims, storage))
 
 
 def walk_of(t):
@@ -283,8 +287,7 @@ def _covers_storage(t):
             dims, storage = _C.view_dims(t), list(_C.view_storage(t)) or _C.storage_shape(t)
         except ValueError:  # it starts at a program id or register
             return False
-        return list(t.shape) == list(storage) and all(
-            start == 0 and size == n for (start, size, _, _), n in zip(dims, storage))
+        return list(t.shape) == list(storage) and _spans(dims, storage)
     return not getattr(t, "_chain", True)  # an eager tensor without subscripts
 
 

@@ -41,13 +41,6 @@ constexpr int64_t NR = 16 * NV;
 
 constexpr uint16_t kPlusZero = 0x0000, kMinusZero = 0x8000;
 
-// MXCSR with flush-to-zero and denormals-are-zero for one scope (the block-end adds).
-struct FlushDenormals {
-  unsigned saved = _mm_getcsr();
-  FlushDenormals() { _mm_setcsr(saved | 0x8040u); }
-  ~FlushDenormals() { _mm_setcsr(saved); }
-};
-
 // dst[n] = (first[n] in the high half, second[n] in the low half) for n < cols, 0 up to padded.
 // A null row (past K) reads as `missing` in every column.
 void pack_pair(uint32_t* dst, const uint16_t* first, const uint16_t* second, int64_t cols,

@@ -21,13 +21,6 @@ constexpr int64_t kPairBlock = 16;  // pairs of rows per block (32 rows: bf16dot
 constexpr int64_t kPairMC = 128;    // rows of C per packed chunk
 constexpr int64_t kPairNC = 512;    // columns of C per packed chunk
 
-// MXCSR with flush-to-zero (bit 15) and denormals-are-zero (bit 6) for one scope.
-struct FlushDenormals {
-  unsigned saved = _mm_getcsr();
-  FlushDenormals() { _mm_setcsr(saved | 0x8040u); }
-  ~FlushDenormals() { _mm_setcsr(saved); }
-};
-
 inline float widen1(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;
   float f;
@@ -108,7 +101,7 @@ void matmul_bf16_pairs(float* c, int64_t ldc, const uint16_t* a, int64_t lda, co
                        int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate,
                        float* scratch) {
   constexpr int64_t H = P::W / 2, NR = H * P::NV;
-  FlushDenormals flush;
+  neuron::native::FlushDenormals flush;
   if (K <= 0) {
     if (!accumulate)
       for (int64_t m = 0; m < M; ++m)

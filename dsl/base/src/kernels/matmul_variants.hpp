@@ -2,6 +2,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 namespace neuron::native {
 
@@ -42,6 +45,16 @@ using Transpose32Fn = void (*)(char* d, int64_t drs, const char* s, int64_t srs,
                                int64_t F);
 void transpose32_portable(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F);
 void transpose32_avx2(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F);
+
+#if defined(__x86_64__)
+// MXCSR with flush-to-zero (bit 15) and denormals-are-zero (bit 6) for one scope: the bf16
+// rule's flushes on fp32 SIMD (matmul_bf16_pairs.hpp, matmul_avx512bf16.cpp).
+struct FlushDenormals {
+  unsigned saved = _mm_getcsr();
+  FlushDenormals() { _mm_setcsr(saved | 0x8040u); }
+  ~FlushDenormals() { _mm_setcsr(saved); }
+};
+#endif
 
 }  // namespace neuron::native
 
