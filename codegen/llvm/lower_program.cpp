@@ -506,10 +506,10 @@ class Lowering {
   // Lays out the run-local ranges of the run body[i, j) in rows of the run's buffer: each range
   // 64-byte aligned, rows an odd number of cache lines apart (so a block's rows do not share
   // L1 sets), as many ranges as fit kFoldBytes.
-  void plan_folds(const std::vector<ProgNode>& body, size_t i, size_t j, Block& blk) {
+  void plan_folds(const std::vector<RunLocal>& ranges, Block& blk) {
     constexpr int64_t kLine = 64;
     int64_t at = 0;
-    for (const RunLocal& r : run_local_ranges(p_, body, i, j)) {
+    for (const RunLocal& r : ranges) {
       const int64_t len = (r.hi - r.lo + kLine - 1) / kLine * kLine;
       int64_t pitch = at + len;
       if ((pitch / kLine) % 2 == 0) pitch += kLine;
@@ -586,8 +586,30 @@ class Lowering {
     emit_call(&neuron_k_prof_add_decl, "prof_add", in.id, start);
   }
 
-  void emit_run(const std::vector<ProgNode>& body, size_t i, size_t j, int64_t partitions,
-                int64_t size) {
+  // A run's instructions as the native backend executes them: with its loads into run-local
+  // ranges forwarded (folded_sbuf.cpp) when folding is on, and the ranges left for the run's
+  // buffer.
+  struct Run {
+    ForwardedRun fw;
+    std::vector<RunLocal> ranges;
+  };
+  Run plan_run(const std::vector<ProgNode>& body, size_t i, size_t j) {
+    Run run;
+    if (fold_runs_ && j >= i + 2) {
+      run.ranges = run_local_ranges(p_, body, i, j);
+      run.fw = forward_loads(body, i, j, run.ranges, [this](const Affine& a) { return dynamic(a); });
+      return run;
+    }
+    for (size_t k = i; k < std::max(j, i + 1); ++k) run.fw.instrs.push_back(body[k].instr);
+    run.fw.dropped.assign(run.fw.instrs.size(), false);
+    return run;
+  }
+  void emit_instrs(const Run& run) {
+    for (size_t k = 0; k < run.fw.instrs.size(); ++k)
+      if (!run.fw.dropped[k]) emit_instr(run.fw.instrs[k]);
+  }
+
+  void emit_run(const Run& run, int64_t partitions, int64_t size) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* loop = llvm::BasicBlock::Create(ctx_, "pblock", fn_);
     auto* exit = llvm::BasicBlock::Create(ctx_, "pblock.end", fn_);
@@ -596,9 +618,9 @@ class Lowering {
     llvm::PHINode* iv = b_.CreatePHI(b_.getInt64Ty(), 2, "pblock");
     iv->addIncoming(i64(0), pre);
     Block blk{b_.CreateMul(iv, i64(size)), size, partitions};
-    if (fold_runs_) plan_folds(body, i, j, blk);
+    if (fold_runs_) plan_folds(run.ranges, blk);
     block_ = std::move(blk);
-    for (size_t k = i; k < j; ++k) emit_instr(body[k].instr);
+    emit_instrs(run);
     block_.reset();
     llvm::Value* next = b_.CreateAdd(iv, i64(1), "", true, true);
     iv->addIncoming(next, b_.GetInsertBlock());
@@ -613,10 +635,11 @@ class Lowering {
         int64_t partitions = 0;
         const size_t j = partition_blocks_ ? run_end(body, i, partitions) : i;
         const int64_t size = j >= i + 2 ? block_size(body, i, j, partitions) : partitions;
+        const Run run = plan_run(body, i, j);
         if (size < partitions) {
-          emit_run(body, i, j, partitions, size);
+          emit_run(run, partitions, size);
         } else {
-          for (size_t k = i; k < std::max(j, i + 1); ++k) emit_instr(body[k].instr);
+          emit_instrs(run);
         }
         i = std::max(j, i + 1) - 1;
         continue;

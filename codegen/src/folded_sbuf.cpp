@@ -14,6 +14,14 @@
 // repeats one row on every partition: nl.broadcast_to, a norm's weight; a memset) holds the
 // same row in every partition at all times, so one physical row serves them all: a [128, D]
 // weight tile read row by row stays a 4 KiB row in L1 instead of 512 KiB in L2.
+//
+// Forwarded loads: a run-local range that a DMA fills from HBM rows laid out like its rows (the
+// same dtype, or bf16/fp16 widened to fp32), and that nothing else writes, holds a copy of those
+// rows: its readers read the rows themselves and the DMA is dropped. So a softmax or a norm
+// reads its input in the instructions that compute with it, whose loads overlap their
+// arithmetic as in a hand-written loop, instead of in a separate pass of copies. (Forwarding
+// stores the same way, the writers writing HBM directly, was measured slower: a row copy of
+// whole cache lines is cheaper than element-wise stores to lines not in the cache.)
 #include <algorithm>
 #include <optional>
 #include <set>
@@ -82,6 +90,17 @@ bool collect(const std::vector<ProgNode>& body, const std::set<int>& skip, std::
         if (ap->memory == Memory::sbuf) out.push_back(ap);
   }
   return true;
+}
+
+// Elements of one row of `ap` when its free dims walk one dense row-major run, else 0.
+int64_t dense_row(const AccessPattern& ap) {
+  int64_t n = 1;
+  for (size_t d = ap.dims.size(); d-- > 1;) {
+    if (ap.dims[d].size == 1) continue;
+    if (ap.dims[d].stride != n) return 0;
+    n *= ap.dims[d].size;
+  }
+  return n;
 }
 
 }  // namespace
@@ -205,6 +224,132 @@ std::vector<BroadcastRows> broadcast_rows(const Program& p) {
     if (ok) found.push_back(cand);
   }
   return found;
+}
+
+namespace {
+
+// Whether a load may stand in for the fp32 tile it fills when its HBM rows hold `from`: the same
+// dtype, or bf16 / fp16 widened to fp32 (exact, and every reader below takes float operands
+// through the same widening, so reading the narrow rows gives the tile's values).
+bool widens(DType from, DType to) {
+  return from == to ||
+         (to == DType::float32 && (from == DType::bfloat16 || from == DType::float16));
+}
+
+// Instructions that read a float operand only as its fp32 value (the element-wise kernels'
+// load_f32), so a widened operand reads as the tile it replaces.
+bool reads_values(const Instr& in) {
+  switch (in.op) {
+    case Opcode::tensor_tensor:
+    case Opcode::tensor_scalar:
+    case Opcode::activation:
+    case Opcode::tensor_reduce:
+    case Opcode::tensor_copy:
+    case Opcode::dma_copy:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether `src`, the HBM source of a load filling run-local range r of `np` partitions, holds
+// the range's rows: one row per partition, laid out densely like the range's bytes, at an
+// offset known when the program starts (a register or runtime loop in it is left alone).
+bool holds_rows(const Instr& load, const RunLocal& r, int64_t np, DType dtype,
+                const std::function<bool(const Affine&)>& dynamic) {
+  if (load.op != Opcode::dma_copy || load.args.indirect != InstrArgs::Indirect::none ||
+      load.args.oob_skip || load.src.size() != 1)
+    return false;
+  const AccessPattern& src = load.src[0];
+  const int64_t es = dtype_bytes(dtype);
+  return !is_on_chip(src.memory) && src.tensor >= 0 && widens(src.dtype, dtype) &&
+         !src.dims.empty() && src.dims[0].size == np && src.dims[0].stride >= 1 &&
+         (r.hi - r.lo) % es == 0 && dense_row(src) == (r.hi - r.lo) / es &&
+         !dynamic(src.offset);
+}
+
+// `v`, inside range r, as the same elements of the HBM rows `rows` holding r.
+AccessPattern onto_rows(const AccessPattern& v, const RunLocal& r, const AccessPattern& rows) {
+  AccessPattern h = v;
+  h.memory = rows.memory;
+  h.tensor = rows.tensor;
+  h.dtype = rows.dtype;
+  h.partition = Affine();
+  h.offset = rows.offset + Affine((v.offset.constant - r.lo) / dtype_bytes(v.dtype));
+  h.dims[0] = {rows.dims[0].stride, v.dims[0].size};
+  h.rotation = {};
+  return h;
+}
+
+// The field of `copy` that is `ap` in `orig` (a copy of it).
+AccessPattern& field(Instr& copy, const Instr& orig, const AccessPattern* ap) {
+  if (ap == &orig.dst) return copy.dst;
+  if (ap == &orig.reduce_res) return copy.reduce_res;
+  return copy.src[static_cast<size_t>(ap - orig.src.data())];
+}
+
+}  // namespace
+
+ForwardedRun forward_loads(const std::vector<ProgNode>& body, size_t i, size_t j,
+                           std::vector<RunLocal>& ranges,
+                           const std::function<bool(const Affine&)>& dynamic) {
+  struct Use {
+    size_t k;  // instruction index in body
+    const AccessPattern* ap;
+    bool written;
+  };
+  ForwardedRun out;
+  std::vector<Use> uses;  // every access of the run in execution order
+  for (size_t k = i; k < j; ++k) {
+    out.instrs.push_back(body[k].instr);
+    for (auto [ap, written] : in_order(body[k].instr)) uses.push_back({k, ap, written});
+  }
+  out.dropped.assign(j - i, false);
+
+  std::vector<RunLocal> kept;
+  for (const RunLocal& r : ranges) {
+    // The range's accesses: the first is its defining write (run_local_ranges), the load.
+    std::vector<Use> mine;
+    for (const Use& u : uses)
+      if (u.ap->memory == Memory::sbuf && u.ap->partition.is_constant() &&
+          u.ap->partition.constant == r.partition && u.ap->offset.is_constant() &&
+          u.ap->offset.constant >= r.lo && u.ap->offset.constant < r.hi)
+        mine.push_back(u);
+    const Instr* load = mine.empty() ? nullptr : &body[mine[0].k].instr;
+    bool ok = load && mine[0].written && mine[0].ap == &load->dst;
+    const int64_t np = ok ? load->dst.dims[0].size : 0;
+    const DType dtype = ok ? load->dst.dtype : DType::float32;
+    ok = ok && holds_rows(*load, r, np, dtype, dynamic);
+    // Every other access reads whole elements of the range's rows with its dtype, through an
+    // instruction that takes their values.
+    for (size_t m = 1; m < mine.size() && ok; ++m) {
+      const AccessPattern& v = *mine[m].ap;
+      ok = !mine[m].written && mine[m].k != mine[0].k && v.dtype == dtype &&
+           v.dims[0].stride == 1 && v.dims[0].size == np &&
+           (v.offset.constant - r.lo) % dtype_bytes(dtype) == 0 &&
+           (load->src[0].dtype == dtype || reads_values(body[mine[m].k].instr));
+    }
+    // Nothing else of the run touches the range, and nothing writes the HBM rows.
+    const AccessPattern whole = probe(r.partition, np, r.lo, r.hi);
+    for (const Use& u : uses) {
+      if (!ok) break;
+      bool listed = false;
+      for (const Use& m : mine) listed = listed || m.ap == u.ap;
+      ok = !(u.written && may_overlap(load->src[0], *u.ap)) &&
+           (listed || !may_overlap(whole, *u.ap));
+    }
+    if (!ok) {
+      kept.push_back(r);
+      continue;
+    }
+    out.dropped[mine[0].k - i] = true;
+    for (size_t m = 1; m < mine.size(); ++m)
+      field(out.instrs[mine[m].k - i], body[mine[m].k].instr, mine[m].ap) =
+          onto_rows(*mine[m].ap, r, load->src[0]);
+    ++out.forwarded;
+  }
+  ranges = std::move(kept);
+  return out;
 }
 
 }  // namespace neuron::native

@@ -138,39 +138,136 @@ TEST_CASE("run_local: what may hold values from outside the run is left alone") 
 
 TEST_CASE("run_local: a blocked run with run-local tiles gives the simulator's bits") {
   // [128, 1024] fp32 tiles (512 KiB) are blocked: t = x, e = exp(t) with row sums s,
-  // out = e * (1 / s) + t. Every tile but s's reciprocal is run-local.
-  constexpr int64_t R = 128, C = 1024, T = C * 4;
-  auto x = random_values(R * C, 21);
-  InstrArgs ex;
-  ex.func = ActFunc::exp;
-  ex.reduce_op = AluOp::add;
-  ProgNode e = instr(Opcode::activation, sb(f32, T, R, {row(C)}), {sb(f32, 0, R, {row(C)})}, ex);
-  e.instr.has_reduce_res = true;
-  e.instr.reduce_res = sb(f32, 3 * T, R, {row(1)});
-  InstrArgs rc;
-  rc.func = ActFunc::reciprocal;
-  InstrArgs mul;
-  mul.op0 = AluOp::multiply;
-  mul.operand0_tile = true;
-  Program p = numbered(program(
-      {decl("x", {R, C}, f32, kIn), decl("out", {R, C}, f32, kOut)},
-      {dma(sb(f32, 0, R, {row(C)}), hbm2(0, f32, R, C, C)), e,
-       instr(Opcode::activation, sb(f32, 3 * T + 64, R, {row(1)}), {sb(f32, 3 * T, R, {row(1)})},
-             rc),
-       instr(Opcode::tensor_scalar, sb(f32, 2 * T, R, {row(C)}),
-             {sb(f32, T, R, {row(C)}), sb(f32, 3 * T + 64, R, {row(1)})}, mul),
-       add(sb(f32, 2 * T, R, {row(C)}), sb(f32, 2 * T, R, {row(C)}), sb(f32, 0, R, {row(C)})),
-       dma(hbm2(1, f32, R, C, C), sb(f32, 2 * T, R, {row(C)}))}));
-  CHECK(ranges_of(p, 0, 6).size() == 5);
-  auto r = run_both(p, {Tensor::from_floats(x, {R, C}, f32), Tensor::empty({R, C}, f32)});
-  std::vector<double> ref(R * C);
-  for (int64_t q = 0; q < R; ++q) {
-    double s = 0;
-    for (int64_t c = 0; c < C; ++c) s += std::exp(double(x[q * C + c]));
-    for (int64_t c = 0; c < C; ++c)
-      ref[q * C + c] = std::exp(double(x[q * C + c])) / s + x[q * C + c];
+  // out = e * (1 / s) + t. Every tile but s's reciprocal is run-local, and the load of t is
+  // forwarded (its readers read x): with x in fp32, and in bf16 widened to fp32.
+  for (const DType xdt : {DType::float32, DType::bfloat16}) {
+    CAPTURE(dtype_name(xdt));
+    constexpr int64_t R = 128, C = 1024, T = C * 4;
+    auto x = random_values(R * C, 21);
+    if (xdt == DType::bfloat16)
+      for (float& v : x) v = Tensor::from_floats({v}, {1}, xdt).get(0);
+    InstrArgs ex;
+    ex.func = ActFunc::exp;
+    ex.reduce_op = AluOp::add;
+    ProgNode e = instr(Opcode::activation, sb(f32, T, R, {row(C)}), {sb(f32, 0, R, {row(C)})}, ex);
+    e.instr.has_reduce_res = true;
+    e.instr.reduce_res = sb(f32, 3 * T, R, {row(1)});
+    InstrArgs rc;
+    rc.func = ActFunc::reciprocal;
+    InstrArgs mul;
+    mul.op0 = AluOp::multiply;
+    mul.operand0_tile = true;
+    Program p = numbered(program(
+        {decl("x", {R, C}, xdt, kIn), decl("out", {R, C}, f32, kOut)},
+        {dma(sb(f32, 0, R, {row(C)}), hbm2(0, xdt, R, C, C)), e,
+         instr(Opcode::activation, sb(f32, 3 * T + 64, R, {row(1)}), {sb(f32, 3 * T, R, {row(1)})},
+               rc),
+         instr(Opcode::tensor_scalar, sb(f32, 2 * T, R, {row(C)}),
+               {sb(f32, T, R, {row(C)}), sb(f32, 3 * T + 64, R, {row(1)})}, mul),
+         add(sb(f32, 2 * T, R, {row(C)}), sb(f32, 2 * T, R, {row(C)}), sb(f32, 0, R, {row(C)})),
+         dma(hbm2(1, f32, R, C, C), sb(f32, 2 * T, R, {row(C)}))}));
+    CHECK(ranges_of(p, 0, 6).size() == 5);
+    std::vector<native::RunLocal> ranges = native::run_local_ranges(p, p.body, 0, 6);
+    CHECK(native::forward_loads(p.body, 0, 6, ranges, [](const Affine&) { return false; })
+              .forwarded == 1);
+    auto r = run_both(p, {Tensor::from_floats(x, {R, C}, xdt), Tensor::empty({R, C}, f32)});
+    std::vector<double> ref(R * C);
+    for (int64_t q = 0; q < R; ++q) {
+      double s = 0;
+      for (int64_t c = 0; c < C; ++c) s += std::exp(double(x[q * C + c]));
+      for (int64_t c = 0; c < C; ++c)
+        ref[q * C + c] = std::exp(double(x[q * C + c])) / s + x[q * C + c];
+    }
+    check_reference(r, 0, ref, Tolerance{1e-5, 1e-6});
   }
-  check_reference(r, 0, ref, Tolerance{1e-5, 1e-6});
+}
+
+// ---- forwarded loads (plan.hpp forward_loads) -------------------------------------------------
+
+namespace {
+bool never_dynamic(const Affine&) {
+  return false;
+}
+// forward_loads over the whole top level: the elided instructions' indices, and the run.
+native::ForwardedRun forwarded(const Program& p, std::vector<size_t>* dropped = nullptr,
+                               const std::function<bool(const Affine&)>& dynamic = never_dynamic) {
+  std::vector<native::RunLocal> ranges = native::run_local_ranges(p, p.body, 0, p.body.size());
+  native::ForwardedRun run = native::forward_loads(p.body, 0, p.body.size(), ranges, dynamic);
+  if (dropped)
+    for (size_t k = 0; k < run.dropped.size(); ++k)
+      if (run.dropped[k]) dropped->push_back(k);
+  return run;
+}
+}  // namespace
+
+TEST_CASE("forward_loads: a loaded tile's readers read its HBM rows") {
+  // t = load x; u = 2 t; w = u + t; store w
+  Program p = numbered(program(
+      kXY, {load(tile(0)), scale(tile(64), tile(0)), add(tile(128), tile(64), tile(0)),
+            store(tile(128))}));
+  std::vector<size_t> dropped;
+  native::ForwardedRun run = forwarded(p, &dropped);
+  CHECK(dropped == std::vector<size_t>{0});
+  const AccessPattern x_rows = hbm2(0, f32, P, F, F);
+  CHECK(run.instrs[1].src[0] == x_rows);
+  CHECK(run.instrs[2].src[1] == x_rows);
+  CHECK(run.instrs[2].src[0] == tile(64));  // the other tiles stay
+  // A read of the second half of t's rows reads the second half of x's rows.
+  Program half = numbered(program(
+      kXY, {load(tile(0)), scale(tile(64, {row(F / 2)}), tile(32, {row(F / 2)})),
+            store(tile(64, {row(F / 2)}))}));
+  CHECK(forwarded(half).instrs[1].src[0] == hbm(0, f32, F / 2, {{F, P}, {1, F / 2}}));
+  // bf16 rows widened into an fp32 tile: the readers read bf16.
+  Program narrow = numbered(program(
+      {decl("x", {P, F}, DType::bfloat16, kIn), decl("y", {P, F}, f32, kOut)},
+      {dma(tile(0), hbm2(0, DType::bfloat16, P, F, F)), scale(tile(64), tile(0)),
+       store(tile(64))}));
+  CHECK(forwarded(narrow).instrs[1].src[0] == hbm2(0, DType::bfloat16, P, F, F));
+}
+
+TEST_CASE("forward_loads: loads whose tile is more than a copy of the rows stay") {
+  auto refused = [](const Program& p) {
+    std::vector<size_t> dropped;
+    forwarded(p, &dropped);
+    return dropped.empty();
+  };
+  SUBCASE("the tile is written again after the load") {
+    CHECK(refused(numbered(program(
+        kXY, {load(tile(0)), add(tile(0, {row(F / 2)}), tile(0, {row(F / 2)}),
+                                 tile(32, {row(F / 2)})),
+              scale(tile(64), tile(0)), store(tile(64))}))));
+  }
+  SUBCASE("the run writes the rows the tile copies") {
+    CHECK(refused(numbered(program(
+        kXY, {load(tile(0)), scale(tile(64), tile(0)), dma(hbm2(0, f32, P, F, F), tile(64)),
+              store(tile(0))}))));
+  }
+  SUBCASE("the rows are not laid out like the tile (every other element)") {
+    Program p = numbered(program(
+        {decl("x", {P, 2 * F}, f32, kIn), decl("y", {P, F}, f32, kOut)},
+        {dma(tile(0), hbm(0, f32, 0, {{2 * F, P}, {2, F}})), scale(tile(64), tile(0)),
+         store(tile(64))}));
+    CHECK(refused(p));
+  }
+  SUBCASE("an out-of-bounds-skipping load, or rows at a runtime offset") {
+    Program p = numbered(program(
+        kXY, {load(tile(0)), scale(tile(64), tile(0)), store(tile(64))}));
+    CHECK_FALSE(refused(p));
+    Program skip = p;
+    skip.body[0].instr.args.oob_skip = true;
+    CHECK(refused(skip));
+    std::vector<size_t> dropped;
+    forwarded(p, &dropped, [](const Affine&) { return true; });
+    CHECK(dropped.empty());
+  }
+  SUBCASE("widened rows read by an instruction that does not take values (a predicate)") {
+    const DType bf = DType::bfloat16;
+    Program p = numbered(program(
+        {decl("x", {P, F}, bf, kIn), decl("y", {P, F}, f32, kOut)},
+        {dma(tile(0), hbm2(0, bf, P, F, F)), instr(Opcode::memset, tile(64), {}),
+         instr(Opcode::tensor_copy_predicated, tile(64), {tile(0), tile(0)}), store(tile(64))}));
+    CHECK(refused(p));
+  }
 }
 
 // ---- broadcast rows (plan.hpp broadcast_rows) ------------------------------------------------

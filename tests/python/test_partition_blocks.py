@@ -3,7 +3,9 @@
 # blocked, and runs whose views are shifted across partitions (where blocking would read what
 # another block wrote): native results must be the simulator's bits, with blocks and without
 # (NEURON_PARTITION_BLOCKS=0), with SBUF folding (the runs' temporaries in run buffers, tiles of
-# broadcast rows in one row) and without (NEURON_SBUF_FOLDING=0), and match NumPy.
+# broadcast rows in one row, loads forwarded to their readers) and without
+# (NEURON_SBUF_FOLDING=0), and match NumPy.
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -112,8 +114,41 @@ def bit_views(x):
     return out
 
 
+def widened(x):
+    # x in bf16, loaded into an fp32 tile: the load is forwarded (the value reads take the bf16
+    # rows, widened as the load would), except for the tile read through an int32 view, whose
+    # bits only the fp32 tile holds. Two kernels: the second one has no such view.
+    out = nl.ndarray((128, F), nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, F), nl.float32)
+    nisa.dma_copy(t, x)
+    e = nl.ndarray((128, F), nl.int32)
+    nisa.tensor_scalar(e, t.view(nl.int32), nl.right_shift, 16)
+    y = nl.ndarray((128, F), nl.float32)
+    nisa.tensor_scalar(y, t, nl.multiply, 2.0)
+    nisa.tensor_tensor(y, y, e, nl.add)
+    nisa.dma_copy(out, y)
+    return out
+
+
+def widened_values(x):
+    out = nl.ndarray((128, F), nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, F), nl.float32)
+    nisa.dma_copy(t, x)
+    s = nl.ndarray((128, 1), nl.float32)
+    nisa.tensor_reduce(s, nl.add, t, axis=1)
+    y = nl.ndarray((128, F), nl.float32)
+    nisa.tensor_scalar(y, t, nl.multiply, 2.0, op1=nl.add, operand1=s)
+    nisa.dma_copy(out, y)
+    return out
+
+
 def reference(fn, x):
+    if fn is widened:
+        t = x.astype(np.float32)
+        return 2.0 * t.astype(np.float64) + (t.view(np.uint32) >> 16)  # a logical shift
     x = x.astype(np.float64)
+    if fn is widened_values:
+        return 2 * x + x.sum(axis=1, keepdims=True)
     if fn is softmax_rows:
         e = np.exp(x - x.max(axis=1, keepdims=True))
         return e / e.sum(axis=1, keepdims=True)
@@ -130,9 +165,12 @@ def reference(fn, x):
     return shifted_reference(x)
 
 
-@pytest.mark.parametrize("fn", [softmax_rows, shifted, carried, weighted, bit_views])
+@pytest.mark.parametrize("fn", [softmax_rows, shifted, carried, weighted, bit_views, widened,
+                                widened_values])
 def test_blocked_runs_give_the_simulator_bits(fn, monkeypatch):
     x = RNG.standard_normal((384 if fn is carried else 128, F)).astype(np.float32)
+    if fn in (widened, widened_values):
+        x = x.astype(ml_dtypes.bfloat16)
     sim = neuron.kernel(fn, mode="simulate")(x)
     for blocks, folding in (("1", "1"), ("1", "0"), ("0", "1")):
         monkeypatch.setenv("NEURON_PARTITION_BLOCKS", blocks)

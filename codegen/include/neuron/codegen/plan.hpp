@@ -5,6 +5,7 @@
 #include <array>
 #include <utility>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,21 @@ struct RunLocal {
 };
 std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgNode>& body,
                                        size_t i, size_t j);
+
+// The run body[i, j) with its loads into run-local ranges forwarded (folded_sbuf.cpp): a range
+// whose one write is a DMA from HBM rows laid out as its rows (the same dtype, or bf16/fp16
+// widened to fp32) is read from those rows instead. `instrs` are the run's instructions with
+// those reads rewritten to the HBM elements, `dropped[k]` marks the elided loads, and `ranges`
+// loses the forwarded ranges. `dynamic` says whether an offset depends on registers or runtime
+// loops (such loads stay).
+struct ForwardedRun {
+  std::vector<Instr> instrs;
+  std::vector<bool> dropped;
+  int forwarded = 0;
+};
+ForwardedRun forward_loads(const std::vector<ProgNode>& body, size_t i, size_t j,
+                           std::vector<RunLocal>& ranges,
+                           const std::function<bool(const Affine&)>& dynamic);
 
 // SBUF bytes [lo, hi) of partitions [partition, partition + count) that hold the same row in
 // every partition at all times (folded_sbuf.cpp): only partition-broadcast writes of the whole
