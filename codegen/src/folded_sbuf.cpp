@@ -346,7 +346,7 @@ ForwardedRun forward_loads(const std::vector<ProgNode>& body, size_t i, size_t j
     for (size_t m = 1; m < mine.size(); ++m)
       field(out.instrs[mine[m].k - i], body[mine[m].k].instr, mine[m].ap) =
           onto_rows(*mine[m].ap, r, load->src[0]);
-    ++out.forwarded;
+    out.rows.push_back(load->src[0]);
   }
   ranges = std::move(kept);
   return out;

@@ -66,7 +66,7 @@ std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgN
 struct ForwardedRun {
   std::vector<Instr> instrs;
   std::vector<bool> dropped;
-  int forwarded = 0;
+  std::vector<AccessPattern> rows;  // the forwarded loads' HBM sources, now read directly
 };
 ForwardedRun forward_loads(const std::vector<ProgNode>& body, size_t i, size_t j,
                            std::vector<RunLocal>& ranges,
