@@ -237,16 +237,19 @@ bool widens(DType from, DType to) {
 }
 
 // Instructions that read a float operand only as its fp32 value (the element-wise kernels'
-// load_f32), so a widened operand reads as the tile it replaces.
+// load_f32), so a widened operand reads as the tile it replaces. A copy qualifies only into
+// fp32: into the narrow dtype it would copy the bits (a NaN's payload) where the tile's copy
+// rounds (the canonical NaN).
 bool reads_values(const Instr& in) {
   switch (in.op) {
     case Opcode::tensor_tensor:
     case Opcode::tensor_scalar:
     case Opcode::activation:
     case Opcode::tensor_reduce:
+      return true;
     case Opcode::tensor_copy:
     case Opcode::dma_copy:
-      return true;
+      return in.dst.dtype == DType::float32;
     default:
       return false;
   }
