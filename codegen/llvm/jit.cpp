@@ -8,6 +8,11 @@
 #include <llvm/MC/SubtargetFeature.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Transforms/InstCombine/InstCombine.h>
+#include <llvm/Transforms/Scalar/EarlyCSE.h>
+#include <llvm/Transforms/Scalar/SROA.h>
+#include <llvm/Transforms/Scalar/SimplifyCFG.h>
+#include <llvm/Transforms/Utils/Cloning.h>
 #include <llvm/Support/Host.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
@@ -18,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <set>
 
 #include "llvm_util.hpp"
 #include "neuron/base/error.hpp"
@@ -143,6 +149,42 @@ Jit& jit() {
   return *j;
 }
 
+// A fused chain's kernel (neuron_k_chain) reads its steps' ops and dtypes from a constant
+// array, not from call arguments, so the inliner would judge the calls inside it (alu,
+// activate, load/store by dtype) with unknown ops and leave them as calls, and the loop would
+// not vectorize. So the chain calls are inlined first, with the kernel's own helpers (its
+// element walk, its lambdas), and the array's loads folded: the builtins' ops and dtypes are
+// then constant arguments, as every other kernel's are, when the usual pipeline runs.
+void specialize_chains(llvm::Module& m, llvm::FunctionAnalysisManager& fam) {
+  llvm::Function* chain = m.getFunction("neuron_k_chain");
+  if (!chain || chain->isDeclaration()) return;
+  std::vector<llvm::CallBase*> work;
+  for (llvm::User* u : chain->users())
+    if (auto* cb = llvm::dyn_cast<llvm::CallBase>(u)) work.push_back(cb);
+  std::set<llvm::Function*> callers;
+  while (!work.empty()) {
+    llvm::CallBase* cb = work.back();
+    work.pop_back();
+    callers.insert(cb->getFunction());
+    llvm::InlineFunctionInfo ifi;
+    if (!llvm::InlineFunction(*cb, ifi).isSuccess())
+      internal_error("inlining a fused chain's kernel into '{}' failed",
+                     cb->getFunction()->getName().str());
+    for (llvm::CallBase* inner : ifi.InlinedCallSites) {
+      const llvm::Function* f = inner->getCalledFunction();
+      if (f && !f->isDeclaration() && !f->isIntrinsic() &&
+          !f->getName().startswith("_ZN6neuron8builtins"))
+        work.push_back(inner);
+    }
+  }
+  llvm::FunctionPassManager fpm;
+  fpm.addPass(llvm::SROAPass());
+  fpm.addPass(llvm::EarlyCSEPass());
+  fpm.addPass(llvm::InstCombinePass());
+  fpm.addPass(llvm::SimplifyCFGPass());
+  for (llvm::Function* f : callers) fpm.run(*f, fam);
+}
+
 void optimize(llvm::Module& m, llvm::TargetMachine& tm, int level) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
@@ -165,6 +207,7 @@ void optimize(llvm::Module& m, llvm::TargetMachine& tm, int level) {
                                : level == 1 ? llvm::OptimizationLevel::O1
                                : level == 2 ? llvm::OptimizationLevel::O2
                                             : llvm::OptimizationLevel::O3;
+  if (level > 0) specialize_chains(m, fam);
   llvm::ModulePassManager mpm = level <= 0 ? pb.buildO0DefaultPipeline(ol)
                                            : pb.buildPerModuleDefaultPipeline(ol);
   mpm.run(m, mam);
@@ -173,9 +216,10 @@ void optimize(llvm::Module& m, llvm::TargetMachine& tm, int level) {
 }  // namespace
 
 std::string JitOptions::str() const {
-  return fmt::format("kernels={} O{}{}{}{}", bitcode_kernels ? "bitcode" : "host", opt_level,
+  return fmt::format("kernels={} O{}{}{}{}{}", bitcode_kernels ? "bitcode" : "host", opt_level,
                      partition_blocks ? "" : " partition_blocks=off",
-                     sbuf_folding ? "" : " sbuf_folding=off", profile ? " profile" : "");
+                     sbuf_folding ? "" : " sbuf_folding=off",
+                     fused_chains ? "" : " fused_chains=off", profile ? " profile" : "");
 }
 
 const std::string& host_target_id() {

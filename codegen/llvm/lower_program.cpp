@@ -2,6 +2,7 @@
 // become integer arithmetic on loop variables and program ids, and every instruction becomes a
 // call to its instruction kernel with resolved views and constant dtypes/ops (which kernel and
 // which arguments: codegen/instr_calls.hpp, shared with the simulator).
+#include <cstring>
 #include <fmt/format.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/DerivedTypes.h>
@@ -45,9 +46,11 @@ bool inline_kernel(std::string_view name) {
 class Lowering {
  public:
   Lowering(const Program& p, llvm::LLVMContext& ctx, llvm::Module& m, const llvm::Module& kernels,
-           bool bitcode, bool partition_blocks, bool sbuf_folding, bool profile)
+           bool bitcode, bool partition_blocks, bool sbuf_folding, bool fused_chains,
+           bool profile)
       : p_(p), ctx_(ctx), m_(m), b_(ctx), kernels_(kernels), bitcode_(bitcode),
-        partition_blocks_(partition_blocks), fold_runs_(sbuf_folding), profile_(profile) {
+        partition_blocks_(partition_blocks), fold_runs_(sbuf_folding),
+        fuse_chains_(fused_chains), profile_(profile) {
     target_ = &(p.target.empty() ? default_target() : target_by_name(p.target));
     pitch_ = physical_pitch(p, analyze_bounds(p), *target_);
     flags_read_ = reads_psum_flags(p);
@@ -605,8 +608,115 @@ class Lowering {
     return run;
   }
   void emit_instrs(const Run& run) {
-    for (size_t k = 0; k < run.fw.instrs.size(); ++k)
-      if (!run.fw.dropped[k]) emit_instr(run.fw.instrs[k]);
+    std::vector<Chain> chains;
+    if (fuse_chains_ && bitcode_ && run.fw.instrs.size() >= 2)
+      chains = plan_chains(run.fw, run.ranges, [this](const Affine& a) { return dynamic(a); });
+    size_t next = 0;
+    for (size_t k = 0; k < run.fw.instrs.size(); ++k) {
+      if (run.fw.dropped[k]) continue;
+      if (next < chains.size() && chains[next].steps[0] == k) {
+        const Chain& c = chains[next++];
+        if (emit_chain(run.fw.instrs, c)) {
+          k = c.steps.back();
+          continue;
+        }
+      }
+      emit_instr(run.fw.instrs[k]);
+    }
+  }
+
+  // One call of neuron_k_chain for chain `c` (fused_chains.cpp), with the views each step's
+  // own call would resolve; false (nothing emitted but dead view slots) when the walked views
+  // do not share one loop nest. A profile bills the chain to its first instruction.
+  bool emit_chain(const std::vector<Instr>& instrs, const Chain& c) {
+    std::vector<int64_t> code(1 + kChainMax * kChainFields, 0);
+    std::vector<llvm::Value*> views(kChainViews, no_view());
+    std::vector<NormLayout> layouts(2 * c.steps.size() + 1);
+    std::vector<const NormLayout*> walked;
+    NormLayout lc;
+    auto bits = [](double d) {
+      int64_t i;
+      std::memcpy(&i, &d, sizeof i);
+      return i;
+    };
+    code[0] = static_cast<int64_t>(c.steps.size());
+    for (size_t s = 0; s < c.steps.size(); ++s) {
+      const Instr& in = instrs[c.steps[s]];
+      const InstrArgs& a = in.args;
+      int64_t* f = &code[1 + s * kChainFields];
+      llvm::Value** v = &views[1 + 4 * s];
+      if (s == 0) {
+        views[0] = resolve(*c.source, in, layouts[0]);
+        walked.push_back(&layouts[0]);
+        f[kChXdt] = static_cast<int64_t>(c.source->dtype);
+      } else {
+        f[kChXdt] = static_cast<int64_t>(instrs[c.steps[s - 1]].dst.dtype);
+      }
+      f[kChDdt] = static_cast<int64_t>(in.dst.dtype);
+      f[kChStore] = c.store[s];
+      if (c.store[s]) {
+        v[0] = resolve(in.dst, in, layouts[1 + 2 * s]);
+        walked.push_back(&layouts[1 + 2 * s]);
+      }
+      size_t next = 1;
+      auto column = [&](bool tile, int field, int64_t dtype_field) {
+        if (!tile) return;
+        const AccessPattern& ap = in.src[next++];
+        v[field] = resolve(ap, in, lc);
+        f[dtype_field] = static_cast<int64_t>(ap.dtype);
+      };
+      switch (in.op) {
+        case Opcode::tensor_scalar:
+          f[kChKind] = kChTensorScalar;
+          f[kChOp0] = static_cast<int64_t>(a.op0);
+          f[kChOp1] = static_cast<int64_t>(a.op1);
+          f[kChRev0] = a.reverse0;
+          f[kChRev1] = a.reverse1;
+          f[kChImm0] = bits(a.imm0);
+          f[kChImm1] = bits(a.imm1);
+          column(a.operand0_tile, 2, kChC0dt);
+          column(a.operand1_tile, 3, kChC1dt);
+          break;
+        case Opcode::tensor_tensor:
+          f[kChKind] = kChTensorTensor;
+          f[kChOp0] = static_cast<int64_t>(a.op0);
+          f[kChOdt] = static_cast<int64_t>(c.other[s]->dtype);
+          f[kChOtherFirst] = c.other_first[s];
+          v[1] = resolve(*c.other[s], in, layouts[2 + 2 * s]);
+          walked.push_back(&layouts[2 + 2 * s]);
+          break;
+        case Opcode::activation:
+          f[kChKind] = kChActivation;
+          f[kChOp0] = static_cast<int64_t>(a.func);
+          f[kChImm0] = bits(0.0);
+          f[kChImm1] = bits(a.scale);
+          column(a.bias_tile, 2, kChC0dt);
+          column(a.scale_tile, 3, kChC1dt);
+          break;
+        default:
+          f[kChKind] = kChCopy;
+      }
+    }
+    if (!same_shape(walked)) return false;
+
+    auto* code_ty = llvm::ArrayType::get(b_.getInt64Ty(), code.size());
+    auto* code_g = new llvm::GlobalVariable(
+        m_, code_ty, /*isConstant=*/true, llvm::GlobalValue::PrivateLinkage,
+        llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint64_t>(
+                                               reinterpret_cast<const uint64_t*>(code.data()),
+                                               code.size())),
+        "chain");
+    llvm::IRBuilder<> eb(ctx_);
+    eb.SetInsertPoint(alloca_point_, alloca_point_->getFirstInsertionPt());
+    auto* views_ty = llvm::ArrayType::get(view_ptr_, views.size());
+    llvm::Value* slots = eb.CreateAlloca(views_ty, nullptr, "chain.views");
+    for (size_t k = 0; k < views.size(); ++k)
+      b_.CreateStore(views[k], b_.CreateConstGEP2_32(views_ty, slots, 0, static_cast<unsigned>(k)));
+    llvm::Value* start = profile_ ? emit_call(&neuron_k_prof_now_decl, "prof_now") : nullptr;
+    emit_call(NEURON_KERNEL(chain), b_.CreateBitCast(code_g, b_.getInt8PtrTy()),
+              b_.CreateBitCast(slots, b_.getInt8PtrTy()));
+    if (profile_) emit_call(&neuron_k_prof_add_decl, "prof_add", instrs[c.steps[0]].id, start);
+    return true;
   }
 
   void emit_run(const Run& run, int64_t partitions, int64_t size) {
@@ -708,6 +818,7 @@ class Lowering {
   bool bitcode_ = true;
   bool partition_blocks_ = true;
   bool fold_runs_ = true;
+  bool fuse_chains_ = true;
   bool profile_ = false;
   std::map<std::string, llvm::Function*> fns_;
   llvm::PointerType* view_ptr_ = nullptr;
@@ -748,7 +859,8 @@ std::unique_ptr<llvm::Module> lower_program(const Program& p, const JitOptions& 
   m->setDataLayout(tm.createDataLayout());
   std::unique_ptr<llvm::Module> kernels = load_kernel_bitcode(ctx);
   Lowering(p, ctx, *m, *kernels, opts.bitcode_kernels, opts.partition_blocks, opts.sbuf_folding,
-           opts.profile).run();
+           opts.fused_chains, opts.profile)
+      .run();
   if (opts.bitcode_kernels) {
     kernels->setTargetTriple(m->getTargetTriple());
     kernels->setDataLayout(m->getDataLayout());

@@ -29,14 +29,9 @@
 #include "neuron/codegen/plan.hpp"
 
 namespace neuron::native {
-namespace {
 
-// The bytes [lo, hi) of each partition a pattern may touch in one loop iteration (its current
-// rotating slot, if it rotates), when it walks partitions one by one from a constant partition
-// at a constant offset; with `dense`, only when it touches every byte of the range (row-major,
-// contiguous free dims).
 std::optional<std::pair<int64_t, int64_t>> byte_range(const AccessPattern& ap, bool dense,
-                                                      bool any_step = false) {
+                                                      bool any_step) {
   if (ap.memory != Memory::sbuf || ap.dims.empty() ||
       (ap.dims[0].stride != 1 && !(any_step && ap.dims[0].stride == 0)) ||
       !ap.offset.is_constant() || !ap.partition.is_constant())
@@ -53,6 +48,8 @@ std::optional<std::pair<int64_t, int64_t>> byte_range(const AccessPattern& ap, b
   const Span1 s = extent(ap.offset.constant, ap.dims, 1, es, es);
   return std::pair{s.lo, s.hi};
 }
+
+namespace {
 
 // A pattern covering bytes [lo, hi) of partitions [partition, partition + count).
 AccessPattern probe(int64_t partition, int64_t count, int64_t lo, int64_t hi) {

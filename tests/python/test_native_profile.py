@@ -39,6 +39,15 @@ def test_every_instruction_is_reported_with_its_line_and_the_bits_are_unchanged(
     assert isinstance(p, neuron.runtime.NativeProfile)
     by_line = {int(r["line"].rsplit(":", 1)[1]): r for r in p.rows}
     # The load is forwarded to its readers (docs/native.md): it does not run, so has no row.
+    # exp, multiply and store are one fused chain, billed to its first instruction.
+    assert set(by_line) == {lines["exp"]}
+    assert by_line[lines["exp"]]["op"] == "activation"
+    # Without chains each runs on its own and has its row.
+    monkeypatch.setenv("NEURON_FUSED_CHAINS", "0")
+    prof = neuron.native_profile(k)
+    np.testing.assert_array_equal(prof(x), plain)
+    p = prof.profile
+    by_line = {int(r["line"].rsplit(":", 1)[1]): r for r in p.rows}
     assert set(by_line) == {lines["exp"], lines["mul"], lines["store"]}
     assert by_line[lines["exp"]]["op"] == "activation"
     assert by_line[lines["mul"]]["op"] == "tensor_tensor"
@@ -62,6 +71,7 @@ def test_every_instruction_is_reported_with_its_line_and_the_bits_are_unchanged(
 
 def test_an_unrolled_loop_is_one_line_of_the_table(monkeypatch):
     monkeypatch.setenv("NEURON_SBUF_FOLDING", "0")  # every load runs (none is forwarded)
+    monkeypatch.setenv("NEURON_FUSED_CHAINS", "0")  # and each store on its own
 
     def k(x):
         out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)

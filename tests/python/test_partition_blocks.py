@@ -4,7 +4,8 @@
 # another block wrote): native results must be the simulator's bits, with blocks and without
 # (NEURON_PARTITION_BLOCKS=0), with SBUF folding (the runs' temporaries in run buffers, tiles of
 # broadcast rows in one row, loads forwarded to their readers) and without
-# (NEURON_SBUF_FOLDING=0), and match NumPy.
+# (NEURON_SBUF_FOLDING=0), with element-wise chains fused into one loop and without
+# (NEURON_FUSED_CHAINS=0), and match NumPy.
 import ml_dtypes
 import numpy as np
 import pytest
@@ -172,18 +173,22 @@ def test_blocked_runs_give_the_simulator_bits(fn, monkeypatch):
     if fn in (widened, widened_values):
         x = x.astype(ml_dtypes.bfloat16)
     sim = neuron.kernel(fn, mode="simulate")(x)
-    for blocks, folding in (("1", "1"), ("1", "0"), ("0", "1")):
+    for blocks, folding, chains in (("1", "1", "1"), ("1", "0", "1"), ("0", "1", "1"),
+                                    ("1", "1", "0")):
         monkeypatch.setenv("NEURON_PARTITION_BLOCKS", blocks)
         monkeypatch.setenv("NEURON_SBUF_FOLDING", folding)
+        monkeypatch.setenv("NEURON_FUSED_CHAINS", chains)
         k = neuron.kernel(fn)
-        assert k(x).tobytes() == sim.tobytes(), (blocks, folding)
+        assert k(x).tobytes() == sim.tobytes(), (blocks, folding, chains)
         assert ("partition_blocks=off" in k.last_report) == (blocks == "0")
         assert ("sbuf_folding=off" in k.last_report) == (folding == "0")
+        assert ("fused_chains=off" in k.last_report) == (chains == "0")
     np.testing.assert_allclose(sim, reference(fn, x), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("knob,value", [("NEURON_PARTITION_BLOCKS", "yes"),
-                                         ("NEURON_SBUF_FOLDING", "on")])
+                                         ("NEURON_SBUF_FOLDING", "on"),
+                                         ("NEURON_FUSED_CHAINS", "on")])
 def test_a_bad_knob_value_names_the_knob(knob, value, monkeypatch):
     monkeypatch.setenv(knob, value)
     with pytest.raises(neuron.NeuronError) as info:

@@ -121,6 +121,12 @@ Config config() {
       user_error(Span{}, "config", "NEURON_SBUF_FOLDING='{}' is not 0 or 1", s);
     c.sbuf_folding = s == "1";
   }
+  if (const char* b = std::getenv("NEURON_FUSED_CHAINS"); b && *b) {
+    std::string_view s(b);
+    if (s != "0" && s != "1")
+      user_error(Span{}, "config", "NEURON_FUSED_CHAINS='{}' is not 0 or 1", s);
+    c.fused_chains = s == "1";
+  }
   c.matmul_isa = config_matmul_isa();
   if (!c.matmul_isa.empty() && !neuron_matmul_variant_supported(c.matmul_isa.c_str())) {
     user_error(Span{}, "config",

@@ -71,6 +71,7 @@ native::JitOptions jit_options(const NativeCompileOptions& o) {
   j.opt_level = o.opt_level;
   j.partition_blocks = config().partition_blocks;
   j.sbuf_folding = config().sbuf_folding;
+  j.fused_chains = config().fused_chains;
   j.profile = o.profile;
   return j;
 }

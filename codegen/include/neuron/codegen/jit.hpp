@@ -27,6 +27,9 @@ struct JitOptions {
   // Run-local temporaries of those runs live in a buffer of one block's rows, tiles filled only
   // by partition broadcasts in one row (folded_sbuf.cpp). NEURON_SBUF_FOLDING.
   bool sbuf_folding = true;
+  // Consecutive element-wise instructions of those runs, each reading the one before, run as one
+  // loop over the elements (fused_chains.cpp). NEURON_FUSED_CHAINS.
+  bool fused_chains = true;
   // Every instruction call timed into the running thread's profile table (instr_kernels.hpp
   // set_profile_table); NativeCompileOptions::profile.
   bool profile = false;

@@ -6,6 +6,7 @@
 #include <utility>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,13 @@ std::vector<std::pair<const AccessPattern*, bool>> operands_of(const Instr& in);
 // both a block of partitions at a time keeps each partition's reads and writes in order).
 bool same_partition_map(const AccessPattern& a, const AccessPattern& b);
 
+// The bytes [lo, hi) of each partition an SBUF pattern may touch in one loop iteration (its
+// current rotating slot, if it rotates), when it walks partitions one by one from a constant
+// partition at a constant offset; with `dense`, only when it touches every byte of the range
+// (row-major, contiguous free dims); with `any_step`, also a partition step of 0.
+std::optional<std::pair<int64_t, int64_t>> byte_range(const AccessPattern& ap, bool dense,
+                                                      bool any_step = false);
+
 // SBUF bytes [lo, hi) of partitions from `partition` that only the partition-blocked run
 // body[i, j) touches, and that it writes in full before reading (folded_sbuf.cpp): the native
 // backend keeps them in a buffer of one block's rows instead of the whole tile.
@@ -71,6 +79,23 @@ struct ForwardedRun {
 ForwardedRun forward_loads(const std::vector<ProgNode>& body, size_t i, size_t j,
                            std::vector<RunLocal>& ranges,
                            const std::function<bool(const Affine&)>& dynamic);
+
+// The fused chains of a run (fused_chains.cpp): runs of up to kChainMax consecutive executed
+// instructions of `run` (element-wise, float, outside PSUM), each reading the one before's
+// destination, that the native backend runs as one loop over the elements (neuron_k_chain).
+// `steps` index run.instrs; `store[s]` is false where step s's destination is a run-local
+// temporary that nothing reads after the next step: the fused loop does not write it.
+// `source` is the first step's chain value's view; `other[s]` step s's second tensor operand
+// (tensor_tensor; null otherwise), `other_first[s]` whether it is data1 (the chain value data2).
+struct Chain {
+  std::vector<size_t> steps;
+  std::vector<bool> store;
+  const AccessPattern* source = nullptr;
+  std::vector<const AccessPattern*> other;
+  std::vector<bool> other_first;
+};
+std::vector<Chain> plan_chains(const ForwardedRun& run, const std::vector<RunLocal>& ranges,
+                               const std::function<bool(const Affine&)>& dynamic);
 
 // SBUF bytes [lo, hi) of partitions [partition, partition + count) that hold the same row in
 // every partition at all times (folded_sbuf.cpp): only partition-broadcast writes of the whole

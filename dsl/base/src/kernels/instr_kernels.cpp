@@ -78,7 +78,8 @@ struct ValueCursor {
 
 // Calls f(ptrs, p) for every element in row-major order of views[0]; p is the index along
 // views[0]'s dim 0 (its partition). Null views get null pointers. With `same`, all views have
-// views[0]'s sizes and the walk is a plain loop nest the optimizer can vectorize.
+// views[0]'s sizes and the walk is a plain loop nest the optimizer can vectorize (the loops over
+// the views unrolled, so each view's pointer is its own value: the chain walks 13).
 template <int N, class F>
 inline void each(const NView* const (&vs)[N], int same, F&& f) {
   const NView& r = *vs[0];
@@ -88,6 +89,7 @@ inline void each(const NView* const (&vs)[N], int same, F&& f) {
         for (int64_t i2 = 0; i2 < r.size[2]; ++i2)
           for (int64_t i3 = 0; i3 < r.size[3]; ++i3) {
             char* row[N];
+#pragma GCC unroll 16
             for (int k = 0; k < N; ++k)
               row[k] = vs[k] ? vs[k]->base + i0 * vs[k]->stride[0] + i1 * vs[k]->stride[1] +
                                    i2 * vs[k]->stride[2] + i3 * vs[k]->stride[3]
@@ -95,6 +97,7 @@ inline void each(const NView* const (&vs)[N], int same, F&& f) {
             NEURON_INTERLEAVE
             for (int64_t i4 = 0; i4 < r.size[4]; ++i4) {
               char* ptrs[N];
+#pragma GCC unroll 16
               for (int k = 0; k < N; ++k)
                 ptrs[k] = vs[k] ? row[k] + i4 * vs[k]->stride[4] : nullptr;
               f(ptrs, i0);
@@ -181,7 +184,9 @@ struct Scratch {
   explicit Scratch(int64_t n) {
     data = n <= kStack ? local : heap = static_cast<T*>(std::malloc(sizeof(T) * (n > 0 ? n : 1)));
   }
-  ~Scratch() { std::free(heap); }
+  ~Scratch() {
+    if (heap) std::free(heap);
+  }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
 };
@@ -488,7 +493,7 @@ void neuron_k_activation(const NView* d, const NView* s, const NView* bias, cons
   Scratch<float> red(P);
   if (same & neuron::native::kSameShape) {
     const NView& r = *s;
-    Scratch<float, 1> row(r.size[4]);
+    Scratch<float, 2048> row(r.size[4]);  // a row of up to 8 KiB without a malloc per call
     for (int64_t i0 = 0; i0 < r.size[0]; ++i0) {
       float lane[b::kReduceLanes];
       b::reduce_init(lane, rop);
@@ -533,6 +538,91 @@ void neuron_k_activation(const NView* d, const NView* s, const NView* bias, cons
   int64_t i = 0;
   each1(*rr, [&](char* p) { b::store_f32(p, dt(rrdt), red.data[i++]); });
   clear_flags(*rr, neuron::dtype_bytes(dt(rrdt)));
+}
+
+// One step of a fused chain on one element: what its instruction's kernel computes from the
+// chain value v (the element it reads), its second operand's element and its columns' values
+// (c0: tensor_scalar's operand0 or activation's bias, c1: operand1 or scale). Each case is the
+// float path of the kernel above (the chain takes float dtypes only).
+[[gnu::always_inline]] inline float chain_step(const int64_t* s, float v, const char* other,
+                                               float c0, float c1) {
+  using namespace neuron::native;
+  switch (s[kChKind]) {
+    case kChTensorScalar: {
+      const auto op0 = static_cast<AluOp>(s[kChOp0]), op1 = static_cast<AluOp>(s[kChOp1]);
+      v = s[kChRev0] && !is_unary(op0) ? b::alu(op0, c0, v) : b::alu(op0, v, c0);
+      if (op1 == AluOp::bypass) return v;
+      return s[kChRev1] && !is_unary(op1) ? b::alu(op1, c1, v) : b::alu(op1, v, c1);
+    }
+    case kChTensorTensor: {
+      const auto op = static_cast<AluOp>(s[kChOp0]);
+      const float o = b::load_f32(other, dt(static_cast<int>(s[kChOdt])));
+      return s[kChOtherFirst] ? b::alu(op, o, v) : b::alu(op, v, o);
+    }
+    case kChActivation: {
+      float t = v * c1;
+      t = t + c0;
+      return b::activate(static_cast<neuron::ActFunc>(s[kChOp0]), t);
+    }
+    default:  // a copy
+      return v;
+  }
+}
+
+// The value a step's destination holds: v rounded to its dtype (what the next step reads).
+[[gnu::always_inline]] inline float chain_rounded(int ddt, float v) {
+  if (dt(ddt) == DType::float32) return v;
+  char tmp[4];
+  b::store_f32(tmp, dt(ddt), v);
+  return b::load_f32(tmp, dt(ddt));
+}
+
+void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
+  using namespace neuron::native;
+  const auto* code = reinterpret_cast<const int64_t*>(code_bytes);
+  const auto* views = reinterpret_cast<const NView* const*>(view_bytes);
+  const int64_t n = code[0];
+  const int64_t P = views[0]->size[0];
+  // Every step's two columns, one value per partition (at most 128: fused_chains.cpp), read
+  // before the loop as the kernels do. A plain local array, so the loop's stores provably miss it.
+  float cols[2 * kChainMax * 128];
+  // The walked views: the source, then each step's destination and second operand.
+  const NView* walk[1 + 2 * kChainMax];
+  walk[0] = views[0];
+#pragma GCC unroll 6
+  for (int k = 0; k < kChainMax; ++k) {
+    const int64_t* s = code + 1 + k * kChainFields;
+    const NView* const* v = views + 1 + 4 * k;
+    walk[1 + 2 * k] = k < n ? v[0] : nullptr;
+    walk[2 + 2 * k] = k < n ? v[1] : nullptr;
+    if (k >= n) continue;
+    double imm0, imm1;
+    std::memcpy(&imm0, &s[kChImm0], sizeof imm0);
+    std::memcpy(&imm1, &s[kChImm1], sizeof imm1);
+    column(v[2], static_cast<int>(s[kChC0dt]), imm0, P, cols + 2 * k * P);
+    column(v[3], static_cast<int>(s[kChC1dt]), imm1, P, cols + (2 * k + 1) * P);
+  }
+  each(walk, kSameShape, [&](char** p, int64_t part) {
+    float v = b::load_f32(p[0], dt(static_cast<int>(code[1 + kChXdt])));
+#pragma GCC unroll 6
+    for (int k = 0; k < kChainMax; ++k) {
+      if (k >= n) continue;
+      const int64_t* s = code + 1 + k * kChainFields;
+      const float* c = cols + 2 * k * P;
+      v = chain_step(s, v, p[2 + 2 * k], c[part], c[P + part]);
+      const int ddt = static_cast<int>(s[kChDdt]);
+      if (s[kChStore]) b::store_f32(p[1 + 2 * k], dt(ddt), v);
+      v = chain_rounded(ddt, v);
+    }
+  });
+  // Constant indices only (here and above): once the chain is inlined, `code` and `views`
+  // fold into constants and SSA values (jit.cpp specialize_chains).
+#pragma GCC unroll 6
+  for (int k = 0; k < kChainMax; ++k) {
+    const int ddt = static_cast<int>(code[1 + k * kChainFields + kChDdt]);
+    if (k < n && code[1 + k * kChainFields + kChStore])
+      clear_flags(*views[1 + 4 * k], neuron::dtype_bytes(dt(ddt)));
+  }
 }
 
 void neuron_k_tensor_reduce(const NView* d, const NView* s, int ddt, int sdt, int op_, int reduced,

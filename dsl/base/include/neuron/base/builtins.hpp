@@ -574,8 +574,9 @@ template <class Load>
   for (; k < n; ++k) lane[(pos + k) & kMask] = alu(op, lane[(pos + k) & kMask], load(k));
 }
 
-// The fixed tree that ends a reduction.
-inline float reduce_finish(float* lane, AluOp op) {
+// The fixed tree that ends a reduction (inlined, so the op is a constant and the tree a few
+// vector shuffles).
+[[gnu::always_inline]] inline float reduce_finish(float* lane, AluOp op) {
   const AluOp c = reduce_combine(op);
   for (int h = kReduceLanes / 2; h >= 1; h /= 2)
     for (int j = 0; j < h; ++j) lane[j] = alu(c, lane[j], lane[j + h]);

@@ -47,6 +47,10 @@ struct Config {
   // keeping a blocked run's own temporaries in a buffer of one block's rows and a tile filled
   // only by partition broadcasts in one row (codegen/src/folded_sbuf.cpp; the same bits).
   bool sbuf_folding = true;
+  // NEURON_FUSED_CHAINS=0: generated code runs every element-wise instruction as its own loop,
+  // instead of running a chain of them, each reading the one before, as one loop over the
+  // elements (codegen/src/fused_chains.cpp; the same bits).
+  bool fused_chains = true;
   // ---- profiler (runtime/profile.hpp, docs/profiling.md) ----
   // NEURON_PROFILE=dir: every neuron::simulate of a compiled kernel also runs the timing model
   // and writes <kernel>-<n>.json (Chrome/Perfetto trace), .txt (summary) and .html into dir.

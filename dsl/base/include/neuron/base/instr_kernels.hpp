@@ -59,6 +59,33 @@ struct InstrTicks {
 };
 void set_profile_table(std::vector<InstrTicks>* table);  // per thread; null: not recording
 
+// A fused chain (codegen/src/fused_chains.cpp, docs/native.md "Fused chains"): up to
+// kChainMax element-wise instructions, each reading the one before, run as one loop over the
+// elements by neuron_k_chain, computing what each instruction's kernel computes per element.
+// `code` is int64 words: the step count, then kChainFields per step. `views` is kChainViews
+// views: the first step's chain source, then per step its destination (null when its value only
+// feeds the next step), its second tensor operand and its two [P, 1] columns (null if absent).
+inline constexpr int kChainMax = 6;
+enum ChainField : int {
+  kChKind,        // ChainKind
+  kChDdt,         // destination dtype (the value is rounded to it)
+  kChXdt,         // the dtype the step reads its chain value as (its source's)
+  kChOdt,         // the second tensor operand's dtype
+  kChOtherFirst,  // tensor_tensor: 1 when the chain value is the second operand (data2)
+  kChOp0,         // alu op0 (tensor_scalar, tensor_tensor) or activation function
+  kChOp1,         // tensor_scalar op1
+  kChRev0,
+  kChRev1,
+  kChImm0,  // double bits: tensor_scalar imm0 (activation: bias 0)
+  kChImm1,  // double bits: tensor_scalar imm1 (activation: its scale)
+  kChC0dt,
+  kChC1dt,
+  kChStore,  // 1: the step writes its destination (else its view is null)
+  kChainFields
+};
+enum ChainKind : int { kChTensorScalar = 1, kChTensorTensor, kChActivation, kChCopy };
+inline constexpr int kChainViews = 1 + 4 * kChainMax;
+
 }  // namespace neuron::native
 
 // Every kernel: X(name, how). `inline` kernels are linked into JIT modules from bitcode and
@@ -75,7 +102,7 @@ void set_profile_table(std::vector<InstrTicks>* table);  // per thread; null: no
   X(find_index8, call) X(match_replace8, call) X(bn_stats, call) X(bn_aggr, call)              \
   X(stream_shuffle, call) X(rng, call) X(dropout, call) X(rng_seed, call) X(rng_skip, call)    \
   X(matmul_mx, call) X(quantize_mx, call) X(copy_bytes, call) X(psum_flags_set, call)        \
-  X(psum_flags_get, call)
+  X(psum_flags_get, call) X(chain, inline)
 // The cold paths of the streaming kernels (host only; see instr_kernels.cpp).
 #define NEURON_INSTR_SNAPSHOTS(X) \
   X(copy) X(tensor_tensor) X(tensor_scalar) X(activation) X(copy_predicated) X(affine_select)
@@ -103,6 +130,8 @@ void neuron_k_matmul(const neuron_nview* d, const neuron_nview* st, const neuron
 void neuron_k_copy_predicated(const neuron_nview* d, const neuron_nview* s, const neuron_nview* pred,
                               int ddt, int sdt, int pdt, int same);
 void neuron_k_memset(const neuron_nview* d, int ddt, double value);
+// code: int64 words, views: kChainViews views (see kChainMax); both passed as bytes.
+void neuron_k_chain(const char* code, const char* views);
 // `pat`: sizes are {partitions, pattern counts...}, strides are the coefficients (not bytes).
 void neuron_k_iota(const neuron_nview* d, const neuron_nview* pat, int ddt, int64_t offset);
 void neuron_k_affine_select(const neuron_nview* d, const neuron_nview* s, const neuron_nview* pat,

@@ -1,0 +1,193 @@
+// Fused chains: consecutive element-wise instructions of a partition-blocked run, each reading
+// the one before, that the native backend runs as one loop over the elements (neuron_k_chain)
+// instead of one loop per instruction. A norm's last steps, (x - mean) * rstd, * weight,
+// + bias, then the store, become one pass that reads x and the weight and writes the output,
+// instead of four passes that each write a temporary and read it back. Values are unchanged:
+// every step computes what its instruction's kernel computes per element and rounds to its
+// destination's dtype, so results stay the simulator's bits (docs/native.md "Fused chains").
+//
+// Element order is what the fusion changes: the instructions ran one after the other over whole
+// tiles, the chain runs them element by element. So a chain takes only instructions whose
+// elements are independent (element-wise, float dtypes, no PSUM) and views where the two orders
+// agree: every view a step reads either shares no bytes with any destination of the chain or is
+// exactly that destination's view (then element e is read and written at the same position in
+// both orders), and [P, 1] columns, read before the loop, share no bytes with any destination.
+#include <optional>
+
+#include "neuron/codegen/plan.hpp"
+
+namespace neuron::native {
+namespace {
+
+bool float_dtype(DType t) {
+  return t == DType::float32 || t == DType::bfloat16 || t == DType::float16;
+}
+
+// A step's operands: the view holding its chain value (the previous step's destination), its
+// second tensor operand and its columns.
+struct StepViews {
+  const AccessPattern* chain = nullptr;
+  const AccessPattern* other = nullptr;
+  bool other_first = false;
+  std::vector<const AccessPattern*> columns;
+};
+
+// Whether `in` can be a step: an element-wise instruction with float operands outside PSUM, at
+// offsets known when the program starts.
+bool chainable(const Instr& in, const std::function<bool(const Affine&)>& dynamic) {
+  switch (in.op) {
+    case Opcode::tensor_scalar:
+    case Opcode::tensor_tensor:
+    case Opcode::tensor_copy:
+      break;
+    case Opcode::activation:
+      if (in.has_reduce_res) return false;
+      break;
+    case Opcode::dma_copy:
+      if (in.args.bitcast || in.args.indirect != InstrArgs::Indirect::none || in.args.oob_skip)
+        return false;
+      break;
+    default:
+      return false;
+  }
+  for (auto [ap, written] : operands_of(in)) {
+    (void)written;
+    if (ap->memory == Memory::psum || !float_dtype(ap->dtype) || dynamic(ap->offset) ||
+        dynamic(ap->partition) || ap->dims.empty())
+      return false;
+  }
+  return true;
+}
+
+// The operands of step `in` when its chain value is read through `prev` (the previous step's
+// destination; null for the first step, whose chain value is its first source).
+std::optional<StepViews> step_views(const Instr& in, const AccessPattern* prev) {
+  StepViews v;
+  if (in.op == Opcode::tensor_tensor) {
+    if (!prev || in.src[0] == *prev) {
+      v.chain = &in.src[0];
+      v.other = &in.src[1];
+    } else if (in.src[1] == *prev) {
+      v.chain = &in.src[1];
+      v.other = &in.src[0];
+      v.other_first = true;
+    } else {
+      return std::nullopt;
+    }
+  } else {
+    if (prev && !(in.src[0] == *prev)) return std::nullopt;
+    v.chain = &in.src[0];
+    for (size_t k = 1; k < in.src.size(); ++k) v.columns.push_back(&in.src[k]);
+  }
+  // A copy within one dtype moves bits; the chain moves values, which differ only in NaN
+  // payloads of bf16/fp16 read from memory. After a first step the value is one the chain
+  // computed and rounded, which a copy keeps.
+  const bool bit_copy = (in.op == Opcode::tensor_copy || in.op == Opcode::dma_copy) &&
+                        in.dst.dtype == in.src[0].dtype && in.dst.dtype != DType::float32;
+  if (!prev && bit_copy) return std::nullopt;
+  return v;
+}
+
+int64_t elements(const AccessPattern& ap) {
+  int64_t n = 1;
+  for (auto& d : ap.dims) n *= d.size;
+  return n;
+}
+
+// Reading `r` while the chain writes `w`: fine when they share no bytes or are the same view.
+bool agrees(const AccessPattern& r, const AccessPattern& w) {
+  return r == w || !may_overlap(r, w);
+}
+
+}  // namespace
+
+std::vector<Chain> plan_chains(const ForwardedRun& run, const std::vector<RunLocal>& ranges,
+                               const std::function<bool(const Affine&)>& dynamic) {
+  std::vector<size_t> live;  // the instructions the run executes
+  for (size_t k = 0; k < run.instrs.size(); ++k)
+    if (!run.dropped[k]) live.push_back(k);
+
+  std::vector<Chain> chains;
+  size_t a = 0;
+  while (a < live.size()) {
+    const Instr& first = run.instrs[live[a]];
+    std::optional<StepViews> sv =
+        chainable(first, dynamic) ? step_views(first, nullptr) : std::nullopt;
+    // At most pmax partitions: the kernel keeps each column's values in a local array.
+    if (!sv || first.dst.dims[0].size > tile_limits::pmax) {
+      ++a;
+      continue;
+    }
+    Chain c;
+    std::vector<const AccessPattern*> walked{sv->chain}, columns, dsts;
+    std::vector<StepViews> views;
+    const int64_t n = elements(first.dst);
+    size_t b = a;
+    while (b < live.size() && c.steps.size() < static_cast<size_t>(kChainMax)) {
+      const Instr& in = run.instrs[live[b]];
+      std::optional<StepViews> s =
+          b == a ? sv : (chainable(in, dynamic) ? step_views(in, dsts.back()) : std::nullopt);
+      if (!s || elements(in.dst) != n || (s->other && elements(*s->other) != n)) break;
+      // The orders agree: this step's reads against every destination so far and its own, and
+      // its destination against every read and destination so far.
+      bool ok = true;
+      std::vector<const AccessPattern*> w = dsts;
+      w.push_back(&in.dst);
+      for (const AccessPattern* d : w) {
+        if (s->other) ok = ok && agrees(*s->other, *d);
+        for (const AccessPattern* col : s->columns) ok = ok && !may_overlap(*col, *d);
+        if (b == a) ok = ok && agrees(*s->chain, *d);
+      }
+      for (const AccessPattern* r : walked) ok = ok && agrees(*r, in.dst);
+      for (const AccessPattern* col : columns) ok = ok && !may_overlap(*col, in.dst);
+      for (const AccessPattern* d : dsts) ok = ok && agrees(*d, in.dst);
+      if (!ok) break;
+      if (s->other) walked.push_back(s->other);
+      columns.insert(columns.end(), s->columns.begin(), s->columns.end());
+      dsts.push_back(&in.dst);
+      views.push_back(*s);
+      c.steps.push_back(live[b]);
+      ++b;
+    }
+    if (c.steps.size() < 2) {
+      ++a;
+      continue;
+    }
+    // A destination the chain need not write: a run-local temporary (nothing outside the run
+    // touches it) that nothing reads after the next step takes it as its chain value.
+    c.store.assign(c.steps.size(), true);
+    for (size_t s = 0; s + 1 < c.steps.size(); ++s) {
+      const AccessPattern& d = run.instrs[c.steps[s]].dst;
+      const auto r = byte_range(d, false);
+      bool local = false;
+      for (const RunLocal& l : ranges)
+        local = local ||
+                (r && d.partition.constant == l.partition && r->first >= l.lo && r->second <= l.hi);
+      if (!local) continue;
+      bool read = false;
+      for (size_t t = s + 1; t < c.steps.size(); ++t) {
+        if (views[t].other) read = read || may_overlap(*views[t].other, d);
+        for (const AccessPattern* col : views[t].columns) read = read || may_overlap(*col, d);
+      }
+      for (size_t k = c.steps.back() + 1; k < run.instrs.size() && !read; ++k) {
+        if (run.dropped[k]) continue;
+        for (auto [ap, written] : operands_of(run.instrs[k]))
+          read = read || (!written && may_overlap(*ap, d));
+        // A predicated copy keeps its destination where the predicate is false: a read.
+        if (run.instrs[k].op == Opcode::tensor_copy_predicated)
+          read = read || may_overlap(run.instrs[k].dst, d);
+      }
+      c.store[s] = read;
+    }
+    c.source = views[0].chain;
+    for (const StepViews& v : views) {
+      c.other.push_back(v.other);
+      c.other_first.push_back(v.other_first);
+    }
+    chains.push_back(std::move(c));
+    a = b;
+  }
+  return chains;
+}
+
+}  // namespace neuron::native

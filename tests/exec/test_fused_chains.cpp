@@ -1,0 +1,178 @@
+// Fused chains (plan.hpp plan_chains, neuron_k_chain): consecutive element-wise instructions,
+// each reading the one before, run natively as one loop over the elements. Which instructions
+// form a chain, which destinations the loop need not write, and that the fused code computes
+// the simulator's bits (and vectorizes).
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "exec/differential.hpp"
+#include "exec/sim_test_util.hpp"
+#include "neuron/codegen/jit.hpp"
+#include "neuron/codegen/plan.hpp"
+
+using namespace neuron;
+using namespace neuron::sim_test;
+using namespace neuron::testing;
+
+namespace {
+constexpr DType f32 = DType::float32, bf16 = DType::bfloat16;
+constexpr int64_t R = 64, C = 96;  // odd sizes: no lane or block multiple
+
+AccessPattern tile(int64_t off, DType dt = f32, int64_t cols = C) {
+  return sb(dt, off, R, {row(cols)});
+}
+AccessPattern column(int64_t off) {
+  return sb(f32, off, R, {row(1)});
+}
+void number(Program& p) {
+  int next = 0;
+  for (ProgNode& n : p.body) n.instr.id = next++;
+}
+
+// The chains of the whole top level, as the lowering plans them: steps and stores.
+std::vector<native::Chain> chains_of(const Program& p) {
+  std::vector<native::RunLocal> ranges = native::run_local_ranges(p, p.body, 0, p.body.size());
+  native::ForwardedRun run =
+      native::forward_loads(p.body, 0, p.body.size(), ranges, [](const Affine&) { return false; });
+  return native::plan_chains(run, ranges, [](const Affine&) { return false; });
+}
+
+// The steps of the test's chain, on x (bf16 rows), w (fp32 rows) and three columns:
+//   a (bf16) = 3 * (c - t)       tensor_scalar, reversed op0, a column and an immediate
+//   b        = w / a             tensor_tensor, the chain value as data2
+//   d        = tanh(b * s + h)   activation with bias h and scale s columns
+//   e (bf16) = d                 copy
+//   out      = e                 the store
+// The bf16 destinations round the chain value between steps, as the tiles do.
+std::vector<ProgNode> chain_steps() {
+  InstrArgs ts;
+  ts.op0 = AluOp::subtract;
+  ts.reverse0 = true;
+  ts.operand0_tile = true;
+  ts.op1 = AluOp::multiply;
+  ts.imm1 = 3.0;
+  InstrArgs tt;
+  tt.op0 = AluOp::divide;
+  InstrArgs act;
+  act.func = ActFunc::tanh;
+  act.bias_tile = act.scale_tile = true;
+  return {instr(Opcode::tensor_scalar, tile(400, bf16), {tile(0), column(2000)}, ts),
+          instr(Opcode::tensor_tensor, tile(600), {tile(1000), tile(400, bf16)}, tt),
+          instr(Opcode::activation, tile(1400), {tile(600), column(2004), column(2008)}, act),
+          instr(Opcode::tensor_copy, tile(1800, bf16), {tile(1400)}),
+          dma(hbm2(2, bf16, R, C, C), tile(1800, bf16))};
+}
+
+Program chain_program(std::vector<ProgNode> extra = {}) {
+  std::vector<ProgNode> body = {dma(tile(0), hbm2(0, bf16, R, C, C)),
+                                dma(tile(1000), hbm2(1, f32, R, C, C)),
+                                dma(sb(f32, 2000, R, {row(3)}), hbm2(3, f32, R, 3, 3))};
+  for (ProgNode& s : chain_steps()) body.push_back(std::move(s));
+  for (ProgNode& s : extra) body.push_back(std::move(s));
+  Program p = program({decl("x", {R, C}, bf16, kIn), decl("w", {R, C}, f32, kIn),
+                       decl("out", {R, C}, bf16, kOut), decl("cols", {R, 3}, f32, kIn)},
+                      std::move(body));
+  number(p);
+  return p;
+}
+
+std::vector<Tensor> chain_inputs() {
+  auto x = random_values(R * C, 7);
+  auto w = random_values(R * C, 8);
+  auto cols = random_values(R * 3, 9, 0.25f, 1.5f);
+  return {Tensor::from_floats(x, {R, C}, bf16), Tensor::from_floats(w, {R, C}, f32),
+          Tensor::empty({R, C}, bf16), Tensor::from_floats(cols, {R, 3}, f32)};
+}
+}  // namespace
+
+TEST_CASE("plan_chains: element-wise steps reading the one before form one chain") {
+  const auto chains = chains_of(chain_program());
+  REQUIRE(chains.size() == 1);
+  // Instructions 0-2 are the forwarded loads; the five steps follow.
+  CHECK(chains[0].steps == std::vector<size_t>{3, 4, 5, 6, 7});
+  // Every temporary is run-local and read only by the next step: only the store writes.
+  CHECK(chains[0].store == std::vector<bool>{false, false, false, false, true});
+  CHECK(chains[0].other_first == std::vector<bool>{false, true, false, false, false});
+}
+
+TEST_CASE("plan_chains: a destination read later is written; what breaks the order ends it") {
+  InstrArgs sum;
+  sum.op0 = AluOp::add;
+  // b read again after the chain: b's step writes it.
+  InstrArgs red;
+  red.reduce_op = AluOp::add;
+  red.axes = {1};
+  auto chains =
+      chains_of(chain_program({instr(Opcode::tensor_reduce, column(2100), {tile(600)}, red)}));
+  REQUIRE(chains.size() == 1);
+  CHECK(chains[0].store == std::vector<bool>{false, true, false, false, true});
+
+  // A step writing its destination one element past a view an earlier step reads (w, at
+  // 1200, written at 1204): one loop would write element e + 1 before the earlier step reads
+  // it, so the chain ends before that step, and the results stay the simulator's bits.
+  InstrArgs twice;
+  twice.op0 = AluOp::multiply;
+  twice.imm0 = 2.0;
+  Program shifted = program(
+      {decl("x", {R, C}, f32, kIn), decl("w", {R, C}, f32, kIn), decl("out", {R, C}, f32, kOut)},
+      {dma(tile(0), hbm2(0, f32, R, C, C)), dma(tile(1200), hbm2(1, f32, R, C, C)),
+       instr(Opcode::tensor_scalar, tile(400), {tile(0)}, twice),
+       instr(Opcode::tensor_tensor, tile(800), {tile(400), tile(1200)}, sum),
+       instr(Opcode::tensor_scalar, tile(1204), {tile(800)}, twice),
+       dma(hbm2(2, f32, R, C, C), tile(1204))});
+  number(shifted);
+  chains = chains_of(shifted);
+  REQUIRE(chains.size() == 2);
+  CHECK(chains[0].steps == std::vector<size_t>{2, 3});
+  CHECK(chains[1].steps == std::vector<size_t>{4, 5});
+  run_both(shifted,
+           {Tensor::from_floats(random_values(R * C, 3), {R, C}, f32),
+            Tensor::from_floats(random_values(R * C, 4), {R, C}, f32), Tensor::empty({R, C}, f32)});
+  // Not steps: an activation with reduce_res, integer tiles, PSUM.
+  InstrArgs ex;
+  ex.func = ActFunc::exp;
+  ex.reduce_op = AluOp::add;
+  ProgNode with_sum = instr(Opcode::activation, tile(400), {tile(0)}, ex);
+  with_sum.instr.has_reduce_res = true;
+  with_sum.instr.reduce_res = column(2000);
+  Program none =
+      program({decl("x", {R, C}, f32, kIn), decl("out", {R, C}, DType::int32, kOut)},
+              {dma(tile(0), hbm2(0, f32, R, C, C)), with_sum,
+               instr(Opcode::tensor_copy, tile(800, DType::int32), {tile(400)}),
+               instr(Opcode::tensor_copy, ps(f32, 0, R, {row(C)}), {tile(800, DType::int32)}),
+               dma(hbm2(1, DType::int32, R, C, C), tile(800, DType::int32))});
+  number(none);
+  CHECK(chains_of(none).empty());
+}
+
+TEST_CASE("fused chains compute the simulator's bits and vectorize") {
+  const Program p = chain_program();
+  auto inputs = chain_inputs();
+  auto r = run_both(p, inputs);
+  std::vector<double> ref(R * C);
+  auto bf = [](double v) { return double(Tensor::from_floats({float(v)}, {1}, bf16).get(0)); };
+  for (int64_t q = 0; q < R; ++q)
+    for (int64_t c = 0; c < C; ++c) {
+      const double t = inputs[0].get(q * C + c), w = inputs[1].get(q * C + c);
+      const double c0 = inputs[3].get(q * 3), h = inputs[3].get(q * 3 + 1),
+                   s = inputs[3].get(q * 3 + 2);
+      const double a = bf(3 * (c0 - t));
+      ref[q * C + c] = std::tanh(w / a * s + h);
+    }
+  check_reference(r, 0, ref, Tolerance{2e-2, 1e-2});
+
+  // The lowering emits one chain call, which specializes into vector code with no calls left.
+  native::JitOptions jo;
+  CHECK(native::program_llvm_ir(p, jo, false).find("@neuron_k_chain(") != std::string::npos);
+  const std::string ir = native::program_llvm_ir(p, jo, true);
+  const size_t at = ir.find("define void @neuron_entry");
+  REQUIRE(at != std::string::npos);
+  const std::string entry = ir.substr(at, ir.find("\n}\n", at) - at);
+  CHECK(entry.find("fdiv <") != std::string::npos);
+  CHECK(entry.find("call float @_ZN6neuron8builtins") == std::string::npos);
+  CHECK(entry.find("@neuron_k_chain(") == std::string::npos);
+  // Turned off, the steps are separate kernel calls.
+  jo.fused_chains = false;
+  CHECK(native::program_llvm_ir(p, jo, false).find("@neuron_k_chain(") == std::string::npos);
+}
