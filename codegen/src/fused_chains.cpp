@@ -8,10 +8,11 @@
 //
 // Element order is what the fusion changes: the instructions ran one after the other over whole
 // tiles, the chain runs them element by element. So a chain takes only instructions whose
-// elements are independent (element-wise, float dtypes, no PSUM) and views where the two orders
-// agree: every view a step reads either shares no bytes with any destination of the chain or is
-// exactly that destination's view (then element e is read and written at the same position in
-// both orders), and [P, 1] columns, read before the loop, share no bytes with any destination.
+// elements are independent (element-wise, float dtypes, no PSUM writes) and views where the two
+// orders agree: every view a step reads either shares no bytes with any destination of the
+// chain or is exactly that destination's view (then element e is read and written at the same
+// position in both orders), and [P, 1] columns, read before the loop, share no bytes with any
+// destination.
 #include <optional>
 
 #include "neuron/codegen/plan.hpp"
@@ -32,8 +33,9 @@ struct StepViews {
   std::vector<const AccessPattern*> columns;
 };
 
-// Whether `in` can be a step: an element-wise instruction with float operands outside PSUM, at
-// offsets known when the program starts.
+// Whether `in` can be a step: an element-wise instruction with float operands, at offsets known
+// when the program starts, writing outside PSUM (a PSUM write also clears its matmul flags; a
+// read is a plain read, so a chain may start from a matmul's result).
 bool chainable(const Instr& in, const std::function<bool(const Affine&)>& dynamic) {
   switch (in.op) {
     case Opcode::tensor_scalar:
@@ -51,8 +53,7 @@ bool chainable(const Instr& in, const std::function<bool(const Affine&)>& dynami
       return false;
   }
   for (auto [ap, written] : operands_of(in)) {
-    (void)written;
-    if (ap->memory == Memory::psum || !float_dtype(ap->dtype) || dynamic(ap->offset) ||
+    if ((written && ap->memory == Memory::psum) || !float_dtype(ap->dtype) || dynamic(ap->offset) ||
         dynamic(ap->partition) || ap->dims.empty())
       return false;
   }

@@ -129,7 +129,7 @@ TEST_CASE("plan_chains: a destination read later is written; what breaks the ord
   run_both(shifted,
            {Tensor::from_floats(random_values(R * C, 3), {R, C}, f32),
             Tensor::from_floats(random_values(R * C, 4), {R, C}, f32), Tensor::empty({R, C}, f32)});
-  // Not steps: an activation with reduce_res, integer tiles, PSUM.
+  // Not steps: an activation with reduce_res, integer tiles, a PSUM destination.
   InstrArgs ex;
   ex.func = ActFunc::exp;
   ex.reduce_op = AluOp::add;
@@ -140,7 +140,7 @@ TEST_CASE("plan_chains: a destination read later is written; what breaks the ord
       program({decl("x", {R, C}, f32, kIn), decl("out", {R, C}, DType::int32, kOut)},
               {dma(tile(0), hbm2(0, f32, R, C, C)), with_sum,
                instr(Opcode::tensor_copy, tile(800, DType::int32), {tile(400)}),
-               instr(Opcode::tensor_copy, ps(f32, 0, R, {row(C)}), {tile(800, DType::int32)}),
+               instr(Opcode::tensor_copy, ps(f32, 0, R, {row(C)}), {tile(400)}),
                dma(hbm2(1, DType::int32, R, C, C), tile(800, DType::int32))});
   number(none);
   CHECK(chains_of(none).empty());
