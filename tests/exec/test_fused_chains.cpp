@@ -41,7 +41,7 @@ std::vector<native::Chain> chains_of(const Program& p) {
 // The steps of the test's chain, on x (bf16 rows), w (fp32 rows) and three columns:
 //   a (bf16) = 3 * (c - t)       tensor_scalar, reversed op0, a column and an immediate
 //   b        = w / a             tensor_tensor, the chain value as data2
-//   d        = tanh(b * s + h)   activation with bias h and scale s columns
+//   d        = (b * s + h)^2     activation (square) with bias h and scale s columns
 //   e (bf16) = d                 copy
 //   out      = e                 the store
 // The bf16 destinations round the chain value between steps, as the tiles do.
@@ -55,7 +55,7 @@ std::vector<ProgNode> chain_steps() {
   InstrArgs tt;
   tt.op0 = AluOp::divide;
   InstrArgs act;
-  act.func = ActFunc::tanh;
+  act.func = ActFunc::square;
   act.bias_tile = act.scale_tile = true;
   return {instr(Opcode::tensor_scalar, tile(400, bf16), {tile(0), column(2000)}, ts),
           instr(Opcode::tensor_tensor, tile(600), {tile(1000), tile(400, bf16)}, tt),
@@ -129,19 +129,31 @@ TEST_CASE("plan_chains: a destination read later is written; what breaks the ord
   run_both(shifted,
            {Tensor::from_floats(random_values(R * C, 3), {R, C}, f32),
             Tensor::from_floats(random_values(R * C, 4), {R, C}, f32), Tensor::empty({R, C}, f32)});
-  // Not steps: an activation with reduce_res, integer tiles, a PSUM destination.
+  // Not steps: an activation with reduce_res, integer tiles, a PSUM destination; an exp (a
+  // transcendental activation: its own loop) ends the chain before it.
+  InstrArgs ex1;
+  ex1.func = ActFunc::exp;
+  Program exp_step = program({decl("x", {R, C}, f32, kIn), decl("out", {R, C}, f32, kOut)},
+                             {dma(tile(0), hbm2(0, f32, R, C, C)),
+                              instr(Opcode::tensor_scalar, tile(400), {tile(0)}, twice),
+                              instr(Opcode::activation, tile(800), {tile(400)}, ex1),
+                              instr(Opcode::tensor_scalar, tile(1200), {tile(800)}, twice),
+                              dma(hbm2(1, f32, R, C, C), tile(1200))});
+  number(exp_step);
+  chains = chains_of(exp_step);
+  REQUIRE(chains.size() == 1);
+  CHECK(chains[0].steps == std::vector<size_t>{3, 4});
   InstrArgs ex;
   ex.func = ActFunc::exp;
   ex.reduce_op = AluOp::add;
   ProgNode with_sum = instr(Opcode::activation, tile(400), {tile(0)}, ex);
   with_sum.instr.has_reduce_res = true;
   with_sum.instr.reduce_res = column(2000);
-  Program none =
-      program({decl("x", {R, C}, f32, kIn), decl("out", {R, C}, DType::int32, kOut)},
-              {dma(tile(0), hbm2(0, f32, R, C, C)), with_sum,
-               instr(Opcode::tensor_copy, tile(800, DType::int32), {tile(400)}),
-               instr(Opcode::tensor_copy, ps(f32, 0, R, {row(C)}), {tile(400)}),
-               dma(hbm2(1, DType::int32, R, C, C), tile(800, DType::int32))});
+  Program none = program({decl("x", {R, C}, f32, kIn), decl("out", {R, C}, DType::int32, kOut)},
+                         {dma(tile(0), hbm2(0, f32, R, C, C)), with_sum,
+                          instr(Opcode::tensor_copy, tile(800, DType::int32), {tile(400)}),
+                          instr(Opcode::tensor_copy, ps(f32, 0, R, {row(C)}), {tile(400)}),
+                          dma(hbm2(1, DType::int32, R, C, C), tile(800, DType::int32))});
   number(none);
   CHECK(chains_of(none).empty());
 }
@@ -158,7 +170,8 @@ TEST_CASE("fused chains compute the simulator's bits and vectorize") {
       const double c0 = inputs[3].get(q * 3), h = inputs[3].get(q * 3 + 1),
                    s = inputs[3].get(q * 3 + 2);
       const double a = bf(3 * (c0 - t));
-      ref[q * C + c] = std::tanh(w / a * s + h);
+      const double d = w / a * s + h;
+      ref[q * C + c] = d * d;
     }
   check_reference(r, 0, ref, Tolerance{2e-2, 1e-2});
 

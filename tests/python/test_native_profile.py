@@ -39,9 +39,9 @@ def test_every_instruction_is_reported_with_its_line_and_the_bits_are_unchanged(
     assert isinstance(p, neuron.runtime.NativeProfile)
     by_line = {int(r["line"].rsplit(":", 1)[1]): r for r in p.rows}
     # The load is forwarded to its readers (docs/native.md): it does not run, so has no row.
-    # exp, multiply and store are one fused chain, billed to its first instruction.
-    assert set(by_line) == {lines["exp"]}
-    assert by_line[lines["exp"]]["op"] == "activation"
+    # The multiply and the store are one fused chain, billed to its first instruction.
+    assert set(by_line) == {lines["exp"], lines["mul"]}
+    assert by_line[lines["mul"]]["op"] == "tensor_tensor"
     # Without chains each runs on its own and has its row.
     monkeypatch.setenv("NEURON_FUSED_CHAINS", "0")
     prof = neuron.native_profile(k)
