@@ -103,6 +103,10 @@ class KernelGen {
   int names_ = 0;
   int instrs_ = 0;
   std::vector<Tile> tiles_;            // initialised sbuf tiles of shape [P, F]
+  // The destination of the last element-wise instruction: the next one often reads it through
+  // the same view, as kernels do (the native backend fuses such chains into one loop).
+  Access last_elementwise_;
+  bool chained(Access& dst, Access& x, Access& y, bool binary);
   std::vector<StmtPtr>* body_ = nullptr;  // where emit() appends
   BufferPtr a_, b_;                    // inputs
   Affine row_;                         // first row of this iteration's [P, F] block

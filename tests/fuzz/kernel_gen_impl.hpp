@@ -152,15 +152,43 @@ inline void KernelGen::add_tile_by_full_write() {
   tiles_.push_back({t});
 }
 
+// Mostly, an element-wise instruction reads the last one's destination through its
+// view (x, or now and then y of a binary one), with the other operands windows of its shape.
+// The tile must still be live (tiles made inside a loop end with it).
+inline bool KernelGen::chained(Access& dst, Access& x, Access& y, bool binary) {
+  if (!last_elementwise_.buffer || !chance(0.7)) return false;
+  bool live = false;
+  for (const Tile& t : tiles_) live = live || t.buf == last_elementwise_.buffer;
+  if (!live) return false;
+  const int64_t fn = last_elementwise_.shape()[1];
+  if (fn < F_) {
+    dst = window(dst.buffer, P_, pick(0, F_ - fn), fn);
+    x = window(x.buffer, P_, pick(0, F_ - fn), fn);
+    y = window(y.buffer, P_, pick(0, F_ - fn), fn);
+  }
+  (binary && chance(0.3) ? y : x) = last_elementwise_;
+  return true;
+}
+
 // One instruction that reads initialised tiles and overwrites (part of) an existing one.
 inline void KernelGen::random_instr() {
-  const int kind = static_cast<int>(pick(0, 13));
+  // After an element-wise instruction, often another (the chains kernels are made of).
+  const int kind = last_elementwise_.buffer && chance(0.5)
+                       ? static_cast<int>(one_of(std::vector<int64_t>{0, 1, 1, 2, 4}))
+                       : static_cast<int>(pick(0, 13));
   Access dst = whole(any_tile().buf);
   Access x = whole(any_tile().buf), y = whole(any_tile().buf);
   auto is_int = [](const Access& a) { return !dtype_is_float(a.buffer->dtype); };
+  const bool elementwise = kind <= 2 || kind == 4;
+  if (elementwise) {
+    if (!chained(dst, x, y, kind == 0)) {
+      if (kind == 0) elementwise_windows(dst, {&x, &y});
+      else elementwise_windows(dst, {&x});
+    }
+    last_elementwise_ = dst;
+  }
   switch (kind) {
     case 0: {  // tensor_tensor (bitwise ops only when every tile is an integer tile)
-      elementwise_windows(dst, {&x, &y});
       const bool all_int = is_int(dst) && is_int(x) && is_int(y);
       const std::string op =
           all_int && chance(0.4) ? one_of(detail::bit_ops()) : one_of(detail::binary_ops());
@@ -168,7 +196,6 @@ inline void KernelGen::random_instr() {
       return;
     }
     case 1: {  // tensor_scalar: immediates or [P, 1] operands, one or two ops
-      elementwise_windows(dst, {&x});
       std::vector<Arg> args = {{"dst", dst}, {"data", x}, {"op0", one_of(detail::arith_ops())}};
       if (chance(0.3))
         args.push_back({"operand0", window(any_tile().buf, P_, pick(0, F_ - 1), 1)});
@@ -184,7 +211,6 @@ inline void KernelGen::random_instr() {
       return;
     }
     case 2: {  // activation with scale, bias and the optional row reduction
-      elementwise_windows(dst, {&x});
       std::vector<Arg> args = {{"dst", dst}, {"data", x}, {"func", one_of(detail::act_funcs())}};
       if (chance(0.4)) args.push_back({"bias", window(any_tile().buf, P_, pick(0, F_ - 1), 1)});
       if (chance(0.3))
@@ -209,7 +235,6 @@ inline void KernelGen::random_instr() {
       return;
     }
     case 4:
-      elementwise_windows(dst, {&x});
       emit(Opcode::tensor_copy, {{"dst", dst}, {"src", x}});
       return;
     case 5: {  // predicate = (x > c) as a uint8 tile, then a predicated copy
@@ -403,6 +428,7 @@ inline Generated KernelGen::generate() {
   std::vector<StmtPtr> loop;
   body_ = &loop;
   tiles_.clear();
+  last_elementwise_ = Access();
   if (dynamic_) {
     xi_ = new_tile(Memory::sbuf, {P_, F_}, DType::int32);
     Access src;

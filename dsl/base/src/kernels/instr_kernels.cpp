@@ -1350,7 +1350,12 @@ void neuron_k_copy_bytes(const NView* d, const NView* s, int ddt, int sdt) {
   clear_flags(*d, de);
 }
 
+// A register is 32-bit: an integer element wraps to it, a float element converts like any
+// fp32 -> int32 conversion (round to nearest even, NaN -> 0, saturate; an infinity does not
+// wrap to -1).
 int64_t neuron_k_load_scalar(const NView* s, int sdt) {
+  if (!is_int(sdt))
+    return b::f64_to_int_sat(b::load_f32(s->base, dt(sdt)), INT32_MIN, INT32_MAX);
   const int64_t v = b::load_int(s->base, dt(sdt));
   return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(v)));
 }
