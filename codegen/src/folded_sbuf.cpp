@@ -49,6 +49,14 @@ std::optional<std::pair<int64_t, int64_t>> byte_range(const AccessPattern& ap, b
   return std::pair{s.lo, s.hi};
 }
 
+std::vector<std::pair<const AccessPattern*, bool>> in_order(const Instr& in) {
+  std::vector<std::pair<const AccessPattern*, bool>> reads, writes;
+  for (auto [ap, written] : operands_of(in)) (written ? writes : reads).push_back({ap, written});
+  if (in.op == Opcode::tensor_copy_predicated) reads.push_back({&in.dst, false});
+  reads.insert(reads.end(), writes.begin(), writes.end());
+  return reads;
+}
+
 namespace {
 
 // A pattern covering bytes [lo, hi) of partitions [partition, partition + count).
@@ -60,16 +68,6 @@ AccessPattern probe(int64_t partition, int64_t count, int64_t lo, int64_t hi) {
   p.offset = Affine(lo);
   p.dims = {{1, count}, {1, hi - lo}};
   return p;
-}
-
-// Every view of `in` in execution order: what it reads, then what it writes. A predicated copy
-// keeps dst where the predicate is false, so it reads its destination too.
-std::vector<std::pair<const AccessPattern*, bool>> in_order(const Instr& in) {
-  std::vector<std::pair<const AccessPattern*, bool>> reads, writes;
-  for (auto [ap, written] : operands_of(in)) (written ? writes : reads).push_back({ap, written});
-  if (in.op == Opcode::tensor_copy_predicated) reads.push_back({&in.dst, false});
-  reads.insert(reads.end(), writes.begin(), writes.end());
-  return reads;
 }
 
 // The SBUF views of every instruction not in `skip` (ids); false when two instructions share an

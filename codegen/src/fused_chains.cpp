@@ -194,11 +194,8 @@ std::vector<Chain> plan_chains(const ForwardedRun& run, const std::vector<RunLoc
       }
       for (size_t k = c.steps.back() + 1; k < run.instrs.size() && !read; ++k) {
         if (run.dropped[k]) continue;
-        for (auto [ap, written] : operands_of(run.instrs[k]))
+        for (auto [ap, written] : in_order(run.instrs[k]))
           read = read || (!written && may_overlap(*ap, d));
-        // A predicated copy keeps its destination where the predicate is false: a read.
-        if (run.instrs[k].op == Opcode::tensor_copy_predicated)
-          read = read || may_overlap(run.instrs[k].dst, d);
       }
       c.store[s] = read;
     }

@@ -45,6 +45,9 @@ bool may_overlap(const AccessPattern& a, const AccessPattern& b);
 bool partition_local(const Instr& in, int64_t& partitions);
 // Every view `in` reads or writes, with whether it is written.
 std::vector<std::pair<const AccessPattern*, bool>> operands_of(const Instr& in);
+// The same in execution order (folded_sbuf.cpp): what it reads, then what it writes. A
+// predicated copy keeps dst where the predicate is false, so it reads its destination too.
+std::vector<std::pair<const AccessPattern*, bool>> in_order(const Instr& in);
 // Whether a and b address partition p at the same physical partition for every p (so running
 // both a block of partitions at a time keeps each partition's reads and writes in order).
 bool same_partition_map(const AccessPattern& a, const AccessPattern& b);
