@@ -46,11 +46,10 @@ bool inline_kernel(std::string_view name) {
 class Lowering {
  public:
   Lowering(const Program& p, llvm::LLVMContext& ctx, llvm::Module& m, const llvm::Module& kernels,
-           bool bitcode, bool partition_blocks, bool sbuf_folding, bool fused_chains,
-           bool profile)
-      : p_(p), ctx_(ctx), m_(m), b_(ctx), kernels_(kernels), bitcode_(bitcode),
-        partition_blocks_(partition_blocks), fold_runs_(sbuf_folding),
-        fuse_chains_(fused_chains), profile_(profile) {
+           const JitOptions& o)
+      : p_(p), ctx_(ctx), m_(m), b_(ctx), kernels_(kernels), bitcode_(o.bitcode_kernels),
+        partition_blocks_(o.partition_blocks), fold_runs_(o.sbuf_folding),
+        fuse_chains_(o.fused_chains), stream_bytes_(o.stream_store_bytes), profile_(o.profile) {
     target_ = &(p.target.empty() ? default_target() : target_by_name(p.target));
     pitch_ = physical_pitch(p, analyze_bounds(p), *target_);
     flags_read_ = reads_psum_flags(p);
@@ -625,6 +624,18 @@ class Lowering {
     }
   }
 
+  // Whether a chain writing `d` last writes it with non-temporal stores (instr_kernels.cpp
+  // each_streamed): d is a kernel output of at least JitOptions::stream_store_bytes, written
+  // once and returned, which would only push data that is read again out of the caches.
+  bool streams(const AccessPattern& d) const {
+    if (stream_bytes_ <= 0 || d.tensor < 0) return false;
+    const TensorDecl& t = p_.tensors[static_cast<size_t>(d.tensor)];
+    if (t.role != TensorDecl::Role::output) return false;
+    int64_t bytes = dtype_bytes(t.dtype);
+    for (int64_t n : t.shape) bytes *= n;
+    return bytes >= stream_bytes_;
+  }
+
   // One call of neuron_k_chain for chain `c` (fused_chains.cpp), with the views each step's
   // own call would resolve; false (nothing emitted but dead view slots) when the walked views
   // do not share one loop nest. A profile bills the chain to its first instruction.
@@ -654,6 +665,7 @@ class Lowering {
       }
       f[kChDdt] = static_cast<int64_t>(in.dst.dtype);
       f[kChStore] = c.store[s];
+      f[kChStream] = s + 1 == c.steps.size() && c.store[s] && streams(in.dst);
       if (c.store[s]) {
         v[0] = resolve(in.dst, in, layouts[1 + 2 * s]);
         walked.push_back(&layouts[1 + 2 * s]);
@@ -819,6 +831,7 @@ class Lowering {
   bool partition_blocks_ = true;
   bool fold_runs_ = true;
   bool fuse_chains_ = true;
+  int64_t stream_bytes_ = 0;
   bool profile_ = false;
   std::map<std::string, llvm::Function*> fns_;
   llvm::PointerType* view_ptr_ = nullptr;
@@ -858,9 +871,7 @@ std::unique_ptr<llvm::Module> lower_program(const Program& p, const JitOptions& 
   m->setTargetTriple(tm.getTargetTriple().str());
   m->setDataLayout(tm.createDataLayout());
   std::unique_ptr<llvm::Module> kernels = load_kernel_bitcode(ctx);
-  Lowering(p, ctx, *m, *kernels, opts.bitcode_kernels, opts.partition_blocks, opts.sbuf_folding,
-           opts.fused_chains, opts.profile)
-      .run();
+  Lowering(p, ctx, *m, *kernels, opts).run();
   if (opts.bitcode_kernels) {
     kernels->setTargetTriple(m->getTargetTriple());
     kernels->setDataLayout(m->getDataLayout());

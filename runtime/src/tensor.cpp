@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+#include <new>
+
 #include "neuron/base/error.hpp"
 #include "neuron/base/builtins.hpp"
 
@@ -20,11 +23,19 @@ static int64_t product(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// Cache-line aligned (64 bytes), as PyTorch's CPU allocator aligns: whole rows of a tensor
+// can then take aligned vector and streaming stores (instr_kernels.cpp each_streamed).
+static std::shared_ptr<std::byte[]> allocate(size_t bytes) {
+  constexpr std::align_val_t kAlign{64};
+  return std::shared_ptr<std::byte[]>(new (kAlign) std::byte[bytes == 0 ? 1 : bytes],
+                                      [](std::byte* p) { operator delete[](p, kAlign); });
+}
+
 Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype) {
   Tensor t;
   size_t bytes = static_cast<size_t>(product(shape)) * dtype_bytes(dtype);
-  // make_shared of an array value-initializes, so the memory starts zeroed.
-  t.owner_ = std::make_shared<std::byte[]>(bytes == 0 ? 1 : bytes);
+  t.owner_ = allocate(bytes);
+  std::memset(t.owner_.get(), 0, bytes);
   t.data_ = t.owner_.get();
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
@@ -34,8 +45,7 @@ Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype) {
 Tensor Tensor::uninitialized(std::vector<int64_t> shape, DType dtype) {
   Tensor t;
   size_t bytes = static_cast<size_t>(product(shape)) * dtype_bytes(dtype);
-  // new[] without a value-initializer leaves the bytes as they are (no memset pass).
-  t.owner_ = std::shared_ptr<std::byte[]>(new std::byte[bytes == 0 ? 1 : bytes]);
+  t.owner_ = allocate(bytes);  // the bytes as they are (no memset pass)
   t.data_ = t.owner_.get();
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;

@@ -189,3 +189,38 @@ TEST_CASE("fused chains compute the simulator's bits and vectorize") {
   jo.fused_chains = false;
   CHECK(native::program_llvm_ir(p, jo, false).find("@neuron_k_chain(") == std::string::npos);
 }
+
+TEST_CASE("a chain writing a large kernel output streams it, with the simulator's bits") {
+  InstrArgs twice;
+  twice.op0 = AluOp::multiply;
+  twice.imm0 = 2.0;
+  // 128 x 2048 fp32 is 1 MiB: rows of whole 64-byte blocks. 2040 columns: rows of 8160 bytes,
+  // which the kernel writes plainly (each_streamed needs whole aligned blocks; the sizes are
+  // constants, so the specialized code has no streaming path left).
+  for (int64_t cols : {2048, 2040}) {
+    CAPTURE(cols);
+    const int64_t P = 128;
+    auto t = [&](int64_t off) { return sb(f32, off, P, {row(cols)}); };
+    Program p = program({decl("x", {P, cols}, f32, kIn), decl("out", {P, cols}, f32, kOut)},
+                        {dma(t(0), hbm2(0, f32, P, cols, cols)),
+                         instr(Opcode::tensor_scalar, t(cols * 4), {t(0)}, twice),
+                         dma(hbm2(1, f32, P, cols, cols), t(cols * 4))});
+    number(p);
+    native::JitOptions jo;
+    jo.stream_store_bytes = 1 << 20;
+    CHECK((native::program_llvm_ir(p, jo, true).find("!nontemporal") != std::string::npos) ==
+          (cols == 2048));
+    jo.stream_store_bytes = (1 << 20) + 4;  // the output is smaller: plain stores
+    CHECK(native::program_llvm_ir(p, jo, true).find("!nontemporal") == std::string::npos);
+    auto x = random_values(P * cols, 11);
+    for (const char* mib : {"1", "0"}) {
+      CAPTURE(mib);
+      setenv("NEURON_STREAM_STORES_MIB", mib, 1);
+      auto r = run_both(p, {Tensor::from_floats(x, {P, cols}, f32), Tensor::empty({P, cols}, f32)});
+      std::vector<double> ref(x.begin(), x.end());
+      for (double& v : ref) v *= 2;
+      check_reference(r, 0, ref, Tolerance{0, 0});
+    }
+    unsetenv("NEURON_STREAM_STORES_MIB");
+  }
+}

@@ -4,7 +4,8 @@ functions", "Reductions"), step by step in the same float32 / float64 arithmetic
 reference matches the executors bit for bit instead of within the functions' error bounds
 (a one-ulp difference in an activation grows past any fixed tolerance after a cancelling
 subtraction). np.float32 arithmetic is IEEE single precision with one rounding per operation
-and NumPy never fuses a multiply and an add, like the executors.
+and NumPy never fuses a multiply and an add, like the executors; where the header writes
+`fma`, `_fma` computes the fused result (one rounding) exactly.
 """
 import numpy as np
 
@@ -43,6 +44,29 @@ def _scale(p, n):
     return (p * _pow2(n1)) * _pow2(n - n1)
 
 
+def _fma(a, b, c):
+    """fma(a, b, c) of float32 arrays, rounded once: a*b is exact in float64; the float64 sum
+    is rounded to odd (its exact error by TwoSum; an inexact sum with an even last bit moves one
+    ulp toward the error), and rounding a round-to-odd value of 53 bits to 24 gives the correctly
+    rounded result (Boldo and Melquiond), which a plain double sum would not always."""
+    p = np.asarray(a, F).astype(D) * np.asarray(b, F).astype(D)
+    cd = np.asarray(c, F).astype(D)
+    s = p + cd
+    bb = s - p
+    e = (p - (s - bb)) + (cd - bb)
+    even = (s.view(np.int64) & 1) == 0
+    s = np.where((e != 0) & even, np.nextafter(s, np.where(e > 0, D(np.inf), D(-np.inf))), s)
+    return s.astype(F)
+
+
+def _horner_fma(r, coefs):
+    """fma(fma(c0, r, c1), r, c2) ... in float32."""
+    q = np.full_like(r, coefs[0])
+    for c in coefs[1:]:
+        q = _fma(q, r, c)
+    return q
+
+
 def _with_sign_of(mag, sign):
     return _from_bits(_bits(mag) | (_bits(sign) & U32(0x80000000)))
 
@@ -77,15 +101,18 @@ HALF_PI = float.fromhex("0x1.921fb54442d18p+0")
 # ---- exp and log ---------------------------------------------------------------------------
 
 
+MAGIC = F(12582912.0)  # 1.5 * 2^23
+
+
 def _exp_poly(r):
-    return F(1) + (r + (r * r) * _horner(r, EXP_C))
+    return F(1) + _fma(r * r, _horner_fma(r, EXP_C), r)
 
 
 def _exp_parts(x):
-    """e^x = p 2^n; float32 x reduced in float32, float64 x in float64."""
+    """e^x = p 2^n; float32 x reduced in float32 (with fma), float64 x in float64."""
     if x.dtype == F:
-        k = _round_int(x * LOG2E)
-        r = (x - k * LN2_HI) - k * LN2_LO
+        k = _fma(x, LOG2E, MAGIC) - MAGIC
+        r = _fma(k, -LN2_LO, _fma(k, -LN2_HI, x))
     else:
         k = _round_int(x * D(1.4426950408889634074))
         r = (x - k * LN2).astype(F)
@@ -102,9 +129,9 @@ def exp(x):
 
 def expm1(x):
     c = np.where(np.isnan(x), F(0), x).astype(F)
-    k = _round_int(c * LOG2E)
-    r = (c - k * LN2_HI) - k * LN2_LO
-    e = r + (r * r) * _horner(r, EXPM1_C)
+    k = _fma(c, LOG2E, MAGIC) - MAGIC
+    r = _fma(k, -LN2_LO, _fma(k, -LN2_HI, c))
+    e = r + (r * r) * _horner_fma(r, EXPM1_C)
     s = _pow2(k.astype(I32))
     return np.where(np.isnan(x), x + x, s * e + (s - F(1)))
 

@@ -72,6 +72,7 @@ native::JitOptions jit_options(const NativeCompileOptions& o) {
   j.partition_blocks = config().partition_blocks;
   j.sbuf_folding = config().sbuf_folding;
   j.fused_chains = config().fused_chains;
+  j.stream_store_bytes = config().stream_store_mib << 20;
   j.profile = o.profile;
   return j;
 }

@@ -577,6 +577,82 @@ void neuron_k_activation(const NView* d, const NView* s, const NView* bias, cons
   return b::load_f32(tmp, dt(ddt));
 }
 
+}  // extern "C"
+
+namespace {
+
+// Streaming stores (a chain's kChStream): a kernel output much larger than the caches is
+// written in whole 64-byte blocks with non-temporal stores, which skip reading each line into
+// the cache before overwriting it (a third of a streaming loop's memory traffic) and leave the
+// caches to data that is read again. Only the JIT's copy (clang) streams; the library's copy
+// (the simulator's build) stores the same bytes plainly.
+constexpr int64_t kStreamBlock = 64;
+
+// Whether d's rows (its innermost dim, elements of esize bytes) are whole aligned blocks.
+inline bool streamable(const NView& d, int esize) {
+  if (d.stride[kDims - 1] != esize || (d.size[kDims - 1] * esize) % kStreamBlock ||
+      reinterpret_cast<uintptr_t>(d.base) % kStreamBlock)
+    return false;
+  for (int i = 0; i < kDims - 1; ++i)
+    if (d.size[i] > 1 && d.stride[i] % kStreamBlock) return false;
+  return true;
+}
+
+inline void stream_block(char* dst, const char* src) {
+#if defined(__clang__)
+  typedef int Block __attribute__((vector_size(kStreamBlock)));
+  Block v;
+  std::memcpy(&v, src, kStreamBlock);
+  __builtin_nontemporal_store(v, reinterpret_cast<Block*>(dst));
+#else
+  std::memcpy(dst, src, kStreamBlock);
+#endif
+}
+
+// Non-temporal stores are not ordered by the release that hands the results to another thread.
+inline void stream_fence() {
+#if defined(__clang__) && defined(__x86_64__)
+  __builtin_ia32_sfence();
+#endif
+}
+
+// each() over same-shape views (kSameShape) of which vs[last] is streamable(): the innermost dim
+// goes one block of vs[last] at a time; f(ptrs, partition, slot) writes its vs[last] element to
+// `slot` of a local block, which then goes out with one non-temporal store. An element reads
+// its own position of every view only, so writing its block after the block's reads changes
+// nothing even where a view is vs[last] itself.
+template <int N, class F>
+inline void each_streamed(const NView* const (&vs)[N], int last, int esize, F&& f) {
+  const NView& r = *vs[0];
+  const int64_t per = kStreamBlock / esize;
+  for (int64_t i0 = 0; i0 < r.size[0]; ++i0)
+    for (int64_t i1 = 0; i1 < r.size[1]; ++i1)
+      for (int64_t i2 = 0; i2 < r.size[2]; ++i2)
+        for (int64_t i3 = 0; i3 < r.size[3]; ++i3) {
+          char* row[N];
+#pragma GCC unroll 16
+          for (int k = 0; k < N; ++k)
+            row[k] = vs[k] ? vs[k]->base + i0 * vs[k]->stride[0] + i1 * vs[k]->stride[1] +
+                                 i2 * vs[k]->stride[2] + i3 * vs[k]->stride[3]
+                           : nullptr;
+          for (int64_t i4 = 0; i4 < r.size[4]; i4 += per) {
+            alignas(kStreamBlock) char block[kStreamBlock];
+            for (int64_t j = 0; j < per; ++j) {
+              char* ptrs[N];
+#pragma GCC unroll 16
+              for (int k = 0; k < N; ++k)
+                ptrs[k] = vs[k] ? row[k] + (i4 + j) * vs[k]->stride[4] : nullptr;
+              f(ptrs, i0, block + j * esize);
+            }
+            stream_block(row[last] + i4 * esize, block);
+          }
+        }
+}
+
+}  // namespace
+
+extern "C" {
+
 void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
   using namespace neuron::native;
   const auto* code = reinterpret_cast<const int64_t*>(code_bytes);
@@ -602,7 +678,8 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
     column(v[2], static_cast<int>(s[kChC0dt]), imm0, P, cols + 2 * k * P);
     column(v[3], static_cast<int>(s[kChC1dt]), imm1, P, cols + (2 * k + 1) * P);
   }
-  each(walk, kSameShape, [&](char** p, int64_t part) {
+  // One element of every step; the last step's value goes to `out`.
+  auto element = [&](char** p, int64_t part, char* out) {
     float v = b::load_f32(p[0], dt(static_cast<int>(code[1 + kChXdt])));
 #pragma GCC unroll 6
     for (int k = 0; k < kChainMax; ++k) {
@@ -611,10 +688,19 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
       const float* c = cols + 2 * k * P;
       v = chain_step(s, v, p[2 + 2 * k], c[part], c[P + part]);
       const int ddt = static_cast<int>(s[kChDdt]);
-      if (s[kChStore]) b::store_f32(p[1 + 2 * k], dt(ddt), v);
+      if (s[kChStore]) b::store_f32(k == n - 1 ? out : p[1 + 2 * k], dt(ddt), v);
       v = chain_rounded(ddt, v);
     }
-  });
+  };
+  const int last = static_cast<int>(n - 1);
+  const int64_t* ls = code + 1 + last * kChainFields;
+  const int lsize = neuron::dtype_bytes(dt(static_cast<int>(ls[kChDdt])));
+  if (ls[kChStream] && ls[kChStore] && streamable(*views[1 + 4 * last], lsize)) {
+    each_streamed(walk, 1 + 2 * last, lsize, element);
+    stream_fence();
+  } else {
+    each(walk, kSameShape, [&](char** p, int64_t part) { element(p, part, p[1 + 2 * last]); });
+  }
   // Constant indices only (here and above): once the chain is inlined, `code` and `views`
   // fold into constants and SSA values (jit.cpp specialize_chains).
 #pragma GCC unroll 6

@@ -81,6 +81,8 @@ enum ChainField : int {
   kChC0dt,
   kChC1dt,
   kChStore,  // 1: the step writes its destination (else its view is null)
+  kChStream,  // 1 (last step only): write whole 64-byte blocks with non-temporal stores where
+              // the destination's rows allow (a large kernel output: lower_program.cpp)
   kChainFields
 };
 enum ChainKind : int { kChTensorScalar = 1, kChTensorTensor, kChActivation, kChCopy };
