@@ -173,16 +173,21 @@ def test_blocked_runs_give_the_simulator_bits(fn, monkeypatch):
     if fn in (widened, widened_values):
         x = x.astype(ml_dtypes.bfloat16)
     sim = neuron.kernel(fn, mode="simulate")(x)
-    for blocks, folding, chains in (("1", "1", "1"), ("1", "0", "1"), ("0", "1", "1"),
-                                    ("1", "1", "0")):
+    # Streaming stores from 1 MiB: the 128 x 2048 fp32 outputs (softmax_rows, shifted, ...)
+    # are written by chains with non-temporal stores.
+    for blocks, folding, chains, stream in (("1", "1", "1", "8"), ("1", "0", "1", "8"),
+                                            ("0", "1", "1", "8"), ("1", "1", "0", "8"),
+                                            ("1", "1", "1", "1")):
         monkeypatch.setenv("NEURON_PARTITION_BLOCKS", blocks)
         monkeypatch.setenv("NEURON_SBUF_FOLDING", folding)
         monkeypatch.setenv("NEURON_FUSED_CHAINS", chains)
+        monkeypatch.setenv("NEURON_STREAM_STORES_MIB", stream)
         k = neuron.kernel(fn)
-        assert k(x).tobytes() == sim.tobytes(), (blocks, folding, chains)
+        assert k(x).tobytes() == sim.tobytes(), (blocks, folding, chains, stream)
         assert ("partition_blocks=off" in k.last_report) == (blocks == "0")
         assert ("sbuf_folding=off" in k.last_report) == (folding == "0")
         assert ("fused_chains=off" in k.last_report) == (chains == "0")
+        assert f"stream={int(stream) << 20}" in k.last_report
     np.testing.assert_allclose(sim, reference(fn, x), rtol=1e-5, atol=1e-5)
 
 
@@ -195,3 +200,12 @@ def test_a_bad_knob_value_names_the_knob(knob, value, monkeypatch):
         neuron.kernel(softmax_rows)(np.zeros((128, F), np.float32))
     assert info.value.rule == "config"
     assert f"{knob}='{value}' is not 0 or 1" in info.value.message
+
+
+@pytest.mark.parametrize("value", ["8M", "-1", "x"])
+def test_a_bad_stream_threshold_names_the_knob(value, monkeypatch):
+    monkeypatch.setenv("NEURON_STREAM_STORES_MIB", value)
+    with pytest.raises(neuron.NeuronError) as info:
+        neuron.kernel(softmax_rows)(np.zeros((128, F), np.float32))
+    assert info.value.rule == "config"
+    assert f"NEURON_STREAM_STORES_MIB='{value}' is not a size in MiB" in info.value.message
