@@ -257,6 +257,7 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
         native::raise_fault(p, f, where);
       }
     }
+    native::stream_fence();
     native::set_print_stream(nullptr);
     native::set_profile_table(nullptr);
     if (opts.profile) {

@@ -609,13 +609,6 @@ inline void stream_block(char* dst, const char* src) {
 #endif
 }
 
-// Non-temporal stores are not ordered by the release that hands the results to another thread.
-inline void stream_fence() {
-#if defined(__clang__) && defined(__x86_64__)
-  __builtin_ia32_sfence();
-#endif
-}
-
 // each() over same-shape views (kSameShape) of which vs[last] is streamable(): the innermost dim
 // goes one block of vs[last] at a time; f(ptrs, partition, slot) writes its vs[last] element to
 // `slot` of a local block, which then goes out with one non-temporal store. An element reads
@@ -696,8 +689,7 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
   const int64_t* ls = code + 1 + last * kChainFields;
   const int lsize = neuron::dtype_bytes(dt(static_cast<int>(ls[kChDdt])));
   if (ls[kChStream] && ls[kChStore] && streamable(*views[1 + 4 * last], lsize)) {
-    each_streamed(walk, 1 + 2 * last, lsize, element);
-    stream_fence();
+    each_streamed(walk, 1 + 2 * last, lsize, element);  // the worker fences (stream_fence)
   } else {
     each(walk, kSameShape, [&](char** p, int64_t part) { element(p, part, p[1 + 2 * last]); });
   }

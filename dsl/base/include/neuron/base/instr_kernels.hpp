@@ -86,6 +86,15 @@ enum ChainField : int {
   kChainFields
 };
 enum ChainKind : int { kChTensorScalar = 1, kChTensorTensor, kChActivation, kChCopy };
+
+// A streaming chain's non-temporal stores are not ordered by the release that hands a worker's
+// results to the caller: each worker fences once after its programs (native_run.cpp), not each
+// chain call (a fence per row, waiting for the stores to drain, cost more than they saved).
+inline void stream_fence() {
+#if defined(__x86_64__)
+  __builtin_ia32_sfence();
+#endif
+}
 inline constexpr int kChainViews = 1 + 4 * kChainMax;
 
 }  // namespace neuron::native
