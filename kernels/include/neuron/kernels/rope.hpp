@@ -51,16 +51,19 @@ inline nl::tensor rope(const nl::tensor& x, const nl::tensor& cos, const nl::ten
     auto tile = [&](const char* name) {
       return nl::ndarray({lr, half}, nl::float32, nl::sbuf, name);
     };
+    // Each half in the order product, product, sum, store: the last three each read the one
+    // before, so the native backend runs them as one loop (a fused chain) and the store can
+    // start before the other half is computed.
     auto x1c = tile("x1c"), x2s = tile("x2s"), x2c = tile("x2c"), x1s = tile("x1s");
-    isa::tensor_tensor(x1c, x1, c, nl::multiply);
-    isa::tensor_tensor(x2s, x2, s, nl::multiply);
-    isa::tensor_tensor(x2c, x2, c, nl::multiply);
-    isa::tensor_tensor(x1s, x1, s, nl::multiply);
     auto y1 = nl::ndarray({lr, half}, x.dtype(), nl::sbuf, "y1");
     auto y2 = nl::ndarray({lr, half}, x.dtype(), nl::sbuf, "y2");
+    isa::tensor_tensor(x2s, x2, s, nl::multiply);
+    isa::tensor_tensor(x1c, x1, c, nl::multiply);
     isa::tensor_tensor(y1, x1c, x2s, first);
-    isa::tensor_tensor(y2, x2c, x1s, second);
     nl::store(out(b, h, rows, nl::ds(0, half)), y1);
+    isa::tensor_tensor(x1s, x1, s, nl::multiply);
+    isa::tensor_tensor(x2c, x2, c, nl::multiply);
+    isa::tensor_tensor(y2, x2c, x1s, second);
     nl::store(out(b, h, rows, nl::ds(half, half)), y2);
   });
   return out;
