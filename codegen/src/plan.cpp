@@ -352,15 +352,17 @@ Pitch physical_pitch(const Program& p, const ProgramBounds& b, const Target& t) 
     int64_t hi = 0;
     for (const AccessBound& ab : b.accesses) {
       if (ab.ap->memory != m) continue;
-      if (ab.dynamic) return full;
-      for (size_t a = 0; a < 4; ++a)
-        if (ab.pid[a] != 0 || ab.npid[a] != 0) return full;
-      if (ab.lo < 0) return full;
-      hi = std::max(hi, ab.hi + 1);
+      bool whole = ab.dynamic || ab.lo < 0;
+      for (size_t a = 0; a < 4; ++a) whole = whole || ab.pid[a] != 0 || ab.npid[a] != 0;
+      hi = whole ? full : std::max(hi, ab.hi + 1);
+      if (whole) break;
     }
-    int64_t lines = std::max<int64_t>(1, (hi + 63) / 64);
+    // An odd number of lines even where the program may touch the whole partition: a
+    // target's size may be a multiple of 4 KiB (trn2's PSUM, 16 KiB), which maps every row of
+    // a tile onto the same L1 sets. The extra line is never addressed.
+    int64_t lines = std::max<int64_t>(1, (std::min(hi, full) + 63) / 64);
     if (lines % 2 == 0) ++lines;
-    return std::min(full, lines * 64);
+    return lines * 64;
   };
   return Pitch{pitch(Memory::sbuf), pitch(Memory::psum)};
 }

@@ -199,3 +199,32 @@ TEST_CASE("an output not provably overwritten still reads zeros where nothing wr
     for (int64_t c = 0; c < F; ++c)
       CHECK(r.native[0].get(row * F + c) == (row < 8 ? float((row % P) * F + c + 1) : 0.0f));
 }
+
+// The native pitch between partitions (plan.hpp physical_pitch): always an odd number of cache
+// lines, so the rows of a tile spread over the L1 sets instead of all falling on the same ones.
+TEST_CASE("physical_pitch: an odd number of cache lines, also where the whole partition is used") {
+  const Target& t = target_by_name("trn2");
+  auto pitch_of = [&](const Program& p) {
+    return native::physical_pitch(p, native::analyze_bounds(p), t);
+  };
+  // Static accesses: the bytes touched (two 64-byte rows) rounded up to an odd line count.
+  Program fixed = program(kX, {load(sb(f32, 0, P, {row(F)})),
+                               copy(sb(f32, 64, P, {row(F)}), sb(f32, 0, P, {row(F)}))});
+  CHECK(pitch_of(fixed).sbuf == 3 * 64);
+  // An offset that depends on the program id: the whole partition, rounded up to an odd line
+  // count; PSUM's 16 KiB (256 lines, a multiple of 4 KiB) gets one more line.
+  for (Memory m : {Memory::sbuf, Memory::psum}) {
+    AccessPattern moving = m == Memory::sbuf ? sb(f32, 0, P, {row(F)}) : ps(f32, 0, P, {row(F)});
+    moving.offset = Affine::var("pid0", 64);
+    Program by_pid = program(kX, {load(moving)});
+    const int64_t full = native::bytes_per_partition(t, m);
+    const native::Pitch pitch = pitch_of(by_pid);
+    const int64_t got = m == Memory::sbuf ? pitch.sbuf : pitch.psum;
+    CAPTURE(full);
+    CHECK(got >= full);
+    CHECK(got < full + 128);
+    CHECK(got % 64 == 0);
+    CHECK((got / 64) % 2 == 1);
+    if (m == Memory::psum) CHECK(got == 16384 + 64);
+  }
+}

@@ -166,7 +166,8 @@ std::vector<bool> outputs_to_zero(const Program& p, const std::vector<int64_t>& 
 // Bytes between partitions in the native scratch memories. The simulator's layout (the
 // target's full partition size, e.g. 192 KiB) puts every partition row of a tile on the same
 // L1 sets; when every access's byte range is static, the pitch shrinks to what the program
-// touches, padded to an odd number of cache lines. Semantics (bounds) still use the target.
+// touches, and it is padded to an odd number of cache lines either way (the full size plus one
+// line where an access is dynamic). Semantics (bounds) still use the target.
 struct Pitch {
   int64_t sbuf = 0, psum = 0;
 };
