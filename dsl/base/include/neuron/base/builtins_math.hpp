@@ -145,10 +145,11 @@ NEURON_MATH_INLINE void exp_parts(double x, float& p, int32_t& n) {
 
 // e^x. Overflows to inf above 88.72, underflows through the subnormals to 0 below -103.97.
 NEURON_MATH_INLINE float exp(float x) {
-  // Clamp into the range where scale() works; NaN is replaced so no lane converts NaN to int.
-  float c = x > 89.0f ? 89.0f : x;
-  c = c < -104.0f ? -104.0f : c;
-  c = is_nan(x) ? 0.0f : c;
+  // Clamp into the range where scale() works. Written so that NaN compares false and takes
+  // the bound (two min/max instructions, no separate NaN select): no lane converts NaN to int,
+  // and the NaN result is chosen at the end.
+  float c = x < 89.0f ? x : 89.0f;
+  c = c > -104.0f ? c : -104.0f;
   float p;
   int32_t n;
   exp_parts(c, p, n);
@@ -242,8 +243,7 @@ NEURON_MATH_INLINE double exp_exact(float c, float& p, int32_t& n) {
 // sigmoid(x) = 1 / (1 + e) for x >= 0, e / (1 + e) for x < 0, with e = e^-|x| (never overflows).
 NEURON_MATH_INLINE float sigmoid(float x) {
   float c = -abs(x);
-  c = c < -120.0f ? -120.0f : c;  // sigmoid is 0 or 1 in float well before
-  c = is_nan(x) ? 0.0f : c;
+  c = c > -120.0f ? c : -120.0f;  // sigmoid is 0 or 1 in float well before; NaN: -120
   float p;
   int32_t n;
   const double e = exp_exact(c, p, n);
@@ -256,8 +256,7 @@ NEURON_MATH_INLINE float sigmoid(float x) {
 // (to -0); silu(-inf) = -inf * 0 = NaN.
 NEURON_MATH_INLINE float silu(float x) {
   float c = -abs(x);
-  c = c < -120.0f ? -120.0f : c;
-  c = is_nan(x) ? 0.0f : c;
+  c = c > -120.0f ? c : -120.0f;  // NaN: -120 (the result is chosen at the end)
   float p;
   int32_t n;
   const double e = exp_exact(c, p, n);
