@@ -80,29 +80,38 @@ struct ValueCursor {
 // views[0]'s dim 0 (its partition). Null views get null pointers. With `same`, all views have
 // views[0]'s sizes and the walk is a plain loop nest the optimizer can vectorize (the loops over
 // the views unrolled, so each view's pointer is its own value: the chain walks 13).
+// The rows of same-shape views (kSameShape): f(row, i0) for each index of the outer four dims,
+// row[k] the address of view k's first element of the row (null for a null view).
+template <int N, class F>
+[[gnu::always_inline]] inline void each_row(const NView* const (&vs)[N], F&& f) {
+  const NView& r = *vs[0];
+  for (int64_t i0 = 0; i0 < r.size[0]; ++i0)
+    for (int64_t i1 = 0; i1 < r.size[1]; ++i1)
+      for (int64_t i2 = 0; i2 < r.size[2]; ++i2)
+        for (int64_t i3 = 0; i3 < r.size[3]; ++i3) {
+          char* row[N];
+#pragma GCC unroll 16
+          for (int k = 0; k < N; ++k)
+            row[k] = vs[k] ? vs[k]->base + i0 * vs[k]->stride[0] + i1 * vs[k]->stride[1] +
+                                 i2 * vs[k]->stride[2] + i3 * vs[k]->stride[3]
+                           : nullptr;
+          f(row, i0);
+        }
+}
+
 template <int N, class F>
 inline void each(const NView* const (&vs)[N], int same, F&& f) {
   const NView& r = *vs[0];
   if (same & neuron::native::kSameShape) {
-    for (int64_t i0 = 0; i0 < r.size[0]; ++i0)
-      for (int64_t i1 = 0; i1 < r.size[1]; ++i1)
-        for (int64_t i2 = 0; i2 < r.size[2]; ++i2)
-          for (int64_t i3 = 0; i3 < r.size[3]; ++i3) {
-            char* row[N];
+    each_row(vs, [&](char** row, int64_t i0) __attribute__((always_inline)) {
+      NEURON_INTERLEAVE
+      for (int64_t i4 = 0; i4 < r.size[4]; ++i4) {
+        char* ptrs[N];
 #pragma GCC unroll 16
-            for (int k = 0; k < N; ++k)
-              row[k] = vs[k] ? vs[k]->base + i0 * vs[k]->stride[0] + i1 * vs[k]->stride[1] +
-                                   i2 * vs[k]->stride[2] + i3 * vs[k]->stride[3]
-                             : nullptr;
-            NEURON_INTERLEAVE
-            for (int64_t i4 = 0; i4 < r.size[4]; ++i4) {
-              char* ptrs[N];
-#pragma GCC unroll 16
-              for (int k = 0; k < N; ++k)
-                ptrs[k] = vs[k] ? row[k] + i4 * vs[k]->stride[4] : nullptr;
-              f(ptrs, i0);
-            }
-          }
+        for (int k = 0; k < N; ++k) ptrs[k] = vs[k] ? row[k] + i4 * vs[k]->stride[4] : nullptr;
+        f(ptrs, i0);
+      }
+    });
     return;
   }
   const int64_t n = count_of(r);
@@ -616,30 +625,20 @@ inline void stream_block(char* dst, const char* src) {
 // nothing even where a view is vs[last] itself.
 template <int N, class F>
 inline void each_streamed(const NView* const (&vs)[N], int last, int esize, F&& f) {
-  const NView& r = *vs[0];
-  const int64_t per = kStreamBlock / esize;
-  for (int64_t i0 = 0; i0 < r.size[0]; ++i0)
-    for (int64_t i1 = 0; i1 < r.size[1]; ++i1)
-      for (int64_t i2 = 0; i2 < r.size[2]; ++i2)
-        for (int64_t i3 = 0; i3 < r.size[3]; ++i3) {
-          char* row[N];
+  const int64_t per = kStreamBlock / esize, n = vs[0]->size[4];
+  each_row(vs, [&](char** row, int64_t i0) __attribute__((always_inline)) {
+    for (int64_t i4 = 0; i4 < n; i4 += per) {
+      alignas(kStreamBlock) char block[kStreamBlock];
+      for (int64_t j = 0; j < per; ++j) {
+        char* ptrs[N];
 #pragma GCC unroll 16
-          for (int k = 0; k < N; ++k)
-            row[k] = vs[k] ? vs[k]->base + i0 * vs[k]->stride[0] + i1 * vs[k]->stride[1] +
-                                 i2 * vs[k]->stride[2] + i3 * vs[k]->stride[3]
-                           : nullptr;
-          for (int64_t i4 = 0; i4 < r.size[4]; i4 += per) {
-            alignas(kStreamBlock) char block[kStreamBlock];
-            for (int64_t j = 0; j < per; ++j) {
-              char* ptrs[N];
-#pragma GCC unroll 16
-              for (int k = 0; k < N; ++k)
-                ptrs[k] = vs[k] ? row[k] + (i4 + j) * vs[k]->stride[4] : nullptr;
-              f(ptrs, i0, block + j * esize);
-            }
-            stream_block(row[last] + i4 * esize, block);
-          }
-        }
+        for (int k = 0; k < N; ++k)
+          ptrs[k] = vs[k] ? row[k] + (i4 + j) * vs[k]->stride[4] : nullptr;
+        f(ptrs, i0, block + j * esize);
+      }
+      stream_block(row[last] + i4 * esize, block);
+    }
+  });
 }
 
 }  // namespace
