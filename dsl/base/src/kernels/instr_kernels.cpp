@@ -76,10 +76,6 @@ struct ValueCursor {
 #define NEURON_INTERLEAVE
 #endif
 
-// Calls f(ptrs, p) for every element in row-major order of views[0]; p is the index along
-// views[0]'s dim 0 (its partition). Null views get null pointers. With `same`, all views have
-// views[0]'s sizes and the walk is a plain loop nest the optimizer can vectorize (the loops over
-// the views unrolled, so each view's pointer is its own value: the chain walks 13).
 // The rows of same-shape views (kSameShape): f(row, i0) for each index of the outer four dims,
 // row[k] the address of view k's first element of the row (null for a null view).
 template <int N, class F>
@@ -99,6 +95,10 @@ template <int N, class F>
         }
 }
 
+// Calls f(ptrs, p) for every element in row-major order of views[0]; p is the index along
+// views[0]'s dim 0 (its partition). Null views get null pointers. With `same`, all views have
+// views[0]'s sizes and the walk is a plain loop nest the optimizer can vectorize (the loops over
+// the views unrolled, so each view's pointer is its own value: the chain walks 13).
 template <int N, class F>
 inline void each(const NView* const (&vs)[N], int same, F&& f) {
   const NView& r = *vs[0];

@@ -86,6 +86,7 @@ enum ChainField : int {
   kChainFields
 };
 enum ChainKind : int { kChTensorScalar = 1, kChTensorTensor, kChActivation, kChCopy };
+inline constexpr int kChainViews = 1 + 4 * kChainMax;
 
 // A streaming chain's non-temporal stores are not ordered by the release that hands a worker's
 // results to the caller: each worker fences once after its programs (native_run.cpp), not each
@@ -95,7 +96,6 @@ inline void stream_fence() {
   __builtin_ia32_sfence();
 #endif
 }
-inline constexpr int kChainViews = 1 + 4 * kChainMax;
 
 }  // namespace neuron::native
 
