@@ -142,7 +142,8 @@ def main():
         f"### neuron.ops vs PyTorch per op, {args.threads} thread(s) (written by "
         "bench/compare_ops.py)",
         "",
-        f"Median of {args.repeats} timed runs after one warm-up, both in one process with "
+        f"Median of {args.repeats} timed runs after one warm-up (a run shorter than 20 ms is a "
+        "loop of calls lasting about that long, timed per call), both in one process with "
         f"{args.threads} thread(s), called as a PyTorch user calls them (neuron.ops' functions "
         "through the torch.ops.neuron operators, against torch.nn.functional). \"PyTorch / "
         "ours\" above 1.00x: ours is faster. Forward runs under no_grad; forward + backward is "
