@@ -213,14 +213,14 @@ TEST_CASE("a chain writing a large kernel output streams it, with the simulator'
     jo.stream_store_bytes = (1 << 20) + 4;  // the output is smaller: plain stores
     CHECK(native::program_llvm_ir(p, jo, true).find("!nontemporal") == std::string::npos);
     auto x = random_values(P * cols, 11);
-    for (const char* mib : {"1", "0"}) {
-      CAPTURE(mib);
-      setenv("NEURON_STREAM_STORES_MIB", mib, 1);
+    for (const char* min_bytes : {"1M", "0"}) {
+      CAPTURE(min_bytes);
+      setenv("NEURON_STREAM_STORES_MIN_BYTES", min_bytes, 1);
       auto r = run_both(p, {Tensor::from_floats(x, {P, cols}, f32), Tensor::empty({P, cols}, f32)});
       std::vector<double> ref(x.begin(), x.end());
       for (double& v : ref) v *= 2;
       check_reference(r, 0, ref, Tolerance{0, 0});
     }
-    unsetenv("NEURON_STREAM_STORES_MIB");
+    unsetenv("NEURON_STREAM_STORES_MIN_BYTES");
   }
 }

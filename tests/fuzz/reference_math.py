@@ -24,9 +24,12 @@ def _from_bits(u):
     return np.asarray(u, U32).view(F)
 
 
+MAGIC = F(12582912.0)  # 1.5 * 2^23 (the header's kRoundMagic)
+
+
 def _round_int(x):
     """Nearest integer, ties to even, by adding and removing 1.5 * 2^23 (2^52 for doubles)."""
-    magic = F(12582912.0) if x.dtype == F else D(6755399441055744.0)
+    magic = MAGIC if x.dtype == F else D(6755399441055744.0)
     return (x + magic) - magic
 
 
@@ -59,23 +62,15 @@ def _fma(a, b, c):
     return s.astype(F)
 
 
-def _horner_fma(r, coefs):
-    """fma(fma(c0, r, c1), r, c2) ... in float32."""
-    q = np.full_like(r, coefs[0])
-    for c in coefs[1:]:
-        q = _fma(q, r, c)
-    return q
-
-
 def _with_sign_of(mag, sign):
     return _from_bits(_bits(mag) | (_bits(sign) & U32(0x80000000)))
 
 
-def _horner(r, coefs):
-    """((c0 * r + c1) * r + c2) ... in r's precision."""
+def _horner(r, coefs, fused=False):
+    """((c0 * r + c1) * r + c2) ... in r's precision; fused: each step one fma (float32)."""
     q = np.full_like(r, coefs[0])
     for c in coefs[1:]:
-        q = q * r + c
+        q = _fma(q, r, c) if fused else q * r + c
     return q
 
 
@@ -101,11 +96,8 @@ HALF_PI = float.fromhex("0x1.921fb54442d18p+0")
 # ---- exp and log ---------------------------------------------------------------------------
 
 
-MAGIC = F(12582912.0)  # 1.5 * 2^23
-
-
 def _exp_poly(r):
-    return F(1) + _fma(r * r, _horner_fma(r, EXP_C), r)
+    return F(1) + _fma(r * r, _horner(r, EXP_C, fused=True), r)
 
 
 def _exp_parts(x):
@@ -131,7 +123,7 @@ def expm1(x):
     c = np.where(np.isnan(x), F(0), x).astype(F)
     k = _fma(c, LOG2E, MAGIC) - MAGIC
     r = _fma(k, -LN2_LO, _fma(k, -LN2_HI, c))
-    e = r + (r * r) * _horner_fma(r, EXPM1_C)
+    e = r + (r * r) * _horner(r, EXPM1_C, fused=True)
     s = _pow2(k.astype(I32))
     return np.where(np.isnan(x), x + x, s * e + (s - F(1)))
 

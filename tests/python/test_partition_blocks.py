@@ -175,19 +175,19 @@ def test_blocked_runs_give_the_simulator_bits(fn, monkeypatch):
     sim = neuron.kernel(fn, mode="simulate")(x)
     # Streaming stores from 1 MiB: the 128 x 2048 fp32 outputs (softmax_rows, shifted, ...)
     # are written by chains with non-temporal stores.
-    for blocks, folding, chains, stream in (("1", "1", "1", "8"), ("1", "0", "1", "8"),
-                                            ("0", "1", "1", "8"), ("1", "1", "0", "8"),
-                                            ("1", "1", "1", "1")):
+    for blocks, folding, chains, stream in (("1", "1", "1", "8M"), ("1", "0", "1", "8M"),
+                                            ("0", "1", "1", "8M"), ("1", "1", "0", "8M"),
+                                            ("1", "1", "1", "1M")):
         monkeypatch.setenv("NEURON_PARTITION_BLOCKS", blocks)
         monkeypatch.setenv("NEURON_SBUF_FOLDING", folding)
         monkeypatch.setenv("NEURON_FUSED_CHAINS", chains)
-        monkeypatch.setenv("NEURON_STREAM_STORES_MIB", stream)
+        monkeypatch.setenv("NEURON_STREAM_STORES_MIN_BYTES", stream)
         k = neuron.kernel(fn)
         assert k(x).tobytes() == sim.tobytes(), (blocks, folding, chains, stream)
         assert ("partition_blocks=off" in k.last_report) == (blocks == "0")
         assert ("sbuf_folding=off" in k.last_report) == (folding == "0")
         assert ("fused_chains=off" in k.last_report) == (chains == "0")
-        assert f"stream={int(stream) << 20}" in k.last_report
+        assert f"stream={int(stream[:-1]) << 20}" in k.last_report
     np.testing.assert_allclose(sim, reference(fn, x), rtol=1e-5, atol=1e-5)
 
 
@@ -202,10 +202,10 @@ def test_a_bad_knob_value_names_the_knob(knob, value, monkeypatch):
     assert f"{knob}='{value}' is not 0 or 1" in info.value.message
 
 
-@pytest.mark.parametrize("value", ["8M", "-1", "x"])
+@pytest.mark.parametrize("value", ["8X", "-1", "x"])
 def test_a_bad_stream_threshold_names_the_knob(value, monkeypatch):
-    monkeypatch.setenv("NEURON_STREAM_STORES_MIB", value)
+    monkeypatch.setenv("NEURON_STREAM_STORES_MIN_BYTES", value)
     with pytest.raises(neuron.NeuronError) as info:
         neuron.kernel(softmax_rows)(np.zeros((128, F), np.float32))
     assert info.value.rule == "config"
-    assert f"NEURON_STREAM_STORES_MIB='{value}' is not a size in MiB" in info.value.message
+    assert f"NEURON_STREAM_STORES_MIN_BYTES='{value}' is not a byte count" in info.value.message

@@ -127,16 +127,8 @@ Config config() {
       user_error(Span{}, "config", "NEURON_FUSED_CHAINS='{}' is not 0 or 1", s);
     c.fused_chains = s == "1";
   }
-  if (const char* b = std::getenv("NEURON_STREAM_STORES_MIB"); b && *b) {
-    char* end = nullptr;
-    const long long v = std::strtoll(b, &end, 10);
-    if (*end || v < 0 || v > (1LL << 30))
-      user_error(Span{}, "config",
-                 "NEURON_STREAM_STORES_MIB='{}' is not a size in MiB (an integer >= 0; 0 turns "
-                 "streaming stores off)",
-                 b);
-    c.stream_store_mib = v;
-  }
+  if (const char* b = std::getenv("NEURON_STREAM_STORES_MIN_BYTES"); b && *b)
+    c.stream_store_bytes = parse_bytes("NEURON_STREAM_STORES_MIN_BYTES", b);
   c.matmul_isa = config_matmul_isa();
   if (!c.matmul_isa.empty() && !neuron_matmul_variant_supported(c.matmul_isa.c_str())) {
     user_error(Span{}, "config",

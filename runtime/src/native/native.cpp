@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -72,7 +73,8 @@ native::JitOptions jit_options(const NativeCompileOptions& o) {
   j.partition_blocks = config().partition_blocks;
   j.sbuf_folding = config().sbuf_folding;
   j.fused_chains = config().fused_chains;
-  j.stream_store_bytes = config().stream_store_mib << 20;
+  j.stream_store_bytes = static_cast<int64_t>(
+      std::min<std::uint64_t>(config().stream_store_bytes, INT64_MAX));
   j.profile = o.profile;
   return j;
 }

@@ -31,7 +31,7 @@ struct JitOptions {
   // loop over the elements (fused_chains.cpp). NEURON_FUSED_CHAINS.
   bool fused_chains = true;
   // A chain whose last step writes a kernel output of at least this many bytes writes it with
-  // non-temporal stores (lower_program.cpp streams); 0: never. NEURON_STREAM_STORES_MIB.
+  // non-temporal stores (lower_program.cpp streams); 0: never. NEURON_STREAM_STORES_MIN_BYTES.
   int64_t stream_store_bytes = 0;
   // Every instruction call timed into the running thread's profile table (instr_kernels.hpp
   // set_profile_table); NativeCompileOptions::profile.

@@ -56,9 +56,9 @@ NEURON_MATH_INLINE float with_sign_of(float mag, float sign) {
 
 // Nearest integer, ties to even, for |x| < 2^22 (float) / 2^51 (double): adding and removing
 // 1.5 * 2^23 leaves no fraction bits. Exact IEEE arithmetic, no rounding-mode instruction.
+constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23
 NEURON_MATH_INLINE float round_int(float x) {
-  const float magic = 12582912.0f;  // 1.5 * 2^23
-  return (x + magic) - magic;
+  return (x + kRoundMagic) - kRoundMagic;
 }
 NEURON_MATH_INLINE double round_int(double x) {
   const double magic = 6755399441055744.0;  // 1.5 * 2^52
@@ -124,10 +124,8 @@ constexpr double kLn2 = 0.69314718055994530942;
 
 // e^x = p * 2^n with p = e^r, r = x - n ln2, |r| <= ln2/2. x finite, |x| <= 120.
 NEURON_MATH_INLINE void exp_parts(float x, float& p, int32_t& n) {
-  // The nearest integer to x * log2e, the product rounded once with the 1.5 * 2^23 of
-  // round_int.
-  const float magic = 12582912.0f;
-  const float k = fma(x, kLog2e, magic) - magic;
+  // The nearest integer to x * log2e as round_int finds it, the product rounded only once.
+  const float k = fma(x, kLog2e, kRoundMagic) - kRoundMagic;
   // x - k*hi is exact (k*hi has at most 24 bits; Sterbenz once k != 0), so r carries only the
   // one rounding of fma(k, -lo, .).
   const float r = fma(k, -kLn2Lo, fma(k, -kLn2Hi, x));
@@ -160,8 +158,7 @@ NEURON_MATH_INLINE float exp(float x) {
 // e^x - 1, accurate near 0. For |x| <= 40 (callers clamp); NaN propagates.
 NEURON_MATH_INLINE float expm1(float x) {
   const float c = is_nan(x) ? 0.0f : x;
-  const float magic = 12582912.0f;  // as in exp_parts
-  const float k = fma(c, kLog2e, magic) - magic;
+  const float k = fma(c, kLog2e, kRoundMagic) - kRoundMagic;  // as in exp_parts
   const float r = fma(k, -kLn2Lo, fma(k, -kLn2Hi, c));
   const float e = expm1_poly(r);
   const float s = pow2(static_cast<int32_t>(k));

@@ -51,12 +51,13 @@ struct Config {
   // instead of running a chain of them, each reading the one before, as one loop over the
   // elements (codegen/src/fused_chains.cpp; the same bits).
   bool fused_chains = true;
-  // NEURON_STREAM_STORES_MIB=n: a fused chain that writes a kernel output of at least n MiB
-  // writes it with non-temporal (streaming) stores, which skip reading each cache line before
-  // overwriting it and leave the caches to data read again (docs/native.md "Streaming stores";
-  // the same bits). 0 turns it off. The default, 8, is where streaming a producer's output
-  // started to pay on the machines measured, counting the consumer that reads it back.
-  int64_t stream_store_mib = 8;
+  // NEURON_STREAM_STORES_MIN_BYTES=n (a byte count, K/M/G suffixes): a fused chain that writes
+  // a kernel output of at least n bytes writes it with non-temporal (streaming) stores, which
+  // skip reading each cache line before overwriting it and leave the caches to data read again
+  // (docs/native.md "Streaming stores"; the same bits). 0 turns it off. The default, 8M, is
+  // where streaming a producer's output started to pay on the machines measured, counting the
+  // consumer that reads it back.
+  std::uint64_t stream_store_bytes = 8u << 20;
   // ---- profiler (runtime/profile.hpp, docs/profiling.md) ----
   // NEURON_PROFILE=dir: every neuron::simulate of a compiled kernel also runs the timing model
   // and writes <kernel>-<n>.json (Chrome/Perfetto trace), .txt (summary) and .html into dir.
