@@ -19,6 +19,11 @@
 //
 // First, each Alloc moves into the innermost one-trip scope holding all its uses (sink_allocs),
 // so that a buffer declared early but used in one unrolled iteration lives only there.
+//
+// A target of several cores ("trn2x2": the programs of an LNC grid traced into one body) is
+// each core's SBUF and PSUM side by side: a tile of core c (Buffer::core; -1 counts as core 0)
+// is placed in core c's part, checked against one core's capacity, as on hardware, where a
+// core cannot borrow its sibling's memory.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -139,7 +144,7 @@ struct Demote {
 class Allocator : public IRMutator {
  public:
   Allocator(const Target& t, const std::map<const Buffer*, int64_t>& max_slots)
-      : target_(t), max_slots_(max_slots) {}
+      : target_(t), max_slots_(max_slots), sbuf_(size_t(t.cores)), psum_(size_t(t.cores)) {}
 
   StmtPtr mutate_For(const For& n, const StmtPtr& self) override {
     pending_ = LoopCtx{n.var, n.extent, n.loop_kind};
@@ -153,7 +158,9 @@ class Allocator : public IRMutator {
     auto saved_loop = block_loop_;
     block_loop_ = pending_;
     pending_.reset();
-    const int64_t sbuf_stack = sbuf_.stack, psum_stack = psum_.stack;
+    std::vector<int64_t> sbuf_stacks, psum_stacks;
+    for (auto& c : sbuf_) sbuf_stacks.push_back(c.stack);
+    for (auto& c : psum_) psum_stacks.push_back(c.stack);
     // Index of the first and the last statement using each buffer allocated in this block.
     std::map<const Buffer*, size_t> first_use, last_use;
     for (size_t i = 0; i < n.stmts.size(); ++i) {
@@ -193,13 +200,15 @@ class Allocator : public IRMutator {
       for (const Buffer* b : dies_after[i]) {
         auto it = remap_.find(b);  // off-chip buffers were never placed: nothing to release
         if (it == remap_.end()) continue;
-        sbuf_.release(it->second.get());
-        psum_.release(it->second.get());
+        for (auto* spaces : {&sbuf_, &psum_})
+          for (auto& c : *spaces) c.release(it->second.get());
       }
     }
     block_loop_ = saved_loop;
-    sbuf_.stack = sbuf_stack;
-    psum_.stack = psum_stack;
+    for (size_t c = 0; c < sbuf_.size(); ++c) {
+      sbuf_[c].stack = sbuf_stacks[c];
+      psum_[c].stack = psum_stacks[c];
+    }
     return changed ? Block::make(std::move(out), n.span) : self;
   }
 
@@ -220,31 +229,35 @@ class Allocator : public IRMutator {
       slot_var = block_loop_->var;
     }
     auto nb = std::make_shared<Buffer>(b);
+    const int64_t core = core_of(b, n.span);
     // Rotation is an optimisation: with fewer slots, or one, before failing.
     if (b.memory == Memory::sbuf) {
-      const int64_t cap = target_.sbuf_bytes_per_partition, wanted = slots;
-      int64_t offset = sbuf_.place(b.slot_bytes(), slots, sbuf_align, cap);
+      Space& space = sbuf_[size_t(core)];
+      const int64_t cap = target_.sbuf_bytes_per_partition / target_.cores, wanted = slots;
+      int64_t offset = space.place(b.slot_bytes(), slots, sbuf_align, cap);
       // Short of slots while a larger buffer rotates: pipelining the small one is worth more.
-      if (slots < wanted) demote_larger(sbuf_, b.slot_bytes());
-      place(*nb, offset, slots, slot_var);
-      sbuf_.take(nb, offset, offset + b.slot_bytes() * slots, n.buffer.get());
+      if (slots < wanted) demote_larger(space, b.slot_bytes());
+      place(*nb, core * cap + offset, slots, slot_var);
+      space.take(nb, offset, offset + b.slot_bytes() * slots, n.buffer.get());
       if (offset + b.slot_bytes() * slots > cap) {
-        demote_one(sbuf_);
-        user_error(n.span, "sbuf-capacity", "SBUF needs {} bytes per partition but {} has {}: {}",
-                   sbuf_.top(), target_.name, cap, live_list(sbuf_));
+        demote_one(space);
+        user_error(n.span, "sbuf-capacity", "SBUF needs {} bytes per partition{} but {} has {}: {}",
+                   space.top(), of_core(core), per_core_name(), cap, live_list(space));
       }
     } else {
+      Space& space = psum_[size_t(core)];
       const int64_t bank = target_.psum_bank_bytes, size = b.slot_bytes();
-      const int64_t stride = align_up(size, bank), cap = target_.psum_banks * bank;
-      int64_t offset = psum_.place_banked(size, slots, stride, psum_align, bank, cap);
-      place(*nb, offset, slots, slot_var);
+      const int64_t banks = target_.psum_banks / target_.cores;
+      const int64_t stride = align_up(size, bank), cap = banks * bank;
+      int64_t offset = space.place_banked(size, slots, stride, psum_align, bank, cap);
+      place(*nb, core * cap + offset, slots, slot_var);
       for (int64_t i = 0; i < slots; ++i)
-        psum_.take(nb, offset + i * stride, offset + i * stride + size, n.buffer.get());
+        space.take(nb, offset + i * stride, offset + i * stride + size, n.buffer.get());
       if (offset + (slots - 1) * stride + size > cap) {
-        demote_one(psum_);
-        user_error(n.span, "psum-capacity", "PSUM needs {} banks of {} bytes but {} has {}: {}",
-                   align_up(psum_.top(), bank) / bank, bank, target_.name, target_.psum_banks,
-                   live_list(psum_));
+        demote_one(space);
+        user_error(n.span, "psum-capacity", "PSUM needs {} banks of {} bytes{} but {} has {}: {}",
+                   align_up(space.top(), bank) / bank, bank, of_core(core), per_core_name(),
+                   banks, live_list(space));
       }
     }
     remap_[n.buffer.get()] = nb;
@@ -269,8 +282,23 @@ class Allocator : public IRMutator {
   const Target& target_;
   const std::map<const Buffer*, int64_t>& max_slots_;
   std::optional<LoopCtx> pending_, block_loop_;
-  Space sbuf_, psum_;
+  std::vector<Space> sbuf_, psum_;  // per core
   std::map<const Buffer*, BufferPtr> remap_;
+
+  // The core whose memory holds `b`: its own, or core 0 for a tile of no core.
+  int64_t core_of(const Buffer& b, const Span& span) const {
+    if (b.core >= target_.cores)
+      user_error(span, "target", "tile '{}' belongs to core {} but target {} has {} core{}",
+                 b.name, b.core, target_.name, target_.cores, target_.cores == 1 ? "" : "s");
+    return std::max(b.core, 0);
+  }
+  // How messages name one core's memory: "trn2" for a core of "trn2x2".
+  const std::string& per_core_name() const {
+    return target_.cores == 1 ? target_.name : target_.generation;
+  }
+  std::string of_core(int64_t core) const {
+    return target_.cores == 1 ? "" : fmt::format(" on core {} of {}", core, target_.cores);
+  }
 
   // Out of space: if a live buffer rotates, throw to retry with the largest one a slot shorter.
   static void demote_one(const Space& s) {

@@ -188,6 +188,7 @@ void init_trace(py::module_& m) {
   m.def("seal_statements", &dsl::seal_statements);
   m.def("note_returned_input", &dsl::note_returned_input);
   m.def("order_segments", &dsl::order_segments);
+  m.def("set_core", &dsl::set_core);
   m.def("require_trace", &dsl::require_trace);
 
   // ---- nl ----

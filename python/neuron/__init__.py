@@ -25,11 +25,13 @@ from .errors import NeuronError
 from .kernel import Kernel, kernel, native_profile, simulate
 from .oplib import load_ops
 from .profile import Profile, profile
+from .ranks import run_ranks
 from . import runs
 
 __all__ = ["kernel", "simulate", "native_profile", "profile", "Profile", "runs", "Kernel", "NeuronError",
            "language", "isa", "cache", "registry", "dtypes", "errors", "eager", "runtime", "torch",
-           "ops", "compat", "legacy", "flex_attention", "parse_kernel", "trace_example", "load_ops"]
+           "ops", "compat", "legacy", "flex_attention", "parse_kernel", "trace_example", "load_ops",
+           "run_ranks"]
 
 _LAZY = ("torch", "ops", "compat", "legacy", "flex_attention")
 

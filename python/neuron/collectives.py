@@ -1,7 +1,7 @@
 """The cross-core instructions of nki.isa (`core_barrier`, `sendrecv`) and the legacy
 `nl.all_reduce` between the programs of a launch grid (the cores of `kernel[2]`, `nl.nc(2)`, an
-LNC of 2), and nki.collectives (ranks of other devices: present so that kernels importing it
-load, refused when called).
+LNC of 2); the pairing of rounds also serves nki.collectives between the ranks of a run_ranks
+launch (ranks.py).
 
 How the cores meet: a kernel that reaches a core collective is traced per program ("cores" in
 unroll.py), every program's body at the top level of the one kernel body. Each collective call
@@ -9,15 +9,17 @@ seals the calling program's statements so far into a segment (its "phase"); when
 program reaches the k-th collective, the exchanges of round k are emitted (for sendrecv, one DMA
 copy per receiving program: its dst from the sender's src), and when every program has ended
 the body is ordered phase by phase: phase k of every program, the round-k copies, then phase
-k + 1. That is a sequential schedule every real execution of the barrier agrees with: whatever
-a core wrote before a collective is visible to every core after it. `kernel[2]` traced per
-program without collectives (the two cores of an LNC-2 NeuronCore, kernel.py `_cores`) is one
-phase whose programs take turns statement by statement (the top-level statements of their
-bodies: a loop is one), as concurrent cores do. The kernel
-compiles for all its cores' SBUF and PSUM in one simulated core (target "trn2x2", kernel.py
-_target_for). A collective inside a rolled loop unrolls the loops traced so far
-(unroll.py); one inside a runtime loop or conditional (fori_loop, if_else) is refused, since its
-rounds could not be paired at trace time."""
+k + 1, where within a phase the programs take turns statement by statement (the top-level
+statements of their bodies: a loop is one), as concurrent cores do. That is a schedule every
+real execution of the barrier agrees with: whatever a core wrote before a collective is visible
+to every core after it. `kernel[2]` traced per program without collectives (the two cores of an
+LNC-2 NeuronCore, kernel.py `_cores`) is one such phase. The kernel compiles for all its cores'
+SBUF and PSUM in one simulated core (target "trn2x2", kernel.py _target_for), each program's
+tiles in its own core's part (core_scope; allocate.cpp checks each core against its own
+memory). A collective inside a rolled loop unrolls the loops traced so far (unroll.py); one
+inside a runtime loop or conditional (fori_loop, if_else) is refused, since its rounds could not
+be paired at trace time."""
+import contextlib
 import math
 import threading
 
@@ -29,46 +31,12 @@ from . import unroll
 from ._span import user_span
 from .errors import user_error
 
-_WHY = ("nki.collectives reaches ranks on other devices; neuron simulates one device (the cores "
-        "of one grid exchange data with nisa.sendrecv and nisa.core_barrier)")
-
-
-def _refused(qualified):
-    def call(*args, **kwargs):
-        user_error("collectives", f"{qualified} is not supported: {_WHY}", user_span())
-    call.__name__ = qualified.rsplit(".", 1)[-1]
-    call.__qualname__ = call.__name__
-    call.__doc__ = f"{qualified}: refused when called (neuron.collectives)."
-    return call
-
-
-class ReplicaGroup:
-    """nki.collectives.ReplicaGroup: the ranks taking part in a collective. Constructing one is
-    allowed (kernels build them up front); passing it to a collective is refused."""
-
-    def __init__(self, *groups, **kwargs):
-        self.groups, self.options = groups, kwargs
-
-    def __repr__(self):
-        return f"ReplicaGroup{self.groups!r}"
-
-
-# The names of NKI's collectives module (all_reduce, all_gather, ...), each refused when called.
-NAMES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
-         "collective_permute_implicit", "collective_permute_implicit_current_processing_rank_id",
-         "rank_id", "send", "recv", "broadcast")
-for _name in NAMES:
-    globals()[_name] = _refused(f"nki.collectives.{_name}")
-
-
-
 class _Rounds(threading.local):
     """The collectives of the programs traced so far in "cores" mode (kernel._per_program); per
     thread, as threads trace concurrently."""
 
-    def begin(self, n, lock_step=False):
+    def begin(self, n):
         self.n = n
-        self.lock_step = lock_step
         self.calls = [[] for _ in range(n)]  # per program: (what, span, exchange) per round
         # per program, per phase: the segments of its statements (one each), in order
         self.phases = [[] for _ in range(n)]
@@ -92,19 +60,14 @@ class _Rounds(threading.local):
         order = []
         for k in range(counts[0] + 1):
             phase = [self.phases[p][k] for p in range(self.n)]
-            if self.lock_step:
-                # Cores without collectives run concurrently: their statements take turns, the
-                # first of every program, then the second, ... A core that writes HBM its
-                # sibling has just cleared (nki-library zeroes a shared output on every core,
-                # then each stores its shard) sees what concurrent cores see; programs that
-                # share nothing compute the same in any order.
-                for i in range(max(map(len, phase))):
-                    order += [segs[i] for segs in phase if i < len(segs)]
-            else:
-                # Between collectives, one core's phase after another's: each phase's tiles
-                # die before the next core's phase, as the allocator checks the cores' tiles
-                # against their joint SBUF and PSUM, not each core's own.
-                order += [s for segs in phase for s in segs]
+            # Between collectives the cores run concurrently: their statements take turns, the
+            # first of every program, then the second, ... A core that writes HBM its sibling
+            # has just cleared (nki-library zeroes a shared output on every core, then each
+            # stores its shard) sees what concurrent cores see; programs that share nothing
+            # compute the same in any order. Each core's tiles are in its own memory
+            # (Buffer::core), so taking turns makes no core's SBUF or PSUM fuller.
+            for i in range(max(map(len, phase))):
+                order += [segs[i] for segs in phase if i < len(segs)]
             if k in self.copies:
                 order.append(self.copies[k])
         _C.order_segments(order, span)
@@ -115,7 +78,19 @@ _rounds = _Rounds()
 
 def _shown(what):
     """How the user's kernel names the collective `what`."""
+    if what.startswith("nki."):
+        return what
     return "nl.all_reduce" if what == "all_reduce" else f"nisa.{what}"
+
+
+@contextlib.contextmanager
+def core_scope(core):
+    """The tiles created inside are `core`'s (its SBUF and PSUM: Buffer::core, allocate.cpp)."""
+    before = _C.set_core(core)
+    try:
+        yield
+    finally:
+        _C.set_core(before)
 
 
 def _program_rank():
@@ -141,12 +116,13 @@ def _grid_size(what, span):
     return math.prod(_State.grid)
 
 
-def _meet(what, span, exchange=None):
+def _meet(what, span, exchange=None, rank=None):
     """The calling program reaches a core collective: seal its phase; the last program pairs the
-    round's exchanges."""
-    if unroll.grid_mode() != "cores":
+    round's exchanges. rank: the calling rank of a run_ranks launch (ranks.py), whose exchange
+    is (emit, its call): the last rank's emit(every rank's call, span) writes the exchange."""
+    if rank is None and unroll.grid_mode() != "cores":
         raise unroll.NeedsGrid("cores")
-    r, p = _rounds, _program_rank()
+    r, p = _rounds, _program_rank() if rank is None else rank
     segs = _C.seal_statements()
     if segs is None:
         unroll.need_unrolled()  # restarts when rolled loops are open around the call
@@ -172,6 +148,9 @@ def _meet(what, span, exchange=None):
     if what == "sendrecv":
         _exchange(k, span)
         r.copies[k] = _C.seal_segment()
+    elif rank is not None:
+        exchange[0]([c[k][2][1] for c in r.calls], span)
+        r.copies[k] = _C.seal_segment()
 
 
 def _exchange(k, span):
@@ -193,9 +172,10 @@ def _exchange(k, span):
                        "each other", _rounds.calls[p][k][1])
     dst_names = {getattr(c[0], "name", None) for c in calls}
     srcs = []
-    for dst, src, _, _ in calls:
+    for p, (dst, src, _, _) in enumerate(calls):
         if getattr(src, "name", None) in dst_names:  # copy it out before any dst is written
-            tmp = ndarray(list(src.shape), src.dtype, buffer=sbuf)
+            with core_scope(p):  # in the sender's SBUF
+                tmp = ndarray(list(src.shape), src.dtype, buffer=sbuf)
             isa.dma_copy(dst=tmp, src=src)
             src = tmp
         srcs.append(src)

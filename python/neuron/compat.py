@@ -13,7 +13,7 @@ import runpy
 import sys
 import types
 
-from . import collectives, isa, language
+from . import isa, language, ranks
 from .kernel import Kernel, kernel, simulate as _simulate
 
 
@@ -112,7 +112,8 @@ def _install_legacy():
 
 def install():
     """Registers `nki`, `nki.language`, `nki.isa`, `nki.isa.constants`, `nki.typing`,
-    `nki.collectives` (refused when called) and `nki.simulator` (current API) and `neuronxcc`,
+    `nki.collectives` (neuron.ranks: between the ranks of neuron.run_ranks) and
+    `nki.simulator` (current API) and `neuronxcc`,
     `neuronxcc.nki`, `neuronxcc.nki.language`, `.isa`, `.typing` (legacy API); returns the
     current-API `nki` module."""
     nki = types.ModuleType("nki")
@@ -122,7 +123,7 @@ def install():
                                                                  baremetal)
     nki.benchmark, nki.profile = benchmark, profile
     nki.dtype, nki.tensor = type(language.float32), language.tensor  # for annotations
-    nki.collectives = collectives
+    nki.collectives = ranks
     simulator = types.ModuleType("nki.simulator")
     simulator.simulate_kernel, simulator.simulate = simulate_kernel_lnc, simulate
     nki.simulator = simulator
@@ -131,7 +132,7 @@ def install():
     sys.modules["nki.language"] = language
     sys.modules["nki.isa"] = isa
     sys.modules["nki.isa.constants"] = isa.constants
-    sys.modules["nki.collectives"] = collectives
+    sys.modules["nki.collectives"] = ranks
     sys.modules["nki.simulator"] = simulator
     legacy = _install_legacy()
     nki.typing = legacy.typing

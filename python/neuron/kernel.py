@@ -210,31 +210,38 @@ class _Returns:
 
 
 def whole_of_reshape(t):
-    """(the tensor, the reshaped shape) for a reshape of a whole tensor, else (t, None)."""
-    from .reshaped import Reshaped, _covers_storage
+    """(the tensor, the reshaped shape) for a reshape of a whole tensor (one that splits or
+    merges dims, or only drops size-1 dims: `q.reshape(...)` of a [G, 1, B, S, d] output),
+    else (t, None)."""
+    from .reshaped import Reshaped, _covers_storage, _whole_buffer
     if isinstance(t, Reshaped) and _covers_storage(t.base):
         return t.base, tuple(t.shape)
+    if not _covers_storage(t):  # traced or eager
+        whole = _whole_buffer(t)
+        if whole is not None and whole is not t:
+            return whole, tuple(t.shape)
     return t, None
 
 
-def _per_program(fn, grid, span, cores=False, lock_step=False):
+def _per_program(fn, grid, span, cores=False):
     """fn traced once per program of the grid, in order, with the program ids as ints (the
     kernel's Python needed their values): each body in a block of its own (its tiles freed at
     its end), the k-th shared HBM tensor every program allocates being one tensor (the grid's
-    shared outputs, as in eager mode). cores: the programs meet at core collectives, so their
-    bodies stay at the top level and are interleaved at them (collectives.py); lock_step: they
-    take turns statement by statement instead (kernel[2] without collectives). The result is the
-    first program's."""
+    shared outputs, as in eager mode). cores: the programs are cores running concurrently
+    (kernel._cores), so their bodies stay at the top level, take turns statement by statement
+    and meet at their collectives (collectives.py), each program's tiles its core's. The result
+    is the first program's."""
     def run(*tensors):
         result = None
         _State.shared = []
         programs = list(itertools.product(*(range(g) for g in grid)))
         if cores:
-            collectives._rounds.begin(len(programs), lock_step=lock_step)
+            collectives._rounds.begin(len(programs))
         for rank, pid in enumerate(programs):
             _State.program, _State.shared_next = pid, 0
             if cores:
-                out = fn(*tensors)
+                with collectives.core_scope(rank):  # its tiles are its core's
+                    out = fn(*tensors)
                 collectives._rounds.end_program(rank)
             else:
                 _, loop_id, _ = _C.open_loop(0, 1, 1, False, span)
@@ -348,8 +355,7 @@ class Kernel:
             mode = unroll.grid_mode()
             _State.grid, _State.program = (self.grid if mode else None), None
             body = with_constants if not unroll.per_program() else \
-                _per_program(with_constants, self.grid, function_span(self.fn), self._cores(mode),
-                             mode == "programs")
+                _per_program(with_constants, self.grid, function_span(self.fn), self._cores(mode))
             hidden = [runtime.spec_of(a, f"shared_constant{i}") for i, a in enumerate(consts)]
             return _C.trace(self.fn.__name__, body, specs + hidden, function_span(self.fn))
         outer = (_State.grid_ndim, _State.grid, _State.program, _State.shared)

@@ -27,6 +27,7 @@ struct Knobs {
   int64_t offset = 512;
   int64_t slots = 2;
   std::string slot_var = "i0";
+  int core = -1;
   Memory memory = Memory::sbuf;
   std::string tile_name = "t";
   int64_t step = 1;
@@ -47,6 +48,7 @@ Kernel build(const Knobs& n) {
   t->offset = n.offset;
   t->slots = n.slots;
   t->slot_var = n.slot_var;
+  t->core = n.core;
   t->span = sp;
   Access src = view(in, {sl(Affine::var(n.var, n.coeff), 128), sl(0, 64, n.step)});
   src.dims[1].keep = n.keep;
@@ -133,6 +135,7 @@ TEST_CASE("a difference in any one field makes kernels unequal") {
       {"buffer offset", [](Knobs& n) { n.offset = 1024; }},
       {"buffer slots", [](Knobs& n) { n.slots = 1; }},
       {"buffer slot var", [](Knobs& n) { n.slot_var = ""; }},
+      {"buffer core", [](Knobs& n) { n.core = 1; }},
       {"buffer memory", [](Knobs& n) { n.memory = Memory::psum; }},
       {"buffer name", [](Knobs& n) { n.tile_name = "u"; }},
       {"slice step", [](Knobs& n) { n.step = 0; }},

@@ -57,10 +57,11 @@ TEST_CASE("slices, allocations and values print in their documented forms") {
   t->offset = 2048;
   t->slots = 2;
   t->slot_var = "i3";
+  t->core = 1;
   Access a = view(t, {drop(v("i0", 2) + 1), sl(-v("i1") - v("pid0", 3) + 7, 64, 0), sl(0, 4, -2)});
   CHECK(print(a) == "t[i0*2 + 1, -i1 - pid0*3 + 7:+64:0, 0:+4:-2]");
   CHECK(print(Alloc::make(t)) ==
-        "alloc t: bfloat16[128, 64, 4] sbuf offset=2048 slots=2 over i3\n");
+        "alloc t: bfloat16[128, 64, 4] sbuf core=1 offset=2048 slots=2 over i3\n");
   auto op = Op::make(Opcode::memset, {{"i", int64_t{3}},
                                       {"f", 3.0},
                                       {"g", 0.1},
@@ -80,7 +81,7 @@ TEST_CASE("hand-written text parses into the expected nodes") {
     # a comment line
     kernel k(a: float32[1024, 512] shared_hbm) -> (out: int8[1024, 512] shared_hbm) {
       for i0 in sequential_range(8) {
-        alloc t0: float32[128, 512] sbuf offset=64 slots=3 over i0
+        alloc t0: float32[128, 512] sbuf core=2 offset=64 slots=3 over i0
         nl.load(dst=t0[0:+128, 0:+512], src=a[i0*128 + 5:+128, 7])
         nl.binary(dst=t0[0:+128, 0:+512:0], x=t0[-i0 + 2:+128, 0:+512], y=2.5e3, op="multiply")
       }
@@ -99,6 +100,7 @@ TEST_CASE("hand-written text parses into the expected nodes") {
   auto alloc = loop->body->as<Block>()->stmts.at(0)->as<Alloc>();
   REQUIRE(alloc);
   CHECK(alloc->buffer->shape == std::vector<int64_t>{128, 512});
+  CHECK(alloc->buffer->core == 2);
   CHECK(alloc->buffer->offset == 64);
   CHECK(alloc->buffer->slots == 3);
   CHECK(alloc->buffer->slot_var == "i0");

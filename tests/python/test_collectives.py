@@ -165,10 +165,11 @@ def gather_kernel(x):
     return out
 
 
-def test_collectives_across_devices_are_refused_at_the_calling_line():
+def test_rank_collectives_outside_a_rank_launch_name_run_ranks_at_the_calling_line():
+    """nki.collectives exchange between ranks (test_ranks.py); one launch is one rank."""
     with pytest.raises(neuron.NeuronError) as e:
         nki.jit(gather_kernel)[2](np.zeros((128, 4), np.float32))
-    assert e.value.rule == "collectives" and "one device" in e.value.message
+    assert e.value.rule == "collectives" and "neuron.run_ranks(" in e.value.message
     assert e.value.line == line_of(gather_kernel, "ncc.all_gather(")
 
 
@@ -209,6 +210,66 @@ def test_each_core_has_its_own_sbuf():
     for mode in COMPILED:
         np.testing.assert_array_equal(neuron.kernel(big_tiles_across_a_barrier,
                                                     mode=mode)[2](x), x)
+
+
+def lopsided_sbuf(x):
+    """Core 0 keeps two 112 KB-per-partition tiles live across the barrier, core 1 one: 224 KB
+    on core 0 is more than a trn2 core's SBUF, though the three fit the two cores' together."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    tiles = [nl.ndarray((128, 28000), nl.float32, buffer=nl.sbuf) for _ in range(2 - pid)]
+    for t in tiles:
+        nisa.dma_copy(dst=t[:, 0:8], src=x[pid])
+    nisa.core_barrier(data=out, cores=(0, 1))
+    for t in tiles:
+        nisa.dma_copy(dst=out[pid], src=t[:, 0:8])
+    return out
+
+
+def lopsided_psum(x):
+    """Core 1 keeps nine [128, 512] fp32 accumulators (a 2 KiB bank each) live across the
+    barrier, core 0 one: a trn2 core has 8 banks, the two cores 16."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    t = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[pid])
+    accs = [nl.ndarray((128, 512), nl.float32, buffer=nl.psum) for _ in range(1 + 8 * pid)]
+    for a in accs:
+        nisa.tensor_copy(dst=a[:, 0:8], src=t)
+    nisa.core_barrier(data=out, cores=(0, 1))
+    for a in accs:
+        nisa.tensor_copy(dst=t, src=a[:, 0:8])
+    nisa.dma_copy(dst=out[pid], src=t)
+    return out
+
+
+@pytest.mark.parametrize("fn,rule,words", [
+    (lopsided_sbuf, "sbuf-capacity", "SBUF needs 224000 bytes per partition on core 0 of 2 but "
+                                     "trn2 has 212984"),
+    (lopsided_psum, "psum-capacity", "PSUM needs 9 banks of 2048 bytes on core 1 of 2 but trn2 "
+                                     "has 8"),
+])
+def test_a_core_cannot_borrow_its_siblings_memory(fn, rule, words):
+    """Each core's tiles are checked against that core's SBUF and PSUM, not the grid's total."""
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(fn, mode="simulate")[2](np.zeros((2, 128, 8), np.float32))
+    assert e.value.rule == rule and words in e.value.message, e.value.message
+
+
+def test_each_cores_tiles_lie_in_its_own_part_of_the_joint_memory():
+    """The tiles of core c sit at c * (one core's capacity) + their offset within that core, so
+    the cores' tiles never overlap and each core's fit its own memory."""
+    from neuron import _C
+    cap = _C.sbuf_bytes_per_partition("trn2")
+    x = RNG.standard_normal((2, 128, 8)).astype(np.float32)
+    k = neuron.kernel(big_tiles_across_a_barrier, mode="simulate")[2]
+    np.testing.assert_array_equal(k(x), x)
+    import re
+    ir = str(k.compile(x).kernel)
+    tiles = re.findall(r"(\w+): float32\[128, 28000\] sbuf core=(\d) offset=(\d+)", ir)
+    assert sorted((int(c), int(o) // cap) for _, c, o in tiles) == [(0, 0), (1, 1)], ir
+    for _, c, o in tiles:
+        assert int(c) * cap <= int(o) and int(o) + 28000 * 4 <= (int(c) + 1) * cap
 
 
 # ---- the legacy nl.all_reduce over the programs of a grid ------------------------------------
@@ -288,3 +349,27 @@ def test_the_two_cores_of_kernel_2_run_in_lock_step(mode):
     x = RNG.standard_normal((8, 16)).astype(np.float32)
     got = nki.jit(zero_then_shard, mode="simulation" if mode == "simulate" else None)[2](x)
     np.testing.assert_array_equal(got, 2 * x)
+
+
+def zero_then_shard_then_meet(x):
+    """The same, followed by a barrier and a sendrecv of each core's shard: between collectives
+    the cores run concurrently too, so both clears still come before either store."""
+    out = zero_then_shard(x)
+    p = nl.program_id(0)
+    nisa.core_barrier(data=out, cores=(0, 1))
+    rows = x.shape[0] // 2
+    mine = nl.ndarray((rows, x.shape[1]), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=mine, src=out[p * rows:(p + 1) * rows])
+    theirs = nl.ndarray((rows, x.shape[1]), x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - p, recv_from_rank=1 - p, pipe_id=0)
+    swapped = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=swapped[p * rows:(p + 1) * rows], src=theirs)
+    return out, swapped
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_cores_that_meet_at_collectives_run_in_lock_step_between_them(mode):
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    out, swapped = neuron.kernel(zero_then_shard_then_meet, mode=mode)[2](x)
+    np.testing.assert_array_equal(out, 2 * x)
+    np.testing.assert_array_equal(swapped, 2 * np.concatenate([x[4:], x[:4]]))

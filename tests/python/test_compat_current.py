@@ -29,7 +29,7 @@ def test_the_modules_and_names_production_kernels_import():
     assert constants.oob_mode is nisa.oob_mode and issubclass(NKIObject, object)
     assert isinstance(nl.bfloat16, nki.dtype) and nki.tensor is nl.tensor
     assert nl.bool is nl.bool_ and list(nl.range(3)) == [0, 1, 2]
-    assert ReplicaGroup([[0, 1]]).groups == ([[0, 1]],)
+    assert ReplicaGroup([[0, 1]]).groups == ((0, 1),)
     assert callable(ncc.all_gather) and callable(nisa.core_barrier) and callable(nisa.sendrecv)
     # str() of a dtype is its NumPy-style name, as kernels compare it (`str(dtype) == "bool"`)
     assert [str(d) for d in (nl.bfloat16, nl.float32, nl.bool_)] == ["bfloat16", "float32",

@@ -212,6 +212,23 @@ def test_a_view_reshaped_back_to_its_tensors_shape_is_that_tensor(mode, shape):
     np.testing.assert_array_equal(out, x * 2)
 
 
+def returns_its_output_less_a_unit_dim(x):
+    """nki-library's batch-shard kernel: a [G, 1, B, d] output returned as [G, B, d] (a reshape
+    that only drops a size-1 dim, so a view rather than a Reshaped)."""
+    g, b, d = x.shape
+    out = nl.ndarray((g, 1, b, d), x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[:, 0], src=x)
+    return out.reshape((g, b, d))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_kernel_may_return_its_output_with_a_size_one_dim_dropped(mode):
+    x = RNG.standard_normal((4, 3, 16)).astype(np.float32)
+    out = neuron.kernel(returns_its_output_less_a_unit_dim, mode=mode)(x)
+    assert out.shape == x.shape
+    np.testing.assert_array_equal(out, x)
+
+
 def drops_a_unit_dim(pos):
     """nki-library's position ids: a [B, 1] argument seen as [P, B // P] rows, one per program."""
     out = nl.ndarray((2, pos.shape[0] // 2), pos.dtype, buffer=nl.shared_hbm)

@@ -196,6 +196,7 @@ const Target* cores_of(std::string_view name) {
     t->sbuf_bytes_per_partition *= n;
     t->psum_bytes_per_partition *= n;
     t->psum_banks *= n;
+    t->cores = n;
     it = made.emplace(std::string(name), std::move(t)).first;
   }
   return it->second.get();

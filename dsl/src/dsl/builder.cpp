@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <set>
+#include <utility>
 
 #include "neuron/dsl/syntax.hpp"
 #include "neuron/ir/visitor.hpp"
@@ -54,6 +55,7 @@ struct TraceState {
   BufferPtr rng_state;
   int64_t serial = 0;
   bool returns_input = false;  // note_returned_input()
+  int core = -1;               // set_core()
 };
 
 thread_local TraceState* current = nullptr;
@@ -112,6 +114,7 @@ BufferPtr new_buffer(const std::string& name, Memory memory, std::vector<int64_t
   b->shape = std::move(shape);
   b->dtype = dtype;
   b->span = span;
+  if (is_on_chip(memory)) b->core = st.core;
   BufferPtr ptr = b;
   if (memory == Memory::shared_hbm)
     st.shared.push_back(ptr);
@@ -202,6 +205,11 @@ std::optional<std::vector<int>> seal_statements() {
   }
   current->frames.front().stmts.clear();
   return ids;
+}
+
+int set_core(int core) {
+  if (!current) return -1;
+  return std::exchange(current->core, core);
 }
 
 void order_segments(const std::vector<int>& order, const Span& span) {

@@ -30,7 +30,7 @@ bool equal_buffer(const BufferPtr& a, const BufferPtr& b) {
   if (!a || !b) return false;
   return a->name == b->name && a->memory == b->memory && a->shape == b->shape &&
          a->dtype == b->dtype && a->offset == b->offset && a->slots == b->slots &&
-         a->slot_var == b->slot_var;
+         a->slot_var == b->slot_var && a->core == b->core;
 }
 
 size_t hash_buffer(const BufferPtr& b) {
@@ -43,6 +43,7 @@ size_t hash_buffer(const BufferPtr& b) {
   mix(h, hash_of(b->offset));
   mix(h, hash_of(b->slots));
   mix(h, hash_of(b->slot_var));
+  mix(h, hash_of(b->core));
   return h;
 }
 

@@ -7,7 +7,7 @@
 //   params  := param (',' param)*
 //   param   := decl loc?                                   -- loc is the buffer's span
 //   decl    := name ':' DTYPE '[' (int (',' int)*)? ']' MEMORY attr*
-//   attr    := 'offset' '=' int | 'slots' '=' int | 'over' name
+//   attr    := 'core' '=' int | 'offset' '=' int | 'slots' '=' int | 'over' name
 //   stmt    := block | for | alloc | op
 //   block   := '{' stmt* '}' loc?                          -- the block's span follows '}'
 //   for     := 'for' name 'in' ('affine_range' | 'sequential_range') '(' int ')' loc? stmt
@@ -36,7 +36,7 @@
 // visible.
 //
 // The printer writes the canonical form: `:step` only when step != 1, `:drop` only for a dropped
-// dim whose size/step are not 1/1, offset/slots/over only when not the defaults, names that are
+// dim whose size/step are not 1/1, core/offset/slots/over only when not the defaults, names that are
 // not identifiers quoted, floats always with a '.' or exponent, and `loc(...)` only with
 // PrintOptions::spans and only for spans that are set. Tokens come from text_lexer.cpp; nesting
 // deeper than kMaxDepth is an error so that no input can exhaust the stack.
@@ -196,7 +196,13 @@ class Parser {
     next();
     b->memory = *mem;
     for (;;) {
-      if (at_ident("offset") && ahead(1).kind == Tok::punct && ahead(1).text == "=") {
+      if (at_ident("core") && ahead(1).kind == Tok::punct && ahead(1).text == "=") {
+        next();
+        next();
+        const int64_t core = integer();
+        if (core < -1 || core > 1024) fail(cur(), "core must be -1 (none) to 1024");
+        b->core = int(core);
+      } else if (at_ident("offset") && ahead(1).kind == Tok::punct && ahead(1).text == "=") {
         next();
         next();
         b->offset = integer();

@@ -112,10 +112,11 @@ std::string value_text(const Value& v) {
   return std::visit(V{}, v);
 }
 
-// "name: float32[128, 512] sbuf offset=1024 slots=2 over i0"
+// "name: float32[128, 512] sbuf core=1 offset=1024 slots=2 over i0"
 std::string buffer_decl(const Buffer& b) {
   std::string s = fmt::format("{}: {}{} {}", name_text(b.name), dtype_name(b.dtype),
                               ints_text(b.shape), memory_name(b.memory));
+  if (b.core != -1) s += fmt::format(" core={}", b.core);
   if (b.offset != -1) s += fmt::format(" offset={}", b.offset);
   if (b.slots != 1) s += fmt::format(" slots={}", b.slots);
   if (!b.slot_var.empty()) s += fmt::format(" over {}", name_text(b.slot_var));

@@ -59,6 +59,10 @@ void close_loop(int id) noexcept;
 int seal_segment();
 std::optional<std::vector<int>> seal_statements();
 void order_segments(const std::vector<int>& order, const Span& span);
+// The core whose program is being traced (-1: none): the SBUF and PSUM tiles created from now on
+// are that core's (Buffer::core), and the allocator places them in its memory. Returns the core
+// set before; ignored (returning -1) when no trace runs.
+int set_core(int core);
 
 // The kernel returns one of its input tensors (NKI's output alias of an input): a kernel with
 // no outputs that writes no input is then a kernel whose result is that input, not an error.

@@ -27,6 +27,10 @@ struct Buffer {
   int64_t offset = -1;
   int64_t slots = 1;
   std::string slot_var;
+  // The core of a multi-core grid whose memory holds this tile (the programs of an LNC grid
+  // traced into one body: python/neuron/collectives.py), so the allocator checks each core's
+  // tiles against that core's SBUF and PSUM; -1: not a core's (one-core kernels).
+  int core = -1;
   Span span;
 
   int64_t elements() const;

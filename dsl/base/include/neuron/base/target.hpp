@@ -42,6 +42,7 @@ struct Target {
   int64_t gemm_stationary_fmax = 128;
   int64_t gemm_moving_fmax = 512;
   std::string generation;  // "trn1", "trn2", "trn3" (the name without a core count)
+  int cores = 1;  // "trn2x2": 2, its SBUF and PSUM figures the sum of the cores' (cores_of)
 
   // ---- timing model (runtime/timing.hpp; every figure's source is in target.cpp) ----
   EngineTiming tensor, vector, scalar, gpsimd;

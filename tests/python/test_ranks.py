@@ -1,0 +1,201 @@
+# nki.collectives between the ranks of a neuron.run_ranks launch (python/neuron/ranks.py): each
+# rank runs the kernel on its own tensors; all_reduce, all_gather, reduce_scatter, all_to_all,
+# collective_permute and rank_id against NumPy, natively and on the simulator; their errors.
+import numpy as np
+import pytest
+
+import neuron
+import neuron.compat
+
+nki = neuron.compat.install()
+import nki.collectives as ncc  # noqa: E402
+import nki.isa as nisa  # noqa: E402
+import nki.language as nl  # noqa: E402
+from nki.collectives import ReplicaGroup  # noqa: E402
+from helpers import line_of  # noqa: E402
+
+RNG = np.random.default_rng(11)
+COMPILED = ("native", "simulate")
+
+
+def all_reduce_hbm(input, replica_group, op="add"):
+    """nki-library's HBM all-reduce: the collective reads and writes HBM tensors of the kernel's
+    own, copied from the input and to the output."""
+    src = nl.ndarray(input.shape, dtype=input.dtype, buffer=nl.shared_hbm, name="src")
+    dst = nl.ndarray(input.shape, dtype=input.dtype, buffer=nl.shared_hbm, name="dst")
+    out = nl.ndarray(input.shape, dtype=input.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=src, src=input)
+    ncc.all_reduce(dsts=[dst], srcs=[src], op=getattr(nl, op), replica_group=replica_group)
+    nisa.dma_copy(dst=out, src=dst)
+    return out
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_all_reduce_sums_over_each_rank_list_in_rank_order(mode):
+    # 4 ranks in two lists; [200, 300] takes two row blocks of 128 through SBUF
+    x = RNG.standard_normal((4, 200, 300)).astype(np.float32)
+    rg = ReplicaGroup([[0, 2], [1, 3]])
+    outs = neuron.run_ranks(all_reduce_hbm, [dict(input=x[r], replica_group=rg)
+                                             for r in range(4)], mode=mode)
+    for r, o in enumerate(outs):
+        np.testing.assert_array_equal(o, x[r % 2] + x[r % 2 + 2])
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_all_reduce_max_over_three_ranks_in_bf16(mode):
+    from ml_dtypes import bfloat16
+    x = RNG.standard_normal((3, 64, 40)).astype(bfloat16)
+    rg = ReplicaGroup.from_partition_op(3, ncc.rg_partition_op.div, 4)
+    assert rg == ReplicaGroup([[0, 1, 2]])
+    outs = neuron.run_ranks(all_reduce_hbm, [(x[r], rg, "maximum") for r in range(3)],
+                            mode=mode)
+    for o in outs:
+        np.testing.assert_array_equal(o, x.max(axis=0))
+
+
+def in_place_all_reduce_on_chip(x, replica_group):
+    """The collective on SBUF tiles, its source also its destination."""
+    t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    ncc.all_reduce(srcs=[t], dsts=[t], replica_group=replica_group, op=nl.add)
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_an_in_place_all_reduce_of_sbuf_tiles_reads_every_source_first(mode):
+    x = RNG.standard_normal((2, 128, 64)).astype(np.float32)
+    rg = ReplicaGroup([[0, 1]])
+    outs = neuron.run_ranks(in_place_all_reduce_on_chip, [(x[0], rg), (x[1], rg)], mode=mode)
+    for o in outs:
+        np.testing.assert_array_equal(o, x[0] + x[1])
+
+
+def gather_reduce_scatter_all_to_all(x, replica_group, n):
+    """Three collectives in a row on HBM tensors: x gathered along dim 0, x reduced and
+    scattered along dim 0, and x's n row chunks exchanged all to all."""
+    H, W = x.shape
+    src = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=src, src=x)
+    gathered = nl.ndarray((H * n, W), x.dtype, buffer=nl.shared_hbm)
+    ncc.all_gather(srcs=[src], dsts=[gathered], replica_group=replica_group, collective_dim=0)
+    scattered = nl.ndarray((H // n, W), x.dtype, buffer=nl.shared_hbm)
+    ncc.reduce_scatter(srcs=[src], dsts=[scattered], replica_group=replica_group,
+                       collective_dim=0, op=nl.add)
+    exchanged = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    ncc.all_to_all(srcs=[src], dsts=[exchanged], replica_group=replica_group, collective_dim=0)
+    return gathered, scattered, exchanged
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_gather_reduce_scatter_and_all_to_all_over_four_ranks(mode):
+    n, H, W = 4, 8, 24
+    x = RNG.standard_normal((n, H, W)).astype(np.float32)
+    rg = ReplicaGroup([list(range(n))])
+    outs = neuron.run_ranks(gather_reduce_scatter_all_to_all,
+                            [dict(x=x[r], replica_group=rg, n=n) for r in range(n)], mode=mode)
+    total = ((x[0] + x[1]) + x[2]) + x[3]
+    c = H // n
+    for r, (gathered, scattered, exchanged) in enumerate(outs):
+        np.testing.assert_array_equal(gathered, x.reshape(n * H, W))
+        np.testing.assert_array_equal(scattered, total[r * c:(r + 1) * c])
+        np.testing.assert_array_equal(exchanged, np.concatenate([x[q, r * c:(r + 1) * c]
+                                                                 for q in range(n)]))
+
+
+def sbuf_all_gather_tiled(x, replica_group, n):
+    """nki-library's tiled SBUF all-gather: per column tile (an affine_range loop), the tiles of
+    every rank side by side along the free dim (collective_dim=1)."""
+    P, F = x.shape
+    T = F // 2
+    out = nl.ndarray((P, F * n), x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        src = nl.ndarray((P, T), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=src, src=x[:, i * T:(i + 1) * T])
+        dst = nl.ndarray((P, T * n), x.dtype, buffer=nl.sbuf)
+        ncc.all_gather(srcs=[src], dsts=[dst], replica_group=replica_group, collective_dim=1)
+        for r in range(n):
+            nisa.dma_copy(dst=out[:, r * F + i * T:r * F + (i + 1) * T],
+                          src=dst[:, r * T:(r + 1) * T])
+    return out
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_a_collective_in_an_affine_range_loop_gathers_sbuf_tiles(mode):
+    x = RNG.standard_normal((2, 128, 32)).astype(np.float32)
+    rg = ReplicaGroup([[0, 1]])
+    outs = neuron.run_ranks(sbuf_all_gather_tiled, [(x[r], rg, 2) for r in range(2)], mode=mode)
+    for o in outs:
+        np.testing.assert_array_equal(o, np.concatenate([x[0], x[1]], axis=1))
+
+
+def ring_and_rank(x, pairs):
+    """collective_permute along `pairs`, and rank_id() as an .ap() scalar offset selecting this
+    rank's row block of x."""
+    n, H, W = x.shape
+    mine = nl.ndarray((H, W), x.dtype, buffer=nl.shared_hbm)
+    rank = ncc.rank_id()
+    nisa.dma_copy(dst=mine, src=x.ap(pattern=[[W, H], [1, W]], scalar_offset=rank,
+                                     indirect_dim=0))
+    got = nl.ndarray((H, W), x.dtype, buffer=nl.shared_hbm)
+    zeros = nl.ndarray((H, W), x.dtype, buffer=nl.sbuf)
+    nisa.memset(zeros, 0.0)
+    nisa.dma_copy(dst=got, src=zeros)
+    ncc.collective_permute(srcs=[mine], dsts=[got], source_target_pairs=pairs)
+    return mine, got
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_collective_permute_moves_along_the_pairs_and_rank_id_is_the_rank(mode):
+    x = RNG.standard_normal((3, 16, 8)).astype(np.float32)
+    pairs = [(0, 1), (1, 2)]  # rank 0 is no target: it keeps its zeros
+    outs = neuron.run_ranks(ring_and_rank, [(x, pairs)] * 3, mode=mode)
+    for r, (mine, got) in enumerate(outs):
+        np.testing.assert_array_equal(mine, x[r])
+        np.testing.assert_array_equal(got, x[r - 1] if r else np.zeros_like(x[0]))
+
+
+def test_one_rank_is_a_launch_whose_collectives_exchange_with_itself():
+    x = RNG.standard_normal((16, 8)).astype(np.float32)
+    (out,) = neuron.run_ranks(all_reduce_hbm, [(x, ReplicaGroup([[0]]))], mode="simulate")
+    np.testing.assert_array_equal(out, x)
+
+
+def gathers_wrong_size(x, replica_group):
+    dst = nl.ndarray((x.shape[0] * 3, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
+    ncc.all_gather(srcs=[x], dsts=[dst], replica_group=replica_group, collective_dim=0)
+    return dst
+
+
+def implicit_ring(x, replica_group):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    ncc.collective_permute_implicit(srcs_by_channel=[[x]], dsts_by_channel=[[out]],
+                                    replica_group=replica_group)
+    return out
+
+
+@pytest.mark.parametrize("fn,group,words", [
+    (gathers_wrong_size, [[0, 1]], "rank 0's destination has shape [48, 8], but its source "
+                                   "[16, 8] over 2 ranks needs [32, 8]"),
+    (all_reduce_hbm, [[0]], "rank 1 is in 0 rank-lists of ReplicaGroup([[0]])"),
+    (all_reduce_hbm, [[0, 1, 2]], "names rank 2, but the launch has 2 ranks"),
+    (implicit_ring, [[0, 1]], "nki.collectives.collective_permute_implicit is not supported"),
+])
+def test_collectives_that_cannot_run_name_the_rule_and_the_line(fn, group, words):
+    x = np.zeros((16, 8), np.float32)
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.run_ranks(fn, [(x, ReplicaGroup(group))] * 2, mode="simulate")
+    assert e.value.rule == "collectives" and words in e.value.message, e.value.message
+    assert e.value.line == line_of(fn, "ncc.")
+
+
+def test_ranks_pass_equal_parameters_and_launch_one_program_each():
+    # (every rank traces the same Python with equal parameters and same-shaped tensors, so the
+    # ranks reach the same collectives in the same order)
+    x = np.zeros((16, 8), np.float32)
+    with pytest.raises(ValueError, match="the same on every rank"):
+        neuron.run_ranks(all_reduce_hbm, [(x, ReplicaGroup([[0, 1]])),
+                                          (x, ReplicaGroup([[1, 0]]))])
+    with pytest.raises(ValueError, match="grid"):
+        neuron.run_ranks(nki.jit(all_reduce_hbm)[2], [(x, ReplicaGroup([[0]]))])
