@@ -9,6 +9,7 @@
 
 #include "bindings.hpp"
 #include "neuron/dsl/builder.hpp"
+#include "neuron/ir/visitor.hpp"
 #include "neuron/isa.hpp"
 #include "neuron/language.hpp"
 #include "neuron/trace.hpp"
@@ -20,6 +21,28 @@ namespace neuron::python {
 namespace {
 
 using Operand = std::variant<nl::tensor, double>;
+
+// Does k write some HBM tensor both where the program id picks the place and where it does not
+// (every core clears a shared output, then each stores its shard)? Programs run one after
+// another would let the second's clear erase the first's shard; cores running concurrently
+// do not (kernel.py traces such an LNC kernel per program, its cores in lock step).
+bool writes_shared_and_sharded(const Kernel& k) {
+  struct Finder : IRVisitor {
+    std::map<const Buffer*, int> kinds;  // per HBM tensor: 1 written everywhere, 2 per program
+    void visit_Op(const Op& op) override {
+      const Access* dst = op.access("dst");
+      if (dst == nullptr || is_on_chip(dst->buffer->memory)) return;
+      bool per_program = false;
+      for (auto& d : dst->dims)
+        for (auto& t : d.start.terms) per_program |= t.var.rfind("pid", 0) == 0;
+      kinds[dst->buffer.get()] |= per_program ? 2 : 1;
+    }
+  } finder;
+  finder.visit(k.body);
+  for (auto& [b, kind] : finder.kinds)
+    if (kind == 3) return true;
+  return false;
+}
 
 nl::operand to_operand(const Operand& v, const Span& span) {
   if (auto* t = std::get_if<nl::tensor>(&v)) return nl::operand(*t, span);
@@ -189,6 +212,7 @@ void init_trace(py::module_& m) {
   m.def("note_returned_input", &dsl::note_returned_input);
   m.def("order_segments", &dsl::order_segments);
   m.def("set_core", &dsl::set_core);
+  m.def("writes_shared_and_sharded", &writes_shared_and_sharded);
   m.def("require_trace", &dsl::require_trace);
 
   // ---- nl ----

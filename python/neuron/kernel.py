@@ -357,7 +357,14 @@ class Kernel:
             body = with_constants if not unroll.per_program() else \
                 _per_program(with_constants, self.grid, function_span(self.fn), self._cores(mode))
             hidden = [runtime.spec_of(a, f"shared_constant{i}") for i, a in enumerate(consts)]
-            return _C.trace(self.fn.__name__, body, specs + hidden, function_span(self.fn))
+            ir = _C.trace(self.fn.__name__, body, specs + hidden, function_span(self.fn))
+            if self._cores("programs") and not unroll.per_program() and \
+                    _C.writes_shared_and_sharded(ir):
+                # The cores of kernel[2] run concurrently: one body for both would run them
+                # one after another, and the second core's write of the whole tensor would
+                # erase the first's shard. Per program, they take turns (collectives.py).
+                raise unroll.NeedsGrid("programs")
+            return ir
         outer = (_State.grid_ndim, _State.grid, _State.program, _State.shared)
         _State.grid_ndim = len(self.grid)
         try:

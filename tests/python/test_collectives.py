@@ -373,3 +373,41 @@ def test_cores_that_meet_at_collectives_run_in_lock_step_between_them(mode):
     out, swapped = neuron.kernel(zero_then_shard_then_meet, mode=mode)[2](x)
     np.testing.assert_array_equal(out, 2 * x)
     np.testing.assert_array_equal(swapped, 2 * np.concatenate([x[4:], x[:4]]))
+
+
+def zero_then_shard_symbolic(x):
+    """zero_then_shard with the program id left symbolic (nl.ds(p * rows, rows)): one body would
+    serve both cores, run one after the other; the kernel writes its output both whole and per
+    program, so it is traced per program and its cores take turns instead."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    p = nl.program_id(0)
+    rows = x.shape[0] // 2
+    zeros = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.memset(zeros, 0.0)
+    nisa.dma_copy(dst=out, src=zeros)
+    shard = nl.ndarray((rows, x.shape[1]), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=shard, src=x[nl.ds(p * rows, rows)])
+    nisa.tensor_scalar(dst=shard, data=shard, op0=nl.multiply, operand0=2.0)
+    nisa.dma_copy(dst=out[nl.ds(p * rows, rows)], src=shard)
+    return out
+
+
+def shard_only(x):
+    """Each core stores only its own shard: one symbolic body serves both."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    rows = x.shape[0] // 2
+    shard = nl.ndarray((rows, x.shape[1]), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=shard, src=x[nl.ds(nl.program_id(0) * rows, rows)])
+    nisa.dma_copy(dst=out[nl.ds(nl.program_id(0) * rows, rows)], src=shard)
+    return out
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_cores_that_write_a_tensor_whole_and_per_program_take_turns(mode):
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    k = neuron.kernel(zero_then_shard_symbolic, mode=mode)[2]
+    np.testing.assert_array_equal(k(x), 2 * x)
+    assert "pid0" not in str(k.trace(x))  # traced per program
+    k = neuron.kernel(shard_only, mode=mode)[2]
+    np.testing.assert_array_equal(k(x), x)
+    assert "pid0" in str(k.trace(x))  # one body for both programs
