@@ -30,6 +30,15 @@ def test_isa_enums_have_the_current_values():
 def test_nl_constants_and_numpy_dtypes():
     assert nl.private_hbm == nl.hbm
     assert nl.fp32.min == float(np.finfo(np.float32).min)
+    # the legacy bf16 limits and finfo (NKI_API.md 3.1): 0xff80 is bf16's -inf
+    assert lnl.bfp16.min == float(np.frombuffer(np.uint16(0xFF80).tobytes(),
+                                                ml_dtypes.bfloat16)[0]) == float("-inf")
+    assert lnl.bfp16.max == float(np.frombuffer(np.uint16(0x7F7F).tobytes(),
+                                                ml_dtypes.bfloat16)[0])
+    assert lnl.finfo(lnl.float32).max == np.finfo(np.float32).max
+    assert lnl.finfo(lnl.bfloat16).eps == 2.0 ** -7
+    assert lnl.finfo(lnl.float8_e4m3fn).max == 448.0
+    assert (lnl.tile_size.psum_min_align, lnl.tile_size.sbuf_min_align) == (4, 1)
     assert nl.tile_size.total_available_sbuf_size > 0
     # NKI dtypes are NumPy dtypes: array.astype(nl.bfloat16) (the pipelined-attention sample)
     x = np.array([1.0, 2.5], np.float64)

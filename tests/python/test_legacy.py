@@ -654,12 +654,6 @@ def pid_mask(x):
     return out
 
 
-def unsupported_call(x):
-    out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
-    nl.finfo(nl.float32)
-    return out
-
-
 def current_api_dst(x):  # the current API's destination-first form in a legacy kernel
     out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
     act = nl.ndarray(x.shape, nl.float32)
@@ -690,8 +684,6 @@ ERRORS = [
     (unmasked_tail, (200, 64), "index", "t = nl.load", "only where a mask= excludes"),
     (pid_mask, (256, 64), "mask", "mask=(rows < 200)",
      "depends on 'pid0*128 - 200' (a program id)"),
-    (unsupported_call, (128, 64), "unsupported", "nl.finfo",
-     "nl.finfo is not supported by neuron's legacy layer"),
     (current_api_dst, (128, 64), "unknown-arg", "nisa.activation(dst=",
      "nisa.activation got an unexpected keyword argument 'dst'"),
     (unknown_nl_keyword, (128, 64), "unknown-arg", "out=out",

@@ -4,6 +4,7 @@ tiles, and loops that unroll at trace time (affine_range/sequential_range/static
 ints, so masks and grids see concrete indices; docs/nki-compat.md)."""
 import builtins
 
+import ml_dtypes
 import numpy as np
 
 from .. import _C
@@ -26,7 +27,6 @@ from .grid import arange, mgrid  # noqa: F401 (re-exported)
 from .grid import error as _error
 from .mask import rectangle as _rectangle
 from .ops import intersect as _intersect, is_full as _is_full, masked as _masked
-from .ops import define_unsupported as _define_unsupported
 from .ops import matmul_parts as _matmul_parts, new_like as _new_like
 from .ops import operand as _operand, promote as _promote, reduced as _reduced
 from .ops import write_rect as _write_rect
@@ -50,11 +50,30 @@ ds = _nl.ds
 class tile_size(_nl.tile_size):
     bn_stats_fmax = _C.tile_limits["bn_stats_fmax"]
     total_available_sbuf_size = _C.sbuf_bytes_per_partition("trn2")  # usable bytes per partition
+    # Byte alignment of free offsets in direct allocation, as NKI's KLR gives them (NKI_API.md
+    # §2.2; another public re-implementation says 16 and 16). neuron places tiles itself, at
+    # 64-byte offsets, which honour either.
+    psum_min_align = 4
+    sbuf_min_align = 1
 
 
 class fp32:
     min = float(np.finfo(np.float32).min)
     max = float(np.finfo(np.float32).max)
+
+
+class bfp16:
+    """bf16 limits: min is the bit pattern 0xff80, which IEEE bf16 (and so neuron) reads as -inf
+    (NKI_API.md §3.1); max the largest finite bf16."""
+    min = float("-inf")
+    max = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+
+
+def finfo(dtype):
+    """The limits of a float dtype (max, min, eps, tiny, bits, ...) as NumPy's finfo gives them,
+    bf16 and the fp8 formats included (ml_dtypes.finfo)."""
+    from ..dtypes import numpy_dtype
+    return ml_dtypes.finfo(numpy_dtype(_nl.to_dtype(dtype)))
 
 
 def static_cast(value, dtype):
@@ -543,11 +562,7 @@ def all_reduce(x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=Tr
                                   dtype, user_span())
 
 
-# ---- not provided: a clear error instead of an AttributeError ----------------------------------
-
-UNSUPPORTED = "finfo".split()
-_define_unsupported(globals(), "nl", UNSUPPORTED)
 _wrap_module(globals(), "nl", _keywords.NL,
              skip={"arange", "mgrid", "ds", "program_id", "num_programs", "program_ndim",
                    "spmd_dim", "loop_reduce", "affine_range", "sequential_range",
-                   "static_range", "dynamic_range", "static_cast"})
+                   "static_range", "dynamic_range", "static_cast", "finfo"})

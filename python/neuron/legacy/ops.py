@@ -116,15 +116,3 @@ def reduced(shape, axis, keepdims):
     axes = [axis] if isinstance(axis, int) else list(axis)
     axes, full, kept = _C.reduction(list(shape), axes, bool(keepdims), user_span())
     return axes, kept, [full[d] for d in kept]
-
-
-def define_unsupported(namespace, module, names):
-    """Defines each name in `namespace` as a function raising a clear "not supported" error
-    (rather than letting the user hit an AttributeError)."""
-    for name in names:
-        def fn(*args, _name=name, **kwargs):
-            error("unsupported", f"{module}.{_name} is not supported by neuron's legacy layer "
-                  "(docs/nki-compat.md lists what is)")
-        fn.__name__ = name
-        fn.checks_own_keywords = True  # "not supported" whatever the keywords (keywords.py)
-        namespace[name] = fn
