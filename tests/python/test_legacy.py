@@ -879,3 +879,21 @@ def test_a_shared_hbm_tensor_not_returned_is_scratch_and_not_copied_back():
     assert isinstance(out, np.ndarray)
     np.testing.assert_allclose(out, 2 * a + 1, rtol=1e-6)
     np.testing.assert_allclose(nki.simulate_kernel(through_scratch, a), 2 * a + 1, rtol=1e-6)
+
+
+def tile_reshape_and_view(x):
+    """A loaded tile regrouped per partition ([128, 64] -> [128, 4, 16]) and read as int32."""
+    out = nl.ndarray((128, 4, 16), nl.float32, buffer=nl.shared_hbm)
+    bits = nl.ndarray((128, 64), nl.int32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(out, t.reshape((128, 4, 16)))
+    nl.store(bits, t.view(nl.int32))
+    return out, bits
+
+
+@pytest.mark.parametrize("mode", ("simulate", "native"))
+def test_legacy_tiles_reshape_per_partition_and_view_as_another_dtype(mode):
+    x = rand(128, 64)
+    out, bits = neuron.kernel(tile_reshape_and_view, mode=mode)(x)
+    np.testing.assert_array_equal(out, x.reshape(128, 4, 16))
+    np.testing.assert_array_equal(bits, x.view(np.int32))
