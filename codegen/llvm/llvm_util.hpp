@@ -25,4 +25,14 @@ std::unique_ptr<llvm::Module> load_kernel_bitcode(llvm::LLVMContext& ctx);
 std::unique_ptr<llvm::Module> lower_program(const Program& p, const JitOptions& opts,
                                             llvm::LLVMContext& ctx, llvm::TargetMachine& tm);
 
+// The metadata on each instruction-kernel call: how many times a program makes it (the product
+// of the trip counts of the loops around it).
+inline constexpr const char* kTripsMetadata = "neuron.trips";
+
+// Calls of one instruction kernel that agree on every constant become calls of one wrapper per
+// signature (outline_calls.cpp), for signatures with at least `min_repeats` calls each made at
+// most `max_trips` times. Returns the number of wrappers made.
+int outline_repeated_calls(llvm::Module& m, llvm::StructType* view_ty, size_t min_repeats,
+                           int64_t max_trips);
+
 }  // namespace neuron::native

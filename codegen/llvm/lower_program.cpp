@@ -8,6 +8,7 @@
 #include <llvm/IR/DerivedTypes.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Metadata.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Linker/Linker.h>
 #include <llvm/Support/raw_ostream.h>
@@ -32,6 +33,11 @@ int64_t neuron_k_prof_now_decl() {
   return 0;
 }
 void neuron_k_prof_add_decl(int, int64_t) {}
+
+// Calls that a program makes at most kOutlineMaxTrips times each and whose signature repeats
+// kOutlineMinRepeats times share one compiled copy (outline_calls.cpp).
+constexpr size_t kOutlineMinRepeats = 16;
+constexpr int64_t kOutlineMaxTrips = 4;
 
 bool inline_kernel(std::string_view name) {
 #define X(n, how) \
@@ -100,6 +106,8 @@ class Lowering {
   // parts share only memory: program ids and tensor pointers are reloaded per part. Registers
   // live in one function's frame, so a program using registers or runtime loops stays whole.
   static constexpr int64_t kPartInstrs = 256;
+  static constexpr int64_t kManyTrips = int64_t{1} << 30;
+  int64_t trips_ = 1;  // the trip counts of the loops being emitted, multiplied
 
   // A top-level node with the one-trip loops around it opened (their variables are 0).
   struct Item {
@@ -259,13 +267,13 @@ class Lowering {
     std::vector<llvm::Value*> vals{constant(f->getFunctionType()->getParamType(i++), args)...};
     llvm::Value* guard = guard_;
     guard_ = nullptr;
-    if (!guard) return b_.CreateCall(f, vals);
+    if (!guard) return tag(b_.CreateCall(f, vals));
     auto* run = llvm::BasicBlock::Create(ctx_, "in_bounds", fn_);
     auto* done = llvm::BasicBlock::Create(ctx_, "after", fn_);
     llvm::BasicBlock* skip = b_.GetInsertBlock();
     b_.CreateCondBr(guard, run, done);
     b_.SetInsertPoint(run);
-    llvm::Value* r = b_.CreateCall(f, vals);
+    llvm::Value* r = tag(b_.CreateCall(f, vals));
     b_.CreateBr(done);
     b_.SetInsertPoint(done);
     if (std::is_void_v<R>) return nullptr;
@@ -273,6 +281,15 @@ class Lowering {
     phi->addIncoming(r, run);
     phi->addIncoming(llvm::Constant::getNullValue(ret), skip);
     return phi;
+  }
+
+  // How many times a program runs this call: the trip counts of the loops around it (runtime
+  // loops count as many), for outline_repeated_calls.
+  llvm::CallInst* tag(llvm::CallInst* call) {
+    call->setMetadata(kTripsMetadata,
+                      llvm::MDNode::get(ctx_, llvm::ConstantAsMetadata::get(b_.getInt64(
+                                                  static_cast<uint64_t>(trips_)))));
+    return call;
   }
 
   // A register's slot (an i64 in the entry block, 0 when the program starts).
@@ -742,7 +759,7 @@ class Lowering {
     Block blk{b_.CreateMul(iv, i64(size)), size, partitions};
     if (fold_runs_) plan_folds(run.ranges, blk);
     block_ = std::move(blk);
-    emit_instrs(run);
+    emit_instrs(run);  // (each block is part of one instruction: trips_ counts instructions)
     block_.reset();
     llvm::Value* next = b_.CreateAdd(iv, i64(1), "", true, true);
     iv->addIncoming(next, b_.GetInsertBlock());
@@ -769,6 +786,8 @@ class Lowering {
       const bool dyn = node.loop_kind == LoopKind::dynamic;
       if (!dyn && node.extent <= 0) continue;
       auto saved = vars_.find(node.var) != vars_.end() ? vars_[node.var] : nullptr;
+      const int64_t trips = trips_;
+      trips_ = times(trips_, dyn ? kManyTrips : node.extent);
       if (dyn) dynamic_vars_.insert(node.var);
       if (dyn) whole_only_ = true;  // runtime loops read registers
       if (!dyn) {
@@ -813,12 +832,15 @@ class Lowering {
         b_.SetInsertPoint(exit);
         dynamic_vars_.erase(node.var);
       }
+      trips_ = trips;
       if (saved)
         vars_[node.var] = saved;
       else
         vars_.erase(node.var);
     }
   }
+
+  static int64_t times(int64_t a, int64_t b) { return std::min(a * std::max<int64_t>(b, 1), kManyTrips); }
 
   const Program& p_;
   llvm::LLVMContext& ctx_;
@@ -873,6 +895,10 @@ std::unique_ptr<llvm::Module> lower_program(const Program& p, const JitOptions& 
   std::unique_ptr<llvm::Module> kernels = load_kernel_bitcode(ctx);
   Lowering(p, ctx, *m, *kernels, opts).run();
   if (opts.bitcode_kernels) {
+    // An unrolled program compiles one copy per repeated call signature, not per call.
+    auto* view_ty = llvm::cast<llvm::StructType>(
+        kernels->getFunction("neuron_k_copy")->getArg(0)->getType()->getPointerElementType());
+    outline_repeated_calls(*m, view_ty, kOutlineMinRepeats, kOutlineMaxTrips);
     kernels->setTargetTriple(m->getTargetTriple());
     kernels->setDataLayout(m->getDataLayout());
     if (llvm::Linker::linkModules(*m, std::move(kernels), llvm::Linker::LinkOnlyNeeded))

@@ -1,0 +1,232 @@
+// outline_repeated_calls: one compiled copy of an instruction call per call signature, not per
+// call, for signatures that repeat many times. A long unrolled program (nki-samples' fully
+// optimized matmul: 824 calls, 512 of them nc_matmul of one shape) otherwise inlines a kernel
+// and builds its views (a stack slot of constants per operand) at every call, and LLVM optimizes
+// and compiles each copy: 15 s for that kernel. Calls of one kernel that agree on every constant
+// (dtypes, ops, scalars, and each view's sizes, strides and whether it has flags) become calls
+// of one wrapper, which takes what differs (view bases and flags, runtime values) as arguments
+// and builds the views from constants inside: a linked kernel inlines into the wrapper and is
+// specialized there once; the wrapper is not inlined. What a call computes is unchanged, so
+// results are bit for bit the same. Only calls a program makes a few times each are wrapped (the
+// lowering tags each call with the trip counts of the loops around it): in a hot loop, such as
+// the kernel library's attention over key blocks, an inlined kernel is a few percent faster
+// than a call (measured on causal attention), and compile time is not the cost that matters.
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Instructions.h>
+#include <llvm/IR/Metadata.h>
+
+#include <map>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "llvm_util.hpp"
+
+namespace neuron::native {
+namespace {
+
+// What the stores into one NView slot (base, flags, sizes[], strides[]) put there; nullopt when
+// the slot is used otherwise or a size or stride is not a constant (its fields then cannot be
+// rebuilt in a wrapper).
+struct SlotFields {
+  llvm::Value* base = nullptr;
+  llvm::Value* flags = nullptr;
+  std::vector<int64_t> sizes, strides;
+};
+
+std::optional<SlotFields> slot_fields(llvm::AllocaInst* slot, llvm::StructType* view_ty,
+                                      const llvm::CallInst* call) {
+  auto* arr_ty = llvm::dyn_cast<llvm::ArrayType>(view_ty->getElementType(2));
+  if (!arr_ty) return std::nullopt;
+  const size_t dims = arr_ty->getNumElements();
+  SlotFields f;
+  f.sizes.assign(dims, INT64_MIN);
+  f.strides.assign(dims, INT64_MIN);
+  // A GEP (0, k) into the slot or into one of its arrays: k.
+  auto field_of = [](const llvm::User* gep) -> std::optional<uint64_t> {
+    auto* g = llvm::dyn_cast<llvm::GetElementPtrInst>(gep);
+    if (!g || g->getNumIndices() != 2) return std::nullopt;
+    auto* zero = llvm::dyn_cast<llvm::ConstantInt>(g->getOperand(1));
+    auto* idx = llvm::dyn_cast<llvm::ConstantInt>(g->getOperand(2));
+    if (!zero || !zero->isZero() || !idx) return std::nullopt;
+    return idx->getZExtValue();
+  };
+  auto stored = [](llvm::User* gep) -> llvm::Value* {
+    llvm::Value* v = nullptr;
+    for (llvm::User* u : gep->users()) {
+      auto* st = llvm::dyn_cast<llvm::StoreInst>(u);
+      if (!st || st->getPointerOperand() != gep || v) return nullptr;
+      v = st->getValueOperand();
+    }
+    return v;
+  };
+  for (llvm::User* u : slot->users()) {
+    if (u == call) continue;
+    auto field = field_of(u);
+    if (!field) return std::nullopt;
+    if (*field <= 1) {
+      llvm::Value* v = stored(u);
+      if (!v) return std::nullopt;
+      (*field == 0 ? f.base : f.flags) = v;
+      continue;
+    }
+    if (*field > 3) return std::nullopt;
+    for (llvm::User* e : u->users()) {
+      auto at = field_of(e);
+      llvm::Value* v = stored(e);
+      auto* c = llvm::dyn_cast_or_null<llvm::ConstantInt>(v);
+      if (!at || *at >= dims || !c) return std::nullopt;
+      (*field == 2 ? f.sizes : f.strides)[*at] = c->getSExtValue();
+    }
+  }
+  if (!f.base || !f.flags) return std::nullopt;
+  for (size_t d = 0; d < dims; ++d)
+    if (f.sizes[d] == INT64_MIN || f.strides[d] == INT64_MIN) return std::nullopt;
+  return f;
+}
+
+// One call, seen as its signature (what a wrapper bakes in) and its dynamic values (what the
+// wrapper takes as arguments, in order).
+struct Seen {
+  std::vector<int64_t> key;              // per argument: kind, then its constants
+  std::vector<llvm::Value*> dynamic;     // the values that differ between calls
+  std::vector<std::optional<SlotFields>> slots;  // per argument: the view it points to
+};
+
+std::optional<Seen> see(llvm::CallInst* call, llvm::StructType* view_ty) {
+  Seen s;
+  std::map<llvm::Value*, int64_t> slot_index;  // a slot passed twice is one view
+  for (unsigned i = 0; i < call->arg_size(); ++i) {
+    llvm::Value* a = call->getArgOperand(i);
+    s.slots.emplace_back();
+    if (auto* slot = llvm::dyn_cast<llvm::AllocaInst>(a);
+        slot && slot->getAllocatedType() == view_ty) {
+      if (auto it = slot_index.find(slot); it != slot_index.end()) {
+        s.key.insert(s.key.end(), {3, it->second});
+        continue;
+      }
+      auto fields = slot_fields(slot, view_ty, call);
+      if (!fields) return std::nullopt;
+      slot_index[slot] = i;
+      s.key.push_back(2);
+      for (llvm::Value* p : {fields->base, fields->flags}) {
+        const bool null = llvm::isa<llvm::ConstantPointerNull>(p);
+        s.key.push_back(null);
+        if (!null) s.dynamic.push_back(p);
+      }
+      s.key.insert(s.key.end(), fields->sizes.begin(), fields->sizes.end());
+      s.key.insert(s.key.end(), fields->strides.begin(), fields->strides.end());
+      s.slots.back() = std::move(fields);
+    } else if (auto* c = llvm::dyn_cast<llvm::Constant>(a)) {
+      // Constants are uniqued per context: equal constants are one object.
+      s.key.insert(s.key.end(), {1, static_cast<int64_t>(reinterpret_cast<intptr_t>(c))});
+    } else {
+      s.key.push_back(0);
+      s.dynamic.push_back(a);
+    }
+  }
+  return s;
+}
+
+// The wrapper of `callee` for calls shaped like `model`: its parameters are the model's dynamic
+// values' types; it rebuilds each view slot and calls the kernel.
+llvm::Function* make_wrapper(llvm::Module& m, llvm::Function* callee, llvm::CallInst* model,
+                             const Seen& s, llvm::StructType* view_ty, int serial) {
+  std::vector<llvm::Type*> params;
+  for (llvm::Value* v : s.dynamic) params.push_back(v->getType());
+  auto* ty = llvm::FunctionType::get(callee->getReturnType(), params, false);
+  auto* w = llvm::Function::Create(ty, llvm::GlobalValue::InternalLinkage,
+                                   "neuron_sig" + std::to_string(serial) + "." +
+                                       callee->getName(),
+                                   m);  // not "neuron_k_*": those are inlined everywhere
+  w->addFnAttr(llvm::Attribute::NoInline);
+  w->addFnAttr(llvm::Attribute::NoUnwind);
+  llvm::IRBuilder<> b(llvm::BasicBlock::Create(m.getContext(), "entry", w));
+  unsigned next = 0;
+  std::vector<llvm::Value*> args;
+  for (unsigned i = 0; i < model->arg_size(); ++i) {
+    llvm::Value* a = model->getArgOperand(i);
+    if (const auto& f = s.slots[i]) {
+      llvm::Value* slot = b.CreateAlloca(view_ty);
+      auto ptr = [&](llvm::Value* p) -> llvm::Value* {
+        return llvm::isa<llvm::ConstantPointerNull>(p) ? p : w->getArg(next++);
+      };
+      llvm::Value* base = ptr(f->base);
+      llvm::Value* flags = ptr(f->flags);
+      b.CreateStore(base, b.CreateStructGEP(view_ty, slot, 0));
+      b.CreateStore(flags, b.CreateStructGEP(view_ty, slot, 1));
+      for (unsigned field = 2; field < 4; ++field) {
+        llvm::Value* arr = b.CreateStructGEP(view_ty, slot, field);
+        auto* aty = view_ty->getElementType(field);
+        const auto& vals = field == 2 ? f->sizes : f->strides;
+        for (size_t d = 0; d < vals.size(); ++d)
+          b.CreateStore(b.getInt64(static_cast<uint64_t>(vals[d])),
+                        b.CreateConstGEP2_32(aty, arr, 0, static_cast<unsigned>(d)));
+      }
+      args.push_back(slot);
+    } else if (auto* slot = llvm::dyn_cast<llvm::AllocaInst>(a);
+               slot && slot->getAllocatedType() == view_ty) {
+      // the same slot passed again: the view built for its first occurrence
+      for (unsigned j = 0; j < i; ++j)
+        if (model->getArgOperand(j) == a) args.push_back(args[j]);
+    } else if (llvm::isa<llvm::Constant>(a)) {
+      args.push_back(a);
+    } else {
+      args.push_back(w->getArg(next++));
+    }
+  }
+  llvm::Value* r = b.CreateCall(callee, args);
+  if (callee->getReturnType()->isVoidTy())
+    b.CreateRetVoid();
+  else
+    b.CreateRet(r);
+  return w;
+}
+
+// How many times a program makes this call (the lowering's metadata; many when absent).
+int64_t trips_of(const llvm::CallInst* call) {
+  if (const llvm::MDNode* md = call->getMetadata(kTripsMetadata))
+    if (auto* c = llvm::mdconst::dyn_extract<llvm::ConstantInt>(md->getOperand(0)))
+      return c->getSExtValue();
+  return INT64_MAX;
+}
+
+}  // namespace
+
+int outline_repeated_calls(llvm::Module& m, llvm::StructType* view_ty, size_t min_repeats,
+                           int64_t max_trips) {
+  // Every call of an instruction kernel (a declaration "neuron_k_*" until the bitcode is linked,
+  // or the library's "neuron_host_k_*"), by signature; a call whose views cannot be rebuilt
+  // stays as it is.
+  using Key = std::pair<llvm::Function*, std::vector<int64_t>>;
+  std::map<Key, std::vector<std::pair<llvm::CallInst*, Seen>>> groups;
+  for (llvm::Function& f : m)
+    for (llvm::BasicBlock& bb : f)
+      for (llvm::Instruction& in : bb) {
+        auto* call = llvm::dyn_cast<llvm::CallInst>(&in);
+        llvm::Function* callee = call ? call->getCalledFunction() : nullptr;
+        if (!callee || !callee->isDeclaration() ||
+            !(callee->getName().startswith("neuron_k_") ||
+              callee->getName().startswith("neuron_host_k_")) ||
+            trips_of(call) > max_trips)
+          continue;
+        if (auto s = see(call, view_ty))
+          groups[{callee, s->key}].emplace_back(call, std::move(*s));
+      }
+  int made = 0;
+  for (auto& [key, members] : groups) {
+    if (members.size() < min_repeats) continue;
+    llvm::Function* w = make_wrapper(m, key.first, members[0].first, members[0].second, view_ty,
+                                     made++);
+    for (auto& [call, seen] : members) {
+      auto* repl = llvm::CallInst::Create(w->getFunctionType(), w, seen.dynamic, "", call);
+      if (!call->getType()->isVoidTy()) call->replaceAllUsesWith(repl);
+      call->eraseFromParent();
+    }
+  }
+  return made;
+}
+
+}  // namespace neuron::native
