@@ -224,7 +224,8 @@ def test_the_kernel_says_why_it_cannot_run():
 
 
 BACKWARD = [(n, "simulator") for n in CASES] + [("odd lengths, tuple blocks", "native"),
-                                                 ("head dims 192 / 160, softcap, gqa", "native")]
+                                                 ("head dims 192 / 160, softcap, gqa", "native"),
+                                                 ("bf16 softcap, gqa, odd lengths", "native")]
 
 
 @pytest.mark.parametrize("name,backend", BACKWARD)

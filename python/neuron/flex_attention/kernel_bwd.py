@@ -13,7 +13,9 @@ with delta = rowsum(dout * out) - dlse (host). Then
 Rows that see no key have lse -inf: they get lse +inf here, so p = 0 and every gradient is 0.
 Padding query rows (L not a multiple of the q block) are zero with lse +inf; the mods see
 q_idx clamped to L - 1 there (and kv_idx to S - 1 on padding keys), as on the host path.
-Gradients of captured tensors are not produced: such calls take the host path.
+Gradients of captured tensors are not produced: such calls take the host path. bf16 inputs give
+the Tensor engine bf16 operands (q, k, v, dout, and p / ds rounded to bf16), with fp32
+accumulation, as the forward does; everything else is fp32.
 """
 import math
 
@@ -58,6 +60,12 @@ def why_not(block_mask, score_graph):
     return None
 
 
+def _operand_dtype(nl, q):
+    """The Tensor engine's operand dtype: bf16 for bf16 inputs (fp32 accumulation in PSUM, as the
+    forward kernel and PyTorch's bf16 backward), else fp32."""
+    return q.dtype if q.dtype == nl.bfloat16 else nl.float32
+
+
 def _build(sh, score_graph, mask_graph, which):
     import neuron
     import neuron.isa as nisa
@@ -73,8 +81,8 @@ def _build(sh, score_graph, mask_graph, which):
     n_score = len(score_graph.inputs) if score_graph is not None else 0
     TQ, TK = sh.TQ, sh.TK
 
-    def T(x):
-        return nl.copy(nl.transpose(x))
+    def T(x, dtype=None):  # Tensor-engine transpose (PSUM) back to SBUF, as an operand
+        return nl.copy(nl.transpose(x), dtype=dtype)
 
     def probs(kind, s_raw, dp, lse_t, delta_t, env, data):
         """(p, ds) of one [TQ, TK] tile from the raw scaled scores s_raw."""
@@ -131,6 +139,7 @@ def _build(sh, score_graph, mask_graph, which):
         @neuron.kernel
         def flex_backward_dq(q, k, v, dout, lse, delta, kn, ki, fn, fi, bh, caps, qpos):
             TRACES[0] += 1
+            mm = _operand_dtype(nl, q)
             dq = nl.ndarray((sh.B * sh.Hq, sh.Lp, sh.E), f32, buffer=nl.shared_hbm, name="dq")
             hq, kvrow, mrow, zeros, fixed, data = program(
                 nl.program_id(0), nl.program_id(1), nl.program_id(2), bh, caps)
@@ -142,8 +151,8 @@ def _build(sh, score_graph, mask_graph, which):
             for r in nl.affine_range(sh.nQ):
                 for t in range(sh.QB // TQ):
                     q0 = r * sh.QB + t * TQ
-                    qT = chunked_T(nl, nl.load(q[hq, nl.ds(q0, TQ), :], dtype=f32))
-                    doT = chunked_T(nl, nl.load(dout[hq, nl.ds(q0, TQ), :], dtype=f32))
+                    qT = chunked_T(nl, nl.load(q[hq, nl.ds(q0, TQ), :], dtype=mm))
+                    doT = chunked_T(nl, nl.load(dout[hq, nl.ds(q0, TQ), :], dtype=mm))
                     lse_t = nl.load(lse[hq, nl.ds(q0, TQ), :])
                     delta_t = nl.load(delta[hq, nl.ds(q0, TQ), :])
                     qpos_t = nl.load(qpos[nl.ds(q0, TQ), :])
@@ -163,9 +172,9 @@ def _build(sh, score_graph, mask_graph, which):
                             nisa.register_load(blk, row[0:1, nl.ds(jj, 1)])
                             for sb in range(sh.KB // TK):
                                 k0 = blk * sh.KB + sb * TK
-                                krows = nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=f32)
+                                krows = nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=mm)
                                 vT = chunked_T(nl, nl.load(v[kvrow, nl.ds(k0, TK), :],
-                                                           dtype=f32))
+                                                           dtype=mm))
                                 s_raw = nl.multiply(
                                     chunked_matmul(nl, nisa, qT, chunked_T(nl, krows)), sh.scale)
                                 dp = chunked_matmul(nl, nisa, doT, vT)
@@ -174,7 +183,7 @@ def _build(sh, score_graph, mask_graph, which):
                                     kv = nl.add(kv, float(sb * TK))
                                 env = index_env(fixed, zeros, qpos_t, kv)
                                 _, ds = probs(kind, s_raw, dp, lse_t, delta_t, env, data)
-                                acc[...] = nl.add(acc, nl.matmul(T(ds), krows,
+                                acc[...] = nl.add(acc, nl.matmul(T(ds, mm), krows,
                                                                  transpose_x=True))
                     nl.store(dq[hq, nl.ds(q0, TQ), :], nl.multiply(acc, sh.scale))
             return dq
@@ -183,6 +192,7 @@ def _build(sh, score_graph, mask_graph, which):
     @neuron.kernel
     def flex_backward_dkdv(q, k, v, dout, lse, delta, qn, qi, qfn, qfi, bh, caps, qpos, kpos):
         TRACES[0] += 1
+        mm = _operand_dtype(nl, q)
         dk = nl.ndarray((sh.B * sh.Hq, sh.Sp, sh.E), f32, buffer=nl.shared_hbm, name="dk")
         dv = nl.ndarray((sh.B * sh.Hq, sh.Sp, sh.Ev), f32, buffer=nl.shared_hbm, name="dv")
         hq, kvrow, mrow, zeros, fixed, data = program(
@@ -193,8 +203,8 @@ def _build(sh, score_graph, mask_graph, which):
         for c in nl.affine_range(sh.nK):
             for sb in range(sh.KB // TK):
                 k0 = c * sh.KB + sb * TK
-                kT = chunked_T(nl, nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=f32))
-                vT = chunked_T(nl, nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=f32))
+                kT = chunked_T(nl, nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=mm))
+                vT = chunked_T(nl, nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=mm))
                 kv = nl.add(zeros, nl.broadcast_to(nl.load(kpos[0:1, nl.ds(k0, TK)]), (TQ, TK)))
                 dk_acc = nl.zeros((TK, sh.E), f32, buffer=nl.sbuf)
                 dv_acc = nl.zeros((TK, sh.Ev), f32, buffer=nl.sbuf)
@@ -210,8 +220,8 @@ def _build(sh, score_graph, mask_graph, which):
                         nisa.register_load(blk, row[0:1, nl.ds(jj, 1)])
                         for t in range(sh.QB // TQ):
                             q0 = blk * sh.QB + t * TQ
-                            qrows = nl.load(q[hq, nl.ds(q0, TQ), :], dtype=f32)
-                            dorows = nl.load(dout[hq, nl.ds(q0, TQ), :], dtype=f32)
+                            qrows = nl.load(q[hq, nl.ds(q0, TQ), :], dtype=mm)
+                            dorows = nl.load(dout[hq, nl.ds(q0, TQ), :], dtype=mm)
                             lse_t = nl.load(lse[hq, nl.ds(q0, TQ), :])
                             delta_t = nl.load(delta[hq, nl.ds(q0, TQ), :])
                             qpos_t = nl.load(qpos[nl.ds(q0, TQ), :])
@@ -220,6 +230,8 @@ def _build(sh, score_graph, mask_graph, which):
                             dp = chunked_matmul(nl, nisa, chunked_T(nl, dorows), vT)
                             env = index_env(fixed, zeros, qpos_t, kv)
                             p, ds = probs(kind, s_raw, dp, lse_t, delta_t, env, data)
+                            if mm != f32:  # the probabilities and ds as bf16 operands
+                                p, ds = nl.copy(p, dtype=mm), nl.copy(ds, dtype=mm)
                             dv_acc[...] = nl.add(dv_acc, nl.matmul(p, dorows, transpose_x=True))
                             dk_acc[...] = nl.add(dk_acc, nl.matmul(ds, qrows, transpose_x=True))
                 nl.store(dk[hq, nl.ds(k0, TK), :], nl.multiply(dk_acc, sh.scale))
