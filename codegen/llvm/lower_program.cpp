@@ -840,7 +840,9 @@ class Lowering {
     }
   }
 
-  static int64_t times(int64_t a, int64_t b) { return std::min(a * std::max<int64_t>(b, 1), kManyTrips); }
+  static int64_t times(int64_t a, int64_t b) {
+    return std::min(a * std::max<int64_t>(b, 1), kManyTrips);
+  }
 
   const Program& p_;
   llvm::LLVMContext& ctx_;

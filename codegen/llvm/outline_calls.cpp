@@ -68,8 +68,9 @@ std::optional<SlotFields> slot_fields(llvm::AllocaInst* slot, llvm::StructType* 
     if (!field) return std::nullopt;
     if (*field <= 1) {
       llvm::Value* v = stored(u);
-      if (!v) return std::nullopt;
-      (*field == 0 ? f.base : f.flags) = v;
+      llvm::Value*& into = *field == 0 ? f.base : f.flags;
+      if (!v || into) return std::nullopt;  // a slot stored twice is not one view
+      into = v;
       continue;
     }
     if (*field > 3) return std::nullopt;
@@ -78,7 +79,9 @@ std::optional<SlotFields> slot_fields(llvm::AllocaInst* slot, llvm::StructType* 
       llvm::Value* v = stored(e);
       auto* c = llvm::dyn_cast_or_null<llvm::ConstantInt>(v);
       if (!at || *at >= dims || !c) return std::nullopt;
-      (*field == 2 ? f.sizes : f.strides)[*at] = c->getSExtValue();
+      int64_t& into = (*field == 2 ? f.sizes : f.strides)[*at];
+      if (into != INT64_MIN) return std::nullopt;
+      into = c->getSExtValue();
     }
   }
   if (!f.base || !f.flags) return std::nullopt;

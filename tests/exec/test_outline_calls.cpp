@@ -53,7 +53,8 @@ TEST_CASE("a call signature repeated 16 times or more is compiled once, each cal
     const std::string ir = native::program_llvm_ir(p, jo, false);
     CHECK((ir.find("@neuron_sig") != std::string::npos) == (copies >= 16));
     auto x = random_values(R * C, 5);
-    auto r = run_both(p, {Tensor::from_floats(x, {R, C}, f32), Tensor::empty({copies * R, C}, f32)});
+    auto r = run_both(p, {Tensor::from_floats(x, {R, C}, f32),
+                          Tensor::empty({copies * R, C}, f32)});
     std::vector<double> ref;
     for (int k = 0; k < copies; ++k)
       for (float v : x) ref.push_back(2.0 * v);
