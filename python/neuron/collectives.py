@@ -118,8 +118,9 @@ def _grid_size(what, span):
 
 def _meet(what, span, exchange=None, rank=None):
     """The calling program reaches a core collective: seal its phase; the last program pairs the
-    round's exchanges. rank: the calling rank of a run_ranks launch (ranks.py), whose exchange
-    is (emit, its call): the last rank's emit(every rank's call, span) writes the exchange."""
+    round's exchanges. exchange: (emit, this program's arguments); when the last program arrives,
+    emit(every program's arguments, span) writes the round's copies. rank: the calling rank of a
+    run_ranks launch (ranks.py) instead of a program of the grid."""
     if rank is None and unroll.grid_mode() != "cores":
         raise unroll.NeedsGrid("cores")
     r, p = _rounds, _program_rank() if rank is None else rank
@@ -145,41 +146,38 @@ def _meet(what, span, exchange=None, rank=None):
                        f"{_shown(other)} (line {other_span.line}) where program {p} calls "
                        f"{_shown(what)}; every core of the grid must call the same collectives "
                        "in the same order", span)
-    if what == "sendrecv":
-        _exchange(k, span)
-        r.copies[k] = _C.seal_segment()
-    elif rank is not None:
+    if exchange is not None:
         exchange[0]([c[k][2][1] for c in r.calls], span)
         r.copies[k] = _C.seal_segment()
 
 
-def _exchange(k, span):
-    """Round k of sendrecv: each program's dst receives its sender's src (one DMA copy each;
-    through a temporary when some program's dst is another's src)."""
+def _exchange(calls, span):
+    """A round of sendrecv, calls[p] = (dst, src, send_to_rank, recv_from_rank, its line) of
+    program p: each program's dst receives its sender's src (one DMA copy each; through a
+    temporary when some program's dst is another's src)."""
     from . import isa
     from .language import ndarray, sbuf
-    calls = [c[k][2] for c in _rounds.calls]
     n = len(calls)
-    for p, (dst, src, to, frm) in enumerate(calls):
+    for p, (dst, src, to, frm, line) in enumerate(calls):
         for rank, role in ((to, "send_to_rank"), (frm, "recv_from_rank")):
             if not 0 <= rank < n:
                 user_error("collectives", f"nisa.sendrecv on program {p}: {role}={rank} is not "
-                           f"a core of the grid (0 to {n - 1})", _rounds.calls[p][k][1])
-    for p, (_, _, to, _) in enumerate(calls):
+                           f"a core of the grid (0 to {n - 1})", line)
+    for p, (_, _, to, _, line) in enumerate(calls):
         if calls[to][3] != p:
             user_error("collectives", f"nisa.sendrecv: program {p} sends to program {to}, which "
                        f"receives from program {calls[to][3]}; sender and receiver must name "
-                       "each other", _rounds.calls[p][k][1])
+                       "each other", line)
     dst_names = {getattr(c[0], "name", None) for c in calls}
     srcs = []
-    for p, (dst, src, _, _) in enumerate(calls):
+    for p, (dst, src, _, _, _) in enumerate(calls):
         if getattr(src, "name", None) in dst_names:  # copy it out before any dst is written
             with core_scope(p):  # in the sender's SBUF
                 tmp = ndarray(list(src.shape), src.dtype, buffer=sbuf)
             isa.dma_copy(dst=tmp, src=src)
             src = tmp
         srcs.append(src)
-    for p, (dst, _, _, frm) in enumerate(calls):
+    for p, (dst, _, _, frm, _) in enumerate(calls):
         isa.dma_copy(dst=dst, src=srcs[frm])
 
 
@@ -218,7 +216,7 @@ def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id=0, dma_engine=None,
         from . import isa
         isa.dma_copy(dst=dst, src=src)
         return
-    _meet("sendrecv", span, (dst, src, to, frm))
+    _meet("sendrecv", span, (_exchange, (dst, src, to, frm, span)))
 
 
 def all_reduce(x, op, program_axes, dtype=None, span=None):
@@ -265,18 +263,26 @@ def all_reduce(x, op, program_axes, dtype=None, span=None):
                    "pass the same shape and dtype", span)
     isa.dma_copy(dst=slots[rank], src=x)
     _meet("all_reduce", span)
+    def group_tiles():  # loaded one at a time, in row-major rank order (_program_rank's)
+        for q in range(n):
+            ids = np.unravel_index(q, grid)
+            if all(ids[a] == me[a] for a in range(len(grid)) if a not in axes):
+                t = ndarray(list(x.shape), x.dtype, buffer=sbuf)
+                isa.dma_copy(dst=t, src=slots[q])
+                yield t
     acc = ndarray(list(x.shape), float32, buffer=sbuf)
-    first = True
-    for q in range(n):  # row-major ranks, as _program_rank counts them
-        ids = np.unravel_index(q, grid)
-        if any(ids[a] != me[a] for a in range(len(grid)) if a not in axes):
-            continue
-        t = ndarray(list(x.shape), x.dtype, buffer=sbuf)
-        isa.dma_copy(dst=t, src=slots[q])
-        if first:
+    fold(acc, group_tiles(), op)
+    isa.tensor_copy(dst=out, src=acc)
+    return out
+
+
+def fold(acc, tiles, op):
+    """acc (fp32) = op over the on-chip tiles in the order given: the first copied, the others
+    combined into it, so every program or rank that folds the same tiles gets the same bits
+    (nl.all_reduce here, nki.collectives' reductions in ranks.py)."""
+    from . import isa
+    for i, t in enumerate(tiles):
+        if i == 0:
             isa.tensor_copy(dst=acc, src=t)
         else:
             isa.tensor_tensor(dst=acc, data1=acc, data2=t, op=op)
-        first = False
-    isa.tensor_copy(dst=out, src=acc)
-    return out

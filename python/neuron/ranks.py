@@ -64,8 +64,7 @@ class ReplicaGroup:
 
 
 class _Launch(threading.local):
-    rank = None  # the rank being traced in a run_ranks launch
-    n = 0
+    rank = None  # the rank being traced in a run_ranks launch (collectives._rounds.n ranks)
 
 
 _launch = _Launch()
@@ -84,12 +83,12 @@ def _rank_list(group, rank, what, span):
     """The rank-list of `group` that holds `rank`."""
     if not isinstance(group, ReplicaGroup):
         group = ReplicaGroup(group)
+    n = collectives._rounds.n
     for g in group.groups:
         for r in g:
-            if not 0 <= r < _launch.n:
+            if not 0 <= r < n:
                 user_error("collectives", f"nki.collectives.{what}: replica_group {group!r} "
-                           f"names rank {r}, but the launch has {_launch.n} ranks (0 to "
-                           f"{_launch.n - 1})", span)
+                           f"names rank {r}, but the launch has {n} ranks (0 to {n - 1})", span)
     mine = [g for g in group.groups if rank in g]
     if len(mine) != 1:
         user_error("collectives", f"nki.collectives.{what}: rank {rank} is in "
@@ -132,9 +131,7 @@ def _reduce(srcs, dsts, op, owner):
     with collectives.core_scope(owner):
         if _on_chip(srcs[0]):
             acc = ndarray(shape, float32, buffer=sbuf)
-            isa.tensor_copy(dst=acc, src=srcs[0])
-            for s in srcs[1:]:
-                isa.tensor_tensor(dst=acc, data1=acc, data2=s, op=op)
+            collectives.fold(acc, srcs, op)
             for d in dsts:
                 isa.tensor_copy(dst=d, src=acc)
             return
@@ -433,7 +430,7 @@ def _ranks_body(fn, n, tensors, params, counts):
         outs = []
         try:
             for r in range(n):
-                _launch.rank, _launch.n = r, n
+                _launch.rank = r
                 mine = flat[r * len(tensors):(r + 1) * len(tensors)]
                 try:
                     with collectives.core_scope(r):  # its tiles are its core's

@@ -59,6 +59,13 @@ def why_not(q, k, v, score_graph, mask_graph, block_mask):
     return None
 
 
+def operand_dtype(nl, q):
+    """The Tensor engine's operand dtype: bf16 for bf16 inputs (fp32 accumulation in PSUM, the
+    AMX / AVX512-BF16 path natively, as the kernel library's attention and PyTorch's bf16
+    matmuls), else fp32. The forward and the backward kernels use it alike."""
+    return q.dtype if q.dtype == nl.bfloat16 else nl.float32
+
+
 def chunked_T(nl, x):
     """x [rows, D] (rows <= 128) transposed on the Tensor engine into SBUF tiles [cw, rows],
     one per chunk of at most 128 of its D columns (the partitions a matmul contracts over)."""
@@ -172,9 +179,7 @@ def _build(sh, score_graph, mask_graph):
     @neuron.kernel
     def flex_forward(q, k, v, kn, ki, fn, fi, bh, caps, capsT, qpos):
         TRACES[0] += 1
-        # bf16 inputs: the Tensor engine takes bf16 operands (fp32 accumulation in PSUM, the
-        # AMX path natively), as the kernel library's attention does; everything else is fp32.
-        mm = q.dtype if q.dtype == nl.bfloat16 else f32
+        mm = operand_dtype(nl, q)  # bf16 operands for bf16 inputs; everything else is fp32
         prescale = mm == f32 or exact_scale
         out = nl.ndarray((sh.B * sh.Hq, sh.L, sh.Ev), q.dtype, buffer=nl.shared_hbm, name="out")
         lse = nl.ndarray((sh.B * sh.Hq, sh.L, 1), f32, buffer=nl.shared_hbm, name="lse")

@@ -22,7 +22,8 @@ import math
 import torch
 
 from . import emit
-from .kernel import TRACES, _captured, block_lists, chunked_T, chunked_matmul
+from .kernel import (TRACES, _captured, block_lists, chunked_T, chunked_matmul,
+                     operand_dtype)
 
 _KERNELS = {}
 
@@ -58,12 +59,6 @@ def why_not(block_mask, score_graph):
     if score_graph is not None and any(t.requires_grad for t in score_graph.inputs):
         return "a captured tensor of score_mod requires grad"
     return None
-
-
-def _operand_dtype(nl, q):
-    """The Tensor engine's operand dtype: bf16 for bf16 inputs (fp32 accumulation in PSUM, as the
-    forward kernel and PyTorch's bf16 backward), else fp32."""
-    return q.dtype if q.dtype == nl.bfloat16 else nl.float32
 
 
 def _build(sh, score_graph, mask_graph, which):
@@ -139,7 +134,7 @@ def _build(sh, score_graph, mask_graph, which):
         @neuron.kernel
         def flex_backward_dq(q, k, v, dout, lse, delta, kn, ki, fn, fi, bh, caps, qpos):
             TRACES[0] += 1
-            mm = _operand_dtype(nl, q)
+            mm = operand_dtype(nl, q)
             dq = nl.ndarray((sh.B * sh.Hq, sh.Lp, sh.E), f32, buffer=nl.shared_hbm, name="dq")
             hq, kvrow, mrow, zeros, fixed, data = program(
                 nl.program_id(0), nl.program_id(1), nl.program_id(2), bh, caps)
@@ -192,7 +187,7 @@ def _build(sh, score_graph, mask_graph, which):
     @neuron.kernel
     def flex_backward_dkdv(q, k, v, dout, lse, delta, qn, qi, qfn, qfi, bh, caps, qpos, kpos):
         TRACES[0] += 1
-        mm = _operand_dtype(nl, q)
+        mm = operand_dtype(nl, q)
         dk = nl.ndarray((sh.B * sh.Hq, sh.Sp, sh.E), f32, buffer=nl.shared_hbm, name="dk")
         dv = nl.ndarray((sh.B * sh.Hq, sh.Sp, sh.Ev), f32, buffer=nl.shared_hbm, name="dv")
         hq, kvrow, mrow, zeros, fixed, data = program(
