@@ -119,7 +119,134 @@ void run_norm(const Case& cs, bool native_only = false) {
   }
 }
 
+// The *_with_stats forward returns y and the row statistics ([R, 1] fp32: mean for layer_norm,
+// rstd); the backward given them computes what the recomputing backward does, bit for bit (the
+// same statistics reach the same instructions), on both executors.
+void run_norm_stats(const Case& cs) {
+  CAPTURE(cs.layer);
+  CAPTURE(cs.R);
+  CAPTURE(cs.D);
+  CAPTURE(dtype_name(cs.dt));
+  CAPTURE(cs.weight);
+  const int64_t R = cs.R, D = cs.D;
+  const bool layer = cs.layer;
+  kn::NormConfig cfg{1e-5, cs.programs};
+  Tensor x = random_tensor({R, D}, cs.dt, 41, -2, 3), dy = random_tensor({R, D}, cs.dt, 42);
+  Tensor w = random_tensor({D}, cs.dt, 43, 0.5, 1.5);
+  const auto grid = kn::norm_grid(cfg);
+  std::optional<Tensor> wt;
+  if (cs.weight) wt = w;
+
+  // Forward: y and the statistics against float64.
+  auto xv = values(x);
+  std::vector<double> mean(static_cast<size_t>(R)), rstd(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) {
+    double m = 0, v = 0;
+    for (int64_t c = 0; c < D; ++c) m += xv[r * D + c];
+    m = layer ? m / double(D) : 0.0;
+    for (int64_t c = 0; c < D; ++c) v += (xv[r * D + c] - m) * (xv[r * D + c] - m);
+    mean[r] = m;
+    rstd[r] = 1.0 / std::sqrt(v / double(D) + cfg.eps);
+  }
+  auto wv = values(w);
+  auto y_ref = ref::norm(layer, xv, R, D, cfg.eps, cs.weight ? &wv : nullptr, nullptr);
+  std::vector<TensorSpec> specs{{{R, D}, cs.dt}};
+  std::vector<Tensor> ins{x};
+  if (cs.weight) specs.push_back({{D}, cs.dt}), ins.push_back(w);
+  const bool has_w = cs.weight;
+  Kernel fwd = trace(
+      "norm_stats",
+      [=](auto... ts) {
+        const std::vector<nl::tensor> in{ts...};
+        std::optional<nl::tensor> wi;
+        if (has_w) wi = in[1];
+        return layer ? kn::layer_norm_with_stats(in[0], wi, std::nullopt, cfg)
+                     : kn::rms_norm_with_stats(in[0], wi, cfg);
+      },
+      specs);
+  std::vector<std::vector<double>> refs{y_ref};
+  if (layer) refs.push_back(mean);
+  refs.push_back(rstd);
+  BothResults f = check_kernel(fwd, ins, grid, refs);
+
+  // Backward from the statistics = backward recomputing them, bit for bit.
+  std::vector<TensorSpec> bspecs{{{R, D}, cs.dt}};
+  std::vector<Tensor> bins{x};
+  if (cs.weight) bspecs.push_back({{D}, cs.dt}), bins.push_back(w);
+  bspecs.push_back({{R, D}, cs.dt});
+  bins.push_back(dy);
+  Kernel recompute = trace(
+      "norm_backward",
+      [=](auto... ts) {
+        const std::vector<nl::tensor> in{ts...};
+        if (!has_w)
+          return std::vector<nl::tensor>{layer ? kn::layer_norm_backward(in[0], in[1], cfg)
+                                               : kn::rms_norm_backward(in[0], in[1], cfg)};
+        return layer ? kn::layer_norm_backward(in[0], in[1], in[2], cfg)
+                     : kn::rms_norm_backward(in[0], in[1], in[2], cfg);
+      },
+      bspecs);
+  std::vector<TensorSpec> sspecs = bspecs;
+  std::vector<Tensor> sins = bins;
+  for (size_t i = 1; i < f.sim.size(); ++i)  // mean (layer_norm), rstd
+    sspecs.push_back({{R, 1}, DType::float32}), sins.push_back(f.sim[i]);
+  Kernel from_stats = trace(
+      "norm_backward_stats",
+      [=](auto... ts) {
+        const std::vector<nl::tensor> in{ts...};
+        const size_t n = has_w ? 3 : 2;
+        kn::SavedStats saved{layer ? std::optional<nl::tensor>(in[n]) : std::nullopt,
+                             in[layer ? n + 1 : n]};
+        std::optional<nl::tensor> wi;
+        if (has_w) wi = in[1];
+        return layer ? kn::layer_norm_backward(in[0], wi, saved, in[n - 1], cfg)
+                     : kn::rms_norm_backward(in[0], wi, saved, in[n - 1], cfg);
+      },
+      sspecs);
+  BothResults a = run_both(compile(recompute, default_compile_options()), bins, grid);
+  BothResults b = run_both(compile(from_stats, default_compile_options()), sins, grid);
+  REQUIRE(a.sim.size() == b.sim.size());
+  for (size_t i = 0; i < a.sim.size(); ++i) {
+    CAPTURE(i);
+    CHECK(first_bit_difference(a.sim[i], b.sim[i]) == -1);
+    CHECK(first_bit_difference(a.native[i], b.native[i]) == -1);
+  }
+  auto g = ref::norm_backward(layer, xv, R, D, cfg.eps, cs.weight ? &wv : nullptr, values(dy));
+  check_close(b.sim[0], g.dx, "dx", "both");
+}
+
 }  // namespace
+
+TEST_CASE("norms: the forward's saved statistics serve the backward") {
+  run_norm_stats({true, 129, 127});
+  run_norm_stats({true, 300, 17, DType::bfloat16, false, false, 3});
+  run_norm_stats({false, 200, 33, DType::float32, true, false, 2});
+  run_norm_stats({false, 7, 40, DType::bfloat16, false});
+}
+
+TEST_CASE("norms: saved statistics of the wrong kind or shape are refused") {
+  kn::NormConfig cfg{};
+  auto kernel_with = [&](bool layer, std::vector<TensorSpec> specs) {
+    return trace(
+        "bad_stats",
+        [=](auto... ts) {
+        const std::vector<nl::tensor> in{ts...};
+          kn::SavedStats saved{specs.size() == 4 ? std::optional<nl::tensor>(in[2]) : std::nullopt,
+                               in[1]};
+          return layer ? kn::layer_norm_backward(in[0], std::nullopt, saved, in.back(), cfg)
+                       : kn::rms_norm_backward(in[0], std::nullopt, saved, in.back(), cfg);
+        },
+        specs);
+  };
+  const TensorSpec x{{8, 16}, DType::float32}, col{{8, 1}, DType::float32};
+  CHECK_THROWS_WITH_AS(kernel_with(true, {x, col, x}), doctest::Contains("the mean and rstd"),
+                       UserError);
+  CHECK_THROWS_WITH_AS(kernel_with(false, {x, col, col, x}), doctest::Contains("only the rstd"),
+                       UserError);
+  CHECK_THROWS_WITH_AS(kernel_with(false, {x, {{8, 2}, DType::float32}, x}),
+                       doctest::Contains("saved rstd is float32 [8, 2]; it must be float32 [8, 1]"),
+                       UserError);
+}
 
 TEST_CASE("rms_norm forward and backward") {
   run_norm({false, 1, 1});

@@ -200,6 +200,35 @@ def test_layer_norm_affine_weight_only_and_plain(dtype):
               lambda x, b: ops.layer_norm(x, (33,), None, b), [x, b], dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norm_operators_return_the_row_statistics_the_backward_reads(dtype):
+    # torch.ops.neuron.layer_norm returns (y, mean, rstd) as ATen's native_layer_norm does
+    # ([R, 1] fp32), rms_norm (y, rstd); autograd saves them and the backward kernels read them.
+    x, w, b = (rand(130, 37, seed=30, scale=2) + 1).to(dtype), rand(37, seed=31).to(dtype), \
+        rand(37, seed=32).to(dtype)
+    y, mean, rstd = torch.ops.neuron.layer_norm(x, w, b, 1e-5)
+    _, tmean, trstd = torch.ops.aten.native_layer_norm(x.float(), (37,), None, None, 1e-5)
+    assert mean.shape == rstd.shape == (130, 1) and mean.dtype == rstd.dtype == torch.float32
+    torch.testing.assert_close(mean, tmean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rstd, trstd, rtol=1e-5, atol=1e-6)
+    y2, rstd2 = torch.ops.neuron.rms_norm(x, w, 1e-6)
+    want = torch.rsqrt(x.double().square().mean(-1, keepdim=True) + 1e-6).float()
+    assert rstd2.shape == (130, 1)
+    torch.testing.assert_close(rstd2, want, rtol=1e-5, atol=1e-6)
+    # The backward takes them: statistics that differ from x's give a different dx (so they are
+    # read, not recomputed), and the forward's give PyTorch's gradient.
+    dy = rand(130, 37, seed=33).to(dtype)
+    dx, dw, db = torch.ops.neuron.layer_norm_backward(x, w, mean, rstd, dy, 1e-5)
+    dx_off, _, _ = torch.ops.neuron.layer_norm_backward(x, w, mean + 0.5, rstd, dy, 1e-5)
+    assert not torch.equal(dx, dx_off)
+    xr, wr, br = (t.double().requires_grad_() for t in (x, w, b))
+    F.layer_norm(xr, (37,), wr, br, 1e-5).backward(dy.double())
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(dx.double(), xr.grad, **tol)
+    torch.testing.assert_close(dw.double(), wr.grad, **tol)
+    torch.testing.assert_close(db.double(), br.grad, **tol)
+
+
 def _swiglu_torch(x):
     a, b = x.chunk(2, -1)
     return F.silu(a) * b

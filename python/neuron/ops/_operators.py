@@ -8,8 +8,9 @@ for the forward ones, autograd through the library's backward kernels:
     neuron::attention(q, k, v, is_causal, scale) -> (out, lse)
                                                           backward: neuron::attention_backward
     neuron::softmax(x)                                    backward: neuron::softmax_backward
-    neuron::rms_norm(x, weight, eps)                      backward: neuron::rms_norm_backward
-    neuron::layer_norm(x, weight, bias, eps)              backward: neuron::layer_norm_backward
+    neuron::rms_norm(x, weight, eps) -> (y, rstd)         backward: neuron::rms_norm_backward
+    neuron::layer_norm(x, weight, bias, eps) -> (y, mean, rstd)
+                                                          backward: neuron::layer_norm_backward
     neuron::swiglu(x)                                     backward: neuron::swiglu_backward
     neuron::rope(x, cos, sin, inverse=False)              backward: neuron::rope(inverse=True)
 
@@ -215,6 +216,8 @@ softmax.register_autograd(_softmax_grad, setup_context=_softmax_setup)
 
 
 # ---- rms_norm, layer_norm over the last axis of x [R, D] ---------------------------------
+# The forwards return their row statistics ([R, 1] fp32: layer_norm's mean, and rstd), which
+# autograd saves and the backward kernels read instead of recomputing them from x.
 
 def _norm(base, x, weight, bias, eps, ref):
     # The registered variants: base, base_weight (a weight), base_affine (weight and bias).
@@ -224,53 +227,71 @@ def _norm(base, x, weight, bias, eps, ref):
     return _run(base, variant, (p,), tensors, {"eps": eps, "programs": p}, ref)
 
 
-def _norm_backward(base, x, weight, dy, eps, n_param_grads, ref):
+def _row_stats(x, eps, centred):
+    """(mean, rstd) of the rows of x [R, D] in fp32 as [R, 1] columns (mean None for rms_norm):
+    what the forward kernels return beside y, for the reference path."""
+    xf = x.double()
+    mean = xf.mean(-1, keepdim=True) if centred else None
+    var = ((xf - mean) if centred else xf).square().mean(-1, keepdim=True)
+    rstd = torch.rsqrt(var + eps).float()
+    return (mean.float(), rstd) if centred else (rstd,)
+
+
+def _stats_fake(x, n):
+    return tuple(x.new_empty((x.shape[0], 1), dtype=torch.float32) for _ in range(n))
+
+
+def _norm_backward(base, x, weight, stats, dy, n_param_grads, ref):
     """dx and n_param_grads parameter gradients (the kernel's per-program fp32 rows summed, in
-    the weight's dtype; empty tensors without a weight). ref returns what the kernel does:
-    dx alone without a weight, else dx and the parameter gradients."""
+    the weight's dtype; empty tensors without a weight), from the forward's row statistics.
+    ref returns what the kernel does: dx alone without a weight, else dx and the parameter
+    gradients."""
     p = _kernels.split_rows(x.shape[0])
-    params = {"eps": eps, "programs": p}
+    params = {"programs": p}
     if weight is None:
-        dx = _run(base + "_backward", base + "_backward", (p,), (x, dy), params, ref)
+        dx = _run(base + "_backward", base + "_backward", (p,), (x,) + stats + (dy,), params, ref)
         return (dx,) + tuple(x.new_empty(0) for _ in range(n_param_grads))
-    dx, *grads = _run(base + "_backward", base + "_weight_backward", (p,), (x, weight, dy),
-                      params, ref)
+    dx, *grads = _run(base + "_backward", base + "_weight_backward", (p,),
+                      (x, weight) + stats + (dy,), params, ref)
     return (dx,) + tuple((g if g.dim() == 1 else g.sum(0)).to(weight.dtype) for g in grads)
 
 
 @_op("rms_norm")
-def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float) -> Tensor:
-    return _norm("rms_norm", x, weight, None, eps, lambda: reference.rms_norm(x, weight, eps))
+def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor]:
+    return _norm("rms_norm", x, weight, None, eps,
+                 lambda: (reference.rms_norm(x, weight, eps),) + _row_stats(x, eps, False))
 
 
 @rms_norm.register_fake
 def _(x, weight, eps):
-    return torch.empty_like(x)
+    return (torch.empty_like(x),) + _stats_fake(x, 1)
 
 
 @_op("rms_norm_backward")
-def rms_norm_backward(x: Tensor, weight: Optional[Tensor], dy: Tensor,
+def rms_norm_backward(x: Tensor, weight: Optional[Tensor], rstd: Tensor, dy: Tensor,
                       eps: float) -> tuple[Tensor, Tensor]:
     def ref():
         grads = _grads(lambda x, w: reference.rms_norm(x, w, eps), (x, weight), dy)
         return grads[0] if weight is None else tuple(grads)
-    return _norm_backward("rms_norm", x, weight, dy, eps, 1, ref)
+    return _norm_backward("rms_norm", x, weight, (rstd,), dy, 1, ref)
 
 
 @rms_norm_backward.register_fake
-def _(x, weight, dy, eps):
+def _(x, weight, rstd, dy, eps):
     return torch.empty_like(dy), (x.new_empty(0) if weight is None else torch.empty_like(weight))
 
 
 def _rms_setup(ctx, inputs, output):
     x, weight, eps = inputs
-    ctx.save_for_backward(x, weight)
+    _, rstd = output
+    ctx.save_for_backward(x, weight, rstd)
     ctx.eps = eps
+    ctx.mark_non_differentiable(rstd)
 
 
-def _rms_grad(ctx, dy):
-    x, weight = ctx.saved_tensors
-    dx, dw = torch.ops.neuron.rms_norm_backward(x, weight, dy.contiguous(), ctx.eps)
+def _rms_grad(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dw = torch.ops.neuron.rms_norm_backward(x, weight, rstd, dy.contiguous(), ctx.eps)
     return dx, (dw if weight is not None else None), None
 
 
@@ -278,29 +299,30 @@ rms_norm.register_autograd(_rms_grad, setup_context=_rms_setup)
 
 
 @_op("layer_norm")
-def layer_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tensor:
+def layer_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+               eps: float) -> tuple[Tensor, Tensor, Tensor]:
     return _norm("layer_norm", x, weight, bias, eps,
-                 lambda: reference.layer_norm(x, weight, bias, eps))
+                 lambda: (reference.layer_norm(x, weight, bias, eps),) + _row_stats(x, eps, True))
 
 
 @layer_norm.register_fake
 def _(x, weight, bias, eps):
-    return torch.empty_like(x)
+    return (torch.empty_like(x),) + _stats_fake(x, 2)
 
 
 @_op("layer_norm_backward")
-def layer_norm_backward(x: Tensor, weight: Optional[Tensor], dy: Tensor,
-                        eps: float) -> tuple[Tensor, Tensor, Tensor]:
+def layer_norm_backward(x: Tensor, weight: Optional[Tensor], mean: Tensor, rstd: Tensor,
+                        dy: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
     def ref():
         if weight is None:
             return _grads(lambda x: reference.layer_norm(x, None, None, eps), (x,), dy)[0]
         return tuple(_grads(lambda x, w, b: reference.layer_norm(x, w, b, eps),
                             (x, weight, torch.zeros_like(weight)), dy))
-    return _norm_backward("layer_norm", x, weight, dy, eps, 2, ref)
+    return _norm_backward("layer_norm", x, weight, (mean, rstd), dy, 2, ref)
 
 
 @layer_norm_backward.register_fake
-def _(x, weight, dy, eps):
+def _(x, weight, mean, rstd, dy, eps):
     if weight is None:
         return torch.empty_like(dy), x.new_empty(0), x.new_empty(0)
     return torch.empty_like(dy), torch.empty_like(weight), torch.empty_like(weight)
@@ -308,14 +330,17 @@ def _(x, weight, dy, eps):
 
 def _ln_setup(ctx, inputs, output):
     x, weight, bias, eps = inputs
-    ctx.save_for_backward(x, weight)
+    _, mean, rstd = output
+    ctx.save_for_backward(x, weight, mean, rstd)
     ctx.has_bias = bias is not None
     ctx.eps = eps
+    ctx.mark_non_differentiable(mean, rstd)
 
 
-def _ln_grad(ctx, dy):
-    x, weight = ctx.saved_tensors
-    dx, dw, db = torch.ops.neuron.layer_norm_backward(x, weight, dy.contiguous(), ctx.eps)
+def _ln_grad(ctx, dy, _dmean, _drstd):
+    x, weight, mean, rstd = ctx.saved_tensors
+    dx, dw, db = torch.ops.neuron.layer_norm_backward(x, weight, mean, rstd, dy.contiguous(),
+                                                      ctx.eps)
     return (dx, dw if weight is not None else None, db if ctx.has_bias else None, None)
 
 

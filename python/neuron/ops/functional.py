@@ -228,8 +228,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     # PyTorch's default is numeric_limits<opmath_t>::epsilon(): fp32's for 16-bit floats.
     opmath = torch.float32 if input.dtype in (torch.bfloat16, torch.float16) else input.dtype
     e = torch.finfo(opmath).eps if eps is None else float(eps)
-    y = _neuron("rms_norm", input.reshape(rows, d).contiguous(),
-                None if weight is None else weight.reshape(d).contiguous(), e)
+    y, _ = _neuron("rms_norm", input.reshape(rows, d).contiguous(),
+                   None if weight is None else weight.reshape(d).contiguous(), e)
     return y.reshape(input.shape)
 
 
@@ -255,7 +255,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     b = None if bias is None else bias.reshape(d).contiguous()
     if b is not None and w is None:
         w = b.new_ones(d)  # the kernels take a bias with a weight
-    y = _neuron("layer_norm", input.reshape(rows, d).contiguous(), w, b, float(eps))
+    y, _, _ = _neuron("layer_norm", input.reshape(rows, d).contiguous(), w, b, float(eps))
     return y.reshape(input.shape)
 
 

@@ -175,6 +175,63 @@ void pack_b(float* bp, const T* b, int64_t ldb, int64_t kc, int64_t nw) {
   }
 }
 
+// C[0:M, 0:N] (+)= A^T B for M <= kSkinnyM (a few rows of C: the column sums of B, a vector
+// times B). Packing B pays off only when several panels of A reuse it; here one would, so B is
+// read where it lies. Each C(m, n) gets the blocked path's fma chain in increasing k (one
+// accumulator lane from the first k to the last), so the bits are the same.
+constexpr int64_t kSkinnyM = 2;
+
+template <class V, int NV>
+inline void skinny_block(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                         int64_t ldb, int64_t M, int64_t K, bool load_c, int last) {
+  using R = typename V::reg;
+  constexpr int W = V::W;
+  R acc[kSkinnyM][NV];
+  for (int64_t i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const int lanes = v == NV - 1 ? last : W;
+      acc[i][v] = !load_c        ? V::zero()
+                  : lanes < W    ? V::load_part(c + i * ldc + v * W, lanes)
+                                 : V::load(c + i * ldc + v * W);
+    }
+  for (int64_t k = 0; k < K; ++k) {
+    R bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const int lanes = v == NV - 1 ? last : W;
+      bv[v] = lanes < W ? V::load_part(b + k * ldb + v * W, lanes) : V::load(b + k * ldb + v * W);
+    }
+    for (int64_t i = 0; i < M; ++i) {
+      const R av = V::bcast(a + k * lda + i);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = V::fma(av, bv[v], acc[i][v]);
+    }
+  }
+  for (int64_t i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const int lanes = v == NV - 1 ? last : W;
+      if (lanes < W)
+        V::store_part(c + i * ldc + v * W, acc[i][v], lanes);
+      else
+        V::store(c + i * ldc + v * W, acc[i][v]);
+    }
+}
+
+template <class V>
+void matmul_skinny(float* c, int64_t ldc, const float* a, int64_t lda, const float* b, int64_t ldb,
+                   int64_t M, int64_t N, int64_t K, bool accumulate) {
+  constexpr int64_t W = V::W, NR = 4 * V::W;
+  int64_t n0 = 0;
+  for (; n0 + NR <= N; n0 += NR)
+    skinny_block<V, 4>(c + n0, ldc, a, lda, b + n0, ldb, M, K, accumulate, W);
+  for (; n0 < N; n0 += W) {
+    const int lanes = static_cast<int>(N - n0 < W ? N - n0 : W);
+    skinny_block<V, 1>(c + n0, ldc, a, lda, b + n0, ldb, M, K, accumulate, lanes);
+  }
+}
+
 template <class V, class T>
 void matmul_blocked(float* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb,
                     int64_t M, int64_t N, int64_t K, bool accumulate, float* scratch) {
@@ -185,6 +242,7 @@ void matmul_blocked(float* c, int64_t ldc, const T* a, int64_t lda, const T* b, 
         for (int64_t n = 0; n < N; ++n) c[m * ldc + n] = 0.0f;
     return;
   }
+  if (M <= kSkinnyM) return matmul_skinny<V>(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
   float* ap = scratch;
   float* bp = scratch + packed_a_floats<V>();
   for (int64_t k0 = 0; k0 < K; k0 += kKC) {

@@ -11,11 +11,15 @@
 //  - Normalising is one Vector engine tensor_scalar with two per-row scalars ((x - mean) *
 //    rstd: the centred tile is never stored), the affine transform tensor_tensor (weight,
 //    bias) instructions.
-//  - Backward recomputes the statistics from x (cheaper than storing them), forms dx row by
-//    row on the Vector engine, and reduces dweight / dbias over rows, which lie on partitions,
-//    with the Tensor engine: ones[rows, 1].T @ (dy * xhat) into PSUM, added to an fp32 SBUF
-//    accumulator per program. Programs write their partial sums as row `program` of
-//    dweight / dbias [programs, D]; the caller adds the rows (one row when programs == 1).
+//  - The *_with_stats forwards also store the row statistics (mean for layer_norm, rstd) as
+//    [R, 1] fp32, as PyTorch's native_layer_norm does; a backward given them loads two columns
+//    per tile instead of recomputing them from x (two passes over the tile: a row sum and the
+//    squares). Without them it recomputes.
+//  - Backward forms dx row by row on the Vector engine, and reduces dweight / dbias over
+//    rows, which lie on partitions, with the Tensor engine: ones[rows, 1].T @ (dy * xhat) into
+//    PSUM, added to an fp32 SBUF accumulator per program. Programs write their partial sums as
+//    row `program` of dweight / dbias [programs, D]; the caller adds the rows (one row when
+//    programs == 1).
 #pragma once
 #include <optional>
 #include <tuple>
@@ -33,6 +37,13 @@ struct NormConfig {
 inline std::vector<int64_t> norm_grid(const NormConfig& cfg) {
   return {cfg.programs};
 }
+
+// Row statistics a *_with_stats forward returns for the backward: the row means (layer_norm
+// only) and rsqrt(variance + eps), each [R, 1] fp32 in HBM.
+struct SavedStats {
+  std::optional<nl::tensor> mean;
+  nl::tensor rstd;
+};
 
 namespace detail {
 
@@ -59,44 +70,61 @@ inline void check_norm(const nl::tensor& x, const std::optional<nl::tensor>& w,
   if (!(cfg.eps >= 0)) args_error(span, kernel, "eps={} must be a non-negative number", cfg.eps);
 }
 
-// Row statistics of an fp32 tile t [rr, D]: negmean (layer_norm only) and rstd [rr, 1]. The
-// centred tile is never stored: the squares take it as the activation's bias, and normalize()
-// centres and scales in one two-op tensor_scalar (the same fp32 roundings as storing it).
+// Row statistics of an fp32 tile t [rr, D]: mean (layer_norm only) and rstd [rr, 1]. The
+// centred tile is never stored: the squares take the negated mean as the activation's bias,
+// and normalize() centres and scales in one two-op tensor_scalar (the same fp32 roundings as
+// storing it; x - mean is x + (-mean) exactly).
 struct RowStats {
-  std::optional<nl::tensor> negmean;
+  std::optional<nl::tensor> mean;
   nl::tensor rstd;
 };
 
 inline RowStats row_stats(NormKind kind, const nl::tensor& t, const nl::tensor& eps_col) {
   const int64_t rr = t.shape()[0], D = t.shape()[1];
-  std::optional<nl::tensor> negmean;
+  std::optional<nl::tensor> mean, negmean;
   if (kind == NormKind::layer) {
     auto sum = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "sum");
     isa::tensor_reduce(sum, nl::add, t, 1);
+    mean = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "mean");
+    isa::tensor_scalar(*mean, sum, nl::multiply, 1.0 / double(D));
     negmean = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "negmean");
-    isa::tensor_scalar(*negmean, sum, nl::multiply, -1.0 / double(D));
+    isa::tensor_scalar(*negmean, *mean, nl::multiply, -1.0);
   }
   auto sq = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "sq");
   auto ss = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "sumsq");
   isa::activation(sq, nl::square, t, negmean, 1.0, nl::add, ss);
   auto rstd = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "rstd");
   isa::activation(rstd, nl::rsqrt, ss, eps_col(nl::ds(0, rr), nl::all), 1.0 / double(D));
-  return {negmean, rstd};
+  return {mean, rstd};
+}
+
+// The statistics of rows [r0, r0 + rr) saved by a *_with_stats forward, loaded as columns.
+inline RowStats load_row_stats(const SavedStats& saved, const nl::index& r0, int64_t rr) {
+  std::optional<nl::tensor> mean;
+  if (saved.mean) mean = nl::load((*saved.mean)(nl::ds(r0, rr), nl::all), nl::float32);
+  return {mean, nl::load(saved.rstd(nl::ds(r0, rr), nl::all), nl::float32)};
 }
 
 // out = (t - mean) * rstd (layer_norm) or t * rstd (rms_norm).
 inline void normalize(const nl::tensor& out, const nl::tensor& t, const RowStats& st) {
-  if (st.negmean)
-    isa::tensor_scalar(out, t, nl::add, *st.negmean, false, nl::multiply, st.rstd);
+  if (st.mean)
+    isa::tensor_scalar(out, t, nl::subtract, *st.mean, false, nl::multiply, st.rstd);
   else
     isa::tensor_scalar(out, t, nl::multiply, st.rstd);
 }
 
-inline nl::tensor norm_forward(NormKind kind, const NormInputs& in, const NormConfig& cfg,
-                               const char* kernel, const Span& span) {
+// {out}, or with save_stats {out, [mean,] rstd} (SavedStats' tensors, [R, 1] fp32).
+inline std::vector<nl::tensor> norm_forward(NormKind kind, const NormInputs& in,
+                                            const NormConfig& cfg, bool save_stats,
+                                            const char* kernel, const Span& span) {
   check_norm(in.x, in.w, in.b, cfg, kernel, span);
   const int64_t R = in.x.shape()[0], D = in.x.shape()[1];
   auto out = nl::ndarray({R, D}, in.x.dtype(), nl::shared_hbm, "out");
+  std::optional<nl::tensor> mean_out, rstd_out;
+  if (save_stats) {
+    if (kind == NormKind::layer) mean_out = nl::ndarray({R, 1}, nl::float32, nl::shared_hbm, "mean");
+    rstd_out = nl::ndarray({R, 1}, nl::float32, nl::shared_hbm, "rstd");
+  }
   const int64_t rows = R / cfg.programs, P = std::min(rows, kPartitions);
   const nl::index row0 = nl::program_id(0) * rows;
   auto eps_col = nl::full({P, 1}, cfg.eps, nl::float32, nl::sbuf, "eps");
@@ -123,8 +151,13 @@ inline nl::tensor norm_forward(NormKind kind, const NormInputs& in, const NormCo
       }
     }
     nl::store(out(nl::ds(row0 + r0, rr), nl::all), y);
+    if (mean_out) nl::store((*mean_out)(nl::ds(row0 + r0, rr), nl::all), *st.mean);
+    if (rstd_out) nl::store((*rstd_out)(nl::ds(row0 + r0, rr), nl::all), st.rstd);
   });
-  return out;
+  std::vector<nl::tensor> outs{out};
+  if (mean_out) outs.push_back(*mean_out);
+  if (rstd_out) outs.push_back(*rstd_out);
+  return outs;
 }
 
 // Adds ones[rr, 1].T @ v[rr, D] (the column sums of v, rows on partitions) to acc [1, D].
@@ -140,8 +173,10 @@ inline void add_column_sums(const nl::tensor& acc, const nl::tensor& v, const nl
 
 // Returns dx, and with a weight also dweight [programs, D] and (layer_norm) dbias
 // [programs, D], fp32 partial sums per program.
+// The row statistics come from `saved` when given (a *_with_stats forward's), else from x.
 inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
                                              const std::optional<nl::tensor>& w,
+                                             const std::optional<SavedStats>& saved,
                                              const nl::tensor& dy, const NormConfig& cfg,
                                              const char* kernel, const Span& span) {
   check_norm(x, w, std::nullopt, cfg, kernel, span);
@@ -149,6 +184,19 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
     args_error(span, kernel, "dy has shape {} but x has shape {}", shape_str(dy.shape()),
                shape_str(x.shape()));
   const int64_t R = x.shape()[0], D = x.shape()[1];
+  if (saved) {
+    if ((kind == NormKind::layer) != bool(saved->mean))
+      args_error(span, kernel, "{} takes {} saved statistics, as {}_with_stats returns them",
+                 kernel, kind == NormKind::layer ? "the mean and rstd" : "only the rstd as",
+                 kind == NormKind::layer ? "layer_norm" : "rms_norm");
+    const std::vector<int64_t> column{R, 1};
+    for (auto [t, name] : {std::pair{saved->mean ? &*saved->mean : nullptr, "mean"},
+                           std::pair{&saved->rstd, "rstd"}})
+      if (t && (t->shape() != column || t->dtype() != nl::float32))
+        args_error(span, kernel, "saved {} is {} {}; it must be float32 [{}, 1], as the "
+                   "*_with_stats forward returns it", name, dtype_name(t->dtype()),
+                   shape_str(t->shape()), R);
+  }
   auto dx = nl::ndarray({R, D}, dy.dtype(), nl::shared_hbm, "dx");
   std::optional<nl::tensor> dw, db;
   if (w) {
@@ -158,7 +206,8 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
   }
   const int64_t rows = R / cfg.programs, P = std::min(rows, kPartitions);
   const nl::index row0 = nl::program_id(0) * rows;
-  auto eps_col = nl::full({P, 1}, cfg.eps, nl::float32, nl::sbuf, "eps");
+  std::optional<nl::tensor> eps_col;
+  if (!saved) eps_col = nl::full({P, 1}, cfg.eps, nl::float32, nl::sbuf, "eps");
   std::optional<nl::tensor> wb, ones, dw_acc, db_acc;
   if (w) {
     wb = load_broadcast_row(*w, P, nl::float32, "weight");
@@ -174,7 +223,8 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
         auto rows_v = nl::ds(row0 + r0, rr);
         auto t = nl::load(x(rows_v, nl::all), nl::float32);
         auto dyt = nl::load(dy(rows_v, nl::all), nl::float32);
-        const RowStats st = row_stats(kind, t, eps_col);
+        const RowStats st = saved ? load_row_stats(*saved, row0 + r0, rr)
+                                  : row_stats(kind, t, *eps_col);
         const nl::tensor& rstd = st.rstd;
         auto xhat = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "xhat");
         normalize(xhat, t, st);
@@ -183,26 +233,27 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
           g = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "g");
           isa::tensor_tensor(g, dyt, (*wb)(nl::ds(0, rr), nl::all), nl::multiply);
         }
-        // mean(g * xhat) [rr, 1]
+        // The row means first, then dx = (g - (xhat * mean(g * xhat) + mean(g))) * rstd (no
+        // mean(g) for rms_norm) as consecutive element-wise steps, each reading the one before
+        // (the native backend runs them, and the store, as one loop).
         auto gx = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "gx");
         isa::tensor_tensor(gx, g, xhat, nl::multiply);
         auto mgx = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "mgx");
         isa::tensor_reduce(mgx, nl::add, gx, 1);
         isa::tensor_scalar(mgx, mgx, nl::multiply, 1.0 / double(D));
-        // d = g - xhat * mean(g * xhat) (- mean(g) for layer_norm); dx = d * rstd
         auto corr = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "corr");
-        isa::tensor_scalar(corr, xhat, nl::multiply, mgx);
-        auto d = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "d");
-        isa::tensor_tensor(d, g, corr, nl::subtract);
-        auto dxt = nl::ndarray({rr, D}, dy.dtype(), nl::sbuf, "dxt");
         if (kind == NormKind::layer) {
           auto mg = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "mg");
           isa::tensor_reduce(mg, nl::add, g, 1);
           isa::tensor_scalar(mg, mg, nl::multiply, 1.0 / double(D));
-          isa::tensor_scalar(dxt, d, nl::subtract, mg, false, nl::multiply, rstd);
+          isa::tensor_scalar(corr, xhat, nl::multiply, mgx, false, nl::add, mg);
         } else {
-          isa::tensor_scalar(dxt, d, nl::multiply, rstd);
+          isa::tensor_scalar(corr, xhat, nl::multiply, mgx);
         }
+        auto d = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "d");
+        isa::tensor_tensor(d, g, corr, nl::subtract);
+        auto dxt = nl::ndarray({rr, D}, dy.dtype(), nl::sbuf, "dxt");
+        isa::tensor_scalar(dxt, d, nl::multiply, rstd);
         nl::store(dx(rows_v, nl::all), dxt);
         if (w) {
           auto dyx = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "dyx");
@@ -229,57 +280,93 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
 // torch.nn.functional.rms_norm over the last axis: y = x * rsqrt(mean(x^2) + eps) (* weight).
 inline nl::tensor rms_norm(const nl::tensor& x, const NormConfig& cfg = {},
                            Span span = Span::current()) {
-  return detail::norm_forward(detail::NormKind::rms, {x, std::nullopt, std::nullopt}, cfg,
-                              "rms_norm", span);
+  return detail::norm_forward(detail::NormKind::rms, {x, std::nullopt, std::nullopt}, cfg, false,
+                              "rms_norm", span)[0];
 }
 inline nl::tensor rms_norm(const nl::tensor& x, const nl::tensor& weight,
                            const NormConfig& cfg = {}, Span span = Span::current()) {
-  return detail::norm_forward(detail::NormKind::rms, {x, weight, std::nullopt}, cfg, "rms_norm",
-                              span);
+  return detail::norm_forward(detail::NormKind::rms, {x, weight, std::nullopt}, cfg, false,
+                              "rms_norm", span)[0];
+}
+// rms_norm and its row statistics for the backward: {y, rstd [R, 1] fp32}.
+inline std::vector<nl::tensor> rms_norm_with_stats(const nl::tensor& x,
+                                                   const std::optional<nl::tensor>& weight,
+                                                   const NormConfig& cfg = {},
+                                                   Span span = Span::current()) {
+  return detail::norm_forward(detail::NormKind::rms, {x, weight, std::nullopt}, cfg, true,
+                              "rms_norm", span);
 }
 
 // torch.nn.functional.layer_norm over the last axis: (x - mean) * rsqrt(var + eps)
 // (* weight) (+ bias), var the biased variance.
 inline nl::tensor layer_norm(const nl::tensor& x, const NormConfig& cfg = {},
                              Span span = Span::current()) {
-  return detail::norm_forward(detail::NormKind::layer, {x, std::nullopt, std::nullopt}, cfg,
-                              "layer_norm", span);
+  return detail::norm_forward(detail::NormKind::layer, {x, std::nullopt, std::nullopt}, cfg, false,
+                              "layer_norm", span)[0];
 }
 inline nl::tensor layer_norm(const nl::tensor& x, const nl::tensor& weight,
                              const NormConfig& cfg = {}, Span span = Span::current()) {
-  return detail::norm_forward(detail::NormKind::layer, {x, weight, std::nullopt}, cfg, "layer_norm",
-                              span);
+  return detail::norm_forward(detail::NormKind::layer, {x, weight, std::nullopt}, cfg, false,
+                              "layer_norm", span)[0];
 }
 inline nl::tensor layer_norm(const nl::tensor& x, const nl::tensor& weight, const nl::tensor& bias,
                              const NormConfig& cfg = {}, Span span = Span::current()) {
-  return detail::norm_forward(detail::NormKind::layer, {x, weight, bias}, cfg, "layer_norm", span);
+  return detail::norm_forward(detail::NormKind::layer, {x, weight, bias}, cfg, false, "layer_norm",
+                              span)[0];
+}
+// layer_norm and its row statistics for the backward: {y, mean [R, 1], rstd [R, 1]} (fp32).
+inline std::vector<nl::tensor> layer_norm_with_stats(const nl::tensor& x,
+                                                     const std::optional<nl::tensor>& weight,
+                                                     const std::optional<nl::tensor>& bias,
+                                                     const NormConfig& cfg = {},
+                                                     Span span = Span::current()) {
+  return detail::norm_forward(detail::NormKind::layer, {x, weight, bias}, cfg, true, "layer_norm",
+                              span);
 }
 
-// Backward of rms_norm: dx; with a weight {dx, dweight [programs, D] fp32 partial sums}.
+// Backward of rms_norm: dx; with a weight {dx, dweight [programs, D] fp32 partial sums}. The
+// row statistics are recomputed from x, or taken from `saved` (rms_norm_with_stats' rstd).
 inline nl::tensor rms_norm_backward(const nl::tensor& x, const nl::tensor& dy,
                                     const NormConfig& cfg = {}, Span span = Span::current()) {
-  return detail::norm_backward(detail::NormKind::rms, x, std::nullopt, dy, cfg, "rms_norm_backward",
-                               span)[0];
+  return detail::norm_backward(detail::NormKind::rms, x, std::nullopt, std::nullopt, dy, cfg,
+                               "rms_norm_backward", span)[0];
 }
 inline std::vector<nl::tensor> rms_norm_backward(const nl::tensor& x, const nl::tensor& weight,
                                                  const nl::tensor& dy, const NormConfig& cfg = {},
                                                  Span span = Span::current()) {
-  return detail::norm_backward(detail::NormKind::rms, x, weight, dy, cfg, "rms_norm_backward",
-                               span);
+  return detail::norm_backward(detail::NormKind::rms, x, weight, std::nullopt, dy, cfg,
+                               "rms_norm_backward", span);
+}
+inline std::vector<nl::tensor> rms_norm_backward(const nl::tensor& x,
+                                                 const std::optional<nl::tensor>& weight,
+                                                 const SavedStats& saved, const nl::tensor& dy,
+                                                 const NormConfig& cfg = {},
+                                                 Span span = Span::current()) {
+  return detail::norm_backward(detail::NormKind::rms, x, weight, saved, dy, cfg,
+                               "rms_norm_backward", span);
 }
 
 // Backward of layer_norm: dx; with a weight {dx, dweight, dbias}, the last two [programs, D]
-// fp32 partial sums (dbias is the bias's gradient when the forward had one).
+// fp32 partial sums (dbias is the bias's gradient when the forward had one). The row
+// statistics are recomputed from x, or taken from `saved` (layer_norm_with_stats' mean, rstd).
 inline nl::tensor layer_norm_backward(const nl::tensor& x, const nl::tensor& dy,
                                       const NormConfig& cfg = {}, Span span = Span::current()) {
-  return detail::norm_backward(detail::NormKind::layer, x, std::nullopt, dy, cfg,
+  return detail::norm_backward(detail::NormKind::layer, x, std::nullopt, std::nullopt, dy, cfg,
                                "layer_norm_backward", span)[0];
 }
 inline std::vector<nl::tensor> layer_norm_backward(const nl::tensor& x, const nl::tensor& weight,
                                                    const nl::tensor& dy, const NormConfig& cfg = {},
                                                    Span span = Span::current()) {
-  return detail::norm_backward(detail::NormKind::layer, x, weight, dy, cfg, "layer_norm_backward",
-                               span);
+  return detail::norm_backward(detail::NormKind::layer, x, weight, std::nullopt, dy, cfg,
+                               "layer_norm_backward", span);
+}
+inline std::vector<nl::tensor> layer_norm_backward(const nl::tensor& x,
+                                                   const std::optional<nl::tensor>& weight,
+                                                   const SavedStats& saved, const nl::tensor& dy,
+                                                   const NormConfig& cfg = {},
+                                                   Span span = Span::current()) {
+  return detail::norm_backward(detail::NormKind::layer, x, weight, saved, dy, cfg,
+                               "layer_norm_backward", span);
 }
 
 }  // namespace neuron::kernels

@@ -104,104 +104,112 @@ inline T softmax_backward(const T& y, const T& dy,
 }
 
 // ---- rms_norm, layer_norm (over the last axis of x [R, D]) ----
+// The forwards also return their row statistics ([R, 1] fp32: rstd, and layer_norm's mean),
+// which the backwards take instead of recomputing them from x.
 
 inline NormConfig norm_config(double eps, int64_t programs) {
   return NormConfig{eps, programs};
 }
 
-// y = x * rsqrt(mean(x^2) + eps) over the last axis of x [R, D]; grid (programs,)
-NEURON_OP(neuron)
-inline T rms_norm(const T& x,
-                  // added to the variance / mean square
-                  double eps = 1e-5,
-                  // SPMD programs along the rows (divides them)
-                  int64_t programs = 1) {
-  return kernels::rms_norm(x, norm_config(eps, programs));
+inline std::tuple<T, T> two(const std::vector<T>& v) {
+  return {v.at(0), v.at(1)};
+}
+inline std::tuple<T, T, T> three(const std::vector<T>& v) {
+  return {v.at(0), v.at(1), v.at(2)};
 }
 
-// rms_norm times weight [D]; grid (programs,)
+// (y, rstd): y = x * rsqrt(mean(x^2) + eps) over the last axis of x [R, D]; grid (programs,)
 NEURON_OP(neuron)
-inline T rms_norm_weight(const T& x, const T& weight,
-                         // added to the variance / mean square
-                         double eps = 1e-5,
-                         // SPMD programs along the rows (divides them)
-                         int64_t programs = 1) {
-  return kernels::rms_norm(x, weight, norm_config(eps, programs));
+inline std::tuple<T, T> rms_norm(const T& x,
+                                 // added to the mean square
+                                 double eps = 1e-5,
+                                 // SPMD programs along the rows (divides them)
+                                 int64_t programs = 1) {
+  return two(kernels::rms_norm_with_stats(x, std::nullopt, norm_config(eps, programs)));
 }
 
-// dx of rms_norm (no weight) from x and dy; grid (programs,)
+// (y, rstd) of rms_norm times weight [D]; grid (programs,)
 NEURON_OP(neuron)
-inline T rms_norm_backward(const T& x, const T& dy,
-                           // added to the variance / mean square
-                           double eps = 1e-5,
+inline std::tuple<T, T> rms_norm_weight(const T& x, const T& weight,
+                                        // added to the mean square
+                                        double eps = 1e-5,
+                                        // SPMD programs along the rows (divides them)
+                                        int64_t programs = 1) {
+  return two(kernels::rms_norm_with_stats(x, weight, norm_config(eps, programs)));
+}
+
+// dx of rms_norm (no weight) from x, the forward's rstd and dy; grid (programs,)
+NEURON_OP(neuron)
+inline T rms_norm_backward(const T& x, const T& rstd, const T& dy,
                            // SPMD programs along the rows (divides them)
                            int64_t programs = 1) {
-  return kernels::rms_norm_backward(x, dy, norm_config(eps, programs));
+  return kernels::rms_norm_backward(x, std::nullopt, SavedStats{std::nullopt, rstd}, dy,
+                                    norm_config(1e-5, programs))[0];
 }
 
-// dx and dweight [programs, D] (fp32 partial sums: add the rows) of rms_norm with a weight;
-// grid (programs,)
+// dx and dweight [programs, D] (fp32 partial sums: add the rows) of rms_norm with a weight,
+// from the forward's rstd; grid (programs,)
 NEURON_OP(neuron)
-inline std::tuple<T, T> rms_norm_weight_backward(const T& x, const T& weight, const T& dy,
-                                                 // added to the variance / mean square
-                                                 double eps = 1e-5,
+inline std::tuple<T, T> rms_norm_weight_backward(const T& x, const T& weight, const T& rstd,
+                                                 const T& dy,
                                                  // SPMD programs along the rows (divides them)
                                                  int64_t programs = 1) {
-  auto g = kernels::rms_norm_backward(x, weight, dy, norm_config(eps, programs));
-  return {g.at(0), g.at(1)};
+  return two(kernels::rms_norm_backward(x, weight, SavedStats{std::nullopt, rstd}, dy,
+                                        norm_config(1e-5, programs)));
 }
 
-// y = (x - mean) * rsqrt(var + eps) over the last axis of x [R, D]; grid (programs,)
+// (y, mean, rstd): y = (x - mean) * rsqrt(var + eps) over the last axis of x [R, D];
+// grid (programs,)
 NEURON_OP(neuron)
-inline T layer_norm(const T& x,
-                    // added to the variance / mean square
-                    double eps = 1e-5,
-                    // SPMD programs along the rows (divides them)
-                    int64_t programs = 1) {
-  return kernels::layer_norm(x, norm_config(eps, programs));
+inline std::tuple<T, T, T> layer_norm(const T& x,
+                                      // added to the variance
+                                      double eps = 1e-5,
+                                      // SPMD programs along the rows (divides them)
+                                      int64_t programs = 1) {
+  return three(kernels::layer_norm_with_stats(x, std::nullopt, std::nullopt,
+                                              norm_config(eps, programs)));
 }
 
-// layer_norm times weight [D]; grid (programs,)
+// (y, mean, rstd) of layer_norm times weight [D]; grid (programs,)
 NEURON_OP(neuron)
-inline T layer_norm_weight(const T& x, const T& weight,
-                           // added to the variance / mean square
-                           double eps = 1e-5,
-                           // SPMD programs along the rows (divides them)
-                           int64_t programs = 1) {
-  return kernels::layer_norm(x, weight, norm_config(eps, programs));
+inline std::tuple<T, T, T> layer_norm_weight(const T& x, const T& weight,
+                                             // added to the variance
+                                             double eps = 1e-5,
+                                             // SPMD programs along the rows (divides them)
+                                             int64_t programs = 1) {
+  return three(kernels::layer_norm_with_stats(x, weight, std::nullopt,
+                                              norm_config(eps, programs)));
 }
 
-// layer_norm times weight [D] plus bias [D]; grid (programs,)
+// (y, mean, rstd) of layer_norm times weight [D] plus bias [D]; grid (programs,)
 NEURON_OP(neuron)
-inline T layer_norm_affine(const T& x, const T& weight, const T& bias,
-                           // added to the variance / mean square
-                           double eps = 1e-5,
-                           // SPMD programs along the rows (divides them)
-                           int64_t programs = 1) {
-  return kernels::layer_norm(x, weight, bias, norm_config(eps, programs));
+inline std::tuple<T, T, T> layer_norm_affine(const T& x, const T& weight, const T& bias,
+                                             // added to the variance
+                                             double eps = 1e-5,
+                                             // SPMD programs along the rows (divides them)
+                                             int64_t programs = 1) {
+  return three(kernels::layer_norm_with_stats(x, weight, bias, norm_config(eps, programs)));
 }
 
-// dx of layer_norm (no weight) from x and dy; grid (programs,)
+// dx of layer_norm (no weight) from x, the forward's mean and rstd, and dy; grid (programs,)
 NEURON_OP(neuron)
-inline T layer_norm_backward(const T& x, const T& dy,
-                             // added to the variance / mean square
-                             double eps = 1e-5,
+inline T layer_norm_backward(const T& x, const T& mean, const T& rstd, const T& dy,
                              // SPMD programs along the rows (divides them)
                              int64_t programs = 1) {
-  return kernels::layer_norm_backward(x, dy, norm_config(eps, programs));
+  return kernels::layer_norm_backward(x, std::nullopt, SavedStats{mean, rstd}, dy,
+                                      norm_config(1e-5, programs))[0];
 }
 
 // dx, dweight and dbias [programs, D] (fp32 partial sums: add the rows) of layer_norm with a
-// weight (and a bias); grid (programs,)
+// weight (and a bias), from the forward's mean and rstd; grid (programs,)
 NEURON_OP(neuron)
-inline std::tuple<T, T, T> layer_norm_weight_backward(
-    const T& x, const T& weight, const T& dy,
-    // added to the variance / mean square
-    double eps = 1e-5,
-    // SPMD programs along the rows (divides them)
-    int64_t programs = 1) {
-  auto g = kernels::layer_norm_backward(x, weight, dy, norm_config(eps, programs));
-  return {g.at(0), g.at(1), g.at(2)};
+inline std::tuple<T, T, T> layer_norm_weight_backward(const T& x, const T& weight, const T& mean,
+                                                      const T& rstd, const T& dy,
+                                                      // SPMD programs along the rows (divides
+                                                      // them)
+                                                      int64_t programs = 1) {
+  return three(kernels::layer_norm_backward(x, weight, SavedStats{mean, rstd}, dy,
+                                            norm_config(1e-5, programs)));
 }
 
 // ---- swiglu ----
