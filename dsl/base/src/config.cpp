@@ -58,6 +58,15 @@ static CacheMode parse_cache_mode(std::string_view s) {
   user_error(Span{}, "config", "NEURON_CACHE='{}' is not one of off, on, must-hit", s);
 }
 
+bool config_openmp_team() {
+  const char* t = std::getenv("NEURON_OPENMP_TEAM");
+  if (!t || !*t) return true;
+  const std::string_view s(t);
+  if (s != "0" && s != "1")
+    user_error(Span{}, "config", "NEURON_OPENMP_TEAM='{}' is not 0 or 1", s);
+  return s == "1";
+}
+
 int config_threads() {
   const char* t = std::getenv("NEURON_THREADS");
   if (!t || !*t) return 0;
@@ -94,6 +103,7 @@ Config config() {
   }
   // Native backend knobs.
   c.threads = config_threads();
+  c.openmp_team = config_openmp_team();
   if (const char* l = std::getenv("NEURON_LOG"); l && *l) {
     std::string_view s(l);
     for (size_t pos = 0; pos <= s.size();) {

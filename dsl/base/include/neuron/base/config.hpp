@@ -29,6 +29,11 @@ struct Config {
   // ---- native backend (runtime/native, docs/native.md) ----
   // NEURON_THREADS: worker threads for the SPMD grid; 0 (default) means the core count.
   int threads = 0;
+  // NEURON_OPENMP_TEAM=0: native launches always use the toolkit's own worker threads. By
+  // default, in a process that has the GNU OpenMP runtime loaded (PyTorch brings it), a launch
+  // runs its grid on that runtime's thread team instead of beside it (runtime/src/native/
+  // native_run.cpp, docs/native.md "Threads"). Read once, at the first multi-threaded launch.
+  bool openmp_team = true;
   // NEURON_LOG: comma-separated topics; "compile" prints every compile report on stderr.
   bool log_compile = false;
   // NEURON_NATIVE_KERNELS: how generated code reaches the instruction kernels: "bitcode"
@@ -75,6 +80,8 @@ struct Config {
 Config config();
 // config().threads alone (NEURON_THREADS), for every native run: without the rest of the parse.
 int config_threads();
+// config().openmp_team alone (NEURON_OPENMP_TEAM), for the first native launch.
+bool config_openmp_team();
 // NEURON_MATMUL_ISA as set, unchecked (config() checks it): for the matmul kernel's first call,
 // which must not throw.
 std::string config_matmul_isa();
