@@ -1,5 +1,6 @@
 // Native runtime: call validation, out-of-bounds errors (never a crash), the compile report and
 // reuse of compiled kernels (memory and disk cache).
+#include <dlfcn.h>
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -283,4 +284,34 @@ TEST_CASE("native threads: NEURON_THREADS is the default, the call's option wins
   o.threads = 0;
   CHECK_THROWS_AS(run_native(c, {a, b}, {4}, o), UserError);
   unsetenv("NEURON_THREADS");
+}
+
+TEST_CASE("native threads: a loaded GNU OpenMP runtime's team runs the grid, same results") {
+  // PyTorch brings libgomp into the process; here the system's stands in for it. Before it is
+  // loaded (and with NEURON_OPENMP_TEAM=0) the own workers run the grid.
+  const int64_t P = 512, F = 8;
+  Compiled c = compile(vector_add_kernel(P, F), default_compile_options());
+  Tensor a = Tensor::empty({P, F}, f32), b = Tensor::empty({P, F}, f32);
+  for (int64_t i = 0; i < a.elements(); ++i) a.set(i, float(i % 97)), b.set(i, float(i % 13));
+  RunReport rr;
+  NativeOptions o;
+  o.report = &rr;
+  o.threads = 2;
+  void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL);
+  REQUIRE_MESSAGE(gomp, "libgomp.so.1 (GCC's OpenMP runtime, with g++) is not installed");
+  std::vector<Tensor> team = run_native(c, {a, b}, {4}, o);
+  CHECK(rr.openmp_team);
+  CHECK(rr.threads == 2);
+  CHECK(rr.str().find("(OpenMP team)") != std::string::npos);
+  setenv("NEURON_OPENMP_TEAM", "0", 1);
+  std::vector<Tensor> own = run_native(c, {a, b}, {4}, o);
+  CHECK_FALSE(rr.openmp_team);
+  setenv("NEURON_OPENMP_TEAM", "yes", 1);
+  CHECK_THROWS_AS(run_native(c, {a, b}, {4}, o), UserError);
+  unsetenv("NEURON_OPENMP_TEAM");
+  std::vector<Tensor> sim = simulate(c, {a, b}, {4});
+  check_bit_identical(sim, team);
+  check_bit_identical(sim, own);
+  for (int64_t i = 0; i < sim[0].elements(); ++i)
+    REQUIRE(sim[0].get(i) == a.get(i) + b.get(i));
 }

@@ -119,8 +119,8 @@ std::string CompileReport::str() const {
 }
 
 std::string RunReport::str() const {
-  return fmt::format("[neuron] run: {} programs on {} threads, checks {:.3f} ms, run {:.3f} ms\n",
-                     programs, threads, check_ms, run_ms);
+  return fmt::format("[neuron] run: {} programs on {} threads{}, checks {:.3f} ms, run {:.3f} ms\n",
+                     programs, threads, openmp_team ? " (OpenMP team)" : "", check_ms, run_ms);
 }
 
 const Program& NativeKernel::program() const {

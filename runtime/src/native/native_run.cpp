@@ -177,33 +177,44 @@ class WorkerPool {
 // that team instead: the spinning threads take programs at once. Only in the process that
 // found it (a forked child's libgomp has no threads behind its pool: the child uses our path).
 using GompParallel = void (*)(void (*)(void*), void*, unsigned, unsigned);
-struct OpenMpTeam {
-  GompParallel parallel = nullptr;
-  pid_t pid = 0;
-};
-const OpenMpTeam& openmp_team() {
-  static const OpenMpTeam team = [] {
-    OpenMpTeam t;
-    if (!config_openmp_team()) return t;
-    std::string path;
-    dl_iterate_phdr(
-        [](dl_phdr_info* info, size_t, void* out) {
-          const char* name = info->dlpi_name ? std::strrchr(info->dlpi_name, '/') : nullptr;
-          if (name && std::strncmp(name + 1, "libgomp", 7) == 0) {
-            *static_cast<std::string*>(out) = info->dlpi_name;
-            return 1;
-          }
-          return 0;
-        },
-        &path);
-    if (path.empty()) return t;
-    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);  // already loaded: no new copy
-    if (!lib) return t;
-    t.parallel = reinterpret_cast<GompParallel>(dlsym(lib, "GOMP_parallel"));
-    t.pid = getpid();
-    return t;
-  }();
-  return team;
+
+// The team's launch function, or null: looked up among the loaded libraries again only when a
+// library was loaded since the last look (dl_iterate_phdr's load count), so a launch pays one
+// cheap call once it is known; null in a forked child and with NEURON_OPENMP_TEAM=0.
+GompParallel openmp_team() {
+  static std::mutex m;
+  static GompParallel found = nullptr;
+  static pid_t found_in = 0;
+  static unsigned long long adds_seen = ~0ull;
+  if (!config_openmp_team()) return nullptr;
+  std::lock_guard lock(m);
+  if (found) return found_in == getpid() ? found : nullptr;
+  unsigned long long adds = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        *static_cast<unsigned long long*>(out) = info->dlpi_adds;
+        return 1;  // the count is the same in every entry
+      },
+      &adds);
+  if (adds == adds_seen) return nullptr;
+  adds_seen = adds;
+  std::string path;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        const char* name = info->dlpi_name ? std::strrchr(info->dlpi_name, '/') : nullptr;
+        if (name && std::strncmp(name + 1, "libgomp", 7) == 0) {
+          *static_cast<std::string*>(out) = info->dlpi_name;
+          return 1;
+        }
+        return 0;
+      },
+      &path);
+  if (path.empty()) return nullptr;
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);  // already loaded: no new copy
+  if (!lib) return nullptr;
+  found = reinterpret_cast<GompParallel>(dlsym(lib, "GOMP_parallel"));
+  found_in = getpid();
+  return found;
 }
 
 // What a launch shares with the tasks it posted: how many are running, and whether the launch
@@ -320,17 +331,18 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
       if (!error) error = std::current_exception();
     }
   };
-  const OpenMpTeam& team = openmp_team();
-  if (threads > 1 && team.parallel && team.pid == getpid()) {
+  const GompParallel team = threads > 1 ? openmp_team() : nullptr;
+  if (team) {
     // Every team thread (the caller first among them) takes programs until none are left.
-    team.parallel([](void* w) { (*static_cast<decltype(worker)*>(w))(); }, &worker,
-                  static_cast<unsigned>(threads), 0);
+    team([](void* w) { (*static_cast<decltype(worker)*>(w))(); }, &worker,
+         static_cast<unsigned>(threads), 0);
     if (error) std::rethrow_exception(error);
     if (opts.report) {
       opts.report->check_ms = check_ms;
       opts.report->run_ms = ms_since(t0);
       opts.report->threads = threads;
       opts.report->programs = total;
+      opts.report->openmp_team = true;
     }
     return;
   }
@@ -360,6 +372,7 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
     opts.report->run_ms = ms_since(t0);
     opts.report->threads = threads;
     opts.report->programs = total;
+    opts.report->openmp_team = false;
   }
 }
 

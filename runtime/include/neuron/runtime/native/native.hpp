@@ -36,6 +36,7 @@ struct RunReport {
   double run_ms = 0;    // the grid itself
   int threads = 1;
   int64_t programs = 0;
+  bool openmp_team = false;  // the grid ran on the process's OpenMP team (docs/native.md)
   std::string str() const;
 };
 
