@@ -336,32 +336,22 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
     // Every team thread (the caller first among them) takes programs until none are left.
     team([](void* w) { (*static_cast<decltype(worker)*>(w))(); }, &worker,
          static_cast<unsigned>(threads), 0);
-    if (error) std::rethrow_exception(error);
-    if (opts.report) {
-      opts.report->check_ms = check_ms;
-      opts.report->run_ms = ms_since(t0);
-      opts.report->threads = threads;
-      opts.report->programs = total;
-      opts.report->openmp_team = true;
-    }
-    return;
-  }
-  auto state = std::make_shared<LaunchState>();
-  for (int t = 1; t < threads; ++t)
-    WorkerPool::get().post(
-        [state, &worker] {
-          {
+  } else {
+    auto state = std::make_shared<LaunchState>();
+    for (int t = 1; t < threads; ++t)
+      WorkerPool::get().post(
+          [state, &worker] {
+            {
+              std::lock_guard lock(state->mutex);
+              if (state->closed) return;  // the launch is over: `worker` is gone
+              ++state->running;
+            }
+            worker();
             std::lock_guard lock(state->mutex);
-            if (state->closed) return;  // the launch is over: `worker` is gone
-            ++state->running;
-          }
-          worker();
-          std::lock_guard lock(state->mutex);
-          if (--state->running == 0) state->idle.notify_all();
-        },
-        static_cast<size_t>(threads - 1));
-  worker();
-  {
+            if (--state->running == 0) state->idle.notify_all();
+          },
+          static_cast<size_t>(threads - 1));
+    worker();
     std::unique_lock lock(state->mutex);
     state->closed = true;
     state->idle.wait(lock, [&] { return state->running == 0; });
@@ -372,7 +362,7 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
     opts.report->run_ms = ms_since(t0);
     opts.report->threads = threads;
     opts.report->programs = total;
-    opts.report->openmp_team = false;
+    opts.report->openmp_team = team != nullptr;
   }
 }
 
