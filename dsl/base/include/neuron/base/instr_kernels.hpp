@@ -107,7 +107,7 @@ inline void stream_fence() {
 #define NEURON_INSTR_KERNELS(X)                                                                \
   X(copy, inline) X(tensor_tensor, inline) X(tensor_scalar, inline) X(activation, inline)      \
   X(memset, inline) X(tensor_reduce, inline) X(transpose, call) X(matmul, call)                \
-  X(copy_predicated, inline) X(iota, call) X(affine_select, call) X(print, call)                 \
+  X(copy_predicated, inline) X(iota, call) X(affine_select, inline) X(print, call)                 \
   X(dma_indirect, call) X(gather, call) X(local_gather, call) X(load_scalar, inline)           \
   X(store_scalar, inline) X(tensor_tensor_scan, call) X(partition_reduce, call) X(max8, call)    \
   X(find_index8, call) X(match_replace8, call) X(bn_stats, call) X(bn_aggr, call)              \
