@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -338,3 +339,37 @@ def test_two_processes_share_one_cache_dir(tmp_path):
     assert third["info"]["misses"] == 0
     assert third["info"]["disk_hits"] >= 4
     assert third["info"]["disk_entries"] == 4
+
+
+def test_grids_on_pytorchs_openmp_team_from_threads_and_a_forked_child(cache_dir):
+    # With PyTorch imported, launches run their grids on libgomp's team (docs/native.md
+    # "Threads"): from several Python threads at once (each its own team), from inside a
+    # PyTorch parallel region's aftermath, and in a forked child (its own workers, not the
+    # team, whose threads the child lacks) the results stay the simulator's bits.
+    torch = pytest.importorskip("torch")
+    k = neuron.kernel(softmax)
+    x = rand(np.random.default_rng(11), (512, 40), 4.0)
+    expect = neuron.simulate(k)[4](x)
+    torch.ones(1 << 20).sum()  # a parallel PyTorch operator: its team now spins
+    results = [None] * THREADS
+
+    def work(t):
+        results[t] = k[4](x)
+
+    run_threads(work)
+    for r in results:
+        assert r.tobytes() == expect.tobytes()
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only when its launch matches
+        try:
+            os._exit(0 if k[4](x).tobytes() == expect.tobytes() else 1)
+        except BaseException:  # noqa: BLE001
+            os._exit(2)
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's launch hung")
+    assert os.WIFEXITED(done[1]) and os.WEXITSTATUS(done[1]) == 0
