@@ -7,7 +7,8 @@ Tiling (the kernel library's flash attention, kernels/attention.hpp): one SPMD p
 two runtime loops (`nl.dynamic_range`) whose trip counts are read from the block mask's
 `full_kv_num_blocks` / `kv_num_blocks` into a register: per iteration the key block's index is
 read from `full_kv_indices` / `kv_indices` into a register and K / V rows are loaded at that
-register offset. Per key tile of up to 128 keys: K^T by a Tensor-engine transpose, scores =
+register offset. K^T is transposed once per program for all keys when it fits KT_BYTES per
+partition (else per visited key tile). Per key tile of up to 128 keys: its K^T columns, scores =
 nc_matmul in PSUM, scale, score_mod, mask_mod only in the partial-block loop, online softmax in
 fp32, p^T @ V accumulated. Empty blocks are never visited; rows that see no key give 0 and lse
 -inf. Because the block lists are data, one compile serves every mask of the same shape.
@@ -31,6 +32,7 @@ from . import emit
 
 MAX_CAPTURED = 16384  # fp32 elements per SBUF partition for all captured tensors (64 KiB)
 MAX_HEAD_DIM = 512  # a [128, Ev] accumulator in one PSUM bank of fp32 (kernels/attention.hpp)
+KT_BYTES = 64 * 1024  # SBUF bytes per partition for a program's whole K^T (as the library's)
 
 # How many times a flex kernel was traced (one trace = one compile): tests read it.
 TRACES = [0]
@@ -204,6 +206,17 @@ def _build(sh, score_graph, mask_graph):
             nisa.iota(kv_base, [[1, TK]], offset=0, channel_multiplier=0)
         caps_t = nl.broadcast_to(nl.load(caps[0:1, :]), (TQ, caps.shape[1])) \
             if need_caps else None
+        # K^T for all keys, transposed once per program (the library's attention does the
+        # same) when it fits KT_BYTES per partition; else per visited key tile.
+        kT_all = None
+        s_pad = sh.nK * sh.KB
+        if s_pad * (2 if mm == nl.bfloat16 else 4) <= KT_BYTES:
+            kT_all = [nl.ndarray((min(128, sh.E - c0), s_pad), mm, buffer=nl.sbuf)
+                      for c0 in range(0, sh.E, 128)]
+            for t in nl.affine_range(s_pad // TK):
+                kt = nl.load(k[kvrow, nl.ds(t * TK, TK), :], dtype=mm)
+                for c, dst in enumerate(kT_all):
+                    dst[:, nl.ds(t * TK, TK)] = nl.transpose(kt[:, c * 128:c * 128 + dst.shape[0]])
         counts = {"partial": nl.load(kn[mrow, :, :])}
         if sh.Wf is not None:
             counts["full"] = nl.load(fn[mrow, :, :])
@@ -255,7 +268,10 @@ def _build(sh, score_graph, mask_graph):
                                                 nl.load(capsT[nl.ds(q0 + off, qr), :])),
                     "kv_idx": None if sh.S % sh.KB else lambda off: nl.broadcast_to(
                         nl.load(caps[0:1, nl.ds(k0 + off, TK)]), (qr, TK))}
-            kT = chunked_T(nl, nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=mm))
+            if kT_all is not None:
+                kT = [c[:, nl.ds(k0, TK)] for c in kT_all]
+            else:
+                kT = chunked_T(nl, nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=mm))
             s = chunked_matmul(nl, nisa, qT, kT)
             if not prescale:  # scaled in fp32 (a bf16 Q^T * scale would round)
                 s = nl.multiply(s, sh.scale)
