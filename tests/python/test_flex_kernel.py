@@ -297,3 +297,17 @@ def test_pytorchs_block_mask_through_the_kernels():
     torch.testing.assert_close(out.double(), gold_out, rtol=1e-4, atol=1e-4)
     for a, g in zip(ours, gold):
         torch.testing.assert_close(a.double(), g, rtol=1e-4, atol=1e-4)
+
+
+def test_whole_k_transpose_and_per_tile_transposes_give_the_same_bits(monkeypatch):
+    # K^T once per program (it fits KT_BYTES) or per visited key tile (it does not): the same
+    # values reach the same matmuls, so the same bits; GQA, E > 128 (chunked), a partial tail.
+    q, k, v = qkv(1, 4, 2, 1, 200, 300, 160, 64, seed=5)
+    bm = create_block_mask(fh.causal, 1, 4, 200, 300)
+    whole = run("simulator", q, k, v, block_mask=bm)
+    check("whole K^T", whole, q, k, v, None, fh.causal)
+    traces = K.TRACES[0]
+    monkeypatch.setattr(K, "KT_BYTES", 0)
+    per_tile = run("simulator", q, k, v, block_mask=bm)
+    assert K.TRACES[0] == traces + 1  # a kernel of its own
+    assert torch.equal(whole[0], per_tile[0]) and torch.equal(whole[1].lse, per_tile[1].lse)

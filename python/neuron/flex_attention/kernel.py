@@ -150,7 +150,7 @@ _KERNELS = {}
 
 def get_kernel(sh, score_graph, mask_graph):
     key = (sh.key(), score_graph.key() if score_graph else None,
-           mask_graph.key() if mask_graph else None)
+           mask_graph.key() if mask_graph else None, KT_BYTES)
     kern = _KERNELS.get(key)
     if kern is None:
         kern = _KERNELS[key] = _build(sh, score_graph, mask_graph)
