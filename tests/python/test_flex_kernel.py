@@ -299,15 +299,24 @@ def test_pytorchs_block_mask_through_the_kernels():
         torch.testing.assert_close(a.double(), g, rtol=1e-4, atol=1e-4)
 
 
-def test_whole_k_transpose_and_per_tile_transposes_give_the_same_bits(monkeypatch):
-    # K^T once per program (it fits KT_BYTES) or per visited key tile (it does not): the same
-    # values reach the same matmuls, so the same bits; GQA, E > 128 (chunked), a partial tail.
-    q, k, v = qkv(1, 4, 2, 1, 200, 300, 160, 64, seed=5)
-    bm = create_block_mask(fh.causal, 1, 4, 200, 300)
-    whole = run("simulator", q, k, v, block_mask=bm)
-    check("whole K^T", whole, q, k, v, None, fh.causal)
+def test_whole_transposes_and_per_tile_transposes_give_the_same_bits(monkeypatch):
+    # K^T (forward), K^T / V^T (dq kernel) and Q^T / dout^T (dk / dv kernel) once per program
+    # when they fit KT_BYTES, or per visited tile when they do not: the same values reach the
+    # same matmuls, so the same bits, forward and backward; GQA, E > 128 (chunked), partial
+    # tails.
+    def grads():
+        q, k, v = (t.requires_grad_() for t in qkv(1, 4, 2, 1, 200, 300, 160, 64, seed=5))
+        bm = create_block_mask(fh.causal, 1, 4, 200, 300)
+        out, aux = run("simulator", q, k, v, block_mask=bm)
+        dq, dk, dv = torch.autograd.grad((out * out).sum() + aux.lse.sum(), (q, k, v))
+        return out.detach(), aux.lse.detach(), dq, dk, dv, (q, k, v)
+    whole = grads()
+    q, k, v = whole[5]
+    check("whole transposes", (whole[0], type("A", (), {"lse": whole[1]})), q.detach(),
+          k.detach(), v.detach(), None, fh.causal)
     traces = K.TRACES[0]
     monkeypatch.setattr(K, "KT_BYTES", 0)
-    per_tile = run("simulator", q, k, v, block_mask=bm)
-    assert K.TRACES[0] == traces + 1  # a kernel of its own
-    assert torch.equal(whole[0], per_tile[0]) and torch.equal(whole[1].lse, per_tile[1].lse)
+    per_tile = grads()
+    assert K.TRACES[0] == traces + 3  # kernels of their own: forward, dq, dk / dv
+    for a, b in zip(whole[:5], per_tile[:5]):
+        assert torch.equal(a, b)

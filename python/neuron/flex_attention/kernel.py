@@ -75,6 +75,28 @@ def chunked_T(nl, x):
     return [nl.copy(nl.transpose(x[:, c0:min(c0 + 128, D)])) for c0 in range(0, D, 128)]
 
 
+def whole_T(nl, t, row, n, step, width, dtype, budget=None):
+    """Rows 0..n of t[row] ([n, width], n a multiple of step <= 128) transposed once into SBUF
+    tiles [cw, n], one per chunk of at most 128 of the width columns (chunked_T's layout for
+    every row at once), when they fit `budget` bytes per partition (KT_BYTES); else None, and
+    the caller transposes each tile it visits. A tile's columns are then read at the visit's
+    (register) offset."""
+    if n * (2 if dtype == nl.bfloat16 else 4) > (KT_BYTES if budget is None else budget):
+        return None
+    tiles = [nl.ndarray((min(128, width - c0), n), dtype, buffer=nl.sbuf)
+             for c0 in range(0, width, 128)]
+    for i in nl.affine_range(n // step):
+        rows = nl.load(t[row, nl.ds(i * step, step), :], dtype=dtype)
+        for c, dst in enumerate(tiles):
+            dst[:, nl.ds(i * step, step)] = nl.transpose(rows[:, c * 128:c * 128 + dst.shape[0]])
+    return tiles
+
+
+def columns(nl, tiles, c0, n):
+    """Columns c0..c0+n of whole_T's tiles: the chunked_T tiles of those rows."""
+    return [t[:, nl.ds(c0, n)] for t in tiles]
+
+
 def chunked_matmul(nl, nisa, xs, ys):
     """sum_c xs[c].T @ ys[c] (chunked contraction, chunked_T's tiles) in PSUM fp32: one
     matmul per chunk, the later ones adding into the first."""
@@ -207,16 +229,8 @@ def _build(sh, score_graph, mask_graph):
         caps_t = nl.broadcast_to(nl.load(caps[0:1, :]), (TQ, caps.shape[1])) \
             if need_caps else None
         # K^T for all keys, transposed once per program (the library's attention does the
-        # same) when it fits KT_BYTES per partition; else per visited key tile.
-        kT_all = None
-        s_pad = sh.nK * sh.KB
-        if s_pad * (2 if mm == nl.bfloat16 else 4) <= KT_BYTES:
-            kT_all = [nl.ndarray((min(128, sh.E - c0), s_pad), mm, buffer=nl.sbuf)
-                      for c0 in range(0, sh.E, 128)]
-            for t in nl.affine_range(s_pad // TK):
-                kt = nl.load(k[kvrow, nl.ds(t * TK, TK), :], dtype=mm)
-                for c, dst in enumerate(kT_all):
-                    dst[:, nl.ds(t * TK, TK)] = nl.transpose(kt[:, c * 128:c * 128 + dst.shape[0]])
+        # same) when it fits; else per visited key tile.
+        kT_all = whole_T(nl, k, kvrow, sh.nK * sh.KB, TK, sh.E, mm)
         counts = {"partial": nl.load(kn[mrow, :, :])}
         if sh.Wf is not None:
             counts["full"] = nl.load(fn[mrow, :, :])
@@ -269,7 +283,7 @@ def _build(sh, score_graph, mask_graph):
                     "kv_idx": None if sh.S % sh.KB else lambda off: nl.broadcast_to(
                         nl.load(caps[0:1, nl.ds(k0 + off, TK)]), (qr, TK))}
             if kT_all is not None:
-                kT = [c[:, nl.ds(k0, TK)] for c in kT_all]
+                kT = columns(nl, kT_all, k0, TK)
             else:
                 kT = chunked_T(nl, nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=mm))
             s = chunked_matmul(nl, nisa, qT, kT)

@@ -13,6 +13,8 @@ with delta = rowsum(dout * out) - dlse (host). Then
 Rows that see no key have lse -inf: they get lse +inf here, so p = 0 and every gradient is 0.
 Padding query rows (L not a multiple of the q block) are zero with lse +inf; the mods see
 q_idx clamped to L - 1 there (and kv_idx to S - 1 on padding keys), as on the host path.
+K^T and V^T (dq kernel), Q^T and dout^T (dk / dv kernel) are transposed once per program when
+both fit KT_BYTES / 2 per partition (kernel.whole_T), else per visited tile.
 Gradients of captured tensors are not produced: such calls take the host path. bf16 inputs give
 the Tensor engine bf16 operands (q, k, v, dout, and p / ds rounded to bf16), with fp32
 accumulation, as the forward does; everything else is fp32.
@@ -22,8 +24,9 @@ import math
 import torch
 
 from . import emit
-from .kernel import (TRACES, _captured, block_lists, chunked_T, chunked_matmul,
-                     operand_dtype)
+from . import kernel as _fwd
+from .kernel import (TRACES, _captured, block_lists, chunked_T, chunked_matmul, columns,
+                     operand_dtype, whole_T)
 
 _KERNELS = {}
 
@@ -143,6 +146,10 @@ def _build(sh, score_graph, mask_graph, which):
             counts = {"partial": nl.load(kn[mrow, :, :])}
             if sh.Wf is not None:
                 counts["full"] = nl.load(fn[mrow, :, :])
+            # K^T and V^T for all keys once per program when both fit (else per visit).
+            half = _fwd.KT_BYTES // 2
+            kT_all = whole_T(nl, k, kvrow, sh.Sp, TK, sh.E, mm, half)
+            vT_all = whole_T(nl, v, kvrow, sh.Sp, TK, sh.Ev, mm, half)
             for r in nl.affine_range(sh.nQ):
                 for t in range(sh.QB // TQ):
                     q0 = r * sh.QB + t * TQ
@@ -168,10 +175,11 @@ def _build(sh, score_graph, mask_graph, which):
                             for sb in range(sh.KB // TK):
                                 k0 = blk * sh.KB + sb * TK
                                 krows = nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=mm)
-                                vT = chunked_T(nl, nl.load(v[kvrow, nl.ds(k0, TK), :],
-                                                           dtype=mm))
-                                s_raw = nl.multiply(
-                                    chunked_matmul(nl, nisa, qT, chunked_T(nl, krows)), sh.scale)
+                                vT = columns(nl, vT_all, k0, TK) if vT_all else chunked_T(
+                                    nl, nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=mm))
+                                kT = columns(nl, kT_all, k0, TK) if kT_all else \
+                                    chunked_T(nl, krows)
+                                s_raw = nl.multiply(chunked_matmul(nl, nisa, qT, kT), sh.scale)
                                 dp = chunked_matmul(nl, nisa, doT, vT)
                                 kv = nl.add(kv_base, kcol[:, nl.ds(jj, 1)])
                                 if sb:
@@ -195,6 +203,10 @@ def _build(sh, score_graph, mask_graph, which):
         counts = {"partial": nl.load(qn[mrow, :, :])}
         if sh.Wqf is not None:
             counts["full"] = nl.load(qfn[mrow, :, :])
+        # Q^T and dout^T for all queries once per program when both fit (else per visit).
+        half = _fwd.KT_BYTES // 2
+        qT_all = whole_T(nl, q, hq, sh.Lp, TQ, sh.E, mm, half)
+        doT_all = whole_T(nl, dout, hq, sh.Lp, TQ, sh.Ev, mm, half)
         for c in nl.affine_range(sh.nK):
             for sb in range(sh.KB // TK):
                 k0 = c * sh.KB + sb * TK
@@ -220,9 +232,12 @@ def _build(sh, score_graph, mask_graph, which):
                             lse_t = nl.load(lse[hq, nl.ds(q0, TQ), :])
                             delta_t = nl.load(delta[hq, nl.ds(q0, TQ), :])
                             qpos_t = nl.load(qpos[nl.ds(q0, TQ), :])
-                            s_raw = nl.multiply(
-                                chunked_matmul(nl, nisa, chunked_T(nl, qrows), kT), sh.scale)
-                            dp = chunked_matmul(nl, nisa, chunked_T(nl, dorows), vT)
+                            qT = columns(nl, qT_all, q0, TQ) if qT_all else \
+                                chunked_T(nl, qrows)
+                            doT = columns(nl, doT_all, q0, TQ) if doT_all else \
+                                chunked_T(nl, dorows)
+                            s_raw = nl.multiply(chunked_matmul(nl, nisa, qT, kT), sh.scale)
+                            dp = chunked_matmul(nl, nisa, doT, vT)
                             env = index_env(fixed, zeros, qpos_t, kv)
                             p, ds = probs(kind, s_raw, dp, lse_t, delta_t, env, data)
                             if mm != f32:  # the probabilities and ds as bf16 operands
@@ -267,7 +282,7 @@ def backward(q, k, v, out, lse, dout, dlse, block_mask, score_graph, mask_graph,
     caps, layout = _captured((score_graph, mask_graph))
     sh = _Shape(q, v, QB, KB, kn, ki, fi, qfi, Bm, Hm, scale, layout, L, S)
     key = (sh.key(), score_graph.key() if score_graph else None,
-           mask_graph.key() if mask_graph else None)
+           mask_graph.key() if mask_graph else None, _fwd.KT_BYTES)
     kernels = _KERNELS.get(key)
     if kernels is None:
         kernels = _KERNELS[key] = (_build(sh, score_graph, mask_graph, "dq"),
