@@ -239,9 +239,9 @@ TEST_CASE("norms: saved statistics of the wrong kind or shape are refused") {
         specs);
   };
   const TensorSpec x{{8, 16}, DType::float32}, col{{8, 1}, DType::float32};
-  CHECK_THROWS_WITH_AS(kernel_with(true, {x, col, x}), doctest::Contains("the mean and rstd"),
+  CHECK_THROWS_WITH_AS(kernel_with(true, {x, col, x}), doctest::Contains("takes the mean and the rstd as its saved statistics"),
                        UserError);
-  CHECK_THROWS_WITH_AS(kernel_with(false, {x, col, col, x}), doctest::Contains("only the rstd"),
+  CHECK_THROWS_WITH_AS(kernel_with(false, {x, col, col, x}), doctest::Contains("takes only the rstd as its saved statistics"),
                        UserError);
   CHECK_THROWS_WITH_AS(kernel_with(false, {x, {{8, 2}, DType::float32}, x}),
                        doctest::Contains("saved rstd is float32 [8, 2]; it must be float32 [8, 1]"),

@@ -7,8 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

@@ -122,7 +122,8 @@ inline std::vector<nl::tensor> norm_forward(NormKind kind, const NormInputs& in,
   auto out = nl::ndarray({R, D}, in.x.dtype(), nl::shared_hbm, "out");
   std::optional<nl::tensor> mean_out, rstd_out;
   if (save_stats) {
-    if (kind == NormKind::layer) mean_out = nl::ndarray({R, 1}, nl::float32, nl::shared_hbm, "mean");
+    if (kind == NormKind::layer)
+      mean_out = nl::ndarray({R, 1}, nl::float32, nl::shared_hbm, "mean");
     rstd_out = nl::ndarray({R, 1}, nl::float32, nl::shared_hbm, "rstd");
   }
   const int64_t rows = R / cfg.programs, P = std::min(rows, kPartitions);
@@ -186,8 +187,8 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
   const int64_t R = x.shape()[0], D = x.shape()[1];
   if (saved) {
     if ((kind == NormKind::layer) != bool(saved->mean))
-      args_error(span, kernel, "{} takes {} saved statistics, as {}_with_stats returns them",
-                 kernel, kind == NormKind::layer ? "the mean and rstd" : "only the rstd as",
+      args_error(span, kernel, "{} takes {} as its saved statistics (what {}_with_stats returns)",
+                 kernel, kind == NormKind::layer ? "the mean and the rstd" : "only the rstd",
                  kind == NormKind::layer ? "layer_norm" : "rms_norm");
     const std::vector<int64_t> column{R, 1};
     for (auto [t, name] : {std::pair{saved->mean ? &*saved->mean : nullptr, "mean"},

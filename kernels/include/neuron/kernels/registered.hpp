@@ -110,6 +110,10 @@ inline T softmax_backward(const T& y, const T& dy,
 inline NormConfig norm_config(double eps, int64_t programs) {
   return NormConfig{eps, programs};
 }
+// A backward's config: eps only enters the statistics, which the backward is given.
+inline NormConfig backward_config(int64_t programs) {
+  return NormConfig{0.0, programs};
+}
 
 inline std::tuple<T, T> two(const std::vector<T>& v) {
   return {v.at(0), v.at(1)};
@@ -144,7 +148,7 @@ inline T rms_norm_backward(const T& x, const T& rstd, const T& dy,
                            // SPMD programs along the rows (divides them)
                            int64_t programs = 1) {
   return kernels::rms_norm_backward(x, std::nullopt, SavedStats{std::nullopt, rstd}, dy,
-                                    norm_config(1e-5, programs))[0];
+                                    backward_config(programs))[0];
 }
 
 // dx and dweight [programs, D] (fp32 partial sums: add the rows) of rms_norm with a weight,
@@ -155,7 +159,7 @@ inline std::tuple<T, T> rms_norm_weight_backward(const T& x, const T& weight, co
                                                  // SPMD programs along the rows (divides them)
                                                  int64_t programs = 1) {
   return two(kernels::rms_norm_backward(x, weight, SavedStats{std::nullopt, rstd}, dy,
-                                        norm_config(1e-5, programs)));
+                                        backward_config(programs)));
 }
 
 // (y, mean, rstd): y = (x - mean) * rsqrt(var + eps) over the last axis of x [R, D];
@@ -197,7 +201,7 @@ inline T layer_norm_backward(const T& x, const T& mean, const T& rstd, const T& 
                              // SPMD programs along the rows (divides them)
                              int64_t programs = 1) {
   return kernels::layer_norm_backward(x, std::nullopt, SavedStats{mean, rstd}, dy,
-                                      norm_config(1e-5, programs))[0];
+                                      backward_config(programs))[0];
 }
 
 // dx, dweight and dbias [programs, D] (fp32 partial sums: add the rows) of layer_norm with a
@@ -209,7 +213,7 @@ inline std::tuple<T, T, T> layer_norm_weight_backward(const T& x, const T& weigh
                                                       // them)
                                                       int64_t programs = 1) {
   return three(kernels::layer_norm_backward(x, weight, SavedStats{mean, rstd}, dy,
-                                            norm_config(1e-5, programs)));
+                                            backward_config(programs)));
 }
 
 // ---- swiglu ----
