@@ -10,11 +10,19 @@ PACKAGE_DIR = os.path.dirname(os.path.realpath(__file__))
 
 _TOOLKIT = {}  # filename -> in the package or a subpackage? (realpath is slow: cached per name)
 
+# The toolkit's own @neuron.kernel sources (the FlexAttention kernels) count as user code: their
+# lines are the kernels' lines, which profiles and diagnostics of those kernels name (else the
+# first frame outside the package would be PyTorch's wrapper around flex_attention).
+KERNEL_SOURCES = frozenset(os.path.join(PACKAGE_DIR, "flex_attention", name)
+                           for name in ("kernel.py", "kernel_bwd.py"))
+
 
 def is_toolkit_file(filename):
     known = _TOOLKIT.get(filename)
     if known is None:
-        known = _TOOLKIT[filename] = os.path.realpath(filename).startswith(PACKAGE_DIR + os.sep)
+        real = os.path.realpath(filename)
+        known = _TOOLKIT[filename] = (real.startswith(PACKAGE_DIR + os.sep) and
+                                      real not in KERNEL_SOURCES)
     return known
 
 

@@ -320,3 +320,26 @@ def test_whole_transposes_and_per_tile_transposes_give_the_same_bits(monkeypatch
     assert K.TRACES[0] == traces + 3  # kernels of their own: forward, dq, dk / dv
     for a, b in zip(whole[:5], per_tile[:5]):
         assert torch.equal(a, b)
+
+
+def test_a_profile_of_the_kernel_names_its_own_lines(monkeypatch):
+    # The flex kernels live inside the package; their instructions are still attributed to
+    # their own source lines (kernel.py), not to the first frame outside the package.
+    import sys
+    profiled_cls = sys.modules["neuron.kernel"]._Profiled
+    profiles = []
+    call = profiled_cls.__call__
+
+    def recording(self, *args, **kwargs):
+        out = call(self, *args, **kwargs)
+        profiles.append(self.profile)
+        return out
+    monkeypatch.setattr(profiled_cls, "__call__", recording)
+    real = K.get_kernel
+    monkeypatch.setattr(K, "get_kernel", lambda *a: neuron.native_profile(real(*a)))
+    monkeypatch.setattr(K, "KT_BYTES", K.KT_BYTES + 1)  # a kernel of its own (not cached)
+    q, k, v = qkv(1, 2, 2, 1, 64, 64, 16, 16)
+    run("native", q, k, v, block_mask=create_block_mask(fh.causal, 1, 1, 64, 64))
+    assert profiles and profiles[0].rows
+    files = {r["line"].rsplit(":", 1)[0] for r in profiles[0].rows}
+    assert files == {K.__file__}, files
