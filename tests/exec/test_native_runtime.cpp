@@ -307,7 +307,9 @@ TEST_CASE("native threads: a loaded GNU OpenMP runtime's team runs the grid, sam
   std::vector<Tensor> own = run_native(c, {a, b}, {4}, o);
   CHECK_FALSE(rr.openmp_team);
   setenv("NEURON_OPENMP_TEAM", "yes", 1);
-  CHECK_THROWS_AS(run_native(c, {a, b}, {4}, o), UserError);
+  CHECK_THROWS_WITH_AS(run_native(c, {a, b}, {4}, o),
+                       doctest::Contains("NEURON_OPENMP_TEAM='yes' is not 0 or 1: set it to 1"),
+                       UserError);
   unsetenv("NEURON_OPENMP_TEAM");
   std::vector<Tensor> sim = simulate(c, {a, b}, {4});
   check_bit_identical(sim, team);

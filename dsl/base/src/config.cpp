@@ -63,7 +63,10 @@ bool config_openmp_team() {
   if (!t || !*t) return true;
   const std::string_view s(t);
   if (s != "0" && s != "1")
-    user_error(Span{}, "config", "NEURON_OPENMP_TEAM='{}' is not 0 or 1", s);
+    user_error(Span{}, "config",
+               "NEURON_OPENMP_TEAM='{}' is not 0 or 1: set it to 1 (the default: grids run on "
+               "the loaded OpenMP runtime's threads) or 0 (the toolkit's own worker threads)",
+               s);
   return s == "1";
 }
 
