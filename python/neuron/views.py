@@ -10,12 +10,12 @@ that keep that form are built on the subscript machinery (language._getitem), so
 through t.slice(...) reaches the storage. reshape, reshape_dim, expand_dim and flatten_dims of
 an HBM tensor are Reshaped views (reshaped.py: subscripts map to views of the base, DMAs move
 them); on chip dropping size-1 free dims is a subscript and regrouping a dense run of each
-partition's free elements is an .ap() view of the storage seen with the new shape. Views that
-move a tile's partition dim or reinterpret bytes (rearrange, view(dtype), permute of dim 0 on
-chip), and on-chip reshapes that move elements between partitions or regroup a non-dense view,
-have no such form (permute of other dims is a transposing .ap() view), and a copy in
-their place would silently drop writes: they are refused (rule unsupported) unless the call
-changes nothing. broadcast repeats a size-1 dim with step 0
+partition's free elements is an .ap() view of the storage seen with the new shape. permute of
+the other dims is a transposing .ap() view, and rearrange (split, permute, merge) the .ap() of
+the regrouped walk when each merged group is one arithmetic sequence in storage. Views that
+move a tile's partition dim, and on-chip reshapes that move elements between partitions or
+regroup a non-dense view, have no such form, and a copy in their place would silently drop
+writes: they are refused (rule unsupported) unless the call changes nothing. broadcast repeats a size-1 dim with step 0
 (_C.broadcast_view; eager chains hold a BroadcastKey), a view for reading (docs/nki-compat.md)."""
 import math
 
@@ -235,14 +235,96 @@ def reshape(self, shape, *more):
                      "copy into a tile of that shape (nisa.tensor_copy / nisa.dma_copy)", span)
 
 
+def _pattern_dims(pattern, arg, call, span):
+    """An einops-style pattern as its dims, each a list of names: 'b (h w) c' or
+    ('b', ('h', 'w'), 'c') -> [['b'], ['h', 'w'], ['c']]."""
+    def bad(why):
+        user_error("index", f"{call}: {arg} {why}", span)
+    if isinstance(pattern, str):
+        dims, group = [], None
+        for tok in pattern.replace("(", " ( ").replace(")", " ) ").split():
+            if tok == "(":
+                if group is not None:
+                    bad("nests parentheses")
+                group = []
+            elif tok == ")":
+                if not group:
+                    bad("closes a group it did not open, or an empty one")
+                dims.append(group)
+                group = None
+            elif group is not None:
+                group.append(tok)
+            else:
+                dims.append([tok])
+        if group is not None:
+            bad("leaves a parenthesis open")
+        return dims
+    if not isinstance(pattern, (tuple, list)):
+        bad(f"must be a string such as 'b (h w)' or a tuple such as ('b', ('h', 'w')), got "
+            f"{pattern!r}")
+    dims = []
+    for entry in pattern:
+        group = [entry] if isinstance(entry, str) else list(entry) \
+            if isinstance(entry, (tuple, list)) else None
+        if not group or not all(isinstance(n, str) for n in group):
+            bad(f"entry {entry!r} is neither a dim name nor a tuple of names")
+        dims.append(group)
+    return dims
+
+
 def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
+    """einops-style: the dims of src_pattern (a group splits its dim, sizes from fixed_sizes,
+    one per group inferred), reordered and merged as dst_pattern says; NKI's reshape_dim,
+    permute and flatten_dims in one call. A view (the same walk regrouped, as .ap()) when
+    every merged group is one arithmetic sequence in storage; on chip the partition dim stays
+    first and whole. Otherwise refused: a copy would drop writes through it."""
     span = user_span()
-    if isinstance(src_pattern, str) and isinstance(dst_pattern, str) and \
-            src_pattern.split() == dst_pattern.split():
+    call = f"rearrange({src_pattern!r}, {dst_pattern!r})"
+    src = _pattern_dims(src_pattern, "src_pattern", call, span)
+    dst = _pattern_dims(dst_pattern, "dst_pattern", call, span)
+    names = [n for g in src for n in g]
+    if len(src) != len(self.shape):
+        user_error("shape", f"{call} of '{self.name}' of shape {list(self.shape)}: src_pattern "
+                   f"names {len(src)} dims, the tensor has {len(self.shape)}", span)
+    if len(set(names)) != len(names) or sorted(names) != sorted(n for g in dst for n in g):
+        user_error("index", f"{call}: each name must appear once in src_pattern and once in "
+                   "dst_pattern", span)
+    sizes = {}
+    for key, value in dict(fixed_sizes or {}).items():
+        if key not in names or not is_int(value) or int(value) <= 0:
+            user_error("shape", f"{call}: fixed_sizes[{key!r}]={value!r} must be a positive "
+                       "int for a name of src_pattern", span)
+        sizes[key] = int(value)
+    for group, size in zip(src, self.shape):
+        unknown = [n for n in group if n not in sizes]
+        known = math.prod(sizes[n] for n in group if n in sizes)
+        if len(unknown) > 1 or (unknown and size % known) or (not unknown and known != size):
+            user_error("shape", f"{call} of '{self.name}' of shape {list(self.shape)}: group "
+                       f"{group} cannot split a dim of {size} (give fixed_sizes for all but "
+                       "one name of a group, whose sizes divide the dim)", span)
+        if unknown:
+            sizes[unknown[0]] = size // known
+    if src == dst:
         return self
-    refuse(f"rearrange({src_pattern!r}, {dst_pattern!r})", "reorder, split or merge dims",
-           "transpose with nisa.dma_transpose / nisa.nc_transpose, or allocate the tensor in "
-           "the target layout", span)
+    if self.buffer in _ON_CHIP and (len(src[0]) != 1 or dst[0] != src[0]):
+        refuse(call, "move, split or merge the partition dim",
+               "transpose on chip with nisa.nc_transpose / nl.transpose, or while moving with "
+               "nisa.dma_transpose (into a tile of the rearranged shape)", span)
+    entry = {}  # name -> [stride, count] of the split walk
+    for group, (stride, _) in zip(src, _reshaped_mod.walk_of(self)):
+        for n in reversed(group):
+            entry[n] = [stride, sizes[n]]
+            stride *= sizes[n]
+    walk = []
+    for group in dst:
+        parts = [entry[n] for n in group if entry[n][1] != 1] or [entry[group[-1]]]
+        for (outer, _), (inner, count) in zip(parts, parts[1:]):
+            if outer != inner * count:
+                refuse(call, f"merge the dims {group}, which are not one arithmetic sequence "
+                       "in storage", "merge dims that are adjacent in storage, or copy into a "
+                       "tile of the rearranged shape (nisa.tensor_copy / nisa.dma_copy)", span)
+        walk.append([parts[-1][0], math.prod(c for _, c in parts)])
+    return self.ap(walk)
 
 
 def view(self, dtype):

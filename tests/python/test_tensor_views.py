@@ -328,6 +328,75 @@ def test_permute_is_a_view_with_its_dims_reordered(mode):
     assert list(strides) == [s // 4 for s in view.strides]
 
 
+def rearranged_views(x, y, w):
+    """rearrange() splits, reorders and merges dims as views: a tile's free dims split and
+    swapped (string pattern), an HBM tensor's dims moved in one DMA (tuple pattern), a merge of
+    dims adjacent in storage, and writes through a rearranged tile view and HBM view."""
+    t = nl.load(x)                                                     # [128, 24]
+    v = t.rearrange("p (h w)", "p w h", {"h": 6})                      # [128, 4, 6]
+    m = nl.ndarray((128, 4), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(m, nl.maximum, v, axis=2)
+    u = nl.ndarray((128, 4, 8), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(u, y.rearrange(("a", "p", "f"), ("p", "a", "f")))    # [4, 128, 8] moved
+    g = nl.ndarray((128, 8, 4), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(g.rearrange("p f a", "p a f"), u)                 # written transposed
+    merged = nl.load(w.rearrange("b s h", "(b s) h"))                  # [2, 64, 8] -> [128, 8]
+    out_m = nl.ndarray((128, 4), nl.float32, buffer=nl.shared_hbm)
+    out_g = nl.ndarray((128, 8, 4), nl.float32, buffer=nl.shared_hbm)
+    out_w = nl.ndarray((8, 128), nl.float32, buffer=nl.shared_hbm)
+    nl.store(out_m, m)
+    nl.store(out_g, g)
+    nl.store(out_w.rearrange("h (b s)", "(b s) h", {"s": 64}), merged.rearrange(
+        ("p", "h"), ("p", "h")))                                       # written transposed
+    return out_m, out_g, out_w, tuple(v.shape), tuple(v.strides)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_rearrange_is_a_view_split_reordered_and_merged(mode):
+    x = RNG.standard_normal((128, 24)).astype(np.float32)
+    w = RNG.standard_normal((2, 64, 8)).astype(np.float32)
+    seen = []
+
+    def k(x, y, w):
+        out_m, out_g, out_w, shape, strides = rearranged_views(x, y, w)
+        seen.append((shape, strides))
+        return out_m, out_g, out_w
+    out_m, out_g, out_w = neuron.kernel(k, mode=mode)(x, Y, w)
+    view = x.reshape(128, 6, 4).transpose(0, 2, 1)  # NumPy's einops equivalent
+    np.testing.assert_array_equal(out_m, view.max(axis=2))
+    np.testing.assert_array_equal(out_g, Y.transpose(1, 2, 0))
+    np.testing.assert_array_equal(out_w, w.reshape(128, 8).T)
+    shape, strides = seen[0]
+    assert list(shape) == list(view.shape)
+    assert list(strides) == [s // 4 for s in view.strides]
+
+
+REARRANGE_ERRORS = [  # each on its own line: the error points at it
+    (lambda t: t.rearrange("p f", "f p"), "unsupported", "partition dim"),
+    (lambda t: t.rearrange("(p q) f", "p q f", {"q": 2}), "unsupported", "partition dim"),
+    (lambda t: t.rearrange("p f", "p"), "index", "once in src_pattern and once"),
+    (lambda t: t.rearrange("p f g", "p f g"), "shape", "names 3 dims"),
+    (lambda t: t.rearrange("p (a b)", "p a b", {"a": 5}), "shape", "cannot split"),
+    (lambda t: t.rearrange("p (a b)", "p a b"), "shape", "all but one name"),
+    (lambda t: t.rearrange("p (a b", "p a b"), "index", "parenthesis open"),
+    (lambda t: t.rearrange(("p", 3), ("p",)), "index", "neither a dim name"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(REARRANGE_ERRORS)))
+@pytest.mark.parametrize("mode", ("native", "eager"))
+def test_rearrange_errors_name_the_rule_and_the_line(case, mode):
+    call, rule, text = REARRANGE_ERRORS[case]
+
+    def k(x):
+        call(nl.load(x))
+
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(k, mode=mode)(X)
+    assert e.value.rule == rule and e.value.line == call.__code__.co_firstlineno
+    assert text in e.value.message and "rearrange(" in e.value.message
+
+
 def test_view_rules_of_on_chip_tiles():
     cases = [
         (lambda t: t.select(0, 3), "partition dim"),
