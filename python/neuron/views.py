@@ -58,15 +58,25 @@ def slice_key(t, dim, start, end, step, span):
 
 def select_key(t, dim, index, span):
     d = _dim(t, dim, "select", span)
-    if hasattr(index, "shape") and hasattr(index, "buffer"):
-        user_error("unsupported", f"select(dim={dim}, index=<tensor '{index.name}'>): a runtime "
-                   "tensor index is not supported; read it into a register (nisa.register_load) "
-                   "and select with the register, or use t.ap(..., scalar_offset=...)", span)
     if d == 0 and t.buffer in _ON_CHIP:
         user_error("index", f"select(0, {index}) of on-chip '{t.name}': dim 0 is the partition "
                    "dim and cannot be selected away (NKI rule); slice it instead: "
                    f"t.slice(0, i, i + 1)", span)
+    if hasattr(index, "shape") and hasattr(index, "buffer"):
+        index = runtime_index(index, f"select(dim={dim}, index=<tensor '{index.name}'>)", span)
     return _whole(d) + (index,)
+
+
+def runtime_index(index, call, span):
+    """A runtime scalar index (a one-element tensor, NKI's dynamic select) as a register read
+    from it where the view is made (nisa.register_load: floats round to an int)."""
+    if math.prod(index.shape) != 1:
+        user_error("index", f"{call}: a tensor index must hold one element (a [1, 1] tile), "
+                   f"'{index.name}' has shape {list(index.shape)}", span)
+    from . import isa as _isa  # isa imports views through language: imported on first use
+    r = _isa.register_alloc()
+    _isa.register_load(r, index)
+    return r
 
 
 def squeeze_key(t, dim, span):

@@ -397,6 +397,37 @@ def test_rearrange_errors_name_the_rule_and_the_line(case, mode):
     assert text in e.value.message and "rearrange(" in e.value.message
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_select_with_a_runtime_tensor_index(mode):
+    """select(dim, t) with a one-element tensor t (NKI's dynamic select): the index is read at
+    run time, so one compiled kernel serves every value; on HBM and on a tile's free dim."""
+    def k(y, idx):
+        i = nl.load(idx)                                   # [1, 1] int32, known at run time
+        row = nl.load(y.select(0, i))                      # y[i] -> [128, 8]
+        tile = nl.load(y.rearrange("a p f", "p a f"))      # [128, 4, 8]
+        col = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(col, tile.select(1, i))           # tile[:, i]
+        out = nl.ndarray((2, 128, 8), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out.select(0, 0), row)
+        nl.store(out.select(0, 1), col)
+        return out
+
+    kern = neuron.kernel(k, mode=mode)
+    for i in (0, 3, 1):
+        out = kern(Y, np.array([[i]], np.int32))
+        np.testing.assert_array_equal(out[0], Y[i])
+        np.testing.assert_array_equal(out[1], Y[i])
+
+
+def test_select_with_a_tensor_index_needs_one_element():
+    def k(y, idx):
+        nl.load(y.select(0, nl.load(idx)))
+
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(k, mode="native")(Y, np.zeros((1, 2), np.int32))
+    assert e.value.rule == "index" and "one element" in e.value.message
+
+
 def test_view_rules_of_on_chip_tiles():
     cases = [
         (lambda t: t.select(0, 3), "partition dim"),
