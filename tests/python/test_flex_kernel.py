@@ -268,6 +268,37 @@ def test_learnable_captured_tensors_take_the_host_path():
     assert bias.grad is not None and q.grad is not None
 
 
+def test_auto_backend_takes_the_kernel_for_large_calls_only(monkeypatch):
+    # The default BACKEND ("auto", also PyTorch's own values) runs the native kernel for calls
+    # of at least AUTO_KERNEL_SCORES scores, and the host path, silently, for smaller ones and
+    # for calls the kernel cannot run. The threshold is lowered so the test stays small.
+    from neuron.flex_attention import api
+    ran = []
+    forward = K.forward
+    monkeypatch.setattr(K, "forward", lambda *a, **kw: ran.append(a[0].shape) or forward(*a, **kw))
+    monkeypatch.delenv("NEURON_FLEX_BACKEND", raising=False)
+    monkeypatch.setattr(api, "AUTO_KERNEL_SCORES", 2 * 64 * 64)
+    q, k, v = qkv(1, 2, 2, 1, 64, 64, 16, 16)
+    bm = create_block_mask(fh.causal, 1, 1, 64, 64, BLOCK_SIZE=32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for options in (None, {"BACKEND": "auto"}, {"BACKEND": "triton"}):
+            out = flex_attention(q, k, v, block_mask=bm, kernel_options=options)
+            check("auto", (out, flex_attention(q, k, v, block_mask=bm, return_aux=AuxRequest(
+                lse=True))[1]), q, k, v, None, fh.causal)
+        assert len(ran) == 6  # every call above, the lse ones included
+        small = [t[:, :, :32] for t in (q, k, v)]  # below the threshold
+        flex_attention(*small)
+        host = flex_attention(q, k, v, block_mask=bm, kernel_options={"BACKEND": "host"})
+        assert len(ran) == 6
+        torch.testing.assert_close(out, host)
+        bias = torch.zeros(2, 64, requires_grad=True)  # learnable: the kernels cannot, no warning
+        flex_attention(q, k, v, score_mod=lambda s, b, h, qi, ki: s + bias[h, ki], block_mask=bm)
+        assert len(ran) == 6
+        flex_attention(q.double(), k.double(), v.double(), block_mask=bm)
+        assert len(ran) == 6
+
+
 def test_max_scores_from_the_kernel():
     q, k, v = qkv(1, 2, 2, 1, 100, 100, 16, 16)
     bm = create_block_mask(late_start, 1, 1, 100, 100, BLOCK_SIZE=32)

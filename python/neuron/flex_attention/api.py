@@ -123,29 +123,41 @@ class _Flex(torch.autograd.Function):
         return (None, None, dq.to(qd), dk.to(kd), dv.to(vd), *grads)
 
 
-_BACKENDS = ("host", "native", "simulator")
+_BACKENDS = ("auto", "host", "native", "simulator")
 _warned_kernel = set()
+# With BACKEND "auto" (the default) a call of at least this many scores (B * Hq * L * S) runs
+# the native kernel when it can: its first call for a new mod graph, shape or dtype compiles for
+# about a second (then the disk cache serves it in milliseconds), which a call this large
+# repays within a few calls (1.6-2x faster warm than the host path from L = 256 on, Zen 4);
+# smaller calls, and calls the kernel cannot run, take the host path without a warning.
+AUTO_KERNEL_SCORES = 1 << 24
 
 
 def _kernel_backend(kernel_options):
-    """'native' / 'simulator': run the forward as a neuron kernel (kernel.py); 'host' (the
-    default): the torch-vectorized path. kernel_options={"BACKEND": ...} or
-    NEURON_FLEX_BACKEND."""
-    b = (kernel_options or {}).get("BACKEND") or os.environ.get("NEURON_FLEX_BACKEND", "host")
+    """'native' / 'simulator': run the forward as a neuron kernel (kernel.py); 'host': the
+    torch-vectorized path; 'auto' (the default, and PyTorch's own BACKEND values): the kernel for
+    large calls (AUTO_KERNEL_SCORES). kernel_options={"BACKEND": ...} or NEURON_FLEX_BACKEND."""
+    b = (kernel_options or {}).get("BACKEND") or os.environ.get("NEURON_FLEX_BACKEND", "auto")
     b = b.lower()
+    if b in ("triton", "triton_decode", "flash"):  # PyTorch's values: ours decides
+        return "auto"
     if b not in _BACKENDS:
-        if b in ("auto", "triton", "triton_decode", "flash"):  # PyTorch's values: ours decides
-            return None
         raise ValueError(f"kernel_options BACKEND={b!r}; neuron.flex_attention knows "
                          f"{', '.join(_BACKENDS)}")
     return None if b == "host" else b
 
 
-def _kernel_ok(q, k, v, score_graph, mask_graph, block_mask):
-    """Whether the neuron kernels can run this call; else warns once why and returns False."""
+def _kernel_why(q, k, v, score_graph, mask_graph, block_mask):
+    """None when the neuron kernels can run this call, else the reason."""
     why = _kernel.why_not(q, k, v, score_graph, mask_graph, block_mask)
     if why is None and _needs_grad(q, k, v, score_graph):
         why = _kernel_bwd.why_not(block_mask, score_graph)
+    return why
+
+
+def _kernel_ok(q, k, v, score_graph, mask_graph, block_mask):
+    """Whether the neuron kernels can run this call; else warns once why and returns False."""
+    why = _kernel_why(q, k, v, score_graph, mask_graph, block_mask)
     if why is None:
         return True
     if why not in _warned_kernel:
@@ -153,6 +165,15 @@ def _kernel_ok(q, k, v, score_graph, mask_graph, block_mask):
         warnings.warn(f"neuron.flex_attention: the neuron kernel cannot run this call ({why}); "
                       "using the host path", RuntimeWarning, stacklevel=3)
     return False
+
+
+def _auto_kernel(q, k, v, score_graph, mask_graph, block_mask):
+    """BACKEND "auto": whether this call takes the native kernel (large, fp32 or bf16 CPU
+    tensors of one dtype, and nothing the kernel cannot run)."""
+    B, Hq, L, _ = q.shape
+    return (B * Hq * L * k.size(2) >= AUTO_KERNEL_SCORES and
+            q.dtype in (torch.float32, torch.bfloat16) and k.dtype == v.dtype == q.dtype and
+            _kernel_why(q, k, v, score_graph, mask_graph, block_mask) is None)
 
 
 def _needs_grad(q, k, v, score_graph):
@@ -232,10 +253,11 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
             blocks = tuple(block_mask.BLOCK_SIZE)
         out, lse, mx = reference.attention(query, key, value, score_mod, mask_mod, dense,
                                            scale, blocks)
-    elif (_kernel_backend(kernel_options)
-          and _kernel_ok(query, key, value, score_graph, mask_graph, block_mask)):
-        call = (block_mask, score_graph, mask_graph, scale,
-                _kernel_backend(kernel_options) == "simulator")
+    elif ((backend := _kernel_backend(kernel_options)) == "auto"
+          and _auto_kernel(query, key, value, score_graph, mask_graph, block_mask)) or \
+            (backend not in (None, "auto")
+             and _kernel_ok(query, key, value, score_graph, mask_graph, block_mask)):
+        call = (block_mask, score_graph, mask_graph, scale, backend == "simulator")
         if _needs_grad(query, key, value, score_graph):
             out, lse, mx = _FlexKernel.apply(call, query, key, value)
         else:
