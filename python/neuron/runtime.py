@@ -142,7 +142,7 @@ def torch_host_tensors(tensors):
     caller keeps the tensors alive while they are used)."""
     host = []
     for t in tensors:
-        if t.device.type != "cpu":
+        if not t.is_cpu:  # (not t.device.type: it builds a device object on every call)
             raise TypeError(f"neuron kernels take CPU tensors; got a tensor on {t.device}")
         host.append(_C.HostTensor.borrow(t.data_ptr(), list(t.shape), to_dtype(t.dtype)))
     return host

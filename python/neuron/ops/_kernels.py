@@ -2,11 +2,14 @@
 for the operators in _operators.py: each signature compiled once and kept; shapes a kernel
 rejects when it is traced (NeuronError) fall back to the operator's PyTorch reference by
 DESIGN.md's rule (neuron.torch.note_fallback), remembered so the trace is not retried."""
+import functools
+
 from .. import registry, runtime
 from ..errors import NeuronError
 from ..torch import note_fallback
 
 
+@functools.lru_cache(maxsize=1024)  # on every call of a row-wise operator: a loop of up to 64
 def split_rows(rows, max_programs=64, min_rows=128):
     """The number of SPMD programs a row-wise kernel splits `rows` rows into: the largest divisor
     of rows not above max_programs leaving each at least min_rows rows (1 when none does). The
