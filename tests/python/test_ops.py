@@ -87,6 +87,16 @@ def test_linear_without_bias_and_a_1d_input():
         check(F.linear, ops.linear, [x, w], torch.float32)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_with_a_1d_weight(dtype):
+    # F.linear(x, w) with w of shape [K] is x @ w (the last dim dropped), forward and backward;
+    # a 1-D input then gives a 0-d result.
+    with no_fallbacks():
+        check(F.linear, ops.linear, [rand(2, 3, 129, seed=9), rand(129, seed=10, scale=0.1)],
+              dtype)
+        check(F.linear, ops.linear, [rand(129, seed=11), rand(129, seed=12)], dtype)
+
+
 # Flash attention rounds the probabilities (and the backward's ds) to bf16 before they feed the
 # Tensor engine, as flash attention does on GPUs; PyTorch's CPU path keeps them in fp32. At tiny
 # head dims and lengths that costs up to 1.17x PyTorch's bf16 error (measured: out 1.08, dk 1.17,

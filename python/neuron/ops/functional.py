@@ -139,8 +139,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 def linear(input, weight, bias=None):
     """torch.nn.functional.linear: input (..., K) @ weight (N, K).T + bias (N), on the matmul
-    kernel (fp32 accumulation), backward too. Falls back to PyTorch for a 1-D weight, other
-    dtypes (or mixed ones) and devices."""
+    kernel (fp32 accumulation), backward too; a 1-D weight (K) without bias gives input @ weight
+    (the last dim dropped, as PyTorch). Falls back to PyTorch for other dtypes (or mixed ones)
+    and devices."""
     def torch_linear():
         return original.linear(input, weight, bias)
 
@@ -152,8 +153,9 @@ def linear(input, weight, bias=None):
         return torch_linear()
     name = "linear"
     if weight.dim() == 1:
-        return _fall_back(name, "shape", "weight is 1-D; the kernel takes a [N, K] weight",
-                          torch_linear)
+        if bias is not None:
+            return torch_linear()  # PyTorch rejects a bias with a 1-D weight: its own error
+        return linear(input, weight.unsqueeze(0)).squeeze(-1)
     problem = _problem({"input": input, "weight": weight, "bias": bias})
     if problem:
         return _fall_back(name, *problem, torch_linear)
