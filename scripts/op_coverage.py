@@ -248,12 +248,11 @@ def write_doc(path, rows, seconds, argv):
             for r in rs:
                 lines.append(f"  - {r[0]} {r[1]}, {r[2]}, {r[3]}, {r[4]}")
     lines += ["", "## Notes", "",
-              "- A failure whose exact result is 0 (the gradient of the query when there is one "
-              "key: the softmax of one score is 1 whatever the query) is judged against an "
-              "error floor that is 0 too: any rounding fails it. Such failures are a rounding "
-              "difference of about 1e-7 absolute (most likely the backward's fp32 "
-              "D = rowsum(dO * O) against dP = dO @ V^T, equal in exact arithmetic), not a wrong "
-              "gradient; they are listed as failures because the rule says so.",
+              "- Where the exact result is 0 (the gradient of the query when there is one key: "
+              "the softmax of one score is 1 whatever the query) the judge's error floor is "
+              "about 0 too, so any rounding fails it. The attention backward computes "
+              "D = rowsum(dO * O) in the arithmetic of dP = dO @ V^T (the diagonal of a "
+              "Tensor-engine product), so there dP - D and the gradient are exactly 0.",
               "- *Fell back* cases compute PyTorch's result (correct by construction); they show "
               "which arguments the kernels do not take, with the reason neuron.ops gives.",
               "- The simulator and the native executor run the same compiled program; the tests "

@@ -9,8 +9,9 @@
 // Tiling and engine plan. One SPMD program per (batch, kv head): grid
 // attention_backward_grid(). Every product keeps its contraction on partitions:
 //  - Prologue: the Tensor engine transposes K, V and, for each query head of the group, Q and
-//    dout into HBM scratch (K^T [E, S], V^T [Ev, S], Q^T, dout^T [G, E|Ev, L]); the Vector
-//    engine computes D = rowsum(dout * out) [G, L] (fp32).
+//    dout and out into HBM scratch (K^T [E, S], V^T [Ev, S], Q^T, dout^T, out^T [G, E|Ev, L]);
+//    D = rowsum(dout * out) [G, L] (fp32) is the diagonal of dout out^T, a Tensor-engine
+//    product in dp's arithmetic (so dp - D cancels exactly where out_i = v_j).
 //  - Pass 1 (dk, dv): per block of 128 keys, dk and dv accumulate in two PSUM tiles [128, E|Ev]
 //    over every query head of the group and every tile of 128 queries: scores and dp
 //    ([queries, keys], queries on partitions) are nc_matmuls of the transposed operands; the
@@ -64,20 +65,33 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
   auto vT = nl::ndarray({d.Ev, d.S}, dt, nl::hbm, "vT");
   auto qT = nl::ndarray({d.G, d.E, d.L}, dt, nl::hbm, "qT");
   auto doT = nl::ndarray({d.G, d.Ev, d.L}, dt, nl::hbm, "doT");
+  auto oT = nl::ndarray({d.G, d.Ev, d.L}, dt, nl::hbm, "oT");
   auto dsum = nl::ndarray({d.G, d.L}, nl::float32, nl::hbm, "D");
+  auto chunk_loads = [&](const nl::tensor& src, int64_t e) {  // src [e, n] HBM view
+    std::vector<nl::tensor> out;
+    for (const Chunk& c : head_chunks(e)) out.push_back(nl::load(src(nl::ds(c.c0, c.cw), nl::all)));
+    return out;
+  };
   transpose_into(kT, k(b, hk, nl::all, nl::all), d.S);
   transpose_into(vT, v(b, hk, nl::all, nl::all), d.S);
   for (nl::index g : nl::affine_range(d.G)) {
     const nl::index hq = hk * d.G + g;
     transpose_into(qT(g, nl::all, nl::all), q(b, hq, nl::all, nl::all), d.L);
     transpose_into(doT(g, nl::all, nl::all), dout(b, hq, nl::all, nl::all), d.L);
+    transpose_into(oT(g, nl::all, nl::all), out(b, hq, nl::all, nl::all), d.L);
+    // D_i = dout_i . out_i as the diagonal of dout out^T: the Tensor engine's product of the
+    // same operands, in the same order, as dp's dout_i . v_j, so dp - D is exactly 0 where
+    // out_i is v_j (a query that sees one key: p = 1 and ds must vanish, which a Vector-engine
+    // row sum missed by an ulp, failing PyTorch's own accuracy at L = S = 1 in bf16).
     for_each_tile(d.L, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
-      auto ot = nl::load(out(b, hq, nl::ds(r0, rr), nl::all), nl::float32);
-      auto dot = nl::load(dout(b, hq, nl::ds(r0, rr), nl::all), nl::float32);
-      auto prod = nl::ndarray({rr, d.Ev}, nl::float32, nl::sbuf, "prod");
-      isa::tensor_tensor(prod, ot, dot, nl::multiply);
+      auto gram = nl::ndarray({rr, rr}, nl::float32, nl::psum, "dout_out");
+      matmul_chunks(gram, chunk_loads(doT(g, nl::all, nl::ds(r0, rr)), d.Ev),
+                    chunk_loads(oT(g, nl::all, nl::ds(r0, rr)), d.Ev));
+      auto diag = nl::ndarray({rr, rr}, nl::float32, nl::sbuf, "diag");
+      isa::tensor_copy(diag, gram);
+      isa::affine_select(diag, {{-1, rr}}, 1, diag, 0.0, nl::equal);  // keeps column p of row p
       auto di = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "Di");
-      isa::tensor_reduce(di, nl::add, prod, 1);
+      isa::tensor_reduce(di, nl::add, diag, 1);
       isa::dma_copy(dsum(g, nl::ds(r0, rr)), di);
     });
   }
@@ -87,11 +101,6 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
   struct QueryTile {
     std::vector<nl::tensor> qT, doT;
     nl::tensor neg_lse, di;
-  };
-  auto chunk_loads = [&](const nl::tensor& src, int64_t e) {  // src [e, n] HBM view
-    std::vector<nl::tensor> out;
-    for (const Chunk& c : head_chunks(e)) out.push_back(nl::load(src(nl::ds(c.c0, c.cw), nl::all)));
-    return out;
   };
   auto load_query_tile = [&](const nl::index& g, const nl::index& q0, int64_t qr) {
     QueryTile t{chunk_loads(qT(g, nl::all, nl::ds(q0, qr)), d.E),
