@@ -15,8 +15,9 @@ the other dims is a transposing .ap() view, and rearrange (split, permute, merge
 the regrouped walk when each merged group is one arithmetic sequence in storage. Views that
 move a tile's partition dim, and on-chip reshapes that move elements between partitions or
 regroup a non-dense view, have no such form, and a copy in their place would silently drop
-writes: they are refused (rule unsupported) unless the call changes nothing. broadcast repeats a size-1 dim with step 0
-(_C.broadcast_view; eager chains hold a BroadcastKey), a view for reading (docs/nki-compat.md)."""
+writes: they are refused (rule unsupported) unless the call changes nothing. broadcast repeats
+a size-1 dim with step 0 (_C.broadcast_view; eager chains hold a BroadcastKey), a view for
+reading (docs/nki-compat.md)."""
 import math
 
 from . import _C
