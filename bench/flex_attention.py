@@ -42,9 +42,11 @@ def cpu_model():
 
 
 def timeit(fn, reps):
-    """Median seconds of one call: CPU time of this process (--clock cpu, the default: robust
-    on a shared machine where wall time includes waiting for a core) or wall time."""
+    """Median seconds of one call after two warm-up calls (the default BACKEND compiles its
+    kernel at a signature's second call): CPU time of this process (--clock cpu, the default:
+    robust on a shared machine where wall time includes waiting for a core) or wall time."""
     clock = time.process_time if CLOCK == "cpu" else time.perf_counter
+    fn()
     fn()
     ts = []
     for _ in range(reps):

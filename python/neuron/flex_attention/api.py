@@ -1,5 +1,6 @@
 """flex_attention: the public entry point, argument checks with PyTorch's wording, tracing
 of the mods, autograd wiring and the return conventions (out / (out, lse) / (out, AuxOutput))."""
+import collections
 import math
 import os
 import warnings
@@ -126,11 +127,15 @@ class _Flex(torch.autograd.Function):
 _BACKENDS = ("auto", "host", "native", "simulator")
 _warned_kernel = set()
 # With BACKEND "auto" (the default) a call of at least this many scores (B * Hq * L * S) runs
-# the native kernel when it can: its first call for a new mod graph, shape or dtype compiles for
-# about a second (then the disk cache serves it in milliseconds), which a call this large
-# repays within a few calls (1.6-2x faster warm than the host path from L = 256 on, Zen 4);
-# smaller calls, and calls the kernel cannot run, take the host path without a warning.
+# the native kernel when it can, from the second call of its signature on: a kernel's first
+# call for a new mod graph, shape or dtype compiles for about a second (then the disk cache
+# serves it in milliseconds), which a repeated call this large repays within a few calls
+# (1.6-2x faster warm than the host path from L = 256 on, Zen 4), while a one-off call, on the
+# host path, compiles nothing. Smaller calls, and calls the kernel cannot run, take the host
+# path without a warning.
 AUTO_KERNEL_SCORES = 1 << 24
+_auto_seen = collections.OrderedDict()  # signatures "auto" has seen once (least recent first)
+_AUTO_SEEN_MAX = 4096
 
 
 def _kernel_backend(kernel_options):
@@ -169,11 +174,23 @@ def _kernel_ok(q, k, v, score_graph, mask_graph, block_mask):
 
 def _auto_kernel(q, k, v, score_graph, mask_graph, block_mask):
     """BACKEND "auto": whether this call takes the native kernel (large, fp32 or bf16 CPU
-    tensors of one dtype, and nothing the kernel cannot run)."""
+    tensors of one dtype, a signature seen before, and nothing the kernel cannot run)."""
     B, Hq, L, _ = q.shape
-    return (B * Hq * L * k.size(2) >= AUTO_KERNEL_SCORES and
-            q.dtype in (torch.float32, torch.bfloat16) and k.dtype == v.dtype == q.dtype and
-            _kernel_why(q, k, v, score_graph, mask_graph, block_mask) is None)
+    if (B * Hq * L * k.size(2) < AUTO_KERNEL_SCORES or
+            q.dtype not in (torch.float32, torch.bfloat16) or not k.dtype == v.dtype == q.dtype):
+        return False
+    sig = (tuple(q.shape), tuple(k.shape), tuple(v.shape), q.dtype,
+           score_graph.key() if score_graph is not None else None,
+           mask_graph.key() if mask_graph is not None else None,
+           tuple(block_mask.BLOCK_SIZE) if block_mask is not None else None,
+           _needs_grad(q, k, v, score_graph))
+    if sig not in _auto_seen:  # the first call: the host path, no compile
+        _auto_seen[sig] = True
+        while len(_auto_seen) > _AUTO_SEEN_MAX:
+            _auto_seen.popitem(last=False)
+        return False
+    _auto_seen.move_to_end(sig)
+    return _kernel_why(q, k, v, score_graph, mask_graph, block_mask) is None
 
 
 def _needs_grad(q, k, v, score_graph):
