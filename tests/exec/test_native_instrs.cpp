@@ -136,6 +136,30 @@ TEST_CASE("native nc_transpose of 32-bit tiles: register blocks and the edges") 
   }
 }
 
+// SBUF to SBUF (the Vector engine's transpose): two tiles of one memory interleave their
+// partition rows, so their byte ranges overlap whatever their columns. Columns apart take the
+// fast path; columns that really overlap must still read the whole source before writing (the
+// simulator's order), which a fast path taken by mistake would not.
+TEST_CASE("native nc_transpose within SBUF: interleaved rows apart, and truly overlapping") {
+  const int P = 32;
+  for (int at : {32, 40, 16, -8}) {  // destination column offset from the source's, in floats
+    CAPTURE(at);
+    const int src0 = at < 0 ? 8 : 0, dst0 = src0 + at, W = 96;
+    auto x = random_values(P * W, 11);
+    Program p = program(
+        {decl("x", {P, W}, f32, kIn), decl("out", {P, W}, f32, kOut)},
+        {dma(sb(f32, 0, P, {row(W)}), hbm2(0, f32, P, W, W)),
+         instr(Opcode::nc_transpose_vector, sb(f32, 4 * dst0, P, {row(P)}),
+               {sb(f32, 4 * src0, P, {row(P)})}),
+         dma(hbm2(1, f32, P, W, W), sb(f32, 0, P, {row(W)}))});
+    auto r = run_both(p, {vals(x, {P, W}), Tensor::empty({P, W}, f32)});
+    std::vector<double> ref(x.begin(), x.end());
+    for (int f = 0; f < P; ++f)
+      for (int q = 0; q < P; ++q) ref[f * W + dst0 + q] = x[q * W + src0 + f];
+    check_reference(r, 0, ref, {0, 0});
+  }
+}
+
 // SBUF to PSUM (views in different memories take the fast path, neuron_transpose16).
 TEST_CASE("native nc_transpose of 16-bit tiles: 8 x 8 register blocks and the edges") {
   const DType bf = DType::bfloat16;

@@ -322,6 +322,20 @@ inline void transpose_convert(char* d, int64_t drs, int64_t dcs, const char* s, 
     }
 }
 
+// Whether two matrix views share no bytes although their byte ranges overlap: tiles of one
+// on-chip memory interleave their rows (partition p of every tile lies at p * pitch), so two
+// tiles' ranges overlap whatever their columns. True when both advance `rs` bytes a row, every
+// row of each spans a_span / b_span bytes from its start, and within one period of rs the two
+// spans are apart.
+inline bool rows_apart(const char* a, int64_t a_span, int64_t rs, const char* b, int64_t b_span,
+                       int64_t rs_b) {
+  if (rs != rs_b || rs <= 0 || a_span <= 0 || b_span <= 0 || a_span > rs || b_span > rs)
+    return false;
+  int64_t r = (b - a) % rs;
+  if (r < 0) r += rs;
+  return r >= a_span && r + b_span <= rs;
+}
+
 // The transpose of two matrix-shaped views that share no bytes, typed copies in blocks; false
 // when the views do not qualify (the general path below runs instead).
 inline bool transpose_fast(const NView& d, const NView& s, int ddt, int sdt) {
@@ -330,10 +344,14 @@ inline bool transpose_fast(const NView& d, const NView& s, int ddt, int sdt) {
   const int64_t P = s.size[0];
   if (d.size[0] != F || dP != P || P * F == 0) return false;
   const int es = neuron::dtype_bytes(dt(sdt));
+  const int ds = neuron::dtype_bytes(dt(ddt));
   const char *slo, *shi, *dlo, *dhi;
   byte_range(s, es, slo, shi);
-  byte_range(d, neuron::dtype_bytes(dt(ddt)), dlo, dhi);
-  if (slo < dhi && dlo < shi) return false;
+  byte_range(d, ds, dlo, dhi);
+  const int64_t s_span = scs < 0 ? -1 : (F - 1) * scs + es;
+  const int64_t d_span = dcs < 0 ? -1 : (P - 1) * dcs + ds;
+  if (slo < dhi && dlo < shi && !rows_apart(s.base, s_span, srs, d.base, d_span, drs))
+    return false;
   if (ddt != sdt)
     transpose_convert(d.base, drs, dcs, s.base, srs, scs, P, F, ddt, sdt);
   else if (es == 4 && dcs == 4 && scs == 4)
