@@ -3,6 +3,7 @@ of the mods, autograd wiring and the return conventions (out / (out, lse) / (out
 import collections
 import math
 import os
+import threading
 import warnings
 from typing import NamedTuple, Optional
 
@@ -135,6 +136,7 @@ _warned_kernel = set()
 # path without a warning.
 AUTO_KERNEL_SCORES = 1 << 24
 _auto_seen = collections.OrderedDict()  # signatures "auto" has seen once (least recent first)
+_auto_lock = threading.Lock()  # callers on several threads share it
 _AUTO_SEEN_MAX = 4096
 
 
@@ -184,12 +186,14 @@ def _auto_kernel(q, k, v, score_graph, mask_graph, block_mask):
            mask_graph.key() if mask_graph is not None else None,
            tuple(block_mask.BLOCK_SIZE) if block_mask is not None else None,
            _needs_grad(q, k, v, score_graph))
-    if sig not in _auto_seen:  # the first call: the host path, no compile
+    with _auto_lock:
+        first = sig not in _auto_seen
         _auto_seen[sig] = True
+        _auto_seen.move_to_end(sig)
         while len(_auto_seen) > _AUTO_SEEN_MAX:
             _auto_seen.popitem(last=False)
+    if first:  # the first call: the host path, no compile
         return False
-    _auto_seen.move_to_end(sig)
     return _kernel_why(q, k, v, score_graph, mask_graph, block_mask) is None
 
 
