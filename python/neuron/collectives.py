@@ -35,13 +35,17 @@ class _Rounds(threading.local):
     """The collectives of the programs traced so far in "cores" mode (kernel._per_program); per
     thread, as threads trace concurrently."""
 
-    def begin(self, n):
-        self.n = n
+    def begin(self, n, ranks=None):
+        self.n = n  # the programs that meet (in a run_ranks launch: ranks x programs per rank)
+        # a run_ranks launch: its number of ranks (program p is rank p // (n // ranks)'s
+        # program p % (n // ranks)), and the rank being traced (ranks.py); else None
+        self.ranks, self.rank = ranks, None
+        self.core_map = None  # while a round's exchange is emitted: its calls' programs
         self.calls = [[] for _ in range(n)]  # per program: (what, span, exchange) per round
         # per program, per phase: the segments of its statements (one each), in order
         self.phases = [[] for _ in range(n)]
         self.copies = {}  # round -> the segment of its exchange copies
-        self.slots = {}  # round -> the HBM tensor an all_reduce round gathers into
+        self.slots = {}  # (rank or None, round) -> the HBM tensor an all_reduce round fills
 
     def end_program(self, p):
         segs = _C.seal_statements()
@@ -49,14 +53,34 @@ class _Rounds(threading.local):
             raise RuntimeError("neuron: a program's body ended inside an open block")
         self.phases[p].append(segs)
 
+    def per_rank(self):
+        """The programs of each rank of a run_ranks launch (1 outside one)."""
+        return self.n // self.ranks if self.ranks else 1
+
+    def who(self, p):
+        """How errors name program p: "program p", or in a run_ranks launch "rank r" (one
+        program per rank) or "rank r's program q"."""
+        if not self.ranks:
+            return f"program {p}"
+        m = self.per_rank()
+        return f"rank {p}" if m == 1 else f"rank {p // m}'s program {p % m}"
+
+    def everyone(self):
+        return "every program of every rank" if self.ranks else "every core of the grid"
+
+    def core(self, i):
+        """The core of the i-th call of the exchange being emitted (its program)."""
+        return self.core_map[i] if self.core_map is not None else i
+
     def finish(self, span):
         counts = [len(c) for c in self.calls]
         if len(set(counts)) > 1:
             p = counts.index(min(counts))
-            user_error("collectives", f"program {p} reaches {counts[p]} core collectives "
-                       f"(core_barrier, sendrecv) but program {counts.index(max(counts))} "
-                       f"reaches {max(counts)}; every core of the grid must call the same "
-                       "collectives in the same order", span)
+            what = "collectives" if self.ranks else "core collectives (core_barrier, sendrecv)"
+            user_error("collectives", f"{self.who(p)} reaches {counts[p]} {what} but "
+                       f"{self.who(counts.index(max(counts)))} reaches {max(counts)}; "
+                       f"{self.everyone()} must call the same collectives in the same order",
+                       span)
         order = []
         for k in range(counts[0] + 1):
             phase = [self.phases[p][k] for p in range(self.n)]
@@ -94,11 +118,26 @@ def core_scope(core):
 
 
 def _program_rank():
+    """The calling program's index in the grid (row-major)."""
     from .language import _State
     rank = 0
     for i, g in zip(_State.program, _State.grid):
         rank = rank * g + i
     return rank
+
+
+def _participant():
+    """The calling program's index among those that meet: in a run_ranks launch, the rank's
+    programs come after those of the ranks before it."""
+    r = _rounds
+    if getattr(r, "rank", None) is None:
+        return _program_rank()
+    return r.rank * r.per_rank() + _program_rank()
+
+
+def _in_ranks():
+    """Is a run_ranks launch being traced (its programs already traced one by one)?"""
+    return getattr(_rounds, "rank", None) is not None
 
 
 def _grid_size(what, span):
@@ -120,10 +159,12 @@ def _meet(what, span, exchange=None, rank=None):
     """The calling program reaches a core collective: seal its phase; the last program pairs the
     round's exchanges. exchange: (emit, this program's arguments); when the last program arrives,
     emit(every program's arguments, span) writes the round's copies. rank: the calling rank of a
-    run_ranks launch (ranks.py) instead of a program of the grid."""
-    if rank is None and unroll.grid_mode() != "cores":
+    run_ranks launch (ranks.py): a collective between ranks (nki.collectives), where program q
+    of each rank meets program q of the others; without it, a core collective among the
+    programs of one grid (in a run_ranks launch, of each rank's grid)."""
+    if rank is None and unroll.grid_mode() != "cores" and not _in_ranks():
         raise unroll.NeedsGrid("cores")
-    r, p = _rounds, _program_rank() if rank is None else rank
+    r, p = _rounds, _participant()
     segs = _C.seal_statements()
     if segs is None:
         unroll.need_unrolled()  # restarts when rolled loops are open around the call
@@ -135,19 +176,32 @@ def _meet(what, span, exchange=None, rank=None):
     r.calls[p].append((what, span, exchange))
     if p != r.n - 1:
         return
+    kind = "" if r.ranks else "core "
     for q in range(r.n - 1):
         if len(r.calls[q]) <= k:
-            user_error("collectives", f"program {r.n - 1} reaches its core collective #{k + 1} "
-                       f"({_shown(what)}) but program {q} reached only {len(r.calls[q])}; every "
-                       "core of the grid must call the same collectives in the same order", span)
+            user_error("collectives", f"{r.who(r.n - 1)} reaches its {kind}collective #{k + 1} "
+                       f"({_shown(what)}) but {r.who(q)} reached only {len(r.calls[q])}; "
+                       f"{r.everyone()} must call the same collectives in the same order", span)
         other, other_span = r.calls[q][k][:2]
         if other != what:
-            user_error("collectives", f"core collective #{k + 1}: program {q} calls "
-                       f"{_shown(other)} (line {other_span.line}) where program {p} calls "
-                       f"{_shown(what)}; every core of the grid must call the same collectives "
-                       "in the same order", span)
+            user_error("collectives", f"{kind}collective #{k + 1}: {r.who(q)} calls "
+                       f"{_shown(other)} (line {other_span.line}) where {r.who(p)} calls "
+                       f"{_shown(what)}; {r.everyone()} must call the same collectives in the "
+                       "same order", span)
     if exchange is not None:
-        exchange[0]([c[k][2][1] for c in r.calls], span)
+        m = r.per_rank()
+        if m == 1:  # one program per rank (or a grid's cores): one exchange among all
+            groups = [list(range(r.n))]
+        elif rank is not None:  # nki.collectives: program q of every rank, for each q
+            groups = [[x * m + q for x in range(r.ranks)] for q in range(m)]
+        else:  # a core collective: the programs of each rank, among themselves
+            groups = [[x * m + q for q in range(m)] for x in range(r.ranks)]
+        try:
+            for g in groups:
+                r.core_map = g if r.ranks else None
+                exchange[0]([r.calls[q][k][2][1] for q in g], span)
+        finally:
+            r.core_map = None
         r.copies[k] = _C.seal_segment()
 
 
@@ -172,7 +226,7 @@ def _exchange(calls, span):
     srcs = []
     for p, (dst, src, _, _, _) in enumerate(calls):
         if getattr(src, "name", None) in dst_names:  # copy it out before any dst is written
-            with core_scope(p):  # in the sender's SBUF
+            with core_scope(_rounds.core(p)):  # in the sender's SBUF
                 tmp = ndarray(list(src.shape), src.dtype, buffer=sbuf)
             isa.dma_copy(dst=tmp, src=src)
             src = tmp
@@ -229,7 +283,7 @@ def all_reduce(x, op, program_axes, dtype=None, span=None):
     from .language import _State, float32, ndarray, psum, sbuf, shared_hbm
     span = span or user_span()
     n = _grid_size("all_reduce", span)
-    if n > 1 and unroll.grid_mode() != "cores":
+    if n > 1 and unroll.grid_mode() != "cores" and not _in_ranks():
         raise unroll.NeedsGrid("cores")
     grid = tuple(_State.grid)
     axes = program_axes if isinstance(program_axes, (tuple, list)) else (program_axes,)
@@ -252,10 +306,10 @@ def all_reduce(x, op, program_axes, dtype=None, span=None):
         x = t
     me = tuple(_State.program)
     r, rank = _rounds, _program_rank()
-    k = len(r.calls[rank])
-    slots = r.slots.get(k)
+    k = len(r.calls[_participant()])
+    slots = r.slots.get((r.rank, k))  # per rank of a run_ranks launch: its own HBM
     if slots is None:
-        slots = r.slots[k] = ndarray([n] + list(x.shape), x.dtype, buffer=shared_hbm)
+        slots = r.slots[r.rank, k] = ndarray([n] + list(x.shape), x.dtype, buffer=shared_hbm)
     elif list(slots.shape[1:]) != list(x.shape) or slots.dtype != x.dtype:
         user_error("collectives", f"nl.all_reduce: program {rank} reduces a tile of shape "
                    f"{list(x.shape)} ({x.dtype}) where another program's is "

@@ -15,6 +15,7 @@ min) over the rank-list in rank order, so every rank of a list gets the same bit
 refused at the calling line."""
 import enum
 import inspect
+import itertools
 import math
 import threading
 
@@ -64,7 +65,7 @@ class ReplicaGroup:
 
 
 class _Launch(threading.local):
-    rank = None  # the rank being traced in a run_ranks launch (collectives._rounds.n ranks)
+    rank = None  # the rank being traced in a run_ranks launch (collectives._rounds.ranks ranks)
 
 
 _launch = _Launch()
@@ -83,7 +84,7 @@ def _rank_list(group, rank, what, span):
     """The rank-list of `group` that holds `rank`."""
     if not isinstance(group, ReplicaGroup):
         group = ReplicaGroup(group)
-    n = collectives._rounds.n
+    n = collectives._rounds.ranks
     for g in group.groups:
         for r in g:
             if not 0 <= r < n:
@@ -128,7 +129,7 @@ def _reduce(srcs, dsts, op, owner):
     from . import isa
     from .language import float32, ndarray, sbuf
     shape = list(srcs[0].shape)
-    with collectives.core_scope(owner):
+    with collectives.core_scope(collectives._rounds.core(owner)):
         if _on_chip(srcs[0]):
             acc = ndarray(shape, float32, buffer=sbuf)
             collectives.fold(acc, srcs, op)
@@ -165,9 +166,11 @@ def _staged(calls, span):
         srcs = []
         for s, _ in c["pairs"]:
             if getattr(s, "name", None) in dst_names:
-                with collectives.core_scope(rank):
-                    t = ndarray(list(s.shape), s.dtype,
-                                buffer=sbuf if _on_chip(s) else shared_hbm)
+                with collectives.core_scope(collectives._rounds.core(rank)):
+                    # (an HBM copy of the launch's own, not one of the programs' shared
+                    # allocations, which nl.ndarray pairs up program by program)
+                    t = ndarray(list(s.shape), s.dtype, buffer=sbuf) if _on_chip(s) else \
+                        _C.ndarray(list(s.shape), s.dtype, shared_hbm, "", span)
                 isa.dma_copy(dst=t, src=s)
                 s = t
             srcs.append(s)
@@ -364,19 +367,33 @@ def run_ranks(kernel, per_rank, mode=None):
     rank r with the arguments per_rank[r] (a dict of keyword arguments, or a tuple of positional
     ones); returns the list of the ranks' results. The ranks' tensors may differ in value, not in
     shape or dtype; their other arguments (replica groups, sizes) must be equal. mode: the
-    kernel's ("native", "simulate"), or this one."""
+    kernel's ("native", "simulate"), or this one.
+
+    A kernel launched on a grid, `run_ranks(kernel[2], per_rank)`, runs that grid on every rank
+    (an LNC of 2: two programs per rank, its cores): the programs of a rank share its tensors
+    and its shared HBM, meet each other at nisa.core_barrier / nisa.sendrecv, and at each
+    nki.collectives call program q of every rank exchanges with program q of the others (each
+    core issues its own collective on its own data); rank_id() is the rank on each of its
+    programs. A rank's result is what its first program returns."""
     from .kernel import Kernel, _is_tensor as is_tensor_arg, kernel as make_kernel
     k = kernel if isinstance(kernel, Kernel) else make_kernel(kernel)
-    if math.prod(k.grid) != 1:
-        raise ValueError(f"run_ranks: kernel {k.fn.__name__} is launched on a grid {k.grid}; a "
-                         "rank runs one program (launch the kernel itself, not kernel[grid])")
+    programs = math.prod(k.grid)
     n = len(per_rank)
     if n < 1:
         raise ValueError("run_ranks: per_rank must hold the arguments of at least one rank")
+    if n * programs > 64:
+        raise ValueError(f"run_ranks: {n} ranks of {programs} program(s) each (kernel "
+                         f"{k.fn.__name__} launched on the grid {k.grid}) are {n * programs} "
+                         "cores, and a launch simulates at most 64; use fewer ranks or a "
+                         "smaller grid")
     sig = inspect.signature(k.fn)
     bound = []
     for r, a in enumerate(per_rank):
-        b = sig.bind(**a) if isinstance(a, dict) else sig.bind(*a)
+        try:
+            b = sig.bind(**a) if isinstance(a, dict) else sig.bind(*a)
+        except TypeError as e:
+            raise TypeError(f"run_ranks: rank {r}'s arguments do not fit kernel "
+                            f"{k.fn.__name__}{sig}: {e}") from None
         b.apply_defaults()
         bound.append(b.arguments)
     names = list(bound[0])
@@ -391,17 +408,23 @@ def run_ranks(kernel, per_rank, mode=None):
                 raise ValueError(f"run_ranks: argument '{nm}' is {b[nm]!r} on rank {r} but "
                                  f"{params[nm]!r} on rank 0; non-tensor arguments are compile-"
                                  "time constants, the same on every rank")
+            if nm in tensors and _spec(b[nm]) != _spec(bound[0][nm]):
+                raise ValueError(f"run_ranks: tensor '{nm}' is {_spec(b[nm])} on rank {r} but "
+                                 f"{_spec(bound[0][nm])} on rank 0; every rank runs the one "
+                                 "kernel, so the ranks' tensors differ in value only (pad or "
+                                 "split them to one shape and dtype)")
     mode = mode or k.mode
     if mode == "eager":
         raise ValueError("run_ranks: the ranks meet at their collectives in a compiled kernel; "
                          "use mode='native' or mode='simulate' (eager mode runs one op at a "
                          "time)")
-    key = (k.fn, n, mode, k.target, tuple(tensors), tuple((nm, repr(v)) for nm, v in
-                                                           params.items()))
+    key = (k.fn, n, k.grid, mode, k.target, tuple(tensors),
+           tuple((nm, repr(v)) for nm, v in params.items()))
     if key not in _combined:
         counts = [None] * n  # filled when the launch is traced
-        _combined[key] = (make_kernel(_ranks_body(k.fn, n, tensors, params, counts),
-                                      target=k.target if n == 1 else f"{k.target}x{n}",
+        cores = n * programs
+        _combined[key] = (make_kernel(_ranks_body(k.fn, n, k.grid, tensors, params, counts),
+                                      target=k.target if cores == 1 else f"{k.target}x{cores}",
                                       mode=mode), counts)
     combined, counts = _combined[key]
     outs = combined(*[b[nm] for b in bound for nm in tensors])
@@ -419,38 +442,60 @@ def run_ranks(kernel, per_rank, mode=None):
     return results
 
 
-def _ranks_body(fn, n, tensors, params, counts):
-    """The kernel of a launch: fn traced once per rank, on that rank's tensors, meeting at its
-    collectives. counts[r]: (how many outputs rank r returned, whether as a tuple), or None."""
+def _spec(t):
+    """A tensor argument's shape and dtype, as errors show them."""
+    from .dtypes import to_dtype
+    return f"{to_dtype(t.dtype)}{list(t.shape)}"
+
+
+def _ranks_body(fn, n, grid, tensors, params, counts):
+    """The kernel of a launch: fn traced once per program of the grid of each rank, on that
+    rank's tensors, meeting at its collectives. counts[r]: (how many outputs rank r's first
+    program returned, whether as a tuple), or None."""
     from .kernel import whole_of_reshape
+    from .language import _State
     span = function_span(fn)
+    programs = list(itertools.product(*(range(g) for g in grid)))
+    m = len(programs)
 
     def body(*flat):
-        collectives._rounds.begin(n)
+        rounds = collectives._rounds
+        rounds.begin(n * m, ranks=n)
+        outer = (_State.grid, _State.grid_ndim, _State.program, _State.shared,
+                 _State.shared_next)
+        # each program traced with its ids as ints (nl.program_id, nl.num_programs)
+        _State.grid, _State.grid_ndim = tuple(grid), len(grid)
         outs = []
         try:
             for r in range(n):
-                _launch.rank = r
                 mine = flat[r * len(tensors):(r + 1) * len(tensors)]
-                try:
-                    with collectives.core_scope(r):  # its tiles are its core's
-                        res = fn(**dict(zip(tensors, mine)), **params)
-                finally:
-                    _launch.rank = None
-                collectives._rounds.end_program(r)
-                if res is None:
+                _State.shared = []  # the rank's shared HBM: its programs share it
+                first = None
+                for q, pid in enumerate(programs):
+                    _launch.rank = rounds.rank = r
+                    _State.program, _State.shared_next = pid, 0
+                    try:
+                        with collectives.core_scope(r * m + q):  # its tiles are its core's
+                            res = fn(**dict(zip(tensors, mine)), **params)
+                    finally:
+                        _launch.rank = rounds.rank = None
+                    rounds.end_program(r * m + q)
+                    if q == 0:
+                        first = res
+                if first is None:
                     counts[r] = None
                 else:
-                    many = isinstance(res, (tuple, list))
+                    many = isinstance(first, (tuple, list))
                     # a whole output returned reshaped: the tensor, reshaped on the way out
-                    res = [whole_of_reshape(t) for t in (res if many else [res])]
+                    res = [whole_of_reshape(t) for t in (first if many else [first])]
                     counts[r] = ([shape for _, shape in res], many)
                     outs += [t for t, _ in res]
-            collectives._rounds.finish(span)
+            rounds.finish(span)
         finally:
-            _launch.rank = None
+            _launch.rank = rounds.rank = None
+            (_State.grid, _State.grid_ndim, _State.program, _State.shared,
+             _State.shared_next) = outer
         return tuple(outs) if outs else None
-
     names = ", ".join(f"r{r}_{t}" for r in range(n) for t in tensors)
     scope = {"body": body}
     exec(f"def ranks_{fn.__name__}({names}):\n    return body({names})\n", scope)

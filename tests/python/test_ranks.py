@@ -1,6 +1,7 @@
 # nki.collectives between the ranks of a neuron.run_ranks launch (python/neuron/ranks.py): each
 # rank runs the kernel on its own tensors; all_reduce, all_gather, reduce_scatter, all_to_all,
-# collective_permute and rank_id against NumPy, natively and on the simulator; their errors.
+# collective_permute and rank_id against NumPy, natively and on the simulator; ranks launched on
+# a grid (kernel[2] per rank, an LNC of 2); their errors.
 import numpy as np
 import pytest
 
@@ -190,12 +191,111 @@ def test_collectives_that_cannot_run_name_the_rule_and_the_line(fn, group, words
     assert e.value.line == line_of(fn, "ncc.")
 
 
-def test_ranks_pass_equal_parameters_and_launch_one_program_each():
+def test_ranks_pass_equal_parameters_and_same_shaped_tensors():
     # (every rank traces the same Python with equal parameters and same-shaped tensors, so the
     # ranks reach the same collectives in the same order)
     x = np.zeros((16, 8), np.float32)
     with pytest.raises(ValueError, match="the same on every rank"):
         neuron.run_ranks(all_reduce_hbm, [(x, ReplicaGroup([[0, 1]])),
                                           (x, ReplicaGroup([[1, 0]]))])
-    with pytest.raises(ValueError, match="grid"):
-        neuron.run_ranks(nki.jit(all_reduce_hbm)[2], [(x, ReplicaGroup([[0]]))])
+    with pytest.raises(ValueError, match=r"tensor 'input' is float32\[8, 8\] on rank 1 but "
+                                         r"float32\[16, 8\] on rank 0"):
+        neuron.run_ranks(all_reduce_hbm, [(x, ReplicaGroup([[0, 1]])),
+                                          (x[:8], ReplicaGroup([[0, 1]]))])
+    with pytest.raises(ValueError, match="66 cores, and a launch simulates at most 64"):
+        neuron.run_ranks(nki.jit(all_reduce_hbm)[2], [(x, ReplicaGroup([[0]]))] * 33)
+
+
+# ---- ranks launched on a grid: kernel[2] per rank (an LNC of 2) -----------------------------
+
+def lnc_gather_and_sum(x, replica_group, n):
+    """Launched as kernel[2]: each program of a rank (one of its two cores) takes its half of
+    x's rows into SBUF, gathers that half from the n ranks of its rank-list side by side
+    (collective_dim=1) and sums it over them, into the rank's shared outputs."""
+    rows, F = x.shape
+    P = rows // nl.num_programs(0)
+    q = nl.program_id(0)
+    gathered = nl.ndarray((rows, F * n), x.dtype, buffer=nl.shared_hbm)
+    summed = nl.ndarray((rows, F), x.dtype, buffer=nl.shared_hbm)
+    half = nl.ndarray((P, F), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=half, src=x[q * P:(q + 1) * P, :])
+    g = nl.ndarray((P, F * n), x.dtype, buffer=nl.sbuf)
+    ncc.all_gather(srcs=[half], dsts=[g], replica_group=replica_group, collective_dim=1)
+    nisa.dma_copy(dst=gathered[q * P:(q + 1) * P, :], src=g)
+    s = nl.ndarray((P, F), x.dtype, buffer=nl.sbuf)
+    ncc.all_reduce(srcs=[half], dsts=[s], replica_group=replica_group, op=nl.add)
+    nisa.dma_copy(dst=summed[q * P:(q + 1) * P, :], src=s)
+    return gathered, summed
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+@pytest.mark.parametrize("lists", [[[0, 1]], [[0, 2], [1, 3]]], ids=["2ranks", "4ranks"])
+def test_ranks_on_a_grid_of_two_exchange_program_by_program(mode, lists):
+    # program q of each rank meets program q of the others: each half of the rows is gathered
+    # and summed on its own, and the rank's two programs fill its one pair of outputs
+    n = sum(len(g) for g in lists)
+    x = RNG.standard_normal((n, 256, 16)).astype(np.float32)
+    k = nki.jit(lnc_gather_and_sum)
+    outs = neuron.run_ranks(k[2], [(x[r], ReplicaGroup(lists), 2) for r in range(n)], mode=mode)
+    for r, (gathered, summed) in enumerate(outs):
+        mine = next(g for g in lists if r in g)
+        np.testing.assert_array_equal(gathered, np.concatenate([x[q] for q in mine], axis=1))
+        np.testing.assert_array_equal(summed, x[mine[0]] + x[mine[1]])
+
+
+def lnc_swap_then_reduce(x, lookup, replica_group):
+    """Launched as kernel[2]: the rank's two programs swap their halves of x's rows with
+    nisa.sendrecv (between the rank's own cores), then sum what they received over the ranks;
+    rank_id() on both programs is the rank (a row of `lookup` by indirect DMA)."""
+    rows, F = x.shape
+    P = rows // 2
+    q = nl.program_id(0)
+    mine = nl.ndarray((P, F), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=mine, src=x[q * P:(q + 1) * P, :])
+    other = nl.ndarray((P, F), x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=mine, dst=other, send_to_rank=1 - q, recv_from_rank=1 - q)
+    s = nl.ndarray((P, F), x.dtype, buffer=nl.sbuf)
+    ncc.all_reduce(srcs=[other], dsts=[s], replica_group=replica_group, op=nl.add)
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[q * P:(q + 1) * P, :], src=s)
+    rank = nl.ndarray((1, F), x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=rank, src=lookup.ap(pattern=[[F, 1], [1, F]], scalar_offset=ncc.rank_id(),
+                                          indirect_dim=0))
+    return out, rank
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_the_programs_of_a_rank_meet_each_other_at_core_collectives(mode):
+    n, P, F = 3, 64, 8
+    x = RNG.standard_normal((n, 2 * P, F)).astype(np.float32)
+    lookup = np.repeat(np.arange(n, dtype=np.float32)[:, None], F, axis=1)
+    rg = ReplicaGroup([list(range(n))])
+    outs = neuron.run_ranks(nki.jit(lnc_swap_then_reduce)[2],
+                            [dict(x=x[r], lookup=lookup, replica_group=rg) for r in range(n)],
+                            mode=mode)
+    total = (x[0] + x[1]) + x[2]
+    for r, (out, rank) in enumerate(outs):
+        np.testing.assert_array_equal(out, np.concatenate([total[P:], total[:P]]))
+        np.testing.assert_array_equal(rank, np.full((1, F), r, np.float32))
+
+
+def programs_disagree(x, replica_group):
+    out = nl.ndarray((x.shape[0] * 2, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
+    if nl.program_id(0) == 0:
+        ncc.all_reduce(srcs=[x], dsts=[out[0:x.shape[0], :]], replica_group=replica_group,
+                       op=nl.add)
+    else:
+        ncc.all_gather(srcs=[x], dsts=[out], replica_group=replica_group, collective_dim=0)
+    return out
+
+
+def test_programs_of_ranks_on_a_grid_must_call_the_same_collectives():
+    x = np.zeros((16, 8), np.float32)
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.run_ranks(nki.jit(programs_disagree)[2], [(x, ReplicaGroup([[0, 1]]))] * 2,
+                         mode="simulate")
+    assert e.value.rule == "collectives", e.value.message
+    assert ("collective #1: rank 0's program 0 calls nki.collectives.all_reduce (line "
+            f"{line_of(programs_disagree, 'ncc.all_reduce')}) where rank 1's program 1 calls "
+            "nki.collectives.all_gather; every program of every rank must call the same "
+            "collectives in the same order") in e.value.message, e.value.message
