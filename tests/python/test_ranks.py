@@ -279,6 +279,32 @@ def test_the_programs_of_a_rank_meet_each_other_at_core_collectives(mode):
         np.testing.assert_array_equal(rank, np.full((1, F), r, np.float32))
 
 
+def lnc_sum_into_cache(x, cache, replica_group):
+    """Launched as kernel[2]: each program sums its half of x's rows over the ranks into that
+    half of `cache`, an output argument (written in place and returned)."""
+    P = x.shape[0] // 2
+    q = nl.program_id(0)
+    t = nl.ndarray((P, x.shape[1]), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[q * P:(q + 1) * P, :])
+    s = nl.ndarray((P, x.shape[1]), x.dtype, buffer=nl.sbuf)
+    ncc.all_reduce(srcs=[t], dsts=[s], replica_group=replica_group, op=nl.add)
+    nisa.dma_copy(dst=cache[q * P:(q + 1) * P, :], src=s)
+    return cache
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_each_rank_on_a_grid_writes_its_own_output_argument(mode):
+    x = RNG.standard_normal((2, 128, 8)).astype(np.float32)
+    caches = [np.zeros((128, 8), np.float32) for _ in range(2)]
+    rg = ReplicaGroup([[0, 1]])
+    outs = neuron.run_ranks(nki.jit(lnc_sum_into_cache)[2],
+                            [dict(x=x[r], cache=caches[r], replica_group=rg) for r in range(2)],
+                            mode=mode)
+    for out, cache in zip(outs, caches):
+        assert out is cache  # the caller's own array, written back
+        np.testing.assert_array_equal(cache, x[0] + x[1])
+
+
 def programs_disagree(x, replica_group):
     out = nl.ndarray((x.shape[0] * 2, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
     if nl.program_id(0) == 0:
