@@ -40,9 +40,10 @@ _POSITIONS = weakref.WeakKeyDictionary()
 _ABSPATH = {}  # filename -> os.path.abspath(filename)
 
 
-def user_span():
-    """The Span of the innermost user line calling into neuron (file, line, 1-based column)."""
-    f = user_frame()
+def user_span(f=None):
+    """The Span of the innermost user line calling into neuron (file, line, 1-based column), or
+    of frame f's current line."""
+    f = f or user_frame()
     if f is None:
         return _C.Span()
     code = f.f_code

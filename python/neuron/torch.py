@@ -14,6 +14,7 @@ it (`fallback_counts()`); in strict mode (`strict=True` or NEURON_STRICT=1) or w
 reference it raises. Non-contiguous CPU tensors are copied, never refused."""
 import collections
 import inspect
+import os
 import typing
 import warnings
 
@@ -21,7 +22,8 @@ import torch as _torch
 
 from . import _C
 from .dtypes import to_dtype, torch_dtype
-from .errors import NeuronError, call_error
+from ._span import user_frame, user_span
+from .errors import NeuronError, _error
 from .kernel import Kernel
 
 
@@ -45,14 +47,26 @@ def _strict(flag):
     return _C.config().strict if flag is None else bool(flag)
 
 
+_TORCH_DIR = os.path.dirname(os.path.realpath(_torch.__file__)) + os.sep
+
+
+def _caller_span():
+    """The user's line that called the operator: the first frame outside neuron and PyTorch
+    (none in a backward pass, which PyTorch's autograd engine runs: then no location)."""
+    f = user_frame()
+    while f is not None and os.path.realpath(f.f_code.co_filename).startswith(_TORCH_DIR):
+        f = f.f_back
+    return user_span(f) if f is not None else _C.Span()
+
+
 def note_fallback(op, kind, reason, strict=None,
                   hint=" (strict mode: no fallback to the reference)", stacklevel=3):
     """DESIGN.md's fallback rule for operator `op` that cannot run its kernel on some inputs:
     in strict mode (`strict`, else NEURON_STRICT) raises NeuronError "unsupported-input" naming
     the reason; otherwise counts the fallback under (op, kind) and warns the first time."""
     if _strict(strict):
-        raise call_error("unsupported-input", f"operator {op} cannot run its kernel on these "
-                         f"inputs: {reason}{hint}")
+        raise _error("unsupported-input", f"operator {op} cannot run its kernel on these "
+                     f"inputs: {reason}{hint}", _caller_span())
     _fallbacks[(op, kind)] += 1
     if (op, kind) not in _warned:
         _warned.add((op, kind))

@@ -264,3 +264,15 @@ TEST_CASE("layer_norm forward and backward") {
 TEST_CASE("norms: larger sizes natively") {
   run_norm({true, 1000, 4096, DType::float32, true, true, kn::split_rows(1000)}, true);
 }
+
+// Rows longer than kn::kNormWholeBackward / kNormWholeForward take column chunks: the
+// statistics and the row means of the backward over passes, dweight / dbias accumulated in HBM.
+TEST_CASE("norms: rows longer than a chunk") {
+  const int64_t back = kn::kNormWholeBackward + 5, both = kn::kNormWholeForward + 2 * 37;
+  run_norm({true, 5, back, DType::float32, true, false});
+  run_norm({false, 130, back, DType::bfloat16, true, false, 2});
+  run_norm({true, 3, both, DType::float32, true, true});
+  run_norm({false, 4, both, DType::bfloat16, false});
+  run_norm_stats({true, 6, both, DType::bfloat16, true, true, 2});
+  run_norm_stats({false, 3, back});
+}

@@ -160,9 +160,11 @@ def test_attention_head_dims_over_128(dtype):
 
 def test_attention_head_dims_over_512_fall_back_to_pytorch():
     q, k, v = rand(1, 1, 8, 520, seed=1), rand(1, 1, 8, 520, seed=2), rand(1, 1, 8, 16, seed=3)
-    with pytest.raises(neuron.NeuronError, match="head dims 520 and 16; the kernels take at most 512"):
+    with pytest.raises(neuron.NeuronError,
+                       match="head dims 520 and 16; the kernels take at most 512") as e:
         with no_fallbacks():
             ops.scaled_dot_product_attention(q, k, v)
+    assert e.value.file == __file__  # the error names the user's line, not PyTorch's
 
 
 def test_attention_3d_inputs_and_an_explicit_scale():
@@ -226,6 +228,45 @@ def test_layer_norm_affine_weight_only_and_plain(dtype):
         check(lambda x: F.layer_norm(x, (33,)), lambda x: ops.layer_norm(x, (33,)), [x], dtype)
         check(lambda x, b: F.layer_norm(x, (33,), None, b),
               lambda x, b: ops.layer_norm(x, (33,), None, b), [x, b], dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norms_of_rows_longer_than_the_chunks_run_the_kernels(dtype):
+    # Hidden sizes of large models (8192 and up): the backward past 4096 columns and the
+    # forward past 8192 take column chunks (kernels/norms.hpp); no fallback to PyTorch.
+    with no_fallbacks():
+        x, w, b = rand(3, 4099, seed=40, scale=2) + 1, rand(4099, seed=41), rand(4099, seed=42)
+        check(lambda x, w, b: F.layer_norm(x, (4099,), w, b),
+              lambda x, w, b: ops.layer_norm(x, (4099,), w, b), [x, w, b], dtype)
+        x, w = rand(2, 8200, seed=43), rand(8200, seed=44)
+        check(lambda x, w: F.rms_norm(x, (8200,), w, 1e-5),
+              lambda x, w: ops.rms_norm(x, (8200,), w, 1e-5), [x, w], dtype)
+
+
+def test_a_backward_kernel_refusing_its_shapes_falls_back_with_pytorchs_gradients(monkeypatch):
+    # The forward runs its kernel, the backward's kernel refuses (forced here): the gradients
+    # come from the reference through torch.func (a custom operator's implementation runs
+    # below autograd, where torch.autograd records nothing), with a warning and a count.
+    from neuron.errors import call_error
+    from neuron.ops import _kernels
+    real_get = _kernels.registry.get
+
+    class Refusing:
+        def compile(self, *args, **kwargs):
+            raise call_error("sbuf-capacity", "forced by the test")
+
+    monkeypatch.setattr(_kernels.registry, "get",
+                        lambda name: Refusing() if name.endswith("backward") else real_get(name))
+    x, w, b = rand(3, 21, seed=45) + 1, rand(21, seed=46), rand(21, seed=47)
+    before = nt.fallback_counts().get(("neuron::layer_norm_backward", "shape"), 0)
+    with pytest.warns(nt.FallbackWarning, match="layer_norm_weight_backward rejects these"):
+        check(lambda x, w, b: F.layer_norm(x, (21,), w, b),
+              lambda x, w, b: ops.layer_norm(x, (21,), w, b), [x, w, b], torch.float32)
+    assert nt.fallback_counts()[("neuron::layer_norm_backward", "shape")] == before + 1
+    with ops.strict(), pytest.raises(neuron.NeuronError, match="forced by the test") as e:
+        x = rand(2, 22, seed=48).requires_grad_()
+        ops.softmax(x, -1).sum().backward()
+    assert "unsupported-input" in str(e.value)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

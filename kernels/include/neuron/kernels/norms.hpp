@@ -2,9 +2,12 @@
 // statistics and arithmetic in fp32, results in x's dtype.
 //
 // Tiling and engine plan. Each SPMD program owns R / programs consecutive rows (grid
-// norm_grid(cfg)), 128 at a time with rows on partitions, whole rows per tile (D up to
-// ~12k columns fits SBUF). The weight and bias rows are broadcast over the partitions once
-// per program by one DMA.
+// norm_grid(cfg)), 128 at a time with rows on partitions. Rows of up to kNormWholeForward
+// (forward) / kNormWholeBackward (backward, more live tiles) columns are kept whole per tile,
+// and the weight and bias rows are broadcast over the partitions once per program by one DMA.
+// Longer rows, of any length, are taken in column chunks of kNormChunk (passes over the
+// chunks, as softmax.hpp does; x and dy are read once per pass, weight chunks per tile):
+// statistics first (for layer_norm the mean, then the centred squares), then the output.
 //  - Statistics: the Scalar engine squares and sums a row in one activation with an add
 //    reduction (for layer_norm centred by its bias, the negated row mean); rstd = rsqrt(sum / D
 //    + eps) is one more activation with an eps bias column and scale 1/D.
@@ -19,7 +22,9 @@
 //    rows, which lie on partitions, with the Tensor engine: ones[rows, 1].T @ (dy * xhat) into
 //    PSUM, added to an fp32 SBUF accumulator per program. Programs write their partial sums as
 //    row `program` of dweight / dbias [programs, D]; the caller adds the rows (one row when
-//    programs == 1).
+//    programs == 1). For chunked rows the row means mean(g * xhat) and mean(g) take a first
+//    pass over the chunks, which also adds each chunk's column sums to the program's row of
+//    dweight / dbias in HBM (read, add, write back: no [1, D] accumulator on chip); dx a second.
 #pragma once
 #include <optional>
 #include <tuple>
@@ -28,6 +33,11 @@
 #include "neuron/kernels/tiling.hpp"
 
 namespace neuron::kernels {
+
+// Column chunk of long rows (fp32 tiles of 8 KiB per partition), and the widest rows kept
+// whole per tile: measured against trn2's SBUF with every variant (weight, bias, fp32, bf16).
+inline constexpr int64_t kNormChunk = 2048;
+inline constexpr int64_t kNormWholeForward = 8192, kNormWholeBackward = 4096;
 
 struct NormConfig {
   double eps = 1e-5;
@@ -98,6 +108,51 @@ inline RowStats row_stats(NormKind kind, const nl::tensor& t, const nl::tensor& 
   return {mean, rstd};
 }
 
+// row_stats of rows xr [rr, D] (an HBM view) longer than one chunk: a sequential pass over
+// the column chunks per statistic (the sums carry from chunk to chunk).
+inline RowStats chunked_row_stats(NormKind kind, const nl::tensor& xr, const nl::tensor& eps_col) {
+  const int64_t rr = xr.shape()[0], D = xr.shape()[1];
+  auto chunks = [&](auto&& body) {
+    for_each_tile(
+        D, kNormChunk,
+        [&](nl::index, nl::index c0, int64_t cw) {
+          body(nl::load(xr(nl::all, nl::ds(c0, cw)), nl::float32), cw);
+        },
+        0, LoopKind::sequential);
+  };
+  std::optional<nl::tensor> mean, negmean;
+  if (kind == NormKind::layer) {
+    auto sum = nl::zeros({rr, 1}, nl::float32, nl::sbuf, "sum");
+    chunks([&](const nl::tensor& t, int64_t) {
+      auto part = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "part");
+      isa::tensor_reduce(part, nl::add, t, 1);
+      isa::tensor_tensor(sum, sum, part, nl::add);
+    });
+    mean = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "mean");
+    isa::tensor_scalar(*mean, sum, nl::multiply, 1.0 / double(D));
+    negmean = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "negmean");
+    isa::tensor_scalar(*negmean, *mean, nl::multiply, -1.0);
+  }
+  auto ss = nl::zeros({rr, 1}, nl::float32, nl::sbuf, "sumsq");
+  chunks([&](const nl::tensor& t, int64_t cw) {
+    auto sq = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "sq");
+    auto part = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "part");
+    isa::activation(sq, nl::square, t, negmean, 1.0, nl::add, part);
+    isa::tensor_tensor(ss, ss, part, nl::add);
+  });
+  auto rstd = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "rstd");
+  isa::activation(rstd, nl::rsqrt, ss, eps_col(nl::ds(0, rr), nl::all), 1.0 / double(D));
+  return {mean, rstd};
+}
+
+// The statistics of rows xr [rr, D] (an HBM view) computed as the forward computes them, so
+// that a backward recomputing them and one given the forward's saved statistics agree bit for
+// bit.
+inline RowStats forward_row_stats(NormKind kind, const nl::tensor& xr, const nl::tensor& eps_col) {
+  if (xr.shape()[1] > kNormWholeForward) return chunked_row_stats(kind, xr, eps_col);
+  return row_stats(kind, nl::load(xr, nl::float32), eps_col);
+}
+
 // The statistics of rows [r0, r0 + rr) saved by a *_with_stats forward, loaded as columns.
 inline RowStats load_row_stats(const SavedStats& saved, const nl::index& r0, int64_t rr) {
   std::optional<nl::tensor> mean;
@@ -129,31 +184,56 @@ inline std::vector<nl::tensor> norm_forward(NormKind kind, const NormInputs& in,
   const int64_t rows = R / cfg.programs, P = std::min(rows, kPartitions);
   const nl::index row0 = nl::program_id(0) * rows;
   auto eps_col = nl::full({P, 1}, cfg.eps, nl::float32, nl::sbuf, "eps");
-  std::optional<nl::tensor> wb, bb;
-  if (in.w) wb = load_broadcast_row(*in.w, P, nl::float32, "weight");
-  if (in.b) bb = load_broadcast_row(*in.b, P, nl::float32, "bias");
-  for_each_tile(rows, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
-    auto t = nl::load(in.x(nl::ds(row0 + r0, rr), nl::all), nl::float32);
-    const RowStats st = row_stats(kind, t, eps_col);
-    auto y = nl::ndarray({rr, D}, in.x.dtype(), nl::sbuf, "y");
-    if (!wb && !bb) {
+  const bool whole = D <= kNormWholeForward;
+  std::optional<nl::tensor> wb, bb;  // whole rows: broadcast once per program
+  if (whole && in.w) wb = load_broadcast_row(*in.w, P, nl::float32, "weight");
+  if (whole && in.b) bb = load_broadcast_row(*in.b, P, nl::float32, "bias");
+  // y = normalize(t) (* weight) (+ bias) for columns [c0, c0 + cw) of the tile's rows.
+  auto emit = [&](const nl::tensor& t, const RowStats& st, const nl::tensor& yr,
+                  const nl::index& c0, int64_t cw) {
+    const int64_t rr = t.shape()[0];
+    auto w_at = [&](const std::optional<nl::tensor>& whole_row, const std::optional<nl::tensor>& v,
+                    const char* name) -> std::optional<nl::tensor> {
+      if (!v) return std::nullopt;
+      if (whole) return (*whole_row)(nl::ds(0, rr), nl::all);
+      return nl::broadcast_to(load_row(*v, c0, cw, nl::float32, name), {rr, cw});
+    };
+    const auto wv = w_at(wb, in.w, "weight"), bv = w_at(bb, in.b, "bias");
+    auto y = nl::ndarray({rr, cw}, in.x.dtype(), nl::sbuf, "y");
+    if (!wv && !bv) {
       normalize(y, t, st);
     } else {
-      auto xn = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "xn");
+      auto xn = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "xn");
       normalize(xn, t, st);
-      if (wb && bb) {
-        auto scaled = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "scaled");
-        isa::tensor_tensor(scaled, xn, (*wb)(nl::ds(0, rr), nl::all), nl::multiply);
-        isa::tensor_tensor(y, scaled, (*bb)(nl::ds(0, rr), nl::all), nl::add);
-      } else if (wb) {
-        isa::tensor_tensor(y, xn, (*wb)(nl::ds(0, rr), nl::all), nl::multiply);
+      if (wv && bv) {
+        auto scaled = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "scaled");
+        isa::tensor_tensor(scaled, xn, *wv, nl::multiply);
+        isa::tensor_tensor(y, scaled, *bv, nl::add);
       } else {
-        isa::tensor_tensor(y, xn, (*bb)(nl::ds(0, rr), nl::all), nl::add);
+        isa::tensor_tensor(y, xn, wv ? *wv : *bv, wv ? nl::multiply : nl::add);
       }
     }
-    nl::store(out(nl::ds(row0 + r0, rr), nl::all), y);
-    if (mean_out) nl::store((*mean_out)(nl::ds(row0 + r0, rr), nl::all), *st.mean);
-    if (rstd_out) nl::store((*rstd_out)(nl::ds(row0 + r0, rr), nl::all), st.rstd);
+    nl::store(yr, y);
+  };
+  for_each_tile(rows, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
+    auto rows_v = nl::ds(row0 + r0, rr);
+    auto save = [&](const RowStats& st) {
+      if (mean_out) nl::store((*mean_out)(rows_v, nl::all), *st.mean);
+      if (rstd_out) nl::store((*rstd_out)(rows_v, nl::all), st.rstd);
+    };
+    if (whole) {
+      auto t = nl::load(in.x(rows_v, nl::all), nl::float32);
+      const RowStats st = row_stats(kind, t, eps_col);
+      emit(t, st, out(rows_v, nl::all), 0, D);
+      save(st);
+      return;
+    }
+    const RowStats st = chunked_row_stats(kind, in.x(rows_v, nl::all), eps_col);
+    for_each_tile(D, kNormChunk, [&](nl::index, nl::index c0, int64_t cw) {
+      emit(nl::load(in.x(rows_v, nl::ds(c0, cw)), nl::float32), st, out(rows_v, nl::ds(c0, cw)),
+           c0, cw);
+    });
+    save(st);
   });
   std::vector<nl::tensor> outs{out};
   if (mean_out) outs.push_back(*mean_out);
@@ -207,72 +287,139 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
   }
   const int64_t rows = R / cfg.programs, P = std::min(rows, kPartitions);
   const nl::index row0 = nl::program_id(0) * rows;
+  const nl::index program = nl::program_id(0);
+  const bool whole = D <= kNormWholeBackward;
   std::optional<nl::tensor> eps_col;
   if (!saved) eps_col = nl::full({P, 1}, cfg.eps, nl::float32, nl::sbuf, "eps");
   std::optional<nl::tensor> wb, ones, dw_acc, db_acc;
   if (w) {
-    wb = load_broadcast_row(*w, P, nl::float32, "weight");
     ones = nl::ones({P, 1}, nl::float32, nl::sbuf, "ones");
-    dw_acc = nl::zeros({1, D}, nl::float32, nl::sbuf, "dw_acc");
-    if (db) db_acc = nl::zeros({1, D}, nl::float32, nl::sbuf, "db_acc");
+    if (whole) {
+      wb = load_broadcast_row(*w, P, nl::float32, "weight");
+      dw_acc = nl::zeros({1, D}, nl::float32, nl::sbuf, "dw_acc");
+      if (db) db_acc = nl::zeros({1, D}, nl::float32, nl::sbuf, "db_acc");
+    } else {  // the program's rows of dweight / dbias accumulate in HBM, chunk by chunk
+      auto zero = nl::zeros({1, std::min(D, kNormChunk)}, nl::float32, nl::sbuf, "zero");
+      for_each_tile(D, kNormChunk, [&](nl::index, nl::index c0, int64_t cw) {
+        const auto z = zero(nl::all, nl::ds(0, cw));
+        nl::store((*dw)(nl::ds(program, 1), nl::ds(c0, cw)), z);
+        if (db) nl::store((*db)(nl::ds(program, 1), nl::ds(c0, cw)), z);
+      });
+    }
   }
+  // Columns [c0, c0 + cw) of a tile t of x, dy tile dyt: xhat and g = dy * weight.
+  struct Grads {
+    nl::tensor xhat, g;
+  };
+  auto grads_at = [&](const nl::tensor& t, const nl::tensor& dyt, const RowStats& st,
+                      const nl::index& c0, int64_t cw) {
+    const int64_t rr = t.shape()[0];
+    auto xhat = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "xhat");
+    normalize(xhat, t, st);
+    if (!w) return Grads{xhat, dyt};
+    auto wv = whole ? (*wb)(nl::ds(0, rr), nl::all)
+                    : nl::broadcast_to(load_row(*w, c0, cw, nl::float32, "weight"), {rr, cw});
+    auto g = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "g");
+    isa::tensor_tensor(g, dyt, wv, nl::multiply);
+    return Grads{xhat, g};
+  };
+  // Adds the row sums of g * xhat and (layer_norm) of g to mgx, mg; the column sums of
+  // dy * xhat and dy to the dweight / dbias accumulators acc_w, acc_b.
+  auto sums = [&](const Grads& gr, const nl::tensor& dyt, const nl::tensor& mgx,
+                  const std::optional<nl::tensor>& mg, const std::optional<nl::tensor>& acc_w,
+                  const std::optional<nl::tensor>& acc_b) {
+    const int64_t rr = dyt.shape()[0], cw = dyt.shape()[1];
+    auto gx = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "gx");
+    isa::tensor_tensor(gx, gr.g, gr.xhat, nl::multiply);
+    auto part = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "part");
+    isa::tensor_reduce(part, nl::add, gx, 1);
+    isa::tensor_tensor(mgx, mgx, part, nl::add);
+    if (mg) {
+      auto part_g = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "part_g");
+      isa::tensor_reduce(part_g, nl::add, gr.g, 1);
+      isa::tensor_tensor(*mg, *mg, part_g, nl::add);
+    }
+    if (acc_w) {
+      auto dyx = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "dyx");
+      isa::tensor_tensor(dyx, dyt, gr.xhat, nl::multiply);
+      add_column_sums(*acc_w, dyx, *ones);
+    }
+    if (acc_b) add_column_sums(*acc_b, dyt, *ones);
+  };
+  // dx = (g - (xhat * mean(g * xhat) + mean(g))) * rstd (no mean(g) for rms_norm) as
+  // consecutive element-wise steps, each reading the one before (the native backend runs
+  // them, and the store, as one loop); mgx and mg already hold the means.
+  auto store_dx = [&](const Grads& gr, const nl::tensor& mgx, const std::optional<nl::tensor>& mg,
+                      const nl::tensor& rstd, const nl::tensor& dst) {
+    const int64_t rr = gr.g.shape()[0], cw = gr.g.shape()[1];
+    auto corr = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "corr");
+    if (mg)
+      isa::tensor_scalar(corr, gr.xhat, nl::multiply, mgx, false, nl::add, *mg);
+    else
+      isa::tensor_scalar(corr, gr.xhat, nl::multiply, mgx);
+    auto d = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "d");
+    isa::tensor_tensor(d, gr.g, corr, nl::subtract);
+    auto dxt = nl::ndarray({rr, cw}, dy.dtype(), nl::sbuf, "dxt");
+    isa::tensor_scalar(dxt, d, nl::multiply, rstd);
+    nl::store(dst, dxt);
+  };
   // The dweight / dbias accumulators carry from tile to tile.
   const LoopKind kind_of_loop = w ? LoopKind::sequential : LoopKind::affine;
   for_each_tile(
       rows, kPartitions,
       [&](nl::index, nl::index r0, int64_t rr) {
         auto rows_v = nl::ds(row0 + r0, rr);
-        auto t = nl::load(x(rows_v, nl::all), nl::float32);
-        auto dyt = nl::load(dy(rows_v, nl::all), nl::float32);
+        auto mgx = nl::zeros({rr, 1}, nl::float32, nl::sbuf, "mgx");
+        std::optional<nl::tensor> mg;
+        if (kind == NormKind::layer) mg = nl::zeros({rr, 1}, nl::float32, nl::sbuf, "mg");
+        auto to_means = [&] {
+          isa::tensor_scalar(mgx, mgx, nl::multiply, 1.0 / double(D));
+          if (mg) isa::tensor_scalar(*mg, *mg, nl::multiply, 1.0 / double(D));
+        };
+        if (whole) {
+          auto t = nl::load(x(rows_v, nl::all), nl::float32);
+          auto dyt = nl::load(dy(rows_v, nl::all), nl::float32);
+          const RowStats st = saved ? load_row_stats(*saved, row0 + r0, rr)
+                                    : row_stats(kind, t, *eps_col);
+          const Grads gr = grads_at(t, dyt, st, 0, D);
+          sums(gr, dyt, mgx, mg, dw_acc, db_acc);
+          to_means();
+          store_dx(gr, mgx, mg, st.rstd, dx(rows_v, nl::all));
+          return;
+        }
         const RowStats st = saved ? load_row_stats(*saved, row0 + r0, rr)
-                                  : row_stats(kind, t, *eps_col);
-        const nl::tensor& rstd = st.rstd;
-        auto xhat = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "xhat");
-        normalize(xhat, t, st);
-        nl::tensor g = dyt;
-        if (wb) {
-          g = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "g");
-          isa::tensor_tensor(g, dyt, (*wb)(nl::ds(0, rr), nl::all), nl::multiply);
-        }
-        // The row means first, then dx = (g - (xhat * mean(g * xhat) + mean(g))) * rstd (no
-        // mean(g) for rms_norm) as consecutive element-wise steps, each reading the one before
-        // (the native backend runs them, and the store, as one loop).
-        auto gx = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "gx");
-        isa::tensor_tensor(gx, g, xhat, nl::multiply);
-        auto mgx = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "mgx");
-        isa::tensor_reduce(mgx, nl::add, gx, 1);
-        isa::tensor_scalar(mgx, mgx, nl::multiply, 1.0 / double(D));
-        auto corr = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "corr");
-        if (kind == NormKind::layer) {
-          auto mg = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "mg");
-          isa::tensor_reduce(mg, nl::add, g, 1);
-          isa::tensor_scalar(mg, mg, nl::multiply, 1.0 / double(D));
-          isa::tensor_scalar(corr, xhat, nl::multiply, mgx, false, nl::add, mg);
-        } else {
-          isa::tensor_scalar(corr, xhat, nl::multiply, mgx);
-        }
-        auto d = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "d");
-        isa::tensor_tensor(d, g, corr, nl::subtract);
-        auto dxt = nl::ndarray({rr, D}, dy.dtype(), nl::sbuf, "dxt");
-        isa::tensor_scalar(dxt, d, nl::multiply, rstd);
-        nl::store(dx(rows_v, nl::all), dxt);
-        if (w) {
-          auto dyx = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "dyx");
-          isa::tensor_tensor(dyx, dyt, xhat, nl::multiply);
-          add_column_sums(*dw_acc, dyx, *ones);
-          if (db_acc) add_column_sums(*db_acc, dyt, *ones);
-        }
+                                  : forward_row_stats(kind, x(rows_v, nl::all), *eps_col);
+        auto load_chunk = [&](const nl::tensor& v, const nl::index& c0, int64_t cw) {
+          return nl::load(v(rows_v, nl::ds(c0, cw)), nl::float32);
+        };
+        // Pass 1: the row sums, and the chunk's column sums into dweight / dbias in HBM.
+        for_each_tile(
+            D, kNormChunk,
+            [&](nl::index, nl::index c0, int64_t cw) {
+              auto dyt = load_chunk(dy, c0, cw);
+              const Grads gr = grads_at(load_chunk(x, c0, cw), dyt, st, c0, cw);
+              std::optional<nl::tensor> acc_w, acc_b;
+              if (dw) acc_w = nl::load((*dw)(nl::ds(program, 1), nl::ds(c0, cw)), nl::float32);
+              if (db) acc_b = nl::load((*db)(nl::ds(program, 1), nl::ds(c0, cw)), nl::float32);
+              sums(gr, dyt, mgx, mg, acc_w, acc_b);
+              if (dw) nl::store((*dw)(nl::ds(program, 1), nl::ds(c0, cw)), *acc_w);
+              if (db) nl::store((*db)(nl::ds(program, 1), nl::ds(c0, cw)), *acc_b);
+            },
+            0, LoopKind::sequential);
+        to_means();
+        // Pass 2: dx.
+        for_each_tile(D, kNormChunk, [&](nl::index, nl::index c0, int64_t cw) {
+          auto dyt = load_chunk(dy, c0, cw);
+          store_dx(grads_at(load_chunk(x, c0, cw), dyt, st, c0, cw), mgx, mg, st.rstd,
+                   dx(rows_v, nl::ds(c0, cw)));
+        });
       },
       0, kind_of_loop);
   std::vector<nl::tensor> outs{dx};
-  if (dw) {
-    nl::store((*dw)(nl::ds(nl::program_id(0), 1), nl::all), *dw_acc);
-    outs.push_back(*dw);
-  }
-  if (db) {
-    nl::store((*db)(nl::ds(nl::program_id(0), 1), nl::all), *db_acc);
-    outs.push_back(*db);
-  }
+  if (dw_acc) nl::store((*dw)(nl::ds(program, 1), nl::all), *dw_acc);
+  if (db_acc) nl::store((*db)(nl::ds(program, 1), nl::all), *db_acc);
+  if (dw) outs.push_back(*dw);
+  if (db) outs.push_back(*db);
   return outs;
 }
 
