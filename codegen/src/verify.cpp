@@ -692,8 +692,10 @@ class Verifier {
         }
         break;
       case Opcode::tensor_copy:
-        // Only dma_copy may reshape; an engine copy walks both sides in the same shape.
-        same_shape(op, opname, "dst", "src");
+        // NKI: "the output tile has the same partition axis size and also the same number of
+        // elements per partition as the input tile": the free dims may be shaped differently
+        // (both sides walked in row-major order, as every element-wise instruction is).
+        same_layout(op, opname, "dst", "src");
         break;
       case Opcode::nl_matmul: {
         float_operands(op, opname, {"x", "y"});

@@ -118,6 +118,10 @@ void init_dynamic(py::module_& m) {
   // The storage shape a view walks when it is not the buffer's own (ir.hpp Access::storage),
   // and the whole buffer seen with a storage shape: eager mode replays t.ap() views with them.
   m.def("view_storage", [](const nl::tensor& t) { return t.access().storage; });
+  // Are two views of one buffer (a kernel input seen again through a reshape chain)?
+  m.def("same_buffer", [](const nl::tensor& a, const nl::tensor& b) {
+    return a.valid() && b.valid() && a.access().buffer == b.access().buffer;
+  });
   // A transposing view's dims (ir.hpp Access::order: storage dims in view order; empty: storage
   // order), and a view given that order: eager mode replays t.ap() views with them.
   m.def("view_order", [](const nl::tensor& t) { return t.access().order; });

@@ -172,6 +172,7 @@ class _Returns:
     caller gets its array with the reshaped shape."""
 
     def __init__(self, out, inputs):
+        from .reshaped import _covers_storage as covers_storage
         self.single = not isinstance(out, (tuple, list))
         items = [] if out is None else [out] if self.single else list(out)
         self.none = out is None
@@ -182,6 +183,11 @@ class _Returns:
             t, shape = whole_of_reshape(t)
             self.shapes.append(shape)
             at = next((i for i, x in enumerate(inputs) if x is t), None)
+            if at is None and isinstance(t, _C.Tensor) and shape is None and covers_storage(t):
+                # the whole input seen again through views (a reshape and its inverse, as
+                # nki-library's cache updates return their caches): that input
+                at = next((i for i, x in enumerate(inputs)
+                           if isinstance(x, _C.Tensor) and _C.same_buffer(x, t)), None)
             if at is None:
                 self.items.append(("out", n_out))
                 n_out += 1

@@ -323,3 +323,44 @@ def test_reverse_pred_copies_where_the_predicate_is_zero():
     x = RNG.standard_normal((128, 8)).astype(np.float32)
     p = RNG.integers(0, 2, (128, 8)).astype(np.uint8)
     np.testing.assert_array_equal(neuron.kernel(k)(x, p), np.where(p == 0, x, 0.0))
+
+
+def copies_between_free_shapes(x):
+    # [P, 4, 6] -> [P, 24]; a strided [P, 2, 6] view -> [P, 3, 4] into a bf16 tile (a cast);
+    # [P, 24] -> [P, 2, 3, 4].
+    a = nl.ndarray((128, 4, 6), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(a, x)
+    flat = nl.ndarray((128, 24), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(flat, a)
+    odd = nl.ndarray((128, 3, 4), nl.bfloat16, buffer=nl.sbuf)
+    nisa.tensor_copy(odd, a[:, 1:4:2, :])
+    deep = nl.ndarray((128, 2, 3, 4), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(deep, flat)
+    outs = [nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm) for t in (flat, odd, deep)]
+    for o, t in zip(outs, (flat, odd, deep)):
+        nisa.dma_copy(o, t)
+    return tuple(outs)
+
+
+@pytest.mark.parametrize("mode", ["native", "simulate", "eager"])
+def test_tensor_copy_reshapes_the_free_dims(mode):
+    # NKI: dst has src's partition count and elements per partition; the free dims may differ.
+    x = RNG.uniform(-2, 2, (128, 4, 6)).astype(np.float32)
+    flat, odd, deep = neuron.kernel(copies_between_free_shapes, mode=mode)(x)
+    np.testing.assert_array_equal(flat, x.reshape(128, 24))
+    np.testing.assert_array_equal(odd.astype(np.float32),
+                                  x[:, 1:4:2, :].astype(ml_dtypes.bfloat16).astype(np.float32)
+                                  .reshape(128, 3, 4))
+    np.testing.assert_array_equal(deep, x.reshape(128, 2, 3, 4))
+
+    def too_many(x):
+        a = nl.load(x)
+        b = nl.ndarray((128, 5, 5), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(b, a)
+        out = nl.ndarray((128, 25), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(out, b)
+        return out
+
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(too_many, mode=mode)(x)
+    assert e.value.rule == "shape-mismatch" and "elements per partition" in str(e.value)

@@ -305,6 +305,35 @@ def test_each_rank_on_a_grid_writes_its_own_output_argument(mode):
         np.testing.assert_array_equal(cache, x[0] + x[1])
 
 
+def cache_through_reshapes(x, cache):
+    """Writes x into cache [R, 1, F] through a squeezed view and returns the cache re-expanded
+    (a reshape of a reshape: a new view object of the whole input, as nki-library's attention
+    block returns its updated KV caches)."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(out, t)
+    squeezed = cache.reshape((cache.shape[0], cache.shape[2]))
+    nl.store(squeezed, t)
+    return out, squeezed.reshape(cache.shape)
+
+
+@pytest.mark.parametrize("mode", COMPILED + ("eager",))
+def test_an_input_returned_through_views_is_the_callers_array(mode):
+    x = RNG.standard_normal((2, 16, 8)).astype(np.float32)
+    caches = [np.zeros((16, 1, 8), np.float32) for _ in range(2)]
+    k = neuron.kernel(cache_through_reshapes, mode=mode)
+    out, back = k(x[0], caches[0])
+    assert back is caches[0]
+    np.testing.assert_array_equal(caches[0][:, 0], x[0])
+    if mode == "eager":  # the ranks meet in a compiled kernel
+        return
+    for r, (o, c) in enumerate(neuron.run_ranks(k, [dict(x=x[r], cache=caches[r])
+                                                    for r in range(2)])):
+        assert c is caches[r]
+        np.testing.assert_array_equal(o, x[r])
+        np.testing.assert_array_equal(caches[r][:, 0], x[r])
+
+
 def programs_disagree(x, replica_group):
     out = nl.ndarray((x.shape[0] * 2, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
     if nl.program_id(0) == 0:
