@@ -297,6 +297,8 @@ def ap_over(self, storage, pattern, offset=None, scalar_offset=None, vector_offs
             return BitcastView(_C.ap(self, bpat, boff, None, 0, span), dt, shape)
     if not is_int(indirect_dim):
         raise TypeError(f"ap: indirect_dim must be an int, got {indirect_dim!r}")
+    if storage is None and scalar_offset is not None and isinstance(self, _C.Tensor):
+        indirect_dim = storage_dim_of(self, int(indirect_dim))
     off = None if offset is None else as_index(offset, "ap offset")
     if vector_offset is None:
         if scalar_offset is None and int(indirect_dim) == 0:
@@ -313,6 +315,20 @@ def ap_over(self, storage, pattern, offset=None, scalar_offset=None, vector_offs
                              list(storage) if storage is not None else _C.storage_shape(self),
                              span)
     return IndirectView(_C.ap(self, whole, off, None, 0, span), vector_offset)
+
+
+def storage_dim_of(t, dim):
+    """The storage dim of dim `dim` of view t: a subscript that dropped size-1 dims
+    (`cache[:, 0]`, or the reshape that squeezes a [B, 1, S, d] cache to [B, S, d]) counts
+    only the dims it kept, as its shape shows them (scalar_offset's indirect_dim)."""
+    try:
+        kept = [i for i, d in enumerate(_C.view_dims(t)) if d[3]]
+    except ValueError:  # it starts at a program id or register: its dims are storage's
+        return dim
+    if list(_C.view_storage(t)) or len(kept) == len(_C.storage_shape(t)) or \
+            not 0 <= dim < len(kept):
+        return dim
+    return kept[dim]
 
 
 def indirect_pattern(t, pat, rows, indirect_dim, storage, span):

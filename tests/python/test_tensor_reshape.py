@@ -245,3 +245,27 @@ def test_a_reshape_that_drops_size_one_dims_is_subscripted_like_numpy(mode):
     pos = RNG.integers(0, 100, (8, 1)).astype(np.int32)
     out = neuron.kernel(drops_a_unit_dim, mode=mode)(pos)
     np.testing.assert_array_equal(out, pos.reshape(2, 4))
+
+
+def cache_update_through_a_squeezed_view(cache, idx, v):
+    """nki-library's KV-cache update: the [B, 1, S, d] cache squeezed to [B, S, d] (a reshape
+    that drops the size-1 head dim), rows written at a run-time position given by scalar_offset
+    with indirect_dim=1, which counts in the squeezed view's dims (S), not the storage's."""
+    pos = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(pos, idx[0:1, :])
+    squeezed = cache.reshape((2, 16, 8))
+    rows = nl.load(v)
+    nisa.dma_copy(dst=squeezed.ap([[8, 3], [1, 8]], offset=16 * 8, scalar_offset=pos,
+                                  indirect_dim=1), src=rows)
+    return cache
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_scalar_offset_counts_in_the_dims_of_a_squeezed_view(mode):
+    cache = np.zeros((2, 1, 16, 8), np.float32)
+    v = RNG.standard_normal((3, 8)).astype(np.float32)
+    neuron.kernel(cache_update_through_a_squeezed_view, mode=mode)(cache, np.array([[5]], np.int32),
+                                                                    v)
+    want = np.zeros_like(cache)
+    want[1, 0, 5:8] = v
+    np.testing.assert_array_equal(cache, want)
