@@ -18,7 +18,10 @@ tests (collectives between ranks) cannot run there: a fourth stand-in wraps its
 `simulation_setup.run_simulator_inference` and `Orchestrator._dump_output_tensors` when they
 are loaded, so that those tests run all their ranks in one `neuron.run_ranks` launch (each
 rank `kernel[lnc]` with its own inputs) and each rank's outputs land in the
-`output_worker_{rank}/` folder the harness's validator reads. Three defects of the published
+`output_worker_{rank}/` folder the harness's validator reads. Kernels run on copies of the
+test's arrays, as on a device: several tests compute their golden lazily after the run from the
+same arrays, which a kernel writing an input in place (a KV-cache update) would otherwise have
+changed (the transformer TKG golden then counted the new token twice). Three defects of the published
 snapshot stop its harness before any kernel runs, and two more stop two test files from being
 collected; the script repairs them in the checkout, saying so: a missing module
 `test/utils/scripts/remote_lock_scripts.py`, a missing `test/utils/perf_analysis_private.py`, a
@@ -38,13 +41,25 @@ import neuron.compat as _c
 nki = _c.install()
 
 
+def own(value):
+    """A copy of an input array, as a device reads its inputs from copies: a kernel that writes
+    an input in place (a KV-cache update) must not change the test's arrays, from which the
+    harness computes lazy goldens after the run."""
+    import numpy as np
+    return np.array(value, copy=True) if isinstance(value, np.ndarray) else value
+
+
 def _cpu_simulate(k):
+    def run(a, kw, lnc):
+        return _c.simulate_kernel_lnc(k, [own(v) for v in a], {n: own(v) for n, v in kw.items()},
+                                      lnc)
+
     class Launch:
         def __getitem__(self, lnc):
-            return lambda *a, **kw: _c.simulate_kernel_lnc(k, a, kw, lnc)
+            return lambda *a, **kw: run(a, kw, lnc)
 
         def __call__(self, *a, **kw):
-            return _c.simulate_kernel_lnc(k, a, kw, 1)
+            return run(a, kw, 1)
     return Launch()
 
 
@@ -117,6 +132,7 @@ def _run_ranks(kut, original):
         return original(kut)
     import neuron
     from neuron.kernel import Kernel
+    from nki_cpu_simulator import own
     # (the orchestrator, loaded by now, through pytest's assertion rewriter: wrapped here)
     _patch_test_orchestrator(sys.modules["test.utils.test_orchestrator"])
     if kut.validation_args is None:
@@ -125,8 +141,10 @@ def _run_ranks(kut, original):
     per_rank = []
     for r in range(n):
         kwargs = inputs.for_rank(r) if per_rank_inputs else (inputs or {})
-        # as the harness's simulate_kernel: the graph compiler's suffix off the names
-        per_rank.append({k.removesuffix(".must_alias_input"): v for k, v in kwargs.items()})
+        # as the harness's simulate_kernel: the graph compiler's suffix off the names; each
+        # rank its own copies (its own HBM; and the test's arrays, which lazy goldens read
+        # after the run, unchanged by kernels that write inputs in place)
+        per_rank.append({k.removesuffix(".must_alias_input"): own(v) for k, v in kwargs.items()})
     k = kut.kernel_func if isinstance(kut.kernel_func, Kernel) else neuron.kernel(kut.kernel_func)
     lnc = int(kut.compiler_input.logical_nc_config or 1)
     results = neuron.run_ranks(k[lnc] if lnc > 1 else k, per_rank, mode="simulate")

@@ -314,7 +314,25 @@ def ap_over(self, storage, pattern, offset=None, scalar_offset=None, vector_offs
     whole = indirect_pattern(self, pat, vector_offset, indirect_dim,
                              list(storage) if storage is not None else _C.storage_shape(self),
                              span)
-    return IndirectView(_C.ap(self, whole, off, None, 0, span), vector_offset)
+
+    row_stride, n_rows = whole[0]
+
+    def rows_view(p, o):
+        # The rows whose window from o stays inside the storage (all of them, unless o is
+        # past a row: a window element of a split below).
+        start = o if isinstance(o, int) else o.constant if o is not None and o.is_constant() \
+            else 0
+        reach = start + sum((c - 1) * abs(st) for st, c in p[1:]) + 1
+        rows = min(n_rows, (row_stride * n_rows - reach) // row_stride + 1)
+        return IndirectView(_C.ap(self, [(row_stride, rows)] + p[1:], o, None, 0, span),
+                            vector_offset)
+    # A row's window may reach past the next row (a flat [B*d*S] cache written at a column of
+    # each row: [[1, B], [S, d]]), which no view walks: one copy per index of the window entry
+    # that keeps the rest a view, each moving one element per row (traced only).
+    parts = split_pattern(rows_view, pat, off, keep_first=True)
+    if len(parts) == 1 and not parts[0][0]:
+        return parts[0][1]
+    return SplitView(parts, [c for _, c in pat], self)
 
 
 def storage_dim_of(t, dim):

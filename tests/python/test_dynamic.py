@@ -95,6 +95,34 @@ def test_indirect_store_scatters_rows(fn):
     np.testing.assert_array_equal(three_ways(fn, src, idx), want)
 
 
+def scatter_columns_of_a_flat_cache(cache, idx, kt):
+    """nki-library's batched KV-cache update of a transposed cache [B, 1, d, S]: seen flat, row
+    idx[b] (= b*d*S + position) gets kt[b] down a column, stride S: each row's window reaches
+    past the next rows, so the copy goes one window element at a time."""
+    B, _, d, S = cache.shape
+    rows = nl.ndarray((B, 1), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(rows, idx)
+    src = nl.load(kt)
+    nisa.dma_copy(dst=cache.reshape((B * d * S,)).ap([[1, B], [S, d], [1, 1]], offset=0,
+                                                   vector_offset=rows, indirect_dim=0),
+                  src=src.ap([[d, B], [1, d], [1, 1]]))
+    return cache
+
+
+@pytest.mark.parametrize("mode", ["native", "simulate"])
+def test_indirect_rows_whose_windows_overlap_the_next_rows(mode):
+    B, d, S = 4, 8, 16
+    pos = np.array([3, 0, 15, 7])
+    idx = (np.arange(B) * d * S + pos).astype(np.uint32).reshape(B, 1)
+    kt = RNG.uniform(-1, 1, (B, d)).astype(np.float32)
+    cache = RNG.uniform(-1, 1, (B, 1, d, S)).astype(np.float32)
+    want = cache.copy()
+    for b in range(B):
+        want[b, 0, :, pos[b]] = kt[b]
+    neuron.kernel(scatter_columns_of_a_flat_cache, mode=mode)(cache, idx, kt)
+    np.testing.assert_array_equal(cache, want)
+
+
 # ---- gathers -------------------------------------------------------------------------------------
 
 def gathers(data, idx, lidx):
