@@ -495,12 +495,21 @@ TEST_CASE("compile reports nl-level errors at the user's line, before legalize r
       "shape-mismatch", "'y' has shape [64, 16]", sp.line);
 }
 
-TEST_CASE("rule shape-mismatch: only dma_copy may reshape a copy") {
+TEST_CASE("rule shape-mismatch: an engine copy keeps partitions and elements per partition") {
+  // NKI's tensor_copy: dst has src's partition count and elements per partition; the free
+  // dims may be shaped differently. Only dma_copy may move elements across partitions.
   auto a = sbuf("a", {128, 4, 8}), b = sbuf("b", {128, 32}), c = sbuf("c", {128, 1});
+  auto d = sbuf("d", {128, 30}), e = sbuf("e", {64, 64});
   Span sp = Span::current();
-  CHECK_RULE(v(kernel({}, {}, {alloc(a), alloc(b), copy(whole(b), whole(a), sp)})),
-             "shape-mismatch", "'dst' has shape [128, 32] but 'src' has shape [128, 4, 8]",
+  CHECK_NOTHROW(v(kernel({}, {}, {alloc(a), alloc(b), copy(whole(b), whole(a))})));
+  CHECK_RULE(v(kernel({}, {}, {alloc(a), alloc(d), copy(whole(d), whole(a), sp)})),
+             "shape-mismatch",
+             "'dst' [128, 30] and 'src' [128, 4, 8] need the same partition count and elements "
+             "per partition",
              sp.line);
+  CHECK_RULE(v(kernel({}, {}, {alloc(b), alloc(e), copy(whole(e), view(b, {ds(0, 64), ds(0, 32)}),
+                                                       sp)})),
+             "shape-mismatch", "need the same partition count", sp.line);
   CHECK_NOTHROW(v(kernel(
       {}, {}, {alloc(a), alloc(b), op(Opcode::dma_copy, {{"dst", whole(b)}, {"src", whole(a)}})})));
   // A column read through a dropped dim has the same elements as a [P, 1] tile.
