@@ -330,13 +330,15 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, en
     span = user_span()
     if isinstance(oob_mode, int) and not isinstance(oob_mode, _C.oob_mode):
         oob_mode = _C.oob_mode(int(oob_mode))
+
     def rows_of(x):  # an IndirectView, or a split one (access.py rows_view)
         return isinstance(x, IndirectView) or (
             isinstance(x, SplitView) and isinstance(x.parts[0][1], IndirectView))
     if rows_of(src) and rows_of(dst):
         user_error("indirect-dma", "dma_copy: only one side may select rows with vector_offset",
                    span)
-    if isinstance(src, SplitView) and rows_of(src) or isinstance(dst, SplitView) and rows_of(dst):
+    if (isinstance(src, SplitView) and rows_of(src)) or \
+            (isinstance(dst, SplitView) and rows_of(dst)):
         # rows whose windows no view walks: part by part, each an indirect copy
         copy_split(lambda d, s: dma_copy(d, s, oob_mode, dge_mode, priority, engine, name),
                    dst, src)

@@ -23,7 +23,7 @@ import torch as _torch
 from . import _C
 from .dtypes import to_dtype, torch_dtype
 from ._span import user_frame, user_span
-from .errors import NeuronError, _error
+from .errors import NeuronError, user_error
 from .kernel import Kernel
 
 
@@ -65,8 +65,8 @@ def note_fallback(op, kind, reason, strict=None,
     in strict mode (`strict`, else NEURON_STRICT) raises NeuronError "unsupported-input" naming
     the reason; otherwise counts the fallback under (op, kind) and warns the first time."""
     if _strict(strict):
-        raise _error("unsupported-input", f"operator {op} cannot run its kernel on these "
-                     f"inputs: {reason}{hint}", _caller_span())
+        user_error("unsupported-input", f"operator {op} cannot run its kernel on these "
+                   f"inputs: {reason}{hint}", _caller_span())
     _fallbacks[(op, kind)] += 1
     if (op, kind) not in _warned:
         _warned.add((op, kind))
