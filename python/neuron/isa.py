@@ -337,36 +337,31 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, en
     if rows_of(src) and rows_of(dst):
         user_error("indirect-dma", "dma_copy: only one side may select rows with vector_offset",
                    span)
-    if (isinstance(src, SplitView) and rows_of(src)) or \
-            (isinstance(dst, SplitView) and rows_of(dst)):
-        # rows whose windows no view walks: part by part, each an indirect copy
-        copy_split(lambda d, s: dma_copy(d, s, oob_mode, dge_mode, priority, engine, name),
-                   dst, src)
-        return
-    if isinstance(src, BitcastView) or isinstance(dst, BitcastView):
-        # t.ap(dtype=...) on either side: the bytes move unchanged (access.py BitcastView).
-        def raw(t):
-            return t.view if isinstance(t, BitcastView) else t
-        _C.dma_copy_bitcast(raw(dst), raw(src), span)
-    elif isinstance(src, IndirectView):
-        _C.dma_copy_rows(dst, src.view, src.rows, True, oob_mode, span)
-    elif isinstance(dst, IndirectView):
-        _C.dma_copy_rows(dst.view, src, dst.rows, False, oob_mode, span)
-    else:
-        # oob_mode skip: a copy whose HBM side a register or runtime loop index (.ap's
-        # scalar_offset) moves out of its tensor is skipped when it runs; constant indices are
-        # checked when the kernel compiles.
-        # A reshaped HBM tensor (reshaped.py): its base view, same elements in the same order;
-        # a transposing .ap() pattern (access.py SplitView): one copy per part.
-        skip = oob_mode == _C.oob_mode.skip
+    # oob_mode skip: a copy whose HBM side a register or runtime loop index (.ap's
+    # scalar_offset) moves out of its tensor is skipped when it runs; constant indices are
+    # checked when the kernel compiles.
+    skip = oob_mode == _C.oob_mode.skip
 
-        def copy(d, s):
+    def copy(d, s):
+        if isinstance(s, BitcastView) or isinstance(d, BitcastView):
+            # t.ap(dtype=...) on either side: the bytes move unchanged (access.py BitcastView).
+            def raw(t):
+                return t.view if isinstance(t, BitcastView) else t
+            _C.dma_copy_bitcast(raw(d), raw(s), span)
+        elif isinstance(s, IndirectView):
+            _C.dma_copy_rows(d, s.view, s.rows, True, oob_mode, span)
+        elif isinstance(d, IndirectView):
+            _C.dma_copy_rows(d.view, s, d.rows, False, oob_mode, span)
+        else:
+            # A reshaped HBM tensor (reshaped.py): its base view, same elements in the same order
             d, s = dma_operand(d, s, "dma_copy", span), dma_operand(s, d, "dma_copy", span)
             if skip:
                 _C.dma_copy_oob(d, s, oob_mode, span)
             else:
                 _C.dma_copy(d, s, span)
-        copy_split(copy, dst, src)
+    # A pattern no one view walks (access.py SplitView: a transposing .ap(), or indirect rows
+    # whose window reaches past the next rows): one copy per part.
+    copy_split(copy, dst, src)
 
 
 _dma_copy = dma_copy

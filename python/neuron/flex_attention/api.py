@@ -197,6 +197,16 @@ def _auto_kernel(q, k, v, score_graph, mask_graph, block_mask):
     return _kernel_why(q, k, v, score_graph, mask_graph, block_mask) is None
 
 
+def _use_kernel(backend, q, k, v, score_graph, mask_graph, block_mask):
+    """Whether this call runs the neuron kernels: never on the host path (None), by the
+    size rule for "auto", else when they can (warning once why not)."""
+    if backend is None:
+        return False
+    if backend == "auto":
+        return _auto_kernel(q, k, v, score_graph, mask_graph, block_mask)
+    return _kernel_ok(q, k, v, score_graph, mask_graph, block_mask)
+
+
 def _needs_grad(q, k, v, score_graph):
     return torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or
@@ -274,10 +284,8 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
             blocks = tuple(block_mask.BLOCK_SIZE)
         out, lse, mx = reference.attention(query, key, value, score_mod, mask_mod, dense,
                                            scale, blocks)
-    elif ((backend := _kernel_backend(kernel_options)) == "auto"
-          and _auto_kernel(query, key, value, score_graph, mask_graph, block_mask)) or \
-            (backend not in (None, "auto")
-             and _kernel_ok(query, key, value, score_graph, mask_graph, block_mask)):
+    elif _use_kernel(backend := _kernel_backend(kernel_options), query, key, value,
+                     score_graph, mask_graph, block_mask):
         call = (block_mask, score_graph, mask_graph, scale, backend == "simulator")
         if _needs_grad(query, key, value, score_graph):
             out, lse, mx = _FlexKernel.apply(call, query, key, value)
