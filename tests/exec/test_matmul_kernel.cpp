@@ -433,3 +433,69 @@ TEST_CASE("matmul kernel: a single NaN input propagates its payload") {
       }
   }
 }
+
+namespace {
+
+// The transposed-A form against the contract written here: A(k, m) = at[m * ldat + k] + zero
+// (zero = +0.0f reads -0 as +0), then the fp32 fma loop.
+void check_transposed(const Shape& s, int64_t pad, bool canonical, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t ldat = s.K + pad, ldb = s.N + pad + 1, ldc = s.N + 2 * pad;
+  auto at = random_buffer<float>(rng, static_cast<size_t>(s.M) * static_cast<size_t>(ldat));
+  // Signed zeros and a NaN among the values, where the zero rule shows.
+  for (size_t i = 0; i < at.size(); i += 7) at[i] = i % 14 == 0 ? -0.0f : 0.0f;
+  if (at.size() > 5) at[5] = std::numeric_limits<float>::quiet_NaN();
+  const size_t Kr = static_cast<size_t>(s.K > 0 ? s.K : 1);
+  auto b = random_buffer<float>(rng, Kr * static_cast<size_t>(ldb));
+  auto c0 = random_buffer<float>(rng, static_cast<size_t>(s.M) * static_cast<size_t>(ldc));
+  for (size_t i = 0; i < c0.size(); i += 5) c0[i] = -0.0f;  // -0 + -0 keeps its sign
+  const float zero = canonical ? 0.0f : -0.0f;
+  std::vector<float> a(Kr * static_cast<size_t>(s.M));  // A(k, m) at a[k * M + m]
+  for (int64_t m = 0; m < s.M; ++m)
+    for (int64_t k = 0; k < s.K; ++k) a[k * s.M + m] = at[m * ldat + k] + zero;
+  for (bool acc : {false, true}) {
+    std::vector<float> want = c0;
+    reference(want, ldc, a, s.M, b, ldb, s.M, s.N, s.K, acc);
+    for (const char* isa : kVariants) {
+      std::vector<float> got = c0;
+      if (std::string(isa) == "host")
+        neuron_matmul_f32_at(got.data(), ldc, at.data(), ldat, b.data(), ldb, s.M, s.N, s.K, acc,
+                             canonical);
+      else if (!neuron_matmul_f32_at_variant(isa, got.data(), ldc, at.data(), ldat, b.data(), ldb,
+                                             s.M, s.N, s.K, acc, canonical))
+        continue;
+      INFO("isa=", std::string(isa), " M=", s.M, " N=", s.N, " K=", s.K, " ldat=", ldat,
+           " accumulate=", acc, " canonical_zero=", canonical,
+           " first difference: ", first_difference(got, want, ldc));
+      CHECK(same_bits(got, want));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("matmul kernel: transposed A (fp32) bit-exact against the fma loop") {
+  uint32_t seed = 5000;
+  for (const Shape& s : kShapes)
+    for (int64_t pad : {0, 9})
+      for (bool canonical : {false, true}) check_transposed(s, pad, canonical, seed++);
+  // A [128, 128] tile of SBUF rows times V rows [128, 64]: flash attention's p @ v.
+  check_transposed({128, 64, 128}, 1000 - 128, true, 6000);
+  check_transposed({128, 512, 128}, 0, false, 6001);
+}
+
+TEST_CASE("matmul kernel: transposed A reads -0 as +0 only when asked") {
+  // C = -0 accumulating A = -0 times B = 1: -0 + (-0 * 1) = -0; with A read as +0, +0.
+  for (const char* isa : kVariants) {
+    for (int canonical : {0, 1}) {
+      float c = -0.0f, at = -0.0f, b = 1.0f;
+      if (std::string(isa) == "host")
+        neuron_matmul_f32_at(&c, 1, &at, 1, &b, 1, 1, 1, 1, 1, canonical);
+      else if (!neuron_matmul_f32_at_variant(isa, &c, 1, &at, 1, &b, 1, 1, 1, 1, 1, canonical))
+        continue;
+      INFO("isa=", std::string(isa), " canonical_zero=", canonical);
+      CHECK(c == 0.0f);
+      CHECK(std::signbit(c) == !canonical);
+    }
+  }
+}

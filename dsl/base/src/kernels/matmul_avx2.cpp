@@ -32,6 +32,7 @@ struct Avx2 {
   static reg load_part(const float* p, int n) { return _mm256_maskload_ps(p, mask(n)); }
   static reg bcast(const float* p) { return _mm256_broadcast_ss(p); }
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
   static void store(float* p, reg r) { _mm256_storeu_ps(p, r); }
   static void store_part(float* p, reg r, int n) { _mm256_maskstore_ps(p, mask(n), r); }
   static void copy_a(float* dst, const float* src) { __builtin_memcpy(dst, src, MR * 4); }
@@ -113,6 +114,13 @@ void matmul_f32_avx2(float* c, int64_t ldc, const float* a, int64_t lda, const f
   matmul_blocked<Avx2>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch);
 }
 
+void matmul_f32_at_avx2(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,
+                        int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate,
+                        float a_zero) {
+  float* scratch = matmul_scratch(blocked_scratch_floats<Avx2>());
+  matmul_at_blocked<Avx2>(c, ldc, at, ldat, b, ldb, M, N, K, accumulate, a_zero, scratch);
+}
+
 void matmul_bf16_avx2(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                       int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
   float* scratch = matmul_scratch(pairs_scratch_floats<Avx2Pairs>());
@@ -130,6 +138,11 @@ namespace neuron::native {
 void matmul_f32_avx2(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
                      int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
   matmul_f32_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+}
+void matmul_f32_at_avx2(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,
+                        int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate,
+                        float a_zero) {
+  matmul_f32_at_portable(c, ldc, at, ldat, b, ldb, M, N, K, accumulate, a_zero);
 }
 void matmul_bf16_avx2(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                       int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {

@@ -29,6 +29,7 @@ struct Avx512 {
   static reg load_part(const float* p, int n) { return _mm512_maskz_loadu_ps(mask(n), p); }
   static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
   static void store(float* p, reg r) { _mm512_storeu_ps(p, r); }
   static void store_part(float* p, reg r, int n) { _mm512_mask_storeu_ps(p, mask(n), r); }
   static void copy_a(float* dst, const float* src) { _mm256_storeu_ps(dst, _mm256_loadu_ps(src)); }
@@ -77,6 +78,13 @@ void matmul_f32_avx512(float* c, int64_t ldc, const float* a, int64_t lda, const
   matmul_blocked<Avx512>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch);
 }
 
+void matmul_f32_at_avx512(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,
+                          int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate,
+                          float a_zero) {
+  float* scratch = matmul_scratch(blocked_scratch_floats<Avx512>());
+  matmul_at_blocked<Avx512>(c, ldc, at, ldat, b, ldb, M, N, K, accumulate, a_zero, scratch);
+}
+
 void matmul_bf16_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                         int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
   float* scratch = matmul_scratch(pairs_scratch_floats<Avx512Pairs>());
@@ -94,6 +102,11 @@ namespace neuron::native {
 void matmul_f32_avx512(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
                        int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
   matmul_f32_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+}
+void matmul_f32_at_avx512(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,
+                          int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate,
+                          float a_zero) {
+  matmul_f32_at_portable(c, ldc, at, ldat, b, ldb, M, N, K, accumulate, a_zero);
 }
 void matmul_bf16_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                         int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {

@@ -8,7 +8,7 @@
 //
 // V (the vector traits) provides: reg, W (lanes), MR (rows of C per block), NV (vectors of C per
 // row per block), zero(), load(p), load_part(p, n) (lanes >= n are 0), bcast(p),
-// fma(a, b, c) = a * b + c with one rounding, store(p, r), store_part(p, r, n), and
+// fma(a, b, c) = a * b + c with one rounding, add(a, b), store(p, r), store_part(p, r, n), and
 // copy_a(float* dst, src) copying MR elements of a row of A.
 //
 // Numerics: each C(m, n) lives in one accumulator lane from its first to its last k of a K chunk
@@ -45,6 +45,8 @@ constexpr int64_t packed_a_floats() {
 // NR = W * NV floats). With kPackA / kPackB the kernel also reads that panel from its source
 // (a, lda / b, ldb) and writes the packed copy as it goes: the copy rides along in the load and
 // store slots the FMAs leave idle, instead of being a separate pass that waits on memory.
+// In the transposed-A form (kAT, matmul_at_blocked) the kernel reads A(k, m) unpacked from
+// a[m * lda + k], each value plus `a_zero` (-0.0f: unchanged; +0.0f: -0 read as +0).
 template <class T>
 struct BlockOperands {
   float* ap;
@@ -53,15 +55,17 @@ struct BlockOperands {
   float* bp;
   const T* b;
   int64_t ldb;
+  float a_zero = -0.0f;
 };
 
 // C[0:MR, 0:NV*W] (+)= A^T B over kc rows; only `last` lanes of the last vector are C.
 // Kept out of line so each block shape is one compact loop and the driver stays small. Partial
 // (masked) accesses are used only when the last vector really is partial: AVX2's are slow.
-template <class V, int MR, int NV, class T, bool kPackA, bool kPackB>
+template <class V, int MR, int NV, class T, bool kPackA, bool kPackB, bool kAT = false>
 __attribute__((noinline)) void micro_kernel(const BlockOperands<T>& op, int64_t kc, float* c,
                                             int64_t ldc, int last, bool load_c) {
   static_assert(!kPackA || MR == V::MR, "packing A needs a full panel");
+  static_assert(!(kPackA && kAT), "the transposed form reads A unpacked");
   using R = typename V::reg;
   constexpr int W = V::W, NR = V::W * V::NV;
   float* const ap = op.ap;
@@ -69,6 +73,7 @@ __attribute__((noinline)) void micro_kernel(const BlockOperands<T>& op, int64_t 
   const T* const asrc = op.a;
   const T* const bsrc = op.b;
   const int64_t lda = op.lda, ldb = op.ldb;
+  const R a_zero = V::bcast(&op.a_zero);
   R acc[MR][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
@@ -96,7 +101,11 @@ __attribute__((noinline)) void micro_kernel(const BlockOperands<T>& op, int64_t 
     if constexpr (kPackA) V::copy_a(ap + k * MR, asrc + k * lda);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      R av = V::bcast(ap + k * V::MR + i);
+      R av;
+      if constexpr (kAT)
+        av = V::add(V::bcast(asrc + i * lda + k), a_zero);
+      else
+        av = V::bcast(ap + k * V::MR + i);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[i][v] = V::fma(av, bv[v], acc[i][v]);
     }
@@ -113,28 +122,34 @@ __attribute__((noinline)) void micro_kernel(const BlockOperands<T>& op, int64_t 
 }
 
 // Full panels of A may pack A and/or B on the fly; partial ones (mr < MR) read packed panels.
+// `at`: the transposed-A form (pack_a false).
 template <class V, int MR, int NV, class T>
-void dispatch_mr(int mr, bool pack_a, bool pack_b, const BlockOperands<T>& op, int64_t kc, float* c,
-                 int64_t ldc, int last, bool load_c) {
+void dispatch_mr(int mr, bool pack_a, bool pack_b, bool at, const BlockOperands<T>& op, int64_t kc,
+                 float* c, int64_t ldc, int last, bool load_c) {
   if (mr == MR) {
     if constexpr (MR == V::MR) {
+      if (at && pack_b)
+        return micro_kernel<V, MR, NV, T, false, true, true>(op, kc, c, ldc, last, load_c);
+      if (at) return micro_kernel<V, MR, NV, T, false, false, true>(op, kc, c, ldc, last, load_c);
       if (pack_a && pack_b)
         return micro_kernel<V, MR, NV, T, true, true>(op, kc, c, ldc, last, load_c);
       if (pack_a) return micro_kernel<V, MR, NV, T, true, false>(op, kc, c, ldc, last, load_c);
       if (pack_b) return micro_kernel<V, MR, NV, T, false, true>(op, kc, c, ldc, last, load_c);
     }
+    if (at) return micro_kernel<V, MR, NV, T, false, false, true>(op, kc, c, ldc, last, load_c);
     return micro_kernel<V, MR, NV, T, false, false>(op, kc, c, ldc, last, load_c);
   }
   if constexpr (MR > 1)
-    dispatch_mr<V, MR - 1, NV>(mr, pack_a, pack_b, op, kc, c, ldc, last, load_c);
+    dispatch_mr<V, MR - 1, NV>(mr, pack_a, pack_b, at, op, kc, c, ldc, last, load_c);
 }
 
 template <class V, int NV, class T>
-void dispatch_nv(int nv, int mr, bool pack_a, bool pack_b, const BlockOperands<T>& op, int64_t kc,
-                 float* c, int64_t ldc, int last, bool load_c) {
-  if (nv == NV) return dispatch_mr<V, V::MR, NV>(mr, pack_a, pack_b, op, kc, c, ldc, last, load_c);
+void dispatch_nv(int nv, int mr, bool pack_a, bool pack_b, bool at, const BlockOperands<T>& op,
+                 int64_t kc, float* c, int64_t ldc, int last, bool load_c) {
+  if (nv == NV)
+    return dispatch_mr<V, V::MR, NV>(mr, pack_a, pack_b, at, op, kc, c, ldc, last, load_c);
   if constexpr (NV > 1)
-    dispatch_nv<V, NV - 1>(nv, mr, pack_a, pack_b, op, kc, c, ldc, last, load_c);
+    dispatch_nv<V, NV - 1>(nv, mr, pack_a, pack_b, at, op, kc, c, ldc, last, load_c);
 }
 
 // Ap: for each panel of MR columns m, rows k = 0..kc-1 of MR contiguous floats (zero padded).
@@ -267,15 +282,55 @@ void matmul_blocked(float* c, int64_t ldc, const T* a, int64_t lda, const T* b, 
             pack_a_now = pack_b_now = false;
           }
           BlockOperands<T> op{ap + p * kc, asrc, lda, bp, bsrc, ldb};
-          dispatch_nv<V, V::NV>(nv, mr, pack_a_now, pack_b_now, op, kc, c + (m0 + p) * ldc + n0,
-                                ldc, last, load_c);
+          dispatch_nv<V, V::NV>(nv, mr, pack_a_now, pack_b_now, false, op, kc,
+                                c + (m0 + p) * ldc + n0, ldc, last, load_c);
         }
       }
     }
   }
 }
 
-// Scratch floats matmul_blocked needs.
+// C[0:M, 0:N] (+)= A^T B with A given transposed: A(k, m) = at[m * ldat + k] (+ a_zero), the
+// layout of a [M, K] tile whose transpose the Tensor engine would feed as the stationary operand
+// (plan.hpp "transposed matmuls"). No A panel is packed: the kernel broadcasts A's values from
+// at's rows, MR rows at a time. Each C(m, n) gets the same fma chain as matmul_blocked.
+template <class V>
+void matmul_at_blocked(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,
+                       int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate, float a_zero,
+                       float* scratch) {
+  constexpr int64_t W = V::W, NR = V::W * V::NV;
+  if (K <= 0) {
+    if (!accumulate)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) c[m * ldc + n] = 0.0f;
+    return;
+  }
+  float* bp = scratch + packed_a_floats<V>();
+  for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+    const int64_t kc = K - k0 < kKC ? K - k0 : kKC;
+    const bool load_c = accumulate || k0 > 0;
+    // Each column panel of B is packed by the first row panel of A that uses it.
+    for (int64_t n0 = 0; n0 < N; n0 += NR) {
+      const int64_t nw = N - n0 < NR ? N - n0 : NR;
+      const int nv = static_cast<int>((nw + W - 1) / W);
+      const int last = static_cast<int>(nw - (nv - 1) * W);
+      const float* bsrc = b + k0 * ldb + n0;
+      for (int64_t p = 0; p < M; p += V::MR) {
+        const int mr = static_cast<int>(M - p < V::MR ? M - p : V::MR);
+        bool pack_b_now = p == 0;
+        if (pack_b_now && mr < V::MR) {
+          pack_b<V>(bp, bsrc, ldb, kc, nw);  // a partial panel cannot pack on the fly
+          pack_b_now = false;
+        }
+        BlockOperands<float> op{nullptr, at + p * ldat + k0, ldat, bp, bsrc, ldb, a_zero};
+        dispatch_nv<V, V::NV>(nv, mr, false, pack_b_now, true, op, kc, c + p * ldc + n0, ldc, last,
+                              load_c);
+      }
+    }
+  }
+}
+
+// Scratch floats matmul_blocked and matmul_at_blocked need.
 template <class V>
 constexpr size_t blocked_scratch_floats() {
   return static_cast<size_t>(packed_a_floats<V>() + kKC * V::W * V::NV);

@@ -52,6 +52,22 @@ void matmul_f32_portable(float* c, int64_t ldc, const float* a, int64_t lda, con
   }
 }
 
+// The transposed-A form, the portable loop's order: one fma per k in increasing k.
+void matmul_f32_at_portable(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,
+                            int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate,
+                            float a_zero) {
+  for (int64_t m = 0; m < M; ++m) {
+    float* crow = c + m * ldc;
+    if (!accumulate)
+      for (int64_t n = 0; n < N; ++n) crow[n] = 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      const float av = at[m * ldat + k] + a_zero;
+      const float* brow = b + k * ldb;
+      for (int64_t n = 0; n < N; ++n) crow[n] = std::fma(av, brow[n], crow[n]);
+    }
+  }
+}
+
 namespace {
 inline float widen_bf16(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;
@@ -126,6 +142,7 @@ struct Variant {
   MatmulF32Fn f32;
   MatmulBf16Fn bf16;
   Transpose32Fn transpose32;
+  MatmulF32AtFn f32_at;
 };
 
 bool supports(const char* isa) {
@@ -149,11 +166,13 @@ bool supports(const char* isa) {
 
 // Fastest first; the last (portable) runs anywhere.
 const Variant kVariants[] = {
-    {"amx", matmul_f32_avx512, matmul_bf16_amx, transpose32_avx2},
-    {"avx512bf16", matmul_f32_avx512, matmul_bf16_avx512bf16, transpose32_avx2},
-    {"avx512", matmul_f32_avx512, matmul_bf16_avx512, transpose32_avx2},
-    {"avx2", matmul_f32_avx2, matmul_bf16_avx2, transpose32_avx2},
-    {"portable", matmul_f32_portable, matmul_bf16_portable, transpose32_portable},
+    {"amx", matmul_f32_avx512, matmul_bf16_amx, transpose32_avx2, matmul_f32_at_avx512},
+    {"avx512bf16", matmul_f32_avx512, matmul_bf16_avx512bf16, transpose32_avx2,
+     matmul_f32_at_avx512},
+    {"avx512", matmul_f32_avx512, matmul_bf16_avx512, transpose32_avx2, matmul_f32_at_avx512},
+    {"avx2", matmul_f32_avx2, matmul_bf16_avx2, transpose32_avx2, matmul_f32_at_avx2},
+    {"portable", matmul_f32_portable, matmul_bf16_portable, transpose32_portable,
+     matmul_f32_at_portable},
 };
 
 const Variant* find_variant(const char* isa) {
@@ -193,6 +212,14 @@ void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, c
   neuron::native::host_variant().bf16(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
 }
 
+void neuron_matmul_f32_at(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,
+                          int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate,
+                          int canonical_zero) {
+  if (M <= 0 || N <= 0) return;
+  neuron::native::host_variant().f32_at(c, ldc, at, ldat, b, ldb, M, N, K, accumulate != 0,
+                                        canonical_zero ? 0.0f : -0.0f);
+}
+
 void neuron_transpose32(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F) {
   if (P <= 0 || F <= 0) return;
   neuron::native::host_variant().transpose32(d, drs, s, srs, P, F);
@@ -213,6 +240,16 @@ int neuron_matmul_f32_variant(const char* isa, float* c, int64_t ldc, const floa
   const neuron::native::Variant* v = neuron::native::find_variant(isa);
   if (!v) return 0;
   if (M > 0 && N > 0) v->f32(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
+  return 1;
+}
+
+int neuron_matmul_f32_at_variant(const char* isa, float* c, int64_t ldc, const float* at,
+                                 int64_t ldat, const float* b, int64_t ldb, int64_t M, int64_t N,
+                                 int64_t K, int accumulate, int canonical_zero) {
+  const neuron::native::Variant* v = neuron::native::find_variant(isa);
+  if (!v) return 0;
+  if (M > 0 && N > 0)
+    v->f32_at(c, ldc, at, ldat, b, ldb, M, N, K, accumulate != 0, canonical_zero ? 0.0f : -0.0f);
   return 1;
 }
 

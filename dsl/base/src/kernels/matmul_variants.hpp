@@ -20,6 +20,16 @@ using MatmulBf16Fn = void (*)(float* c, int64_t ldc, const uint16_t* a, int64_t 
 
 void matmul_f32_portable(float*, int64_t, const float*, int64_t, const float*, int64_t, int64_t,
                          int64_t, int64_t, bool);
+// The transposed-A form (neuron_matmul_f32_at): A(k, m) = at[m * ldat + k] + a_zero.
+using MatmulF32AtFn = void (*)(float* c, int64_t ldc, const float* at, int64_t ldat,
+                               const float* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                               bool accumulate, float a_zero);
+void matmul_f32_at_portable(float*, int64_t, const float*, int64_t, const float*, int64_t,
+                            int64_t, int64_t, int64_t, bool, float);
+void matmul_f32_at_avx2(float*, int64_t, const float*, int64_t, const float*, int64_t, int64_t,
+                        int64_t, int64_t, bool, float);
+void matmul_f32_at_avx512(float*, int64_t, const float*, int64_t, const float*, int64_t, int64_t,
+                          int64_t, int64_t, bool, float);
 void matmul_bf16_portable(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
                           int64_t, int64_t, int64_t, bool);
 void matmul_f32_avx2(float*, int64_t, const float*, int64_t, const float*, int64_t, int64_t,
@@ -68,4 +78,7 @@ int neuron_matmul_f32_variant(const char* isa, float* c, int64_t ldc, const floa
 int neuron_matmul_bf16_variant(const char* isa, float* c, int64_t ldc, const uint16_t* a,
                                int64_t lda, const uint16_t* b, int64_t ldb, int64_t M, int64_t N,
                                int64_t K, int accumulate);
+int neuron_matmul_f32_at_variant(const char* isa, float* c, int64_t ldc, const float* at,
+                                 int64_t ldat, const float* b, int64_t ldb, int64_t M, int64_t N,
+                                 int64_t K, int accumulate, int canonical_zero);
 }

@@ -17,6 +17,14 @@ void neuron_matmul_f32(float* c, int64_t ldc, const float* a, int64_t lda, const
                        int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
 void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                         int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
+// The same fp32 product with A given transposed, A(k, m) = at[m * ldat + k]: what the native
+// backend runs for a matmul whose stationary operand is a transpose's evacuated result (no
+// transposed copy is made). Each A value is read as at[...] + (canonical_zero ? +0.0f : -0.0f):
+// the first reads -0 as +0 and quiets a signaling NaN, as the Scalar engine's identity
+// activation does; the second only quiets. Then the fp32 rule above, bit for bit.
+void neuron_matmul_f32_at(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,
+                          int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate,
+                          int canonical_zero);
 // nc_transpose of 32-bit elements between row-major matrices with contiguous rows: row f of d
 // (P elements, rows drs bytes apart) is column f of s (P rows of F elements, srs bytes apart).
 // Moves bits only. d and s must not overlap.
