@@ -216,10 +216,11 @@ void optimize(llvm::Module& m, llvm::TargetMachine& tm, int level) {
 }  // namespace
 
 std::string JitOptions::str() const {
-  return fmt::format("kernels={} O{}{}{}{} stream={}{}", bitcode_kernels ? "bitcode" : "host",
+  return fmt::format("kernels={} O{}{}{}{}{} stream={}{}", bitcode_kernels ? "bitcode" : "host",
                      opt_level, partition_blocks ? "" : " partition_blocks=off",
                      sbuf_folding ? "" : " sbuf_folding=off",
-                     fused_chains ? "" : " fused_chains=off", stream_store_bytes,
+                     fused_chains ? "" : " fused_chains=off",
+                     transposed_matmul ? "" : " transposed_matmul=off", stream_store_bytes,
                      profile ? " profile" : "");
 }
 

@@ -59,6 +59,8 @@ class Lowering {
     target_ = &(p.target.empty() ? default_target() : target_by_name(p.target));
     pitch_ = physical_pitch(p, analyze_bounds(p), *target_);
     flags_read_ = reads_psum_flags(p);
+    // The fused product writes no PSUM flags for X (they would be read by an auto matmul).
+    if (o.transposed_matmul && !flags_read_) transposed_ = transposed_matmuls(p);
     if (fold_runs_) broadcast_ = broadcast_rows(p);
     // The NView type comes from the bitcode, so the ABI has one source of truth.
     const llvm::Function* copy = kernels.getFunction("neuron_k_copy");
@@ -767,9 +769,38 @@ class Lowering {
     b_.SetInsertPoint(exit);
   }
 
+  // The transposed matmul starting at body[i] (plan.hpp), as one neuron_k_matmul_at call;
+  // false (nothing emitted) when it is not one or its operands are not in the fast layout.
+  bool emit_transposed_matmul(const std::vector<ProgNode>& body, size_t i) {
+    auto it = transposed_.find(body[i].instr.id);
+    if (it == transposed_.end() || i + 2 >= body.size() ||
+        body[i + 1].kind != ProgNode::Kind::instr || body[i + 2].kind != ProgNode::Kind::instr ||
+        body[i + 1].instr.id != it->second.copy_id || body[i + 2].instr.id != it->second.matmul_id)
+      return false;
+    const Instr &t = body[i].instr, &m = body[i + 2].instr;
+    const AccessPattern &S = t.src[0], &V = m.src[1], &D = m.dst;
+    // The layouts resolve() will give (no run is open, and broadcast rows change them).
+    if (shares_one_row(S) || shares_one_row(V)) return false;
+    NormLayout ls = normalize(S, t, pitch_.sbuf), lv = normalize(V, m, pitch_.sbuf),
+               ld = normalize(D, m, pitch_.psum);
+    if (!matmul_fast_layout(m, ld, ls, lv)) return false;
+    llvm::Value* start = profile_ ? emit_call(&neuron_k_prof_now_decl, "prof_now") : nullptr;
+    llvm::Value* s = resolve(S, t, ls);
+    llvm::Value* v = resolve(V, m, lv);
+    llvm::Value* d = resolve(D, m, ld);
+    emit_call(NEURON_KERNEL(matmul_at), d, s, v, m.args.accumulate,
+              int{it->second.canonical_zero});
+    if (profile_) emit_call(&neuron_k_prof_add_decl, "prof_add", m.id, start);
+    return true;
+  }
+
   void emit_body(const std::vector<ProgNode>& body) {
     for (size_t i = 0; i < body.size(); ++i) {
       const ProgNode& node = body[i];
+      if (node.kind == ProgNode::Kind::instr && emit_transposed_matmul(body, i)) {
+        i += 2;
+        continue;
+      }
       if (node.kind == ProgNode::Kind::instr) {
         int64_t partitions = 0;
         const size_t j = partition_blocks_ ? run_end(body, i, partitions) : i;
@@ -866,6 +897,7 @@ class Lowering {
   llvm::BasicBlock* alloca_point_ = nullptr;
   llvm::Value *sbuf_ = nullptr, *psum_ = nullptr, *flags_ = nullptr;
   bool flags_read_ = true;  // false: PSUM views carry no flags (reads_psum_flags)
+  std::map<int, TransposedMatmul> transposed_;  // by transpose id (transposed_matmuls)
   std::vector<llvm::Value*> tensors_;
   std::map<std::string, llvm::Value*> vars_;
   std::map<std::string, llvm::Value*> regs_;

@@ -2,6 +2,7 @@
 // simulator agree bit for bit, and results match values computed here.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -380,6 +381,34 @@ TEST_CASE("reductions add in the lane-blocked order, natively and simulated") {
     CHECK(r.native[1].get(q) == want);
     CHECK(r.native[2].get(q) == -want);
   }
+}
+
+TEST_CASE("row reductions run rows eight at a time, each in its own lane-blocked order") {
+  // 19 rows (two groups of eight and three alone) of 45 values (two whole blocks of 16 and a
+  // tail); row 5 starts with 2^24 and ones, where the order shows (see the test above).
+  const int P = 19, F = 45;
+  auto x = random_values(P * F, 31, -100.0f, 100.0f);
+  for (int i = 0; i < F; ++i) x[5 * F + i] = i == 0 ? 16777216.0f : 1.0f;
+  InstrArgs sum;
+  sum.reduce_op = AluOp::add;
+  sum.axes = {1};
+  InstrArgs mx = sum;
+  mx.reduce_op = AluOp::maximum;
+  Program p = program(
+      {decl("x", {P, F}, f32, kIn), decl("sum", {P, 1}, f32, kOut), decl("max", {P, 1}, f32, kOut)},
+      {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)),
+       instr(Opcode::tensor_reduce, sb(f32, 4096, P, {row(1)}), {sb(f32, 0, P, {row(F)})}, sum),
+       instr(Opcode::tensor_reduce, sb(f32, 8192, P, {row(1)}), {sb(f32, 0, P, {row(F)})}, mx),
+       dma(hbm2(1, f32, P, 1, 1), sb(f32, 4096, P, {row(1)})),
+       dma(hbm2(2, f32, P, 1, 1), sb(f32, 8192, P, {row(1)}))});
+  auto r = run_both(p, {vals(x, {P, F}), Tensor::empty({P, 1}, f32), Tensor::empty({P, 1}, f32)});
+  for (int q = 0; q < P; ++q) {
+    CAPTURE(q);
+    CHECK(r.native[0].get(q) == lane_blocked_sum(x.data() + q * F, F));
+    CHECK(r.native[1].get(q) == *std::max_element(x.begin() + q * F, x.begin() + (q + 1) * F));
+  }
+  // Left to right, row 5 would stay 2^24.
+  CHECK(r.native[0].get(5) > 16777216.0f);
 }
 
 TEST_CASE("native memset, iota, affine_select and tensor_copy_predicated") {

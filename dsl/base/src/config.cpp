@@ -140,6 +140,12 @@ Config config() {
       user_error(Span{}, "config", "NEURON_FUSED_CHAINS='{}' is not 0 or 1", s);
     c.fused_chains = s == "1";
   }
+  if (const char* b = std::getenv("NEURON_TRANSPOSED_MATMUL"); b && *b) {
+    std::string_view s(b);
+    if (s != "0" && s != "1")
+      user_error(Span{}, "config", "NEURON_TRANSPOSED_MATMUL='{}' is not 0 or 1", s);
+    c.transposed_matmul = s == "1";
+  }
   if (const char* b = std::getenv("NEURON_STREAM_STORES_MIN_BYTES"); b && *b)
     c.stream_store_bytes = parse_bytes("NEURON_STREAM_STORES_MIN_BYTES", b);
   c.matmul_isa = config_matmul_isa();

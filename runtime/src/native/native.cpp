@@ -73,6 +73,7 @@ native::JitOptions jit_options(const NativeCompileOptions& o) {
   j.partition_blocks = config().partition_blocks;
   j.sbuf_folding = config().sbuf_folding;
   j.fused_chains = config().fused_chains;
+  j.transposed_matmul = config().transposed_matmul;
   j.stream_store_bytes = static_cast<int64_t>(
       std::min<std::uint64_t>(config().stream_store_bytes, INT64_MAX));
   j.profile = o.profile;

@@ -30,6 +30,9 @@ struct JitOptions {
   // Consecutive element-wise instructions of those runs, each reading the one before, run as one
   // loop over the elements (fused_chains.cpp). NEURON_FUSED_CHAINS.
   bool fused_chains = true;
+  // `nc_transpose; copy; nc_matmul` of a tile's transpose runs as one product reading the
+  // tile's rows (transposed_matmul.cpp). NEURON_TRANSPOSED_MATMUL.
+  bool transposed_matmul = true;
   // A chain whose last step writes a kernel output of at least this many bytes writes it with
   // non-temporal stores (lower_program.cpp streams); 0: never. NEURON_STREAM_STORES_MIN_BYTES.
   int64_t stream_store_bytes = 0;

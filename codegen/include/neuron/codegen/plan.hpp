@@ -6,6 +6,7 @@
 #include <utility>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -99,6 +100,18 @@ struct Chain {
 };
 std::vector<Chain> plan_chains(const ForwardedRun& run, const std::vector<RunLocal>& ranges,
                                const std::function<bool(const Affine&)>& dynamic);
+
+// Transposed matmuls (transposed_matmul.cpp): consecutive instructions `nc_transpose(X <- S);
+// copy(Y <- X); nc_matmul(D <- Y^T @ V)` in fp32 that the native backend runs as one product
+// reading S's rows (neuron_matmul_f32_at), without writing X and Y: chosen only where nothing
+// reads X or Y again before overwriting them and no operand shares bytes with them. Keyed by
+// the transpose's id. `canonical_zero`: the copy is the Scalar engine's identity activation
+// (x * 1 + 0, so -0 becomes +0), not a tensor_copy.
+struct TransposedMatmul {
+  int transpose_id = 0, copy_id = 0, matmul_id = 0;
+  bool canonical_zero = false;
+};
+std::map<int, TransposedMatmul> transposed_matmuls(const Program& p);
 
 // SBUF bytes [lo, hi) of partitions [partition, partition + count) that hold the same row in
 // every partition at all times (folded_sbuf.cpp): only partition-broadcast writes of the whole

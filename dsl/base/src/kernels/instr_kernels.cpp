@@ -720,6 +720,9 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
   }
 }
 
+// Results a [P, F] -> [P, 1] reduction computes at once (builtins.hpp reduce_runs).
+constexpr int kRowsAtOnce = 8;
+
 void neuron_k_tensor_reduce(const NView* d, const NView* s, int ddt, int sdt, int op_, int reduced,
                             int negate) {
   const AluOp op = static_cast<AluOp>(op_);
@@ -741,31 +744,47 @@ void neuron_k_tensor_reduce(const NView* d, const NView* s, int ddt, int sdt, in
     run_stride = s->stride[rd[nr]];
   }
   for (int m = 0; m < nr; ++m) outer_n *= s->size[rd[m]];
-  Scratch<float> acc(out_n);
+  // Where each result's values start, in result order.
+  Scratch<const char*> bases(out_n);
   int64_t o = 0;
   for (int64_t i0 = 0; i0 < kept[0]; ++i0)
     for (int64_t i1 = 0; i1 < kept[1]; ++i1)
       for (int64_t i2 = 0; i2 < kept[2]; ++i2)
         for (int64_t i3 = 0; i3 < kept[3]; ++i3)
-          for (int64_t i4 = 0; i4 < kept[4]; ++i4) {
-            const char* base = s->base + i0 * s->stride[0] + i1 * s->stride[1] +
-                               i2 * s->stride[2] + i3 * s->stride[3] + i4 * s->stride[4];
-            float lane[b::kReduceLanes];
-            b::reduce_init(lane, op);
-            int64_t idx[kDims] = {0, 0, 0, 0, 0}, pos = 0;
-            for (int64_t t = 0; t < outer_n; ++t) {
-              const char* p = base;
-              for (int m = 0; m < nr; ++m) p += idx[m] * s->stride[rd[m]];
-              b::reduce_run(lane, op, pos, run_n,
-                            [&](int64_t k) { return b::load_f32(p + k * run_stride, dt(sdt)); });
-              pos += run_n;
-              for (int m = nr - 1; m >= 0; --m) {
-                if (++idx[m] < s->size[rd[m]]) break;
-                idx[m] = 0;
-              }
-            }
-            acc.data[o++] = b::reduce_finish(lane, op);
-          }
+          for (int64_t i4 = 0; i4 < kept[4]; ++i4)
+            bases.data[o++] = s->base + i0 * s->stride[0] + i1 * s->stride[1] +
+                              i2 * s->stride[2] + i3 * s->stride[3] + i4 * s->stride[4];
+  Scratch<float> acc(out_n);
+  o = 0;
+  if (nr == 0) {
+    // One run per result: kRowsAtOnce results at a time, each in its own lanes.
+    for (; o + kRowsAtOnce <= out_n; o += kRowsAtOnce) {
+      float lane[kRowsAtOnce][b::kReduceLanes];
+      const char* const* row = bases.data + o;
+      for (auto& l : lane) b::reduce_init(l, op);
+      b::reduce_runs<kRowsAtOnce>(lane, op, run_n, [&](int r, int64_t k) {
+        return b::load_f32(row[r] + k * run_stride, dt(sdt));
+      });
+      for (int r = 0; r < kRowsAtOnce; ++r) acc.data[o + r] = b::reduce_finish(lane[r], op);
+    }
+  }
+  for (; o < out_n; ++o) {
+    float lane[b::kReduceLanes];
+    b::reduce_init(lane, op);
+    int64_t idx[kDims] = {0, 0, 0, 0, 0}, pos = 0;
+    for (int64_t t = 0; t < outer_n; ++t) {
+      const char* p = bases.data[o];
+      for (int m = 0; m < nr; ++m) p += idx[m] * s->stride[rd[m]];
+      b::reduce_run(lane, op, pos, run_n,
+                    [&](int64_t k) { return b::load_f32(p + k * run_stride, dt(sdt)); });
+      pos += run_n;
+      for (int m = nr - 1; m >= 0; --m) {
+        if (++idx[m] < s->size[rd[m]]) break;
+        idx[m] = 0;
+      }
+    }
+    acc.data[o] = b::reduce_finish(lane, op);
+  }
   int64_t i = 0;
   each1(*d, [&](char* p) {
     const float r = acc.data[i++];
@@ -884,6 +903,16 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
     matmul_values(*d, ddt, s.data, v.data, K, M, N, 1, acc_mode, sdt == bf16 && mdt == bf16);
   }
   fill_flags(*d, esize, 1);
+}
+
+void neuron_k_matmul_at(const NView* d, const NView* s, const NView* mv, int accumulate,
+                        int canonical_zero) {
+  const int64_t M = s->size[0], K = count_of(*s) / (M ? M : 1), N = count_of(*mv) / (K ? K : 1);
+  neuron_matmul_f32_at(reinterpret_cast<float*>(d->base), d->stride[0] / 4,
+                       reinterpret_cast<const float*>(s->base), s->stride[0] / 4,
+                       reinterpret_cast<const float*>(mv->base), mv->stride[0] / 4, M, N, K,
+                       accumulate, canonical_zero);
+  fill_flags(*d, 4, 1);
 }
 
 void neuron_k_copy_predicated(const NView* d, const NView* s, const NView* pred, int ddt, int sdt,

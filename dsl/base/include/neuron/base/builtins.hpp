@@ -574,6 +574,33 @@ template <class Load>
   for (; k < n; ++k) lane[(pos + k) & kMask] = alu(op, lane[(pos + k) & kMask], load(k));
 }
 
+// R reductions from position 0 at once, reduction r fed load(r, 0), ..., load(r, n - 1): each
+// gets exactly reduce_run's lanes, but R independent chains are in flight instead of one (a
+// row's chain of 16-lane max or add operations waits on itself; rows do not).
+template <int R, class Load>
+[[gnu::always_inline]] inline void reduce_runs(float (*lane)[kReduceLanes], AluOp op, int64_t n,
+                                               Load&& load) {
+  constexpr int64_t kMask = kReduceLanes - 1;
+  float acc[R][kReduceLanes];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int j = 0; j < kReduceLanes; ++j) acc[r][j] = lane[r][j];
+  int64_t k = 0;
+  for (; k + kReduceLanes <= n; k += kReduceLanes)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+      for (int j = 0; j < kReduceLanes; ++j) acc[r][j] = alu(op, acc[r][j], load(r, k + j));
+    }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int j = 0; j < kReduceLanes; ++j) lane[r][j] = acc[r][j];
+  for (; k < n; ++k)
+    for (int r = 0; r < R; ++r) lane[r][k & kMask] = alu(op, lane[r][k & kMask], load(r, k));
+}
+
 // The fixed tree that ends a reduction (inlined, so the op is a constant and the tree a few
 // vector shuffles).
 [[gnu::always_inline]] inline float reduce_finish(float* lane, AluOp op) {

@@ -56,6 +56,10 @@ struct Config {
   // instead of running a chain of them, each reading the one before, as one loop over the
   // elements (codegen/src/fused_chains.cpp; the same bits).
   bool fused_chains = true;
+  // NEURON_TRANSPOSED_MATMUL=0: generated code runs `nc_transpose; copy; nc_matmul` of a tile's
+  // transpose as the three instructions, instead of one product reading the tile's rows
+  // (codegen/src/transposed_matmul.cpp; the same bits).
+  bool transposed_matmul = true;
   // NEURON_STREAM_STORES_MIN_BYTES=n (a byte count, K/M/G suffixes): a fused chain that writes
   // a kernel output of at least n bytes writes it with non-temporal (streaming) stores, which
   // skip reading each cache line before overwriting it and leave the caches to data read again

@@ -113,7 +113,7 @@ inline void stream_fence() {
   X(find_index8, call) X(match_replace8, call) X(bn_stats, call) X(bn_aggr, call)              \
   X(stream_shuffle, call) X(rng, call) X(dropout, call) X(rng_seed, call) X(rng_skip, call)    \
   X(matmul_mx, call) X(quantize_mx, call) X(copy_bytes, call) X(psum_flags_set, call)        \
-  X(psum_flags_get, call) X(chain, inline)
+  X(psum_flags_get, call) X(chain, inline) X(matmul_at, call)
 // The cold paths of the streaming kernels (host only; see instr_kernels.cpp).
 #define NEURON_INSTR_SNAPSHOTS(X) \
   X(copy) X(tensor_tensor) X(tensor_scalar) X(activation) X(copy_predicated) X(affine_select)
@@ -138,6 +138,10 @@ void neuron_k_transpose(const neuron_nview* d, const neuron_nview* s, int ddt, i
 // `fast`: 1 when the operands are in the contiguous layout neuron_matmul_* takes (compile time).
 void neuron_k_matmul(const neuron_nview* d, const neuron_nview* st, const neuron_nview* mv, int ddt,
                      int sdt, int mdt, int accumulate, int fast);
+// A transposed matmul (plan.hpp TransposedMatmul): d (+)= s @ mv in fp32, s [M, K] and mv
+// [K, N] in the fast layout (checked by the lowering); neuron_matmul_f32_at.
+void neuron_k_matmul_at(const neuron_nview* d, const neuron_nview* s, const neuron_nview* mv,
+                        int accumulate, int canonical_zero);
 void neuron_k_copy_predicated(const neuron_nview* d, const neuron_nview* s, const neuron_nview* pred,
                               int ddt, int sdt, int pdt, int same);
 void neuron_k_memset(const neuron_nview* d, int ddt, double value);
