@@ -315,7 +315,10 @@ class Lowering {
 
   // Checks, at run time, an access whose offset depends on registers or dynamic loops (the
   // others were checked per launch): out of bounds records a fault and skips the instruction.
-  void check_dynamic(const AccessPattern& ap, const Instr& in, llvm::Value* offset) {
+  // On chip, `slot` is the rotating slot's byte offset (null: none): an access inside a tile
+  // whose allocation is known is checked against the tile's bytes and partitions.
+  void check_dynamic(const AccessPattern& ap, const Instr& in, llvm::Value* offset,
+                     llvm::Value* slot = nullptr) {
     const bool rotating = !ap.rotation.var.empty() && dynamic_vars_.count(ap.rotation.var);
     if (!dynamic(ap.offset) && !dynamic(ap.partition) && !rotating) return;
     const bool chip = is_on_chip(ap.memory);
@@ -341,9 +344,11 @@ class Lowering {
     // A direct dma_copy with oob_mode skip: its HBM side out of range skips the copy, no fault
     // (the simulator's Machine::skipped_copy).
     const bool skip = in.op == Opcode::dma_copy && in.args.oob_skip && !indirect && !chip;
-    auto range_check = [&](llvm::Value* first, llvm::Value* last, int64_t lim, int kind) {
-      llvm::Value* ok = b_.CreateAnd(b_.CreateICmpSGE(first, i64(0)),
-                                     b_.CreateICmpSLT(last, i64(lim)));
+    // first >= from and last < lim (the fault reports lim).
+    auto range_check = [&](llvm::Value* first, llvm::Value* last, llvm::Value* from,
+                           llvm::Value* lim, int kind) {
+      llvm::Value* ok =
+          b_.CreateAnd(b_.CreateICmpSGE(first, from), b_.CreateICmpSLT(last, lim));
       if (skip) {
         guard_ = guard_ ? b_.CreateAnd(guard_, ok) : ok;
         return;
@@ -361,15 +366,22 @@ class Lowering {
     llvm::Value* last = b_.CreateAdd(offset, i64(hi * unit + unit - 1));
     llvm::Value* saved = guard_;
     guard_ = nullptr;
-    range_check(first, last, limit, kFaultAccess);
+    const bool tile = chip && ap.alloc.known();
+    if (tile) {
+      llvm::Value* at = slot ? slot : i64(0);
+      range_check(first, last, b_.CreateAdd(at, i64(ap.alloc.lo)),
+                  b_.CreateAdd(at, i64(ap.alloc.hi)), kFaultTile);
+    } else {
+      range_check(first, last, i64(0), i64(limit), kFaultAccess);
+    }
     llvm::Value* ok = guard_;
     if (chip) {
       guard_ = nullptr;
       llvm::Value* p0 = eval(ap.partition, in.span);
       const int64_t pspan = ap.dims.empty() ? 0 : ap.dims[0].stride * (ap.dims[0].size - 1);
       range_check(b_.CreateAdd(p0, i64(std::min<int64_t>(0, pspan))),
-                  b_.CreateAdd(p0, i64(std::max<int64_t>(0, pspan))), target_->partitions,
-                  kFaultPartition);
+                  b_.CreateAdd(p0, i64(std::max<int64_t>(0, pspan))), i64(0),
+                  i64(tile ? ap.alloc.partitions : target_->partitions), kFaultPartition);
       ok = b_.CreateAnd(ok, guard_);
     }
     guard_ = saved ? b_.CreateAnd(saved, ok) : ok;
@@ -430,14 +442,16 @@ class Lowering {
     llvm::Value *base, *flags = nullptr;
     if (chip) {
       llvm::Value* off = eval(ap.offset, in.span);
+      llvm::Value* slot = nullptr;
       if (!ap.rotation.var.empty() && ap.rotation.count > 1) {
         auto it = vars_.find(ap.rotation.var);
         NEURON_ASSERT(it != vars_.end(), "rotation over unknown variable '{}' at {}",
                       ap.rotation.var, in.span.str());
         llvm::Value* r = b_.CreateURem(it->second, i64(ap.rotation.count));
-        off = b_.CreateAdd(off, b_.CreateMul(r, i64(ap.rotation.bytes)));
+        slot = b_.CreateMul(r, i64(ap.rotation.bytes));
+        off = b_.CreateAdd(off, slot);
       }
-      check_dynamic(ap, in, off);
+      check_dynamic(ap, in, off, slot);
       llvm::Value* partition = one_row ? i64(one_row->partition) : eval(ap.partition, in.span);
       llvm::Value* byte = b_.CreateAdd(b_.CreateMul(partition, i64(pb)), off);
       const bool ps = ap.memory == Memory::psum;

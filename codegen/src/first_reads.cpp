@@ -20,11 +20,7 @@
 #include "neuron/ir/ir.hpp"
 
 namespace neuron::native {
-namespace {
 
-// Whether `in` writes every element of its destination (and reduce_res) without reading it.
-// Others (an accumulating matmul, a predicated copy, an indirect or skipping DMA, the rest)
-// count as reading their destination too.
 bool overwrites_dst(const Instr& in) {
   switch (in.op) {
     case Opcode::tensor_tensor:
@@ -46,6 +42,8 @@ bool overwrites_dst(const Instr& in) {
       return false;
   }
 }
+
+namespace {
 
 bool has_register(const Affine& a) {
   for (auto& t : a.terms)
@@ -196,10 +194,14 @@ FirstReads first_reads(const Program& p, const ProgramBounds& b, const Target& t
     auto& out = m == Memory::sbuf ? sbuf : psum;
     bool moves = ab.dynamic;
     for (size_t a = 0; a < 4; ++a) moves |= ab.pid[a] != 0 || ab.npid[a] != 0;
-    if (moves)  // anywhere, depending on the launch or on registers
+    const AccessPattern& ap = *ab.ap;
+    if (ab.dynamic && ap.alloc.known()) {
+      out.push_back({ap.alloc.lo, tile_end(ap)});  // kept inside its tile when it runs
+    } else if (moves) {  // anywhere, depending on the launch or on registers
       out.push_back({0, bytes_per_partition(t, m)});
-    else
+    } else {
       out.push_back({std::max<int64_t>(0, ab.lo), ab.hi + 1});
+    }
   }
   return {merged(std::move(sbuf)), merged(std::move(psum))};
 }

@@ -88,6 +88,7 @@ class Lowerer {
         if (d != 0) p.dims.push_back({a.dims[d].step * rs[d], a.dims[d].size});
       p.offset = off;
       if (b.slots > 1) p.rotation = Rotation{b.slot_var, b.slots, slot_stride(b)};
+      p.alloc = {b.shape.empty() ? 1 : b.shape[0], b.offset, b.offset + b.slot_bytes()};
     } else {
       auto it = tensor_index_.find(&b);
       NEURON_ASSERT(it != tensor_index_.end(), "HBM buffer {} is not a program tensor", b.name);

@@ -346,12 +346,21 @@ bool reads_psum_flags(const Program& p) {
   return reads_flags(p.body);
 }
 
+int64_t tile_end(const AccessPattern& ap) {
+  const int64_t slots = ap.rotation.var.empty() ? 1 : std::max<int64_t>(ap.rotation.count, 1);
+  return ap.alloc.hi + (slots - 1) * ap.rotation.bytes;
+}
+
 Pitch physical_pitch(const Program& p, const ProgramBounds& b, const Target& t) {
   auto pitch = [&](Memory m) {
     const int64_t full = bytes_per_partition(t, m);
     int64_t hi = 0;
     for (const AccessBound& ab : b.accesses) {
       if (ab.ap->memory != m) continue;
+      if (ab.dynamic && ab.ap->alloc.known()) {  // kept inside its tile when it runs
+        hi = std::max(hi, tile_end(*ab.ap));
+        continue;
+      }
       bool whole = ab.dynamic || ab.lo < 0;
       for (size_t a = 0; a < 4; ++a) whole = whole || ab.pid[a] != 0 || ab.npid[a] != 0;
       hi = whole ? full : std::max(hi, ab.hi + 1);
@@ -378,10 +387,11 @@ LaunchExtent check_launch(const Program& p, const ProgramBounds& b, const Target
   for (const AccessBound& ab : b.accesses) {
     const AccessPattern& ap = *ab.ap;
     const bool chip = is_on_chip(ap.memory);
-    if (ab.dynamic) {  // checked at run time by the generated code; may write anywhere
-      if (chip && ab.writes)
-        (ap.memory == Memory::sbuf ? ext.sbuf_written : ext.psum_written) =
-            bytes_per_partition(t, ap.memory);
+    if (ab.dynamic) {  // checked at run time by the generated code: inside its tile, if known
+      if (chip && ab.writes) {
+        int64_t& w = ap.memory == Memory::sbuf ? ext.sbuf_written : ext.psum_written;
+        w = ap.alloc.known() ? std::max(w, tile_end(ap)) : bytes_per_partition(t, ap.memory);
+      }
       continue;
     }
     const int64_t limit =

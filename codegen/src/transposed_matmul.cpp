@@ -79,14 +79,30 @@ struct Box {
 };
 constexpr int64_t kMaxSlots = 16;  // more rotating slots than this: one box for all
 
+// Whether a register or a dynamic loop decides the view's place: then both executors keep it
+// inside its tile when it runs (AccessPattern::alloc).
+bool runtime_placed(const AccessPattern& ap, const Extents& ext) {
+  auto dyn = [&](const std::string& v) { return is_register_var(v) || ext.dynamic.count(v); };
+  for (const Affine* a : {&ap.partition, &ap.offset})
+    for (const auto& t : a->terms)
+      if (dyn(t.var)) return true;
+  return !ap.rotation.var.empty() && dyn(ap.rotation.var);
+}
+
 std::optional<std::vector<Box>> boxes_of(const AccessPattern& ap, const Extents& ext) {
   if (!is_on_chip(ap.memory) || ap.dims.empty()) return std::nullopt;
   const auto part = range_of(ap.partition, ext), off = range_of(ap.offset, ext);
-  if (!part || !off) return std::nullopt;
-  const int64_t es = dtype_bytes(ap.dtype);
-  const Span1 s = extent(0, ap.dims, 1, es, es);
-  Box b{part->first, part->second, off->first + s.lo, off->second + s.hi};
-  b.phi += ap.dims[0].stride == 0 ? 0 : ap.dims[0].size - 1;
+  Box b;
+  if (part && off) {
+    const int64_t es = dtype_bytes(ap.dtype);
+    const Span1 s = extent(0, ap.dims, 1, es, es);
+    b = {part->first, part->second, off->first + s.lo, off->second + s.hi};
+    b.phi += ap.dims[0].stride == 0 ? 0 : ap.dims[0].size - 1;
+  } else if (ap.alloc.known() && runtime_placed(ap, ext)) {
+    b = {0, ap.alloc.partitions - 1, ap.alloc.lo, ap.alloc.hi};  // its tile, checked when run
+  } else {
+    return std::nullopt;
+  }
   const int64_t slots = ap.rotation.var.empty() ? 1 : std::max<int64_t>(ap.rotation.count, 1);
   if (slots > kMaxSlots) {
     b.blo += std::min<int64_t>(0, (slots - 1) * ap.rotation.bytes);
@@ -121,9 +137,15 @@ bool row_segment(const AccessPattern& ap) {
 // rotating slots, at offsets that differ by a constant (a write at the same iteration then
 // touches the same slot of both): the partitions w misses and, on the others, the bytes before
 // and after w. nullopt when that cannot be told.
-std::optional<std::vector<AccessPattern>> subtract(const AccessPattern& piece,
-                                                   const AccessPattern& w, const Extents& ext) {
-  if (!may_share(piece, w, ext)) return std::vector<AccessPattern>{piece};
+std::optional<std::vector<AccessPattern>> subtract(const AccessPattern& piece_in,
+                                                   const AccessPattern& w_in, const Extents& ext) {
+  if (!may_share(piece_in, w_in, ext)) return std::vector<AccessPattern>{piece_in};
+  // A partition broadcast (step 0) touches its one partition.
+  auto one_partition = [](AccessPattern ap) {
+    if (!ap.dims.empty() && ap.dims[0].stride == 0) ap.dims[0] = {1, 1};
+    return ap;
+  };
+  const AccessPattern piece = one_partition(piece_in), w = one_partition(w_in);
   if (!row_segment(piece) || !row_segment(w) || piece.dtype != w.dtype ||
       piece.dims[0].stride != 1 || w.dims[0].stride != 1 || !(piece.rotation == w.rotation))
     return std::nullopt;
@@ -154,23 +176,9 @@ std::optional<std::vector<AccessPattern>> subtract(const AccessPattern& piece,
 
 // The views `in` certainly writes in full without reading them first.
 std::vector<const AccessPattern*> overwritten_by(const Instr& in) {
-  switch (in.op) {
-    case Opcode::activation:
-      if (in.has_reduce_res) return {&in.dst, &in.reduce_res};
-      return {&in.dst};
-    case Opcode::nc_transpose:
-    case Opcode::tensor_copy:
-    case Opcode::tensor_tensor:
-    case Opcode::tensor_scalar:
-    case Opcode::tensor_reduce:
-    case Opcode::memset:
-      return {&in.dst};
-    case Opcode::nc_matmul:
-      if (in.args.accumulate == 0) return {&in.dst};
-      return {};
-    default:
-      return {};
-  }
+  if (!overwrites_dst(in) || !opcode_has_dst(in.op)) return {};
+  if (in.has_reduce_res) return {&in.dst, &in.reduce_res};
+  return {&in.dst};
 }
 
 enum class Seen { nothing, read, overwritten };

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <set>
 #include <memory>
 #include <new>
 #include <string>
@@ -47,6 +48,8 @@ struct CPattern {
   const AccessPattern* ap = nullptr;
   CAffine partition, offset;
   int rot_slot = -1;
+  // A register or a dynamic loop decides its place: it must stay inside its tile's allocation.
+  bool dynamic = false;
 };
 
 struct CInstr {
@@ -111,17 +114,24 @@ CAffine compile_affine(const Affine& a, Slots& slots, const Span& span) {
   return c;
 }
 
-CPattern compile_pattern(const AccessPattern& ap, Slots& slots, const Span& span) {
+// `dynamic_vars`: the variables of the dynamic loops around the instruction.
+CPattern compile_pattern(const AccessPattern& ap, Slots& slots, const Span& span,
+                         const std::set<std::string>& dynamic_vars) {
   CPattern c;
   c.ap = &ap;
   c.partition = compile_affine(ap.partition, slots, span);
   c.offset = compile_affine(ap.offset, slots, span);
   if (!ap.rotation.var.empty() && ap.rotation.count > 1)
     c.rot_slot = slots.lookup(ap.rotation.var, span);
+  auto dyn = [&](const std::string& v) { return is_register_var(v) || dynamic_vars.count(v); };
+  for (const Affine* a : {&ap.partition, &ap.offset})
+    for (auto& t : a->terms) c.dynamic = c.dynamic || dyn(t.var);
+  c.dynamic = c.dynamic || (c.rot_slot >= 0 && dyn(ap.rotation.var));
   return c;
 }
 
-std::vector<CNode> compile_body(const std::vector<ProgNode>& body, Slots& slots) {
+std::vector<CNode> compile_body(const std::vector<ProgNode>& body, Slots& slots,
+                                std::set<std::string>& dynamic_vars) {
   std::vector<CNode> out;
   for (auto& n : body) {
     CNode c;
@@ -137,15 +147,20 @@ std::vector<CNode> compile_body(const std::vector<ProgNode>& body, Slots& slots)
         c.step = n.step;
         if (!n.cond.empty()) c.cond_slot = slots.get_or_add(n.cond);
       }
-      c.body = compile_body(n.body, slots);
+      const bool added = c.dynamic && dynamic_vars.insert(n.var).second;
+      c.body = compile_body(n.body, slots, dynamic_vars);
+      if (added) dynamic_vars.erase(n.var);
     } else {
       const Instr& in = n.instr;
       c.instr.in = &in;
       if (!in.args.reg.empty()) slots.get_or_add(in.args.reg);
       if (!in.args.src_reg.empty()) slots.get_or_add(in.args.src_reg);
-      if (opcode_has_dst(in.op)) c.instr.dst = compile_pattern(in.dst, slots, in.span);
-      if (in.has_reduce_res) c.instr.reduce_res = compile_pattern(in.reduce_res, slots, in.span);
-      for (auto& s : in.src) c.instr.src.push_back(compile_pattern(s, slots, in.span));
+      if (opcode_has_dst(in.op))
+        c.instr.dst = compile_pattern(in.dst, slots, in.span, dynamic_vars);
+      if (in.has_reduce_res)
+        c.instr.reduce_res = compile_pattern(in.reduce_res, slots, in.span, dynamic_vars);
+      for (auto& s : in.src)
+        c.instr.src.push_back(compile_pattern(s, slots, in.span, dynamic_vars));
     }
     out.push_back(std::move(c));
   }
@@ -282,11 +297,12 @@ struct Machine {
       const bool sb = ap.memory == Memory::sbuf;
       const int64_t pb = sb ? sbuf_pb : psum_pb;
       int64_t p0 = cp.partition.eval(env);
-      int64_t off = cp.offset.eval(env);
+      int64_t off = cp.offset.eval(env), slot = 0;
       if (cp.rot_slot >= 0) {
         int64_t r = env[static_cast<size_t>(cp.rot_slot)] % ap.rotation.count;
         if (r < 0) r += ap.rotation.count;
-        off += r * ap.rotation.bytes;
+        slot = r * ap.rotation.bytes;
+        off += slot;
       }
       const int64_t pstep = ap.dims[0].stride, pcount = ap.dims[0].size;
       auto [flo, fhi] = extent(1);
@@ -306,6 +322,16 @@ struct Machine {
                      "a {} partition (byte offset {}, element indices {}..{}; {})",
                      what, opcode_name(in.op), blo, bhi, pb, memory_name(ap.memory), off, flo, fhi,
                      env_str());
+        if (cp.dynamic && ap.alloc.known()) {
+          const int64_t alo = ap.alloc.lo + slot, ahi = ap.alloc.hi + slot;
+          if (plo < 0 || phi >= ap.alloc.partitions || blo < alo || bhi > ahi)
+            user_error(in.span, "out-of-bounds",
+                       "{} of {} touches partitions {}..{} and bytes [{}, {}) of each, outside "
+                       "its tile (partitions 0..{}, bytes [{}, {})); a register or a dynamic loop "
+                       "made the index ({})",
+                       what, opcode_name(in.op), plo, phi, blo, bhi, ap.alloc.partitions - 1,
+                       alo, ahi, env_str());
+        }
         if (writes) (sb ? sbuf_dirty : psum_dirty) = std::max(sb ? sbuf_dirty : psum_dirty, bhi);
       }
       const int64_t base = p0 * pb + off;
@@ -561,7 +587,8 @@ void simulate(const Program& p, const std::vector<Tensor>& tensors,
 
   const Target& target = p.target.empty() ? default_target() : target_by_name(p.target);
   Slots slots;
-  std::vector<CNode> body = compile_body(p.body, slots);
+  std::set<std::string> dynamic_vars;
+  std::vector<CNode> body = compile_body(p.body, slots, dynamic_vars);
 
   Machine m;
   m.prog = &p;

@@ -122,6 +122,15 @@ struct BroadcastRows {
 };
 std::vector<BroadcastRows> broadcast_rows(const Program& p);
 
+// Whether `in` writes every element of its destination (and reduce_res) without reading it.
+// Others (an accumulating matmul, a predicated copy, an indirect or skipping DMA, the rest)
+// count as reading their destination too.
+bool overwrites_dst(const Instr& in);
+
+// The end of the bytes of an on-chip view's tile (AccessPattern::alloc, known), its last
+// rotating slot included.
+int64_t tile_end(const AccessPattern& ap);
+
 // Whether nc_matmul operands have the contiguous [rows, cols] layout neuron_matmul_* takes.
 bool matmul_fast_layout(const Instr& in, const NormLayout& dst, const NormLayout& st,
                         const NormLayout& mv);

@@ -39,6 +39,17 @@ struct AccessPattern {
   Affine offset;
   std::vector<Dim> dims;
   Rotation rotation;
+  // On chip: what the tile's allocation owns, partitions [0, partitions) and bytes [lo, hi) of
+  // each (of its first rotating slot; slot r adds r * rotation.bytes). Unknown (hi <= lo) in
+  // hand-built programs. An access whose place a register or a dynamic loop decides must stay
+  // inside it: both executors check that when it runs ("out-of-bounds"), so the native plans
+  // may rely on it.
+  struct Alloc {
+    int64_t partitions = 0, lo = 0, hi = 0;
+    bool known() const { return hi > lo; }
+    bool operator==(const Alloc&) const = default;
+  };
+  Alloc alloc;
 
   int64_t elements() const;
   std::vector<int64_t> shape() const;  // sizes of dims

@@ -43,6 +43,8 @@ enum FaultKind : int {
   kFaultAccess = 3,  // a register-dependent access: a = first, b = last touched, c = operand
                      // (-1 dst, i src i), d = limit (elements or bytes per partition)
   kFaultPartition = 4,  // the same for its partitions: a = first, b = last, c = operand, d = limit
+  kFaultTile = 5,  // the same for the bytes of its tile (AccessPattern::alloc): a = first byte,
+                   // b = last, c = operand, d = the end of the tile's (slot's) bytes
 };
 struct Fault {
   int kind = kFaultNone;
