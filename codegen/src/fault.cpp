@@ -64,7 +64,7 @@ void raise_fault(const Program& p, const Fault& f, const std::string& where) {
       const AccessPattern& ap = f.c < 0 ? in->dst : in->src.at(static_cast<size_t>(f.c));
       user_error(in->span, "out-of-bounds",
                  "{}: the {} touches bytes {}..{} of each partition, outside its tile's bytes "
-                 "{}..{}; a register or a dynamic loop made the index{}",
+                 "{}..{}; a register or a dynamic loop made the index{}: keep it inside the tile",
                  name, operand_name(*in, f.c), f.a, f.b, f.d - (ap.alloc.hi - ap.alloc.lo),
                  f.d - 1, at);
     }

@@ -328,7 +328,7 @@ struct Machine {
             user_error(in.span, "out-of-bounds",
                        "{} of {} touches partitions {}..{} and bytes [{}, {}) of each, outside "
                        "its tile (partitions 0..{}, bytes [{}, {})); a register or a dynamic loop "
-                       "made the index ({})",
+                       "made the index ({}): keep it inside the tile",
                        what, opcode_name(in.op), plo, phi, blo, bhi, ap.alloc.partitions - 1,
                        alo, ahi, env_str());
         }

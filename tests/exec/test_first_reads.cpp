@@ -5,6 +5,7 @@
 
 #include "exec/differential.hpp"
 #include "exec/sim_test_util.hpp"
+#include "neuron/base/error.hpp"
 #include "neuron/base/target.hpp"
 #include "neuron/codegen/pipeline.hpp"
 #include "neuron/codegen/plan.hpp"
@@ -226,5 +227,42 @@ TEST_CASE("physical_pitch: an odd number of cache lines, also where the whole pa
     CHECK(got % 64 == 0);
     CHECK((got / 64) % 2 == 1);
     if (m == Memory::psum) CHECK(got == 16384 + 64);
+  }
+}
+
+TEST_CASE("a read placed by a register stays in its tile: only the tile is cleared, the pitch fits") {
+  // A [4, 16] tile at bytes 256..319 read at a register's column, before anything writes it.
+  AccessPattern col = sb(f32, 256, P, {row(1)});
+  col.offset = Affine(256) + Affine::var("r0", 4);
+  std::vector<ProgNode> body{
+      instr(Opcode::register_load, AccessPattern{}, {sb(DType::int32, 0, 1, {row(1)})}),
+      copy(sb(f32, 0, P, {row(1)}), col)};
+  body[0].instr.args.reg = "r0";
+  Program unknown = program(kX, body);
+  const Target& t = target_by_name("trn2");
+  // Without its allocation (a hand-built program) the read may land anywhere.
+  CHECK(first_reads_of(unknown).sbuf ==
+        Ranges{{0, native::bytes_per_partition(t, Memory::sbuf)}});
+  body[1].instr.src[0].alloc = {P, 256, 320};
+  Program known = program(kX, body);
+  CHECK(first_reads_of(known).sbuf == Ranges{{0, 4}, {256, 320}});
+  CHECK(native::physical_pitch(known, native::analyze_bounds(known), t).sbuf == 5 * 64);
+  // And it is kept there: a register value moving the read past the tile is an error in both
+  // executors, though the bytes are inside the partition.
+  for (int32_t r : {15, 16}) {
+    CAPTURE(r);
+    Program p = program({decl("r", {1, 1}, DType::int32, kIn), decl("out", {P, 1}, f32, kOut)},
+                        {dma(sb(DType::int32, 0, 1, {row(1)}), hbm2(0, DType::int32, 1, 1, 1)),
+                         known.body[0], known.body[1],
+                         dma(hbm2(1, f32, P, 1, 1), sb(f32, 0, P, {row(1)}))});
+    std::vector<Tensor> in{Tensor::from_floats({float(r)}, {1, 1}, DType::int32),
+                          Tensor::empty({P, 1}, f32)};
+    if (r == 15) {
+      run_both(p, in);
+    } else {
+      CHECK_THROWS_WITH_AS(simulate(p, in), doctest::Contains("outside its tile"), UserError);
+      CHECK_THROWS_WITH_AS(compile_native(p).run(in, {1}), doctest::Contains("outside its tile"),
+                           UserError);
+    }
   }
 }

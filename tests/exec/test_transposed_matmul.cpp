@@ -197,3 +197,17 @@ TEST_CASE("NEURON_TRANSPOSED_MATMUL must be 0 or 1") {
                        UserError);
   unsetenv("NEURON_TRANSPOSED_MATMUL");
 }
+
+TEST_CASE("transposed matmul: a read placed by a register counts where its tile lies") {
+  // After the triple, a column of another tile read at a register's offset: with the tile's
+  // allocation known (kept inside it when it runs) it cannot reach Y; without, it might.
+  AccessPattern col = sb(f32, 4096, K, {row(1)});
+  col.offset = Affine(4096) + Affine::var("r0", 4);
+  ProgNode reg =
+      instr(Opcode::register_load, AccessPattern{}, {sb(DType::int32, 5000, 1, {row(1)})});
+  reg.instr.args.reg = "r0";
+  std::vector<ProgNode> extra{reg, instr(Opcode::tensor_copy, sb(f32, 6000, K, {row(1)}), {col})};
+  CHECK(native::transposed_matmuls(make(triple(true), extra)).empty());
+  extra[1].instr.src[0].alloc = {K, 4096, 4096 + 4 * M};
+  CHECK(native::transposed_matmuls(make(triple(true), extra)).size() == 1);
+}

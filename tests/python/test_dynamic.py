@@ -195,6 +195,29 @@ def test_an_out_of_range_register_offset_names_the_users_line():
         assert e.value.line == line_of(register_offsets, "x[nl.ds(r * 128, 128), :]")
 
 
+def tile_columns(x, which):
+    out = nl.ndarray((128, 4), nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    r = nisa.register_alloc()
+    nisa.register_load(r, nl.load(which))
+    nl.store(out, nl.copy(t[:, nl.ds(r, 4)]))
+    return out
+
+
+def test_a_register_index_stays_inside_its_tile():
+    # Columns r..r+3 of an [128, 8] tile: r = 4 is the tile's last four; r = 5 reads past the
+    # tile (still inside the partition, where another tile lives): an error in both
+    # executors, not another tile's bytes.
+    x = RNG.uniform(-1, 1, (128, 8)).astype(np.float32)
+    out = three_ways(tile_columns, x, ints((1, 1), [4]))
+    np.testing.assert_array_equal(out, x[:, 4:8])
+    for mode in ("native", "simulate"):
+        with pytest.raises(neuron.NeuronError) as e:
+            neuron.kernel(tile_columns, mode=mode)(x, ints((1, 1), [5]))
+        assert "out-of-bounds" in str(e.value) and "outside its tile" in str(e.value), mode
+        assert e.value.line == line_of(tile_columns, "nl.copy(t[:, nl.ds(r, 4)])")
+
+
 # ---- runtime loops -------------------------------------------------------------------------------
 
 def runtime_loops(x, n):
