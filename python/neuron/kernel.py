@@ -32,6 +32,7 @@ from .language import NKIObject, _Fn, _State
 
 MODES = ("native", "simulate", "eager")
 _FAST_MAX = 64  # fast-path signatures kept per kernel (more take the general path)
+_GRIDS_MAX = 64  # launch grids kept per kernel (kernel[g] for more is made afresh)
 
 _PARAM_KINDS = ("int, float, bool, str, None, an enum member, a dtype, a buffer (nl.sbuf, ...), "
                 "an nl function, a function, a tuple, list or dict of those, or an NKIObject or "
@@ -289,6 +290,7 @@ class Kernel:
         # calls that skip binding and keying (a cached call's cost, docs/performance.md). Per
         # grid (kernel[g] is its own Kernel).
         self._fast = {}
+        self._grids = {}  # grid -> kernel[grid], so a launch written inline keeps its fast path
         functools.update_wrapper(self, fn, updated=())  # never copy fn.__dict__ over ours
         self._signature = inspect.signature(fn)
         for p in self._signature.parameters.values():
@@ -315,8 +317,14 @@ class Kernel:
         grid = grid if isinstance(grid, tuple) else (grid,)
         if not 1 <= len(grid) <= 4 or not all(isinstance(g, int) and g > 0 for g in grid):
             raise ValueError(f"a launch grid is 1 to 4 positive ints, got {grid!r}")
-        return Kernel(self.fn, grid, self.target, self.profile, self._cache, self.mode,
-                      self._by_ir, self._consts)
+        launch = self._grids.get(grid)
+        if launch is not None:  # the same launch object: its cached calls stay fast
+            return launch
+        launch = Kernel(self.fn, grid, self.target, self.profile, self._cache, self.mode,
+                        self._by_ir, self._consts)
+        if len(self._grids) < _GRIDS_MAX:
+            self._grids[grid] = launch
+        return launch
 
     def trace(self, *args, **kwargs):
         """The Kernel IR for these arguments: arrays, or (shape, dtype) pairs / TensorSpecs,

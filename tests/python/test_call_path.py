@@ -39,6 +39,20 @@ def test_repeated_calls_take_the_cached_path_and_match_numpy():
     assert len(k._fast) == 1  # one signature, served by the cached path after the first call
 
 
+def test_a_launch_written_inline_keeps_the_cached_path():
+    # kernel[grid](...) in a loop (FlexAttention's forward does it every call): the same launch
+    # object each time, so its cached calls stay cached; another grid is another launch.
+    k = neuron.kernel(two_outputs)
+    b = A[::-1].copy()
+    for _ in range(3):
+        s, d = k[2](A, b)
+        np.testing.assert_array_equal(s, A + b)
+    assert k[2] is k[2] and k[2] is not k[3] and k[(2,)] is k[2]
+    assert len(k[2]._fast) == 1
+    with pytest.raises(ValueError, match="positive ints"):
+        k[0]
+
+
 def test_each_call_reads_its_own_arrays():
     k = neuron.kernel(two_outputs)
     for i in range(4):

@@ -36,13 +36,18 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
 
 def _user_line():
-    """'file:line: source' of the innermost frame that is neither ours nor torch's."""
-    for fr in reversed(traceback.extract_stack()):
-        f = os.path.abspath(fr.filename)
-        if f.startswith(_PKG_DIR) or f.startswith(_TORCH_DIR) or "<frozen" in f:
-            continue
-        src = (fr.line or linecache.getline(fr.filename, fr.lineno)).strip()
-        return f"{fr.filename}:{fr.lineno}: {src}"
+    """'file:line: source' of the innermost frame that is neither ours nor torch's. Walks the
+    frames directly: PyTorch's indexing probes a traced value with len() on every trace and
+    catches the error, so this runs on every call (traceback.extract_stack read the source of
+    every frame on the stack)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        f = os.path.abspath(name)
+        if not (f.startswith(_PKG_DIR) or f.startswith(_TORCH_DIR) or "<frozen" in f):
+            src = linecache.getline(name, frame.f_lineno).strip()
+            return f"{name}:{frame.f_lineno}: {src}"
+        frame = frame.f_back
     return "<unknown line>"
 
 
