@@ -407,3 +407,20 @@ TEST_CASE("iota and affine_select follow offset + p*channel_multiplier + sum str
     for (int j = 0; j < 8; ++j) CHECK(so.get(i * 8 + j) == (i - j >= 0 ? x[i * 8 + j] : -1e4f));
   }
 }
+
+TEST_CASE("iota into fp32 rows: negative steps, an offset, values past 2^24 rounded") {
+  const int P = 5, F = 7;
+  const auto f32 = DType::float32;
+  InstrArgs iota;
+  iota.pattern = {-3, F};
+  iota.offset = 16777217 - 2;  // row 0 holds 2^24 - 1 .. below; row 1 starts at 2^24 + 1
+  iota.channel_multiplier = 3;
+  Program p = program({decl("io", {P, F}, f32, kOut)},
+                      {instr(Opcode::iota, sb(f32, 0, P, {row(F)}), {}, iota),
+                       dma(hbm2(0, f32, P, F, F), sb(f32, 0, P, {row(F)}))});
+  Tensor io = Tensor::empty({P, F}, f32);
+  neuron::testing::simulate_both(p, {io});
+  for (int i = 0; i < P; ++i)
+    for (int j = 0; j < F; ++j)
+      CHECK(io.get(i * F + j) == static_cast<float>(int32_t{16777215} + 3 * i - 3 * j));
+}
