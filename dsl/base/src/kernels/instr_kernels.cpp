@@ -5,6 +5,7 @@
 // kernels) and, by clang-14, to bitcode linked into every JIT module, where the constant
 // dtype/op/shape arguments specialize these loops (docs/native.md). So: no fmt, no exceptions,
 // no static state; shape rules were checked before (codegen's check_program).
+#include <array>
 #include <cstdlib>
 #include <cstring>
 
@@ -976,27 +977,35 @@ void neuron_k_psum_flags_get(const NView* d, const NView* s, int ddt, int sdt) {
 }  // extern "C"
 
 namespace {
+// Calls row(i) for each innermost row i = {i0, i1, i2, i3} of a view of d's sizes; at(v, i) is
+// that row's start in view v (bytes, or pattern units for a value pattern).
+template <class Row>
+[[gnu::always_inline]] inline void each_row(const NView& d, Row&& row) {
+  for (int64_t i0 = 0; i0 < d.size[0]; ++i0)
+    for (int64_t i1 = 0; i1 < d.size[1]; ++i1)
+      for (int64_t i2 = 0; i2 < d.size[2]; ++i2)
+        for (int64_t i3 = 0; i3 < d.size[3]; ++i3) row(std::array<int64_t, 4>{i0, i1, i2, i3});
+}
+inline int64_t at(const NView& v, const std::array<int64_t, 4>& i) {
+  return i[0] * v.stride[0] + i[1] * v.stride[1] + i[2] * v.stride[2] + i[3] * v.stride[3];
+}
+
 // iota where dst and the pattern have the same sizes: one loop per innermost row, whose values
 // are a + c * j (FlexAttention's key positions, [128, 128] per program, went from ~90 to a few
 // us). The values and their conversion are the element walk's.
 template <class T>
 void iota_rows(const NView& d, const NView& pat, int64_t offset) {
   const int64_t n = d.size[kDims - 1], c = pat.stride[kDims - 1], dj = d.stride[kDims - 1];
-  for (int64_t i0 = 0; i0 < d.size[0]; ++i0)
-    for (int64_t i1 = 0; i1 < d.size[1]; ++i1)
-      for (int64_t i2 = 0; i2 < d.size[2]; ++i2)
-        for (int64_t i3 = 0; i3 < d.size[3]; ++i3) {
-          const int64_t a = offset + i0 * pat.stride[0] + i1 * pat.stride[1] +
-                            i2 * pat.stride[2] + i3 * pat.stride[3];
-          char* row = d.base + i0 * d.stride[0] + i1 * d.stride[1] + i2 * d.stride[2] +
-                      i3 * d.stride[3];
-          for (int64_t j = 0; j < n; ++j) {
-            const auto v = static_cast<int32_t>(static_cast<uint32_t>(
-                static_cast<uint64_t>(a + c * j)));
-            const T t = static_cast<T>(v);
-            std::memcpy(row + j * dj, &t, sizeof(T));
-          }
-        }
+  each_row(d, [&](const std::array<int64_t, 4>& i) {
+    const int64_t a = offset + at(pat, i);
+    char* row = d.base + at(d, i);
+    for (int64_t j = 0; j < n; ++j) {
+      const auto v =
+          static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(a + c * j)));
+      const T t = static_cast<T>(v);
+      std::memcpy(row + j * dj, &t, sizeof(T));
+    }
+  });
 }
 }  // namespace
 
@@ -1043,25 +1052,19 @@ template <class T>
   std::memcpy(&fill, fill_bits, sizeof(T));
   const int64_t n = d.size[kDims - 1], c = pat.stride[kDims - 1];
   const int64_t dj = d.stride[kDims - 1], sj = s.stride[kDims - 1];
-  for (int64_t i0 = 0; i0 < d.size[0]; ++i0)
-    for (int64_t i1 = 0; i1 < d.size[1]; ++i1)
-      for (int64_t i2 = 0; i2 < d.size[2]; ++i2)
-        for (int64_t i3 = 0; i3 < d.size[3]; ++i3) {
-          const int64_t a = offset + i0 * pat.stride[0] + i1 * pat.stride[1] +
-                            i2 * pat.stride[2] + i3 * pat.stride[3];
-          char* pd = d.base + i0 * d.stride[0] + i1 * d.stride[1] + i2 * d.stride[2] +
-                     i3 * d.stride[3];
-          const char* ps = s.base + i0 * s.stride[0] + i1 * s.stride[1] + i2 * s.stride[2] +
-                           i3 * s.stride[3];
-          for (int64_t j = 0; j < n; ++j) {
-            const int64_t x = static_cast<int32_t>(
-                static_cast<uint32_t>(static_cast<uint64_t>(a + c * j)));
-            T v;
-            std::memcpy(&v, ps + j * sj, sizeof(T));
-            v = b::compare_int(op, x, 0) ? v : fill;
-            std::memcpy(pd + j * dj, &v, sizeof(T));
-          }
-        }
+  each_row(d, [&](const std::array<int64_t, 4>& i) {
+    const int64_t a = offset + at(pat, i);
+    char* pd = d.base + at(d, i);
+    const char* ps = s.base + at(s, i);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t x =
+          static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(a + c * j)));
+      T v;
+      std::memcpy(&v, ps + j * sj, sizeof(T));
+      v = b::compare_int(op, x, 0) ? v : fill;
+      std::memcpy(pd + j * dj, &v, sizeof(T));
+    }
+  });
 }
 }  // namespace
 

@@ -234,6 +234,27 @@ inline void skinny_block(float* c, int64_t ldc, const float* a, int64_t lda, con
     }
 }
 
+// K = 0: each C(m, n) is the sum of nothing, 0, or keeps its value when accumulating.
+inline void empty_sum(float* c, int64_t ldc, int64_t M, int64_t N, bool accumulate) {
+  if (!accumulate)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) c[m * ldc + n] = 0.0f;
+}
+
+// The column panel of C from column n0 of N: `cols` columns in `vectors` vectors of V::W lanes,
+// `last` of them in the last.
+template <class V>
+struct Panel {
+  int64_t cols;
+  int vectors, last;
+  Panel(int64_t n0, int64_t N) {
+    constexpr int64_t NR = V::W * V::NV;
+    cols = N - n0 < NR ? N - n0 : NR;
+    vectors = static_cast<int>((cols + V::W - 1) / V::W);
+    last = static_cast<int>(cols - (vectors - 1) * V::W);
+  }
+};
+
 template <class V>
 void matmul_skinny(float* c, int64_t ldc, const float* a, int64_t lda, const float* b, int64_t ldb,
                    int64_t M, int64_t N, int64_t K, bool accumulate) {
@@ -250,13 +271,8 @@ void matmul_skinny(float* c, int64_t ldc, const float* a, int64_t lda, const flo
 template <class V, class T>
 void matmul_blocked(float* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb,
                     int64_t M, int64_t N, int64_t K, bool accumulate, float* scratch) {
-  constexpr int64_t W = V::W, NR = V::W * V::NV;
-  if (K <= 0) {
-    if (!accumulate)
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < N; ++n) c[m * ldc + n] = 0.0f;
-    return;
-  }
+  constexpr int64_t NR = V::W * V::NV;
+  if (K <= 0) return empty_sum(c, ldc, M, N, accumulate);
   if (M <= kSkinnyM) return matmul_skinny<V>(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
   float* ap = scratch;
   float* bp = scratch + packed_a_floats<V>();
@@ -267,9 +283,9 @@ void matmul_blocked(float* c, int64_t ldc, const T* a, int64_t lda, const T* b, 
       const int64_t mc = M - m0 < kMC ? M - m0 : kMC;
       // The first column panel of B packs the A panels; the first A panel packs each B panel.
       for (int64_t n0 = 0; n0 < N; n0 += NR) {
-        const int64_t nw = N - n0 < NR ? N - n0 : NR;
-        const int nv = static_cast<int>((nw + W - 1) / W);
-        const int last = static_cast<int>(nw - (nv - 1) * W);
+        const Panel<V> pn(n0, N);
+        const int64_t nw = pn.cols;
+        const int nv = pn.vectors, last = pn.last;
         for (int64_t p = 0; p < mc; p += V::MR) {
           const int mr = static_cast<int>(mc - p < V::MR ? mc - p : V::MR);
           bool pack_a_now = n0 == 0, pack_b_now = p == 0;
@@ -298,22 +314,17 @@ template <class V>
 void matmul_at_blocked(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,
                        int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate, float a_zero,
                        float* scratch) {
-  constexpr int64_t W = V::W, NR = V::W * V::NV;
-  if (K <= 0) {
-    if (!accumulate)
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < N; ++n) c[m * ldc + n] = 0.0f;
-    return;
-  }
+  constexpr int64_t NR = V::W * V::NV;
+  if (K <= 0) return empty_sum(c, ldc, M, N, accumulate);
   float* bp = scratch + packed_a_floats<V>();
   for (int64_t k0 = 0; k0 < K; k0 += kKC) {
     const int64_t kc = K - k0 < kKC ? K - k0 : kKC;
     const bool load_c = accumulate || k0 > 0;
     // Each column panel of B is packed by the first row panel of A that uses it.
     for (int64_t n0 = 0; n0 < N; n0 += NR) {
-      const int64_t nw = N - n0 < NR ? N - n0 : NR;
-      const int nv = static_cast<int>((nw + W - 1) / W);
-      const int last = static_cast<int>(nw - (nv - 1) * W);
+      const Panel<V> pn(n0, N);
+      const int64_t nw = pn.cols;
+      const int nv = pn.vectors, last = pn.last;
       const float* bsrc = b + k0 * ldb + n0;
       for (int64_t p = 0; p < M; p += V::MR) {
         const int mr = static_cast<int>(M - p < V::MR ? M - p : V::MR);
