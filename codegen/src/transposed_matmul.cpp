@@ -266,7 +266,7 @@ bool dead_after(const std::vector<Level>& levels, size_t after, const AccessPatt
 bool static_on_chip(const AccessPattern& ap, const Extents& ext) {
   for (const Affine* a : {&ap.partition, &ap.offset})
     for (const auto& t : a->terms)
-      if (ext.dynamic.count(t.var)) return false;
+      if (ext.dynamic.count(t.var) || is_register_var(t.var)) return false;
   return boxes_of(ap, ext).has_value();
 }
 
