@@ -10,9 +10,9 @@
 #include <cstring>
 #include <iostream>
 #include <map>
-#include <set>
 #include <memory>
 #include <new>
+#include <set>
 #include <string>
 
 #include <sys/mman.h>
