@@ -307,11 +307,7 @@ class Lowering {
   }
 
   // Whether an expression depends on a register or the variable of a dynamic loop.
-  bool dynamic(const Affine& a) const {
-    for (auto& t : a.terms)
-      if (is_register_var(t.var) || dynamic_vars_.count(t.var)) return true;
-    return false;
-  }
+  bool dynamic(const Affine& a) const { return set_at_run_time(a, dynamic_vars_); }
 
   // Checks, at run time, an access whose offset depends on registers or dynamic loops (the
   // others were checked per launch): out of bounds records a fault and skips the instruction.
@@ -319,8 +315,7 @@ class Lowering {
   // whose allocation is known is checked against the tile's bytes and partitions.
   void check_dynamic(const AccessPattern& ap, const Instr& in, llvm::Value* offset,
                      llvm::Value* slot = nullptr) {
-    const bool rotating = !ap.rotation.var.empty() && dynamic_vars_.count(ap.rotation.var);
-    if (!dynamic(ap.offset) && !dynamic(ap.partition) && !rotating) return;
+    if (!placed_at_run_time(ap, dynamic_vars_)) return;
     const bool chip = is_on_chip(ap.memory);
     const bool indirect = in.op == Opcode::dma_copy &&
                           in.args.indirect != InstrArgs::Indirect::none &&

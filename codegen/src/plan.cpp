@@ -346,6 +346,17 @@ bool reads_psum_flags(const Program& p) {
   return reads_flags(p.body);
 }
 
+bool set_at_run_time(const Affine& a, const std::set<std::string>& dynamic_loops) {
+  for (auto& t : a.terms)
+    if (is_register_var(t.var) || dynamic_loops.count(t.var)) return true;
+  return false;
+}
+
+bool placed_at_run_time(const AccessPattern& ap, const std::set<std::string>& dynamic_loops) {
+  return set_at_run_time(ap.partition, dynamic_loops) || set_at_run_time(ap.offset, dynamic_loops) ||
+         (!ap.rotation.var.empty() && dynamic_loops.count(ap.rotation.var));
+}
+
 int64_t tile_end(const AccessPattern& ap) {
   const int64_t slots = ap.rotation.var.empty() ? 1 : std::max<int64_t>(ap.rotation.count, 1);
   return ap.alloc.hi + (slots - 1) * ap.rotation.bytes;

@@ -79,16 +79,6 @@ struct Box {
 };
 constexpr int64_t kMaxSlots = 16;  // more rotating slots than this: one box for all
 
-// Whether a register or a dynamic loop decides the view's place: then both executors keep it
-// inside its tile when it runs (AccessPattern::alloc).
-bool runtime_placed(const AccessPattern& ap, const Extents& ext) {
-  auto dyn = [&](const std::string& v) { return is_register_var(v) || ext.dynamic.count(v); };
-  for (const Affine* a : {&ap.partition, &ap.offset})
-    for (const auto& t : a->terms)
-      if (dyn(t.var)) return true;
-  return !ap.rotation.var.empty() && dyn(ap.rotation.var);
-}
-
 std::optional<std::vector<Box>> boxes_of(const AccessPattern& ap, const Extents& ext) {
   if (!is_on_chip(ap.memory) || ap.dims.empty()) return std::nullopt;
   const auto part = range_of(ap.partition, ext), off = range_of(ap.offset, ext);
@@ -98,7 +88,7 @@ std::optional<std::vector<Box>> boxes_of(const AccessPattern& ap, const Extents&
     const Span1 s = extent(0, ap.dims, 1, es, es);
     b = {part->first, part->second, off->first + s.lo, off->second + s.hi};
     b.phi += ap.dims[0].stride == 0 ? 0 : ap.dims[0].size - 1;
-  } else if (ap.alloc.known() && runtime_placed(ap, ext)) {
+  } else if (ap.alloc.known() && placed_at_run_time(ap, ext.dynamic)) {
     b = {0, ap.alloc.partitions - 1, ap.alloc.lo, ap.alloc.hi};  // its tile, checked when run
   } else {
     return std::nullopt;
@@ -264,10 +254,8 @@ bool dead_after(const std::vector<Level>& levels, size_t after, const AccessPatt
 // program id in its partition and offset (a rotating slot of a dynamic loop stays inside the
 // allocation, so that is allowed).
 bool static_on_chip(const AccessPattern& ap, const Extents& ext) {
-  for (const Affine* a : {&ap.partition, &ap.offset})
-    for (const auto& t : a->terms)
-      if (ext.dynamic.count(t.var) || is_register_var(t.var)) return false;
-  return boxes_of(ap, ext).has_value();
+  return !set_at_run_time(ap.partition, ext.dynamic) && !set_at_run_time(ap.offset, ext.dynamic) &&
+         boxes_of(ap, ext).has_value();
 }
 
 // The triple at body[i] if it has the shape and operands the fused form needs (fp32, SBUF

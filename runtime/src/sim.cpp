@@ -123,10 +123,7 @@ CPattern compile_pattern(const AccessPattern& ap, Slots& slots, const Span& span
   c.offset = compile_affine(ap.offset, slots, span);
   if (!ap.rotation.var.empty() && ap.rotation.count > 1)
     c.rot_slot = slots.lookup(ap.rotation.var, span);
-  auto dyn = [&](const std::string& v) { return is_register_var(v) || dynamic_vars.count(v); };
-  for (const Affine* a : {&ap.partition, &ap.offset})
-    for (auto& t : a->terms) c.dynamic = c.dynamic || dyn(t.var);
-  c.dynamic = c.dynamic || (c.rot_slot >= 0 && dyn(ap.rotation.var));
+  c.dynamic = native::placed_at_run_time(ap, dynamic_vars);
   return c;
 }
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,12 @@ std::vector<BroadcastRows> broadcast_rows(const Program& p);
 // Others (an accumulating matmul, a predicated copy, an indirect or skipping DMA, the rest)
 // count as reading their destination too.
 bool overwrites_dst(const Instr& in);
+
+// Whether a register or one of `dynamic_loops` (variables of dynamic loops) is a term of `a`.
+bool set_at_run_time(const Affine& a, const std::set<std::string>& dynamic_loops);
+// Whether such a term places the view (its partition, offset or rotating slot): the executors
+// then check it when it runs, on chip against its tile (AccessPattern::alloc).
+bool placed_at_run_time(const AccessPattern& ap, const std::set<std::string>& dynamic_loops);
 
 // The end of the bytes of an on-chip view's tile (AccessPattern::alloc, known), its last
 // rotating slot included.
