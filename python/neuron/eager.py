@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 
-from . import _C, runtime
+from . import _C, indirection as _indirection, runtime
 from ._span import user_span
 from .access import BitcastView, IndirectView, OutOfRange
 from .eager_values import _HBM, ApKey, BroadcastKey, EagerIndex, _Base, _numpy_key, \
@@ -276,6 +276,8 @@ def op(writes=()):
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
+            if _indirection.used(args, kwargs):  # t.indirect(...) operands: gather, run, scatter
+                return _indirection.run(spec, fn, call, args, kwargs)
             for a in (*args, *kwargs.values()):  # an .ap() view that cannot exist, now used
                 if type(a) is OutOfRange:
                     raise a.error

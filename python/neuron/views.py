@@ -476,14 +476,11 @@ def vector_select(self, dim, offsets):
 
 
 def indirect(self, index, num_elem=None):
-    """NeuronCore-v4 tensor indirection (columns of an on-chip tensor chosen at run time by a
-    uint16 index tile, per group of partitions): not supported. Refused with the alternatives,
-    not silently approximated: its per-engine partition grouping is not pinned down by the
-    documentation this toolkit follows (docs/nki-compat.md)."""
-    user_error("unsupported", f"'{self.name}'.indirect(...): NeuronCore-v4 tensor indirection "
-               "is not supported. Gather columns with nisa.nc_n_gather / nl.gather_flattened "
-               "(per-partition indices) or nisa.local_gather, and rows of an HBM tensor with "
-               ".vector_select(0, offsets) or .ap(..., vector_offset=offsets)", user_span())
+    """NeuronCore-v4 tensor indirection: the [P, num_elem] columns of this on-chip tile chosen
+    at run time by the SBUF index tile, as an operand of the instructions NKI documents with
+    it (gather when read, scatter as the destination); indirection.py has the rule."""
+    from . import indirection
+    return indirection.make(self, index, num_elem)
 
 
 def attach(cls, layout_of):
@@ -505,8 +502,7 @@ def attach(cls, layout_of):
     cls.view = cls.reinterpret_cast = view
     cls.vector_select = vector_select
     cls.indirect = indirect
-    cls.UNSUPPORTED = ("indirect",)  # refused with a message (scripts/nki_api_coverage.py)
-    cls.is_indirect = lambda self: False  # an IndirectView is the indirect form
+    cls.is_indirect = lambda self: False  # IndirectView and TensorIndirection are the indirect forms
     cls.get_pattern, cls.is_contiguous = get_pattern, is_contiguous
     cls.strides = property(lambda self: tuple(s for s, _ in layout_of(self, user_span())[0]))
     cls.offset = property(lambda self: layout_of(self, user_span())[1])

@@ -513,23 +513,6 @@ def test_vector_select_rules():
         assert e.value.rule == rule and text in e.value.message
 
 
-@pytest.mark.parametrize("mode", ("native", "eager"))
-def test_tensor_indirection_is_refused_with_the_alternatives(mode):
-    # NkiTensor.indirect (NeuronCore-v4 tensor indirection) is not implemented: a clear error at
-    # the user's line naming what to use instead, never an AttributeError.
-    def k(x, idx):
-        t = nl.load(x)
-        r = nl.ndarray(t.shape, t.dtype)
-        nisa.tensor_copy(r, t.indirect(nl.load(idx)))
-        return r
-
-    with pytest.raises(neuron.NeuronError) as e:
-        neuron.kernel(k, mode=mode)(X, np.zeros((16, 1), np.uint16))
-    assert e.value.rule == "unsupported"
-    assert "tensor indirection is not supported" in e.value.message
-    assert "nc_n_gather" in e.value.message and "vector_select" in e.value.message
-
-
 def uneven_shards(x):
     # nki-library's sharding: positions // cores per core, the last core takes the rest; with
     # fewer rows than cores, core 0's shard is nl.ds(0, 0), a view no instruction touches.
