@@ -147,6 +147,14 @@ def casts(score, b, h, q_idx, kv_idx):
     return score + torch.floor(score * 2) * 0.1 + (q_idx * 0.37).int() * 0.01 + b
 
 
+def q_only(score, b, h, q_idx, kv_idx):
+    return BIAS[h, q_idx] * 0.5 + b  # no score, no kv_idx: a column the kernel widens
+
+
+def q_rows(b, h, q_idx, kv_idx):
+    return (q_idx % 3 != 0) | (h == 1)  # a column condition; a third of the rows fully masked
+
+
 def late_start(b, h, q_idx, kv_idx):
     return kv_idx <= q_idx - 40  # query rows 0..39 see no key
 
@@ -165,6 +173,8 @@ CASES = {
                                   (64, 32), torch.float32, True),
     "256 blocks, casts, b": (casts, fh.causal, 2, 2, 2, 2, 300, 300, 32, 32, 256,
                              torch.float32, False),
+    "q_idx, b, h only (columns)": (q_only, q_rows, 2, 2, 2, 1, 150, 150, 32, 32, 64,
+                                   torch.float32, True),
     "fully masked rows": (None, late_start, 1, 2, 2, 1, 100, 100, 16, 16, 32,
                           torch.float32, False),
     # bf16: the Tensor engine takes bf16 operands; E = 32's scale is not a power of two (the
@@ -223,7 +233,8 @@ def test_the_kernel_says_why_it_cannot_run():
         flex_attention(q, q, q, kernel_options={"BACKEND": "gpu"})
 
 
-BACKWARD = [(n, "simulator") for n in CASES] + [("odd lengths, tuple blocks", "native"),
+# (The columns case's scores ignore q and k, so its reference has no gradient for them.)
+BACKWARD = [(n, "simulator") for n in CASES if "columns" not in n] + [("odd lengths, tuple blocks", "native"),
                                                  ("head dims 192 / 160, softcap, gqa", "native"),
                                                  ("bf16 softcap, gqa, odd lengths", "native")]
 

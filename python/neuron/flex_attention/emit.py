@@ -128,12 +128,16 @@ def _py(name, x, y=None):
     return g[name](x)
 
 
-def emit(graph, env, like, data, layout, nl, direct=None):
+def emit(graph, env, like, data, layout, nl, direct=None, zeros=None):
     """The graph's output for one block: env maps argument names to [qr, keys] fp32 tiles
-    (score, b, h, q_idx, kv_idx as the graph uses them); like is a tile of that shape (for
-    constants); data is the [qr, N] caps tile and layout the ((offset, shape), ...) of the
+    (score, b, h, q_idx, kv_idx as the graph uses them), or [qr, 1] columns for the ones that
+    do not vary along the keys (q_idx, b, h: the nl operations broadcast them, so an
+    expression of them alone costs a column, not a tile); like is a tile of the block's shape
+    (for constants); data is the [qr, N] caps tile and layout the ((offset, shape), ...) of the
     graph's inputs in it; direct (optional) enables plain loads for reads indexed by q_idx or
-    kv_idx (_direct_gather). Returns a tile or a float."""
+    kv_idx (_direct_gather). zeros (optional, a tile of like's shape): with it, a column result
+    comes back as a whole tile, as the score must; without it a column result stays one (a
+    mask's `where` broadcasts it). Returns a tile, a column or a float."""
     ops = _Ops(nl, like)
     ops.direct = direct
     vals = {}
@@ -146,7 +150,10 @@ def emit(graph, env, like, data, layout, nl, direct=None):
             continue
         a = [vals[x.id] for x in n.args if hasattr(x, "op") and x.op != "input"]
         vals[n.id] = _node(n, a, ops, data, layout, nl)
-    return vals[graph.output.id]
+    out = vals[graph.output.id]
+    if zeros is not None and not isinstance(out, float) and out.shape[-1] != like.shape[-1]:
+        out = nl.add(zeros, out)
+    return out
 
 
 def _node(n, a, ops, data, layout, nl):
@@ -217,6 +224,24 @@ def _gather(n, a, ops, data, layout, nl):
         flat = i if isinstance(flat, float) and flat == 0.0 else ops.bin("add", flat, i)
     idx = nl.copy(ops.tile(flat), dtype=nl.int32)
     return nl.gather_flattened(data, idx)
+
+
+def needs_caps_tile(graph, layout, direct):
+    """Whether emit(graph, ..., direct) reads the caps tile every partition holds: a captured
+    read that is not a direct load (_direct_gather), i.e. a gather or a per-program constant.
+    direct as emit takes it, with loads that load nothing (they are called)."""
+    if graph is None:
+        return False
+    for n in graph.nodes:
+        if n.op != "gather":
+            continue
+        offset, shape = layout[n.args[0].args[0]]
+        strides = [1] * len(shape)
+        for d in range(len(shape) - 2, -1, -1):
+            strides[d] = strides[d + 1] * shape[d + 1]
+        if _direct_gather(n, offset, shape, strides, direct) is None:
+            return True
+    return False
 
 
 def _nonneg(node):
@@ -329,8 +354,8 @@ def _der(n, a, da, v, ops):
 
 def _program_constant(n, offset, shape, strides, data, ops):
     """t[c.., b, h] with every index a constant, b or h: one value per program (an ALiBi slope
-    t[h]), read as a column of the caps tile (every partition holds the caps row) and
-    broadcast over the keys, instead of a gather per element. Indices are checked against the
+    t[h]), read as a column of the caps tile (every partition holds the caps row), which the
+    operations broadcast over the keys, instead of a gather per element. Indices are checked against the
     tensor's dims here (a constant) or by the kernel's shape (b < B, h < Hq); anything else
     takes the gather path, which reports a bad index."""
     direct = getattr(ops, "direct", None)
@@ -339,8 +364,7 @@ def _program_constant(n, offset, shape, strides, data, ops):
     off = _program_offset(n.args[1:], offset, shape, strides, direct)
     if off is None:
         return None
-    nl = ops.nl
-    return nl.add(nl.multiply(ops.like, 0.0), data[:, nl.ds(off, 1)])
+    return data[:, ops.nl.ds(off, 1)]  # a column: the operations broadcast it
 
 
 def _program_offset(idx, offset, shape, strides, direct):

@@ -193,6 +193,15 @@ def _build(sh, score_graph, mask_graph):
     need_bh = uses("b") or uses("h")
     need_caps = any(g.inputs for g in graphs)
     n_score = len(score_graph.inputs) if score_graph is not None else 0
+    # emit's direct loads as the forward passes them (stand-ins that load nothing): which
+    # captured reads are plain loads decides whether the kernel broadcasts the caps row.
+    def found(off):
+        return True
+    direct_shape = {"b": 0, "h": 0, "q_idx": found, "kv_idx": None if sh.S % sh.KB else found,
+                    "q_idx_len": sh.L, "kv_idx_len": sh.S, "b_len": sh.B, "h_len": sh.Hq}
+    need_caps_tile = need_caps and (
+        emit.needs_caps_tile(score_graph, sh.caps_layout[:n_score], direct_shape) or
+        emit.needs_caps_tile(mask_graph, sh.caps_layout[n_score:], direct_shape))
 
     def T(x, dtype=None):  # Tensor-engine transpose (PSUM) back to SBUF, where matmul
         return nl.copy(nl.transpose(x), dtype=dtype)  # operands live
@@ -221,13 +230,16 @@ def _build(sh, score_graph, mask_graph):
             bh_t = nl.broadcast_to(nl.load(bh[hq, :, :]), (TQ, 2))
             for j, name in enumerate(("b", "h")):
                 if uses(name):
-                    per_prog[name] = nl.add(zeros, bh_t[:, j:j + 1])
+                    per_prog[name] = bh_t[:, j:j + 1]  # a column: ops broadcast it
         kv_base = None
         if need_kv:
             kv_base = nl.ndarray((TQ, TK), f32, buffer=nl.sbuf)
             nisa.iota(kv_base, [[1, TK]], offset=0, channel_multiplier=0)
+        # The caps row on every partition, for the captured reads that are not plain loads
+        # (gathers, per-program constants); a document mask's doc[q_idx] and doc[kv_idx] need
+        # none (1 MB of broadcast per program at L = 2048).
         caps_t = nl.broadcast_to(nl.load(caps[0:1, :]), (TQ, caps.shape[1])) \
-            if need_caps else None
+            if need_caps_tile else None
         # K^T for all keys, transposed once per program (the library's attention does the
         # same) when it fits; else per visited key tile.
         kT_all = whole_T(nl, k, kvrow, sh.nK * sh.KB, TK, sh.E, mm)
@@ -246,8 +258,8 @@ def _build(sh, score_graph, mask_graph):
             acc = nl.zeros((qr, sh.Ev), f32, buffer=nl.sbuf)
             fixed = {n: t[0:qr, :] for n, t in per_prog.items()}
             if uses("q_idx"):
-                fixed["q_idx"] = nl.add(zeros[0:qr, :], nl.load(qpos[nl.ds(q0, qr), :]))
-            data = caps_t[0:qr, :] if need_caps else None
+                fixed["q_idx"] = nl.load(qpos[nl.ds(q0, qr), :])  # a column, as b and h
+            data = caps_t[0:qr, :] if need_caps_tile else None
             for kind in ("full", "partial"):
                 if kind not in counts:
                     continue
@@ -267,7 +279,7 @@ def _build(sh, score_graph, mask_graph):
                                  blk * sh.KB + sb * TK, sb, q0, qr)
             m_use = nl.where(nl.equal(m, ninf), 0.0, m)
             nl.store(out[hq, nl.ds(q0, qr), :],
-                     nl.divide(acc, nl.maximum(l, 1e-30), dtype=q.dtype))
+                     nl.multiply(acc, nl.reciprocal(nl.maximum(l, 1e-30)), dtype=q.dtype))
             nl.store(lse[hq, nl.ds(q0, qr), :], nl.add(m_use, nl.log(l)))
             nl.store(mx[hq, nl.ds(q0, qr), :], m)
 
@@ -278,8 +290,7 @@ def _build(sh, score_graph, mask_graph):
                 direct = {
                     "b": b, "h": hk * sh.G + g, "q_idx_len": sh.L, "kv_idx_len": sh.S,
                     "b_len": sh.B, "h_len": sh.Hq,
-                    "q_idx": lambda off: nl.add(zeros[0:qr, :],
-                                                nl.load(capsT[nl.ds(q0 + off, qr), :])),
+                    "q_idx": lambda off: nl.load(capsT[nl.ds(q0 + off, qr), :]),
                     "kv_idx": None if sh.S % sh.KB else lambda off: nl.broadcast_to(
                         nl.load(caps[0:1, nl.ds(k0 + off, TK)]), (qr, TK))}
             if kT_all is not None:
@@ -291,7 +302,10 @@ def _build(sh, score_graph, mask_graph):
                 s = nl.multiply(s, sh.scale)
             env = dict(fixed)
             kv = None
-            if need_kv:
+            # Key positions where a mod that runs on this tile reads them (a full block runs
+            # no mask_mod) or the padding check needs them.
+            if sh.S % sh.KB != 0 or (score_graph is not None and score_graph.uses("kv_idx")) or \
+                    (kind == "partial" and mask_graph is not None and mask_graph.uses("kv_idx")):
                 kv = nl.add(kv_base[0:qr, :], kcol[:, nl.ds(jj, 1)])
                 if sb:
                     kv = nl.add(kv, float(sb * TK))
@@ -301,11 +315,11 @@ def _build(sh, score_graph, mask_graph):
             if score_graph is not None:
                 env["score"] = s
                 res = emit.emit(score_graph, env, s, data, sh.caps_layout[:n_score], nl,
-                                direct)
+                                direct, zeros=zeros[0:qr, :])
                 s = res if not isinstance(res, float) else nl.add(nl.multiply(s, 0.0), res)
             if kind == "partial" and mask_graph is not None:
                 keep = emit.emit(mask_graph, env, s, data, sh.caps_layout[n_score:], nl,
-                                 direct)
+                                 direct, zeros=zeros[0:qr, :])
                 if isinstance(keep, float):
                     if not keep:
                         s = nl.add(nl.multiply(s, 0.0), ninf)
