@@ -138,7 +138,8 @@ def on_hbm(data, index):
 
 
 def index_rows(data, index):
-    nisa.tensor_copy(nl.ndarray((P, 4), nl.float32), nl.load(data).indirect(nl.load(index)[0:16], 4))
+    t, ix = nl.load(data), nl.load(index)
+    nisa.tensor_copy(nl.ndarray((P, 4), nl.float32), t.indirect(ix[0:16], 4))
 
 
 def too_many(data, index):
@@ -146,7 +147,8 @@ def too_many(data, index):
 
 
 def odd_partitions(data, index):
-    nisa.tensor_copy(nl.ndarray((8, 4), nl.float32), nl.load(data)[0:8].indirect(nl.load(index)[0:8], 4))
+    t, ix = nl.load(data), nl.load(index)
+    nisa.tensor_copy(nl.ndarray((8, 4), nl.float32), t[0:8].indirect(ix[0:8], 4))
 
 
 def transpose(data, index):

@@ -355,9 +355,9 @@ def _der(n, a, da, v, ops):
 def _program_constant(n, offset, shape, strides, data, ops):
     """t[c.., b, h] with every index a constant, b or h: one value per program (an ALiBi slope
     t[h]), read as a column of the caps tile (every partition holds the caps row), which the
-    operations broadcast over the keys, instead of a gather per element. Indices are checked against the
-    tensor's dims here (a constant) or by the kernel's shape (b < B, h < Hq); anything else
-    takes the gather path, which reports a bad index."""
+    operations broadcast over the keys, instead of a gather per element. Indices are checked
+    against the tensor's dims here (a constant) or by the kernel's shape (b < B, h < Hq);
+    anything else takes the gather path, which reports a bad index."""
     direct = getattr(ops, "direct", None)
     if direct is None or len(n.args) - 1 != len(shape):
         return None

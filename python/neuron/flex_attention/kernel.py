@@ -319,7 +319,7 @@ def _build(sh, score_graph, mask_graph):
                 s = res if not isinstance(res, float) else nl.add(nl.multiply(s, 0.0), res)
             if kind == "partial" and mask_graph is not None:
                 keep = emit.emit(mask_graph, env, s, data, sh.caps_layout[n_score:], nl,
-                                 direct, zeros=zeros[0:qr, :])
+                                 direct)  # a column stays one: the where below broadcasts it
                 if isinstance(keep, float):
                     if not keep:
                         s = nl.add(nl.multiply(s, 0.0), ninf)
