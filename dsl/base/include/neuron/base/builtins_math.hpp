@@ -143,16 +143,18 @@ NEURON_MATH_INLINE void exp_parts(double x, float& p, int32_t& n) {
 
 // e^x. Overflows to inf above 88.72, underflows through the subnormals to 0 below -103.97.
 NEURON_MATH_INLINE float exp(float x) {
-  // Clamp into the range where scale() works. Written so that NaN compares false and takes
-  // the bound (two min/max instructions, no separate NaN select): no lane converts NaN to int,
-  // and the NaN result is chosen at the end.
-  float c = x < 89.0f ? x : 89.0f;
-  c = c > -104.0f ? c : -104.0f;
-  float p;
-  int32_t n;
-  exp_parts(c, p, n);
-  const float r = scale(p, n);
-  return is_nan(x) ? x + x : r;
+  // Clamp into the range where scale() works. Written so that NaN compares false and stays
+  // (two min/max instructions): it flows through every step as x's quieted NaN, the result
+  // x + x would give, with no select at the end. exp_parts is written out to take n from t's
+  // bits (t = 1.5 * 2^23 + n exactly) instead of converting k: no NaN is ever converted to
+  // an integer. 25 -> 22 vector instructions per 16 values; the same bits for every input.
+  float c = x > 89.0f ? 89.0f : x;
+  c = c < -104.0f ? -104.0f : c;
+  const float t = fma(c, kLog2e, kRoundMagic);  // as in exp_parts
+  const float k = t - kRoundMagic;
+  const float r = fma(k, -kLn2Lo, fma(k, -kLn2Hi, c));
+  const int32_t n = static_cast<int32_t>(bits(t) - bits(kRoundMagic));
+  return scale(exp_poly(r), n);
 }
 
 // e^x - 1, accurate near 0. For |x| <= 40 (callers clamp); NaN propagates.
