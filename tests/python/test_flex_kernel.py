@@ -173,8 +173,8 @@ CASES = {
                                   (64, 32), torch.float32, True),
     "256 blocks, casts, b": (casts, fh.causal, 2, 2, 2, 2, 300, 300, 32, 32, 256,
                              torch.float32, False),
-    "q_idx, b, h only (columns)": (q_only, q_rows, 2, 2, 2, 1, 150, 150, 32, 32, 64,
-                                   torch.float32, True),
+    "q_idx, b, h only (columns)": (q_only, q_rows, 2, 2, 2, 1, 128, 128, 32, 32, 64,
+                                   torch.float32, True),  # whole key blocks: see below
     "fully masked rows": (None, late_start, 1, 2, 2, 1, 100, 100, 16, 16, 32,
                           torch.float32, False),
     # bf16: the Tensor engine takes bf16 operands; E = 32's scale is not a power of two (the
@@ -264,6 +264,29 @@ def test_kernel_backward(name, backend):
     for n, a, gold, r in zip("qkv", ours, golden, ref):
         assert a.dtype == dtype and a.shape == gold.shape
         fh.judge(f"{name} {backend} d{n}", a, gold, r)
+
+
+@pytest.mark.parametrize("backend", ["native", "simulator"])
+def test_backward_of_a_score_of_q_idx_b_h_alone(backend):
+    # The columns case's scores do not depend on q and k: dq and dk are zero and dv is p^T dout,
+    # p from a [rows, 1] column widened over the keys (kernel_bwd.py probs).
+    # Whole key blocks (L = S = 128): no padding check widens the column on its own.
+    score_mod, mask_mod, B, Hq, Hkv, Bk, L, S, E, Ev, bs, dtype, _ = CASES[
+        "q_idx, b, h only (columns)"]
+    q, k, v = (t.requires_grad_() for t in qkv(B, Hq, Hkv, Bk, L, S, E, Ev, dtype))
+    bm = create_block_mask(mask_mod, B, Hq, L, S, BLOCK_SIZE=bs)
+    out, _ = run(backend, q, k, v, score_mod, bm)
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(4))
+    dq, dk, dv = torch.autograd.grad((out * dout).sum(), (q, k, v))
+    v64 = v.detach().double().requires_grad_()
+    gold = fh.dense_reference(q.detach().double(), k.detach().double(), v64, score_mod,
+                              mask_mod)[0]
+    (gold_dv,) = torch.autograd.grad((gold * dout.double()).sum(), (v64,))
+    vr = v.detach().clone().requires_grad_()
+    ref = fh.dense_reference(q.detach(), k.detach(), vr, score_mod, mask_mod)[0]
+    (ref_dv,) = torch.autograd.grad((ref * dout).sum(), (vr,))
+    fh.judge(f"columns {backend} dv", dv, gold_dv, ref_dv)
+    assert not dq.any() and not dk.any()
 
 
 def test_learnable_captured_tensors_take_the_host_path():

@@ -91,6 +91,8 @@ def _build(sh, score_graph, mask_graph, which):
                                             sh.caps_layout[:n_score], nl)
             if isinstance(s, float):
                 s = nl.add(nl.multiply(s_raw, 0.0), s)
+            elif s.shape[-1] != s_raw.shape[-1]:  # a column (q_idx, b, h alone): widened
+                s = nl.add(env["_zeros"], s)
         if kind == "partial" and mask_graph is not None:
             keep = emit.emit(mask_graph, env, s_raw, data, sh.caps_layout[n_score:], nl)
             if isinstance(keep, float):
@@ -120,14 +122,16 @@ def _build(sh, score_graph, mask_graph, which):
             bh_t = nl.broadcast_to(nl.load(bh[hq, :, :]), (TQ, 2))
             for j, name in enumerate(("b", "h")):
                 if uses(name):
-                    fixed[name] = nl.add(zeros, bh_t[:, j:j + 1])
+                    fixed[name] = bh_t[:, j:j + 1]  # a column: the operations broadcast it
         data = nl.broadcast_to(nl.load(caps[0:1, :]), (TQ, caps.shape[1])) \
             if need_caps else None
         return hq, kvrow, mrow, zeros, fixed, data
 
     def index_env(fixed, zeros, qpos_t, kvpos_t):
+        # q_idx, b and h are [TQ, 1] columns, as in the forward (emit's docstring).
         env = dict(fixed)
-        env["q_idx"] = nl.add(zeros, qpos_t)           # qpos: clamped to L - 1
+        env["_zeros"] = zeros
+        env["q_idx"] = qpos_t                          # qpos: clamped to L - 1
         kv = kvpos_t                                   # [TQ, TK] raw key positions
         env["_kv_raw"] = kv
         env["kv_idx"] = kv if sh.S % sh.KB == 0 else nl.minimum(kv, float(sh.S - 1))
