@@ -147,6 +147,10 @@ def casts(score, b, h, q_idx, kv_idx):
     return score + torch.floor(score * 2) * 0.1 + (q_idx * 0.37).int() * 0.01 + b
 
 
+def bias_slopes(score, b, h, q_idx, kv_idx):
+    return score + BIAS[h, q_idx] - SLOPES[h] * (q_idx - kv_idx).abs()
+
+
 def q_only(score, b, h, q_idx, kv_idx):
     return BIAS[h, q_idx] * 0.5 + b  # no score, no kv_idx: a column the kernel widens
 
@@ -173,6 +177,10 @@ CASES = {
                                   (64, 32), torch.float32, True),
     "256 blocks, casts, b": (casts, fh.causal, 2, 2, 2, 2, 300, 300, 32, 32, 256,
                              torch.float32, False),
+    # Whole blocks (L and S multiples of 64): the backward kernels read doc ids and biases by
+    # plain loads too (no padding rows or keys to read past the captured tensors).
+    "whole blocks: doc mask, bias[h, q_idx], slopes[h]": (
+        bias_slopes, per_batch_head, 2, 4, 2, 1, 128, 192, 32, 32, 64, torch.float32, True),
     "q_idx, b, h only (columns)": (q_only, q_rows, 2, 2, 2, 1, 128, 128, 32, 32, 64,
                                    torch.float32, True),  # whole key blocks: see below
     "fully masked rows": (None, late_start, 1, 2, 2, 1, 100, 100, 16, 16, 32,

@@ -260,12 +260,13 @@ def _nonneg(node):
     return False
 
 
-def emit_with_grad(graph, env, like, data, layout, nl):
+def emit_with_grad(graph, env, like, data, layout, nl, direct=None):
     """(value, d value / d score) of the score_mod graph for one block, forward-mode: each
     node carries its derivative with respect to the `score` argument (None: 0). Index
-    arithmetic, comparisons and captured-tensor reads do not depend on score."""
+    arithmetic, comparisons and captured-tensor reads (gathers or, with `direct`, the plain
+    loads of emit) do not depend on score."""
     ops = _Ops(nl, like)
-    ops.direct = None
+    ops.direct = direct
     vals, ders = {}, {}
     for n in graph.nodes:
         if n.op == "arg":

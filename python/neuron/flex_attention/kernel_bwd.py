@@ -78,23 +78,49 @@ def _build(sh, score_graph, mask_graph, which):
     need_caps = any(g.inputs for g in graphs)
     n_score = len(score_graph.inputs) if score_graph is not None else 0
     TQ, TK = sh.TQ, sh.TK
+    # Captured reads indexed by q_idx / kv_idx as plain loads, as in the forward (emit.py
+    # _direct_gather): a tile's rows or keys past L or S (padding) would read past the tensor,
+    # so each index takes the load only when its length is whole tiles.
+    direct_q, direct_kv = sh.Lp == sh.L, sh.Sp == sh.S
+
+    def found(off):  # a stand-in load for deciding, below, whether the caps row is read
+        return True
+    direct_shape = {"b": 0, "h": 0, "q_idx": found if direct_q else None,
+                    "kv_idx": found if direct_kv else None, "q_idx_len": sh.L,
+                    "kv_idx_len": sh.S, "b_len": sh.B, "h_len": sh.Hq}
+    need_caps_tile = need_caps and (
+        emit.needs_caps_tile(score_graph, sh.caps_layout[:n_score], direct_shape) or
+        emit.needs_caps_tile(mask_graph, sh.caps_layout[n_score:], direct_shape))
+
+    def direct_loads(ids, caps, capsT, q0, k0):
+        """emit's `direct` for the tile of TQ queries from q0 and TK keys from k0."""
+        if not need_caps:
+            return None
+        b, hk, g = ids
+        return {"b": b, "h": hk * sh.G + g, "q_idx_len": sh.L, "kv_idx_len": sh.S,
+                "b_len": sh.B, "h_len": sh.Hq,
+                "q_idx": (lambda off: nl.load(capsT[nl.ds(q0 + off, TQ), :])) if direct_q
+                else None,
+                "kv_idx": (lambda off: nl.broadcast_to(nl.load(caps[0:1, nl.ds(k0 + off, TK)]),
+                                                       (TQ, TK))) if direct_kv else None}
 
     def T(x, dtype=None):  # Tensor-engine transpose (PSUM) back to SBUF, as an operand
         return nl.copy(nl.transpose(x), dtype=dtype)
 
-    def probs(kind, s_raw, dp, lse_t, delta_t, env, data):
+    def probs(kind, s_raw, dp, lse_t, delta_t, env, data, direct):
         """(p, ds) of one [TQ, TK] tile from the raw scaled scores s_raw."""
         s, ds_mod = s_raw, 1.0
         if score_graph is not None:
             env["score"] = s_raw
             s, ds_mod = emit.emit_with_grad(score_graph, env, s_raw, data,
-                                            sh.caps_layout[:n_score], nl)
+                                            sh.caps_layout[:n_score], nl, direct)
             if isinstance(s, float):
                 s = nl.add(nl.multiply(s_raw, 0.0), s)
             elif s.shape[-1] != s_raw.shape[-1]:  # a column (q_idx, b, h alone): widened
                 s = nl.add(env["_zeros"], s)
         if kind == "partial" and mask_graph is not None:
-            keep = emit.emit(mask_graph, env, s_raw, data, sh.caps_layout[n_score:], nl)
+            keep = emit.emit(mask_graph, env, s_raw, data, sh.caps_layout[n_score:], nl,
+                             direct)
             if isinstance(keep, float):
                 if not keep:
                     s = nl.add(nl.multiply(s, 0.0), ninf)
@@ -124,7 +150,7 @@ def _build(sh, score_graph, mask_graph, which):
                 if uses(name):
                     fixed[name] = bh_t[:, j:j + 1]  # a column: the operations broadcast it
         data = nl.broadcast_to(nl.load(caps[0:1, :]), (TQ, caps.shape[1])) \
-            if need_caps else None
+            if need_caps_tile else None
         return hq, kvrow, mrow, zeros, fixed, data
 
     def index_env(fixed, zeros, qpos_t, kvpos_t):
@@ -139,12 +165,12 @@ def _build(sh, score_graph, mask_graph, which):
 
     if which == "dq":
         @neuron.kernel
-        def flex_backward_dq(q, k, v, dout, lse, delta, kn, ki, fn, fi, bh, caps, qpos):
+        def flex_backward_dq(q, k, v, dout, lse, delta, kn, ki, fn, fi, bh, caps, capsT, qpos):
             TRACES[0] += 1
             mm = operand_dtype(nl, q)
             dq = nl.ndarray((sh.B * sh.Hq, sh.Lp, sh.E), f32, buffer=nl.shared_hbm, name="dq")
-            hq, kvrow, mrow, zeros, fixed, data = program(
-                nl.program_id(0), nl.program_id(1), nl.program_id(2), bh, caps)
+            ids = (nl.program_id(0), nl.program_id(1), nl.program_id(2))
+            hq, kvrow, mrow, zeros, fixed, data = program(*ids, bh, caps)
             kv_base = nl.ndarray((TQ, TK), f32, buffer=nl.sbuf)
             nisa.iota(kv_base, [[1, TK]], offset=0, channel_multiplier=0)
             counts = {"partial": nl.load(kn[mrow, :, :])}
@@ -189,7 +215,8 @@ def _build(sh, score_graph, mask_graph, which):
                                 if sb:
                                     kv = nl.add(kv, float(sb * TK))
                                 env = index_env(fixed, zeros, qpos_t, kv)
-                                _, ds = probs(kind, s_raw, dp, lse_t, delta_t, env, data)
+                                _, ds = probs(kind, s_raw, dp, lse_t, delta_t, env, data,
+                                              direct_loads(ids, caps, capsT, q0, k0))
                                 acc[...] = nl.add(acc, nl.matmul(T(ds, mm), krows,
                                                                  transpose_x=True))
                     nl.store(dq[hq, nl.ds(q0, TQ), :], nl.multiply(acc, sh.scale))
@@ -197,13 +224,14 @@ def _build(sh, score_graph, mask_graph, which):
         return flex_backward_dq
 
     @neuron.kernel
-    def flex_backward_dkdv(q, k, v, dout, lse, delta, qn, qi, qfn, qfi, bh, caps, qpos, kpos):
+    def flex_backward_dkdv(q, k, v, dout, lse, delta, qn, qi, qfn, qfi, bh, caps, capsT, qpos,
+                           kpos):
         TRACES[0] += 1
         mm = operand_dtype(nl, q)
         dk = nl.ndarray((sh.B * sh.Hq, sh.Sp, sh.E), f32, buffer=nl.shared_hbm, name="dk")
         dv = nl.ndarray((sh.B * sh.Hq, sh.Sp, sh.Ev), f32, buffer=nl.shared_hbm, name="dv")
-        hq, kvrow, mrow, zeros, fixed, data = program(
-            nl.program_id(0), nl.program_id(1), nl.program_id(2), bh, caps)
+        ids = (nl.program_id(0), nl.program_id(1), nl.program_id(2))
+        hq, kvrow, mrow, zeros, fixed, data = program(*ids, bh, caps)
         counts = {"partial": nl.load(qn[mrow, :, :])}
         if sh.Wqf is not None:
             counts["full"] = nl.load(qfn[mrow, :, :])
@@ -243,7 +271,8 @@ def _build(sh, score_graph, mask_graph, which):
                             s_raw = nl.multiply(chunked_matmul(nl, nisa, qT, kT), sh.scale)
                             dp = chunked_matmul(nl, nisa, doT, vT)
                             env = index_env(fixed, zeros, qpos_t, kv)
-                            p, ds = probs(kind, s_raw, dp, lse_t, delta_t, env, data)
+                            p, ds = probs(kind, s_raw, dp, lse_t, delta_t, env, data,
+                                          direct_loads(ids, caps, capsT, q0, k0))
                             if mm != f32:  # the probabilities and ds as bf16 operands
                                 p, ds = nl.copy(p, dtype=mm), nl.copy(ds, dtype=mm)
                             dv_acc[...] = nl.add(dv_acc, nl.matmul(p, dorows, transpose_x=True))
@@ -315,9 +344,10 @@ def backward(q, k, v, out, lse, dout, dlse, block_mask, score_graph, mask_graph,
     dummy = torch.zeros(1, 1, 1, dtype=torch.int32)
     fn, fi = (fn, fi) if fn is not None else (dummy, dummy)
     qfn, qfi = (qfn, qfi) if qfn is not None else (dummy, dummy)
-    dq = torch.as_tensor(grids[0](*args, kn, ki, fn, fi, bh, caps, qpos))
-    dk, dv = (torch.as_tensor(t) for t in grids[1](*args, qn, qi, qfn, qfi, bh, caps, qpos,
-                                                    kpos))
+    capsT = caps.reshape(-1, 1)  # the captured values as a column (q_idx-indexed loads)
+    dq = torch.as_tensor(grids[0](*args, kn, ki, fn, fi, bh, caps, capsT, qpos))
+    dk, dv = (torch.as_tensor(t) for t in grids[1](*args, qn, qi, qfn, qfi, bh, caps, capsT,
+                                                    qpos, kpos))
     dq = dq[:, :L].reshape(B, Hq, L, E)
     dk = dk[:, :S].reshape(B, Hkv, G, S, E).sum(2)
     dv = dv[:, :S].reshape(B, Hkv, G, S, Ev).sum(2)
