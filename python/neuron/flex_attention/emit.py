@@ -226,21 +226,28 @@ def _gather(n, a, ops, data, layout, nl):
     return nl.gather_flattened(data, idx)
 
 
-def needs_caps_tile(graph, layout, direct):
-    """Whether emit(graph, ..., direct) reads the caps tile every partition holds: a captured
-    read that is not a direct load (_direct_gather), i.e. a gather or a per-program constant.
-    direct as emit takes it, with loads that load nothing (they are called)."""
-    if graph is None:
-        return False
-    for n in graph.nodes:
-        if n.op != "gather":
-            continue
-        offset, shape = layout[n.args[0].args[0]]
-        strides = [1] * len(shape)
-        for d in range(len(shape) - 2, -1, -1):
-            strides[d] = strides[d + 1] * shape[d + 1]
-        if _direct_gather(n, offset, shape, strides, direct) is None:
-            return True
+def reads_caps_row(score_graph, mask_graph, layout, lengths, q_direct, kv_direct):
+    """Whether a kernel's emits of the two graphs (layout: both graphs' inputs, score_mod's
+    first) read the caps row every partition holds: a captured read that is not a plain load
+    (_direct_gather), i.e. a gather or a per-program constant. lengths: (B, Hq, L, S);
+    q_direct / kv_direct: whether the kernel passes emit loads for q_idx / kv_idx reads."""
+    def found(off):  # a stand-in load: _direct_gather calls it
+        return True
+    B, Hq, L, S = lengths
+    direct = {"b": 0, "h": 0, "q_idx": found if q_direct else None,
+              "kv_idx": found if kv_direct else None, "q_idx_len": L, "kv_idx_len": S,
+              "b_len": B, "h_len": Hq}
+    n_score = len(score_graph.inputs) if score_graph is not None else 0
+    for graph, lay in ((score_graph, layout[:n_score]), (mask_graph, layout[n_score:])):
+        for n in graph.nodes if graph is not None else ():
+            if n.op != "gather":
+                continue
+            offset, shape = lay[n.args[0].args[0]]
+            strides = [1] * len(shape)
+            for d in range(len(shape) - 2, -1, -1):
+                strides[d] = strides[d + 1] * shape[d + 1]
+            if _direct_gather(n, offset, shape, strides, direct) is None:
+                return True
     return False
 
 

@@ -193,15 +193,11 @@ def _build(sh, score_graph, mask_graph):
     need_bh = uses("b") or uses("h")
     need_caps = any(g.inputs for g in graphs)
     n_score = len(score_graph.inputs) if score_graph is not None else 0
-    # emit's direct loads as the forward passes them (stand-ins that load nothing): which
-    # captured reads are plain loads decides whether the kernel broadcasts the caps row.
-    def found(off):
-        return True
-    direct_shape = {"b": 0, "h": 0, "q_idx": found, "kv_idx": None if sh.S % sh.KB else found,
-                    "q_idx_len": sh.L, "kv_idx_len": sh.S, "b_len": sh.B, "h_len": sh.Hq}
-    need_caps_tile = need_caps and (
-        emit.needs_caps_tile(score_graph, sh.caps_layout[:n_score], direct_shape) or
-        emit.needs_caps_tile(mask_graph, sh.caps_layout[n_score:], direct_shape))
+    # Whether any captured read is not a plain load (the loads key_tile passes emit), so the
+    # caps row must be broadcast over the partitions.
+    need_caps_tile = need_caps and emit.reads_caps_row(
+        score_graph, mask_graph, sh.caps_layout, (sh.B, sh.Hq, sh.L, sh.S), True,
+        sh.S % sh.KB == 0)
 
     def T(x, dtype=None):  # Tensor-engine transpose (PSUM) back to SBUF, where matmul
         return nl.copy(nl.transpose(x), dtype=dtype)  # operands live

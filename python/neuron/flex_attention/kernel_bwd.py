@@ -82,15 +82,8 @@ def _build(sh, score_graph, mask_graph, which):
     # _direct_gather): a tile's rows or keys past L or S (padding) would read past the tensor,
     # so each index takes the load only when its length is whole tiles.
     direct_q, direct_kv = sh.Lp == sh.L, sh.Sp == sh.S
-
-    def found(off):  # a stand-in load for deciding, below, whether the caps row is read
-        return True
-    direct_shape = {"b": 0, "h": 0, "q_idx": found if direct_q else None,
-                    "kv_idx": found if direct_kv else None, "q_idx_len": sh.L,
-                    "kv_idx_len": sh.S, "b_len": sh.B, "h_len": sh.Hq}
-    need_caps_tile = need_caps and (
-        emit.needs_caps_tile(score_graph, sh.caps_layout[:n_score], direct_shape) or
-        emit.needs_caps_tile(mask_graph, sh.caps_layout[n_score:], direct_shape))
+    need_caps_tile = need_caps and emit.reads_caps_row(
+        score_graph, mask_graph, sh.caps_layout, (sh.B, sh.Hq, sh.L, sh.S), direct_q, direct_kv)
 
     def direct_loads(ids, caps, capsT, q0, k0):
         """emit's `direct` for the tile of TQ queries from q0 and TK keys from k0."""
