@@ -17,6 +17,7 @@ import threading
 import numpy as np
 
 from . import _C, indirection as _indirection, runtime
+from .indirection import TensorIndirection as _TensorIndirection
 from ._span import user_span
 from .access import BitcastView, IndirectView, OutOfRange
 from .eager_values import _HBM, ApKey, BroadcastKey, EagerIndex, _Base, _numpy_key, \
@@ -276,11 +277,11 @@ def op(writes=()):
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
-            if _indirection.used(args, kwargs):  # t.indirect(...) operands: gather, run, scatter
-                return _indirection.run(spec, fn, call, args, kwargs)
-            for a in (*args, *kwargs.values()):  # an .ap() view that cannot exist, now used
-                if type(a) is OutOfRange:
+            for a in (*args, *kwargs.values()):
+                if type(a) is OutOfRange:  # an .ap() view that cannot exist, now used
                     raise a.error
+                if type(a) is _TensorIndirection:  # t.indirect(...): gather, run, scatter
+                    return _indirection.run(spec, fn, call, args, kwargs)
             if _state.launch is None:
                 try:
                     result = fn(*args, **kwargs)

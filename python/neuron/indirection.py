@@ -105,10 +105,6 @@ def make(data, index, num_elem=None):
     return TensorIndirection(data, index, num_elem)
 
 
-def used(args, kwargs):
-    return any(type(a) is TensorIndirection for a in (*args, *kwargs.values()))
-
-
 def run(spec, fn, call, args, kwargs):
     """An nl/nisa call with tensor-indirection operands, as the composition above; `call` is the
     decorated function (eager.op), called again with the temporaries."""

@@ -150,9 +150,13 @@ def emit(graph, env, like, data, layout, nl, direct=None, zeros=None):
             continue
         a = [vals[x.id] for x in n.args if hasattr(x, "op") and x.op != "input"]
         vals[n.id] = _node(n, a, ops, data, layout, nl)
-    out = vals[graph.output.id]
+    return _widened(vals[graph.output.id], like, zeros, nl)
+
+
+def _widened(out, like, zeros, nl):
+    """A [rows, 1] column result as a whole tile of like's shape, when zeros is given."""
     if zeros is not None and not isinstance(out, float) and out.shape[-1] != like.shape[-1]:
-        out = nl.add(zeros, out)
+        return nl.add(zeros, out)
     return out
 
 
@@ -226,6 +230,16 @@ def _gather(n, a, ops, data, layout, nl):
     return nl.gather_flattened(data, idx)
 
 
+def direct_loads(b, h, lengths, q_load, kv_load):
+    """emit's `direct` table: the program's batch and head indices b and h, lengths (B, Hq, L,
+    S), and the loads of reads indexed by q_idx / kv_idx: f(offset) -> the values at the tile's
+    rows (a column) or keys (a row over the partitions); None where the kernel has no such
+    load (the read is then a gather)."""
+    B, Hq, L, S = lengths
+    return {"b": b, "h": h, "q_idx": q_load, "kv_idx": kv_load, "q_idx_len": L,
+            "kv_idx_len": S, "b_len": B, "h_len": Hq}
+
+
 def reads_caps_row(score_graph, mask_graph, layout, lengths, q_direct, kv_direct):
     """Whether a kernel's emits of the two graphs (layout: both graphs' inputs, score_mod's
     first) read the caps row every partition holds: a captured read that is not a plain load
@@ -233,10 +247,8 @@ def reads_caps_row(score_graph, mask_graph, layout, lengths, q_direct, kv_direct
     q_direct / kv_direct: whether the kernel passes emit loads for q_idx / kv_idx reads."""
     def found(off):  # a stand-in load: _direct_gather calls it
         return True
-    B, Hq, L, S = lengths
-    direct = {"b": 0, "h": 0, "q_idx": found if q_direct else None,
-              "kv_idx": found if kv_direct else None, "q_idx_len": L, "kv_idx_len": S,
-              "b_len": B, "h_len": Hq}
+    direct = direct_loads(0, 0, lengths, found if q_direct else None,
+                          found if kv_direct else None)
     n_score = len(score_graph.inputs) if score_graph is not None else 0
     for graph, lay in ((score_graph, layout[:n_score]), (mask_graph, layout[n_score:])):
         for n in graph.nodes if graph is not None else ():
@@ -267,11 +279,12 @@ def _nonneg(node):
     return False
 
 
-def emit_with_grad(graph, env, like, data, layout, nl, direct=None):
+def emit_with_grad(graph, env, like, data, layout, nl, direct=None, zeros=None):
     """(value, d value / d score) of the score_mod graph for one block, forward-mode: each
     node carries its derivative with respect to the `score` argument (None: 0). Index
     arithmetic, comparisons and captured-tensor reads (gathers or, with `direct`, the plain
-    loads of emit) do not depend on score."""
+    loads of emit) do not depend on score. direct and zeros as emit takes them (zeros widens
+    a column value; the derivative broadcasts as it is)."""
     ops = _Ops(nl, like)
     ops.direct = direct
     vals, ders = {}, {}
@@ -288,7 +301,7 @@ def emit_with_grad(graph, env, like, data, layout, nl, direct=None):
         da = [ders[x.id] for x in nodes]
         v = vals[n.id] = _node(n, a, ops, data, layout, nl)
         ders[n.id] = None if all(d is None for d in da) else _der(n, a, da, v, ops)
-    return vals[graph.output.id], ders[graph.output.id]
+    return _widened(vals[graph.output.id], like, zeros, nl), ders[graph.output.id]
 
 
 def _der(n, a, da, v, ops):

@@ -283,12 +283,11 @@ def _build(sh, score_graph, mask_graph):
             """Scores, mods and the online-softmax update for TK keys from row k0."""
             direct = None
             if need_caps:  # captured reads indexed by q_idx / kv_idx: plain loads (emit.py)
-                direct = {
-                    "b": b, "h": hk * sh.G + g, "q_idx_len": sh.L, "kv_idx_len": sh.S,
-                    "b_len": sh.B, "h_len": sh.Hq,
-                    "q_idx": lambda off: nl.load(capsT[nl.ds(q0 + off, qr), :]),
-                    "kv_idx": None if sh.S % sh.KB else lambda off: nl.broadcast_to(
-                        nl.load(caps[0:1, nl.ds(k0 + off, TK)]), (qr, TK))}
+                direct = emit.direct_loads(
+                    b, hk * sh.G + g, (sh.B, sh.Hq, sh.L, sh.S),
+                    lambda off: nl.load(capsT[nl.ds(q0 + off, qr), :]),
+                    None if sh.S % sh.KB else lambda off: nl.broadcast_to(
+                        nl.load(caps[0:1, nl.ds(k0 + off, TK)]), (qr, TK)))
             if kT_all is not None:
                 kT = columns(nl, kT_all, k0, TK)
             else:

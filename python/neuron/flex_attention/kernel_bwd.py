@@ -90,27 +90,24 @@ def _build(sh, score_graph, mask_graph, which):
         if not need_caps:
             return None
         b, hk, g = ids
-        return {"b": b, "h": hk * sh.G + g, "q_idx_len": sh.L, "kv_idx_len": sh.S,
-                "b_len": sh.B, "h_len": sh.Hq,
-                "q_idx": (lambda off: nl.load(capsT[nl.ds(q0 + off, TQ), :])) if direct_q
-                else None,
-                "kv_idx": (lambda off: nl.broadcast_to(nl.load(caps[0:1, nl.ds(k0 + off, TK)]),
-                                                       (TQ, TK))) if direct_kv else None}
+        return emit.direct_loads(
+            b, hk * sh.G + g, (sh.B, sh.Hq, sh.L, sh.S),
+            (lambda off: nl.load(capsT[nl.ds(q0 + off, TQ), :])) if direct_q else None,
+            (lambda off: nl.broadcast_to(nl.load(caps[0:1, nl.ds(k0 + off, TK)]), (TQ, TK)))
+            if direct_kv else None)
 
     def T(x, dtype=None):  # Tensor-engine transpose (PSUM) back to SBUF, as an operand
         return nl.copy(nl.transpose(x), dtype=dtype)
 
-    def probs(kind, s_raw, dp, lse_t, delta_t, env, data, direct):
+    def probs(kind, s_raw, dp, lse_t, delta_t, env, data, direct, zeros):
         """(p, ds) of one [TQ, TK] tile from the raw scaled scores s_raw."""
         s, ds_mod = s_raw, 1.0
         if score_graph is not None:
             env["score"] = s_raw
             s, ds_mod = emit.emit_with_grad(score_graph, env, s_raw, data,
-                                            sh.caps_layout[:n_score], nl, direct)
+                                            sh.caps_layout[:n_score], nl, direct, zeros)
             if isinstance(s, float):
                 s = nl.add(nl.multiply(s_raw, 0.0), s)
-            elif s.shape[-1] != s_raw.shape[-1]:  # a column (q_idx, b, h alone): widened
-                s = nl.add(env["_zeros"], s)
         if kind == "partial" and mask_graph is not None:
             keep = emit.emit(mask_graph, env, s_raw, data, sh.caps_layout[n_score:], nl,
                              direct)
@@ -149,7 +146,6 @@ def _build(sh, score_graph, mask_graph, which):
     def index_env(fixed, zeros, qpos_t, kvpos_t):
         # q_idx, b and h are [TQ, 1] columns, as in the forward (emit's docstring).
         env = dict(fixed)
-        env["_zeros"] = zeros
         env["q_idx"] = qpos_t                          # qpos: clamped to L - 1
         kv = kvpos_t                                   # [TQ, TK] raw key positions
         env["_kv_raw"] = kv
@@ -209,7 +205,7 @@ def _build(sh, score_graph, mask_graph, which):
                                     kv = nl.add(kv, float(sb * TK))
                                 env = index_env(fixed, zeros, qpos_t, kv)
                                 _, ds = probs(kind, s_raw, dp, lse_t, delta_t, env, data,
-                                              direct_loads(ids, caps, capsT, q0, k0))
+                                              direct_loads(ids, caps, capsT, q0, k0), zeros)
                                 acc[...] = nl.add(acc, nl.matmul(T(ds, mm), krows,
                                                                  transpose_x=True))
                     nl.store(dq[hq, nl.ds(q0, TQ), :], nl.multiply(acc, sh.scale))
@@ -265,7 +261,7 @@ def _build(sh, score_graph, mask_graph, which):
                             dp = chunked_matmul(nl, nisa, doT, vT)
                             env = index_env(fixed, zeros, qpos_t, kv)
                             p, ds = probs(kind, s_raw, dp, lse_t, delta_t, env, data,
-                                          direct_loads(ids, caps, capsT, q0, k0))
+                                          direct_loads(ids, caps, capsT, q0, k0), zeros)
                             if mm != f32:  # the probabilities and ds as bf16 operands
                                 p, ds = nl.copy(p, dtype=mm), nl.copy(ds, dtype=mm)
                             dv_acc[...] = nl.add(dv_acc, nl.matmul(p, dorows, transpose_x=True))
