@@ -297,17 +297,80 @@ def test_backward_of_a_score_of_q_idx_b_h_alone(backend):
     assert not dq.any() and not dk.any()
 
 
-def test_learnable_captured_tensors_take_the_host_path():
-    q = torch.randn(1, 2, 64, 16, requires_grad=True)
-    bias = torch.zeros(2, 64, requires_grad=True)
+# Learnable captured tensors of score_mod, one per way the kernels reduce a read's gradient
+# (kernel_bwd.grad_reads): indices of q_idx / b / h (summed along the keys in the dq kernel), of
+# kv_idx (summed along the queries in the dk/dv kernel), of both (whole tiles), through another
+# captured tensor, with torch's negative-index wrap. (name: score_mod of the params, shapes of
+# the params, dtype of q / k / v.) A bias added per query row alone would have a zero gradient
+# (softmax ignores it), so the q-side ones scale the score.
+L_, S_ = 100, 72
+LEARNABLE = {
+    "gate[h, q_idx] and slopes[h] (q side)":
+        (lambda p: lambda s, b, h, q, k: s * torch.sigmoid(p[0][h, q]) + p[1][h] * (k - q),
+         [(2, L_), (2,)], torch.float32),
+    "bias[b, kv_idx] (kv side)":
+        (lambda p: lambda s, b, h, q, k: s + p[0][b, k], [(2, S_)], torch.float32),
+    "rel[q_idx - kv_idx] wrapping, full[h, q_idx, kv_idx] (tiles)":
+        (lambda p: lambda s, b, h, q, k: s + p[0][q - k] + p[1][h, q, k],
+         [(L_,), (2, L_, S_)], torch.float32),
+    "tanh(score * scale[h]) + table[doc[q_idx], kv_idx], bf16":
+        (lambda p: lambda s, b, h, q, k: torch.tanh(s * p[0][h]) + p[1][DOC[q], k],
+         [(2,), (3, S_)], torch.bfloat16),
+}
+DOC = torch.arange(L_) * 3 // L_  # an integer captured tensor indexing a learnable one
 
-    def score_mod(score, b, h, q_idx, kv_idx):
-        return score + bias[h, kv_idx]
-    with pytest.warns(RuntimeWarning, match="captured tensor of score_mod requires grad"):
-        out = flex_attention(q, q, q, score_mod=score_mod,
-                             kernel_options={"BACKEND": "simulator"})
-    out.sum().backward()
-    assert bias.grad is not None and q.grad is not None
+
+@pytest.mark.parametrize("backend", ["native", "simulator"])
+@pytest.mark.parametrize("name", LEARNABLE)
+def test_kernel_backward_of_learnable_captured_tensors(name, backend):
+    # The kernels' gradients of q, k, v and of the captured tensors (a causal block mask with
+    # a partial last block, L != S, padding rows and keys), against torch autograd of the
+    # dense reference in float64.
+    make, shapes, dtype = LEARNABLE[name]
+    g = torch.Generator().manual_seed(5)
+    params = [torch.randn(sh, generator=g) for sh in shapes]
+    q, k, v = (t.requires_grad_() for t in qkv(2, 2, 2, 2, L_, S_, 16, 16, dtype))
+    bm = create_block_mask(fh.causal, 1, 1, L_, S_, BLOCK_SIZE=32)
+
+    def grads(q, k, v, params, reference):
+        mod = make(params)
+        if reference:
+            out = fh.dense_reference(q, k, v, mod, fh.causal)[0]
+        else:
+            out = run(backend, q, k, v, mod, bm)[0]
+        dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(6))
+        return torch.autograd.grad((out.double() * dout.double()).sum(), [q, k, v, *params])
+
+    def leaves(ts, dtype=None):
+        return [t.detach().to(dtype or t.dtype).clone().requires_grad_() for t in ts]
+    ours = grads(q, k, v, leaves(params), False)
+    golden = grads(*leaves((q, k, v), torch.float64), leaves(params, torch.float64), True)
+    ref = grads(*leaves((q, k, v)), leaves(params), True)
+    for n, a, gold, r in zip(["q", "k", "v"] + [f"param{i}" for i in range(len(params))],
+                             ours, golden, ref):
+        assert a.shape == gold.shape
+        fh.judge(f"{name} {backend} d{n}", a, gold, r)
+
+
+def test_learnable_reads_the_kernels_cannot_take_take_the_host_path(monkeypatch):
+    # A read indexed by an expression of the score, and a dense tile gradient past
+    # DENSE_GRAD_BYTES: the kernel backend warns with the reason and the host path trains.
+    from neuron.flex_attention import kernel_bwd
+    q = torch.randn(1, 2, 64, 16, requires_grad=True)
+    bias = torch.randn(2, 64, requires_grad=True)
+    monkeypatch.setattr(kernel_bwd, "DENSE_GRAD_BYTES", 1000)
+    for mod, why in ((lambda s, b, h, qi, ki: s + bias[h, (s > 0).long()], "of the score"),
+                     (lambda s, b, h, qi, ki: s + bias[h, qi - ki], "DENSE_GRAD_BYTES")):
+        with pytest.warns(RuntimeWarning, match=why):
+            out = flex_attention(q, q, q, score_mod=mod, kernel_options={"BACKEND": "native"})
+        (dbias,) = torch.autograd.grad(out.sum() + (out * out).sum(), (bias,))
+        b64 = bias.detach().double().requires_grad_()
+        mod64 = (lambda s, b, h, qi, ki: s + b64[h, (s > 0).long()]) if why == "of the score" \
+            else (lambda s, b, h, qi, ki: s + b64[h, qi - ki])
+        gold = fh.dense_reference(q.detach().double(), q.detach().double(), q.detach().double(),
+                                  mod64)[0]
+        (gold_db,) = torch.autograd.grad(gold.sum() + (gold * gold).sum(), (b64,))
+        torch.testing.assert_close(dbias.double(), gold_db, rtol=1e-4, atol=1e-5)
 
 
 def test_auto_backend_takes_the_kernel_for_large_calls_only(monkeypatch):
@@ -339,9 +402,9 @@ def test_auto_backend_takes_the_kernel_for_large_calls_only(monkeypatch):
         assert len(ran) == 6
         torch.testing.assert_close(out, host)
         torch.testing.assert_close(first, host)
-        bias = torch.zeros(2, 64, requires_grad=True)  # learnable: the kernels cannot, no warning
+        bias = torch.zeros(2, 64, requires_grad=True)  # the kernels cannot: no warning
         for _ in range(2):
-            flex_attention(q, k, v, score_mod=lambda s, b, h, qi, ki: s + bias[h, ki],
+            flex_attention(q, k, v, score_mod=lambda s, b, h, qi, ki: s + bias[h, (s > 0).long()],
                            block_mask=bm)
             flex_attention(q.double(), k.double(), v.double(), block_mask=bm)
         assert len(ran) == 6

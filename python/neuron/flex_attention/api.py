@@ -158,7 +158,8 @@ def _kernel_why(q, k, v, score_graph, mask_graph, block_mask):
     """None when the neuron kernels can run this call, else the reason."""
     why = _kernel.why_not(q, k, v, score_graph, mask_graph, block_mask)
     if why is None and _needs_grad(q, k, v, score_graph):
-        why = _kernel_bwd.why_not(block_mask, score_graph)
+        why = _kernel_bwd.why_not(block_mask, score_graph, q.size(0), q.size(1), q.size(2),
+                                  k.size(2))
     return why
 
 
@@ -217,8 +218,11 @@ class _FlexKernel(torch.autograd.Function):
     """The neuron-kernel forward (kernel.py) with the neuron-kernel backward (kernel_bwd.py)."""
 
     @staticmethod
-    def forward(ctx, call, q, k, v):
+    def forward(ctx, call, q, k, v, *learnable):
+        # learnable: score_mod's captured tensors that require grad (inputs here so that
+        # autograd routes their gradients through backward).
         out, lse, mx = _kernel.forward(q, k, v, *call)
+        ctx.learnable_dtypes = [t.dtype for t in learnable]
         ctx.call = call
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.mark_non_differentiable(mx)
@@ -229,9 +233,10 @@ class _FlexKernel(torch.autograd.Function):
     def backward(ctx, dout, dlse, dmx):
         q, k, v, out, lse = ctx.saved_tensors
         block_mask, score_graph, mask_graph, scale, simulate = ctx.call
-        dq, dk, dv = _kernel_bwd.backward(q, k, v, out, lse, dout, dlse, block_mask,
-                                          score_graph, mask_graph, scale, simulate)
-        return None, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+        dq, dk, dv, dcaps = _kernel_bwd.backward(q, k, v, out, lse, dout, dlse, block_mask,
+                                                 score_graph, mask_graph, scale, simulate)
+        return (None, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype),
+                *(g.to(dt) for g, dt in zip(dcaps, ctx.learnable_dtypes)))
 
 
 def _trace(mod, names):
@@ -288,7 +293,9 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
                      score_graph, mask_graph, block_mask):
         call = (block_mask, score_graph, mask_graph, scale, backend == "simulator")
         if _needs_grad(query, key, value, score_graph):
-            out, lse, mx = _FlexKernel.apply(call, query, key, value)
+            learnable = [t for t in (score_graph.inputs if score_graph is not None else ())
+                         if t.requires_grad and t.is_floating_point()]
+            out, lse, mx = _FlexKernel.apply(call, query, key, value, *learnable)
         else:
             out, lse, mx = _kernel.forward(query, key, value, *call)
     else:

@@ -8,6 +8,7 @@ Because every node is a torch operation, the function has torch's own dtype and 
 differentiates it, which is how the backward derives gradients of learnable captured tensors.
 Compiled functions are cached by the graph's key (graph text + input shapes and dtypes).
 """
+import copy
 import math
 
 import torch
@@ -165,6 +166,21 @@ def compile_graph(graph, inplace=False):
         fn.__neuron_source__ = src
         _CACHE[key] = fn
     return fn
+
+
+def compile_node(graph, node):
+    """The compiled function of the same arguments whose result is `node`'s value (the
+    backward's learnable reads, kernel_bwd._captured_grads): the graph cut to node's operands."""
+    keep, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n.id not in keep:
+            keep.add(n.id)
+            stack.extend(a for a in n.args if isinstance(a, Node) and a.op != "input")
+    sub = copy.copy(graph)
+    sub.nodes = [n for n in graph.nodes if n.id in keep or n.op == "arg"]
+    sub.output = node
+    return compile_graph(sub)
 
 
 def cache_size():

@@ -279,28 +279,33 @@ def _nonneg(node):
     return False
 
 
-def emit_with_grad(graph, env, like, data, layout, nl, direct=None, zeros=None):
-    """(value, d value / d score) of the score_mod graph for one block, forward-mode: each
-    node carries its derivative with respect to the `score` argument (None: 0). Index
+def emit_with_grad(graph, env, like, data, layout, nl, direct=None, zeros=None, wrt=("score",)):
+    """(value, [d value / d x for x in wrt]) of the score_mod graph for one block, forward-mode:
+    each node carries one derivative per seed (None: 0). A seed is "score" (the argument) or
+    the id of a gather node (a captured-tensor read: the derivative with respect to the value
+    read there, which the backward turns into the captured tensor's gradient). Index
     arithmetic, comparisons and captured-tensor reads (gathers or, with `direct`, the plain
     loads of emit) do not depend on score. direct and zeros as emit takes them (zeros widens
-    a column value; the derivative broadcasts as it is)."""
+    a column value; the derivatives broadcast as they are)."""
     ops = _Ops(nl, like)
     ops.direct = direct
     vals, ders = {}, {}
     for n in graph.nodes:
         if n.op == "arg":
             vals[n.id] = env.get(n.args[0])
-            ders[n.id] = 1.0 if n.args[0] == "score" else None
+            ders[n.id] = [1.0 if x == n.args[0] else None for x in wrt]
             continue
         if n.op == "const":
-            vals[n.id], ders[n.id] = float(n.args[0]), None
+            vals[n.id], ders[n.id] = float(n.args[0]), [None] * len(wrt)
             continue
         nodes = [x for x in n.args if hasattr(x, "op") and x.op != "input"]
         a = [vals[x.id] for x in nodes]
-        da = [ders[x.id] for x in nodes]
         v = vals[n.id] = _node(n, a, ops, data, layout, nl)
-        ders[n.id] = None if all(d is None for d in da) else _der(n, a, da, v, ops)
+        ders[n.id] = []
+        for k, x in enumerate(wrt):
+            da = [ders[y.id][k] for y in nodes]
+            ders[n.id].append(1.0 if x == n.id else
+                              None if all(d is None for d in da) else _der(n, a, da, v, ops))
     return _widened(vals[graph.output.id], like, zeros, nl), ders[graph.output.id]
 
 

@@ -15,7 +15,16 @@ Padding query rows (L not a multiple of the q block) are zero with lse +inf; the
 q_idx clamped to L - 1 there (and kv_idx to S - 1 on padding keys), as on the host path.
 K^T and V^T (dq kernel), Q^T and dout^T (dk / dv kernel) are transposed once per program when
 both fit KT_BYTES / 2 per partition (kernel.whole_T), else per visited tile.
-Gradients of captured tensors are not produced: such calls take the host path. bf16 inputs give
+Captured tensors of score_mod that require grad (learnable biases) get their gradients here
+too: each read t[idx] of such a tensor is a forward-mode seed of emit_with_grad, so the kernels
+form g = ds * d score_mod / d read per tile, and reduce it by what the read's indices depend on
+(grad_reads): along the keys in the dq kernel when they depend on b, h and q_idx only (bias[h,
+q_idx], slopes[h]), along the queries in the dk/dv kernel (a ones-vector matmul) when on b, h and
+kv_idx only, and when on both (a relative-position table t[q_idx - kv_idx], a full [h, q, kv]
+bias) the dq kernel writes the tile itself (a dense [B * Hq, L, S] fp32 output, up to
+DENSE_GRAD_BYTES). The host then scatters each reduced gradient onto t through torch autograd of
+the read alone (codegen.compile_node), so indices wrap and repeat exactly as torch's indexing
+does. A read indexed by an expression of the score takes the host path. bf16 inputs give
 the Tensor engine bf16 operands (q, k, v, dout, and p / ds rounded to bf16), with fp32
 accumulation, as the forward does; everything else is fp32.
 """
@@ -56,11 +65,55 @@ def q_lists(block_mask, B, Hq, L, S, QB, KB):
     return kn, ki, fn, fi
 
 
-def why_not(block_mask, score_graph):
+# The gradient of a learnable read of both q_idx and kv_idx is written whole by the dq kernel
+# ([B * Hq, L, S] fp32): past this many bytes such a call takes the host path (chunked).
+DENSE_GRAD_BYTES = 1 << 30
+
+
+def grad_reads(score_graph):
+    """The reads t[idx] of score_mod's captured tensors that require grad, as [(gather node,
+    input index, side)]; side names what the indices depend on: "q" (b, h, q_idx, constants),
+    "kv" (b, h, kv_idx: not q_idx), "qkv" (q_idx and kv_idx), "score" (the score)."""
+    reads = []
+    for n in score_graph.nodes if score_graph is not None else ():
+        if n.op != "gather":
+            continue
+        i = n.args[0].args[0]
+        t = score_graph.inputs[i]
+        if not (t.requires_grad and t.is_floating_point()):
+            continue
+        deps = _index_args(n)
+        side = ("score" if "score" in deps else "qkv" if {"q_idx", "kv_idx"} <= deps
+                else "kv" if "kv_idx" in deps else "q")
+        reads.append((n, i, side))
+    return reads
+
+
+def _index_args(gather):
+    """The argument names a gather's indices depend on (through other reads too)."""
+    names, seen, stack = set(), set(), list(gather.args[1:])
+    while stack:
+        x = stack.pop()
+        if not hasattr(x, "op") or x.op == "input" or x.id in seen:
+            continue
+        seen.add(x.id)
+        if x.op == "arg":
+            names.add(x.args[0])
+        stack.extend(x.args)
+    return names
+
+
+def why_not(block_mask, score_graph, B, Hq, L, S):
     if block_mask is not None and block_mask.q_num_blocks is None:
         return "the block mask has no q_num_blocks / q_indices (the backward's transposes)"
-    if score_graph is not None and any(t.requires_grad for t in score_graph.inputs):
-        return "a captured tensor of score_mod requires grad"
+    for _, i, side in grad_reads(score_graph):
+        if side == "score":
+            return (f"captured tensor {i} of score_mod requires grad and is indexed by an "
+                    "expression of the score")
+        if side == "qkv" and B * Hq * L * S * 4 > DENSE_GRAD_BYTES:
+            return (f"captured tensor {i} of score_mod requires grad and is read at indices "
+                    f"of both q_idx and kv_idx: its dense gradient, {B * Hq * L * S * 4 >> 20} "
+                    f"MiB, exceeds kernel_bwd.DENSE_GRAD_BYTES ({DENSE_GRAD_BYTES >> 20} MiB)")
     return None
 
 
@@ -78,6 +131,8 @@ def _build(sh, score_graph, mask_graph, which):
     need_caps = any(g.inputs for g in graphs)
     n_score = len(score_graph.inputs) if score_graph is not None else 0
     TQ, TK = sh.TQ, sh.TK
+    reads = grad_reads(score_graph)
+    wrt = ("score",) + tuple(n.id for n, _, _ in reads)
     # Captured reads indexed by q_idx / kv_idx as plain loads, as in the forward (emit.py
     # _direct_gather): a tile's rows or keys past L or S (padding) would read past the tensor,
     # so each index takes the load only when its length is whole tiles.
@@ -100,12 +155,13 @@ def _build(sh, score_graph, mask_graph, which):
         return nl.copy(nl.transpose(x), dtype=dtype)
 
     def probs(kind, s_raw, dp, lse_t, delta_t, env, data, direct, zeros):
-        """(p, ds) of one [TQ, TK] tile from the raw scaled scores s_raw."""
-        s, ds_mod = s_raw, 1.0
+        """(p, ds, [g per learnable read]) of one [TQ, TK] tile from the raw scaled scores
+        s_raw; g = d loss / d (the value read), None where the read does not reach the score."""
+        s, ders = s_raw, [1.0]
         if score_graph is not None:
             env["score"] = s_raw
-            s, ds_mod = emit.emit_with_grad(score_graph, env, s_raw, data,
-                                            sh.caps_layout[:n_score], nl, direct, zeros)
+            s, ders = emit.emit_with_grad(score_graph, env, s_raw, data,
+                                          sh.caps_layout[:n_score], nl, direct, zeros, wrt)
             if isinstance(s, float):
                 s = nl.add(nl.multiply(s_raw, 0.0), s)
         if kind == "partial" and mask_graph is not None:
@@ -119,14 +175,19 @@ def _build(sh, score_graph, mask_graph, which):
         if sh.S % sh.KB != 0:
             s = nl.where(nl.less(env["_kv_raw"], float(sh.S)), s, ninf)
         p = nl.exp(nl.subtract(s, lse_t))
-        ds = nl.multiply(p, nl.subtract(dp, delta_t))
-        if ds_mod is None:
-            ds = nl.multiply(ds, 0.0)
-        elif not isinstance(ds_mod, float) or ds_mod != 1.0:
+        ds = nl.multiply(p, nl.subtract(dp, delta_t))  # d loss / d s
+
+        def chain(d):
+            if d is None:
+                return None
+            if isinstance(d, float):
+                return ds if d == 1.0 else nl.multiply(ds, d)
             # Where p is 0 (masked, padding keys, padding rows) the derivative may be inf or
             # NaN (sqrt(|s|) at s = 0 on a zero padding key): those entries are 0, not NaN.
-            ds = nl.where(nl.greater(p, 0.0), nl.multiply(ds, ds_mod), 0.0)
-        return p, ds
+            return nl.where(nl.greater(p, 0.0), nl.multiply(ds, d), 0.0)
+        ds_raw = chain(ders[0])
+        return p, (nl.multiply(ds, 0.0) if ds_raw is None else ds_raw), \
+            [chain(d) for d in ders[1:]]
 
     def program(b, hk, g, bh, caps):
         hq = (b * sh.Hkv + hk) * sh.G + g
@@ -143,6 +204,12 @@ def _build(sh, score_graph, mask_graph, which):
             if need_caps_tile else None
         return hq, kvrow, mrow, zeros, fixed, data
 
+    def read_outputs(sides, rows, cols):
+        """{read j: its gradient output [B * Hq, rows, cols]} for the reads of these sides."""
+        return {j: nl.ndarray((sh.B * sh.Hq, rows, cols(side)), f32, buffer=nl.shared_hbm,
+                              name=f"dread{j}")
+                for j, (_, _, side) in enumerate(reads) if side in sides}
+
     def index_env(fixed, zeros, qpos_t, kvpos_t):
         # q_idx, b and h are [TQ, 1] columns, as in the forward (emit's docstring).
         env = dict(fixed)
@@ -158,6 +225,8 @@ def _build(sh, score_graph, mask_graph, which):
             TRACES[0] += 1
             mm = operand_dtype(nl, q)
             dq = nl.ndarray((sh.B * sh.Hq, sh.Lp, sh.E), f32, buffer=nl.shared_hbm, name="dq")
+            # Learnable reads of q-side indices: summed along the keys; of both: whole tiles.
+            gout = read_outputs(("q", "qkv"), sh.Lp, lambda side: 1 if side == "q" else sh.Sp)
             ids = (nl.program_id(0), nl.program_id(1), nl.program_id(2))
             hq, kvrow, mrow, zeros, fixed, data = program(*ids, bh, caps)
             kv_base = nl.ndarray((TQ, TK), f32, buffer=nl.sbuf)
@@ -178,6 +247,13 @@ def _build(sh, score_graph, mask_graph, which):
                     delta_t = nl.load(delta[hq, nl.ds(q0, TQ), :])
                     qpos_t = nl.load(qpos[nl.ds(q0, TQ), :])
                     acc = nl.zeros((TQ, sh.E), f32, buffer=nl.sbuf)
+                    racc = {}
+                    for j, out in gout.items():
+                        if reads[j][2] == "q":
+                            racc[j] = nl.zeros((TQ, 1), f32, buffer=nl.sbuf)
+                        else:  # zeros where no block is visited; visited tiles overwrite them
+                            for c in nl.affine_range(sh.Sp // TK):
+                                nl.store(out[hq, nl.ds(q0, TQ), nl.ds(c * TK, TK)], zeros)
                     for kind in ("full", "partial"):
                         if kind not in counts:
                             continue
@@ -204,12 +280,22 @@ def _build(sh, score_graph, mask_graph, which):
                                 if sb:
                                     kv = nl.add(kv, float(sb * TK))
                                 env = index_env(fixed, zeros, qpos_t, kv)
-                                _, ds = probs(kind, s_raw, dp, lse_t, delta_t, env, data,
-                                              direct_loads(ids, caps, capsT, q0, k0), zeros)
+                                _, ds, gs = probs(kind, s_raw, dp, lse_t, delta_t, env, data,
+                                                  direct_loads(ids, caps, capsT, q0, k0), zeros)
+                                for j, out in gout.items():
+                                    if gs[j] is None:
+                                        continue
+                                    if j in racc:
+                                        racc[j][...] = nl.add(racc[j], nl.sum(gs[j], axis=1,
+                                                                              keepdims=True))
+                                    else:
+                                        nl.store(out[hq, nl.ds(q0, TQ), nl.ds(k0, TK)], gs[j])
                                 acc[...] = nl.add(acc, nl.matmul(T(ds, mm), krows,
                                                                  transpose_x=True))
                     nl.store(dq[hq, nl.ds(q0, TQ), :], nl.multiply(acc, sh.scale))
-            return dq
+                    for j, r_acc in racc.items():
+                        nl.store(gout[j][hq, nl.ds(q0, TQ), :], r_acc)
+            return (dq, *gout.values())
         return flex_backward_dq
 
     @neuron.kernel
@@ -219,6 +305,9 @@ def _build(sh, score_graph, mask_graph, which):
         mm = operand_dtype(nl, q)
         dk = nl.ndarray((sh.B * sh.Hq, sh.Sp, sh.E), f32, buffer=nl.shared_hbm, name="dk")
         dv = nl.ndarray((sh.B * sh.Hq, sh.Sp, sh.Ev), f32, buffer=nl.shared_hbm, name="dv")
+        # Learnable reads of kv-side indices: summed along the queries (a ones-vector matmul).
+        gout = read_outputs(("kv",), sh.Sp, lambda side: 1)
+        ones = nl.ones((TQ, 1), f32, buffer=nl.sbuf) if gout else None
         ids = (nl.program_id(0), nl.program_id(1), nl.program_id(2))
         hq, kvrow, mrow, zeros, fixed, data = program(*ids, bh, caps)
         counts = {"partial": nl.load(qn[mrow, :, :])}
@@ -236,6 +325,7 @@ def _build(sh, score_graph, mask_graph, which):
                 kv = nl.add(zeros, nl.broadcast_to(nl.load(kpos[0:1, nl.ds(k0, TK)]), (TQ, TK)))
                 dk_acc = nl.zeros((TK, sh.E), f32, buffer=nl.sbuf)
                 dv_acc = nl.zeros((TK, sh.Ev), f32, buffer=nl.sbuf)
+                kacc = {j: nl.zeros((TK, 1), f32, buffer=nl.sbuf) for j in gout}
                 for kind in ("full", "partial"):
                     if kind not in counts:
                         continue
@@ -260,15 +350,21 @@ def _build(sh, score_graph, mask_graph, which):
                             s_raw = nl.multiply(chunked_matmul(nl, nisa, qT, kT), sh.scale)
                             dp = chunked_matmul(nl, nisa, doT, vT)
                             env = index_env(fixed, zeros, qpos_t, kv)
-                            p, ds = probs(kind, s_raw, dp, lse_t, delta_t, env, data,
-                                          direct_loads(ids, caps, capsT, q0, k0), zeros)
+                            p, ds, gs = probs(kind, s_raw, dp, lse_t, delta_t, env, data,
+                                              direct_loads(ids, caps, capsT, q0, k0), zeros)
+                            for j, k_acc in kacc.items():
+                                if gs[j] is not None:
+                                    k_acc[...] = nl.add(k_acc, nl.matmul(gs[j], ones,
+                                                                         transpose_x=True))
                             if mm != f32:  # the probabilities and ds as bf16 operands
                                 p, ds = nl.copy(p, dtype=mm), nl.copy(ds, dtype=mm)
                             dv_acc[...] = nl.add(dv_acc, nl.matmul(p, dorows, transpose_x=True))
                             dk_acc[...] = nl.add(dk_acc, nl.matmul(ds, qrows, transpose_x=True))
                 nl.store(dk[hq, nl.ds(k0, TK), :], nl.multiply(dk_acc, sh.scale))
                 nl.store(dv[hq, nl.ds(k0, TK), :], dv_acc)
-        return dk, dv
+                for j, k_acc in kacc.items():
+                    nl.store(gout[j][hq, nl.ds(k0, TK), :], k_acc)
+        return (dk, dv, *gout.values())
     return flex_backward_dkdv
 
 
@@ -294,7 +390,8 @@ class _Shape:
 
 def backward(q, k, v, out, lse, dout, dlse, block_mask, score_graph, mask_graph, scale,
              simulate=False):
-    """(dq, dk, dv) in fp32 through the two kernels."""
+    """(dq, dk, dv, [gradient of each learnable captured tensor of score_mod, in input order])
+    in fp32 through the two kernels."""
     import neuron
     q, k, v, out, lse = (t.detach() for t in (q, k, v, out, lse))
     B, Hq, L, E = q.shape
@@ -303,8 +400,10 @@ def backward(q, k, v, out, lse, dout, dlse, block_mask, score_graph, mask_graph,
     qn, qi, qfn, qfi = q_lists(block_mask, B, Hq, L, S, QB, KB)
     caps, layout = _captured((score_graph, mask_graph))
     sh = _Shape(q, v, QB, KB, kn, ki, fi, qfi, Bm, Hm, scale, layout, L, S)
+    reads = grad_reads(score_graph)
     key = (sh.key(), score_graph.key() if score_graph else None,
-           mask_graph.key() if mask_graph else None, _fwd.KT_BYTES)
+           mask_graph.key() if mask_graph else None, _fwd.KT_BYTES,
+           tuple((n.id, side) for n, _, side in reads))
     kernels = _KERNELS.get(key)
     if kernels is None:
         kernels = _KERNELS[key] = (_build(sh, score_graph, mask_graph, "dq"),
@@ -334,12 +433,51 @@ def backward(q, k, v, out, lse, dout, dlse, block_mask, score_graph, mask_graph,
     fn, fi = (fn, fi) if fn is not None else (dummy, dummy)
     qfn, qfi = (qfn, qfi) if qfn is not None else (dummy, dummy)
     capsT = caps.reshape(-1, 1)  # the captured values as a column (q_idx-indexed loads)
-    dq = torch.as_tensor(grids[0](*args, kn, ki, fn, fi, bh, caps, capsT, qpos))
-    dk, dv = (torch.as_tensor(t) for t in grids[1](*args, qn, qi, qfn, qfi, bh, caps, capsT,
-                                                    qpos, kpos))
+    dq, *gq = (torch.as_tensor(t) for t in _outputs(grids[0](*args, kn, ki, fn, fi, bh, caps,
+                                                              capsT, qpos)))
+    dk, dv, *gk = (torch.as_tensor(t) for t in grids[1](*args, qn, qi, qfn, qfi, bh, caps,
+                                                         capsT, qpos, kpos))
     dq = dq[:, :L].reshape(B, Hq, L, E)
     dk = dk[:, :S].reshape(B, Hkv, G, S, E).sum(2)
     dv = dv[:, :S].reshape(B, Hkv, G, S, Ev).sum(2)
     if Bk != B:
         dk, dv = dk.sum(0, keepdim=True), dv.sum(0, keepdim=True)
-    return dq, dk, dv
+    return dq, dk, dv, _captured_grads(score_graph, reads, gq, gk, B, Hq, L, S)
+
+
+def _outputs(res):
+    return res if isinstance(res, (tuple, list)) else (res,)
+
+
+def _captured_grads(score_graph, reads, gq, gk, B, Hq, L, S):
+    """Scatters the kernels' per-read gradients onto the captured tensors: torch autograd of
+    each read alone (codegen.compile_node), evaluated at the index values the kernels used."""
+    if not reads:
+        return []
+    from . import codegen
+    ins = [t.detach() for t in score_graph.inputs]
+    leaves = {i: ins[i].to(torch.float32).requires_grad_() for _, i, _ in reads}
+    ins = [leaves.get(i, t) for i, t in enumerate(ins)]
+    grads = {i: torch.zeros_like(leaf) for i, leaf in leaves.items()}
+    gq, gk = iter(gq), iter(gk)
+
+    def ar(n, dim, start=0):  # an index argument along dim of [B, Hq, L, S]
+        return torch.arange(start, start + n).view([n if d == dim else 1 for d in range(4)])
+    for n, i, side in reads:
+        fn = codegen.compile_node(score_graph, n)
+        b, h = ar(B, 0), ar(Hq, 1)
+        if side == "q":
+            parts = [(ar(L, 2), 0, next(gq)[:, :L].reshape(B, Hq, L, 1))]
+        elif side == "kv":
+            parts = [(0, ar(S, 3), next(gk)[:, :S].reshape(B, Hq, 1, S))]
+        else:  # whole tiles, a bounded number of rows at a time
+            dense, rows = next(gq), max(1, (1 << 24) // max(1, B * Hq * S))
+            parts = ((ar(min(rows, L - q0), 2, q0), ar(S, 3),
+                      dense[:, q0:min(q0 + rows, L), :S].reshape(B, Hq, -1, S))
+                     for q0 in range(0, L, rows))
+        for q_idx, kv_idx, w in parts:
+            with torch.enable_grad():  # (autograd's backward runs without it)
+                val = fn(0.0, b, h, q_idx, kv_idx, *ins)
+            (g,) = torch.autograd.grad(val, leaves[i], w.sum_to_size(val.shape))
+            grads[i] += g
+    return [grads[i] for i in sorted(grads)]
