@@ -9,7 +9,9 @@ Prints the CPU, then per case the median time of ours, of PyTorch's eager flex_a
 (with --compile) of torch.compile(flex_attention), and the ratios peer / ours (> 1: ours is
 faster). --kernel also times the neuron-kernel path (kernel_options={"BACKEND": "native"}:
 kernel.py natively compiled; its first call, which traces and compiles, separately).
---train times forward+backward against SDPA's (PyTorch refuses flex backward on CPU).
+--train times forward+backward against SDPA's (PyTorch refuses flex backward on CPU), and
+causal attention with learnable score_mod tensors (ALiBi slopes[h]; a relative-position bias
+rel[h, q - kv]) on the host path and through the kernels.
 --mask-len times create_block_mask(causal) at that length and its peak memory (a child
 process, so the figure is not mixed with this one's).
 """
@@ -80,6 +82,20 @@ def cases(L, H):
     return {"causal": (None, causal), "sliding_window": (None, window),
             "document": (None, document), "alibi": (alibi, causal),
             "softcap": (softcap, causal), "dense": (None, None)}
+
+
+def learnable(L, H):
+    """(name, score_mod, its learnable tensors) for the --train lines."""
+    slopes = torch.exp2(-8.0 * (torch.arange(H) + 1) / H).requires_grad_()
+    rel = (0.1 * torch.randn(H, 2 * L)).requires_grad_()
+
+    def alibi(s, b, h, q, kv):
+        return s + slopes[h] * (kv - q)
+
+    def relative(s, b, h, q, kv):
+        return s + rel[h, q - kv + L]
+    return [("learnable ALiBi slopes[h]", alibi, [slopes]),
+            ("learnable bias rel[h, q - kv]", relative, [rel])]
 
 
 def mask_child(n):
@@ -193,6 +209,17 @@ def main():
             line += (f" | kernel {t_k * 1e3:.1f} ms (kernel / SDPA = {t_k / t_s:.2f}; first "
                      f"call {first:.1f} s)")
         print(line)
+        for name, mod, params in learnable(a.L, a.H):
+            def fb(backend):
+                nfa.flex_attention(q, k, v, mod, bm, kernel_options={"BACKEND": backend}) \
+                    .sum().backward()
+            t0 = time.perf_counter()
+            fb("native")
+            first = time.perf_counter() - t0
+            t_h, t_k = timeit(lambda: fb("host"), a.reps), timeit(lambda: fb("native"), a.reps)
+            print(f"train causal + {name} fp32 fwd+bwd: host path {t_h * 1e3:.1f} ms | kernel "
+                  f"{t_k * 1e3:.1f} ms (host / kernel = {t_h / t_k:.2f}; kernel / SDPA = "
+                  f"{t_k / t_s:.2f}; first call {first:.1f} s)")
     if a.mask_len:
         r = subprocess.run([sys.executable, __file__, "--mask-child", str(a.mask_len),
                             "--threads", str(a.threads)], capture_output=True, text=True,

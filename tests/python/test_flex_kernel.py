@@ -352,6 +352,34 @@ def test_kernel_backward_of_learnable_captured_tensors(name, backend):
         fh.judge(f"{name} {backend} d{n}", a, gold, r)
 
 
+@pytest.mark.parametrize("backend", ["host", "native", "simulator"])
+def test_gradients_at_a_mods_singular_points_are_finite(backend):
+    # sqrt(|x|) of a where() whose taken branch is 0 on the diagonal (q == kv), and of s * w[kv]
+    # on the zero padding keys (S = 72, blocks of 32): reverse mode gives the branch not taken
+    # no gradient and padding keys none, so nothing may become 0 * inf = NaN (the kernels'
+    # forward mode, emit._der; the host path's captured-tensor gradients, kept_scores).
+    w = torch.rand(S_, generator=torch.Generator().manual_seed(8)) + 0.5
+
+    def make(w):
+        return lambda s, b, h, q, k: torch.sqrt(torch.abs(torch.where(q == k, (q - k) * 0.01,
+                                                                      s * w[k])))
+    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 2, 1, L_, S_, 16, 16))
+    bm = create_block_mask(fh.causal, 1, 1, L_, S_, BLOCK_SIZE=32)
+    wl = w.clone().requires_grad_()
+    out = run(backend, q, k, v, make(wl), bm)[0]
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(9))
+    ours = torch.autograd.grad((out * dout).sum(), (q, k, v, wl))
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v, w)]
+    gold_out = fh.dense_reference(*leaves[:3], make(leaves[3]), fh.causal)[0]
+    golden = torch.autograd.grad((gold_out * dout.double()).sum(), leaves)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, w)]
+    ref_out = fh.dense_reference(*leaves[:3], make(leaves[3]), fh.causal)[0]
+    ref = torch.autograd.grad((ref_out * dout).sum(), leaves)
+    for n, a, gold, r in zip(("dq", "dk", "dv", "dw"), ours, golden, ref):
+        assert not gold.isnan().any()
+        fh.judge(f"singular {backend} {n}", a, gold, r)
+
+
 def test_learnable_reads_the_kernels_cannot_take_take_the_host_path(monkeypatch):
     # A read indexed by an expression of the score, and a dense tile gradient past
     # DENSE_GRAD_BYTES: the kernel backend warns with the reason and the host path trains.

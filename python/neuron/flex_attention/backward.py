@@ -62,9 +62,18 @@ def backward(prob, out, lse, dout, dlse, grad_inputs):
             dp = bmm(doi, vc, transpose=True)
             ds = p * (dp - corr.unsqueeze(-1))
             if need_graph and (s.requires_grad):
-                wrt = [raw] + [leaves[j] for j in grad_inputs]
+                # Captured tensors take their gradients from kept positions only (masked
+                # and padding ones: a separate evaluation, kept_scores).
+                split = keep is not None and grad_inputs
+                wrt = [raw] + ([] if split else [leaves[j] for j in grad_inputs])
                 grads = torch.autograd.grad(s, wrt, ds, allow_unused=True)
                 ds_raw = grads[0] if grads[0] is not None else torch.zeros_like(raw)
+                if split:
+                    with torch.enable_grad():
+                        s_kept, kept = prob.kept_scores(raw.detach(), q0, ch, keep, leaves)
+                    grads = (None,) + (torch.autograd.grad(
+                        s_kept, [leaves[j] for j in grad_inputs], ds.expand(kept.shape)[kept],
+                        allow_unused=True) if s_kept.requires_grad else ())
                 for n, g in enumerate(grads[1:]):
                     if g is not None:
                         d_inputs[n] += g

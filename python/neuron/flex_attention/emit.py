@@ -318,6 +318,12 @@ def _der(n, a, da, v, ops):
 
     def add(x, y):
         return y if x is None else x if y is None else b("add", x, y)
+
+    def nz(d, r):
+        """r = d * (a local derivative that may be infinite: sqrt at 0, x / 0), 0 where the
+        tangent d is 0. A `where` hands a branch it did not take a zero tangent; reverse mode
+        gives that branch no gradient, so forward mode must not make it 0 * inf = NaN."""
+        return r if isinstance(d, float) else ops.where(b("equal", d, 0.0), 0.0, r)
     if op == "cast":
         return da[0] if n.args[1] in ("torch.float32", "torch.float64", "torch.float16",
                                       "torch.bfloat16") else None
@@ -331,9 +337,9 @@ def _der(n, a, da, v, ops):
     if op == "mul":
         return add(mul(da[0], a[1]), mul(a[0], da[1]))
     if op == "truediv":
-        return add(None if da[0] is None else b("divide", da[0], a[1]),
+        return add(None if da[0] is None else nz(da[0], b("divide", da[0], a[1])),
                    None if da[1] is None else
-                   b("multiply", da[1], b("divide", b("multiply", v, -1.0), a[1])))
+                   nz(da[1], b("multiply", da[1], b("divide", b("multiply", v, -1.0), a[1]))))
     if op in ("minimum", "maximum"):
         first = b("less_equal" if op == "minimum" else "greater_equal", a[0], a[1])
         return ops.where(first, 0.0 if da[0] is None else da[0], 0.0 if da[1] is None else da[1])
@@ -346,9 +352,9 @@ def _der(n, a, da, v, ops):
     if op == "exp2":
         return b("multiply", d, b("multiply", v, _LN2))
     if op == "log":
-        return b("divide", d, x)
+        return nz(d, b("divide", d, x))
     if op == "log2":
-        return b("divide", d, b("multiply", x, _LN2))
+        return nz(d, b("divide", d, b("multiply", x, _LN2)))
     if op == "tanh":
         return b("multiply", d, b("subtract", 1.0, b("multiply", v, v)))
     if op == "sigmoid":
@@ -358,9 +364,9 @@ def _der(n, a, da, v, ops):
     if op == "cos":
         return b("multiply", d, b("multiply", ops.un("sin", x), -1.0))
     if op == "sqrt":
-        return b("divide", b("multiply", d, 0.5), v)
+        return nz(d, b("divide", b("multiply", d, 0.5), v))
     if op == "rsqrt":
-        return b("multiply", d, b("multiply", b("divide", v, x), -0.5))
+        return nz(d, b("multiply", d, b("multiply", b("divide", v, x), -0.5)))
     if op == "abs":  # torch: sign(x), 0 at 0
         return b("multiply", d, b("subtract", b("greater", x, 0.0), b("less", x, 0.0)))
     if op == "relu":
@@ -370,7 +376,7 @@ def _der(n, a, da, v, ops):
     if op == "pow":
         e = float(n.args[1].args[0])
         if e == 0.5:
-            return b("divide", b("multiply", d, 0.5), v)
+            return nz(d, b("divide", b("multiply", d, 0.5), v))
         r = e
         for _ in range(int(e) - 1):
             r = b("multiply", r, x)

@@ -95,6 +95,19 @@ class Problem:
             keep = m if keep is None else keep & m
         return s_raw, s, keep
 
+    def kept_scores(self, raw, q0, ch, keep, score_inputs):
+        """score_mod at the kept positions of a chunk only, as one flat tensor (the backward's
+        gradients of captured tensors: a mod singular at a masked or padding position, say
+        sqrt(|s|) on a zero padding key, must not put 0 * inf = NaN into them)."""
+        q_idx = (q0 + torch.arange(raw.shape[-2])).view(1, 1, 1, -1, 1)
+        kv = self.kv_index(ch)
+        kv_eval = kv.clamp(max=self.S - 1) if ch.tail else kv
+        shape = torch.broadcast_shapes(raw.shape, keep.shape)
+        keep = keep.expand(shape)
+        args = [t.expand(shape)[keep] for t in (raw, self.b_idx, self.h_idx, q_idx, kv_eval)]
+        s = torch.as_tensor(self.score_fn(*args, *score_inputs))
+        return s.expand(args[0].shape), keep
+
 
 def bmm(a, b, transpose=False):
     """a [B, Hkv, G, M, K] @ b [B', Hkv, G', N, K]^T (transpose) or b [B', Hkv, G', K, N].
