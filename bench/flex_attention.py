@@ -11,7 +11,7 @@ faster). --kernel also times the neuron-kernel path (kernel_options={"BACKEND": 
 kernel.py natively compiled; its first call, which traces and compiles, separately).
 --train times forward+backward against SDPA's (PyTorch refuses flex backward on CPU), and
 causal attention with learnable score_mod tensors (ALiBi slopes[h]; a relative-position bias
-rel[h, q - kv]) on the host path and through the kernels.
+rel[q - kv]) on the host path and through the kernels.
 --mask-len times create_block_mask(causal) at that length and its peak memory (a child
 process, so the figure is not mixed with this one's).
 """
@@ -87,15 +87,15 @@ def cases(L, H):
 def learnable(L, H):
     """(name, score_mod, its learnable tensors) for the --train lines."""
     slopes = torch.exp2(-8.0 * (torch.arange(H) + 1) / H).requires_grad_()
-    rel = (0.1 * torch.randn(H, 2 * L)).requires_grad_()
+    rel = (0.1 * torch.randn(2 * L)).requires_grad_()
 
     def alibi(s, b, h, q, kv):
         return s + slopes[h] * (kv - q)
 
     def relative(s, b, h, q, kv):
-        return s + rel[h, q - kv + L]
+        return s + rel[q - kv + L]
     return [("learnable ALiBi slopes[h]", alibi, [slopes]),
-            ("learnable bias rel[h, q - kv]", relative, [rel])]
+            ("learnable bias rel[q - kv]", relative, [rel])]
 
 
 def mask_child(n):

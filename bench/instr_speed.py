@@ -54,6 +54,11 @@ def cases(nl, nisa):
         nisa.nc_matmul(p, t[:, 0:P], t)
         nisa.tensor_copy(r, p)
 
+    def gather(t, r):
+        ix = nl.ndarray((P, F), nl.int32)  # t in [-1, 1] -> indices in [0, 510]
+        nisa.tensor_scalar(ix, t, nl.add, 1.0, op1=nl.multiply, operand1=255.0)
+        nisa.nc_n_gather(r, t, ix)
+
     return [
         ("tensor_copy SBUF -> SBUF", lambda t, r: nisa.tensor_copy(r, t)),
         ("tensor_copy via PSUM (2 instructions)", psum_copy),
@@ -67,6 +72,7 @@ def cases(nl, nisa):
         ("tensor_reduce max (+ column copy)", reduce_max),
         ("nc_transpose 128x128 (+ copy; per 128 columns)", transpose),
         ("nc_matmul 128x128x512 (+ PSUM copy)", matmul),
+        ("nc_n_gather (+ int32 index tile)", gather),
     ]
 
 

@@ -156,6 +156,26 @@ def test_nc_n_gather_gather_flattened_and_local_gather():
     np.testing.assert_array_equal(lg, want)
 
 
+def one_gather(data, idx):
+    g = nl.ndarray((32, 8), nl.float32, buffer=nl.shared_hbm)
+    gt = nl.ndarray((32, 8), nl.float32)
+    nisa.nc_n_gather(gt, nl.load(data), nl.load(idx))  # the line the error names
+    nl.store(g, gt)
+    return g
+
+
+@pytest.mark.parametrize("bad", [40, -1])
+@pytest.mark.parametrize("mode", ["native", "simulate"])
+def test_nc_n_gather_index_out_of_range_is_an_error_at_its_line(mode, bad):
+    # (The native gather checks a whole tile's indices before its branch-free loop.)
+    idx = ints((32, 8), [(i * 13) % 40 for i in range(256)])
+    idx[5, 3] = bad
+    with pytest.raises(neuron.NeuronError, match=rf"index {bad} read at partition 5 is outside "
+                                               r"the 40 elements") as e:
+        neuron.kernel(one_gather, mode=mode)(np.ones((32, 40), np.float32), idx)
+    assert e.value.line == line_of(one_gather, "nisa.nc_n_gather")
+
+
 # ---- registers: dynamic offsets ------------------------------------------------------------------
 
 def register_offsets(x, which):

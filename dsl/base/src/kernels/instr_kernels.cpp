@@ -5,6 +5,7 @@
 // kernels) and, by clang-14, to bitcode linked into every JIT module, where the constant
 // dtype/op/shape arguments specialize these loops (docs/native.md). So: no fmt, no exceptions,
 // no static state; shape rules were checked before (codegen's check_program).
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -1145,9 +1146,41 @@ void neuron_k_dma_indirect(const NView* d, const NView* s, const NView* idx, int
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
+// nc_n_gather's common case: d and s of one 4-byte dtype, int32 indices, every operand's free
+// dims one unit-stride run (a FlexAttention score_mod's table reads: 26 ns an element through
+// element() above, a plain indexed load here). The indices are checked first, so the gather
+// loop has no branch; false (nothing written) when a view or an index does not fit.
+inline bool gather_fast(const NView& d, const NView& s, const NView& idx, int ddt, int sdt,
+                        int idt) {
+  int64_t drs, dn, dcs, srs, sn, scs, irs, in, ics;
+  if (ddt != sdt || neuron::dtype_bytes(dt(ddt)) != 4 || dt(idt) != DType::int32 ||
+      !as_matrix(d, drs, dn, dcs) || !as_matrix(s, srs, sn, scs) ||
+      !as_matrix(idx, irs, in, ics) || in != dn || (dn > 1 && dcs != 4) ||
+      (sn > 1 && scs != 4) || (in > 1 && ics != 4))
+    return false;
+  const int64_t P = d.size[0];
+  for (int64_t p = 0; p < P; ++p) {
+    const auto* ix = reinterpret_cast<const int32_t*>(idx.base + p * irs);
+    uint32_t worst = 0;  // an index below 0 is a large unsigned one
+    for (int64_t j = 0; j < dn; ++j) worst = std::max(worst, static_cast<uint32_t>(ix[j]));
+    if (dn && worst >= static_cast<uint64_t>(sn)) return false;
+  }
+  for (int64_t p = 0; p < P; ++p) {
+    const auto* ix = reinterpret_cast<const int32_t*>(idx.base + p * irs);
+    const auto* row = reinterpret_cast<const uint32_t*>(s.base + p * srs);
+    auto* out = reinterpret_cast<uint32_t*>(d.base + p * drs);
+    for (int64_t j = 0; j < dn; ++j) out[j] = row[ix[j]];
+  }
+  return true;
+}
+
 void neuron_k_gather(const NView* d, const NView* s, const NView* idx, int ddt, int sdt, int idt,
                      int instr) {
   const int64_t P = d->size[0], n = per_partition(*d), F = per_partition(*s);
+  if (gather_fast(*d, *s, *idx, ddt, sdt, idt)) {
+    clear_flags(*d, 4);
+    return;
+  }
   for (int64_t p = 0; p < P; ++p) {
     char* row = s->base + p * s->stride[0];
     char* out = d->base + p * d->stride[0];
