@@ -107,13 +107,14 @@ def why_not(block_mask, score_graph, B, Hq, L, S):
     if block_mask is not None and block_mask.q_num_blocks is None:
         return "the block mask has no q_num_blocks / q_indices (the backward's transposes)"
     for _, i, side in grad_reads(score_graph):
+        what = (f"a captured tensor of score_mod (shape {tuple(score_graph.inputs[i].shape)}) "
+                "requires grad and is")
         if side == "score":
-            return (f"captured tensor {i} of score_mod requires grad and is indexed by an "
-                    "expression of the score")
+            return f"{what} indexed by an expression of the score"
         if side == "qkv" and B * Hq * L * S * 4 > DENSE_GRAD_BYTES:
-            return (f"captured tensor {i} of score_mod requires grad and is read at indices "
-                    f"of both q_idx and kv_idx: its dense gradient, {B * Hq * L * S * 4 >> 20} "
-                    f"MiB, exceeds kernel_bwd.DENSE_GRAD_BYTES ({DENSE_GRAD_BYTES >> 20} MiB)")
+            return (f"{what} read at indices of both q_idx and kv_idx: its dense gradient, "
+                    f"{B * Hq * L * S * 4 >> 20} MiB, exceeds kernel_bwd.DENSE_GRAD_BYTES "
+                    f"({DENSE_GRAD_BYTES >> 20} MiB)")
     return None
 
 
