@@ -67,11 +67,8 @@ class Problem:
         """(s_raw, s_mod, keep): raw scaled scores, after score_mod, and the attend mask
         (None: all) of one chunk. `raw` reuses precomputed raw scores (the backward passes a
         leaf that requires grad); score_inputs overrides the captured tensors."""
-        qr = qi.shape[-2]
         s_raw = bmm(qi, kc, transpose=True).mul_(self.scale) if raw is None else raw
-        kv = self.kv_index(ch)
-        q_idx = (q0 + torch.arange(qr)).view(1, 1, 1, qr, 1)
-        kv_eval = kv.clamp(max=self.S - 1) if ch.tail else kv
+        q_idx, kv, kv_eval = self.indices(q0, qi.shape[-2], ch)
         s = s_raw
         if self.score_fn is not None:
             ins = self.score_inputs if score_inputs is None else score_inputs
@@ -95,13 +92,18 @@ class Problem:
             keep = m if keep is None else keep & m
         return s_raw, s, keep
 
+    def indices(self, q0, qr, ch):
+        """q_idx [.., qr, 1] of a chunk's rows from q0, its key positions kv, and kv_eval: the
+        positions the mods see (padding keys of the last block clamped to S - 1)."""
+        q_idx = (q0 + torch.arange(qr)).view(1, 1, 1, qr, 1)
+        kv = self.kv_index(ch)
+        return q_idx, kv, kv.clamp(max=self.S - 1) if ch.tail else kv
+
     def kept_scores(self, raw, q0, ch, keep, score_inputs):
         """score_mod at the kept positions of a chunk only, as one flat tensor (the backward's
         gradients of captured tensors: a mod singular at a masked or padding position, say
         sqrt(|s|) on a zero padding key, must not put 0 * inf = NaN into them)."""
-        q_idx = (q0 + torch.arange(raw.shape[-2])).view(1, 1, 1, -1, 1)
-        kv = self.kv_index(ch)
-        kv_eval = kv.clamp(max=self.S - 1) if ch.tail else kv
+        q_idx, _, kv_eval = self.indices(q0, raw.shape[-2], ch)
         shape = torch.broadcast_shapes(raw.shape, keep.shape)
         keep = keep.expand(shape)
         args = [t.expand(shape)[keep] for t in (raw, self.b_idx, self.h_idx, q_idx, kv_eval)]
