@@ -81,6 +81,39 @@ def test_linear_over_many_rows_uses_a_transposed_weight_copy(dtype, bias):
         check(F.linear, ops.linear, [x, w, b] if bias else [x, w], dtype)
 
 
+def test_linear_reuses_a_weights_transposed_copy_until_the_weight_changes(monkeypatch):
+    # The transposed weight copy (past 256 rows) is made once per weight and version: a second
+    # call reuses it, an in-place change of the weight makes a new one (and the new result), a
+    # dead weight's entry goes, and at most LINEAR_WEIGHT_CACHE_BYTES of copies stay.
+    from neuron.ops import _operators as O
+    x, w = rand(300, 129, seed=30), rand(7, 129, seed=31, scale=0.1)
+
+    def want():
+        return (x.double() @ w.double().t()).float()
+
+    def copy_of(w):
+        return O._wt_cache[id(w)][2]
+    with torch.no_grad(), no_fallbacks():
+        torch.testing.assert_close(ops.linear(x, w), want(), rtol=1e-5, atol=1e-5)
+        first = copy_of(w)
+        torch.testing.assert_close(ops.linear(x, w), want(), rtol=1e-5, atol=1e-5)
+        assert copy_of(w) is first
+        w.mul_(-2.0)  # a new version: a new copy, the new weight's result
+        torch.testing.assert_close(ops.linear(x, w), want(), rtol=1e-5, atol=1e-5)
+        assert copy_of(w) is not first and torch.equal(copy_of(w), w.t())
+        assert id(w) in O._wt_cache
+        wid = id(w)
+        del w
+        ops.linear(x, rand(7, 129, seed=32))  # the next call drops the dead weight's entry
+        assert wid not in O._wt_cache or O._wt_cache[wid][0]() is not None
+        monkeypatch.setattr(O, "LINEAR_WEIGHT_CACHE_BYTES", 2 * 129 * 7 * 4)
+        ws = [rand(7, 129, seed=40 + i) for i in range(3)]
+        for wi in ws:
+            ops.linear(x, wi)
+        assert O._wt_bytes <= O.LINEAR_WEIGHT_CACHE_BYTES
+        assert id(ws[0]) not in O._wt_cache and id(ws[2]) in O._wt_cache
+
+
 def test_linear_without_bias_and_a_1d_input():
     x, w = rand(1000, seed=4), rand(5, 1000, seed=5, scale=0.05)
     with no_fallbacks():
