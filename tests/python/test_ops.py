@@ -81,6 +81,25 @@ def test_linear_over_many_rows_uses_a_transposed_weight_copy(dtype, bias):
         check(F.linear, ops.linear, [x, w, b] if bias else [x, w], dtype)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_and_matmul_over_an_odd_row_count_split_in_two(bias):
+    # 257 rows have no divisor leaving 128 rows a program: one zero row more splits them in two
+    # programs (_row_split), whose extra output row is dropped; forward and backward (dw is a
+    # matmul whose output rows are the 7 columns of dy, dx one over 257 rows) match PyTorch,
+    # and the matmul operator itself with A stored either way.
+    from neuron.ops import _operators as O
+    x, w, b = rand(257, 129, seed=33), rand(7, 129, seed=34, scale=0.1), rand(7, seed=35)
+    assert O._row_split(x)[0].shape == (258, 129) and O._row_split(x)[1] == 2
+    with no_fallbacks():
+        check(F.linear, ops.linear, [x, w, b] if bias else [x, w], torch.float32)
+        a, c = rand(257, 65, seed=36), rand(65, 40, seed=37)
+        for ta in (False, True):
+            got = torch.ops.neuron.matmul(a.t().contiguous() if ta else a, c, ta, False)
+            assert got.shape == (257, 40)
+            torch.testing.assert_close(got, (a.double() @ c.double()).float(), rtol=1e-5,
+                                       atol=1e-5)
+
+
 def test_linear_reuses_a_weights_transposed_copy_until_the_weight_changes(monkeypatch):
     # The transposed weight copy (past 256 rows) is made once per weight and version: a second
     # call reuses it, an in-place change of the weight makes a new one (and the new result), a
