@@ -12,3 +12,13 @@ except ImportError as e:  # pragma: no cover
         "PYTHONPATH=<build>/python (docs/python.md)")
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+import flex_tally  # noqa: E402  (the FlexAttention conformance tally, printed after a run)
+
+
+def pytest_runtest_logreport(report):
+    flex_tally.record(report)
+
+
+def pytest_terminal_summary(terminalreporter):
+    flex_tally.summary(terminalreporter)
