@@ -2,9 +2,10 @@
 # traced operation (arithmetic, // and %, comparisons, &, |, ~, where, unary math, captured
 # tensors indexed by index arguments and by traced expressions), random lengths and block
 # sizes; the float captured tensor LUT is learnable (its gradient is compared too, read at
-# indices of q, kv, b, h, both or none). Block masks are compared field by field with PyTorch's create_block_mask (this checks
-# the interval classification is sound); attention forward and backward against the float64
-# dense reference, on the host path and through the neuron kernels (simulator).
+# indices of q, kv, b, h, both or none). Block masks are compared field by field with
+# PyTorch's create_block_mask (this checks the interval classification is sound); attention
+# forward and backward against the float64 dense reference, on the host path and through the
+# neuron kernels (simulator).
 # NEURON_FLEX_FUZZ=<n> / NEURON_FLEX_FUZZ_KERNEL=<n> run n cases of each instead of the CI's few.
 import math
 import os

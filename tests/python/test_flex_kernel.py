@@ -380,7 +380,7 @@ def test_gradients_at_a_mods_singular_points_are_finite(backend):
         fh.judge(f"singular {backend} {n}", a, gold, r)
 
 
-def test_learnable_reads_the_kernels_cannot_take_take_the_host_path(monkeypatch):
+def test_learnable_reads_the_kernels_cannot_run_take_the_host_path(monkeypatch):
     # A read indexed by an expression of the score, and a dense tile gradient past
     # DENSE_GRAD_BYTES: the kernel backend warns with the reason and the host path trains.
     from neuron.flex_attention import kernel_bwd
