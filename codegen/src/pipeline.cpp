@@ -79,9 +79,29 @@ Compiled compile(const Kernel& kernel, const CompileOptions& opts) {
     verify(in, target);
     return in;
   });
-  // 5. Allocate after legalize, so legalize's temporaries get SBUF/PSUM space too.
-  runner.run("allocate", k, [&](const Kernel& in) { return allocate(in, target); });
-  // 6. Lower last: access patterns need the allocator's offsets and slots.
+  // 5. Allocate after legalize, so legalize's temporaries get SBUF/PSUM space too. A kernel
+  //    that does not fit as written gets room the way neuronx-cc's allocator and scheduler
+  //    make it, one step at a time so a kernel that fits keeps its program exactly as written:
+  //    each value of a tile its own buffer (tile_versions), then PSUM drained as soon as a
+  //    result is complete (early_psum_reads), then rows an out-of-bounds-skipping DMA left
+  //    unwritten no longer kept (see tile_versions.cpp). The last attempt's error stands.
+  runner.run("allocate", k, [&](const Kernel& in) {
+    const std::vector<std::function<Kernel(const Kernel&)>> make_room = {
+        [](const Kernel& x) { return x; },
+        [](const Kernel& x) { return tile_versions(x); },
+        [](const Kernel& x) { return early_psum_reads(tile_versions(x)); },
+        [](const Kernel& x) { return early_psum_reads(tile_versions(x, SkippedRows::undefined)); },
+    };
+    for (size_t i = 0;; ++i) {
+      try {
+        return allocate(make_room[i](in), target);
+      } catch (const UserError& e) {
+        const bool capacity = e.rule() == "sbuf-capacity" || e.rule() == "psum-capacity";
+        if (!capacity || i + 1 == make_room.size()) throw;
+      }
+    }
+  });
+  // 6. Lower last  // 7. Lower last: access patterns need the allocator's offsets and slots.
   out.program = runner.run_lower(k, target);
   out.kernel = std::move(k);
   return out;

@@ -92,8 +92,10 @@ class OutOfRange:
     through it; any other use (an instruction, an attribute) raises the error, which names the
     .ap() call's line."""
 
-    def __init__(self, error):
+    def __init__(self, error, shape=None, dtype=None):
         self.error = error
+        if shape is not None:  # a pattern past the tensor's end still has NKI's shape
+            self.shape, self.ndim, self.dtype = tuple(shape), len(shape), dtype
 
     def __getattr__(self, name):
         raise self.error
@@ -254,6 +256,22 @@ def _fits_elsewhere(t, pattern):
         return False
 
 
+def _runs_past_end(t, pattern, offset, scalar_offset, vector_offset):
+    """Does a direct pattern over an HBM tensor, its strides positive, walk past the tensor's
+    last element (and only that is wrong with it)?"""
+    if scalar_offset is not None or vector_offset is not None or \
+            t.buffer in (_C.Memory.sbuf, _C.Memory.psum):
+        return False
+    try:
+        pat = pattern_pairs(pattern)
+    except TypeError:
+        return False
+    start = 0 if offset is None else offset if is_int(offset) else None
+    if start is None or start < 0 or any(st < 0 or c < 1 for st, c in pat):
+        return False
+    return start + sum((c - 1) * st for st, c in pat) >= math.prod(_C.storage_shape(t))
+
+
 def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0,
        dtype=None):
     """The view of this tensor's storage walking pattern = [[stride, count], ...] from element
@@ -262,9 +280,16 @@ def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indir
         return ap_over(self, None, pattern, offset, scalar_offset, vector_offset, indirect_dim,
                        dtype)
     except NeuronError as e:
-        if e.rule != "access-pattern" or not _fits_elsewhere(self, pattern):
+        if e.rule != "access-pattern":
             raise
-        return OutOfRange(e)  # raised where the view is used (OutOfRange)
+        if _fits_elsewhere(self, pattern):
+            return OutOfRange(e)  # raised where the view is used (OutOfRange)
+        if _runs_past_end(self, pattern, offset, scalar_offset, vector_offset):
+            # nki-library sizes a tile by such a view's .shape (MoE blockwise matmul's
+            # block_to_expert.ap(...).shape): that works, any other use raises
+            return OutOfRange(e, [c for _, c in pattern_pairs(pattern)],
+                              to_dtype(dtype) if dtype is not None else self.dtype)
+        raise
 
 
 def ap_over(self, storage, pattern, offset=None, scalar_offset=None, vector_offset=None,

@@ -190,6 +190,10 @@ def _ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indi
         view = self._apply(eager._root(base, root, span))
         if rows is None:
             v = access.ap(view, pattern, offset, scalar_offset, None, indirect_dim, dtype)
+            if isinstance(v, access.OutOfRange) and "shape" in vars(v):
+                found.update(past_end=v)  # a shape only, as traced
+                return [_C.ndarray([1], _C.DType.float32, _C.Memory.shared_hbm, "eager_unused",
+                                   span)]
             if isinstance(v, access.OutOfRange):
                 raise v.error
         else:
@@ -224,6 +228,8 @@ def _ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indi
                     (scalar_offset is None and offset is None):
                 raise
             return access.OutOfRange(e)  # its offset's value: raised where it is used
+    if "past_end" in found:
+        return found["past_end"]
     t = eager.EagerTensor(base, _ap_chain(found["dims"], found["storage"], found["order"],
                                           found["origin"], base.on_chip, found["as_dtype"]),
                           found["shape"])

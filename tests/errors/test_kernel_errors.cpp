@@ -113,8 +113,10 @@ TEST_CASE("kernel errors: more than 8 live PSUM banks") {
   Caught c = compile_error([&](nl::tensor a, nl::tensor out) {
     std::vector<nl::tensor> accs;
     for (int i = 0; i < 9; ++i) accs.push_back(nl::zeros({128, 512}, nl::float32, nl::psum));
-    auto sum = nl::copy(accs[0]);
-    for (int i = 1; i < 9; ++i) sum = nl::add(sum, accs[i]);
+    // Summed from the last written: all nine are live at once, in any order of the reads
+    // (read in the order written, each could leave PSUM right after its write).
+    auto sum = nl::copy(accs[8]);
+    for (int i = 7; i >= 0; --i) sum = nl::add(sum, accs[i]);
     nl::store(out, sum);
   });
   CHECK(c.rule == "psum-capacity");

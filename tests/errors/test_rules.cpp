@@ -393,14 +393,18 @@ TEST_CASE("rule sbuf-capacity") {
   // t0: 131072 B per partition; t1: 80000 B at 131072 -> 211072 fits; two slots of t0 do not,
   // so t0 falls back to one slot; t2 then overflows.
   auto t2 = sbuf("t2", {128, 1024});
-  // Every buffer is used before and after t2's allocation, so all are live there (a buffer is
-  // placed at its first use, and dead ones leave holes).
+  // Every buffer is used before and after t2's allocation, its value read then, so all are live
+  // there (a buffer is placed at its first use, and dead ones leave holes).
   auto zero = [](BufferPtr b) { return op(Opcode::memset, {{"dst", whole(b)}, {"value", 0.0}}); };
+  auto bump = [](BufferPtr b) {
+    return op(Opcode::tensor_scalar, {{"dst", whole(b)}, {"data", whole(b)}, {"op0", s("add")},
+                                      {"operand0", 1.0}});
+  };
   Kernel k = kernel({}, {},
                     {alloc(t1), zero(t1),
                      affine_for("i0", 4, {alloc(t0), zero(t0), alloc(t2, sp), zero(t2),
-                                          zero(t0)}),
-                     zero(t1)});
+                                          bump(t0)}),
+                     bump(t1)});
   CHECK_RULE(compile(k), "sbuf-capacity",
              "SBUF needs 215168 bytes per partition but trn2 has 212984: t1 float32[128, 20000] "
              "(80000 B) x1 slot, "

@@ -486,6 +486,37 @@ def uses_a_view_past_the_row(x):
     return out
 
 
+def tile_sized_by_a_view_past_the_end(x):
+    """nki-library's MoE blockwise matmul sizes a tile by block_to_expert.ap(pattern).shape,
+    a pattern that walks past the end of the [288] tensor (stride 4 over 128 rows); NKI builds
+    it, and the kernel only asks its shape."""
+    out = nl.ndarray((128, 2), x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.ap(pattern=[[4, 128], [2, 2]], offset=1).shape, dtype=x.dtype,
+                   buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x.ap(pattern=[[2, 128], [1, 2]], offset=0))
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def copies_through_a_view_past_the_end(x):
+    out = nl.ndarray((128, 2), x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 2), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x.ap(pattern=[[4, 128], [2, 2]], offset=1))
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_an_ap_past_the_tensors_end_has_a_shape_and_is_an_error_where_it_is_read():
+    x = RNG.standard_normal(288).astype(np.float32)
+    np.testing.assert_array_equal(three_ways(tile_sized_by_a_view_past_the_end, x),
+                                  x[:256].reshape(128, 2))
+    for mode in ("native", "simulate", "eager"):
+        with pytest.raises(neuron.NeuronError) as info:
+            neuron.kernel(copies_through_a_view_past_the_end, mode=mode)(x)
+        assert info.value.rule == "access-pattern"
+        assert info.value.line == line_of(copies_through_a_view_past_the_end, "x.ap(")
+
+
 def test_an_ap_view_that_does_not_fit_is_an_error_only_where_it_is_used():
     x = RNG.standard_normal((128, 28)).astype(np.float32)
     got = three_ways(views_per_step, x)

@@ -123,8 +123,9 @@ def test_linear_reuses_a_weights_transposed_copy_until_the_weight_changes(monkey
         assert id(w) in O._wt_cache
         wid = id(w)
         del w
-        ops.linear(x, rand(7, 129, seed=32))  # the next call drops the dead weight's entry
-        assert wid not in O._wt_cache or O._wt_cache[wid][0]() is not None
+        w2 = rand(7, 129, seed=32)  # kept alive: it may take the dead weight's id
+        ops.linear(x, w2)  # the next call drops the dead weight's entry
+        assert wid not in O._wt_cache or O._wt_cache[wid][0]() is w2
         monkeypatch.setattr(O, "LINEAR_WEIGHT_CACHE_BYTES", 2 * 129 * 7 * 4)
         ws = [rand(7, 129, seed=40 + i) for i in range(3)]
         for wi in ws:

@@ -27,13 +27,20 @@ struct Compiled {
   std::vector<PassReport> passes;
 };
 
-// Runs verify -> legalize -> fresh_psum -> verify ISA -> allocate -> lower. Rule violations are UserErrors.
+// Runs verify -> legalize -> fresh_psum -> verify ISA -> allocate -> lower. Rule violations are
+// UserErrors.
 Compiled compile(const Kernel& k, const CompileOptions& opts = {});
 
 // The individual passes (one file each in codegen/src), exposed for pass tests.
 void verify(const Kernel& k, const std::string& target);  // throws UserError
 Kernel legalize(const Kernel& k);                          // nl helpers -> ISA instructions
 Kernel fresh_psum(const Kernel& k);  // clears PSUM tiles that auto-accumulating matmuls target
+// When the kernel does not fit SBUF/PSUM as written, compile() makes room with these two first.
+// A new buffer from each statement that overwrites a whole tile (rows an oob_mode=skip DMA
+// skipped: kept, so it does not count, or undefined, so it does):
+enum class SkippedRows { kept, undefined };
+Kernel tile_versions(const Kernel& k, SkippedRows skipped = SkippedRows::kept);
+Kernel early_psum_reads(const Kernel& k);  // PSUM readers right after what they depend on
 Kernel allocate(const Kernel& k, const std::string& target);  // SBUF/PSUM offsets and slots
 Program lower(const Kernel& k, const std::string& target);    // IR -> engine program
 
