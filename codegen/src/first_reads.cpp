@@ -22,18 +22,8 @@
 namespace neuron::native {
 
 bool overwrites_dst(const Instr& in) {
+  if (opcode_writes_whole_dst(in.op)) return true;
   switch (in.op) {
-    case Opcode::tensor_tensor:
-    case Opcode::tensor_scalar:
-    case Opcode::activation:
-    case Opcode::tensor_reduce:
-    case Opcode::tensor_copy:
-    case Opcode::memset:
-    case Opcode::iota:
-    case Opcode::affine_select:
-    case Opcode::nc_transpose:
-    case Opcode::nc_transpose_vector:
-      return true;
     case Opcode::nc_matmul:
       return in.args.accumulate == 0;
     case Opcode::dma_copy:

@@ -12,8 +12,8 @@
 // the block does; an overwrite inside a loop or a nested block may not run, or runs more than
 // once), and only an instruction that writes every element of its destination: a matmul that
 // does not accumulate, a DMA that does not scatter (dst_rows), the element-wise, copy,
-// transpose, memset, iota and select instructions (the list of the native backend's
-// first_reads, native::overwrites_dst). Its destination must be the whole tile, and no other
+// transpose, memset, iota and select instructions (opcode_writes_whole_dst, which the native
+// backend's first_reads shares). Its destination must be the whole tile, and no other
 // argument of it may name the tile. A DMA that skips out-of-bounds rows (oob_mode=skip) leaves
 // those rows as they were, so it counts only with SkippedRows::undefined: the kernel then must
 // not read rows such a DMA skipped in a tile it reloads (nki-library's MoE kernels skip padding
@@ -31,18 +31,8 @@ namespace {
 using passes::Uses;
 
 bool writes_every_element(const Op& op, SkippedRows skipped) {
+  if (opcode_writes_whole_dst(op.code)) return true;
   switch (op.code) {
-    case Opcode::tensor_tensor:
-    case Opcode::tensor_scalar:
-    case Opcode::activation:
-    case Opcode::tensor_reduce:
-    case Opcode::tensor_copy:
-    case Opcode::memset:
-    case Opcode::iota:
-    case Opcode::affine_select:
-    case Opcode::nc_transpose:
-    case Opcode::nc_transpose_vector:
-      return true;
     case Opcode::nc_matmul:
     case Opcode::nc_matmul_mx:
       return op.get_int("accumulate", -1) == 0;

@@ -100,6 +100,24 @@ const std::vector<ArgSpec>& opcode_signature(Opcode op) {
   return signatures().at(static_cast<size_t>(op));
 }
 
+bool opcode_writes_whole_dst(Opcode op) {
+  switch (op) {
+    case Opcode::tensor_tensor:
+    case Opcode::tensor_scalar:
+    case Opcode::activation:
+    case Opcode::tensor_reduce:
+    case Opcode::tensor_copy:
+    case Opcode::memset:
+    case Opcode::iota:
+    case Opcode::affine_select:
+    case Opcode::nc_transpose:
+    case Opcode::nc_transpose_vector:
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool opcode_has_dst(Opcode op) {
   static const std::vector<bool> has = [] {
     std::vector<bool> h;

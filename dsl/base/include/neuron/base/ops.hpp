@@ -256,6 +256,10 @@ struct ArgSpec {
 
 const std::vector<ArgSpec>& opcode_signature(Opcode op);
 bool opcode_has_dst(Opcode op);                  // whether the signature has OUT
+// Whether the instruction writes every element of its destination whatever its arguments
+// (element-wise, copies, transposes, memset, iota, affine_select). nc_matmul without
+// accumulation and a DMA that neither scatters nor skips rows do too; their callers check that.
+bool opcode_writes_whole_dst(Opcode op);
 bool memory_in(Memory m, unsigned memories);     // m is one of the MemorySet bits
 std::string memory_set_text(unsigned memories);  // "SBUF", "SBUF or PSUM", ...
 std::string_view arg_kind_text(ArgKind k);       // "a view", "an integer", ...
