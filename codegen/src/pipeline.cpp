@@ -101,7 +101,7 @@ Compiled compile(const Kernel& kernel, const CompileOptions& opts) {
       }
     }
   });
-  // 6. Lower last  // 7. Lower last: access patterns need the allocator's offsets and slots.
+  // 6. Lower last: access patterns need the allocator's offsets and slots.
   out.program = runner.run_lower(k, target);
   out.kernel = std::move(k);
   return out;

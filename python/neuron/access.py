@@ -90,7 +90,8 @@ class OutOfRange:
     error: kernels build a view per loop step and use it only on the steps where it fits
     (nki-library's output projection). `nisa.dma_copy(..., oob_mode=skip)` skips a copy
     through it; any other use (an instruction, an attribute) raises the error, which names the
-    .ap() call's line."""
+    .ap() call's line. A direct pattern that runs past the end of an HBM tensor whatever its
+    offset has its shape, ndim and dtype (nki-library sizes tiles by them)."""
 
     def __init__(self, error, shape=None, dtype=None):
         self.error = error
