@@ -265,17 +265,7 @@ class Allocator : public IRMutator {
   }
 
   StmtPtr mutate_Op(const Op& n, const StmtPtr& self) override {
-    std::vector<Arg> args = n.args;
-    bool changed = false;
-    for (auto& a : args)
-      if (auto v = std::get_if<Access>(&a.value)) {
-        auto it = remap_.find(v->buffer.get());
-        if (it != remap_.end()) {
-          v->buffer = it->second;
-          changed = true;
-        }
-      }
-    return changed ? Op::make(n.code, std::move(args), n.span) : self;
+    return rebind_buffers(n, self, remap_);
   }
 
  private:

@@ -27,7 +27,7 @@ namespace {
 struct Effects : IRVisitor {
   static inline const Buffer* const hbm = nullptr;  // every HBM tensor, as one
   std::set<const Buffer*> reads, writes;
-  bool registers = false;
+  bool registers = false, reads_psum = false;
 
   static const Buffer* key(const Access& a) {
     return passes::is_hbm(a.buffer->memory) ? hbm : a.buffer.get();
@@ -44,21 +44,13 @@ struct Effects : IRVisitor {
       for (auto& spec : sig)
         if (arg.name == spec.name) source = spec.is_source();
       (source ? reads : writes).insert(key(*v));
+      reads_psum |= source && v->buffer->memory == Memory::psum;
       for (auto& d : v->dims)
         for (auto& t : d.start.terms)
           if (is_register_var(t.var)) registers = true;
     }
   }
 };
-
-bool reads_psum(const Op& op) {
-  const auto& sig = opcode_signature(op.code);
-  for (auto& arg : op.args)
-    if (auto v = std::get_if<Access>(&arg.value); v && v->buffer->memory == Memory::psum)
-      for (auto& spec : sig)
-        if (arg.name == spec.name && spec.is_source()) return true;
-  return false;
-}
 
 class Hoist : public IRMutator {
  public:
@@ -83,7 +75,7 @@ class Hoist : public IRMutator {
       Effects e;
       e.visit(m);
       size_t g = groups.size();  // a new anchor
-      if (auto op = m->as<Op>(); op && !e.registers && reads_psum(*op)) {
+      if (m->as<Op>() && !e.registers && e.reads_psum) {
         g = 0;
         for (auto* b : e.reads) at_least(last_write, b, g);
         for (auto* b : e.writes) at_least(last_touch, b, g);

@@ -77,15 +77,7 @@ class Rename : public IRMutator {
  public:
   explicit Rename(const std::map<const Buffer*, BufferPtr>& to) : to_(to) {}
   StmtPtr mutate_Op(const Op& n, const StmtPtr& self) override {
-    std::vector<Arg> args = n.args;
-    bool changed = false;
-    for (auto& a : args)
-      if (auto v = std::get_if<Access>(&a.value))
-        if (auto it = to_.find(v->buffer.get()); it != to_.end() && it->second != v->buffer) {
-          v->buffer = it->second;
-          changed = true;
-        }
-    return changed ? Op::make(n.code, std::move(args), n.span) : self;
+    return passes::rebind_buffers(n, self, to_);
   }
 
  private:

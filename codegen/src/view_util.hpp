@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -60,6 +61,21 @@ inline int64_t view_elements(const Access& a) {
 inline bool broadcasts_partitions(const Access& a) {
   return a.buffer && is_on_chip(a.buffer->memory) && !a.dims.empty() && a.dims[0].step == 0 &&
          a.dims[0].size > 1;
+}
+
+// `self`, an Op, with each view of a buffer that `to` maps pointed at its replacement (self
+// itself when none is): allocate's placed buffers, tile_versions' versions.
+inline StmtPtr rebind_buffers(const Op& n, const StmtPtr& self,
+                              const std::map<const Buffer*, BufferPtr>& to) {
+  std::vector<Arg> args = n.args;
+  bool changed = false;
+  for (auto& a : args)
+    if (auto v = std::get_if<Access>(&a.value))
+      if (auto it = to.find(v->buffer.get()); it != to.end() && it->second != v->buffer) {
+        v->buffer = it->second;
+        changed = true;
+      }
+  return changed ? Op::make(n.code, std::move(args), n.span) : self;
 }
 
 // A view whose every free dim repeats one element: a per-partition scalar column.
