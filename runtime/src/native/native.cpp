@@ -10,6 +10,10 @@
 #include <iostream>
 #include <mutex>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "lru.hpp"
 #include "native_impl.hpp"
 #include "neuron/base/error.hpp"
@@ -35,6 +39,18 @@ bool uses_print(const std::vector<ProgNode>& body) {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// An LLVM compile makes many allocations, and the few it keeps (the loaded code's tables, the
+// cache's object blob) land inside the large blocks the caller freed just before (its previous
+// inputs and outputs). glibc then cannot reuse those blocks for the next large tensor and keeps
+// the rest of them resident: a loop compiling kernels over 14 MB tensors held 13 MB more per
+// kernel, 2 GB after 150 kernels, all of it free. Handing free pages back after each LLVM
+// compile keeps resident memory at what is live (about 1 ms, against a compile of 20 ms or more).
+void release_free_heap_pages() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
 }
 
 struct LoadedCode {
@@ -220,6 +236,11 @@ NativeKernel compile_program(const Program& program, const std::string& ir_text,
     }
     native::LoadedObject lo = load(blob, program.name);
     rep.phases.push_back({"load", lo.load_ms});
+    if (level == CacheLevel::none) {
+      auto t = Clock::now();
+      release_free_heap_pages();
+      rep.phases.push_back({"release free memory", ms_since(t)});
+    }
     impl->entry = lo.entry;
     impl->owner = lo.owner;
     if (!rep.key.empty()) {
