@@ -4,6 +4,7 @@
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/MC/SubtargetFeature.h>
 #include <llvm/MC/TargetRegistry.h>
@@ -25,6 +26,7 @@
 #include <mutex>
 #include <set>
 
+#include "jit_memory.hpp"
 #include "llvm_util.hpp"
 #include "neuron/base/error.hpp"
 #include "neuron/base/instr_kernels.hpp"
@@ -103,7 +105,15 @@ Jit& jit() {
     llvm::orc::JITTargetMachineBuilder jtmb{llvm::Triple(host().triple)};
     jtmb.setCPU(host().cpu);
     jtmb.getFeatures().AddFeature(host().features);
-    auto created = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create();
+    auto created =
+        llvm::orc::LLJITBuilder()
+            .setJITTargetMachineBuilder(jtmb)
+            .setObjectLinkingLayerCreator([](llvm::orc::ExecutionSession& es, const llvm::Triple&) {
+              // LLJIT's default layer, with one contiguous mapping per object (jit_memory.cpp).
+              return std::make_unique<llvm::orc::RTDyldObjectLinkingLayer>(
+                  es, [] { return contiguous_memory_manager(); });
+            })
+            .create();
     if (!created) fail(created.takeError(), "creating the LLJIT");
     r->jit = std::move(*created);
     r->jit->getExecutionSession().setErrorReporter([r](llvm::Error e) {

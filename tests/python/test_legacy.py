@@ -475,6 +475,55 @@ def test_masked_iota_and_affine_select_offsets():
     np.testing.assert_array_equal(b, want_b.astype(np.float32))
 
 
+# ---- program ids where a value is needed; index tiles into reshaped HBM tensors ---------------
+
+def pid_values(x):
+    """A mask and an iota that depend on the program id (vLLM's paged attention takes
+    nisa.iota(nl.program_id(1)) as its kv head): each program is traced with its ids as ints."""
+    out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    ids = nl.ndarray((x.shape[0], 4), nl.int32, buffer=nl.shared_hbm)
+    ix, iy = nl.arange(128)[:, None], nl.arange(64)[None, :]
+    rows = nl.program_id(0) * 128 + ix
+    nl.store(out[rows, iy], value=nl.load(x[rows, iy], mask=(rows < 200)) * 2.0,
+             mask=(rows < 200))
+    j = nl.arange(4)[None, :]
+    nl.store(ids[rows, j], value=nisa.iota(rows * 4 + j + nl.program_id(0) * 1000,
+                                           dtype=nl.int32))
+    return out, ids
+
+
+@pytest.mark.parametrize("mode", ["simulation", "auto"])
+def test_program_ids_in_masks_and_iota(mode):
+    x = rand(256, 64)
+    out, ids = nki.jit(pid_values, mode=mode)[2](x)
+    np.testing.assert_array_equal(out[:200], x[:200] * np.float32(2))
+    r, j = np.meshgrid(np.arange(256), np.arange(4), indexing="ij")
+    np.testing.assert_array_equal(ids, r * 4 + j + (r // 128) * 1000)
+
+
+def paged_rows(cache, table):
+    """vLLM's KV-cache read: cache [2, blocks, heads, block_size, d] reshaped to
+    [2, blocks * heads, block_size * d], rows picked by an index tile after a leading int."""
+    flat = cache.reshape((2, cache.shape[1] * cache.shape[2], cache.shape[3] * cache.shape[4]))
+    n, width = table.shape[0], flat.shape[2]
+    out = nl.ndarray((2, n, width), cache.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.arange(n)[:, None], nl.arange(width)[None, :]
+    idx = nl.load(table[i_p, nl.arange(1)[None, :]])
+    zero = nl.zeros((n, width), cache.dtype, buffer=nl.sbuf, lazy_initialization=True)
+    for kv in nl.affine_range(2):
+        nl.store(out[kv, i_p, i_f], value=nl.add(nl.load(flat[kv, idx[i_p, 0], i_f]), zero))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["simulation", "auto"])
+def test_index_tile_rows_of_a_reshaped_tensor(mode):
+    cache = rand(2, 6, 2, 4, 8)
+    table = np.array([[11], [0], [5], [7], [2]], np.int32)
+    got = nki.jit(paged_rows, mode=mode)(cache, table)
+    flat = cache.reshape(2, 12, 32)
+    np.testing.assert_array_equal(got, flat[:, table[:, 0]])
+
+
 # ---- nl legacy keywords: dtype defaults, reductions broadcast, composites --------------------
 
 @nki.jit(mode="simulation")
@@ -646,14 +695,6 @@ def unmasked_tail(x):
     return out
 
 
-def pid_mask(x):
-    out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
-    ix, iy = nl.arange(128)[:, None], nl.arange(64)[None, :]
-    rows = nl.program_id(0) * 128 + ix
-    nl.store(out[rows, iy], value=nl.load(x[rows, iy], mask=(rows < 200)))
-    return out
-
-
 def current_api_dst(x):  # the current API's destination-first form in a legacy kernel
     out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
     act = nl.ndarray(x.shape, nl.float32)
@@ -682,8 +723,6 @@ ERRORS = [
     (or_mask, (128, 64), "mask", "(ix < 64) | (iy < 8)", "joined with & only"),
     (diagonal_mask, (128, 64), "mask", "ix + iy < 100", "may involve one grid axis"),
     (unmasked_tail, (200, 64), "index", "t = nl.load", "only where a mask= excludes"),
-    (pid_mask, (256, 64), "mask", "mask=(rows < 200)",
-     "depends on 'pid0*128 - 200' (a program id)"),
     (current_api_dst, (128, 64), "unknown-arg", "nisa.activation(dst=",
      "nisa.activation got an unexpected keyword argument 'dst'"),
     (unknown_nl_keyword, (128, 64), "unknown-arg", "out=out",

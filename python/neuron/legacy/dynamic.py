@@ -73,3 +73,61 @@ def subscript(t, keys, previous_getitem):
     view = grid_view(t, tuple(keys)) if any(isinstance(k, Grid) for k in keys[d + 1:]) else \
         previous_getitem(t, tuple(slice(None) if i == d else k for i, k in enumerate(keys)))
     return IndirectView(concrete(view), idx)
+
+
+def reshaped_rows(r, keys):
+    """r[ints..., idx_tile[i_p, 0], grids...] of a reshaped HBM tensor r (legacy views.Reshaped):
+    vLLM's paged attention reads `kv_cache.reshape((2, blocks, F))[0, block_ids[i_p, 0], i_f]`.
+    The rows of the index tile's dim, moved by the leading ints, as a current-API .ap() with a
+    vector_offset over the reshaped storage (the reshape keeps the row-major element order)."""
+    from ..access import ap_over
+    keys = list(keys) + [0] * (len(r.shape) - len(keys))
+    tiles = [d for d, k in enumerate(keys) if _tile(k) is not None]
+    if len(tiles) != 1 or [n for n in _tile(keys[tiles[0]]).shape if n != 1] == []:
+        error("indirect-dma", f"a subscript of the reshaped tensor '{r.name}' may hold one [P, 1] "
+              "index tile (rows chosen at run time); a one-element offset tile is supported on "
+              "tensors that are not reshaped")
+    d, idx = tiles[0], _tile(keys[tiles[0]])
+    if len(idx.shape) != 2 or idx.shape[1] != 1:
+        error("indirect-dma", f"an index tile is [P, 1] (one row per partition, such as "
+              f"idx_tile[i_p, 0]), got shape {list(idx.shape)}")
+    if any(not isinstance(k, int) for k in keys[:d]):
+        error("indirect-dma", "the index tile must be the first subscript that is not an int "
+              "(it selects the rows of that dim)")
+    base_elements = 1
+    for n in _C.storage_shape(r.base):
+        base_elements *= n
+    strides, step = [], 1
+    for n in reversed(r.shape):
+        strides.insert(0, step)
+        step *= n
+    if base_elements != step:
+        error("indirect-dma", f"index tiles select rows of a reshape of a whole tensor; "
+              f"'{r.name}' reshapes part of one")
+    offset = sum(k * strides[i] for i, k in enumerate(keys[:d]))
+    grids = [k for k in keys[d + 1:] if isinstance(k, Grid)]
+    S = None
+    if grids:
+        from .grid import broadcast_shapes
+        S = broadcast_shapes([g.shape for g in grids])
+    pattern, last_axis = [[strides[d], idx.shape[0]]], 0
+    for j in range(d + 1, len(keys)):
+        k = keys[j]
+        if isinstance(k, int):
+            offset += k * strides[j]
+            continue
+        if not isinstance(k, Grid) or not isinstance(k.const, int):
+            error("indirect-dma", f"after the index tile, subscript '{r.name}' with index grids "
+                  f"and ints, got {k!r}")
+        coef = k.coefs_in(S)
+        varying = [a for a, c in enumerate(coef) if c != 0 and S[a] > 1]
+        if len(varying) != 1 or varying[0] <= last_axis or coef[varying[0]] < 0:
+            error("indirect-dma", f"after the index tile, each subscript of '{r.name}' walks one "
+                  "free grid axis, in order, forwards (such as i_f = nl.arange(F)[None, :])")
+        last_axis = varying[0]
+        pattern.append([coef[last_axis] * strides[j], S[last_axis]])
+        offset += k.const * strides[j]
+    # Rows are counted in the storage seen as [rows of dim d and before, the rest]: an index
+    # past dim d's size but inside the tensor reads the next block, as the flat DMA would.
+    rows = step // strides[d]
+    return ap_over(r.base, [rows, strides[d]], pattern, offset, None, idx, 0, None)

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from .. import _C
+from .. import _C, unroll
 from .._span import user_span
 from ..errors import user_error
 
@@ -31,6 +31,10 @@ def const_int(v, what):
     """v as an int; an Affine must be constant (a symbolic program id is not decidable)."""
     if isinstance(v, _C.Affine):
         if not v.is_constant():
+            # A program id: trace each program on its own, its ids ints (vLLM's paged attention
+            # takes nisa.iota(nl.program_id(1)) as its head's index); a rolled loop's index:
+            # unroll it. Registers and runtime loop indices stay an error.
+            unroll.need_value(v)
             kind = "a runtime value" if re.search(r"\b[ri]\d", str(v)) else "a program id"
             error("mask", f"{what} depends on '{v}' ({kind}), which has no value at trace "
                   "time; use index grids, unrolled loop indices and constants here")

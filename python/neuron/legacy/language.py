@@ -187,7 +187,9 @@ def _memory(buffer):
     return _compiler.memory_of(buffer)
 
 
-def zeros(shape, dtype, *, buffer=None, name="", **kwargs):
+def zeros(shape, dtype, *, buffer=None, name="", lazy_initialization=False, **kwargs):
+    # lazy_initialization: neuronx-cc may defer the fill to the tile's first use (vLLM's paged
+    # attention passes it); the values read are zeros either way, so it changes nothing here.
     return _make(shape, dtype, sbuf if buffer is None else buffer, name, 0.0)
 
 

@@ -321,6 +321,9 @@ class Reshaped:
         keys = key if isinstance(key, tuple) else (key,)
         if len(keys) == 1 and keys[0] is Ellipsis:
             return self
+        from . import dynamic  # it imports this module
+        if dynamic.is_runtime_key(keys):
+            return dynamic.reshaped_rows(self, keys)
         if not any(isinstance(k, (Grid, slice)) for k in keys):
             error("index", f"subscript the reshaped tensor '{self.name}' with index grids or "
                   "slices (its result must keep at least one dim)")
