@@ -626,7 +626,8 @@ class Lowering {
   Run plan_run(const std::vector<ProgNode>& body, size_t i, size_t j) {
     Run run;
     if (fold_runs_ && j >= i + 2) {
-      run.ranges = run_local_ranges(p_, body, i, j);
+      if (!sbuf_accesses_) sbuf_accesses_ = sbuf_accesses(p_);  // once per program
+      run.ranges = run_local_ranges(p_, body, i, j, &*sbuf_accesses_);
       run.fw = forward_loads(body, i, j, run.ranges, [this](const Affine& a) { return dynamic(a); });
       return run;
     }
@@ -894,6 +895,7 @@ class Lowering {
   bool bitcode_ = true;
   bool partition_blocks_ = true;
   bool fold_runs_ = true;
+  std::optional<SbufAccesses> sbuf_accesses_;  // run_local_ranges' index, built on first use
   bool fuse_chains_ = true;
   int64_t stream_bytes_ = 0;
   bool profile_ = false;

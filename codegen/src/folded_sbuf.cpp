@@ -70,21 +70,20 @@ AccessPattern probe(int64_t partition, int64_t count, int64_t lo, int64_t hi) {
   return p;
 }
 
-// The SBUF views of every instruction not in `skip` (ids); false when two instructions share an
-// id (a hand-built program): then the run's instructions cannot be told apart.
-bool collect(const std::vector<ProgNode>& body, const std::set<int>& skip, std::set<int>& seen,
-             std::vector<const AccessPattern*>& out) {
+void collect(const std::vector<ProgNode>& body, std::set<int>& seen, SbufAccesses& out) {
   for (const ProgNode& n : body) {
     if (n.kind == ProgNode::Kind::loop) {
-      if (!collect(n.body, skip, seen, out)) return false;
+      collect(n.body, seen, out);
       continue;
     }
-    if (!seen.insert(n.instr.id).second) return false;
-    if (!skip.count(n.instr.id))
-      for (auto [ap, written] : operands_of(n.instr))
-        if (ap->memory == Memory::sbuf) out.push_back(ap);
+    if (!seen.insert(n.instr.id).second) out.unique_ids = false;
+    for (auto [ap, written] : operands_of(n.instr)) {
+      if (ap->memory != Memory::sbuf) continue;
+      auto [at, fresh] = out.span.try_emplace(n.instr.id, out.list.size(), out.list.size());
+      at->second.second = out.list.size();
+      out.list.push_back({n.instr.id, ap});
+    }
   }
-  return true;
 }
 
 // Elements of one row of `ap` when its free dims walk one dense row-major run, else 0.
@@ -100,19 +99,44 @@ int64_t dense_row(const AccessPattern& ap) {
 
 }  // namespace
 
+SbufAccesses sbuf_accesses(const Program& p) {
+  SbufAccesses all;
+  std::set<int> seen;
+  collect(p.body, seen, all);
+  return all;
+}
+
 std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgNode>& body,
-                                       size_t i, size_t j) {
+                                       size_t i, size_t j, const SbufAccesses* given) {
+  SbufAccesses own;
+  if (!given) own = sbuf_accesses(p);
+  const SbufAccesses& all = given ? *given : own;
+  if (!all.unique_ids) return {};  // the run's instructions cannot be told apart
   std::vector<std::pair<const AccessPattern*, bool>> run;
   std::set<int> ids;
+  size_t first = all.list.size(), last = 0;  // the run's entries in all.list
   for (size_t k = i; k < j; ++k) {
     const Instr& in = body[k].instr;
     ids.insert(in.id);
     auto ops = in_order(in);
     run.insert(run.end(), ops.begin(), ops.end());
+    if (auto at = all.span.find(in.id); at != all.span.end())
+      first = std::min(first, at->second.first), last = std::max(last, at->second.second);
   }
-  std::vector<const AccessPattern*> outside;
-  std::set<int> seen;
-  if (!collect(p.body, ids, seen, outside)) return {};
+  if (first > last) return {};  // the run touches no SBUF
+  // Whether an instruction outside the run touches `whole`: the nearest ones first, so an
+  // unrolled kernel, whose next iteration reuses the same bytes, answers in a few steps.
+  auto touched_outside = [&](const AccessPattern& whole) {
+    for (size_t d = 1;; ++d) {
+      const bool below = d <= first, above = last + d < all.list.size();
+      if (!below && !above) return false;
+      for (size_t at : {below ? first - d : all.list.size(), above ? last + d : all.list.size()}) {
+        if (at == all.list.size()) continue;
+        const auto& [id, ap] = all.list[at];
+        if (!ids.count(id) && may_overlap(whole, *ap)) return true;
+      }
+    }
+  };
 
   std::vector<RunLocal> ranges;
   for (size_t a = 0; a < run.size(); ++a) {
@@ -136,8 +160,7 @@ std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgN
            other.partition == ap->partition && other.dims[0].size == ap->dims[0].size &&
            (other.rotation == ap->rotation || (!rotates && other.rotation.count <= 1));
     }
-    for (const AccessPattern* other : outside)
-      if (ok && may_overlap(whole, *other)) ok = false;
+    if (ok && touched_outside(whole)) ok = false;
     if (ok) ranges.push_back({ap->partition.constant, r->first, r->second});
   }
   return ranges;

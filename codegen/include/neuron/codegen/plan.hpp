@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "neuron/codegen/program.hpp"
@@ -67,8 +68,18 @@ std::optional<std::pair<int64_t, int64_t>> byte_range(const AccessPattern& ap, b
 struct RunLocal {
   int64_t partition, lo, hi;
 };
+// Every SBUF view of a program, in program order, with its instruction's id: built once per
+// program for run_local_ranges (a fully unrolled kernel has thousands of runs, and each asks
+// whether anything outside it touches its ranges).
+struct SbufAccesses {
+  std::vector<std::pair<int, const AccessPattern*>> list;
+  std::unordered_map<int, std::pair<size_t, size_t>> span;  // id -> first, last entry in list
+  bool unique_ids = true;  // false: two instructions share an id (a hand-built program)
+};
+SbufAccesses sbuf_accesses(const Program& p);
+
 std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgNode>& body,
-                                       size_t i, size_t j);
+                                       size_t i, size_t j, const SbufAccesses* all = nullptr);
 
 // The run body[i, j) with its loads into run-local ranges forwarded (folded_sbuf.cpp): a range
 // whose one write is a DMA from HBM rows laid out as its rows (the same dtype, or bf16/fp16
