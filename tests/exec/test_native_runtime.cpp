@@ -265,6 +265,30 @@ TEST_CASE("native bitcode mode specializes element-wise kernels into vector code
   CHECK(host_ir.find("@neuron_host_k_tensor_tensor") != std::string::npos);
 }
 
+TEST_CASE("programs above NEURON_HOST_KERNELS_ABOVE instructions call the host kernels") {
+  // vector_add over [256, 64] with grid {2}: 3 instructions per program.
+  Compiled c = compile(vector_add_kernel(256, 64), default_compile_options());
+  Tensor a = Tensor::empty({256, 64}, f32), b = Tensor::empty({256, 64}, f32);
+  for (int64_t i = 0; i < a.elements(); ++i) a.set(i, float(i % 31) * 0.5f), b.set(i, float(i));
+  setenv("NEURON_CACHE", "off", 1);
+  NativeKernel small = compile_native(c);  // the default bound (20,000) is far away
+  CHECK(small.report().options.find("kernels=bitcode") != std::string::npos);
+  setenv("NEURON_HOST_KERNELS_ABOVE", "2", 1);
+  NativeKernel big = compile_native(c);
+  CHECK(big.report().options.find("kernels=host") != std::string::npos);
+  Tensor want = small({a, b}, {2})[0], got = big({a, b}, {2})[0];
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < want.elements(); ++i) wrong += got.get(i) != want.get(i);
+  CHECK(wrong == 0);
+  setenv("NEURON_NATIVE_KERNELS", "bitcode", 1);  // an explicit choice wins
+  CHECK(compile_native(c).report().options.find("kernels=bitcode") != std::string::npos);
+  unsetenv("NEURON_NATIVE_KERNELS");
+  setenv("NEURON_HOST_KERNELS_ABOVE", "lots", 1);
+  expect_user_error([&] { compile_native(c); }, "config", "NEURON_HOST_KERNELS_ABOVE='lots'");
+  unsetenv("NEURON_HOST_KERNELS_ABOVE");
+  unsetenv("NEURON_CACHE");
+}
+
 TEST_CASE("native threads: NEURON_THREADS is the default, the call's option wins") {
   Compiled c = compile(vector_add_kernel(512, 8), default_compile_options());
   Tensor a = Tensor::empty({512, 8}, f32), b = Tensor::empty({512, 8}, f32);

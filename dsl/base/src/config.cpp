@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cerrno>
 #include <cstdlib>
 #include <string_view>
 
@@ -121,6 +122,15 @@ Config config() {
     if (s != "bitcode" && s != "host")
       user_error(Span{}, "config", "NEURON_NATIVE_KERNELS='{}' is not one of bitcode, host", s);
     c.native_kernels = std::string(s);
+  }
+  if (const char* h = std::getenv("NEURON_HOST_KERNELS_ABOVE"); h && *h) {
+    char* end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(h, &end, 10);
+    if (*end || errno || n < 0)
+      user_error(Span{}, "config",
+                 "NEURON_HOST_KERNELS_ABOVE='{}' is not a count of instructions (digits)", h);
+    c.host_kernels_above = n;
   }
   if (const char* b = std::getenv("NEURON_PARTITION_BLOCKS"); b && *b) {
     std::string_view s(b);

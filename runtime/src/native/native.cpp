@@ -79,9 +79,18 @@ struct Evicted {
   std::vector<NativeKernel> kernels;
 };
 
-native::JitOptions jit_options(const NativeCompileOptions& o) {
+int64_t instruction_count(const std::vector<ProgNode>& body) {
+  int64_t n = 0;
+  for (auto& node : body)
+    n += node.kind == ProgNode::Kind::loop ? instruction_count(node.body) : 1;
+  return n;
+}
+
+native::JitOptions jit_options(const NativeCompileOptions& o, const Program& p) {
   native::JitOptions j;
   std::string k = o.kernels.empty() ? config().native_kernels : o.kernels;
+  if (k.empty())
+    k = instruction_count(p.body) > config().host_kernels_above ? "host" : "bitcode";
   if (k != "bitcode" && k != "host")
     user_error(Span{}, "config", "native kernels '{}' is not one of bitcode, host", k);
   j.bitcode_kernels = k == "bitcode";
@@ -173,7 +182,7 @@ static native::LoadedObject load(const Blob& blob, const std::string& kernel) {
 NativeKernel compile_program(const Program& program, const std::string& ir_text,
                              const NativeCompileOptions& opts, CompileReport rep) {
   NativeKernel nk;
-  const native::JitOptions jo = jit_options(opts);
+  const native::JitOptions jo = jit_options(opts, program);
   rep.kernel = program.name;
   rep.options = jo.str();
   auto t0 = Clock::now();
@@ -270,8 +279,10 @@ NativeKernel compile_native(const Program& p, const NativeCompileOptions& opts) 
 NativeKernel compile_native(const Kernel& k, const NativeCompileOptions& opts) {
   auto t0 = Clock::now();
   CompileOptions co = default_compile_options();
-  const std::string src = fmt::format("{}|{}|{}", co.target, jit_options(opts).str(),
-                                      print(k, PrintOptions{.spans = true}));
+  // The options as far as they do not depend on the program, and the bound they use.
+  const std::string src =
+      fmt::format("{}|{}|{}|{}", co.target, jit_options(opts, Program{}).str(),
+                  config().host_kernels_above, print(k, PrintOptions{.spans = true}));
   LoadedKernels& mem = memory();
   {
     std::lock_guard lock(mem.mutex);

@@ -37,8 +37,14 @@ struct Config {
   // NEURON_LOG: comma-separated topics; "compile" prints every compile report on stderr.
   bool log_compile = false;
   // NEURON_NATIVE_KERNELS: how generated code reaches the instruction kernels: "bitcode"
-  // (default: linked in and specialized) or "host" (calls to the library's compiled copies).
-  std::string native_kernels = "bitcode";
+  // (linked in and specialized) or "host" (calls to the library's compiled copies). Unset:
+  // bitcode, except for programs of more than host_kernels_above instructions.
+  std::string native_kernels;
+  // NEURON_HOST_KERNELS_ABOVE: a program with more instructions than this (a fully unrolled
+  // legacy kernel) calls the host kernels when NEURON_NATIVE_KERNELS is unset: specializing
+  // every call made LLVM's compile of a 150,000-instruction program take over 20 minutes,
+  // the host calls 4 minutes (docs/native.md "Bitcode vs host functions").
+  int64_t host_kernels_above = 20000;
   // NEURON_MATMUL_ISA: which nc_matmul kernel variant native code and the simulator use: amx,
   // avx512bf16, avx512, avx2 or portable; empty (default) picks the fastest this CPU supports.
   // All compute the same bits (docs/numerics.md); for comparing speed. Read once, at the first
