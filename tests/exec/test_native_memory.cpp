@@ -14,6 +14,7 @@
 #include <vector>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "neuron/codegen/pipeline.hpp"
@@ -69,6 +70,22 @@ struct Env {
   Env(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
   ~Env() { unsetenv(name.c_str()); }
 };
+
+// Runs `body` in a forked child (it may exhaust or rearrange the child's address space) and
+// returns the child's wait status; body's result is the exit code.
+int status_of_child(const std::function<int()>& body) {
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const int code = body();
+    std::fflush(nullptr);
+    _exit(code);
+  }
+  int st = 0;
+  REQUIRE(waitpid(pid, &st, 0) == pid);
+  return st;
+}
 
 }  // namespace
 
@@ -143,10 +160,7 @@ TEST_CASE("running out of mappings is a clear error, not an abort") {
   Compiled c = small_kernel(4);
   compile_native(c, kCheap);  // the object is now in the compile cache's memory level
   clear_native_kernels();     // unloaded: the next compile_native only loads
-  std::fflush(nullptr);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
+  const int st = status_of_child([&] {
     int code = 0;
     const long page = sysconf(_SC_PAGESIZE);
     const std::size_t pages = 1 << 17;  // 512 MiB of address space, never touched
@@ -180,11 +194,8 @@ TEST_CASE("running out of mappings is a clear error, not an abort") {
         code = 16;
       }
     }
-    std::fflush(nullptr);
-    _exit(code);
-  }
-  int st = 0;
-  REQUIRE(waitpid(pid, &st, 0) == pid);
+    return code;
+  });
   INFO("10 mmap failed, 11 limit not reached, 12 loaded anyway, 13 wrong error, 14 other "
        "exception, 15 wrong result after recovery, 16 recovery failed");
   REQUIRE(WIFEXITED(st));
@@ -236,10 +247,7 @@ TEST_CASE("a kernel's code and constants stay within reach when memory is fragme
   const Tensor x = Tensor::from_floats(xv, {128, 64}, DType::float32);
   const float want = compile_native(c, opts)({x})[0].get(100);  // the object is now cached
   clear_native_kernels();
-  std::fflush(nullptr);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
+  const int st = status_of_child([&] {
     const size_t page = size_t(sysconf(_SC_PAGESIZE)), gib = size_t(1) << 30;
     void* barrier = mmap(nullptr, 3 * gib, PROT_NONE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -256,11 +264,8 @@ TEST_CASE("a kernel's code and constants stay within reach when memory is fragme
     } catch (...) {
       code = 14;
     }
-    std::fflush(nullptr);
-    _exit(code);
-  }
-  int st = 0;
-  REQUIRE(waitpid(pid, &st, 0) == pid);
+    return code;
+  });
   INFO("killed by a signal (a wild constant-pool address) if not exited; exit 10-12: the "
        "address-space setup failed, 13 wrong result, 14 exception");
   REQUIRE(WIFEXITED(st));
