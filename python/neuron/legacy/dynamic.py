@@ -8,6 +8,8 @@
 
 Both become what the current API builds from .ap(): an IndirectView, or a view whose start is a
 register."""
+import numpy as np
+
 from .. import _C
 from .._span import user_span
 from ..access import IndirectView
@@ -91,6 +93,7 @@ def reshaped_rows(r, keys):
     if len(idx.shape) != 2 or idx.shape[1] != 1:
         error("indirect-dma", f"an index tile is [P, 1] (one row per partition, such as "
               f"idx_tile[i_p, 0]), got shape {list(idx.shape)}")
+    keys = [int(k) if isinstance(k, np.integer) else k for k in keys]
     if any(not isinstance(k, int) for k in keys[:d]):
         error("indirect-dma", "the index tile must be the first subscript that is not an int "
               "(it selects the rows of that dim)")
