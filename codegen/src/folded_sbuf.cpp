@@ -79,7 +79,7 @@ void collect(const std::vector<ProgNode>& body, std::set<int>& seen, SbufAccesse
     if (!seen.insert(n.instr.id).second) out.unique_ids = false;
     for (auto [ap, written] : operands_of(n.instr)) {
       if (ap->memory != Memory::sbuf) continue;
-      auto [at, fresh] = out.span.try_emplace(n.instr.id, out.list.size(), out.list.size());
+      auto at = out.span.try_emplace(n.instr.id, out.list.size(), out.list.size()).first;
       at->second.second = out.list.size();
       out.list.push_back({n.instr.id, ap});
     }
@@ -127,15 +127,13 @@ std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgN
   // Whether an instruction outside the run touches `whole`: the nearest ones first, so an
   // unrolled kernel, whose next iteration reuses the same bytes, answers in a few steps.
   auto touched_outside = [&](const AccessPattern& whole) {
-    for (size_t d = 1;; ++d) {
-      const bool below = d <= first, above = last + d < all.list.size();
-      if (!below && !above) return false;
-      for (size_t at : {below ? first - d : all.list.size(), above ? last + d : all.list.size()}) {
-        if (at == all.list.size()) continue;
-        const auto& [id, ap] = all.list[at];
-        if (!ids.count(id) && may_overlap(whole, *ap)) return true;
-      }
-    }
+    auto touches = [&](size_t at) {
+      return !ids.count(all.list[at].first) && may_overlap(whole, *all.list[at].second);
+    };
+    const size_t n = all.list.size();
+    for (size_t d = 1; d <= first || last + d < n; ++d)
+      if ((d <= first && touches(first - d)) || (last + d < n && touches(last + d))) return true;
+    return false;
   };
 
   std::vector<RunLocal> ranges;

@@ -72,8 +72,8 @@ struct Env {
 };
 
 // Runs `body` in a forked child (it may exhaust or rearrange the child's address space) and
-// returns the child's wait status; body's result is the exit code.
-int status_of_child(const std::function<int()>& body) {
+// checks that it exits with 0, body's result; `codes` explains the others.
+void check_child_succeeds(const char* codes, const std::function<int()>& body) {
   std::fflush(nullptr);
   pid_t pid = fork();
   REQUIRE(pid >= 0);
@@ -84,7 +84,9 @@ int status_of_child(const std::function<int()>& body) {
   }
   int st = 0;
   REQUIRE(waitpid(pid, &st, 0) == pid);
-  return st;
+  INFO(codes);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
 }
 
 }  // namespace
@@ -160,7 +162,10 @@ TEST_CASE("running out of mappings is a clear error, not an abort") {
   Compiled c = small_kernel(4);
   compile_native(c, kCheap);  // the object is now in the compile cache's memory level
   clear_native_kernels();     // unloaded: the next compile_native only loads
-  const int st = status_of_child([&] {
+  const char* codes =
+      "10 mmap failed, 11 limit not reached, 12 loaded anyway, 13 wrong error, 14 other "
+      "exception, 15 wrong result after recovery, 16 recovery failed";
+  check_child_succeeds(codes, [&] {
     int code = 0;
     const long page = sysconf(_SC_PAGESIZE);
     const std::size_t pages = 1 << 17;  // 512 MiB of address space, never touched
@@ -196,10 +201,6 @@ TEST_CASE("running out of mappings is a clear error, not an abort") {
     }
     return code;
   });
-  INFO("10 mmap failed, 11 limit not reached, 12 loaded anyway, 13 wrong error, 14 other "
-       "exception, 15 wrong result after recovery, 16 recovery failed");
-  REQUIRE(WIFEXITED(st));
-  CHECK(WEXITSTATUS(st) == 0);
 }
 
 // Maps PROT_NONE fillers into every gap between the process's mappings above `floor`, so the
@@ -247,7 +248,10 @@ TEST_CASE("a kernel's code and constants stay within reach when memory is fragme
   const Tensor x = Tensor::from_floats(xv, {128, 64}, DType::float32);
   const float want = compile_native(c, opts)({x})[0].get(100);  // the object is now cached
   clear_native_kernels();
-  const int st = status_of_child([&] {
+  const char* codes =
+      "killed by a signal (a wild constant-pool address) if not exited; exit 10-12: the "
+      "address-space setup failed, 13 wrong result, 14 exception";
+  check_child_succeeds(codes, [&] {
     const size_t page = size_t(sysconf(_SC_PAGESIZE)), gib = size_t(1) << 30;
     void* barrier = mmap(nullptr, 3 * gib, PROT_NONE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -266,8 +270,4 @@ TEST_CASE("a kernel's code and constants stay within reach when memory is fragme
     }
     return code;
   });
-  INFO("killed by a signal (a wild constant-pool address) if not exited; exit 10-12: the "
-       "address-space setup failed, 13 wrong result, 14 exception");
-  REQUIRE(WIFEXITED(st));
-  CHECK(WEXITSTATUS(st) == 0);
 }

@@ -79,18 +79,11 @@ struct Evicted {
   std::vector<NativeKernel> kernels;
 };
 
-int64_t instruction_count(const std::vector<ProgNode>& body) {
-  int64_t n = 0;
-  for (auto& node : body)
-    n += node.kind == ProgNode::Kind::loop ? instruction_count(node.body) : 1;
-  return n;
-}
-
 native::JitOptions jit_options(const NativeCompileOptions& o, const Program& p) {
   native::JitOptions j;
   std::string k = o.kernels.empty() ? config().native_kernels : o.kernels;
   if (k.empty())
-    k = instruction_count(p.body) > config().host_kernels_above ? "host" : "bitcode";
+    k = p.num_instrs > config().host_kernels_above ? "host" : "bitcode";
   if (k != "bitcode" && k != "host")
     user_error(Span{}, "config", "native kernels '{}' is not one of bitcode, host", k);
   j.bitcode_kernels = k == "bitcode";
