@@ -24,6 +24,7 @@ class Lowerer {
   Program run(const StmtPtr& body) {
     collect_scratch(body);
     lower_stmt(body, prog_.body);
+    mark_same_moving(prog_.body);
     prog_.num_instrs = next_id_;
     return std::move(prog_);
   }
@@ -33,6 +34,32 @@ class Lowerer {
   Program prog_;
   std::map<const Buffer*, int> tensor_index_;
   int next_id_ = 0;
+
+  // Consecutive matmuls over one moving tile (a row group's subtiles sharing a B tile): nothing
+  // runs between them and a matmul writes only PSUM, so the second reads the SBUF values the
+  // first read. Same dtypes, shapes and explicit accumulate flags besides, so both take the
+  // same path in the native kernel (neuron_k_matmul).
+  static void mark_same_moving(std::vector<ProgNode>& body) {
+    auto same_form = [](const AccessPattern& a, const AccessPattern& b) {
+      return a.memory == b.memory && a.dtype == b.dtype && a.dims == b.dims;
+    };
+    for (size_t i = 0; i < body.size(); ++i) {
+      ProgNode& n = body[i];
+      if (n.kind == ProgNode::Kind::loop) {
+        mark_same_moving(n.body);
+        continue;
+      }
+      if (i == 0 || n.instr.op != Opcode::nc_matmul) continue;
+      const ProgNode& prev = body[i - 1];
+      if (prev.kind != ProgNode::Kind::instr || prev.instr.op != Opcode::nc_matmul) continue;
+      const Instr& a = prev.instr;
+      Instr& b = n.instr;
+      b.args.same_moving = a.src[1] == b.src[1] && b.src[1].memory == Memory::sbuf &&
+                           a.dst.memory == Memory::psum && same_form(a.dst, b.dst) &&
+                           same_form(a.src[0], b.src[0]) && a.args.accumulate != -1 &&
+                           b.args.accumulate != -1;
+    }
+  }
 
   void add_tensor(const BufferPtr& b, TensorDecl::Role role) {
     if (tensor_index_.count(b.get())) return;

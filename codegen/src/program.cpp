@@ -211,6 +211,7 @@ class Lister {
       parts.push_back(n + "=" + pattern(in.reduce_res));
     }
     for (auto& t : arg_texts(in)) parts.push_back(std::move(t));
+    if (in.args.same_moving) parts.push_back("same_moving");
     indent(depth);
     out += fmt::format("{}\n", fmt::join(parts, " "));
   }

@@ -252,6 +252,34 @@ TEST_CASE("matmul kernel: full 128x128x512 tile with partition-like strides") {
   check_shape<uint16_t>({128, 512, 128}, 2000 - 128, 3000 - 512, 4096 - 512, 79);
 }
 
+TEST_CASE("matmul kernel: a B promised unchanged is reused only where the packed copy is intact") {
+  // neuron_matmul_bf16_same_b: consecutive nc_matmuls over one moving tile. Every call must
+  // give the contract's bits for its own A, whether the variant reused its packed B or not.
+  std::mt19937 rng(4242);
+  const Shape s{128, 512, 128}, narrow{128, 256, 128};
+  const int64_t ld = 512, ldc = 512;
+  auto a1 = random_buffer<uint16_t>(rng, 128 * 128), a2 = random_buffer<uint16_t>(rng, 128 * 128);
+  auto b = random_buffer<uint16_t>(rng, 128 * ld);
+  auto check = [&](const std::vector<uint16_t>& a, const Shape& sh, const char* when) {
+    std::vector<float> got(static_cast<size_t>(sh.M * ldc), 1.0f), want = got;
+    neuron_matmul_bf16_same_b(got.data(), ldc, a.data(), 128, b.data(), ld, sh.M, sh.N, sh.K, 1);
+    reference(want, ldc, a, 128, b, ld, sh.M, sh.N, sh.K, true);
+    INFO(when, ": first difference ", first_difference(got, want, ldc));
+    CHECK(same_bits(got, want));
+  };
+  std::vector<float> c(static_cast<size_t>(128 * ldc));
+  neuron_matmul_bf16(c.data(), ldc, a1.data(), 128, b.data(), ld, s.M, s.N, s.K, 0);
+  check(a2, s, "right after a call over the same B");
+  check(a1, s, "a third call over it");
+  // Another matmul in between uses the same scratch: the packed B is gone.
+  std::vector<float> fa(128 * 128, 0.5f), fb(128 * 512, 0.25f);
+  neuron_matmul_f32(c.data(), ldc, fa.data(), 128, fb.data(), 512, 128, 512, 128, 0);
+  check(a2, s, "after an fp32 matmul");
+  // A different shape over the same pointer is packed again.
+  check(a1, narrow, "fewer columns of the same B");
+  check(a2, s, "all columns again");
+}
+
 TEST_CASE("matmul kernel: empty shapes") {
   std::vector<float> a(16, 1.0f), b(16, 1.0f);
   for (const char* isa : kVariants) {

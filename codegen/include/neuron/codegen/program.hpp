@@ -69,6 +69,10 @@ struct InstrArgs {
   std::vector<int> axes;               // tensor_reduce: reduced free axes (dims of the pattern)
   bool negate = false;
   int accumulate = -1;                 // nc_matmul: 0 overwrite, 1 accumulate, -1 auto
+  // nc_matmul: the instruction just before it in its body is an nc_matmul reading the same
+  // moving view, so the moving values are the ones that one read (set by lower; the native
+  // matmul may keep its packed copy of them).
+  bool same_moving = false;
   std::vector<int64_t> pattern;        // iota/affine_select: [stride, count] pairs, flattened
   int64_t offset = 0, channel_multiplier = 0;
   AluOp cmp_op = AluOp::equal;         // affine_select comparison against 0

@@ -876,7 +876,8 @@ inline void matmul_values(const NView& d, int ddt, const float* s, const float* 
 }
 
 void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, int sdt, int mdt,
-                     int accumulate, int fast) {
+                     int accumulate, int layout) {
+  const bool fast = layout & kMatmulFast;
   const int64_t K = st->size[0], M = count_of(*st) / (K ? K : 1), N = count_of(*mv) / (K ? K : 1);
   const int esize = neuron::dtype_bytes(dt(ddt));
   const int acc_mode = accumulate_mode(*d, accumulate, M * N);
@@ -891,9 +892,9 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
                         reinterpret_cast<const float*>(mv->base), mv->stride[0] / 4, M, N, K,
                         acc_mode);
     else
-      neuron_matmul_bf16(c, ldc, reinterpret_cast<const uint16_t*>(st->base), st->stride[0] / 2,
-                         reinterpret_cast<const uint16_t*>(mv->base), mv->stride[0] / 2, M, N, K,
-                         acc_mode);
+      (layout & kMatmulSameMoving ? neuron_matmul_bf16_same_b : neuron_matmul_bf16)(
+          c, ldc, reinterpret_cast<const uint16_t*>(st->base), st->stride[0] / 2,
+          reinterpret_cast<const uint16_t*>(mv->base), mv->stride[0] / 2, M, N, K, acc_mode);
   } else {
     // Generic: the operands' values, then the shared accumulation loop.
     Scratch<float, 1> s(K * M), v(K * N);

@@ -11,9 +11,11 @@
 // the block's end C = (C or 0) + (even + odd) in fp32 under MXCSR's flush-to-zero and
 // denormals-are-zero, as in the pairs kernel (matmul_bf16_pairs.hpp).
 //
-// Operands are repacked per call into those pairs: B for a chunk of columns, A for a chunk of
-// rows, the whole K of both. Rows past K are +0.0 in A and -0.0 in B (products -0.0 change no
-// partial sum); columns past N are computed on zeros and never stored.
+// Operands are repacked per call into those pairs, the whole K of both: B for a chunk of columns
+// in panels of one micro-tile's width, A for a chunk of rows. Consecutive nc_matmuls over one
+// moving tile (a row group's subtiles) pack B once (neuron_matmul_bf16_same_b). Rows past K are
+// +0.0 in A and -0.0 in B (products -0.0 change no partial sum); columns past N are computed on
+// zeros and never stored.
 #include <cstddef>
 #include <cstdint>
 
@@ -42,67 +44,93 @@ constexpr int64_t NR = 16 * NV;
 constexpr uint16_t kPlusZero = 0x0000, kMinusZero = 0x8000;
 
 // dst[n] = (first[n] in the high half, second[n] in the low half) for n < cols, 0 up to padded.
-// A null row (past K) reads as `missing` in every column.
+// A null row (past K) reads as `missing` in every column. 32 columns per step: two word
+// interleaves (VPERMT2W) of one load from each row.
 void pack_pair(uint32_t* dst, const uint16_t* first, const uint16_t* second, int64_t cols,
                int64_t padded, uint16_t missing) {
-  const __m512i miss = _mm512_set1_epi32(missing);
-  int64_t n = 0;
-  for (; n + 16 <= cols; n += 16) {
-    const __m512i hi =
-        first
-            ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(first + n)))
-            : miss;
-    const __m512i lo = second ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(
-                                    reinterpret_cast<const __m256i*>(second + n)))
-                              : miss;
-    _mm512_storeu_si512(dst + n, _mm512_or_si512(_mm512_slli_epi32(hi, 16), lo));
+  alignas(64) static constexpr auto kInterleave = [] {
+    struct { uint16_t lo[32], hi[32]; } t{};
+    for (int j = 0; j < 16; ++j) {
+      t.lo[2 * j] = static_cast<uint16_t>(j), t.lo[2 * j + 1] = static_cast<uint16_t>(32 + j);
+      t.hi[2 * j] = static_cast<uint16_t>(16 + j), t.hi[2 * j + 1] = static_cast<uint16_t>(48 + j);
+    }
+    return t;
+  }();
+  const __m512i lo_idx = _mm512_load_si512(kInterleave.lo);
+  const __m512i hi_idx = _mm512_load_si512(kInterleave.hi);
+  const __m512i miss = _mm512_set1_epi16(static_cast<short>(missing));
+  auto mask = [](int64_t n, int width) {
+    return n >= width ? ~0ull >> (64 - width) : n <= 0 ? 0ull : (1ull << n) - 1;
+  };
+  for (int64_t n = 0; n < padded; n += 32) {
+    const __mmask32 valid = static_cast<__mmask32>(mask(cols - n, 32));
+    const __m512i f = first ? _mm512_maskz_loadu_epi16(valid, first + n)
+                            : _mm512_maskz_mov_epi16(valid, miss);
+    const __m512i s = second ? _mm512_maskz_loadu_epi16(valid, second + n)
+                             : _mm512_maskz_mov_epi16(valid, miss);
+    _mm512_mask_storeu_epi32(dst + n, static_cast<__mmask16>(mask(padded - n, 16)),
+                             _mm512_permutex2var_epi16(s, lo_idx, f));
+    _mm512_mask_storeu_epi32(dst + n + 16, static_cast<__mmask16>(mask(padded - n - 16, 16)),
+                             _mm512_permutex2var_epi16(s, hi_idx, f));
   }
-  for (; n < cols; ++n)
-    dst[n] =
-        static_cast<uint32_t>(first ? first[n] : missing) << 16 | (second ? second[n] : missing);
-  for (; n < padded; ++n) dst[n] = 0;
 }
 
-// Packs `cols` columns of K rows (row k at src + k * ld) as [block][chain][step][padded]: chain 0
-// holds rows 4s, 4s + 2 of the block, chain 1 rows 4s + 1, 4s + 3.
-void pack_operand(uint32_t* dst, const uint16_t* src, int64_t ld, int64_t K, int64_t cols,
-                  int64_t padded, uint16_t missing) {
+// Calls emit(r, k, k2) for every packed pair row r in order [block][step][chain]: chain 0 pairs
+// rows k = 4s and k2 = 4s + 2 of the block, chain 1 rows 4s + 1 and 4s + 3; -1 for rows past K.
+template <typename Emit>
+void for_each_pair_row(int64_t K, Emit emit) {
+  int64_t r = 0;
   for (int64_t k0 = 0; k0 < K; k0 += kBlockRows)
-    for (int chain = 0; chain < 2; ++chain)
-      for (int64_t s = 0; s < kSteps; ++s, dst += padded) {
+    for (int64_t s = 0; s < kSteps; ++s)
+      for (int chain = 0; chain < 2; ++chain, ++r) {
         const int64_t k = k0 + 4 * s + chain;
-        pack_pair(dst, k < K ? src + k * ld : nullptr, k + 2 < K ? src + (k + 2) * ld : nullptr,
-                  cols, padded, missing);
+        emit(r, k < K ? k : -1, k + 2 < K ? k + 2 : -1);
       }
 }
 
-// C[0:mr, 0:NV*16] of one micro-tile over all `blocks` of K; `last` valid columns in the last
-// vector. ap/bp: the packed operands at this tile, astride/bstride between steps.
+// B's `cols` columns as panels of NR: [panel][pair row][NR], so a micro-tile streams one
+// contiguous panel.
+void pack_b(uint32_t* dst, const uint16_t* src, int64_t ld, int64_t K, int64_t cols,
+            int64_t pair_rows) {
+  for (int64_t n = 0; n < cols; n += NR, dst += pair_rows * NR)
+    for_each_pair_row(K, [&](int64_t r, int64_t k, int64_t k2) {
+      pack_pair(dst + r * NR, k >= 0 ? src + k * ld + n : nullptr,
+                k2 >= 0 ? src + k2 * ld + n : nullptr, cols - n < NR ? cols - n : NR, NR,
+                kMinusZero);
+    });
+}
+
+// A's `rows` rows of C as [pair row][rows].
+void pack_a(uint32_t* dst, const uint16_t* src, int64_t ld, int64_t K, int64_t rows) {
+  for_each_pair_row(K, [&](int64_t r, int64_t k, int64_t k2) {
+    pack_pair(dst + r * rows, k >= 0 ? src + k * ld : nullptr, k2 >= 0 ? src + k2 * ld : nullptr,
+              rows, rows, kPlusZero);
+  });
+}
+
+// C[0:R, 0:V*16] of one micro-tile over all `blocks` of K; `last` valid columns in the last
+// vector. ap: A's packed pair rows at this tile, astride apart; bp: this tile's B panel.
 template <int R, int V>
 __attribute__((noinline)) void tile_kernel(const uint32_t* ap, int64_t astride, const uint32_t* bp,
-                                           int64_t bstride, int64_t blocks, float* c, int64_t ldc,
-                                           int last, bool accumulate) {
+                                           int64_t blocks, float* c, int64_t ldc, int last,
+                                           bool accumulate) {
   for (int64_t blk = 0; blk < blocks; ++blk) {
     __m512 even[R][V], odd[R][V];
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) even[i][v] = odd[i][v] = _mm512_setzero_ps();
-    for (int64_t s = 0; s < kSteps; ++s) {
-      const uint32_t* be = bp + s * bstride;
-      const uint32_t* bo = be + kSteps * bstride;
-      const uint32_t* ae = ap + s * astride;
-      const uint32_t* ao = ae + kSteps * astride;
+    for (int64_t s = 0; s < kSteps; ++s, ap += 2 * astride, bp += 2 * NR) {
       __m512bh bev[V], bov[V];
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) {
-        bev[v] = (__m512bh)_mm512_loadu_si512(be + 16 * v);
-        bov[v] = (__m512bh)_mm512_loadu_si512(bo + 16 * v);
+        bev[v] = (__m512bh)_mm512_loadu_si512(bp + 16 * v);
+        bov[v] = (__m512bh)_mm512_loadu_si512(bp + NR + 16 * v);
       }
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
-        const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(ae[i]));
-        const __m512bh y = (__m512bh)_mm512_set1_epi32(static_cast<int>(ao[i]));
+        const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[i]));
+        const __m512bh y = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[astride + i]));
 #pragma GCC unroll 4
         for (int v = 0; v < V; ++v) {
           even[i][v] = _mm512_dpbf16_ps(even[i][v], x, bev[v]);
@@ -122,31 +150,39 @@ __attribute__((noinline)) void tile_kernel(const uint32_t* ap, int64_t astride, 
         const __m512 old = load_c ? _mm512_maskz_loadu_ps(m, out) : _mm512_setzero_ps();
         _mm512_mask_storeu_ps(out, m, _mm512_add_ps(old, sum));
       }
-    ap += 2 * kSteps * astride;
-    bp += 2 * kSteps * bstride;
   }
 }
 
 template <int R, int V>
 void tile_dispatch(int mr, int nv, const uint32_t* ap, int64_t astride, const uint32_t* bp,
-                   int64_t bstride, int64_t blocks, float* c, int64_t ldc, int last,
-                   bool accumulate) {
+                   int64_t blocks, float* c, int64_t ldc, int last, bool accumulate) {
   if constexpr (V > 1)
     if (nv < V)
-      return tile_dispatch<R, V - 1>(mr, nv, ap, astride, bp, bstride, blocks, c, ldc, last,
-                                     accumulate);
+      return tile_dispatch<R, V - 1>(mr, nv, ap, astride, bp, blocks, c, ldc, last, accumulate);
   if constexpr (R > 1)
     if (mr < R)
-      return tile_dispatch<R - 1, V>(mr, nv, ap, astride, bp, bstride, blocks, c, ldc, last,
-                                     accumulate);
-  tile_kernel<R, V>(ap, astride, bp, bstride, blocks, c, ldc, last, accumulate);
+      return tile_dispatch<R - 1, V>(mr, nv, ap, astride, bp, blocks, c, ldc, last, accumulate);
+  tile_kernel<R, V>(ap, astride, bp, blocks, c, ldc, last, accumulate);
 }
 
 }  // namespace
 
-void matmul_bf16_avx512bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
-                            const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
-                            bool accumulate) {
+namespace {
+
+// The B operand this thread packed last (one chunk of at most kChunkN columns) and the scratch
+// use that holds it: a call told that its B holds the same values (matmul_bf16_avx512bf16_same_b:
+// consecutive nc_matmuls over one moving tile) skips packing it again when nothing else used
+// the scratch since.
+struct PackedB {
+  const uint16_t* b = nullptr;
+  int64_t ldb = 0, N = 0, K = 0;
+  const void* scratch = nullptr;
+  uint64_t use = 0;
+};
+thread_local PackedB packed_b;
+
+void run(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
+         int64_t M, int64_t N, int64_t K, bool accumulate, bool same_b) {
   if (K <= 0) {
     if (!accumulate)
       for (int64_t m = 0; m < M; ++m)
@@ -157,29 +193,53 @@ void matmul_bf16_avx512bf16(float* c, int64_t ldc, const uint16_t* a, int64_t ld
   const int64_t blocks = (K + kBlockRows - 1) / kBlockRows;
   const int64_t steps = blocks * 2 * kSteps;  // packed rows of each operand
   const int64_t npad_max = (kChunkN + NR - 1) / NR * NR;
+  const PackedB last = packed_b;
   uint32_t* scratch = reinterpret_cast<uint32_t*>(
       matmul_scratch(static_cast<size_t>(steps * (npad_max + kChunkM))));
+  const uint64_t use = matmul_scratch_uses();
+  const bool reuse = same_b && last.b == b && last.ldb == ldb && last.N == N && last.K == K &&
+                     last.scratch == scratch && last.use + 1 == use;
+  packed_b = N <= kChunkN ? PackedB{b, ldb, N, K, scratch, use} : PackedB{};
   for (int64_t n0 = 0; n0 < N; n0 += kChunkN) {
     const int64_t nc = N - n0 < kChunkN ? N - n0 : kChunkN;
     const int64_t npad = (nc + NR - 1) / NR * NR;
     uint32_t* bp = scratch;
-    pack_operand(bp, b + n0, ldb, K, nc, npad, kMinusZero);
+    if (!reuse) pack_b(bp, b + n0, ldb, K, nc, steps);
     for (int64_t m0 = 0; m0 < M; m0 += kChunkM) {
       const int64_t mc = M - m0 < kChunkM ? M - m0 : kChunkM;
       uint32_t* ap = scratch + steps * npad;
-      pack_operand(ap, a + m0, lda, K, mc, mc, kPlusZero);
-      for (int64_t mb = 0; mb < mc; mb += MR) {
-        const int mr = static_cast<int>(mc - mb < MR ? mc - mb : MR);
-        for (int64_t nb = 0; nb < nc; nb += NR) {
-          const int64_t cols = nc - nb < NR ? nc - nb : NR;
-          const int nv = static_cast<int>((cols + 15) / 16);
-          const int last = static_cast<int>(cols - (nv - 1) * 16);
-          tile_dispatch<MR, NV>(mr, nv, ap + mb, mc, bp + nb, npad, blocks,
+      pack_a(ap, a + m0, lda, K, mc);
+      // Rows in micro-tiles of MR or MR - 1 (128 = 18 x 6 + 4 x 5): a tile of a few rows has
+      // too few independent chains to keep VDPBF16PS busy. Each B panel stays in L1 while
+      // every row tile passes over it.
+      const int64_t tiles = (mc + MR - 1) / MR, base = mc / tiles, extra = mc % tiles;
+      for (int64_t nb = 0; nb < nc; nb += NR) {
+        const int64_t cols = nc - nb < NR ? nc - nb : NR;
+        const int nv = static_cast<int>((cols + 15) / 16);
+        const int last = static_cast<int>(cols - (nv - 1) * 16);
+        for (int64_t t = 0, mb = 0; t < tiles; ++t) {
+          const int mr = static_cast<int>(base + (t < extra ? 1 : 0));
+          tile_dispatch<MR, NV>(mr, nv, ap + mb, mc, bp + nb * steps, blocks,
                                 c + (m0 + mb) * ldc + n0 + nb, ldc, last, accumulate);
+          mb += mr;
         }
       }
     }
   }
+}
+
+}  // namespace
+
+void matmul_bf16_avx512bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                            const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                            bool accumulate) {
+  run(c, ldc, a, lda, b, ldb, M, N, K, accumulate, false);
+}
+
+void matmul_bf16_avx512bf16_same_b(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                                   const uint16_t* b, int64_t ldb, int64_t M, int64_t N,
+                                   int64_t K, bool accumulate) {
+  run(c, ldc, a, lda, b, ldb, M, N, K, accumulate, true);
 }
 
 }  // namespace neuron::native
@@ -193,6 +253,11 @@ namespace neuron::native {
 void matmul_bf16_avx512bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
                             const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
                             bool accumulate) {
+  matmul_bf16_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+}
+void matmul_bf16_avx512bf16_same_b(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                                   const uint16_t* b, int64_t ldb, int64_t M, int64_t N,
+                                   int64_t K, bool accumulate) {
   matmul_bf16_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
 }
 }  // namespace neuron::native

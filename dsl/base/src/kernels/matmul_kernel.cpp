@@ -21,12 +21,21 @@ namespace neuron::native {
 
 namespace bf16dot = neuron::bf16dot;
 
+namespace {
+thread_local uint64_t scratch_uses = 0;
+}  // namespace
+
+uint64_t matmul_scratch_uses() {
+  return scratch_uses;
+}
+
 float* matmul_scratch(size_t floats) {
   struct Free {
     void operator()(float* p) const { std::free(p); }
   };
   thread_local std::unique_ptr<float, Free> buf;
   thread_local size_t size = 0;
+  ++scratch_uses;
   if (size < floats) {
     size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
     buf.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
@@ -143,6 +152,7 @@ struct Variant {
   MatmulBf16Fn bf16;
   Transpose32Fn transpose32;
   MatmulF32AtFn f32_at;
+  MatmulBf16Fn bf16_same_b = nullptr;  // keeps the packed B of the previous call (else bf16)
 };
 
 bool supports(const char* isa) {
@@ -168,7 +178,7 @@ bool supports(const char* isa) {
 const Variant kVariants[] = {
     {"amx", matmul_f32_avx512, matmul_bf16_amx, transpose32_avx2, matmul_f32_at_avx512},
     {"avx512bf16", matmul_f32_avx512, matmul_bf16_avx512bf16, transpose32_avx2,
-     matmul_f32_at_avx512},
+     matmul_f32_at_avx512, matmul_bf16_avx512bf16_same_b},
     {"avx512", matmul_f32_avx512, matmul_bf16_avx512, transpose32_avx2, matmul_f32_at_avx512},
     {"avx2", matmul_f32_avx2, matmul_bf16_avx2, transpose32_avx2, matmul_f32_at_avx2},
     {"portable", matmul_f32_portable, matmul_bf16_portable, transpose32_portable,
@@ -210,6 +220,14 @@ void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, c
                         int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate) {
   if (M <= 0 || N <= 0) return;
   neuron::native::host_variant().bf16(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
+}
+
+void neuron_matmul_bf16_same_b(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                               const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                               int accumulate) {
+  if (M <= 0 || N <= 0) return;
+  const neuron::native::Variant& v = neuron::native::host_variant();
+  (v.bf16_same_b ? v.bf16_same_b : v.bf16)(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
 }
 
 void neuron_matmul_f32_at(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,

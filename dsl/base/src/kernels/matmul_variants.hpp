@@ -10,6 +10,9 @@ namespace neuron::native {
 
 // A 64-byte aligned buffer of at least `floats` floats, one per thread (packed operand panels).
 float* matmul_scratch(size_t floats);
+// How many times this thread has called matmul_scratch: a variant that keeps a packed operand
+// in the scratch between calls knows from it that no other call has overwritten it.
+uint64_t matmul_scratch_uses();
 
 // One implementation of the header's contract (runtime/native/matmul_kernel.hpp), same numerics.
 using MatmulF32Fn = void (*)(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
@@ -41,9 +44,12 @@ void matmul_f32_avx512(float*, int64_t, const float*, int64_t, const float*, int
 void matmul_bf16_avx512(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
                         int64_t, int64_t, int64_t, bool);
 
-// bf16 through AVX512-BF16's VDPBF16PS (matmul_avx512bf16.cpp).
+// bf16 through AVX512-BF16's VDPBF16PS (matmul_avx512bf16.cpp); the _same_b form for a B that
+// holds the previous call's values (neuron_matmul_bf16_same_b).
 void matmul_bf16_avx512bf16(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
                             int64_t, int64_t, int64_t, bool);
+void matmul_bf16_avx512bf16_same_b(float*, int64_t, const uint16_t*, int64_t, const uint16_t*,
+                                   int64_t, int64_t, int64_t, int64_t, bool);
 
 // bf16 through AMX tiles (matmul_amx.cpp), and whether this CPU has AMX and the OS granted it.
 void matmul_bf16_amx(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t,

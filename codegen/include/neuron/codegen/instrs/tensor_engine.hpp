@@ -23,8 +23,10 @@ struct InstrDef<Opcode::nc_matmul> {
     auto st = e.view(in.src[0], in, l0);
     auto mv = e.view(in.src[1], in, l1);
     auto d = e.view(in.dst, in, ld);
-    e.call(NEURON_KERNEL(matmul), d, st, mv, dtype_arg(in.dst), dtype_arg(in.src[0]), dtype_arg(in.src[1]),
-           in.args.accumulate, int{matmul_fast_layout(in, ld, l0, l1)});
+    const int layout = (matmul_fast_layout(in, ld, l0, l1) ? kMatmulFast : 0) |
+                       (in.args.same_moving ? kMatmulSameMoving : 0);
+    e.call(NEURON_KERNEL(matmul), d, st, mv, dtype_arg(in.dst), dtype_arg(in.src[0]),
+           dtype_arg(in.src[1]), in.args.accumulate, layout);
   }
 };
 

@@ -137,9 +137,12 @@ void neuron_k_activation(const neuron_nview* d, const neuron_nview* s, const neu
 void neuron_k_tensor_reduce(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt, int op,
                             int reduced, int negate);
 void neuron_k_transpose(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt);
-// `fast`: 1 when the operands are in the contiguous layout neuron_matmul_* takes (compile time).
+// `layout` (compile time): kMatmulFast when the operands are in the contiguous layout
+// neuron_matmul_* takes, plus kMatmulSameMoving when the instruction just before this one was an
+// nc_matmul reading the same moving view (InstrArgs::same_moving).
+enum { kMatmulFast = 1, kMatmulSameMoving = 2 };
 void neuron_k_matmul(const neuron_nview* d, const neuron_nview* st, const neuron_nview* mv, int ddt,
-                     int sdt, int mdt, int accumulate, int fast);
+                     int sdt, int mdt, int accumulate, int layout);
 // A transposed matmul (plan.hpp TransposedMatmul): d (+)= s @ mv in fp32, s [M, K] and mv
 // [K, N] in the fast layout (checked by the lowering); neuron_matmul_f32_at.
 void neuron_k_matmul_at(const neuron_nview* d, const neuron_nview* s, const neuron_nview* mv,
