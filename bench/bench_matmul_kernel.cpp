@@ -83,6 +83,26 @@ void run_case(benchmark::State& state, const std::string& isa, const Case& cs) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The library matmul's row group (kernels/matmul.hpp): four nc_matmuls of 128 rows over one
+// moving tile [128, 512] bf16, with partition-like strides, each call packing B
+// (neuron_matmul_bf16) or the last three told it is unchanged (neuron_matmul_bf16_same_b, what
+// InstrArgs::same_moving makes the native backend call). The host's variant.
+void row_group_bf16(benchmark::State& state, bool same_b) {
+  const int64_t ld = (208 * 1024 + 64) / 2, ldc = 4096 + 16, M = 128, N = 512, K = 128;
+  auto a = random_buffer<uint16_t>(K, 4 * M, ld, 1);
+  auto b = random_buffer<uint16_t>(K, N, ld, 2);
+  std::vector<float> c(static_cast<size_t>(4 * M * ldc), 0.0f);
+  for (auto _ : state) {
+    for (int64_t j = 0; j < 4; ++j)
+      (j > 0 && same_b ? neuron_matmul_bf16_same_b : neuron_matmul_bf16)(
+          c.data() + j * M * ldc, ldc, a.data() + j * M, ld, b.data(), ld, M, N, K, 1);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2e-9 * double(4 * M * N * K),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
 #if defined(__x86_64__)
 // The core's FMA ceiling for reference: 24 independent accumulator chains, no memory traffic.
 __attribute__((target("avx512f,fma"))) void fma_peak_avx512(benchmark::State& state) {
@@ -138,6 +158,10 @@ int main(int argc, char** argv) {
           [isa = std::string(isa), cs](benchmark::State& st) { run_case<uint16_t>(st, isa, cs); });
     }
   }
+  benchmark::RegisterBenchmark("row_group_bf16/host/pack_each",
+                               [](benchmark::State& st) { row_group_bf16(st, false); });
+  benchmark::RegisterBenchmark("row_group_bf16/host/same_b",
+                               [](benchmark::State& st) { row_group_bf16(st, true); });
 #if defined(__x86_64__)
   if (neuron_matmul_variant_supported("avx512"))
     benchmark::RegisterBenchmark("fma_peak/avx512", fma_peak_avx512);
