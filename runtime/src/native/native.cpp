@@ -82,12 +82,15 @@ struct Evicted {
 native::JitOptions jit_options(const NativeCompileOptions& o, const Program& p) {
   native::JitOptions j;
   std::string k = o.kernels.empty() ? config().native_kernels : o.kernels;
-  if (k.empty())
-    k = p.num_instrs > config().host_kernels_above ? "host" : "bitcode";
+  const bool very_long = k.empty() && p.num_instrs > config().host_kernels_above;
+  if (k.empty()) k = very_long ? "host" : "bitcode";
   if (k != "bitcode" && k != "host")
     user_error(Span{}, "config", "native kernels '{}' is not one of bitcode, host", k);
   j.bitcode_kernels = k == "bitcode";
-  j.opt_level = o.opt_level;
+  // A very long program's own code is address arithmetic around host kernel calls: LLVM's
+  // optimizer makes it no faster and took 221 of the 266 s of nki-samples' pipelined attention
+  // (docs/native.md), so it is compiled unoptimized.
+  j.opt_level = very_long ? 0 : o.opt_level;
   j.partition_blocks = config().partition_blocks;
   j.sbuf_folding = config().sbuf_folding;
   j.fused_chains = config().fused_chains;

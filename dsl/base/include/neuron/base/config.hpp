@@ -41,9 +41,11 @@ struct Config {
   // bitcode, except for programs of more than host_kernels_above instructions.
   std::string native_kernels;
   // NEURON_HOST_KERNELS_ABOVE: a program with more instructions than this (a fully unrolled
-  // legacy kernel) calls the host kernels when NEURON_NATIVE_KERNELS is unset: specializing
-  // every call made LLVM's compile of a 150,000-instruction program take over 20 minutes,
-  // the host calls 4 minutes (docs/native.md "Bitcode vs host functions").
+  // legacy kernel) calls the host kernels when NEURON_NATIVE_KERNELS is unset, and its own
+  // code is compiled unoptimized: specializing every call made LLVM's compile of a
+  // 150,000-instruction program take over 20 minutes, the host calls 4 minutes, and those
+  // unoptimized 15 s for nki-samples' pipelined attention (docs/native.md "Bitcode vs host
+  // functions").
   int64_t host_kernels_above = 20000;
   // NEURON_MATMUL_ISA: which nc_matmul kernel variant native code and the simulator use: amx,
   // avx512bf16, avx512, avx2 or portable; empty (default) picks the fastest this CPU supports.
