@@ -740,13 +740,17 @@ class Lowering {
     }
     if (!same_shape(walked)) return false;
 
-    auto* code_ty = llvm::ArrayType::get(b_.getInt64Ty(), code.size());
-    auto* code_g = new llvm::GlobalVariable(
-        m_, code_ty, /*isConstant=*/true, llvm::GlobalValue::PrivateLinkage,
-        llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint64_t>(
-                                               reinterpret_cast<const uint64_t*>(code.data()),
-                                               code.size())),
-        "chain");
+    // One global per distinct code, so that chains doing the same have equal arguments (an
+    // unrolled program's repeated chains then share one compiled copy: outline_calls.cpp).
+    llvm::GlobalVariable*& code_g = chain_codes_[code];
+    if (!code_g)
+      code_g = new llvm::GlobalVariable(
+          m_, llvm::ArrayType::get(b_.getInt64Ty(), code.size()), /*isConstant=*/true,
+          llvm::GlobalValue::PrivateLinkage,
+          llvm::ConstantDataArray::get(
+              ctx_, llvm::ArrayRef<uint64_t>(reinterpret_cast<const uint64_t*>(code.data()),
+                                             code.size())),
+          "chain");
     llvm::IRBuilder<> eb(ctx_);
     eb.SetInsertPoint(alloca_point_, alloca_point_->getFirstInsertionPt());
     auto* views_ty = llvm::ArrayType::get(view_ptr_, views.size());
@@ -897,6 +901,7 @@ class Lowering {
   bool fold_runs_ = true;
   std::optional<SbufAccesses> sbuf_accesses_;  // run_local_ranges' index, built on first use
   bool fuse_chains_ = true;
+  std::map<std::vector<int64_t>, llvm::GlobalVariable*> chain_codes_;  // emit_chain
   int64_t stream_bytes_ = 0;
   bool profile_ = false;
   std::map<std::string, llvm::Function*> fns_;

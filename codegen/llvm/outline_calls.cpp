@@ -6,7 +6,8 @@
 // (dtypes, ops, scalars, and each view's sizes, strides and whether it has flags) become calls
 // of one wrapper, which takes what differs (view bases and flags, runtime values) as arguments
 // and builds the views from constants inside: a linked kernel inlines into the wrapper and is
-// specialized there once; the wrapper is not inlined. What a call computes is unchanged, so
+// specialized there once; the wrapper is not inlined. A fused chain's array of views
+// (neuron_k_chain) is rebuilt the same way, view by view. What a call computes is unchanged, so
 // results are bit for bit the same. Only calls a program makes a few times each are wrapped (the
 // lowering tags each call with the trip counts of the loops around it): in a hot loop, such as
 // the kernel library's attention over key blocks, an inlined kernel is a few percent faster
@@ -37,7 +38,7 @@ struct SlotFields {
 };
 
 std::optional<SlotFields> slot_fields(llvm::AllocaInst* slot, llvm::StructType* view_ty,
-                                      const llvm::CallInst* call) {
+                                      const llvm::User* consumer) {
   auto* arr_ty = llvm::dyn_cast<llvm::ArrayType>(view_ty->getElementType(2));
   if (!arr_ty) return std::nullopt;
   const size_t dims = arr_ty->getNumElements();
@@ -63,7 +64,7 @@ std::optional<SlotFields> slot_fields(llvm::AllocaInst* slot, llvm::StructType* 
     return v;
   };
   for (llvm::User* u : slot->users()) {
-    if (u == call) continue;
+    if (u == consumer) continue;
     auto field = field_of(u);
     if (!field) return std::nullopt;
     if (*field <= 1) {
@@ -90,13 +91,66 @@ std::optional<SlotFields> slot_fields(llvm::AllocaInst* slot, llvm::StructType* 
   return f;
 }
 
+// A fused chain's views (neuron_k_chain's second argument): an array of view pointers, each
+// element stored once with a view slot or null, passed as bytes. nullopt when the argument is
+// not one or a slot in it cannot be rebuilt.
+struct ViewList {
+  llvm::ArrayType* type = nullptr;
+  std::vector<std::optional<SlotFields>> views;  // nullopt: a null pointer
+};
+
+std::optional<ViewList> view_list(llvm::Value* arg, llvm::StructType* view_ty) {
+  auto* cast = llvm::dyn_cast<llvm::BitCastInst>(arg);
+  auto* arr = cast ? llvm::dyn_cast<llvm::AllocaInst>(cast->getOperand(0)) : nullptr;
+  auto* ty = arr ? llvm::dyn_cast<llvm::ArrayType>(arr->getAllocatedType()) : nullptr;
+  if (!ty || !cast->hasOneUse() || ty->getElementType() != view_ty->getPointerTo())
+    return std::nullopt;
+  ViewList l{ty, std::vector<std::optional<SlotFields>>(ty->getNumElements())};
+  std::vector<bool> stored(ty->getNumElements(), false);
+  for (llvm::User* u : arr->users()) {
+    if (u == cast) continue;
+    auto* g = llvm::dyn_cast<llvm::GetElementPtrInst>(u);
+    if (!g || g->getNumIndices() != 2 || !g->hasOneUse()) return std::nullopt;
+    auto* zero = llvm::dyn_cast<llvm::ConstantInt>(g->getOperand(1));
+    auto* idx = llvm::dyn_cast<llvm::ConstantInt>(g->getOperand(2));
+    auto* st = llvm::dyn_cast<llvm::StoreInst>(g->user_back());
+    if (!zero || !zero->isZero() || !idx || idx->getZExtValue() >= stored.size() || !st ||
+        st->getPointerOperand() != g || stored[idx->getZExtValue()])
+      return std::nullopt;
+    const uint64_t k = idx->getZExtValue();
+    stored[k] = true;
+    llvm::Value* v = st->getValueOperand();
+    if (llvm::isa<llvm::ConstantPointerNull>(v)) continue;
+    auto* slot = llvm::dyn_cast<llvm::AllocaInst>(v);
+    if (!slot || slot->getAllocatedType() != view_ty) return std::nullopt;
+    l.views[k] = slot_fields(slot, view_ty, st);
+    if (!l.views[k]) return std::nullopt;
+  }
+  for (bool b : stored)
+    if (!b) return std::nullopt;
+  return l;
+}
+
 // One call, seen as its signature (what a wrapper bakes in) and its dynamic values (what the
 // wrapper takes as arguments, in order).
 struct Seen {
   std::vector<int64_t> key;              // per argument: kind, then its constants
   std::vector<llvm::Value*> dynamic;     // the values that differ between calls
   std::vector<std::optional<SlotFields>> slots;  // per argument: the view it points to
+  std::vector<std::optional<ViewList>> lists;    // per argument: the views it lists
 };
+
+// A view's part of a signature: whether base and flags are null, sizes, strides; its non-null
+// base and flags are dynamic values.
+void see_view(const SlotFields& f, Seen& s) {
+  for (llvm::Value* p : {f.base, f.flags}) {
+    const bool null = llvm::isa<llvm::ConstantPointerNull>(p);
+    s.key.push_back(null);
+    if (!null) s.dynamic.push_back(p);
+  }
+  s.key.insert(s.key.end(), f.sizes.begin(), f.sizes.end());
+  s.key.insert(s.key.end(), f.strides.begin(), f.strides.end());
+}
 
 std::optional<Seen> see(llvm::CallInst* call, llvm::StructType* view_ty) {
   Seen s;
@@ -104,7 +158,15 @@ std::optional<Seen> see(llvm::CallInst* call, llvm::StructType* view_ty) {
   for (unsigned i = 0; i < call->arg_size(); ++i) {
     llvm::Value* a = call->getArgOperand(i);
     s.slots.emplace_back();
-    if (auto* slot = llvm::dyn_cast<llvm::AllocaInst>(a);
+    s.lists.emplace_back();
+    if (auto list = view_list(a, view_ty)) {
+      s.key.insert(s.key.end(), {4, static_cast<int64_t>(list->views.size())});
+      for (const auto& v : list->views) {
+        s.key.push_back(v.has_value());
+        if (v) see_view(*v, s);
+      }
+      s.lists.back() = std::move(list);
+    } else if (auto* slot = llvm::dyn_cast<llvm::AllocaInst>(a);
         slot && slot->getAllocatedType() == view_ty) {
       if (auto it = slot_index.find(slot); it != slot_index.end()) {
         s.key.insert(s.key.end(), {3, it->second});
@@ -114,13 +176,7 @@ std::optional<Seen> see(llvm::CallInst* call, llvm::StructType* view_ty) {
       if (!fields) return std::nullopt;
       slot_index[slot] = i;
       s.key.push_back(2);
-      for (llvm::Value* p : {fields->base, fields->flags}) {
-        const bool null = llvm::isa<llvm::ConstantPointerNull>(p);
-        s.key.push_back(null);
-        if (!null) s.dynamic.push_back(p);
-      }
-      s.key.insert(s.key.end(), fields->sizes.begin(), fields->sizes.end());
-      s.key.insert(s.key.end(), fields->strides.begin(), fields->strides.end());
+      see_view(*fields, s);
       s.slots.back() = std::move(fields);
     } else if (auto* c = llvm::dyn_cast<llvm::Constant>(a)) {
       // Constants are uniqued per context: equal constants are one object.
@@ -148,27 +204,38 @@ llvm::Function* make_wrapper(llvm::Module& m, llvm::Function* callee, llvm::Call
   w->addFnAttr(llvm::Attribute::NoUnwind);
   llvm::IRBuilder<> b(llvm::BasicBlock::Create(m.getContext(), "entry", w));
   unsigned next = 0;
+  // A view slot built from constants and the wrapper's next arguments (see_view's order).
+  auto build_view = [&](const SlotFields& f) -> llvm::Value* {
+    llvm::Value* slot = b.CreateAlloca(view_ty);
+    auto ptr = [&](llvm::Value* p) -> llvm::Value* {
+      return llvm::isa<llvm::ConstantPointerNull>(p) ? p : w->getArg(next++);
+    };
+    llvm::Value* base = ptr(f.base);
+    llvm::Value* flags = ptr(f.flags);
+    b.CreateStore(base, b.CreateStructGEP(view_ty, slot, 0));
+    b.CreateStore(flags, b.CreateStructGEP(view_ty, slot, 1));
+    for (unsigned field = 2; field < 4; ++field) {
+      llvm::Value* arr = b.CreateStructGEP(view_ty, slot, field);
+      auto* aty = view_ty->getElementType(field);
+      const auto& vals = field == 2 ? f.sizes : f.strides;
+      for (size_t d = 0; d < vals.size(); ++d)
+        b.CreateStore(b.getInt64(static_cast<uint64_t>(vals[d])),
+                      b.CreateConstGEP2_32(aty, arr, 0, static_cast<unsigned>(d)));
+    }
+    return slot;
+  };
   std::vector<llvm::Value*> args;
   for (unsigned i = 0; i < model->arg_size(); ++i) {
     llvm::Value* a = model->getArgOperand(i);
-    if (const auto& f = s.slots[i]) {
-      llvm::Value* slot = b.CreateAlloca(view_ty);
-      auto ptr = [&](llvm::Value* p) -> llvm::Value* {
-        return llvm::isa<llvm::ConstantPointerNull>(p) ? p : w->getArg(next++);
-      };
-      llvm::Value* base = ptr(f->base);
-      llvm::Value* flags = ptr(f->flags);
-      b.CreateStore(base, b.CreateStructGEP(view_ty, slot, 0));
-      b.CreateStore(flags, b.CreateStructGEP(view_ty, slot, 1));
-      for (unsigned field = 2; field < 4; ++field) {
-        llvm::Value* arr = b.CreateStructGEP(view_ty, slot, field);
-        auto* aty = view_ty->getElementType(field);
-        const auto& vals = field == 2 ? f->sizes : f->strides;
-        for (size_t d = 0; d < vals.size(); ++d)
-          b.CreateStore(b.getInt64(static_cast<uint64_t>(vals[d])),
-                        b.CreateConstGEP2_32(aty, arr, 0, static_cast<unsigned>(d)));
-      }
-      args.push_back(slot);
+    if (const auto& l = s.lists[i]) {
+      llvm::Value* arr = b.CreateAlloca(l->type);
+      auto* null = llvm::ConstantPointerNull::get(view_ty->getPointerTo());
+      for (size_t k = 0; k < l->views.size(); ++k)
+        b.CreateStore(l->views[k] ? build_view(*l->views[k]) : null,
+                      b.CreateConstGEP2_32(l->type, arr, 0, static_cast<unsigned>(k)));
+      args.push_back(b.CreateBitCast(arr, a->getType()));
+    } else if (const auto& f = s.slots[i]) {
+      args.push_back(build_view(*f));
     } else if (auto* slot = llvm::dyn_cast<llvm::AllocaInst>(a);
                slot && slot->getAllocatedType() == view_ty) {
       // the same slot passed again: the view built for its first occurrence

@@ -3,6 +3,7 @@
 // results are the simulator's bits, each call writing its own place.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "exec/differential.hpp"
@@ -43,6 +44,30 @@ Program repeated(int copies, int64_t trips = 1) {
   number(p.body);
   return p;
 }
+// x loaded once; `copies` times: (x * 2) + 1 through an intermediate tile, a fused chain of two
+// steps (docs/native.md "Fused chains"), stored to its own block of rows of out. Every third
+// copy adds 3 instead: two chain signatures.
+Program chained(int copies) {
+  auto scalar = [](AluOp op, double v) {
+    InstrArgs a;
+    a.op0 = op;
+    a.imm0 = v;
+    return a;
+  };
+  auto t = [](int64_t k) { return sb(f32, k * C * 4, R, {row(C)}); };
+  std::vector<ProgNode> body = {dma(t(0), hbm2(0, f32, R, C, C))};
+  for (int k = 1; k <= copies; ++k) {
+    body.push_back(instr(Opcode::tensor_scalar, t(2 * k - 1), {t(0)}, scalar(AluOp::multiply, 2)));
+    body.push_back(instr(Opcode::tensor_scalar, t(2 * k), {t(2 * k - 1)},
+                         scalar(AluOp::add, k % 3 == 0 ? 3.0 : 1.0)));
+    body.push_back(dma(hbm2(1, f32, R, C, C, (k - 1) * R * C), t(2 * k)));
+  }
+  Program p = program({decl("x", {R, C}, f32, kIn), decl("out", {copies * R, C}, f32, kOut)},
+                      std::move(body));
+  int id = 0;
+  for (ProgNode& n : p.body) n.instr.id = id++;
+  return p;
+}
 }  // namespace
 
 TEST_CASE("a call signature repeated 16 times or more is compiled once, each call its own") {
@@ -72,4 +97,30 @@ TEST_CASE("calls in a loop of more than 4 trips stay inlined where they are") {
     auto x = random_values(R * C, 6);
     run_both(p, {Tensor::from_floats(x, {R, C}, f32), Tensor::empty({20 * R, C}, f32)});
   }
+}
+
+TEST_CASE("repeated fused chains share one compiled copy per signature") {
+  // 48 chains: 32 of x * 2 + 1 and 16 of x * 2 + 3, each chain's code one constant array.
+  Program p = chained(48);
+  native::JitOptions jo;
+  const std::string ir = native::program_llvm_ir(p, jo, false);
+  std::vector<std::string> wrappers;  // each chain wrapper's definition line
+  for (size_t at = ir.find("define internal void @neuron_sig"); at != std::string::npos;
+       at = ir.find("define internal void @neuron_sig", at + 1))
+    if (ir.compare(ir.find('.', at) + 1, 14, "neuron_k_chain") == 0)
+      wrappers.push_back(ir.substr(at, ir.find('\n', at) - at));
+  REQUIRE(wrappers.size() == 2);
+  // It takes the views' places (x's tile and the destination), and builds the views itself
+  // from their constant sizes and strides, so the chain specializes on them.
+  for (const std::string& w : wrappers) {
+    INFO(w);
+    CHECK(std::count(w.begin(), w.end(), ',') == 1);
+    CHECK(w.find("i8* %0, i8* %1") != std::string::npos);
+  }
+  auto x = random_values(R * C, 7);
+  auto r = run_both(p, {Tensor::from_floats(x, {R, C}, f32), Tensor::empty({48 * R, C}, f32)});
+  std::vector<double> ref;
+  for (int k = 1; k <= 48; ++k)
+    for (float v : x) ref.push_back(double(2.0f * v + (k % 3 == 0 ? 3.0f : 1.0f)));
+  check_reference(r, 0, ref, Tolerance{0, 0});
 }
