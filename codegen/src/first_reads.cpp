@@ -101,7 +101,15 @@ struct Walk {
   bool covered(const AccessPattern& r) const {
     if (has_register(r.offset) || has_register(r.partition)) return false;
     const Extent re = extent_of(r);
-    for (const Cover& c : covers) {
+    // The newest kLookBack writes, newest first: a read is most often of what an instruction
+    // just wrote, and an unrolled program has hundreds of thousands of writes (vLLM's paged
+    // attention spent 38 s of its compile scanning them all for every read). A read covered
+    // only by an older write counts as read first: its bytes are zeroed at the program's start
+    // and then overwritten by that write, so the result is the same.
+    constexpr size_t kLookBack = 512;
+    const size_t oldest = covers.size() > kLookBack ? covers.size() - kLookBack : 0;
+    for (size_t i = covers.size(); i-- > oldest;) {
+      const Cover& c = covers[i];
       const AccessPattern& w = *c.ap;
       if (w.memory != r.memory || !(w.rotation == r.rotation) ||
           !same_terms(w.offset, r.offset) || !same_terms(w.partition, r.partition))
