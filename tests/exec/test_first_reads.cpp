@@ -102,6 +102,23 @@ TEST_CASE("first_reads: loops, moving addresses and destinations that are read")
   }
 }
 
+TEST_CASE("first_reads: a write more than 512 writes back covers nothing; the result is the same") {
+  // t is loaded, 600 other tiles are written, then t is stored: the walk looks back at the
+  // newest 512 writes only, so t counts as read first and is cleared at the program's start,
+  // before the load overwrites it.
+  std::vector<ProgNode> body = {load(sb(f32, 0, P, {row(F)}))};
+  for (int k = 1; k <= 600; ++k)
+    body.push_back(instr(Opcode::memset, sb(f32, 64 * k, P, {row(F)}), {}));
+  body.push_back(dma(hbm2(1, f32, P, F, F), sb(f32, 0, P, {row(F)})));
+  Program p = program({decl("x", {P, F}, f32, kIn), decl("out", {P, F}, f32, kOut)},
+                      std::move(body));
+  CHECK(first_reads_of(p).sbuf == Ranges{{0, 64}});
+  Tensor x = Tensor::empty({P, F}, f32);
+  for (int i = 0; i < P * F; ++i) x.set(i, float(i + 1));
+  BothResults r = run_both(p, {x, Tensor::empty({P, F}, f32)});
+  for (int i = 0; i < P * F; ++i) CHECK(r.native[0].get(i) == float(i + 1));
+}
+
 TEST_CASE("every program reads zeros where it reads before writing, though the last one wrote") {
   // Each program loads the left half of t, stores all of t, then loads the right half: the
   // store must see zeros on the right in every program, also natively on one thread, where
