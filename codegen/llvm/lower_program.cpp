@@ -191,7 +191,6 @@ class Lowering {
   // A new function of the entry's type, made current: its arguments loaded (program ids, tensor
   // pointers, SBUF, PSUM, flags) and its block of allocas started.
   llvm::Function* function(const std::string& name, llvm::GlobalValue::LinkageTypes linkage) {
-    auto* i8p = b_.getInt8PtrTy();
     fn_ = llvm::Function::Create(fty_, linkage, name, m_);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
     for (unsigned i = 0; i < 6; ++i) fn_->addParamAttr(i, llvm::Attribute::NoAlias);
@@ -212,14 +211,28 @@ class Lowering {
       vars_[num_programs_var(a)] =
           b_.CreateLoad(b_.getInt64Ty(), b_.CreateConstGEP1_64(b_.getInt64Ty(), npids, a));
     }
-    for (size_t t = 0; t < p_.tensors.size(); ++t)
-      tensors_.push_back(b_.CreateLoad(i8p, b_.CreateConstGEP1_64(i8p, tensors, t)));
+    // Tensor pointers are loaded where first used (tensor()): a part that loaded every one of
+    // a kernel's thousands of tensors spent most of its instructions on it.
+    tensors_.assign(p_.tensors.size(), nullptr);
+    tensors_arg_ = tensors;
+    prologue_end_ = &b_.GetInsertBlock()->back();
     alloca_point_ = b_.GetInsertBlock();
     fold_buf_ = nullptr;
     return fn_;
   }
 
   llvm::Value* i64(int64_t v) { return b_.getInt64(static_cast<uint64_t>(v)); }
+
+  // Tensor t's pointer, loaded in the function's prologue (so it dominates every later use).
+  llvm::Value* tensor(size_t t) {
+    if (!tensors_[t]) {
+      auto* i8p = b_.getInt8PtrTy();
+      llvm::IRBuilder<> pb(ctx_);
+      pb.SetInsertPoint(alloca_point_, std::next(prologue_end_->getIterator()));
+      tensors_[t] = pb.CreateLoad(i8p, pb.CreateConstGEP1_64(i8p, tensors_arg_, t));
+    }
+    return tensors_[t];
+  }
 
   llvm::Value* eval(const Affine& a, const Span& span) {
     llvm::Value* v = i64(a.constant);
@@ -246,6 +259,20 @@ class Lowering {
   void store_view(llvm::Value* slot, llvm::Value* base, llvm::Value* flags, const int64_t* sizes,
                   const int64_t* strides) {
     auto* i8p = b_.getInt8PtrTy();
+    if (!bitcode_) {
+      // Host kernels read the view from memory, so nothing is gained by storing its constant
+      // fields one by one (24 IR instructions a view): copying them from one shared constant
+      // makes a long unrolled program's IR, and with it lowering, verification and machine
+      // code, about 4 times smaller (docs/native.md). Inlined bitcode kernels keep the
+      // stores, which SROA turns into constants they specialize on.
+      const llvm::DataLayout& dl = m_.getDataLayout();
+      const llvm::Align align = dl.getABITypeAlign(view_ty_);
+      b_.CreateMemCpy(slot, align, view_template(sizes, strides), align,
+                      dl.getTypeAllocSize(view_ty_).getFixedSize());
+      if (base) b_.CreateStore(base, b_.CreateStructGEP(view_ty_, slot, 0));
+      if (flags) b_.CreateStore(flags, b_.CreateStructGEP(view_ty_, slot, 1));
+      return;
+    }
     b_.CreateStore(base ? base : llvm::ConstantPointerNull::get(i8p),
                    b_.CreateStructGEP(view_ty_, slot, 0));
     b_.CreateStore(flags ? flags : llvm::ConstantPointerNull::get(i8p),
@@ -256,6 +283,27 @@ class Lowering {
       for (int i = 0; i < kDims; ++i)
         b_.CreateStore(i64((f == 2 ? sizes : strides)[i]), b_.CreateConstGEP2_32(aty, arr, 0, i));
     }
+  }
+
+  // A constant NView with null pointers and these sizes and strides, one per distinct shape.
+  llvm::Constant* view_template(const int64_t* sizes, const int64_t* strides) {
+    std::vector<int64_t> key(sizes, sizes + kDims);
+    key.insert(key.end(), strides, strides + kDims);
+    llvm::GlobalVariable*& g = view_templates_[key];
+    if (g) return g;
+    auto* i8p = b_.getInt8PtrTy();
+    auto array = [&](const int64_t* v) {
+      std::vector<llvm::Constant*> c;
+      for (int i = 0; i < kDims; ++i) c.push_back(b_.getInt64(static_cast<uint64_t>(v[i])));
+      return llvm::ConstantArray::get(llvm::ArrayType::get(b_.getInt64Ty(), kDims), c);
+    };
+    auto* init = llvm::ConstantStruct::get(
+        view_ty_, {llvm::ConstantPointerNull::get(i8p), llvm::ConstantPointerNull::get(i8p),
+                   array(sizes), array(strides)});
+    g = new llvm::GlobalVariable(m_, view_ty_, /*isConstant=*/true,
+                                 llvm::GlobalValue::PrivateLinkage, init, "view");
+    g->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
+    return g;
   }
 
   // The call of one kernel; when an operand of the instruction was found out of bounds at run
@@ -459,7 +507,7 @@ class Lowering {
       llvm::Value* elem = eval(ap.offset, in.span);
       check_dynamic(ap, in, elem);
       llvm::Value* off = b_.CreateMul(elem, i64(dtype_bytes(ap.dtype)));
-      base = b_.CreateGEP(b_.getInt8Ty(), tensors_[static_cast<size_t>(ap.tensor)], off);
+      base = b_.CreateGEP(b_.getInt8Ty(), tensor(static_cast<size_t>(ap.tensor)), off);
     }
     if (writes_one_row(in) && (&ap == &in.dst || (!in.src.empty() && &ap == &in.src[0]))) {
       l.count /= l.size[0];  // one partition of the destination and of its repeated source
@@ -902,6 +950,7 @@ class Lowering {
   std::optional<SbufAccesses> sbuf_accesses_;  // run_local_ranges' index, built on first use
   bool fuse_chains_ = true;
   std::map<std::vector<int64_t>, llvm::GlobalVariable*> chain_codes_;  // emit_chain
+  std::map<std::vector<int64_t>, llvm::GlobalVariable*> view_templates_;  // store_view
   int64_t stream_bytes_ = 0;
   bool profile_ = false;
   std::map<std::string, llvm::Function*> fns_;
@@ -914,7 +963,9 @@ class Lowering {
   llvm::Value *sbuf_ = nullptr, *psum_ = nullptr, *flags_ = nullptr;
   bool flags_read_ = true;  // false: PSUM views carry no flags (reads_psum_flags)
   std::map<int, TransposedMatmul> transposed_;  // by transpose id (transposed_matmuls)
-  std::vector<llvm::Value*> tensors_;
+  std::vector<llvm::Value*> tensors_;         // loaded on first use (tensor())
+  llvm::Value* tensors_arg_ = nullptr;        // the function's array of tensor pointers
+  llvm::Instruction* prologue_end_ = nullptr;  // tensor pointers are loaded after it
   std::map<std::string, llvm::Value*> vars_;
   std::map<std::string, llvm::Value*> regs_;
   std::set<std::string> dynamic_vars_;  // variables of the enclosing dynamic loops
