@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "neuron/codegen/plan.hpp"
 
@@ -196,47 +197,97 @@ void all_accesses(const std::vector<ProgNode>& body, std::vector<Access>& out) {
   }
 }
 
+// The accesses that may touch a range of SBUF bytes, found by 2 KiB pages of the bytes each
+// touches in a partition (every rotating slot included), so checking a candidate range costs
+// the accesses near it, not the whole program: an unrolled kernel has hundreds of thousands
+// of accesses and hundreds of candidates (vLLM's paged attention at 8/8/128/2048/24/2/48 spent
+// 40 s here). Accesses at offsets unknown before the run may touch anything.
+class AccessesByPage {
+ public:
+  explicit AccessesByPage(const std::vector<Access>& all) {
+    for (size_t i = 0; i < all.size(); ++i) {
+      const AccessPattern& ap = *all[i].ap;
+      if (!ap.offset.is_constant() || ap.dims.empty()) {
+        anywhere_.push_back(i);
+        continue;
+      }
+      const auto [lo, hi] = bytes(ap);
+      if (lo < 0 || hi <= lo || hi - lo > kMaxSpan) {
+        anywhere_.push_back(i);
+        continue;
+      }
+      if (pages_.size() < static_cast<size_t>((hi - 1) / kPage + 1))
+        pages_.resize(static_cast<size_t>((hi - 1) / kPage + 1));
+      for (int64_t pg = lo / kPage; pg * kPage < hi; ++pg)
+        pages_[static_cast<size_t>(pg)].push_back(i);
+    }
+  }
+  // Whether `ok` holds for every access that may touch bytes [lo, hi); stops at the first
+  // that fails (an access spanning several pages is asked once per page).
+  template <class Ok>
+  bool all_near(int64_t lo, int64_t hi, const Ok& ok) const {
+    for (size_t i : anywhere_)
+      if (!ok(i)) return false;
+    for (int64_t pg = std::max<int64_t>(lo, 0) / kPage;
+         pg * kPage < hi && pg < static_cast<int64_t>(pages_.size()); ++pg)
+      for (size_t i : pages_[static_cast<size_t>(pg)])
+        if (!ok(i)) return false;
+    return true;
+  }
+
+ private:
+  static constexpr int64_t kPage = 2048;
+  static constexpr int64_t kMaxSpan = int64_t{1} << 24;  // wider: checked against every range
+  // may_overlap's bytes of a pattern at a constant offset.
+  static std::pair<int64_t, int64_t> bytes(const AccessPattern& p) {
+    const int64_t es = dtype_bytes(p.dtype);
+    Span1 s = extent(p.offset.constant, p.dims, 1, es, es);
+    if (!p.rotation.var.empty() && p.rotation.count > 1)
+      s.hi += (p.rotation.count - 1) * p.rotation.bytes;
+    return {s.lo, s.hi};
+  }
+  std::vector<size_t> anywhere_;
+  std::vector<std::vector<size_t>> pages_;
+};
+
 }  // namespace
 
 std::vector<BroadcastRows> broadcast_rows(const Program& p) {
   std::vector<Access> all;
   all_accesses(p.body, all);
+  const AccessesByPage by_page(all);
   std::vector<BroadcastRows> found;
+  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> decided;
   for (const Access& w : all) {
     if (!w.written || w.ap != &w.in->dst || !broadcast_write(*w.in)) continue;
     const AccessPattern& d = *w.ap;
     const auto r = byte_range(d, true);
     if (!r || d.dims[0].size < 2 || (!d.rotation.var.empty() && d.rotation.count > 1)) continue;
     const BroadcastRows cand{d.partition.constant, d.dims[0].size, r->first, r->second};
-    bool seen = false;
-    for (const BroadcastRows& f : found)
-      seen = seen || (f.partition == cand.partition && f.count == cand.count &&
-                      f.lo == cand.lo && f.hi == cand.hi);
-    if (seen) continue;
+    // An unrolled kernel writes the same range many times: each is decided once.
+    if (!decided.insert({cand.partition, cand.count, cand.lo, cand.hi}).second) continue;
     // Every write of the range is such a write of the whole range; every read lies inside it,
     // from its partitions, by an element-wise instruction (partition-local: the matmul and
     // transpose kernels' fast paths want rows apart).
     const AccessPattern whole = probe(cand.partition, cand.count, cand.lo, cand.hi);
-    bool ok = true;
-    for (const Access& a : all) {
-      if (!ok) break;
-      if (!may_overlap(whole, *a.ap)) continue;
+    const bool ok = by_page.all_near(cand.lo, cand.hi, [&](size_t i) {
+      const Access& a = all[i];
+      if (!may_overlap(whole, *a.ap)) return true;
       if (a.written) {
         const auto o = a.ap == &a.in->dst ? byte_range(*a.ap, true) : std::nullopt;
-        ok = o && broadcast_write(*a.in) && o->first == cand.lo && o->second == cand.hi &&
-             a.ap->partition == d.partition && a.ap->dims[0].size == cand.count &&
-             a.ap->rotation.count <= 1;
-        continue;
+        return o && broadcast_write(*a.in) && o->first == cand.lo && o->second == cand.hi &&
+               a.ap->partition == d.partition && a.ap->dims[0].size == cand.count &&
+               a.ap->rotation.count <= 1;
       }
       int64_t parts = 0;
       const AccessPattern& v = *a.ap;
       const auto o = byte_range(v, false, /*any_step=*/true);
-      ok = o && partition_local(*a.in, parts) && v.rotation.count <= 1 &&
-           o->first >= cand.lo && o->second <= cand.hi &&
-           v.partition.constant >= cand.partition &&
-           v.partition.constant + (v.dims[0].stride ? v.dims[0].size : 1) <=
-               cand.partition + cand.count;
-    }
+      return o && partition_local(*a.in, parts) && v.rotation.count <= 1 &&
+             o->first >= cand.lo && o->second <= cand.hi &&
+             v.partition.constant >= cand.partition &&
+             v.partition.constant + (v.dims[0].stride ? v.dims[0].size : 1) <=
+                 cand.partition + cand.count;
+    });
     if (ok) found.push_back(cand);
   }
   return found;

@@ -346,6 +346,25 @@ TEST_CASE("broadcast_rows: rows that may differ, or readers that need rows apart
   }
 }
 
+TEST_CASE("broadcast_rows: accesses reaching the range from other pages of SBUF count") {
+  // The broadcast tile is at bytes [8192, 8256); candidates are checked against the accesses
+  // whose bytes may reach them (an index by 2 KiB pages), which must miss none.
+  constexpr int64_t W = 600;  // a [4, 600] fp32 write from byte 6000 ends at 8400
+  auto wide = [](int64_t off) { return sb(f32, off, P, {row(W)}); };
+  auto with = [&](ProgNode other) {
+    return program(kXY, {broadcast_load(tile(8192)), std::move(other),
+                         scale(tile(64), tile(8192)), store(tile(64))});
+  };
+  CHECK(rows_of(with(scale(wide(16384), wide(0)))) == Rows{{0, P, 8192, 8256}});
+  CHECK(rows_of(with(scale(wide(6000), wide(16384)))).empty());  // pages 2-4
+  AccessPattern moving = tile(0);  // at 64 * i0: byte 8192 when i0 = 128
+  moving.offset = Affine::var("i0", 64);
+  CHECK(rows_of(with(loop("i0", 200, {scale(moving, tile(0))}))).empty());
+  // A read at an offset not known before the run may be anywhere: it vetoes the range too.
+  moving.offset = Affine(16384) + Affine::var("i0", 64);
+  CHECK(rows_of(with(loop("i0", 2, {scale(tile(0), moving)}))).empty());
+}
+
 TEST_CASE("broadcast_rows: a norm-like kernel gives the simulator's bits with one weight row") {
   // out = x * w (w = x's first row broadcast) + 0.5, [128, 1024] fp32, blocked runs.
   constexpr int64_t R = 128, C = 1024, T = C * 4;

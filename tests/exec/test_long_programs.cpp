@@ -26,7 +26,8 @@ constexpr int kTensors = 24, kReps = 12;
 // each touching a handful of the 24 inputs.
 Program many_tensors() {
   std::vector<TensorDecl> decls;
-  for (int k = 0; k < kTensors; ++k) decls.push_back(decl("x" + std::to_string(k), {R, C}, f32, kIn));
+  for (int k = 0; k < kTensors; ++k)
+    decls.push_back(decl("x" + std::to_string(k), {R, C}, f32, kIn));
   decls.push_back(decl("out", {kTensors * kReps * R, C}, f32, kOut));
   auto tile = [](int64_t i) { return sb(f32, i * C * 4, R, {row(C)}); };
   std::vector<ProgNode> body;
