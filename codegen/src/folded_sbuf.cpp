@@ -82,6 +82,7 @@ void collect(const std::vector<ProgNode>& body, std::set<int>& seen, SbufAccesse
       if (ap->memory != Memory::sbuf) continue;
       auto at = out.span.try_emplace(n.instr.id, out.list.size(), out.list.size()).first;
       at->second.second = out.list.size();
+      out.pages.add(out.list.size(), *ap);
       out.list.push_back({n.instr.id, ap});
     }
   }
@@ -99,6 +100,25 @@ int64_t dense_row(const AccessPattern& ap) {
 }
 
 }  // namespace
+
+void SbufPages::add(size_t index, const AccessPattern& ap) {
+  if (ap.offset.is_constant() && !ap.dims.empty()) {
+    // may_overlap's bytes of the view.
+    const int64_t es = dtype_bytes(ap.dtype);
+    Span1 s = extent(ap.offset.constant, ap.dims, 1, es, es);
+    if (!ap.rotation.var.empty() && ap.rotation.count > 1)
+      s.hi += (ap.rotation.count - 1) * ap.rotation.bytes;
+    constexpr int64_t kMaxSpan = int64_t{1} << 24;  // wider: asked about every range
+    if (s.lo >= 0 && s.hi > s.lo && s.hi - s.lo <= kMaxSpan) {
+      const auto last = static_cast<size_t>((s.hi - 1) / kPage);
+      if (pages_.size() <= last) pages_.resize(last + 1);
+      for (int64_t pg = s.lo / kPage; pg * kPage < s.hi; ++pg)
+        pages_[static_cast<size_t>(pg)].push_back(index);
+      return;
+    }
+  }
+  anywhere_.push_back(index);
+}
 
 SbufAccesses sbuf_accesses(const Program& p) {
   SbufAccesses all;
@@ -125,16 +145,13 @@ std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgN
       first = std::min(first, at->second.first), last = std::max(last, at->second.second);
   }
   if (first > last) return {};  // the run touches no SBUF
-  // Whether an instruction outside the run touches `whole`: the nearest ones first, so an
-  // unrolled kernel, whose next iteration reuses the same bytes, answers in a few steps.
+  // Whether an instruction outside the run touches `whole` (a probe: bytes [lo, lo + n) of
+  // its partitions), among the views near those bytes.
   auto touched_outside = [&](const AccessPattern& whole) {
-    auto touches = [&](size_t at) {
-      return !ids.count(all.list[at].first) && may_overlap(whole, *all.list[at].second);
-    };
-    const size_t n = all.list.size();
-    for (size_t d = 1; d <= first || last + d < n; ++d)
-      if ((d <= first && touches(first - d)) || (last + d < n && touches(last + d))) return true;
-    return false;
+    const int64_t lo = whole.offset.constant, hi = lo + whole.dims[1].size;
+    return !all.pages.all_near(lo, hi, [&](size_t at) {
+      return ids.count(all.list[at].first) || !may_overlap(whole, *all.list[at].second);
+    });
   };
 
   std::vector<RunLocal> ranges;
@@ -197,65 +214,13 @@ void all_accesses(const std::vector<ProgNode>& body, std::vector<Access>& out) {
   }
 }
 
-// The accesses that may touch a range of SBUF bytes, found by 2 KiB pages of the bytes each
-// touches in a partition (every rotating slot included), so checking a candidate range costs
-// the accesses near it, not the whole program: an unrolled kernel has hundreds of thousands
-// of accesses and hundreds of candidates (vLLM's paged attention at 8/8/128/2048/24/2/48 spent
-// 40 s here). Accesses at offsets unknown before the run may touch anything.
-class AccessesByPage {
- public:
-  explicit AccessesByPage(const std::vector<Access>& all) {
-    for (size_t i = 0; i < all.size(); ++i) {
-      const AccessPattern& ap = *all[i].ap;
-      if (!ap.offset.is_constant() || ap.dims.empty()) {
-        anywhere_.push_back(i);
-        continue;
-      }
-      const auto [lo, hi] = bytes(ap);
-      if (lo < 0 || hi <= lo || hi - lo > kMaxSpan) {
-        anywhere_.push_back(i);
-        continue;
-      }
-      if (pages_.size() < static_cast<size_t>((hi - 1) / kPage + 1))
-        pages_.resize(static_cast<size_t>((hi - 1) / kPage + 1));
-      for (int64_t pg = lo / kPage; pg * kPage < hi; ++pg)
-        pages_[static_cast<size_t>(pg)].push_back(i);
-    }
-  }
-  // Whether `ok` holds for every access that may touch bytes [lo, hi); stops at the first
-  // that fails (an access spanning several pages is asked once per page).
-  template <class Ok>
-  bool all_near(int64_t lo, int64_t hi, const Ok& ok) const {
-    for (size_t i : anywhere_)
-      if (!ok(i)) return false;
-    for (int64_t pg = std::max<int64_t>(lo, 0) / kPage;
-         pg * kPage < hi && pg < static_cast<int64_t>(pages_.size()); ++pg)
-      for (size_t i : pages_[static_cast<size_t>(pg)])
-        if (!ok(i)) return false;
-    return true;
-  }
-
- private:
-  static constexpr int64_t kPage = 2048;
-  static constexpr int64_t kMaxSpan = int64_t{1} << 24;  // wider: checked against every range
-  // may_overlap's bytes of a pattern at a constant offset.
-  static std::pair<int64_t, int64_t> bytes(const AccessPattern& p) {
-    const int64_t es = dtype_bytes(p.dtype);
-    Span1 s = extent(p.offset.constant, p.dims, 1, es, es);
-    if (!p.rotation.var.empty() && p.rotation.count > 1)
-      s.hi += (p.rotation.count - 1) * p.rotation.bytes;
-    return {s.lo, s.hi};
-  }
-  std::vector<size_t> anywhere_;
-  std::vector<std::vector<size_t>> pages_;
-};
-
 }  // namespace
 
 std::vector<BroadcastRows> broadcast_rows(const Program& p) {
   std::vector<Access> all;
   all_accesses(p.body, all);
-  const AccessesByPage by_page(all);
+  SbufPages by_page;
+  for (size_t i = 0; i < all.size(); ++i) by_page.add(i, *all[i].ap);
   std::vector<BroadcastRows> found;
   std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> decided;
   for (const Access& w : all) {

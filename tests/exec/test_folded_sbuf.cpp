@@ -111,6 +111,23 @@ TEST_CASE("run_local: what may hold values from outside the run is left alone") 
               store(tile(64))}));
     CHECK(ranges_of(p, 2, 5) == Ranges{});
   }
+  SUBCASE("touched from other pages of SBUF, or at an offset known only when it runs") {
+    // The run's tiles are at bytes 8192 and 8256; touchers are looked for by 2 KiB pages
+    // (plan.hpp SbufPages), which must miss none.
+    constexpr int64_t W = 600;  // a [4, 600] fp32 view from byte 6000 ends at 8400
+    auto with = [](ProgNode other) {
+      return numbered(program(kXY, {load(tile(8192)), scale(tile(8256), tile(8192)),
+                                    store(tile(8256)), std::move(other)}));
+    };
+    const Ranges both{{0, 8192, 8256}, {0, 8256, 8320}};
+    CHECK(ranges_of(with(scale(sb(f32, 16384, P, {row(W)}), sb(f32, 0, P, {row(W)}))), 0, 3) ==
+          both);
+    CHECK(ranges_of(with(scale(sb(f32, 16384, P, {row(W)}), sb(f32, 6000, P, {row(W)}))), 0, 3)
+              .empty());
+    AccessPattern moving = tile(0);  // at 64 * i0: byte 8192 when i0 = 128
+    moving.offset = Affine::var("i0", 64);
+    CHECK(ranges_of(with(loop("i0", 200, {scale(tile(0), moving)})), 0, 3).empty());
+  }
   SUBCASE("a tile allocated in a loop (rotating slots) but not one carried across iterations") {
     // acc = 0.5; for i0: t = x (slot i0 % 2), u = 2 t (slot i0 % 2), acc += u; store acc
     AccessPattern t = tile(64), u = tile(192);

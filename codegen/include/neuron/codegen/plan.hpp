@@ -2,6 +2,7 @@
 // shape rules checked once at compile time, and bounds of every access as functions of the
 // program ids (checked per launch, so a bad access is a UserError, never a segfault).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <utility>
 #include <cstdint>
@@ -68,12 +69,40 @@ std::optional<std::pair<int64_t, int64_t>> byte_range(const AccessPattern& ap, b
 struct RunLocal {
   int64_t partition, lo, hi;
 };
+// SBUF views (indices into the caller's list) by the 2 KiB pages of bytes each may touch in a
+// partition, every rotating slot included: what may touch a range is then looked for among
+// the views near it, not in the whole program (an unrolled kernel has hundreds of thousands of
+// views, and hundreds of ranges to check). A view at an offset not known before the run may
+// touch anything.
+class SbufPages {
+ public:
+  void add(size_t index, const AccessPattern& ap);
+  // Whether `ok(index)` holds for every view that may touch bytes [lo, hi); stops at the first
+  // that fails. A view spanning several pages is asked once per page.
+  template <class Ok>
+  bool all_near(int64_t lo, int64_t hi, const Ok& ok) const {
+    for (size_t i : anywhere_)
+      if (!ok(i)) return false;
+    for (int64_t pg = std::max<int64_t>(lo, 0) / kPage;
+         pg * kPage < hi && pg < static_cast<int64_t>(pages_.size()); ++pg)
+      for (size_t i : pages_[static_cast<size_t>(pg)])
+        if (!ok(i)) return false;
+    return true;
+  }
+
+ private:
+  static constexpr int64_t kPage = 2048;
+  std::vector<size_t> anywhere_;
+  std::vector<std::vector<size_t>> pages_;
+};
+
 // Every SBUF view of a program, in program order, with its instruction's id: built once per
 // program for run_local_ranges (a fully unrolled kernel has thousands of runs, and each asks
 // whether anything outside it touches its ranges).
 struct SbufAccesses {
   std::vector<std::pair<int, const AccessPattern*>> list;
   std::unordered_map<int, std::pair<size_t, size_t>> span;  // id -> first, last entry in list
+  SbufPages pages;         // list's entries by the bytes they may touch
   bool unique_ids = true;  // false: two instructions share an id (a hand-built program)
 };
 SbufAccesses sbuf_accesses(const Program& p);
