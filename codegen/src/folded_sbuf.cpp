@@ -103,11 +103,7 @@ int64_t dense_row(const AccessPattern& ap) {
 
 void SbufPages::add(size_t index, const AccessPattern& ap) {
   if (ap.offset.is_constant() && !ap.dims.empty()) {
-    // may_overlap's bytes of the view.
-    const int64_t es = dtype_bytes(ap.dtype);
-    Span1 s = extent(ap.offset.constant, ap.dims, 1, es, es);
-    if (!ap.rotation.var.empty() && ap.rotation.count > 1)
-      s.hi += (ap.rotation.count - 1) * ap.rotation.bytes;
+    const Span1 s = partition_bytes(ap);
     constexpr int64_t kMaxSpan = int64_t{1} << 24;  // wider: asked about every range
     if (s.lo >= 0 && s.hi > s.lo && s.hi - s.lo <= kMaxSpan) {
       const auto last = static_cast<size_t>((s.hi - 1) / kPage);

@@ -77,16 +77,16 @@ bool may_overlap(const AccessPattern& a, const AccessPattern& b) {
     };
     if (apart(parts(a), parts(b))) return false;
   }
-  // Bytes within a partition, every rotating slot included.
   if (!a.offset.is_constant() || !b.offset.is_constant()) return true;
-  auto bytes = [](const AccessPattern& p) {
-    const int64_t es = dtype_bytes(p.dtype);
-    Span1 s = extent(p.offset.constant, p.dims, 1, es, es);
-    if (!p.rotation.var.empty() && p.rotation.count > 1)
-      s.hi += (p.rotation.count - 1) * p.rotation.bytes;
-    return s;
-  };
-  return !apart(bytes(a), bytes(b));
+  return !apart(partition_bytes(a), partition_bytes(b));
+}
+
+Span1 partition_bytes(const AccessPattern& p) {
+  const int64_t es = dtype_bytes(p.dtype);
+  Span1 s = extent(p.offset.constant, p.dims, 1, es, es);
+  if (!p.rotation.var.empty() && p.rotation.count > 1)
+    s.hi += (p.rotation.count - 1) * p.rotation.bytes;
+  return s;
 }
 
 std::vector<std::pair<const AccessPattern*, bool>> operands_of(const Instr& in) {

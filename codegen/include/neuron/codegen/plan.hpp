@@ -42,6 +42,9 @@ Span1 extent(int64_t start, const std::vector<AccessPattern::Dim>& dims, size_t 
 // Whether two operands of one instruction can share bytes (conservative: true unless their
 // memories, tensors, partitions or byte ranges are provably apart).
 bool may_overlap(const AccessPattern& a, const AccessPattern& b);
+// The bytes of each partition an on-chip view at a constant offset may touch, every rotating
+// slot included (what may_overlap compares).
+Span1 partition_bytes(const AccessPattern& p);
 // Whether partition p of every result of `in` depends only on partition p of its operands (the
 // element-wise, free-axis reduction and direct copy instructions) and every operand spans the
 // same number of partitions: then the instruction may run a block of partitions at a time.
