@@ -1,6 +1,8 @@
 // Shared by codegen/llvm/*.cpp only (it includes LLVM headers): the host target machine, the
 // embedded instruction-kernel bitcode, and the lowering entry point.
 #pragma once
+#include <llvm/ADT/ArrayRef.h>
+#include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Target/TargetMachine.h>
@@ -28,6 +30,13 @@ std::unique_ptr<llvm::Module> lower_program(const Program& p, const JitOptions& 
 // The metadata on each instruction-kernel call: how many times a program makes it (the product
 // of the trip counts of the loops around it).
 inline constexpr const char* kTripsMetadata = "neuron.trips";
+
+// Fills view slot `slot` (an NView) field by field: base, flags (null pointers for nullptr),
+// then each size and stride as a constant. The one form both the lowering and the call wrappers
+// write, and the form outline_repeated_calls reads back (outline_calls.cpp, slot_fields).
+void store_view_fields(llvm::IRBuilder<>& b, llvm::StructType* view_ty, llvm::Value* slot,
+                       llvm::Value* base, llvm::Value* flags, llvm::ArrayRef<int64_t> sizes,
+                       llvm::ArrayRef<int64_t> strides);
 
 // Calls of one instruction kernel that agree on every constant become calls of one wrapper per
 // signature (outline_calls.cpp), for signatures with at least `min_repeats` calls each made at

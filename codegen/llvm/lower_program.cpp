@@ -258,7 +258,6 @@ class Lowering {
 
   void store_view(llvm::Value* slot, llvm::Value* base, llvm::Value* flags, const int64_t* sizes,
                   const int64_t* strides) {
-    auto* i8p = b_.getInt8PtrTy();
     if (!bitcode_) {
       // Host kernels read the view from memory, so nothing is gained by storing its constant
       // fields one by one: copying them from one shared constant takes 5 IR instructions a
@@ -273,16 +272,8 @@ class Lowering {
       if (flags) b_.CreateStore(flags, b_.CreateStructGEP(view_ty_, slot, 1));
       return;
     }
-    b_.CreateStore(base ? base : llvm::ConstantPointerNull::get(i8p),
-                   b_.CreateStructGEP(view_ty_, slot, 0));
-    b_.CreateStore(flags ? flags : llvm::ConstantPointerNull::get(i8p),
-                   b_.CreateStructGEP(view_ty_, slot, 1));
-    for (int f = 2; f < 4; ++f) {
-      llvm::Value* arr = b_.CreateStructGEP(view_ty_, slot, static_cast<unsigned>(f));
-      auto* aty = view_ty_->getElementType(static_cast<unsigned>(f));
-      for (int i = 0; i < kDims; ++i)
-        b_.CreateStore(i64((f == 2 ? sizes : strides)[i]), b_.CreateConstGEP2_32(aty, arr, 0, i));
-    }
+    store_view_fields(b_, view_ty_, slot, base, flags, {sizes, sizes + kDims},
+                      {strides, strides + kDims});
   }
 
   // A constant NView with null pointers and these sizes and strides, one per distinct shape.

@@ -26,6 +26,25 @@
 #include "llvm_util.hpp"
 
 namespace neuron::native {
+
+void store_view_fields(llvm::IRBuilder<>& b, llvm::StructType* view_ty, llvm::Value* slot,
+                       llvm::Value* base, llvm::Value* flags, llvm::ArrayRef<int64_t> sizes,
+                       llvm::ArrayRef<int64_t> strides) {
+  auto* i8p = b.getInt8PtrTy();
+  b.CreateStore(base ? base : llvm::ConstantPointerNull::get(i8p),
+                b.CreateStructGEP(view_ty, slot, 0));
+  b.CreateStore(flags ? flags : llvm::ConstantPointerNull::get(i8p),
+                b.CreateStructGEP(view_ty, slot, 1));
+  for (unsigned field = 2; field < 4; ++field) {
+    llvm::Value* arr = b.CreateStructGEP(view_ty, slot, field);
+    auto* aty = view_ty->getElementType(field);
+    const llvm::ArrayRef<int64_t> vals = field == 2 ? sizes : strides;
+    for (size_t d = 0; d < vals.size(); ++d)
+      b.CreateStore(b.getInt64(static_cast<uint64_t>(vals[d])),
+                    b.CreateConstGEP2_32(aty, arr, 0, static_cast<unsigned>(d)));
+  }
+}
+
 namespace {
 
 // What the stores into one NView slot (base, flags, sizes[], strides[]) put there; nullopt when
@@ -212,16 +231,7 @@ llvm::Function* make_wrapper(llvm::Module& m, llvm::Function* callee, llvm::Call
     };
     llvm::Value* base = ptr(f.base);
     llvm::Value* flags = ptr(f.flags);
-    b.CreateStore(base, b.CreateStructGEP(view_ty, slot, 0));
-    b.CreateStore(flags, b.CreateStructGEP(view_ty, slot, 1));
-    for (unsigned field = 2; field < 4; ++field) {
-      llvm::Value* arr = b.CreateStructGEP(view_ty, slot, field);
-      auto* aty = view_ty->getElementType(field);
-      const auto& vals = field == 2 ? f.sizes : f.strides;
-      for (size_t d = 0; d < vals.size(); ++d)
-        b.CreateStore(b.getInt64(static_cast<uint64_t>(vals[d])),
-                      b.CreateConstGEP2_32(aty, arr, 0, static_cast<unsigned>(d)));
-    }
+    store_view_fields(b, view_ty, slot, base, flags, f.sizes, f.strides);
     return slot;
   };
   std::vector<llvm::Value*> args;
