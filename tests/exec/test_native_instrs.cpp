@@ -117,6 +117,53 @@ TEST_CASE("native nc_transpose and tensor_copy with a dtype cast") {
   check_reference(r, 0, ref);
 }
 
+// Host kernels (the library's copies, called by long programs) copy a tile of one dtype a whole
+// row at a time where both views are contiguous along the row, else element by element in
+// words of the dtype's size (instr_kernels.cpp copy_elements): every element size and layout,
+// and a source that overlaps the destination (the copy reads it before writing).
+TEST_CASE("native tensor_copy of one dtype with host kernels: rows, strided, reshaped, overlapping") {
+  const int P = 8, F = 24;
+  setenv("NEURON_NATIVE_KERNELS", "host", 1);
+  for (DType dt : {DType::int8, DType::bfloat16, f32}) {
+    CAPTURE(dtype_name(dt));
+    const int64_t e = dtype_bytes(dt);
+    std::vector<float> x(P * 2 * F);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 7 % 101) - 50);  // exact in int8
+    struct Layout {
+      const char* name;
+      AccessPattern dst, src;
+      int64_t shift;  // src element f goes to dst element f (the loaded row is 2F long)
+      int64_t step;
+    };
+    const Layout layouts[] = {
+        {"rows", sb(dt, 4096, P, {row(F)}), sb(dt, 0, P, {row(F)}), 0, 1},
+        {"strided source", sb(dt, 4096, P, {row(F)}), sb(dt, 0, P, {{2, F}}), 0, 2},
+        {"reshaped source", sb(dt, 4096, P, {row(F)}), sb(dt, 0, P, {{4, F / 4}, {1, 4}}), 0, 1},
+        {"overlapping", sb(dt, 3 * e, P, {row(F)}), sb(dt, 0, P, {row(F)}), 3, 1},
+    };
+    for (const Layout& l : layouts) {
+      CAPTURE(std::string(l.name));
+      const int64_t out_at = l.shift ? 0 : 4096;  // read back the whole loaded row, or dst
+      const int64_t W = l.shift ? 2 * F : F;
+      Program p = program(
+          {decl("x", {P, 2 * F}, dt, kIn), decl("out", {P, W}, dt, kOut)},
+          {dma(sb(dt, 0, P, {row(2 * F)}), hbm2(0, dt, P, 2 * F, 2 * F)),
+           instr(Opcode::tensor_copy, l.dst, {l.src}),
+           dma(hbm2(1, dt, P, W, W), sb(dt, out_at, P, {row(W)}))});
+      auto r = run_both(p, {vals(x, {P, 2 * F}, dt), Tensor::empty({P, W}, dt)});
+      std::vector<double> ref(P * W);
+      for (int q = 0; q < P; ++q)
+        for (int f = 0; f < W; ++f) {
+          const int64_t src = l.shift ? (f >= l.shift && f < l.shift + F ? f - l.shift : f)
+                                      : f * l.step;
+          ref[q * W + f] = x[q * 2 * F + src];
+        }
+      check_reference(r, 0, ref, {0, 0});
+    }
+  }
+  unsetenv("NEURON_NATIVE_KERNELS");
+}
+
 // 32-bit tiles SBUF to PSUM (the fast path, neuron_transpose32: 8 x 8 register blocks on AVX2
 // and AVX-512 CPUs, the edges element by element), sizes on and off the block multiples.
 TEST_CASE("native nc_transpose of 32-bit tiles: register blocks and the edges") {
@@ -235,6 +282,44 @@ TEST_CASE("native activation functions all agree with the simulator") {
                                     {sb(f32, 0, P, {row(F)})}, a));
     run_both(p, {vals(x, {P, F}), Tensor::empty({P, F}, DType::bfloat16)});
   }
+}
+
+// The library's compiled activation, which the simulator runs and long programs call (host
+// kernels), has a clone for x86-64-v3 CPUs, where g++ would fuse x * scale + bias or a
+// polynomial step into one FMA and round differently from the JIT's kernels (clang,
+// -ffp-contract=off); CMakeLists.txt builds it with -ffp-contract=off too. Every function, fp32
+// out, a scale that is not a power of two, a bias tile and a row sum, bit for bit over 4,096
+// values, with JIT-compiled and with host kernels.
+TEST_CASE("native activation gives the simulator's bits for every function, either kernels") {
+  const int P = 32, F = 128;
+  auto x = random_values(P * F, 21, -6.0f, 6.0f), bias = random_values(P, 22, -1.0f, 1.0f);
+  for (const char* kernels : {"bitcode", "host"}) {
+    CAPTURE(std::string(kernels));
+    setenv("NEURON_NATIVE_KERNELS", kernels, 1);
+    for (int f = 0; f <= static_cast<int>(ActFunc::erf_dx); ++f) {
+      const auto fn = static_cast<ActFunc>(f);
+      CAPTURE(std::string(act_func_name(fn)));
+      InstrArgs a;
+      a.func = fn;
+      a.scale = 0.7071;
+      a.bias_tile = true;
+      a.reduce_op = AluOp::add;
+      ProgNode act = instr(Opcode::activation, sb(f32, 8192, P, {row(F)}),
+                           {sb(f32, 0, P, {row(F)}), sb(f32, 4096, P, {row(1)})}, a);
+      act.instr.has_reduce_res = true;
+      act.instr.reduce_res = sb(f32, 12288, P, {row(1)});
+      Program p = program(
+          {decl("x", {P, F}, f32, kIn), decl("b", {P, 1}, f32, kIn),
+           decl("out", {P, F}, f32, kOut), decl("sum", {P, 1}, f32, kOut)},
+          {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)),
+           dma(sb(f32, 4096, P, {row(1)}), hbm2(1, f32, P, 1, 1)), act,
+           dma(hbm2(2, f32, P, F, F), sb(f32, 8192, P, {row(F)})),
+           dma(hbm2(3, f32, P, 1, 1), sb(f32, 12288, P, {row(1)}))});
+      run_both(p, {vals(x, {P, F}), vals(bias, {P, 1}), Tensor::empty({P, F}, f32),
+                   Tensor::empty({P, 1}, f32)});
+    }
+  }
+  unsetenv("NEURON_NATIVE_KERNELS");
 }
 
 TEST_CASE("native tensor_tensor in fp32 and bitwise int32") {

@@ -78,6 +78,15 @@ struct ValueCursor {
 #define NEURON_INTERLEAVE
 #endif
 
+// The library's compiled copy inlines the element walk into each kernel, so that a kernel's
+// x86-64-v3 clone (NEURON_HOST_CLONES below) runs its per-element code with that ISA (a call
+// would reach the baseline copy of the walk). The bitcode leaves that to clang.
+#ifdef NEURON_KERNELS_BITCODE
+#define NEURON_HOST_INLINE
+#else
+#define NEURON_HOST_INLINE [[gnu::always_inline]]
+#endif
+
 // The rows of same-shape views (kSameShape): f(row, i0) for each index of the outer four dims,
 // row[k] the address of view k's first element of the row (null for a null view).
 template <int N, class F>
@@ -102,7 +111,7 @@ template <int N, class F>
 // views[0]'s sizes and the walk is a plain loop nest the optimizer can vectorize (the loops over
 // the views unrolled, so each view's pointer is its own value: the chain walks 13).
 template <int N, class F>
-inline void each(const NView* const (&vs)[N], int same, F&& f) {
+NEURON_HOST_INLINE inline void each(const NView* const (&vs)[N], int same, F&& f) {
   const NView& r = *vs[0];
   if (same & neuron::native::kSameShape) {
     each_row(vs, [&](char** row, int64_t i0) __attribute__((always_inline)) {
@@ -237,6 +246,32 @@ inline bool same_view(const NView& a, const NView& b) {
   return slo != shi && dlo != dhi && slo < dhi && dlo < shi;
 }
 
+// Copies every element of vs[0] to vs[1], both of one dtype of `e` bytes, element by element
+// with the size known to the compiler; in the library's compiled copy (host kernels), a row
+// with one memmove where both views are contiguous along their last dim. (A memcpy of a
+// run-time size per element compiled to a byte loop there: host kernels' copies were 9% of
+// vLLM's paged-attention test, docs/native.md. JIT modules specialize this on constant views
+// and dtypes, which vectorizes the element loop, so they keep it.)
+inline void copy_elements(const NView* const (&vs)[2], int same, int e) {
+#ifndef NEURON_KERNELS_BITCODE
+  if ((same & neuron::native::kSameShape) && vs[0]->stride[4] == e && vs[1]->stride[4] == e) {
+    const size_t bytes = static_cast<size_t>(vs[0]->size[4]) * static_cast<size_t>(e);
+    each_row(vs, [&](char** row, int64_t) { std::memmove(row[1], row[0], bytes); });
+    return;
+  }
+#endif
+  auto words = [&](auto word) {
+    each(vs, same, [](char** p, int64_t) { std::memcpy(p[1], p[0], sizeof word); });
+  };
+  switch (e) {
+    case 1: return words(uint8_t{});
+    case 2: return words(uint16_t{});
+    case 4: return words(uint32_t{});
+    case 8: return words(uint64_t{});
+    default: each(vs, same, [&](char** p, int64_t) { std::memcpy(p[1], p[0], size_t(e)); });
+  }
+}
+
 // A source as the kernels should read it: itself, or a contiguous copy taken before anything is
 // written when it partially overlaps the destination.
 struct Snapshot {
@@ -255,7 +290,7 @@ struct Snapshot {
       stride *= s->size[i];
     }
     const NView* vs[2] = {s, &copy};
-    each(vs, 1, [&](char** p, int64_t) { std::memcpy(p[1], p[0], static_cast<size_t>(se)); });
+    copy_elements(vs, neuron::native::kSameShape, se);
     view = &copy;
   }
   ~Snapshot() { std::free(heap); }
@@ -392,6 +427,15 @@ inline bool is_int(int t) {
 // modules call the library's compiled copy, "neuron_host_k_snapshot_*" (bound by
 // codegen/llvm/jit.cpp), so no module carries these copies for LLVM to optimize (with them,
 // cold compiles took twice as long).
+// The library's copy is built for baseline x86-64, where every `fma` of the builtins' exp is a
+// call to libm's fmaf; kernels that evaluate transcendentals get a clone for x86-64-v3 CPUs
+// (AVX2, FMA), picked when the library loads, where it is the instruction (same bits: one
+// rounding either way; built with -ffp-contract=off, CMakeLists.txt). The simulator runs them too.
+#if !defined(NEURON_KERNELS_BITCODE) && defined(__x86_64__) && !defined(__clang__)
+#define NEURON_HOST_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define NEURON_HOST_CLONES
+#endif
 #ifdef NEURON_KERNELS_BITCODE
 #define NEURON_SNAPSHOT(name) neuron_host_k_snapshot_##name
 
@@ -413,8 +457,7 @@ void neuron_k_copy(const NView* d, const NView* s, int ddt, int sdt, int same) {
   }
   const NView* vs[2] = {s, d};
   if (ddt == sdt) {
-    const int e = neuron::dtype_bytes(dt(ddt));
-    each(vs, same, [&](char** p, int64_t) { std::memcpy(p[1], p[0], static_cast<size_t>(e)); });
+    copy_elements(vs, same, neuron::dtype_bytes(dt(ddt)));
   } else {
     each(vs, same,
          [&](char** p, int64_t) { b::store_f32(p[1], dt(ddt), b::load_f32(p[0], dt(sdt))); });
@@ -490,6 +533,7 @@ void neuron_k_tensor_scalar(const NView* d, const NView* s, const NView* c0, con
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
+NEURON_HOST_CLONES
 void neuron_k_activation(const NView* d, const NView* s, const NView* bias, const NView* scale,
                          const NView* rr, int ddt, int sdt, int bdt, int scdt, int rrdt, int func_,
                          int reduce_op, double scale_imm, int same) {
@@ -512,7 +556,10 @@ void neuron_k_activation(const NView* d, const NView* s, const NView* bias, cons
   };
   const NView* vs[2] = {s, d};
   if (!rr) {
-    each(vs, same, [&](char** p, int64_t part) { b::store_f32(p[1], dt(ddt), value(p[0], part)); });
+    // (always_inline: a lambda is not cloned with NEURON_HOST_CLONES, so it must be inlined)
+    each(vs, same, [&](char** p, int64_t part) __attribute__((always_inline)) {
+      b::store_f32(p[1], dt(ddt), value(p[0], part));
+    });
     clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
     return;
   }
@@ -554,7 +601,7 @@ void neuron_k_activation(const NView* d, const NView* s, const NView* bias, cons
       b::reduce_init(lanes.data + p * b::kReduceLanes, rop);
       seen.data[p] = 0;
     }
-    each(vs, same, [&](char** p, int64_t part) {
+    each(vs, same, [&](char** p, int64_t part) __attribute__((always_inline)) {
       const float v = value(p[0], part);
       b::store_f32(p[1], dt(ddt), v);
       float& l = lanes.data[part * b::kReduceLanes + (seen.data[part]++ & (b::kReduceLanes - 1))];
@@ -665,6 +712,7 @@ inline void each_streamed(const NView* const (&vs)[N], int last, int esize, F&& 
 
 extern "C" {
 
+NEURON_HOST_CLONES
 void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
   using namespace neuron::native;
   const auto* code = reinterpret_cast<const int64_t*>(code_bytes);
