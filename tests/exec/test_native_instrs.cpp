@@ -26,6 +26,23 @@ Program unary_program(int64_t P, int64_t F, DType in_dt, DType out_dt, ProgNode 
                  {dma(sb(in_dt, 0, P, {row(F)}), hbm2(0, in_dt, P, F, F)), std::move(compute),
                   dma(hbm2(1, out_dt, P, F, F), sb(out_dt, 8192, P, {row(F)}))});
 }
+
+// x [P, F] and a bias column b [P, 1] in, out = activation(x) [P, F] and its row sums sum
+// [P, 1]: `a` with its function, scale and reduce op, the bias read from the tile.
+Program activation_program(int64_t P, int64_t F, InstrArgs a) {
+  a.bias_tile = true;
+  ProgNode act = instr(Opcode::activation, sb(f32, 8192, P, {row(F)}),
+                       {sb(f32, 0, P, {row(F)}), sb(f32, 4096, P, {row(1)})}, a);
+  act.instr.has_reduce_res = true;
+  act.instr.reduce_res = sb(f32, 12288, P, {row(1)});
+  return program(
+      {decl("x", {P, F}, f32, kIn), decl("b", {P, 1}, f32, kIn), decl("out", {P, F}, f32, kOut),
+       decl("sum", {P, 1}, f32, kOut)},
+      {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)),
+       dma(sb(f32, 4096, P, {row(1)}), hbm2(1, f32, P, 1, 1)), act,
+       dma(hbm2(2, f32, P, F, F), sb(f32, 8192, P, {row(F)})),
+       dma(hbm2(3, f32, P, 1, 1), sb(f32, 12288, P, {row(1)}))});
+}
 }  // namespace
 
 TEST_CASE("native nc_matmul fp32: fast layout, accumulate off, on and auto") {
@@ -243,20 +260,8 @@ TEST_CASE("native activation: exp with bias tile, scale and reduce_res") {
   InstrArgs a;
   a.func = ActFunc::exp;
   a.scale = 0.5;
-  a.bias_tile = true;
   a.reduce_op = AluOp::add;
-  ProgNode act = instr(Opcode::activation, sb(f32, 8192, P, {row(F)}),
-                       {sb(f32, 0, P, {row(F)}), sb(f32, 4096, P, {row(1)})}, a);
-  act.instr.has_reduce_res = true;
-  act.instr.reduce_res = sb(f32, 12288, P, {row(1)});
-  Program p = program(
-      {decl("x", {P, F}, f32, kIn), decl("b", {P, 1}, f32, kIn), decl("out", {P, F}, f32, kOut),
-       decl("sum", {P, 1}, f32, kOut)},
-      {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)),
-       dma(sb(f32, 4096, P, {row(1)}), hbm2(1, f32, P, 1, 1)), act,
-       dma(hbm2(2, f32, P, F, F), sb(f32, 8192, P, {row(F)})),
-       dma(hbm2(3, f32, P, 1, 1), sb(f32, 12288, P, {row(1)}))});
-  auto r = run_both(p, {vals(x, {P, F}), vals(bias, {P, 1}), Tensor::empty({P, F}, f32),
+  auto r = run_both(activation_program(P, F, a), {vals(x, {P, F}), vals(bias, {P, 1}), Tensor::empty({P, F}, f32),
                         Tensor::empty({P, 1}, f32)});
   std::vector<double> ref(P * F), sum(P, 0.0);
   for (int q = 0; q < P; ++q)
@@ -302,20 +307,8 @@ TEST_CASE("native activation gives the simulator's bits for every function, eith
       InstrArgs a;
       a.func = fn;
       a.scale = 0.7071;
-      a.bias_tile = true;
       a.reduce_op = AluOp::add;
-      ProgNode act = instr(Opcode::activation, sb(f32, 8192, P, {row(F)}),
-                           {sb(f32, 0, P, {row(F)}), sb(f32, 4096, P, {row(1)})}, a);
-      act.instr.has_reduce_res = true;
-      act.instr.reduce_res = sb(f32, 12288, P, {row(1)});
-      Program p = program(
-          {decl("x", {P, F}, f32, kIn), decl("b", {P, 1}, f32, kIn),
-           decl("out", {P, F}, f32, kOut), decl("sum", {P, 1}, f32, kOut)},
-          {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)),
-           dma(sb(f32, 4096, P, {row(1)}), hbm2(1, f32, P, 1, 1)), act,
-           dma(hbm2(2, f32, P, F, F), sb(f32, 8192, P, {row(F)})),
-           dma(hbm2(3, f32, P, 1, 1), sb(f32, 12288, P, {row(1)}))});
-      run_both(p, {vals(x, {P, F}), vals(bias, {P, 1}), Tensor::empty({P, F}, f32),
+      run_both(activation_program(P, F, a), {vals(x, {P, F}), vals(bias, {P, 1}), Tensor::empty({P, F}, f32),
                    Tensor::empty({P, 1}, f32)});
     }
   }

@@ -419,6 +419,16 @@ inline bool is_int(int t) {
 
 }  // namespace
 
+// The library's copy is built for baseline x86-64, where every `fma` of the builtins' exp is a
+// call to libm's fmaf; the activation kernel gets a clone for x86-64-v3 CPUs (AVX2, FMA), picked
+// when the library loads, where it is the instruction (the same bits: one rounding either way;
+// built with -ffp-contract=off, CMakeLists.txt). The simulator runs it too.
+#if !defined(NEURON_KERNELS_BITCODE) && defined(__x86_64__) && !defined(__clang__)
+#define NEURON_HOST_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define NEURON_HOST_CLONES
+#endif
+
 // The cold path of the streaming entry points below: copy the sources that partially overlap
 // the destination, then call the entry point again (now without overlap). It is out of line so
 // the entry points stay small enough to be inlined and specialized, and not self-recursive
@@ -427,15 +437,6 @@ inline bool is_int(int t) {
 // modules call the library's compiled copy, "neuron_host_k_snapshot_*" (bound by
 // codegen/llvm/jit.cpp), so no module carries these copies for LLVM to optimize (with them,
 // cold compiles took twice as long).
-// The library's copy is built for baseline x86-64, where every `fma` of the builtins' exp is a
-// call to libm's fmaf; kernels that evaluate transcendentals get a clone for x86-64-v3 CPUs
-// (AVX2, FMA), picked when the library loads, where it is the instruction (same bits: one
-// rounding either way; built with -ffp-contract=off, CMakeLists.txt). The simulator runs them too.
-#if !defined(NEURON_KERNELS_BITCODE) && defined(__x86_64__) && !defined(__clang__)
-#define NEURON_HOST_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define NEURON_HOST_CLONES
-#endif
 #ifdef NEURON_KERNELS_BITCODE
 #define NEURON_SNAPSHOT(name) neuron_host_k_snapshot_##name
 
@@ -712,7 +713,6 @@ inline void each_streamed(const NView* const (&vs)[N], int last, int esize, F&& 
 
 extern "C" {
 
-NEURON_HOST_CLONES
 void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
   using namespace neuron::native;
   const auto* code = reinterpret_cast<const int64_t*>(code_bytes);
