@@ -5,6 +5,9 @@
 // kernels) and, by clang-14, to bitcode linked into every JIT module, where the constant
 // dtype/op/shape arguments specialize these loops (docs/native.md). So: no fmt, no exceptions,
 // no static state; shape rules were checked before (codegen's check_program).
+#ifndef NEURON_KERNELS_BITCODE
+#define NEURON_ELEMENT_FN [[gnu::always_inline]] inline  // builtins.hpp
+#endif
 #include <algorithm>
 #include <array>
 #include <cstdlib>

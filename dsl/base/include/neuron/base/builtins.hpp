@@ -225,7 +225,14 @@ inline int64_t dtype_int_max(DType t) {
 
 // ---- one element at a byte pointer --------------------------------------------------------------
 
-inline float load_f32(const void* p, DType t) {
+// How the element functions below (a switch on the run-time dtype or op) are declared: `inline`,
+// or forced inline by a file that defines it first (the library's instruction kernels, where
+// a call per element through the PLT cost more than the switch; instr_kernels.cpp).
+#ifndef NEURON_ELEMENT_FN
+#define NEURON_ELEMENT_FN inline
+#endif
+
+NEURON_ELEMENT_FN float load_f32(const void* p, DType t) {
   switch (t) {
     case DType::float32:
     case DType::tfloat32: {
@@ -309,7 +316,7 @@ inline void store_int_bits(void* p, DType t, int64_t v) {
   }
 }
 
-inline void store_f32(void* p, DType t, float v) {
+NEURON_ELEMENT_FN void store_f32(void* p, DType t, float v) {
   switch (t) {
     case DType::float32:
       std::memcpy(p, &v, 4);
