@@ -225,7 +225,7 @@ inline int64_t dtype_int_max(DType t) {
 
 // ---- one element at a byte pointer --------------------------------------------------------------
 
-// How the element functions below (a switch on the run-time dtype or op) are declared: `inline`,
+// How the element functions below (a switch on the run-time dtype) are declared: `inline`,
 // or forced inline by a file that defines it first (the library's instruction kernels, where
 // a call per element through the PLT cost more than the switch; instr_kernels.cpp).
 #ifndef NEURON_ELEMENT_FN
