@@ -249,6 +249,18 @@ inline bool same_view(const NView& a, const NView& b) {
   return slo != shi && dlo != dhi && slo < dhi && dlo < shi;
 }
 
+// One element of `e` bytes from s to d as one word of that size: a memcpy of a run-time size
+// compiles to a byte loop in the library's copy (in the bitcode, `e` is a constant).
+[[gnu::always_inline]] inline void copy_element(void* d, const void* s, int e) {
+  switch (e) {
+    case 1: return void(std::memcpy(d, s, 1));
+    case 2: return void(std::memcpy(d, s, 2));
+    case 4: return void(std::memcpy(d, s, 4));
+    case 8: return void(std::memcpy(d, s, 8));
+    default: std::memcpy(d, s, static_cast<size_t>(e));
+  }
+}
+
 // Copies every element of vs[0] to vs[1], both of one dtype of `e` bytes, element by element
 // with the size known to the compiler; in the library's compiled copy (host kernels), a row
 // with one memmove where both views are contiguous along their last dim. (A memcpy of a
@@ -271,7 +283,7 @@ inline void copy_elements(const NView* const (&vs)[2], int same, int e) {
     case 2: return words(uint16_t{});
     case 4: return words(uint32_t{});
     case 8: return words(uint64_t{});
-    default: each(vs, same, [&](char** p, int64_t) { std::memcpy(p[1], p[0], size_t(e)); });
+    default: each(vs, same, [&](char** p, int64_t) { copy_element(p[1], p[0], e); });
   }
 }
 
@@ -855,12 +867,12 @@ void neuron_k_transpose(const NView* d, const NView* s, int ddt, int sdt) {
   if (ddt == sdt) {
     Scratch<char, 1> raw(n * es);
     int64_t i = 0;
-    each1(*s, [&](char* p) { std::memcpy(raw.data + (i++) * es, p, static_cast<size_t>(es)); });
+    each1(*s, [&](char* p) { copy_element(raw.data + (i++) * es, p, es); });
     // Destination element j = f * P + p holds source element p * F + f.
     i = 0;
     each1(*d, [&](char* p) {
       const int64_t f = i / P, q = i % P;
-      std::memcpy(p, raw.data + (q * F + f) * es, static_cast<size_t>(es));
+      copy_element(p, raw.data + (q * F + f) * es, es);
       ++i;
     });
   } else {
@@ -992,7 +1004,7 @@ void neuron_k_copy_predicated(const NView* d, const NView* s, const NView* pred,
     each(vs, same, [&](char** p, int64_t) {
       if (b::load_f32(p[1], dt(pdt)) == 0.0f) return;
       if (ddt == sdt)
-        std::memcpy(p[2], p[0], static_cast<size_t>(e));
+        copy_element(p[2], p[0], e);
       else
         b::store_f32(p[2], dt(ddt), b::load_f32(p[0], dt(sdt)));
     });
@@ -1001,10 +1013,10 @@ void neuron_k_copy_predicated(const NView* d, const NView* s, const NView* pred,
 }
 
 void neuron_k_memset(const NView* d, int ddt, double value) {
-  char enc[4];
+  char enc[8];  // copy_element reads up to 8 bytes for an 8-byte dtype
   b::store_f64(enc, dt(ddt), value);
   const int e = neuron::dtype_bytes(dt(ddt));
-  each1(*d, [&](char* p) { std::memcpy(p, enc, static_cast<size_t>(e)); });
+  each1(*d, [&](char* p) { copy_element(p, enc, e); });
   clear_flags(*d, e);
 }
 
@@ -1129,7 +1141,7 @@ void neuron_k_affine_select(const NView* d, const NView* s, const NView* pat, in
     NView dc = *d, sc = *s, pc = *pat;
     return NEURON_SNAPSHOT(affine_select)(&dc, &sc, &pc, ddt, sdt, offset, cmp_op, on_false);
   }
-  char off_enc[4];
+  char off_enc[8];  // as memset's enc
   b::store_f64(off_enc, dt(ddt), on_false);
   const int e = neuron::dtype_bytes(dt(ddt));
   if (ddt == sdt && (e == 4 || e == 2) && same_sizes(*d, *s) && same_sizes(*d, *pat)) {
@@ -1147,9 +1159,9 @@ void neuron_k_affine_select(const NView* d, const NView* s, const NView* pat, in
     const int64_t x =
         static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(c.value + offset)));
     if (!b::compare_int(static_cast<AluOp>(cmp_op), x, 0))
-      std::memcpy(p, off_enc, static_cast<size_t>(e));
+      copy_element(p, off_enc, e);
     else if (ddt == sdt)
-      std::memcpy(p, cs.p, static_cast<size_t>(e));
+      copy_element(p, cs.p, e);
     else
       b::store_f32(p, dt(ddt), b::load_f32(cs.p, dt(sdt)));
     c.next();
