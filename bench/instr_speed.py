@@ -22,7 +22,9 @@ P, F = 128, 512
 
 
 def cases(nl, nisa):
-    """(name, body(t, r)): t is the input tile, r the [P, F] result tile the case writes."""
+    """(name, body(t, r)) or (name, body(t, r, s), setup(t)): t is the input tile, r the [P, F]
+    result tile the case writes, s what setup made of t before the loop (not timed per
+    instruction: it runs once)."""
     def col():
         return nl.ndarray((P, 1), nl.float32)
 
@@ -54,6 +56,23 @@ def cases(nl, nisa):
         nisa.nc_matmul(p, t[:, 0:P], t)
         nisa.tensor_copy(r, p)
 
+    def cast(dtype):
+        def setup(t):
+            s = nl.ndarray((P, F), dtype)
+            nisa.tensor_copy(s, t)
+            return s
+        return setup
+
+    def matmul_of(t, r, s):
+        p = nl.ndarray((P, F), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(p, s[:, 0:P], s)
+        nisa.tensor_copy(r, p)
+
+    def matmul_mixed(t, r, s):
+        p = nl.ndarray((P, F), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(p, t[:, 0:P], s)
+        nisa.tensor_copy(r, p)
+
     def gather(t, r):
         ix = nl.ndarray((P, F), nl.int32)  # t in [-1, 1] -> indices in [0, 510]
         nisa.tensor_scalar(ix, t, nl.add, 1.0, op1=nl.multiply, operand1=255.0)
@@ -72,6 +91,10 @@ def cases(nl, nisa):
         ("tensor_reduce max (+ column copy)", reduce_max),
         ("nc_transpose 128x128 (+ copy; per 128 columns)", transpose),
         ("nc_matmul 128x128x512 (+ PSUM copy)", matmul),
+        ("nc_matmul bf16 operands (+ PSUM copy)", matmul_of, cast(nl.bfloat16)),
+        ("nc_matmul fp16 operands (+ PSUM copy)", matmul_of, cast(nl.float16)),
+        ("nc_matmul fp8 e4m3 operands (+ PSUM copy)", matmul_of, cast(nl.float8_e4m3)),
+        ("nc_matmul fp32 x bf16 (+ PSUM copy)", matmul_mixed, cast(nl.bfloat16)),
         ("nc_n_gather (+ int32 index tile)", gather),
     ]
 
@@ -95,7 +118,7 @@ def main():
 
     n = args.iterations
     rows = []
-    for name, body in cases(nl, nisa):
+    for name, body, *setup in cases(nl, nisa):
         if args.only not in name:
             continue
 
@@ -106,8 +129,9 @@ def main():
             nisa.dma_copy(t, x)
             r = nl.ndarray((P, F), nl.float32)
             nisa.memset(r, 0.0)
+            made = [f(t) for f in setup]
             for _ in nl.sequential_range(n):
-                body(t, r)
+                body(t, r, *made)
             nisa.dma_copy(out, r)
             return out
 

@@ -117,6 +117,69 @@ TEST_CASE("native nc_matmul bf16 and a strided (generic) layout") {
   check_reference(r2, 0, ref, {1e-5, 1e-5});
 }
 
+// Every pair of operand dtypes but bf16 x bf16 is one fma per k in increasing k on the fp32
+// values (docs/numerics.md, "Matmul"), now through the fp32 matmul kernel: operands read in
+// place (fp32, tf32) or widened into scratch (fp16, fp8, bf16 beside another dtype), in the
+// contiguous layout or strided, into an fp32 PSUM tile in place or a bf16 one through a copy,
+// and with auto accumulate over a tile whose elements differ (half of it rewritten in between).
+TEST_CASE("native nc_matmul of fp16, fp8, tf32 and mixed operands is the fp32 fma chain") {
+  const int K = 40, M = 12, N = 20;  // K not a multiple of 8 or 32
+  struct Case {
+    DType s, v, psum;
+    bool strided;  // the moving operand read with stride 2 (not the kernels' layout)
+  };
+  const DType bf16 = DType::bfloat16, f16 = DType::float16, e4 = DType::float8_e4m3,
+              e5 = DType::float8_e5m2, e4fn = DType::float8_e4m3fn, tf32 = DType::tfloat32;
+  const Case cases[] = {{f16, f16, f32, false}, {e4, e5, f32, false}, {e4fn, bf16, f32, false},
+                        {f32, bf16, f32, false}, {tf32, f32, f32, false}, {f16, f16, f32, true},
+                        {e5, f32, bf16, false},  {f32, f32, bf16, true},  {bf16, f16, f32, true}};
+  for (const Case& c : cases) {
+    CAPTURE(dtype_name(c.s));
+    CAPTURE(dtype_name(c.v));
+    CAPTURE(dtype_name(c.psum));
+    CAPTURE(c.strided);
+    const int W = c.strided ? 2 * N : N;
+    // Values of every magnitude the fp8 formats hold, subnormals included.
+    std::vector<float> a = random_values(K * M, 7, -3.0f, 3.0f), bm = random_values(K * W, 8);
+    for (size_t i = 0; i < a.size(); i += 7) a[i] *= 1.0f / 64;
+    const Tensor ta = vals(a, {K, M}, c.s), tb = vals(bm, {K, W}, c.v);
+    InstrArgs overwrite, add, autoacc;
+    overwrite.accumulate = 0, add.accumulate = 1, autoacc.accumulate = -1;
+    InstrArgs fill;
+    fill.imm0 = 0.75;
+    const auto S = sb(c.s, 0, K, {row(M)});
+    const auto V = c.strided ? sb(c.v, 1024, K, {{2, N}}) : sb(c.v, 1024, K, {row(N)});
+    const auto D = ps(c.psum, 0, M, {row(N)});
+    // out0 = A^T B; out1 = (A^T B + A^T B) on the right half, A^T B after a memset on the left.
+    Program p = program(
+        {decl("a", {K, M}, c.s, kIn), decl("b", {K, W}, c.v, kIn),
+         decl("out0", {M, N}, c.psum, kOut), decl("out1", {M, N}, c.psum, kOut)},
+        {dma(S, hbm2(0, c.s, K, M, M)), dma(sb(c.v, 1024, K, {row(W)}), hbm2(1, c.v, K, W, W)),
+         instr(Opcode::nc_matmul, D, {S, V}, overwrite), dma(hbm2(2, c.psum, M, N, N), D),
+         instr(Opcode::nc_matmul, D, {S, V}, add),
+         instr(Opcode::memset, ps(c.psum, 0, M, {row(N / 2)}), {}, fill),
+         instr(Opcode::nc_matmul, D, {S, V}, autoacc), dma(hbm2(3, c.psum, M, N, N), D)});
+    auto r = run_both(p, {ta, tb, Tensor::empty({M, N}, c.psum), Tensor::empty({M, N}, c.psum)});
+    // The reference: the stored operand values, one std::fma per k, rounded to the PSUM dtype
+    // whenever the tile holds the value.
+    auto stored = [&](float x) { return vals({x}, {1}, c.psum).get(0); };
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) {
+        auto chain = [&](float acc) {
+          for (int k = 0; k < K; ++k)
+            acc = std::fma(ta.get(k * M + m), tb.get(k * W + (c.strided ? 2 * n : n)), acc);
+          return acc;
+        };
+        const float once = stored(chain(0.0f));
+        const float twice = n < N / 2 ? once : stored(chain(stored(chain(once))));
+        const int64_t i = m * N + n;
+        INFO("m ", m, " n ", n);
+        REQUIRE(r.native[0].get(i) == once);
+        REQUIRE(r.native[1].get(i) == twice);
+      }
+  }
+}
+
 TEST_CASE("native nc_transpose and tensor_copy with a dtype cast") {
   const int P = 8, F = 24;
   auto x = random_values(P * F, 6);

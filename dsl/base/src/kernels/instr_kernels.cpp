@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "neuron/base/bf16_dot.hpp"
 #include "neuron/base/builtins.hpp"
 #include "neuron/base/instr_kernels.hpp"
 #include "neuron/base/matmul_kernel.hpp"
@@ -21,7 +20,6 @@
 namespace {
 
 namespace b = neuron::builtins;
-namespace bf16dot = neuron::bf16dot;
 using neuron::AluOp;
 using neuron::DType;
 using neuron::native::kDims;
@@ -440,8 +438,10 @@ inline bool is_int(int t) {
 // built with -ffp-contract=off, CMakeLists.txt). The simulator runs it too.
 #if !defined(NEURON_KERNELS_BITCODE) && defined(__x86_64__) && !defined(__clang__)
 #define NEURON_HOST_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define NEURON_HOST_VECTORIZE __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
 #else
 #define NEURON_HOST_CLONES
+#define NEURON_HOST_VECTORIZE
 #endif
 
 // The cold path of the streaming entry points below: copy the sources that partially overlap
@@ -903,40 +903,77 @@ inline int accumulate_mode(const NView& d, int accumulate, int64_t count) {
   return all && count > 0 ? 1 : any ? -1 : 0;
 }
 
-// d[m, n] (+)= sum over k, then q < Q, of s[(k * M + m) * Q + q] * v[(k * N + n) * Q + q]:
-// acc = fma(s, v, acc) in that order, starting from d's value where acc_mode (accumulate_mode)
-// says to add; then stored in d's dtype. nc_matmul's generic path (Q = 1) and nc_matmul_mx's
-// (Q = 4 values per x4 element). With `bf16_rule` (both operands bfloat16, Q = 1) the sum
-// follows neuron/base/bf16_dot.hpp instead.
-inline void matmul_values(const NView& d, int ddt, const float* s, const float* v, int64_t K,
-                          int64_t M, int64_t N, int Q, int acc_mode, bool bf16_rule = false) {
-  Scratch<float, 1> acc(N);
+// d[m, n] (+)= sum over k of a[k * lda + m] * b[k * ldb + n] through the matmul kernels
+// (`kernel`: neuron_matmul_f32, one fma per k in increasing k, or neuron_matmul_bf16, the rule
+// of neuron/base/bf16_dot.hpp), for a destination they cannot write in place: each element
+// starts at its old value where acc_mode (accumulate_mode) says to add, else at 0, in an fp32
+// copy, and is stored back in d's dtype.
+extern "C++" {  // templates, in this extern "C" block
+template <class T, class Kernel>
+inline void matmul_into(const NView& d, int ddt, const T* a, int64_t lda, const T* b, int64_t ldb,
+                        int64_t K, int64_t M, int64_t N, int acc_mode, Kernel kernel) {
+  Scratch<float, 1> c(M * N);
   Scratch<int64_t, 1> doff(M * N);
   int64_t i = 0;
   each1(d, [&](char* p) { doff.data[i++] = p - d.base; });
-  for (int64_t m = 0; m < M; ++m) {
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t o = doff.data[m * N + n];
-      const bool keep = acc_mode == 1 || (acc_mode == -1 && d.flags[o]);
-      acc.data[n] = keep ? b::load_f32(d.base + o, dt(ddt)) : 0.0f;
-    }
-    if (bf16_rule) {
-      for (int64_t n = 0; n < N; ++n)
-        acc.data[n] = bf16dot::dot(
-            acc.data[n], K, [&](int64_t k) { return s[k * M + m]; },
-            [&](int64_t k) { return v[k * N + n]; });
-    } else {
-      for (int64_t k = 0; k < K; ++k)
-        for (int q = 0; q < Q; ++q) {
-          const float a = s[(k * M + m) * Q + q];
-          const float* row = v + k * N * Q + q;
-          for (int64_t n = 0; n < N; ++n) acc.data[n] = std::fma(a, row[n * Q], acc.data[n]);
-        }
-    }
-    for (int64_t n = 0; n < N; ++n)
-      b::store_f32(d.base + doff.data[m * N + n], dt(ddt), acc.data[n]);
+  for (i = 0; acc_mode != 0 && i < M * N; ++i) {
+    const int64_t o = doff.data[i];
+    const bool keep = acc_mode == 1 || d.flags[o];
+    c.data[i] = keep ? b::load_f32(d.base + o, dt(ddt)) : 0.0f;
+  }
+  kernel(c.data, N, a, lda, b, ldb, M, N, K, acc_mode != 0);
+  for (i = 0; i < M * N; ++i) b::store_f32(d.base + doff.data[i], dt(ddt), c.data[i]);
+}
+
+// Rows [K, cols] of a tile whose columns are contiguous, widened to fp32 values one row at a
+// time; T fixed, so each row is one loop with no dtype switch (it vectorizes).
+template <DType T>
+NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void widen_rows(const NView& v, float* out, int64_t K, int64_t cols) {
+  const int64_t es = neuron::dtype_bytes(T);
+  for (int64_t k = 0; k < K; ++k) {
+    const char* row = v.base + k * v.stride[0];
+    float* dst = out + k * cols;
+    for (int64_t n = 0; n < cols; ++n) dst[n] = b::load_f32(row + n * es, T);
   }
 }
+
+// A tile's elements in order as fp32 values (`rows`: [K, ..., cols] with contiguous columns).
+inline void gather_f32(const NView& v, int vdt, bool rows, float* out, int64_t K, int64_t cols) {
+  if (rows) switch (dt(vdt)) {
+      case DType::float16: return widen_rows<DType::float16>(v, out, K, cols);
+      case DType::bfloat16: return widen_rows<DType::bfloat16>(v, out, K, cols);
+      case DType::float8_e4m3: return widen_rows<DType::float8_e4m3>(v, out, K, cols);
+      case DType::float8_e4m3fn: return widen_rows<DType::float8_e4m3fn>(v, out, K, cols);
+      case DType::float8_e5m2: return widen_rows<DType::float8_e5m2>(v, out, K, cols);
+      default: break;
+    }
+  int64_t i = 0;
+  each1(v, [&](char* p) { out[i++] = b::load_f32(p, dt(vdt)); });
+}
+
+// An operand of the matmul kernels: the tile itself where it is in their layout (`rows`: [K,
+// ..., cols] with contiguous columns) and dtype, else its elements in order, gathered as the
+// kernel's dtype (bf16 as its bits, anything else as fp32 values) into K contiguous rows.
+template <class T>
+struct MatmulOperand {
+  Scratch<T, 1> copy;
+  const T* data;
+  int64_t ld;
+  MatmulOperand(const NView& v, int vdt, bool rows, bool in_place, int64_t K, int64_t cols)
+      : copy(in_place ? 0 : K * cols),
+        data(in_place ? reinterpret_cast<const T*>(v.base) : copy.data),
+        ld(in_place ? v.stride[0] / static_cast<int64_t>(sizeof(T)) : cols) {
+    if (in_place) return;
+    if constexpr (sizeof(T) == 2) {
+      int64_t i = 0;
+      each1(v, [&](char* p) { std::memcpy(copy.data + i++, p, 2); });
+    } else {
+      gather_f32(v, vdt, rows, copy.data, K, cols);
+    }
+  }
+};
+
+}  // extern "C++"
 
 void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, int sdt, int mdt,
                      int accumulate, int layout) {
@@ -944,29 +981,30 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
   const int64_t K = st->size[0], M = count_of(*st) / (K ? K : 1), N = count_of(*mv) / (K ? K : 1);
   const int esize = neuron::dtype_bytes(dt(ddt));
   const int acc_mode = accumulate_mode(*d, accumulate, M * N);
-  if (fast && acc_mode != -1 && ddt == static_cast<int>(DType::float32) &&
-      ((sdt == static_cast<int>(DType::float32) && mdt == sdt) ||
-       (sdt == static_cast<int>(DType::bfloat16) && mdt == sdt))) {
-    // fast: every operand is [rows, ..., cols] with contiguous columns (checked by the lowering).
-    float* c = reinterpret_cast<float*>(d->base);
-    const int64_t ldc = d->stride[0] / 4;
-    if (sdt == static_cast<int>(DType::float32))
-      neuron_matmul_f32(c, ldc, reinterpret_cast<const float*>(st->base), st->stride[0] / 4,
-                        reinterpret_cast<const float*>(mv->base), mv->stride[0] / 4, M, N, K,
-                        acc_mode);
+  const int f32 = static_cast<int>(DType::float32), bf16 = static_cast<int>(DType::bfloat16);
+  const bool in_place_c = fast && acc_mode != -1 && ddt == f32;
+  if (sdt == bf16 && mdt == bf16) {
+    // Both bfloat16: the bf16 rule. A gathered B is a new copy, never "the same B" as before.
+    const MatmulOperand<uint16_t> s(*st, sdt, fast, fast, K, M), v(*mv, mdt, fast, fast, K, N);
+    auto kernel = fast && (layout & kMatmulSameMoving) ? neuron_matmul_bf16_same_b
+                                                         : neuron_matmul_bf16;
+    if (in_place_c)
+      kernel(reinterpret_cast<float*>(d->base), d->stride[0] / 4, s.data, s.ld, v.data, v.ld, M, N,
+             K, acc_mode);
     else
-      (layout & kMatmulSameMoving ? neuron_matmul_bf16_same_b : neuron_matmul_bf16)(
-          c, ldc, reinterpret_cast<const uint16_t*>(st->base), st->stride[0] / 2,
-          reinterpret_cast<const uint16_t*>(mv->base), mv->stride[0] / 2, M, N, K, acc_mode);
+      matmul_into(*d, ddt, s.data, s.ld, v.data, v.ld, K, M, N, acc_mode, kernel);
   } else {
-    // Generic: the operands' values, then the shared accumulation loop.
-    Scratch<float, 1> s(K * M), v(K * N);
-    int64_t i = 0;
-    each1(*st, [&](char* p) { s.data[i++] = b::load_f32(p, dt(sdt)); });
-    i = 0;
-    each1(*mv, [&](char* p) { v.data[i++] = b::load_f32(p, dt(mdt)); });
-    const int bf16 = static_cast<int>(DType::bfloat16);
-    matmul_values(*d, ddt, s.data, v.data, K, M, N, 1, acc_mode, sdt == bf16 && mdt == bf16);
+    // Every other pair of dtypes (fp32, fp16, fp8, tf32, mixed): the fp32 fma chain on the
+    // operands' values, exact in fp32 (docs/numerics.md, "Matmul").
+    // tf32 holds its values as fp32 bits (docs/numerics.md): read in place as fp32.
+    auto f32_bits = [&](int t) { return t == f32 || t == static_cast<int>(DType::tfloat32); };
+    const MatmulOperand<float> s(*st, sdt, fast, fast && f32_bits(sdt), K, M),
+        v(*mv, mdt, fast, fast && f32_bits(mdt), K, N);
+    if (in_place_c)
+      neuron_matmul_f32(reinterpret_cast<float*>(d->base), d->stride[0] / 4, s.data, s.ld, v.data,
+                        v.ld, M, N, K, acc_mode);
+    else
+      matmul_into(*d, ddt, s.data, s.ld, v.data, v.ld, K, M, N, acc_mode, neuron_matmul_f32);
   }
   fill_flags(*d, esize, 1);
 }
@@ -1555,7 +1593,7 @@ void neuron_k_rng_skip(const NView* d, const NView* st, int64_t count) {
 // ---- MX (instr_kernels.hpp) ----
 
 namespace {
-// An MX operand [K, X] (x4 elements) with its scales applied: out[(k * X + x) * 4 + q] is value
+// An MX operand [K, X] (x4 elements) with its scales applied: out[(k * 4 + q) * X + x] is value
 // q of element x on partition k times 2^(scale - 127), the scale of block k / 8 on partition
 // (k / 32) * 32 + (k / 8) % 4 of `sc`, column x.
 void mx_operand(const NView& v, int vdt, const NView& sc, float* out) {
@@ -1567,7 +1605,7 @@ void mx_operand(const NView& v, int vdt, const NView& sc, float* out) {
     for (int64_t x = 0; x < X; ++x) {
       const float scale = b::mx_scale(*reinterpret_cast<const uint8_t*>(element(sc, srow, x)));
       const char* e = element(v, row, x);
-      for (int q = 0; q < 4; ++q) out[(k * X + x) * 4 + q] = b::mx_value(e, dt(vdt), q) * scale;
+      for (int q = 0; q < 4; ++q) out[(k * 4 + q) * X + x] = b::mx_value(e, dt(vdt), q) * scale;
     }
   }
 }
@@ -1579,7 +1617,9 @@ void neuron_k_matmul_mx(const NView* d, const NView* st, const NView* mv, const 
   Scratch<float, 1> s(K * M * 4), v(K * N * 4);
   mx_operand(*st, sdt, *ss, s.data);
   mx_operand(*mv, mdt, *ms, v.data);
-  matmul_values(*d, ddt, s.data, v.data, K, M, N, 4, accumulate_mode(*d, accumulate, M * N));
+  // Value q of element k is row k * 4 + q of a K * 4-row product: the chain runs over k, then q.
+  matmul_into(*d, ddt, s.data, M, v.data, N, K * 4, M, N, accumulate_mode(*d, accumulate, M * N),
+              neuron_matmul_f32);
   fill_flags(*d, neuron::dtype_bytes(dt(ddt)), 1);
 }
 

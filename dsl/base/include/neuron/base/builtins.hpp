@@ -97,18 +97,29 @@ inline float narrow_to_f32(uint32_t code) {
   const uint32_t sign = (code >> (E + M)) & 1u;
   const uint32_t exp = (code >> M) & ((1u << E) - 1);
   const uint32_t mant = code & ((1u << M) - 1);
-  const int bias = (1 << (E - 1)) - 1;
-  uint32_t bits;
-  if (kFinite && (code & ((1u << (E + M)) - 1)) == (1u << (E + M)) - 1) {
-    bits = 0x7fc00000u;  // NaN, sign kept below
-  } else if (!kFinite && exp == (1u << E) - 1) {
-    bits = 0x7f800000u | (mant << (23 - M)) | (mant ? 0x400000u : 0u);
-  } else if (exp == 0) {
-    // mant * 2^(1 - bias - M): exact in fp32 for every format here.
-    float v = std::ldexp(static_cast<float>(mant), 1 - bias - M);
-    return sign ? -v : v;
+  constexpr uint32_t bias = (1u << (E - 1)) - 1;
+  // A subnormal is mant * 2^(1 - bias - M): one multiply, exact in fp32 for every format here.
+  constexpr float kSubnormalUlp = [] {
+    float s = 1.0f;
+    for (uint32_t i = 0; i + 1 < bias + M; ++i) s *= 0.5f;
+    return s;
+  }();
+  // Masks rather than branches or selects (which g++ will not if-convert around a float
+  // multiply), so that a loop widening a row vectorizes.
+  const uint32_t normal = ((exp + (127u - bias)) << 23) | (mant << (23 - M));
+  const uint32_t subnormal = f32_bits(static_cast<float>(mant) * kSubnormalUlp);
+  const uint32_t is_subnormal = 0u - static_cast<uint32_t>(exp == 0);
+  uint32_t bits = (subnormal & is_subnormal) | (normal & ~is_subnormal);
+  if constexpr (kFinite) {
+    const uint32_t is_nan = 0u - static_cast<uint32_t>((code & ((1u << (E + M)) - 1)) ==
+                                                       (1u << (E + M)) - 1);
+    bits = (0x7fc00000u & is_nan) | (bits & ~is_nan);
   } else {
-    bits = (static_cast<uint32_t>(static_cast<int>(exp) - bias + 127) << 23) | (mant << (23 - M));
+    // inf, or NaN (made quiet)
+    const uint32_t special =
+        0x7f800000u | (mant << (23 - M)) | (static_cast<uint32_t>(mant != 0) << 22);
+    const uint32_t is_special = 0u - static_cast<uint32_t>(exp == (1u << E) - 1);
+    bits = (special & is_special) | (bits & ~is_special);
   }
   return bits_f32(bits | (sign << 31));
 }
