@@ -1595,17 +1595,36 @@ void neuron_k_rng_skip(const NView* d, const NView* st, int64_t count) {
 namespace {
 // An MX operand [K, X] (x4 elements) with its scales applied: out[(k * 4 + q) * X + x] is value
 // q of element x on partition k times 2^(scale - 127), the scale of block k / 8 on partition
-// (k / 32) * 32 + (k / 8) % 4 of `sc`, column x.
+// (k / 32) * 32 + (k / 8) % 4 of `sc`, column x. Each code's value comes from a table made once
+// per call (b::mx_value of every code: the same floats, without a decode per value).
 void mx_operand(const NView& v, int vdt, const NView& sc, float* out) {
   const int64_t K = v.size[0], X = per_partition(v);
+  const bool fp4 = dt(vdt) == DType::float4_e2m1fn_x4;
+  float code_value[256];
+  for (int c = 0; c < 256; ++c) {
+    const uint8_t bytes[4] = {static_cast<uint8_t>(c), static_cast<uint8_t>(c), 0, 0};
+    code_value[c] = b::mx_value(bytes, dt(vdt), 0);  // fp4: the low nibble's value
+  }
+  // Column x's byte offsets within a row, the same on every partition.
+  Scratch<int64_t, 1> voff(X), soff(X);
+  for (int64_t x = 0; x < X; ++x) {
+    voff.data[x] = element(v, v.base, x) - v.base;
+    soff.data[x] = element(sc, sc.base, x) - sc.base;
+  }
+  Scratch<float, 1> scale(X);
   for (int64_t k = 0; k < K; ++k) {
-    char* row = v.base + k * v.stride[0];
+    const uint8_t* row = reinterpret_cast<const uint8_t*>(v.base + k * v.stride[0]);
     const int64_t g = k / 8;
-    char* srow = sc.base + ((g / 4) * 32 + g % 4) * sc.stride[0];
-    for (int64_t x = 0; x < X; ++x) {
-      const float scale = b::mx_scale(*reinterpret_cast<const uint8_t*>(element(sc, srow, x)));
-      const char* e = element(v, row, x);
-      for (int q = 0; q < 4; ++q) out[(k * 4 + q) * X + x] = b::mx_value(e, dt(vdt), q) * scale;
+    const uint8_t* srow =
+        reinterpret_cast<const uint8_t*>(sc.base + ((g / 4) * 32 + g % 4) * sc.stride[0]);
+    for (int64_t x = 0; x < X; ++x) scale.data[x] = b::mx_scale(srow[soff.data[x]]);
+    for (int q = 0; q < 4; ++q) {
+      float* o = out + (k * 4 + q) * X;
+      for (int64_t x = 0; x < X; ++x) {
+        const uint8_t* e = row + voff.data[x];
+        const int code = fp4 ? (e[q / 2] >> (4 * (q % 2))) & 0xf : e[q];
+        o[x] = code_value[code] * scale.data[x];
+      }
     }
   }
 }

@@ -58,37 +58,38 @@ inline float bits_f32(uint32_t u) {
 // ---- narrow floats: E exponent bits, M mantissa bits, IEEE layout with inf and NaN ----------
 // (kFinite: no infinities, the top exponent is normal and its all-ones mantissa is NaN.)
 
-// Rounds fp32 to the narrow format (nearest, ties to even) and returns its code.
+// Rounds fp32 to the narrow format (nearest, ties to even) and returns its code. Written
+// with selects and no early returns, so that a loop storing a row vectorizes.
 template <int E, int M, bool kFinite = false>
 inline uint32_t f32_to_narrow(float f) {
   const uint32_t u = f32_bits(f);
   const uint32_t sign = (u >> 31) << (E + M);
   const uint32_t a = u & 0x7fffffffu;
-  const uint32_t inf_code = ((1u << E) - 1) << M;
-  const uint32_t nan_code = (1u << (E + M)) - 1;  // kFinite's NaN
-  if (kFinite && a >= 0x7f800000u) return sign | nan_code;
-  if (a > 0x7f800000u) return sign | inf_code | (1u << (M - 1));  // quiet NaN
-  if (a == 0x7f800000u) return sign | inf_code;
-  const int bias = (1 << (E - 1)) - 1;
-  const int emin = 1 - bias;
+  constexpr uint32_t inf_code = ((1u << E) - 1) << M;
+  constexpr uint32_t nan_code = (1u << (E + M)) - 1;  // kFinite's NaN
+  constexpr int bias = (1 << (E - 1)) - 1;
+  constexpr int emin = 1 - bias;
   const int e32 = static_cast<int>(a >> 23);
-  const uint32_t sig = e32 ? ((a & 0x7fffffu) | 0x800000u) : (a & 0x7fffffu);
-  const int e = e32 ? e32 - 127 : -126;
-  const int drop = 23 - M + (e < emin ? emin - e : 0);
-  uint32_t q;
-  if (drop > 25) {
-    q = 0;  // below half the smallest subnormal
-  } else {
-    q = sig >> drop;
-    const uint32_t rem = sig & ((1u << drop) - 1);
-    const uint32_t half = 1u << (drop - 1);
-    if (rem > half || (rem == half && (q & 1u))) ++q;
-  }
+  const uint32_t sig = (a & 0x7fffffu) | (static_cast<uint32_t>(e32 != 0) << 23);
+  const int e = (e32 > 1 ? e32 : 1) - 127;
+  // Bits dropped from sig; past 25 every value is below half the smallest subnormal, and a
+  // drop of 31 rounds those to 0 as well (sig < 2^24 < half), so it is clamped there.
+  const int under = emin - e;
+  int drop = 23 - M + (under > 0 ? under : 0);
+  drop = drop < 31 ? drop : 31;
+  uint32_t q = sig >> drop;
+  const uint32_t rem = sig & ((1u << drop) - 1);
+  const uint32_t half = 1u << (drop - 1);
+  q += static_cast<uint32_t>(rem > half) | (static_cast<uint32_t>(rem == half) & q & 1u);
   // Normal: biased exponent field (e - emin + 1) plus mantissa q - 2^M; a carry out of the
   // mantissa bumps the exponent. Subnormal: q itself (q == 2^M is the smallest normal).
   uint32_t code = e >= emin ? (static_cast<uint32_t>(e - emin) << M) + q : q;
-  if (kFinite) return sign | (code >= nan_code ? nan_code : code);
-  if (code >= inf_code) code = inf_code;
+  if constexpr (kFinite) {
+    code = code >= nan_code || a >= 0x7f800000u ? nan_code : code;  // too large, inf, NaN
+  } else {
+    code = code >= inf_code ? inf_code : code;  // too large and inf: inf
+    code = a > 0x7f800000u ? inf_code | (1u << (M - 1)) : code;  // NaN: quiet
+  }
   return sign | code;
 }
 
