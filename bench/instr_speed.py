@@ -96,6 +96,14 @@ def cases(nl, nisa):
         ("nc_matmul fp8 e4m3 operands (+ PSUM copy)", matmul_of, cast(nl.float8_e4m3)),
         ("nc_matmul fp32 x bf16 (+ PSUM copy)", matmul_mixed, cast(nl.bfloat16)),
         ("nc_n_gather (+ int32 index tile)", gather),
+        ("tensor_tensor_scan multiply then add",
+         lambda t, r: nisa.tensor_tensor_scan(r, t, t, 0.0, nl.multiply, nl.add)),
+        ("bn_stats (per 512 elements)", lambda t, r: nisa.bn_stats(r[:, 0:6], t)),
+        ("max8", lambda t, r: nisa.max8(r[:, 0:8], t)),
+        ("tensor_partition_reduce add", lambda t, r: nisa.tensor_partition_reduce(r[0:1, :], nl.add, t)),
+        ("affine_select (causal mask)", lambda t, r: nisa.affine_select(r, [[-1, F]], 1, t, -9984.0)),
+        ("rand2", lambda t, r: nisa.rand2(r, 0.0, 1.0)),
+        ("dropout 0.5", lambda t, r: nisa.dropout(r, t, 0.5)),
     ]
 
 
@@ -105,6 +113,8 @@ def main():
     ap.add_argument("--iterations", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--dtype", default="float32",
+                    help="the tiles' dtype (float32, bfloat16, float16, float8_e4m3, ...)")
     ap.add_argument("--write", action="store_true", help="write the table into docs/performance.md")
     args = ap.parse_args()
     os.environ.setdefault("NEURON_THREADS", "1")
@@ -117,6 +127,7 @@ def main():
     compare.np, compare.torch = np, torch
 
     n = args.iterations
+    tile_dt = getattr(nl, args.dtype)
     rows = []
     for name, body, *setup in cases(nl, nisa):
         if args.only not in name:
@@ -127,11 +138,18 @@ def main():
             out = nl.ndarray((P, F), nl.float32, buffer=nl.shared_hbm)
             t = nl.ndarray((P, F), nl.float32)
             nisa.dma_copy(t, x)
-            r = nl.ndarray((P, F), nl.float32)
+            if tile_dt != nl.float32:
+                t32, t = t, nl.ndarray((P, F), tile_dt)
+                nisa.tensor_copy(t, t32)
+            r = nl.ndarray((P, F), tile_dt)
             nisa.memset(r, 0.0)
             made = [f(t) for f in setup]
             for _ in nl.sequential_range(n):
                 body(t, r, *made)
+            if tile_dt != nl.float32:
+                r32 = nl.ndarray((P, F), nl.float32)
+                nisa.tensor_copy(r32, r)
+                r = r32
             nisa.dma_copy(out, r)
             return out
 
@@ -147,7 +165,7 @@ def main():
         print(f"{name:48s} {rows[-1][1]:6.2f} ns/element  {rows[-1][2]:7.1f} us/instruction",
               flush=True)
 
-    lines = ["| instruction on a [128, 512] fp32 tile | ns / element | us / instruction |",
+    lines = [f"| instruction on a [128, 512] {args.dtype} tile | ns / element | us / instruction |",
              "| --- | ---: | ---: |"]
     lines += [f"| {a} | {b:.2f} | {c:.1f} |" for a, b, c in rows]
     lines += [""] + compare.machine(1)

@@ -1210,6 +1210,8 @@ void neuron_k_affine_select(const NView* d, const NView* s, const NView* pat, in
 
 // The flat element `i` (row-major over dims 1..) of partition row `row` of v.
 inline char* element(const NView& v, char* row, int64_t i) {
+  // The usual tile, [P, n]: no divisions (a predictable branch; this runs per element).
+  if (v.size[1] == 1 && v.size[2] == 1 && v.size[3] == 1) return row + i * v.stride[kDims - 1];
   for (int d = kDims - 1; d >= 1; --d) {
     row += (i % v.size[d]) * v.stride[d];
     i /= v.size[d];
@@ -1221,7 +1223,7 @@ inline int64_t per_partition(const NView& v) {
 }
 inline void move_element(char* to, int tdt, const char* from, int fdt) {
   if (tdt == fdt)
-    std::memcpy(to, from, static_cast<size_t>(neuron::dtype_bytes(dt(tdt))));
+    copy_element(to, from, neuron::dtype_bytes(dt(tdt)));
   else
     b::store_f32(to, dt(tdt), b::load_f32(from, dt(fdt)));
 }
@@ -1555,6 +1557,7 @@ void neuron_k_rng(const NView* d, const NView* st, int ddt, double low, double h
 void neuron_k_dropout(const NView* d, const NView* s, const NView* st, const NView* prob, int ddt,
                       int sdt, int pdt, double prob_imm) {
   const int64_t P = d->size[0], n = per_partition(*d);
+  const int esize = neuron::dtype_bytes(dt(ddt));
   Scratch<float> pr(P);
   column(prob, pdt, prob_imm, P, pr.data);
   for (int64_t p = 0; p < P; ++p) {
@@ -1564,10 +1567,25 @@ void neuron_k_dropout(const NView* d, const NView* s, const NView* st, const NVi
     for (int64_t i = 0; i < n; ++i) {
       const float u = b::rng_unit(b::rng_bits(rs.key, rs.counter + static_cast<uint64_t>(i)));
       char* e = element(*d, row, i);
-      if (u < pr.data[p])
+      const char* from = element(*s, srow, i);
+      // A select, not a branch: half the elements of a rate-0.5 dropout mispredicted one.
+      // 0.0 is all zero bits in every dtype; a kept element of the same dtype is its bits.
+      const bool drop = u < pr.data[p];
+      if (ddt == sdt && esize == 4) {
+        uint32_t w;
+        std::memcpy(&w, from, 4);
+        w = drop ? 0u : w;
+        std::memcpy(e, &w, 4);
+      } else if (ddt == sdt && esize == 2) {
+        uint16_t w;
+        std::memcpy(&w, from, 2);
+        w = drop ? uint16_t{0} : w;
+        std::memcpy(e, &w, 2);
+      } else if (drop) {
         b::store_f32(e, dt(ddt), 0.0f);
-      else
-        move_element(e, ddt, element(*s, srow, i), sdt);
+      } else {
+        move_element(e, ddt, from, sdt);
+      }
     }
   }
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
