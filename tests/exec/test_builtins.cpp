@@ -246,11 +246,10 @@ TEST_CASE("narrow-float decoding equals the format formula for every code") {
       check_decode(b::fp8e5m2_to_f32(static_cast<uint8_t>(c)), decode_ref(c, 5, 2), c);
       // e4m3fn: no inf; exponent 1111 is normal, S.1111.111 is NaN.
       const bool nan = (c & 0x7f) == 0x7f;
-      const double fn = nan ? std::copysign(std::numeric_limits<double>::quiet_NaN(),
-                                            (c & 0x80) ? -1.0 : 1.0)
-                        : (c & 0x78) == 0x78
-                            ? ((c & 0x80) ? -1.0 : 1.0) * std::ldexp(1.0 + (c & 7) / 8.0, 8)
-                            : decode_ref(c, 4, 3);
+      const double fn =
+          nan ? std::copysign(std::numeric_limits<double>::quiet_NaN(), (c & 0x80) ? -1.0 : 1.0)
+          : (c & 0x78) == 0x78 ? ((c & 0x80) ? -1.0 : 1.0) * std::ldexp(1.0 + (c & 7) / 8.0, 8)
+                               : decode_ref(c, 4, 3);
       check_decode(b::fp8e4m3fn_to_f32(static_cast<uint8_t>(c)), fn, c);
     }
   }

@@ -130,7 +130,7 @@ TEST_CASE("native nc_matmul of fp16, fp8, tf32 and mixed operands is the fp32 fm
   };
   const DType bf16 = DType::bfloat16, f16 = DType::float16, e4 = DType::float8_e4m3,
               e5 = DType::float8_e5m2, e4fn = DType::float8_e4m3fn, tf32 = DType::tfloat32;
-  const Case cases[] = {{f16, f16, f32, false}, {e4, e5, f32, false}, {e4fn, bf16, f32, false},
+  const Case cases[] = {{f16, f16, f32, false},  {e4, e5, f32, false},    {e4fn, bf16, f32, false},
                         {f32, bf16, f32, false}, {tf32, f32, f32, false}, {f16, f16, f32, true},
                         {e5, f32, bf16, false},  {f32, f32, bf16, true},  {bf16, f16, f32, true}};
   for (const Case& c : cases) {

@@ -436,6 +436,8 @@ inline bool is_int(int t) {
 // call to libm's fmaf; the activation kernel gets a clone for x86-64-v3 CPUs (AVX2, FMA), picked
 // when the library loads, where it is the instruction (the same bits: one rounding either way;
 // built with -ffp-contract=off, CMakeLists.txt). The simulator runs it too.
+// NEURON_HOST_VECTORIZE: the library is built at -O2, whose cost model leaves a loop with a
+// remainder scalar; a few element loops (widening a matmul operand's rows) ask for more.
 #if !defined(NEURON_KERNELS_BITCODE) && defined(__x86_64__) && !defined(__clang__)
 #define NEURON_HOST_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #define NEURON_HOST_VECTORIZE __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
@@ -928,7 +930,8 @@ inline void matmul_into(const NView& d, int ddt, const T* a, int64_t lda, const 
 // Rows [K, cols] of a tile whose columns are contiguous, widened to fp32 values one row at a
 // time; T fixed, so each row is one loop with no dtype switch (it vectorizes).
 template <DType T>
-NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void widen_rows(const NView& v, float* out, int64_t K, int64_t cols) {
+NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void widen_rows(const NView& v, float* out, int64_t K,
+                                                         int64_t cols) {
   const int64_t es = neuron::dtype_bytes(T);
   for (int64_t k = 0; k < K; ++k) {
     const char* row = v.base + k * v.stride[0];
@@ -940,12 +943,18 @@ NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void widen_rows(const NView& v, float* 
 // A tile's elements in order as fp32 values (`rows`: [K, ..., cols] with contiguous columns).
 inline void gather_f32(const NView& v, int vdt, bool rows, float* out, int64_t K, int64_t cols) {
   if (rows) switch (dt(vdt)) {
-      case DType::float16: return widen_rows<DType::float16>(v, out, K, cols);
-      case DType::bfloat16: return widen_rows<DType::bfloat16>(v, out, K, cols);
-      case DType::float8_e4m3: return widen_rows<DType::float8_e4m3>(v, out, K, cols);
-      case DType::float8_e4m3fn: return widen_rows<DType::float8_e4m3fn>(v, out, K, cols);
-      case DType::float8_e5m2: return widen_rows<DType::float8_e5m2>(v, out, K, cols);
-      default: break;
+      case DType::float16:
+        return widen_rows<DType::float16>(v, out, K, cols);
+      case DType::bfloat16:
+        return widen_rows<DType::bfloat16>(v, out, K, cols);
+      case DType::float8_e4m3:
+        return widen_rows<DType::float8_e4m3>(v, out, K, cols);
+      case DType::float8_e4m3fn:
+        return widen_rows<DType::float8_e4m3fn>(v, out, K, cols);
+      case DType::float8_e5m2:
+        return widen_rows<DType::float8_e5m2>(v, out, K, cols);
+      default:
+        break;
     }
   int64_t i = 0;
   each1(v, [&](char* p) { out[i++] = b::load_f32(p, dt(vdt)); });
@@ -986,8 +995,8 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
   if (sdt == bf16 && mdt == bf16) {
     // Both bfloat16: the bf16 rule. A gathered B is a new copy, never "the same B" as before.
     const MatmulOperand<uint16_t> s(*st, sdt, fast, fast, K, M), v(*mv, mdt, fast, fast, K, N);
-    auto kernel = fast && (layout & kMatmulSameMoving) ? neuron_matmul_bf16_same_b
-                                                         : neuron_matmul_bf16;
+    auto kernel =
+        fast && (layout & kMatmulSameMoving) ? neuron_matmul_bf16_same_b : neuron_matmul_bf16;
     if (in_place_c)
       kernel(reinterpret_cast<float*>(d->base), d->stride[0] / 4, s.data, s.ld, v.data, v.ld, M, N,
              K, acc_mode);
@@ -1569,7 +1578,8 @@ void neuron_k_dropout(const NView* d, const NView* s, const NView* st, const NVi
       char* e = element(*d, row, i);
       const char* from = element(*s, srow, i);
       // A select, not a branch: half the elements of a rate-0.5 dropout mispredicted one.
-      // 0.0 is all zero bits in every dtype; a kept element of the same dtype is its bits.
+      // 0.0 is all zero bits in every 2- and 4-byte dtype; a kept element of the same dtype is
+      // its bits.
       const bool drop = u < pr.data[p];
       if (ddt == sdt && esize == 4) {
         uint32_t w;

@@ -87,7 +87,7 @@ inline uint32_t f32_to_narrow(float f) {
   if constexpr (kFinite) {
     code = code >= nan_code || a >= 0x7f800000u ? nan_code : code;  // too large, inf, NaN
   } else {
-    code = code >= inf_code ? inf_code : code;  // too large and inf: inf
+    code = code >= inf_code ? inf_code : code;                   // too large and inf: inf
     code = a > 0x7f800000u ? inf_code | (1u << (M - 1)) : code;  // NaN: quiet
   }
   return sign | code;
@@ -112,8 +112,8 @@ inline float narrow_to_f32(uint32_t code) {
   const uint32_t is_subnormal = 0u - static_cast<uint32_t>(exp == 0);
   uint32_t bits = (subnormal & is_subnormal) | (normal & ~is_subnormal);
   if constexpr (kFinite) {
-    const uint32_t is_nan = 0u - static_cast<uint32_t>((code & ((1u << (E + M)) - 1)) ==
-                                                       (1u << (E + M)) - 1);
+    const uint32_t is_nan =
+        0u - static_cast<uint32_t>((code & ((1u << (E + M)) - 1)) == (1u << (E + M)) - 1);
     bits = (0x7fc00000u & is_nan) | (bits & ~is_nan);
   } else {
     // inf, or NaN (made quiet)
