@@ -98,7 +98,13 @@ __attribute__((noinline)) void micro_kernel(const BlockOperands<T>& op, int64_t 
         bv[v] = V::load(bp + k * NR + v * W);
       }
     }
-    if constexpr (kPackA) V::copy_a(ap + k * MR, asrc + k * lda);
+    if constexpr (kPackA) {
+      // The stationary tile's rows are a partition apart and usually come from L3 (a row
+      // group's A panel outgrows L2): fetch the line the panel after next reads (this one and
+      // the next share a line), so those blocks do not wait on it.
+      V::copy_a(ap + k * MR, asrc + k * lda);
+      __builtin_prefetch(asrc + k * lda + 16);
+    }
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       R av;
