@@ -87,6 +87,9 @@ __attribute__((noinline)) void micro_kernel(const BlockOperands<T>& op, int64_t 
         acc[i][v] = V::load(c + i * ldc + v * W);
     }
   for (int64_t k = 0; k < kc; ++k) {
+    // The next row panel's C block (the driver's next call, same columns), one line per k:
+    // C tiles (PSUM) mostly live in L3 by the time a K chunk comes back to them.
+    if (k < MR * NV) __builtin_prefetch(c + (MR + k / NV) * ldc + (k % NV) * W);
     R bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
