@@ -244,6 +244,47 @@ TEST_CASE("native tensor_copy of one dtype with host kernels: rows, strided, res
   unsetenv("NEURON_NATIVE_KERNELS");
 }
 
+// Host kernels convert fp32 <-> bf16 and fp32 <-> fp16 a whole row at a time where both views
+// are contiguous along their rows (instr_kernels.cpp convert_rows), else element by element:
+// each element must get the bits of the per-element conversion (Tensor::from_floats, whose
+// rounding test_builtins.cpp checks against an enumeration of the codes), specials included.
+TEST_CASE("native tensor_copy between float dtypes with host kernels: rows and strided") {
+  const int P = 4, F = 40;
+  setenv("NEURON_NATIVE_KERNELS", "host", 1);
+  std::vector<float> x(P * 2 * F);
+  const float specials[] = {0.0f,    -0.0f,     INFINITY, -INFINITY, NAN,   -NAN,    65504.0f,
+                            65520.0f, 70000.0f, 1e-8f,    -6e-8f,    3e-5f, 1.0e-40f, 1.00390625f,
+                            1.01171875f, 3.4e38f};
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = i % 3 == 0 ? specials[(i / 3) % 16] : std::ldexp(float(int(i * 37 % 1999) - 999), int(i % 41) - 30);
+  const DType bf16 = DType::bfloat16, f16 = DType::float16;
+  for (auto [from, to] : {std::pair<DType, DType>{f32, bf16}, {bf16, f32}, {f32, f16}, {f16, f32}}) {
+    CAPTURE(dtype_name(from));
+    CAPTURE(dtype_name(to));
+    const Tensor in = vals(x, {P, 2 * F}, from);
+    for (bool strided : {false, true}) {
+      CAPTURE(strided);
+      Program p = program(
+          {decl("x", {P, 2 * F}, from, kIn), decl("out", {P, F}, to, kOut)},
+          {dma(sb(from, 0, P, {row(2 * F)}), hbm2(0, from, P, 2 * F, 2 * F)),
+           instr(Opcode::tensor_copy, sb(to, 8192, P, {row(F)}),
+                 {strided ? sb(from, 0, P, {{2, F}}) : sb(from, 0, P, {row(F)})}),
+           dma(hbm2(1, to, P, F, F), sb(to, 8192, P, {row(F)}))});
+      auto r = run_both(p, {in, Tensor::empty({P, F}, to)});
+      std::vector<float> src(P * F);
+      for (int q = 0; q < P; ++q)
+        for (int f = 0; f < F; ++f) src[q * F + f] = in.get(q * 2 * F + (strided ? 2 * f : f));
+      const Tensor want = vals(src, {P, F}, to);
+      const Tensor& got = r.native[0];
+      const int64_t bad = first_bit_difference(got, want);
+      INFO("element ", bad, ": got ", (bad >= 0 ? got.get(bad) : 0.0f), " want ",
+           (bad >= 0 ? want.get(bad) : 0.0f), " from ", (bad >= 0 ? src[bad] : 0.0f));
+      CHECK(bad == -1);
+    }
+  }
+  unsetenv("NEURON_NATIVE_KERNELS");
+}
+
 // 32-bit tiles SBUF to PSUM (the fast path, neuron_transpose32: 8 x 8 register blocks on AVX2
 // and AVX-512 CPUs, the edges element by element), sizes on and off the block multiples.
 TEST_CASE("native nc_transpose of 32-bit tiles: register blocks and the edges") {

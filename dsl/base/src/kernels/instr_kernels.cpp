@@ -466,6 +466,43 @@ NEURON_INSTR_SNAPSHOTS(X)
 #define NEURON_SNAPSHOT(name) neuron_k_snapshot_##name
 #endif
 
+// Host kernels (the library's compiled copy): a copy between the common float dtypes, both
+// views contiguous along their rows, one row loop per dtype pair, so that it vectorizes
+// (the generic walk converts through a dtype switch per element: a PSUM evacuation to bf16 took
+// 7 ns per element there). JIT modules specialize the generic walk on constant dtypes instead.
+#ifndef NEURON_KERNELS_BITCODE
+template <DType S, DType D>
+NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void convert_rows(const NView* const (&vs)[2]) {
+  const int64_t n = vs[0]->size[kDims - 1];
+  const int64_t se = neuron::dtype_bytes(S), de = neuron::dtype_bytes(D);
+  each_row(vs, [&](char** row, int64_t) {
+    const char* from = row[0];
+    char* to = row[1];
+    for (int64_t i = 0; i < n; ++i) b::store_f32(to + i * de, D, b::load_f32(from + i * se, S));
+  });
+}
+#endif
+
+// True when it made the copy.
+inline bool convert_rows(const NView* const (&vs)[2], int same, int sdt, int ddt) {
+#ifdef NEURON_KERNELS_BITCODE
+  (void)vs, (void)same, (void)sdt, (void)ddt;
+  return false;
+#else
+  if (!(same & neuron::native::kSameShape) ||
+      vs[0]->stride[kDims - 1] != neuron::dtype_bytes(dt(sdt)) ||
+      vs[1]->stride[kDims - 1] != neuron::dtype_bytes(dt(ddt)))
+    return false;
+  constexpr DType f32 = DType::float32, bf16 = DType::bfloat16, f16 = DType::float16;
+  const DType from = dt(sdt), to = dt(ddt);
+  if (from == f32 && to == bf16) return convert_rows<f32, bf16>(vs), true;
+  if (from == bf16 && to == f32) return convert_rows<bf16, f32>(vs), true;
+  if (from == f32 && to == f16) return convert_rows<f32, f16>(vs), true;
+  if (from == f16 && to == f32) return convert_rows<f16, f32>(vs), true;
+  return false;
+#endif
+}
+
 extern "C" {
 
 void neuron_k_copy(const NView* d, const NView* s, int ddt, int sdt, int same) {
@@ -476,6 +513,7 @@ void neuron_k_copy(const NView* d, const NView* s, int ddt, int sdt, int same) {
   const NView* vs[2] = {s, d};
   if (ddt == sdt) {
     copy_elements(vs, same, neuron::dtype_bytes(dt(ddt)));
+  } else if (convert_rows(vs, same, sdt, ddt)) {
   } else {
     each(vs, same,
          [&](char** p, int64_t) { b::store_f32(p[1], dt(ddt), b::load_f32(p[0], dt(sdt))); });
