@@ -285,6 +285,48 @@ TEST_CASE("native tensor_copy between float dtypes with host kernels: rows and s
   unsetenv("NEURON_NATIVE_KERNELS");
 }
 
+// tensor_tensor_scan multiply-then-add on fp32 tiles (Mamba's state update, a cumsum) runs 16
+// partitions' chains together (instr_kernels.cpp scan_multiply_add): each partition must still
+// get the scalar recurrence's bits, r = x * r + y with two roundings, for a partition count off
+// the group size, a 2-d free shape, either operand order and in place (the result over data0).
+TEST_CASE("native tensor_tensor_scan multiply then add: the scalar recurrence's bits") {
+  const int P = 37, A = 3, B = 10, F = A * B;
+  auto x = random_values(P * F, 21, 0.5f, 1.0f), y = random_values(P * F, 22);
+  auto init = random_values(P, 23);
+  for (int rev = 0; rev < 4; ++rev)
+    for (bool in_place : {false, true}) {
+      CAPTURE(rev);
+      CAPTURE(in_place);
+      InstrArgs a;
+      a.op0 = AluOp::multiply, a.op1 = AluOp::add, a.reverse0 = rev & 1, a.reverse1 = rev & 2;
+      a.operand0_tile = true;
+      const int64_t dst_at = in_place ? 0 : 8192;
+      Program p = program(
+          {decl("x", {P, F}, f32, kIn), decl("y", {P, F}, f32, kIn), decl("i", {P, 1}, f32, kIn),
+           decl("out", {P, F}, f32, kOut)},
+          {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)),
+           dma(sb(f32, 4096, P, {row(F)}), hbm2(1, f32, P, F, F)),
+           dma(sb(f32, 12288, P, {row(1)}), hbm2(2, f32, P, 1, 1)),
+           instr(Opcode::tensor_tensor_scan, sb(f32, dst_at, P, {{B, A}, {1, B}}),
+                 {sb(f32, 0, P, {{B, A}, {1, B}}), sb(f32, 4096, P, {{B, A}, {1, B}}),
+                  sb(f32, 12288, P, {row(1)})},
+                 a),
+           dma(hbm2(3, f32, P, F, F), sb(f32, dst_at, P, {row(F)}))});
+      auto r = run_both(p, {vals(x, {P, F}), vals(y, {P, F}), vals(init, {P, 1}),
+                            Tensor::empty({P, F}, f32)});
+      for (int q = 0; q < P; ++q) {
+        float acc = init[q];
+        for (int i = 0; i < F; ++i) {
+          const float xi = x[q * F + i], yi = y[q * F + i];
+          const float t = xi * acc;
+          acc = t + yi;
+          INFO("partition ", q, " element ", i);
+          REQUIRE(r.native[0].get(q * F + i) == acc);
+        }
+      }
+    }
+}
+
 // 32-bit tiles SBUF to PSUM (the fast path, neuron_transpose32: 8 x 8 register blocks on AVX2
 // and AVX-512 CPUs, the edges element by element), sizes on and off the block multiples.
 TEST_CASE("native nc_transpose of 32-bit tiles: register blocks and the edges") {

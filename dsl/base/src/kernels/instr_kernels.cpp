@@ -1347,6 +1347,50 @@ void neuron_k_gather(const NView* d, const NView* s, const NView* idx, int ddt, 
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
+}  // extern "C"
+
+namespace {
+// tensor_tensor_scan with op0 multiply and op1 add on fp32 views: r = x * r + y per element,
+// the two roundings of alu's multiply and add, written out so that nothing is dispatched per
+// element; 16 partitions step together, so 16 independent chains are in flight. Element i of
+// a partition is at the same offset from the partition's start in every partition.
+void scan_multiply_add(const NView& d, const NView& a, const NView& bv, const float* init,
+                       int64_t P, int64_t per, int rev0, int rev1) {
+  const NView* vs[3] = {&a, &bv, &d};
+  Scratch<int64_t, 1> off[3] = {Scratch<int64_t, 1>(per), Scratch<int64_t, 1>(per),
+                                Scratch<int64_t, 1>(per)};
+  for (int v = 0; v < 3; ++v) {
+    Cursor c(vs[v]);
+    for (int64_t i = 0; i < per; ++i, c.next()) off[v].data[i] = c.p - vs[v]->base;
+  }
+  constexpr int64_t kGroup = 16;
+  for (int64_t p0 = 0; p0 < P; p0 += kGroup) {
+    const int64_t n = P - p0 < kGroup ? P - p0 : kGroup;
+    float r[kGroup];
+    for (int64_t j = 0; j < n; ++j) r[j] = init[p0 + j];
+    const char* ra = a.base + p0 * a.stride[0];
+    const char* rb = bv.base + p0 * bv.stride[0];
+    char* rd = d.base + p0 * d.stride[0];
+    for (int64_t i = 0; i < per; ++i) {
+      const char* xa = ra + off[0].data[i];
+      const char* xb = rb + off[1].data[i];
+      char* xd = rd + off[2].data[i];
+      for (int64_t j = 0; j < n; ++j) {
+        float x, y;
+        std::memcpy(&x, xa + j * a.stride[0], 4);
+        std::memcpy(&y, xb + j * bv.stride[0], 4);
+        const float t = rev0 ? r[j] * x : x * r[j];
+        r[j] = rev1 ? y + t : t + y;
+        std::memcpy(xd + j * d.stride[0], &r[j], 4);
+      }
+    }
+  }
+  clear_flags(d, 4);
+}
+}  // namespace
+
+extern "C" {
+
 void neuron_k_tensor_tensor_scan(const NView* d, const NView* a, const NView* bv,
                                  const NView* init, int ddt, int adt, int bdt, int idt, int op0_,
                                  int op1_, int rev0, int rev1, double init_imm) {
@@ -1356,6 +1400,12 @@ void neuron_k_tensor_tensor_scan(const NView* d, const NView* a, const NView* bv
   column(init, idt, init_imm, P, r0.data);
   // Sources are read before the destination is written, as the simulator does elsewhere.
   Snapshot sa(a, adt, d, ddt), sb(bv, bdt, d, ddt);
+  const int f32 = static_cast<int>(DType::float32);
+  if (op0 == AluOp::multiply && op1 == AluOp::add && adt == f32 && bdt == f32 && ddt == f32 &&
+      sa.view->size[0] == P && sb.view->size[0] == P) {
+    // The published kernels' scan (Mamba's state update, nki-library's cumsum) on fp32 tiles.
+    return scan_multiply_add(*d, *sa.view, *sb.view, r0.data, P, per, rev0, rev1);
+  }
   Cursor ca(sa.view), cb(sb.view), cd(d);
   for (int64_t p = 0; p < P; ++p) {
     float r = r0.data[p];
