@@ -1195,9 +1195,10 @@ inline bool same_sizes(const NView& a, const NView& b) {
 // same dtype (a causal mask's usual case): one loop per innermost row, where the pattern's value
 // is a + c * j, so the loop is a compare and a select the optimizer vectorizes. Same bits as the
 // element walk below (a bit copy or the fill's bits).
-template <class T>
-[[gnu::always_inline]] inline void select_rows(const NView& d, const NView& s, const NView& pat,
-                                               int64_t offset, AluOp op, const char* fill_bits) {
+template <class T, class Keep>
+[[gnu::always_inline]] inline void select_rows_with(const NView& d, const NView& s,
+                                                    const NView& pat, int64_t offset,
+                                                    const char* fill_bits, Keep keep) {
   T fill;
   std::memcpy(&fill, fill_bits, sizeof(T));
   const int64_t n = d.size[kDims - 1], c = pat.stride[kDims - 1];
@@ -1211,10 +1212,27 @@ template <class T>
           static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(a + c * j)));
       T v;
       std::memcpy(&v, ps + j * sj, sizeof(T));
-      v = b::compare_int(op, x, 0) ? v : fill;
+      v = keep(x) ? v : fill;
       std::memcpy(pd + j * dj, &v, sizeof(T));
     }
   });
+}
+
+// The comparison chosen once per call, not per element (the library's copy would otherwise
+// switch on it for every element): compare_int's six integer comparisons, else compare_int.
+template <class T>
+inline void select_rows(const NView& d, const NView& s, const NView& pat, int64_t offset,
+                        AluOp op, const char* fill_bits) {
+  auto run = [&](auto keep) { select_rows_with<T>(d, s, pat, offset, fill_bits, keep); };
+  switch (op) {
+    case AluOp::equal: return run([](int64_t x) { return x == 0; });
+    case AluOp::not_equal: return run([](int64_t x) { return x != 0; });
+    case AluOp::greater: return run([](int64_t x) { return x > 0; });
+    case AluOp::greater_equal: return run([](int64_t x) { return x >= 0; });
+    case AluOp::less: return run([](int64_t x) { return x < 0; });
+    case AluOp::less_equal: return run([](int64_t x) { return x <= 0; });
+    default: return run([op](int64_t x) { return b::compare_int(op, x, 0); });
+  }
 }
 }  // namespace
 
