@@ -285,6 +285,51 @@ TEST_CASE("native tensor_copy between float dtypes with host kernels: rows and s
   unsetenv("NEURON_NATIVE_KERNELS");
 }
 
+// Host kernels run fp32 tensor_tensor add / subtract / multiply / divide a row at a time where
+// every view is contiguous along its rows (instr_kernels.cpp arithmetic_rows), else element by
+// element: each must give IEEE's result for each element (NaN, infinities, division by zero),
+// also in place (the result over data0) and strided.
+TEST_CASE("native fp32 tensor_tensor arithmetic with host kernels: rows, in place, strided") {
+  const int P = 5, F = 37;
+  setenv("NEURON_NATIVE_KERNELS", "host", 1);
+  auto x = random_values(P * 2 * F, 31), y = random_values(P * 2 * F, 32);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, 3e38f};
+  for (size_t i = 0; i < x.size(); i += 5) x[i] = specials[(i / 5) % 7];
+  for (size_t i = 0; i < y.size(); i += 7) y[i] = specials[(i / 7 + 3) % 7];
+  const std::pair<AluOp, float (*)(float, float)> ops[] = {
+      {AluOp::add, [](float a, float b) { return a + b; }},
+      {AluOp::subtract, [](float a, float b) { return a - b; }},
+      {AluOp::multiply, [](float a, float b) { return a * b; }},
+      {AluOp::divide, [](float a, float b) { return a / b; }}};
+  for (auto [op, fn] : ops)
+    for (int layout = 0; layout < 3; ++layout) {  // rows, in place, strided
+      CAPTURE(static_cast<int>(op));
+      CAPTURE(layout);
+      InstrArgs a;
+      a.op0 = op;
+      const int64_t step = layout == 2 ? 2 : 1, dst_at = layout == 1 ? 0 : 8192;
+      const auto src = [&](int64_t at) {
+        return step == 2 ? sb(f32, at, P, {{2, F}}) : sb(f32, at, P, {row(F)});
+      };
+      Program p = program(
+          {decl("x", {P, 2 * F}, f32, kIn), decl("y", {P, 2 * F}, f32, kIn),
+           decl("out", {P, F}, f32, kOut)},
+          {dma(sb(f32, 0, P, {row(2 * F)}), hbm2(0, f32, P, 2 * F, 2 * F)),
+           dma(sb(f32, 4096, P, {row(2 * F)}), hbm2(1, f32, P, 2 * F, 2 * F)),
+           instr(Opcode::tensor_tensor, sb(f32, dst_at, P, {row(F)}), {src(0), src(4096)}, a),
+           dma(hbm2(2, f32, P, F, F), sb(f32, dst_at, P, {row(F)}))});
+      auto r = run_both(p, {vals(x, {P, 2 * F}), vals(y, {P, 2 * F}), Tensor::empty({P, F}, f32)});
+      for (int q = 0; q < P; ++q)
+        for (int f = 0; f < F; ++f) {
+          const float want = fn(x[q * 2 * F + f * step], y[q * 2 * F + f * step]);
+          const float got = r.native[0].get(q * F + f);
+          INFO("partition ", q, " element ", f, ": got ", got, " want ", want);
+          REQUIRE((std::isnan(want) ? std::isnan(got) : got == want));
+        }
+    }
+  unsetenv("NEURON_NATIVE_KERNELS");
+}
+
 // tensor_tensor_scan multiply-then-add on fp32 tiles (Mamba's state update, a cumsum) runs 16
 // partitions' chains together (instr_kernels.cpp scan_multiply_add): each partition must still
 // get the scalar recurrence's bits, r = x * r + y with two roundings, for a partition count off

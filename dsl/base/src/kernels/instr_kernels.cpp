@@ -521,6 +521,53 @@ void neuron_k_copy(const NView* d, const NView* s, int ddt, int sdt, int same) {
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
+}  // extern "C"
+
+// Host kernels: fp32 tensor_tensor add, subtract, multiply or divide on views contiguous along
+// their rows, one row loop per op (alu's expression for it), so that it vectorizes; the
+// generic walk calls alu with a run-time op for every element (3.4 ns per element in the
+// library's copy). JIT modules specialize the generic walk on the constant op instead.
+#ifndef NEURON_KERNELS_BITCODE
+template <AluOp Op>
+NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void arithmetic_rows(const NView* const (&vs)[3]) {
+  const int64_t n = vs[0]->size[kDims - 1];
+  each_row(vs, [&](char** row, int64_t) {
+    const float* x = reinterpret_cast<const float*>(row[0]);
+    const float* y = reinterpret_cast<const float*>(row[1]);
+    float* z = reinterpret_cast<float*>(row[2]);
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (Op == AluOp::add) z[i] = x[i] + y[i];
+      if constexpr (Op == AluOp::subtract) z[i] = x[i] - y[i];
+      if constexpr (Op == AluOp::multiply) z[i] = x[i] * y[i];
+      if constexpr (Op == AluOp::divide) z[i] = x[i] / y[i];
+    }
+  });
+}
+#endif
+
+// True when it computed the instruction.
+inline bool arithmetic_rows_f32(const NView* const (&vs)[3], int same, AluOp op, int ddt, int adt,
+                                int bdt) {
+#ifdef NEURON_KERNELS_BITCODE
+  (void)vs, (void)same, (void)op, (void)ddt, (void)adt, (void)bdt;
+  return false;
+#else
+  const int f32 = static_cast<int>(DType::float32);
+  if (!(same & neuron::native::kSameShape) || ddt != f32 || adt != f32 || bdt != f32) return false;
+  for (const NView* v : vs)
+    if (v->stride[kDims - 1] != 4) return false;
+  switch (op) {
+    case AluOp::add: return arithmetic_rows<AluOp::add>(vs), true;
+    case AluOp::subtract: return arithmetic_rows<AluOp::subtract>(vs), true;
+    case AluOp::multiply: return arithmetic_rows<AluOp::multiply>(vs), true;
+    case AluOp::divide: return arithmetic_rows<AluOp::divide>(vs), true;
+    default: return false;
+  }
+#endif
+}
+
+extern "C" {
+
 void neuron_k_tensor_tensor(const NView* d, const NView* a, const NView* bv, int ddt, int adt,
                             int bdt, int op_, int same) {
   if ((same & kMayOverlap) &&
@@ -530,7 +577,8 @@ void neuron_k_tensor_tensor(const NView* d, const NView* a, const NView* bv, int
   }
   const AluOp op = static_cast<AluOp>(op_);
   const NView* vs[3] = {a, bv, d};
-  if (b::alu_is_bitvec(op) && is_int(ddt) && is_int(adt) && is_int(bdt)) {
+  if (arithmetic_rows_f32(vs, same, op, ddt, adt, bdt)) {
+  } else if (b::alu_is_bitvec(op) && is_int(ddt) && is_int(adt) && is_int(bdt)) {
     each(vs, same, [&](char** p, int64_t) {
       b::store_int_bits(p[2], dt(ddt),
                         b::alu_bits(op, b::load_int(p[0], dt(adt)), b::load_int(p[1], dt(bdt))));
