@@ -437,7 +437,8 @@ inline bool is_int(int t) {
 // when the library loads, where it is the instruction (the same bits: one rounding either way;
 // built with -ffp-contract=off, CMakeLists.txt). The simulator runs it too.
 // NEURON_HOST_VECTORIZE: the library is built at -O2, whose cost model leaves a loop with a
-// remainder scalar; a few element loops (widening a matmul operand's rows) ask for more.
+// remainder scalar; the row loops of the host-only paths (matmul operands widened, fp32 <->
+// bf16 / fp16 copies, fp32 arithmetic) ask for more.
 #if !defined(NEURON_KERNELS_BITCODE) && defined(__x86_64__) && !defined(__clang__)
 #define NEURON_HOST_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #define NEURON_HOST_VECTORIZE __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))

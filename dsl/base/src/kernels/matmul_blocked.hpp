@@ -103,8 +103,8 @@ __attribute__((noinline)) void micro_kernel(const BlockOperands<T>& op, int64_t 
     }
     if constexpr (kPackA) {
       // The stationary tile's rows are a partition apart and usually come from L3 (a row
-      // group's A panel outgrows L2): fetch the line the panel after next reads (this one and
-      // the next share a line), so those blocks do not wait on it.
+      // group's A panel outgrows L2): fetch each row's next line, where the next panels
+      // read, so their blocks do not wait on it.
       V::copy_a(ap + k * MR, asrc + k * lda);
       __builtin_prefetch(asrc + k * lda + 16);
     }
