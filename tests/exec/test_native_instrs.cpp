@@ -330,6 +330,58 @@ TEST_CASE("native fp32 tensor_tensor arithmetic with host kernels: rows, in plac
   unsetenv("NEURON_NATIVE_KERNELS");
 }
 
+// Host kernels run fp32 tensor_scalar with add / subtract / multiply / divide a row at a time
+// too (scalar_rows_f32): op0 with an immediate, then op1 with a column tile, either operand
+// order, each step rounded to fp32, against the two IEEE operations written out; in place and
+// strided (the element walk) as well.
+TEST_CASE("native fp32 tensor_scalar arithmetic with host kernels: rows, in place, strided") {
+  const int P = 6, F = 33;
+  setenv("NEURON_NATIVE_KERNELS", "host", 1);
+  auto x = random_values(P * 2 * F, 41), col = random_values(P, 42);
+  x[3] = NAN, x[9] = INFINITY, x[12] = 0.0f, col[2] = 0.0f;
+  const AluOp ops[] = {AluOp::add, AluOp::subtract, AluOp::multiply, AluOp::divide};
+  auto apply = [](AluOp op, float a, float b) {
+    return op == AluOp::add        ? a + b
+           : op == AluOp::subtract ? a - b
+           : op == AluOp::multiply ? a * b
+                                   : a / b;
+  };
+  for (AluOp op0 : ops)
+    for (AluOp op1 : {AluOp::bypass, AluOp::subtract, AluOp::divide})
+      for (int rev = 0; rev < 4; ++rev)
+        for (int layout = 0; layout < 3; ++layout) {  // rows, in place, strided
+          CAPTURE(static_cast<int>(op0));
+          CAPTURE(static_cast<int>(op1));
+          CAPTURE(rev);
+          CAPTURE(layout);
+          InstrArgs a;
+          a.op0 = op0, a.op1 = op1, a.reverse0 = rev & 1, a.reverse1 = rev & 2;
+          a.imm0 = 1.75, a.operand1_tile = op1 != AluOp::bypass;
+          const int64_t step = layout == 2 ? 2 : 1, dst_at = layout == 1 ? 0 : 8192;
+          std::vector<AccessPattern> srcs = {step == 2 ? sb(f32, 0, P, {{2, F}})
+                                                       : sb(f32, 0, P, {row(F)})};
+          if (a.operand1_tile) srcs.push_back(sb(f32, 12288, P, {row(1)}));
+          Program p = program(
+              {decl("x", {P, 2 * F}, f32, kIn), decl("c", {P, 1}, f32, kIn),
+               decl("out", {P, F}, f32, kOut)},
+              {dma(sb(f32, 0, P, {row(2 * F)}), hbm2(0, f32, P, 2 * F, 2 * F)),
+               dma(sb(f32, 12288, P, {row(1)}), hbm2(1, f32, P, 1, 1)),
+               instr(Opcode::tensor_scalar, sb(f32, dst_at, P, {row(F)}), srcs, a),
+               dma(hbm2(2, f32, P, F, F), sb(f32, dst_at, P, {row(F)}))});
+          auto r = run_both(p, {vals(x, {P, 2 * F}), vals(col, {P, 1}), Tensor::empty({P, F}, f32)});
+          for (int q = 0; q < P; ++q)
+            for (int f = 0; f < F; ++f) {
+              float v = x[q * 2 * F + f * step];
+              v = (rev & 1) ? apply(op0, 1.75f, v) : apply(op0, v, 1.75f);
+              if (op1 != AluOp::bypass) v = (rev & 2) ? apply(op1, col[q], v) : apply(op1, v, col[q]);
+              const float got = r.native[0].get(q * F + f);
+              INFO("partition ", q, " element ", f, ": got ", got, " want ", v);
+              REQUIRE((std::isnan(v) ? std::isnan(got) : got == v));
+            }
+        }
+  unsetenv("NEURON_NATIVE_KERNELS");
+}
+
 // tensor_tensor_scan multiply-then-add on fp32 tiles (Mamba's state update, a cumsum) runs 16
 // partitions' chains together (instr_kernels.cpp scan_multiply_add): each partition must still
 // get the scalar recurrence's bits, r = x * r + y with two roundings, for a partition count off

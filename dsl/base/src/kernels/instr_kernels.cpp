@@ -524,11 +524,19 @@ void neuron_k_copy(const NView* d, const NView* s, int ddt, int sdt, int same) {
 
 }  // extern "C"
 
-// Host kernels: fp32 tensor_tensor add, subtract, multiply or divide on views contiguous along
-// their rows, one row loop per op (alu's expression for it), so that it vectorizes; the
-// generic walk calls alu with a run-time op for every element (3.4 ns per element in the
-// library's copy). JIT modules specialize the generic walk on the constant op instead.
+// Host kernels: fp32 tensor_tensor and tensor_scalar with add, subtract, multiply or divide on
+// views contiguous along their rows, one row loop per op (alu's expression for it), so that it
+// vectorizes; the generic walk calls alu with a run-time op for every element (3.4 ns per
+// element in the library's copy). JIT modules specialize the generic walk on the constant ops.
 #ifndef NEURON_KERNELS_BITCODE
+template <AluOp Op>
+[[gnu::always_inline]] inline float arith(float a, float b) {
+  if constexpr (Op == AluOp::add) return a + b;
+  if constexpr (Op == AluOp::subtract) return a - b;
+  if constexpr (Op == AluOp::multiply) return a * b;
+  if constexpr (Op == AluOp::divide) return a / b;
+}
+
 template <AluOp Op>
 NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void arithmetic_rows(const NView* const (&vs)[3]) {
   const int64_t n = vs[0]->size[kDims - 1];
@@ -536,13 +544,40 @@ NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void arithmetic_rows(const NView* const
     const float* x = reinterpret_cast<const float*>(row[0]);
     const float* y = reinterpret_cast<const float*>(row[1]);
     float* z = reinterpret_cast<float*>(row[2]);
-    for (int64_t i = 0; i < n; ++i) {
-      if constexpr (Op == AluOp::add) z[i] = x[i] + y[i];
-      if constexpr (Op == AluOp::subtract) z[i] = x[i] - y[i];
-      if constexpr (Op == AluOp::multiply) z[i] = x[i] * y[i];
-      if constexpr (Op == AluOp::divide) z[i] = x[i] / y[i];
-    }
+    for (int64_t i = 0; i < n; ++i) z[i] = arith<Op>(x[i], y[i]);
   });
+}
+
+// z = x op o (o op x with `rev`) over one row.
+template <AluOp Op>
+NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void scalar_row(const float* x, float* z, int64_t n,
+                                                         float o, bool rev) {
+  if (rev)
+    for (int64_t i = 0; i < n; ++i) z[i] = arith<Op>(o, x[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) z[i] = arith<Op>(x[i], o);
+}
+
+inline bool is_arith(AluOp op) {
+  return op == AluOp::add || op == AluOp::subtract || op == AluOp::multiply ||
+         op == AluOp::divide;
+}
+
+inline void scalar_row(AluOp op, const float* x, float* z, int64_t n, float o, bool rev) {
+  switch (op) {
+    case AluOp::add: return scalar_row<AluOp::add>(x, z, n, o, rev);
+    case AluOp::subtract: return scalar_row<AluOp::subtract>(x, z, n, o, rev);
+    case AluOp::multiply: return scalar_row<AluOp::multiply>(x, z, n, o, rev);
+    default: return scalar_row<AluOp::divide>(x, z, n, o, rev);
+  }
+}
+
+template <int N>
+inline bool f32_rows(const NView* const (&vs)[N], int same) {
+  if (!(same & neuron::native::kSameShape)) return false;
+  for (const NView* v : vs)
+    if (v->stride[kDims - 1] != 4) return false;
+  return true;
 }
 #endif
 
@@ -554,16 +589,39 @@ inline bool arithmetic_rows_f32(const NView* const (&vs)[3], int same, AluOp op,
   return false;
 #else
   const int f32 = static_cast<int>(DType::float32);
-  if (!(same & neuron::native::kSameShape) || ddt != f32 || adt != f32 || bdt != f32) return false;
-  for (const NView* v : vs)
-    if (v->stride[kDims - 1] != 4) return false;
+  if (ddt != f32 || adt != f32 || bdt != f32 || !is_arith(op) || !f32_rows(vs, same))
+    return false;
   switch (op) {
     case AluOp::add: return arithmetic_rows<AluOp::add>(vs), true;
     case AluOp::subtract: return arithmetic_rows<AluOp::subtract>(vs), true;
     case AluOp::multiply: return arithmetic_rows<AluOp::multiply>(vs), true;
-    case AluOp::divide: return arithmetic_rows<AluOp::divide>(vs), true;
-    default: return false;
+    default: return arithmetic_rows<AluOp::divide>(vs), true;
   }
+#endif
+}
+
+// tensor_scalar's fp32 form of the same: op0 with the partition's first operand over the row,
+// then op1 (if any) over the result in place; each step rounds to fp32 as alu's does. True when
+// it computed the instruction.
+inline bool scalar_rows_f32(const NView* const (&vs)[2], int same, AluOp op0, AluOp op1, bool r0,
+                            bool r1, int ddt, int sdt, const float* k0, const float* k1) {
+#ifdef NEURON_KERNELS_BITCODE
+  (void)vs, (void)same, (void)op0, (void)op1, (void)r0, (void)r1, (void)ddt, (void)sdt, (void)k0,
+      (void)k1;
+  return false;
+#else
+  const int f32 = static_cast<int>(DType::float32);
+  const bool two = op1 != AluOp::bypass;
+  if (ddt != f32 || sdt != f32 || !is_arith(op0) || (two && !is_arith(op1)) || !f32_rows(vs, same))
+    return false;
+  const int64_t n = vs[0]->size[kDims - 1];
+  each_row(vs, [&](char** row, int64_t part) {
+    const float* x = reinterpret_cast<const float*>(row[0]);
+    float* z = reinterpret_cast<float*>(row[1]);
+    scalar_row(op0, x, z, n, k0[part], r0);
+    if (two) scalar_row(op1, z, z, n, k1[part], r1);
+  });
+  return true;
 #endif
 }
 
@@ -627,6 +685,8 @@ void neuron_k_tensor_scalar(const NView* d, const NView* s, const NView* c0, con
     column(c0, c0dt, imm0, P, k0.data);
     column(c1, c1dt, imm1, P, k1.data);
     const bool r0 = rev0 && !is_unary(op0), r1 = rev1 && !is_unary(op1);
+    if (scalar_rows_f32(vs, same, op0, op1, r0, r1, ddt, sdt, k0.data, k1.data))
+      return clear_flags(*d, 4);
     each(vs, same, [&](char** p, int64_t part) {
       float v = b::load_f32(p[0], dt(sdt));
       const float o0 = k0.data[part], o1 = k1.data[part];
