@@ -467,20 +467,24 @@ NEURON_INSTR_SNAPSHOTS(X)
 #define NEURON_SNAPSHOT(name) neuron_k_snapshot_##name
 #endif
 
+// n elements from S to D, `from` and `to` contiguous: T fixed, so the row is one loop with no
+// dtype switch (it vectorizes). The row loop of the host-only copy below and of a matmul
+// operand widened to fp32.
+template <DType S, DType D>
+NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void convert_row(const char* from, char* to, int64_t n) {
+  const int64_t se = neuron::dtype_bytes(S), de = neuron::dtype_bytes(D);
+  for (int64_t i = 0; i < n; ++i) b::store_f32(to + i * de, D, b::load_f32(from + i * se, S));
+}
+
 // Host kernels (the library's compiled copy): a copy between the common float dtypes, both
-// views contiguous along their rows, one row loop per dtype pair, so that it vectorizes
-// (the generic walk converts through a dtype switch per element: a PSUM evacuation to bf16 took
-// 7 ns per element there). JIT modules specialize the generic walk on constant dtypes instead.
+// views contiguous along their rows, one convert_row per row (the generic walk converts through
+// a dtype switch per element: a PSUM evacuation to bf16 took 7 ns per element there). JIT
+// modules specialize the generic walk on constant dtypes instead.
 #ifndef NEURON_KERNELS_BITCODE
 template <DType S, DType D>
-NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void convert_rows(const NView* const (&vs)[2]) {
+void convert_rows(const NView* const (&vs)[2]) {
   const int64_t n = vs[0]->size[kDims - 1];
-  const int64_t se = neuron::dtype_bytes(S), de = neuron::dtype_bytes(D);
-  each_row(vs, [&](char** row, int64_t) {
-    const char* from = row[0];
-    char* to = row[1];
-    for (int64_t i = 0; i < n; ++i) b::store_f32(to + i * de, D, b::load_f32(from + i * se, S));
-  });
+  each_row(vs, [&](char** row, int64_t) { convert_row<S, D>(row[0], row[1], n); });
 }
 #endif
 
@@ -1074,17 +1078,12 @@ inline void matmul_into(const NView& d, int ddt, const T* a, int64_t lda, const 
   for (i = 0; i < M * N; ++i) b::store_f32(d.base + doff.data[i], dt(ddt), c.data[i]);
 }
 
-// Rows [K, cols] of a tile whose columns are contiguous, widened to fp32 values one row at a
-// time; T fixed, so each row is one loop with no dtype switch (it vectorizes).
+// Rows [K, cols] of a tile whose columns are contiguous, widened to fp32 values.
 template <DType T>
-NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void widen_rows(const NView& v, float* out, int64_t K,
-                                                         int64_t cols) {
-  const int64_t es = neuron::dtype_bytes(T);
-  for (int64_t k = 0; k < K; ++k) {
-    const char* row = v.base + k * v.stride[0];
-    float* dst = out + k * cols;
-    for (int64_t n = 0; n < cols; ++n) dst[n] = b::load_f32(row + n * es, T);
-  }
+void widen_rows(const NView& v, float* out, int64_t K, int64_t cols) {
+  for (int64_t k = 0; k < K; ++k)
+    convert_row<T, DType::float32>(v.base + k * v.stride[0], reinterpret_cast<char*>(out + k * cols),
+                                   cols);
 }
 
 // A tile's elements in order as fp32 values (`rows`: [K, ..., cols] with contiguous columns).
