@@ -504,7 +504,8 @@ class Lowering {
       l.count /= l.size[0];  // one partition of the destination and of its repeated source
       l.size[0] = 1;
     }
-    if (block_) {
+    // A contracting matmul's result gets every block's rows of K (emit_blocked_matmul): whole.
+    if (block_ && !(in.op == Opcode::nc_matmul && &ap == &in.dst)) {
       // Inside a partition-blocked run (emit_run): this block's partitions of the view.
       NEURON_ASSERT(l.size[0] == block_->partitions, "blocked operand spans {} partitions, not {}",
                     l.size[0], block_->partitions);
@@ -595,18 +596,42 @@ class Lowering {
     fold_buf_ = eb.CreateConstGEP2_64(buf->getAllocatedType(), buf, 0, 0);
   }
 
+  // Whether body[j] is a matmul the blocked run may take (plan.hpp contracting_matmul): not
+  // where the program reads PSUM flags (a block's call would set them as a whole
+  // instruction's does) nor the product of a transposed triple.
+  bool blocked_matmul(const Instr& in, int64_t& partitions) const {
+    if (flags_read_ || !contracting_matmul(in, partitions)) return false;
+    for (const auto& [id, t] : transposed_)
+      if (t.matmul_id == in.id) return false;
+    return true;
+  }
+
   // The instructions from body[i] on that can run as one blocked run (maybe just body[i]).
   size_t run_end(const std::vector<ProgNode>& body, size_t i, int64_t& partitions) const {
     std::vector<std::pair<const AccessPattern*, bool>> seen;
+    std::vector<const AccessPattern*> sums;  // the run's matmul results: no other view on them
     size_t j = i;
     for (; j < body.size() && j < i + kMaxRun && body[j].kind == ProgNode::Kind::instr; ++j) {
       const Instr& in = body[j].instr;
       int64_t p = 0;
-      if (!partition_local(in, p) || writes_one_row(in) || (j > i && p != partitions)) break;
+      const bool matmul = blocked_matmul(in, p);
+      if ((!matmul && !partition_local(in, p)) || writes_one_row(in) || (j > i && p != partitions))
+        break;
       auto ops = operands_of(in);
+      // A matmul's result collects every block's rows of K, so nothing else of the run may
+      // touch it (and it may touch nothing the run has seen).
+      bool ok = true;
+      for (auto& a : ops) {
+        for (const AccessPattern* s : sums) ok = ok && !may_overlap(*a.first, *s);
+        if (matmul && a.first == &in.dst)
+          for (auto& b : seen) ok = ok && !may_overlap(in.dst, *b.first);
+      }
+      if (matmul) {
+        sums.push_back(&in.dst);
+        ops.erase(ops.begin());  // the rest of the checks are for partition-local views
+      }
       // A view sharing bytes with one written in the run must map partitions the same way,
       // else one block could read what another block writes (or the reverse).
-      bool ok = true;
       for (auto& a : ops) {
         for (auto& b : seen)
           if ((a.second || b.second) && may_overlap(*a.first, *b.first) &&
@@ -688,8 +713,33 @@ class Lowering {
           continue;
         }
       }
-      emit_instr(run.fw.instrs[k]);
+      if (block_ && run.fw.instrs[k].op == Opcode::nc_matmul)
+        emit_blocked_matmul(run.fw.instrs[k]);
+      else
+        emit_instr(run.fw.instrs[k]);
     }
+  }
+
+  // A matmul in a blocked run (run_end) adds the block's rows of K to its result: the first
+  // block overwrites when the instruction does and the others accumulate, so every element
+  // gets the instruction's fma chain in increasing k. The moving operand changes from block to
+  // block, so no call may reuse the last one's packed copy.
+  void emit_blocked_matmul(const Instr& in) {
+    Instr m = in;
+    m.args.same_moving = false;
+    if (m.args.accumulate == 1) return emit_instr(m);
+    auto* first = llvm::BasicBlock::Create(ctx_, "matmul.first", fn_);
+    auto* rest = llvm::BasicBlock::Create(ctx_, "matmul.rest", fn_);
+    auto* join = llvm::BasicBlock::Create(ctx_, "matmul.join", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(block_->first, i64(0)), first, rest);
+    b_.SetInsertPoint(first);
+    emit_instr(m);
+    b_.CreateBr(join);
+    b_.SetInsertPoint(rest);
+    m.args.accumulate = 1;
+    emit_instr(m);
+    b_.CreateBr(join);
+    b_.SetInsertPoint(join);
   }
 
   // Whether a chain writing `d` last writes it with non-temporal stores (instr_kernels.cpp

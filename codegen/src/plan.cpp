@@ -125,6 +125,17 @@ bool partition_local(const Instr& in, int64_t& partitions) {
   return partitions > 0;
 }
 
+bool contracting_matmul(const Instr& in, int64_t& partitions) {
+  if (in.op != Opcode::nc_matmul || in.src.size() != 2 || in.args.accumulate == -1 ||
+      in.dst.memory != Memory::psum || in.dst.dtype != DType::float32 ||
+      (in.src[0].dtype == DType::bfloat16 && in.src[1].dtype == DType::bfloat16))
+    return false;
+  const AccessPattern &st = in.src[0], &mv = in.src[1];
+  if (st.dims.empty() || mv.dims.empty() || st.dims[0].size != mv.dims[0].size) return false;
+  partitions = st.dims[0].size;
+  return partitions > 0;
+}
+
 bool same_partition_map(const AccessPattern& a, const AccessPattern& b) {
   return a.memory == b.memory && is_on_chip(a.memory) && !a.dims.empty() && !b.dims.empty() &&
          a.dims[0].stride != 0 && a.dims[0].stride == b.dims[0].stride &&

@@ -143,7 +143,55 @@ def widened_values(x):
     return out
 
 
+def column_sums(x):
+    # Matmuls contracting over the rows of a run's tiles (a norm backward's dweight): each
+    # block adds its rows of K, the first overwriting where the instruction does (ps), the
+    # rest accumulating, one fma chain per element in increasing k as the whole instruction's.
+    # The stationary is a real operand (two columns of t); acc accumulates onto a memset.
+    out = nl.ndarray((3, F), nl.float32, buffer=nl.shared_hbm)
+    chunks = range(F // 512)
+    accs = [nl.ndarray((1, 512), nl.float32, buffer=nl.psum) for _ in chunks]
+    for acc in accs:
+        nisa.memset(acc, 1.0)
+    t = nl.ndarray((128, F), nl.float32)
+    nisa.dma_copy(t, x)
+    u = nl.ndarray((128, F), nl.float32)
+    nisa.tensor_scalar(u, t, nl.multiply, t[:, 0:1], op1=nl.add, operand1=0.25)
+    ones = nl.full((128, 1), 1.0, nl.float32)
+    pss = [nl.ndarray((2, 512), nl.float32, buffer=nl.psum) for _ in chunks]
+    for c in chunks:
+        cols = slice(c * 512, (c + 1) * 512)
+        nisa.nc_matmul(pss[c], t[:, 0:2], u[:, cols], accumulate=False)
+        nisa.nc_matmul(accs[c], ones, t[:, cols], accumulate=True)
+    res = nl.ndarray((2, F), nl.float32)
+    sums = nl.ndarray((1, F), nl.float32)
+    for c in chunks:
+        cols = slice(c * 512, (c + 1) * 512)
+        nisa.tensor_copy(res[:, cols], pss[c])
+        nisa.tensor_copy(sums[:, cols], accs[c])
+    nisa.dma_copy(out[0:2, :], res)
+    nisa.dma_copy(out[2:3, :], sums)
+    return out
+
+
+def test_contracting_matmuls_run_in_the_blocks(monkeypatch):
+    # column_sums' matmuls join the blocked run of t's load and u: one call per block (so the
+    # tiles stay in cache), or one call each with blocks off; the bits are checked above.
+    x = RNG.standard_normal((128, F)).astype(np.float32)
+    for blocks in ("1", "0"):
+        monkeypatch.setenv("NEURON_PARTITION_BLOCKS", blocks)
+        prof = neuron.native_profile(column_sums)
+        prof(x)
+        calls = [r["calls"] for r in prof.profile.rows if r["op"] == "nc_matmul"]
+        assert len(calls) == 2 * (F // 512)
+        assert all(c > 1 for c in calls) if blocks == "1" else all(c == 1 for c in calls), calls
+
+
 def reference(fn, x):
+    if fn is column_sums:
+        x = x.astype(np.float64)
+        u = x * x[:, 0:1] + 0.25
+        return np.concatenate([x[:, 0:2].T @ u, 1.0 + x.sum(axis=0, keepdims=True)])
     if fn is widened:
         t = x.astype(np.float32)
         return 2.0 * t.astype(np.float64) + (t.view(np.uint32) >> 16)  # a logical shift
@@ -167,7 +215,7 @@ def reference(fn, x):
 
 
 @pytest.mark.parametrize("fn", [softmax_rows, shifted, carried, weighted, bit_views, widened,
-                                widened_values])
+                                widened_values, column_sums])
 def test_blocked_runs_give_the_simulator_bits(fn, monkeypatch):
     x = RNG.standard_normal((384 if fn is carried else 128, F)).astype(np.float32)
     if fn in (widened, widened_values):

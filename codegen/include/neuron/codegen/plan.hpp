@@ -50,6 +50,15 @@ Span1 partition_bytes(const AccessPattern& p);
 // same number of partitions: then the instruction may run a block of partitions at a time.
 // Sets `partitions` to that number.
 bool partition_local(const Instr& in, int64_t& partitions);
+// Whether `in` is an nc_matmul a partition-blocked run may take: it contracts over the
+// partitions of its stationary and moving operands (K), so a block of partitions adds its rows
+// of K to the result, and the blocks in order make the instruction's one fma chain per element
+// in increasing k (docs/numerics.md "Matmul"). Only where that chain is the rule: an fp32 PSUM
+// destination (another dtype rounds once per instruction), not bf16 x bf16 (its rule pairs rows
+// in blocks of 32 from the instruction's first row), an explicit accumulate flag (auto reads
+// the PSUM flags). Sets `partitions` to K. The destination is not partition-local: the caller
+// keeps every other view of the run off it.
+bool contracting_matmul(const Instr& in, int64_t& partitions);
 // Every view `in` reads or writes, with whether it is written.
 std::vector<std::pair<const AccessPattern*, bool>> operands_of(const Instr& in);
 // The same in execution order (folded_sbuf.cpp): what it reads, then what it writes. A

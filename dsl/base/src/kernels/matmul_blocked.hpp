@@ -205,14 +205,17 @@ void pack_b(float* bp, const T* b, int64_t ldb, int64_t kc, int64_t nw) {
 // accumulator lane from the first k to the last), so the bits are the same.
 constexpr int64_t kSkinnyM = 2;
 
-template <class V, int NV>
+// MM (the rows of C) and NV are constants, so the MM x NV accumulators live in registers (a
+// runtime row count kept them on the stack: a load and a store around every fma).
+template <class V, int NV, int MM>
 inline void skinny_block(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
-                         int64_t ldb, int64_t M, int64_t K, bool load_c, int last) {
+                         int64_t ldb, int64_t K, bool load_c, int last) {
   using R = typename V::reg;
   constexpr int W = V::W;
-  R acc[kSkinnyM][NV];
-  for (int64_t i = 0; i < M; ++i)
-#pragma GCC unroll 4
+  R acc[MM][NV];
+#pragma GCC unroll 2
+  for (int i = 0; i < MM; ++i)
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       const int lanes = v == NV - 1 ? last : W;
       acc[i][v] = !load_c        ? V::zero()
@@ -221,19 +224,21 @@ inline void skinny_block(float* c, int64_t ldc, const float* a, int64_t lda, con
     }
   for (int64_t k = 0; k < K; ++k) {
     R bv[NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       const int lanes = v == NV - 1 ? last : W;
       bv[v] = lanes < W ? V::load_part(b + k * ldb + v * W, lanes) : V::load(b + k * ldb + v * W);
     }
-    for (int64_t i = 0; i < M; ++i) {
+#pragma GCC unroll 2
+    for (int i = 0; i < MM; ++i) {
       const R av = V::bcast(a + k * lda + i);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[i][v] = V::fma(av, bv[v], acc[i][v]);
     }
   }
-  for (int64_t i = 0; i < M; ++i)
-#pragma GCC unroll 4
+#pragma GCC unroll 2
+  for (int i = 0; i < MM; ++i)
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       const int lanes = v == NV - 1 ? last : W;
       if (lanes < W)
@@ -264,17 +269,27 @@ struct Panel {
   }
 };
 
+// Eight accumulators in flight whatever MM (fma latency x throughput).
+template <class V, int MM>
+void matmul_skinny_rows(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                        int64_t ldb, int64_t N, int64_t K, bool accumulate) {
+  constexpr int NV = 8 / MM;
+  constexpr int64_t W = V::W, NR = NV * V::W;
+  int64_t n0 = 0;
+  for (; n0 + NR <= N; n0 += NR)
+    skinny_block<V, NV, MM>(c + n0, ldc, a, lda, b + n0, ldb, K, accumulate, W);
+  for (; n0 < N; n0 += W) {
+    const int lanes = static_cast<int>(N - n0 < W ? N - n0 : W);
+    skinny_block<V, 1, MM>(c + n0, ldc, a, lda, b + n0, ldb, K, accumulate, lanes);
+  }
+}
+
 template <class V>
 void matmul_skinny(float* c, int64_t ldc, const float* a, int64_t lda, const float* b, int64_t ldb,
                    int64_t M, int64_t N, int64_t K, bool accumulate) {
-  constexpr int64_t W = V::W, NR = 4 * V::W;
-  int64_t n0 = 0;
-  for (; n0 + NR <= N; n0 += NR)
-    skinny_block<V, 4>(c + n0, ldc, a, lda, b + n0, ldb, M, K, accumulate, W);
-  for (; n0 < N; n0 += W) {
-    const int lanes = static_cast<int>(N - n0 < W ? N - n0 : W);
-    skinny_block<V, 1>(c + n0, ldc, a, lda, b + n0, ldb, M, K, accumulate, lanes);
-  }
+  static_assert(kSkinnyM == 2, "one instantiation per row count");
+  if (M == 1) return matmul_skinny_rows<V, 1>(c, ldc, a, lda, b, ldb, N, K, accumulate);
+  matmul_skinny_rows<V, 2>(c, ldc, a, lda, b, ldb, N, K, accumulate);
 }
 
 template <class V, class T>

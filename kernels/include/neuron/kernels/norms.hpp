@@ -292,12 +292,28 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
   std::optional<nl::tensor> eps_col;
   if (!saved) eps_col = nl::full({P, 1}, cfg.eps, nl::float32, nl::sbuf, "eps");
   std::optional<nl::tensor> wb, ones, dw_acc, db_acc;
+  // Whole rows whose dweight (and dbias) sums fit PSUM's banks accumulate there across the
+  // program's tiles, one matmul per 512 columns per tile; else each tile's sums are added to
+  // an SBUF accumulator.
+  std::vector<nl::tensor> ps_w, ps_b;
+  const int64_t psum_chunks = (D + kPsumColumns - 1) / kPsumColumns;
+  const bool in_psum = whole && w && psum_chunks * (db ? 2 : 1) <= tile_limits::psum_banks;
   if (w) {
     ones = nl::ones({P, 1}, nl::float32, nl::sbuf, "ones");
     if (whole) {
       wb = load_broadcast_row(*w, P, nl::float32, "weight");
-      dw_acc = nl::zeros({1, D}, nl::float32, nl::sbuf, "dw_acc");
-      if (db) db_acc = nl::zeros({1, D}, nl::float32, nl::sbuf, "db_acc");
+      if (in_psum) {
+        dw_acc = nl::ndarray({1, D}, nl::float32, nl::sbuf, "dw_acc");
+        if (db) db_acc = nl::ndarray({1, D}, nl::float32, nl::sbuf, "db_acc");
+        for (int64_t c = 0; c < psum_chunks; ++c) {
+          const int64_t cw = std::min(kPsumColumns, D - c * kPsumColumns);
+          ps_w.push_back(nl::zeros({1, cw}, nl::float32, nl::psum, "dw_sum"));
+          if (db) ps_b.push_back(nl::zeros({1, cw}, nl::float32, nl::psum, "db_sum"));
+        }
+      } else {
+        dw_acc = nl::zeros({1, D}, nl::float32, nl::sbuf, "dw_acc");
+        if (db) db_acc = nl::zeros({1, D}, nl::float32, nl::sbuf, "db_acc");
+      }
     } else {  // the program's rows of dweight / dbias accumulate in HBM, chunk by chunk
       auto zero = nl::zeros({1, std::min(D, kNormChunk)}, nl::float32, nl::sbuf, "zero");
       for_each_tile(D, kNormChunk, [&](nl::index, nl::index c0, int64_t cw) {
@@ -323,22 +339,26 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
     isa::tensor_tensor(g, dyt, wv, nl::multiply);
     return Grads{xhat, g};
   };
-  // Adds the row sums of g * xhat and (layer_norm) of g to mgx, mg; the column sums of
-  // dy * xhat and dy to the dweight / dbias accumulators acc_w, acc_b.
-  auto sums = [&](const Grads& gr, const nl::tensor& dyt, const nl::tensor& mgx,
-                  const std::optional<nl::tensor>& mg, const std::optional<nl::tensor>& acc_w,
-                  const std::optional<nl::tensor>& acc_b) {
-    const int64_t rr = dyt.shape()[0], cw = dyt.shape()[1];
+  // The row sums of g * xhat and (layer_norm) of g into mgx, mg, or added to them (chunks).
+  auto row_sums = [&](const Grads& gr, const nl::tensor& mgx, const std::optional<nl::tensor>& mg,
+                      bool add) {
+    const int64_t rr = gr.g.shape()[0], cw = gr.g.shape()[1];
+    auto sum_into = [&](const nl::tensor& acc, const nl::tensor& v, const char* name) {
+      if (!add) return isa::tensor_reduce(acc, nl::add, v, 1);
+      auto part = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, name);
+      isa::tensor_reduce(part, nl::add, v, 1);
+      isa::tensor_tensor(acc, acc, part, nl::add);
+    };
     auto gx = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "gx");
     isa::tensor_tensor(gx, gr.g, gr.xhat, nl::multiply);
-    auto part = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "part");
-    isa::tensor_reduce(part, nl::add, gx, 1);
-    isa::tensor_tensor(mgx, mgx, part, nl::add);
-    if (mg) {
-      auto part_g = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "part_g");
-      isa::tensor_reduce(part_g, nl::add, gr.g, 1);
-      isa::tensor_tensor(*mg, *mg, part_g, nl::add);
-    }
+    sum_into(mgx, gx, "part");
+    if (mg) sum_into(*mg, gr.g, "part_g");
+  };
+  // Adds the column sums of dy * xhat and dy to the dweight / dbias accumulators acc_w, acc_b.
+  auto column_sums = [&](const Grads& gr, const nl::tensor& dyt,
+                         const std::optional<nl::tensor>& acc_w,
+                         const std::optional<nl::tensor>& acc_b) {
+    const int64_t rr = dyt.shape()[0], cw = dyt.shape()[1];
     if (acc_w) {
       auto dyx = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "dyx");
       isa::tensor_tensor(dyx, dyt, gr.xhat, nl::multiply);
@@ -369,9 +389,14 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
       rows, kPartitions,
       [&](nl::index, nl::index r0, int64_t rr) {
         auto rows_v = nl::ds(row0 + r0, rr);
-        auto mgx = nl::zeros({rr, 1}, nl::float32, nl::sbuf, "mgx");
+        // Chunked rows add each chunk's row sums to zeros; whole rows write them.
+        auto column = [&](const char* name) {
+          return whole ? nl::ndarray({rr, 1}, nl::float32, nl::sbuf, name)
+                       : nl::zeros({rr, 1}, nl::float32, nl::sbuf, name);
+        };
+        auto mgx = column("mgx");
         std::optional<nl::tensor> mg;
-        if (kind == NormKind::layer) mg = nl::zeros({rr, 1}, nl::float32, nl::sbuf, "mg");
+        if (kind == NormKind::layer) mg = column("mg");
         auto to_means = [&] {
           isa::tensor_scalar(mgx, mgx, nl::multiply, 1.0 / double(D));
           if (mg) isa::tensor_scalar(*mg, *mg, nl::multiply, 1.0 / double(D));
@@ -382,9 +407,26 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
           const RowStats st = saved ? load_row_stats(*saved, row0 + r0, rr)
                                     : row_stats(kind, t, *eps_col);
           const Grads gr = grads_at(t, dyt, st, 0, D);
-          sums(gr, dyt, mgx, mg, dw_acc, db_acc);
+          row_sums(gr, mgx, mg, /*add=*/false);
           to_means();
           store_dx(gr, mgx, mg, st.rstd, dx(rows_v, nl::all));
+          if (!ps_w.empty()) {
+            // After dx, so the tile's instructions from its loads to these matmuls are
+            // element-wise or contract over its rows: the native backend runs them a few rows
+            // at a time, the tiles staying in cache (docs/native.md "Partition blocks").
+            auto dyx = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "dyx");
+            isa::tensor_tensor(dyx, dyt, gr.xhat, nl::multiply);
+            for (size_t c = 0; c < ps_w.size(); ++c) {
+              const auto cols = nl::ds(int64_t(c) * kPsumColumns, ps_w[c].shape()[1]);
+              isa::nc_matmul(ps_w[c], (*ones)(nl::ds(0, rr), nl::all), dyx(nl::all, cols),
+                             /*accumulate=*/true);
+              if (db)
+                isa::nc_matmul(ps_b[c], (*ones)(nl::ds(0, rr), nl::all), dyt(nl::all, cols),
+                               /*accumulate=*/true);
+            }
+          } else {
+            column_sums(gr, dyt, dw_acc, db_acc);
+          }
           return;
         }
         const RowStats st = saved ? load_row_stats(*saved, row0 + r0, rr)
@@ -401,7 +443,8 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
               std::optional<nl::tensor> acc_w, acc_b;
               if (dw) acc_w = nl::load((*dw)(nl::ds(program, 1), nl::ds(c0, cw)), nl::float32);
               if (db) acc_b = nl::load((*db)(nl::ds(program, 1), nl::ds(c0, cw)), nl::float32);
-              sums(gr, dyt, mgx, mg, acc_w, acc_b);
+              row_sums(gr, mgx, mg, /*add=*/true);
+              column_sums(gr, dyt, acc_w, acc_b);
               if (dw) nl::store((*dw)(nl::ds(program, 1), nl::ds(c0, cw)), *acc_w);
               if (db) nl::store((*db)(nl::ds(program, 1), nl::ds(c0, cw)), *acc_b);
             },
@@ -416,6 +459,11 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
       },
       0, kind_of_loop);
   std::vector<nl::tensor> outs{dx};
+  for (size_t c = 0; c < ps_w.size(); ++c) {  // the PSUM sums through SBUF to HBM
+    const auto cols = nl::ds(int64_t(c) * kPsumColumns, ps_w[c].shape()[1]);
+    isa::tensor_copy((*dw_acc)(nl::all, cols), ps_w[c]);
+    if (db) isa::tensor_copy((*db_acc)(nl::all, cols), ps_b[c]);
+  }
   if (dw_acc) nl::store((*dw)(nl::ds(program, 1), nl::all), *dw_acc);
   if (db_acc) nl::store((*db)(nl::ds(program, 1), nl::all), *db_acc);
   if (dw) outs.push_back(*dw);
