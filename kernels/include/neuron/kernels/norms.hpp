@@ -19,8 +19,11 @@
 //    per tile instead of recomputing them from x (two passes over the tile: a row sum and the
 //    squares). Without them it recomputes.
 //  - Backward forms dx row by row on the Vector engine, and reduces dweight / dbias over
-//    rows, which lie on partitions, with the Tensor engine: ones[rows, 1].T @ (dy * xhat) into
-//    PSUM, added to an fp32 SBUF accumulator per program. Programs write their partial sums as
+//    rows, which lie on partitions, with the Tensor engine after dx: ones[rows, 1].T @
+//    (dy * xhat) accumulating in PSUM across the program's tiles when the sums fit its banks,
+//    else added to an fp32 SBUF accumulator per tile. (After dx, a tile's instructions from
+//    its loads to these matmuls are element-wise or contract over its rows, so the native
+//    backend runs them all a few rows at a time.) Programs write their partial sums as
 //    row `program` of dweight / dbias [programs, D]; the caller adds the rows (one row when
 //    programs == 1). For chunked rows the row means mean(g * xhat) and mean(g) take a first
 //    pass over the chunks, which also adds each chunk's column sums to the program's row of
