@@ -598,7 +598,9 @@ class Lowering {
 
   // Whether body[j] is a matmul the blocked run may take (plan.hpp contracting_matmul): not
   // where the program reads PSUM flags (a block's call would set them as a whole
-  // instruction's does) nor the product of a transposed triple.
+  // instruction's does) nor the product of a transposed triple. (A next matmul marked
+  // same_moving would reuse the last block's packed operand, but only bf16 x bf16 reuses one,
+  // and those never join a block.)
   bool blocked_matmul(const Instr& in, int64_t& partitions) const {
     if (flags_read_ || !contracting_matmul(in, partitions)) return false;
     for (const auto& [id, t] : transposed_)
@@ -619,12 +621,13 @@ class Lowering {
         break;
       auto ops = operands_of(in);
       // A matmul's result collects every block's rows of K, so nothing else of the run may
-      // touch it (and it may touch nothing the run has seen).
+      // touch it (and it may touch nothing the run has seen, nor its own operands).
       bool ok = true;
       for (auto& a : ops) {
         for (const AccessPattern* s : sums) ok = ok && !may_overlap(*a.first, *s);
         if (matmul && a.first == &in.dst)
           for (auto& b : seen) ok = ok && !may_overlap(in.dst, *b.first);
+        if (matmul && a.first != &in.dst) ok = ok && !may_overlap(in.dst, *a.first);
       }
       if (matmul) {
         sums.push_back(&in.dst);
