@@ -712,7 +712,7 @@ class Lowering {
       if (next < chains.size() && chains[next].steps[0] == k) {
         const Chain& c = chains[next++];
         if (emit_chain(run.fw.instrs, c)) {
-          k = c.steps.back();
+          k = c.reduce ? *c.reduce : c.steps.back();
           continue;
         }
       }
@@ -761,7 +761,7 @@ class Lowering {
   // own call would resolve; false (nothing emitted but dead view slots) when the walked views
   // do not share one loop nest. A profile bills the chain to its first instruction.
   bool emit_chain(const std::vector<Instr>& instrs, const Chain& c) {
-    std::vector<int64_t> code(1 + kChainMax * kChainFields, 0);
+    std::vector<int64_t> code(kChainCodeWords, 0);
     std::vector<llvm::Value*> views(kChainViews, no_view());
     std::vector<NormLayout> layouts(2 * c.steps.size() + 1);
     std::vector<const NormLayout*> walked;
@@ -786,7 +786,7 @@ class Lowering {
       }
       f[kChDdt] = static_cast<int64_t>(in.dst.dtype);
       f[kChStore] = c.store[s];
-      f[kChStream] = s + 1 == c.steps.size() && c.store[s] && streams(in.dst);
+      f[kChStream] = s + 1 == c.steps.size() && c.store[s] && !c.reduce && streams(in.dst);
       if (c.store[s]) {
         v[0] = resolve(in.dst, in, layouts[1 + 2 * s]);
         walked.push_back(&layouts[1 + 2 * s]);
@@ -829,6 +829,16 @@ class Lowering {
         default:
           f[kChKind] = kChCopy;
       }
+    }
+    if (c.reduce) {
+      const Instr& r = instrs[*c.reduce];
+      int64_t* f = &code[kChainReduceAt];
+      f[kChRedOn] = 1;
+      f[kChRedOp] = static_cast<int64_t>(r.args.reduce_op);
+      f[kChRedDdt] = static_cast<int64_t>(r.dst.dtype);
+      f[kChRedNegate] = r.args.negate;
+      NormLayout lr;
+      views[kChainViews - 1] = resolve(r.dst, r, lr);
     }
     if (!same_shape(walked)) return false;
 

@@ -14,6 +14,7 @@
 // position in both orders), and [P, 1] columns, read before the loop, share no bytes with any
 // destination.
 #include <optional>
+#include <set>
 
 #include "neuron/codegen/plan.hpp"
 
@@ -117,6 +118,33 @@ int64_t elements(const AccessPattern& ap) {
   return n;
 }
 
+// Whether `in` can end a chain whose last destination is `last`: a tensor_reduce of exactly that
+// view over all its free axes (each partition's values in row-major order, the loop's order),
+// with an arithmetic op into a float destination outside PSUM at a known offset. Its result is
+// written after the loop, where the instruction writes it: after every step.
+bool reduces_last(const Instr& in, const AccessPattern& last,
+                  const std::function<bool(const Affine&)>& dynamic) {
+  if (in.op != Opcode::tensor_reduce || in.src.size() != 1 || !(in.src[0] == last)) return false;
+  const size_t nd = last.dims.size();
+  std::set<int> axes(in.args.axes.begin(), in.args.axes.end());
+  if (nd < 2 || axes.size() != nd - 1 || *axes.begin() != 1 ||
+      *axes.rbegin() != static_cast<int>(nd) - 1)
+    return false;
+  switch (in.args.reduce_op) {
+    case AluOp::add:
+    case AluOp::subtract:
+    case AluOp::multiply:
+    case AluOp::maximum:
+    case AluOp::minimum:
+      break;
+    default:
+      return false;
+  }
+  const AccessPattern& d = in.dst;
+  return d.memory != Memory::psum && float_dtype(d.dtype) && !dynamic(d.offset) &&
+         !dynamic(d.partition) && !d.dims.empty() && d.dims[0].size == last.dims[0].size;
+}
+
 // Reading `r` while the chain writes `w`: fine when they share no bytes or are the same view.
 bool agrees(const AccessPattern& r, const AccessPattern& w) {
   return r == w || !may_overlap(r, w);
@@ -172,14 +200,18 @@ std::vector<Chain> plan_chains(const ForwardedRun& run, const std::vector<RunLoc
       c.steps.push_back(live[b]);
       ++b;
     }
-    if (c.steps.size() < 2) {
+    if (!dsts.empty() && b < live.size() &&
+        reduces_last(run.instrs[live[b]], *dsts.back(), dynamic))
+      c.reduce = live[b++];
+    if (c.steps.size() + (c.reduce ? 1 : 0) < 2) {
       ++a;
       continue;
     }
     // A destination the chain need not write: a run-local temporary (nothing outside the run
-    // touches it) that nothing reads after the next step takes it as its chain value.
+    // touches it) that nothing reads after the next step (or the reduction) takes it.
     c.store.assign(c.steps.size(), true);
-    for (size_t s = 0; s + 1 < c.steps.size(); ++s) {
+    const size_t end = c.reduce ? *c.reduce : c.steps.back();
+    for (size_t s = 0; s < c.steps.size() - (c.reduce ? 0 : 1); ++s) {
       const AccessPattern& d = run.instrs[c.steps[s]].dst;
       const auto r = byte_range(d, false);
       bool local = false;
@@ -192,7 +224,7 @@ std::vector<Chain> plan_chains(const ForwardedRun& run, const std::vector<RunLoc
         if (views[t].other) read = read || may_overlap(*views[t].other, d);
         for (const AccessPattern* col : views[t].columns) read = read || may_overlap(*col, d);
       }
-      for (size_t k = c.steps.back() + 1; k < run.instrs.size() && !read; ++k) {
+      for (size_t k = end + 1; k < run.instrs.size() && !read; ++k) {
         if (run.dropped[k]) continue;
         for (auto [ap, written] : in_order(run.instrs[k]))
           read = read || (!written && may_overlap(*ap, d));

@@ -224,3 +224,78 @@ TEST_CASE("a chain writing a large kernel output streams it, with the simulator'
     unsetenv("NEURON_STREAM_STORES_MIN_BYTES");
   }
 }
+
+TEST_CASE("a chain ending in a row reduction feeds it the reduction's lane order") {
+  // prod = x * w (bf16 x fp32), then tensor_reduce over all free axes of prod into a column,
+  // stored: the product's loop feeds the reduction, prod itself is never written. Rows of 37
+  // elements in 3 groups: a partition's rows start off the 16-lane boundary, so the lanes must
+  // carry from row to row as tensor_reduce's do.
+  struct Case {
+    AluOp op;
+    bool negate;
+    DType out;
+    std::vector<Dim> free;
+  };
+  const std::vector<Case> cases = {{AluOp::add, false, f32, {{37, 3}, row(37)}},
+                                   {AluOp::maximum, true, bf16, {{37, 3}, row(37)}},
+                                   {AluOp::subtract, false, f32, {row(96)}}};
+  for (const Case& k : cases) {
+    CAPTURE(static_cast<int>(k.op));
+    int64_t F = 1;
+    for (const Dim& d : k.free) F *= d.size;
+    std::vector<Dim> hdims = {{F, R}};
+    for (const Dim& d : k.free) hdims.push_back(d);
+    InstrArgs mul;
+    mul.op0 = AluOp::multiply;
+    InstrArgs red;
+    red.reduce_op = k.op;
+    red.negate = k.negate;
+    for (size_t a = 1; a <= k.free.size(); ++a) red.axes.push_back(static_cast<int>(a));
+    Program p = program({decl("x", {R, F}, bf16, kIn), decl("w", {R, F}, f32, kIn),
+                         decl("out", {R, 1}, k.out, kOut)},
+                        {dma(sb(bf16, 0, R, k.free), hbm(0, bf16, 0, hdims)),
+                         dma(sb(f32, 1000, R, k.free), hbm(1, f32, 0, hdims)),
+                         instr(Opcode::tensor_tensor, sb(f32, 2000, R, k.free),
+                               {sb(bf16, 0, R, k.free), sb(f32, 1000, R, k.free)}, mul),
+                         instr(Opcode::tensor_reduce, sb(k.out, 3000, R, {row(1)}),
+                               {sb(f32, 2000, R, k.free)}, red),
+                         dma(hbm2(2, k.out, R, 1, 1), sb(k.out, 3000, R, {row(1)}))});
+    number(p);
+    const auto chains = chains_of(p);
+    REQUIRE(chains.size() == 1);
+    CHECK(chains[0].steps == std::vector<size_t>{2});
+    CHECK(chains[0].reduce == std::optional<size_t>{3});
+    CHECK(chains[0].store == std::vector<bool>{false});
+    native::JitOptions jo;
+    const std::string ir = native::program_llvm_ir(p, jo, false);
+    CHECK(ir.find("@neuron_k_chain(") != std::string::npos);
+    CHECK(ir.find("@neuron_k_tensor_reduce(") == std::string::npos);
+    // Specialized: the product's loop and the lanes' update are vector code, no calls left.
+    const std::string opt = native::program_llvm_ir(p, jo, true);
+    const size_t at = opt.find("define void @neuron_entry");
+    REQUIRE(at != std::string::npos);
+    const std::string entry = opt.substr(at, opt.find("\n}\n", at) - at);
+    CHECK(entry.find("fmul <") != std::string::npos);
+    CHECK(entry.find(k.op == AluOp::maximum ? "maxnum.v"
+                     : k.op == AluOp::add   ? "fadd <"
+                                            : "fsub <") != std::string::npos);
+    CHECK(entry.find("@neuron_k_chain(") == std::string::npos);
+    CHECK(entry.find("call float @_ZN6neuron8builtins") == std::string::npos);
+
+    auto x = random_values(R * F, 21);
+    auto w = random_values(R * F, 22);
+    auto r = run_both(p, {Tensor::from_floats(x, {R, F}, bf16), Tensor::from_floats(w, {R, F}, f32),
+                          Tensor::empty({R, 1}, k.out)});
+    const Tensor xb = Tensor::from_floats(x, {R, F}, bf16);
+    std::vector<double> ref(R);
+    for (int64_t q = 0; q < R; ++q) {
+      double acc = k.op == AluOp::maximum ? -INFINITY : 0.0;
+      for (int64_t e = 0; e < F; ++e) {
+        const double v = double(xb.get(q * F + e)) * double(float(w[q * F + e]));
+        acc = k.op == AluOp::maximum ? std::max(acc, v) : k.op == AluOp::add ? acc + v : acc - v;
+      }
+      ref[q] = k.negate ? -acc : acc;
+    }
+    check_reference(r, 0, ref, k.out == bf16 ? tolerance_for(bf16) : Tolerance{1e-5, 2e-4});
+  }
+}

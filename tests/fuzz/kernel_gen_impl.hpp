@@ -174,7 +174,7 @@ inline bool KernelGen::chained(Access& dst, Access& x, Access& y, bool binary) {
 inline void KernelGen::random_instr() {
   // After an element-wise instruction, often another (the chains kernels are made of).
   const int kind = last_elementwise_.buffer && chance(0.5)
-                       ? static_cast<int>(one_of(std::vector<int64_t>{0, 1, 1, 2, 4}))
+                       ? static_cast<int>(one_of(std::vector<int64_t>{0, 1, 1, 2, 3, 4}))
                        : static_cast<int>(pick(0, 13));
   Access dst = whole(any_tile().buf);
   Access x = whole(any_tile().buf), y = whole(any_tile().buf);
@@ -224,8 +224,14 @@ inline void KernelGen::random_instr() {
       emit(Opcode::activation, std::move(args));
       return;
     }
-    case 3: {  // tensor_reduce over the free axis into a [P, 1] column
-      elementwise_windows(x, {});
+    case 3: {  // tensor_reduce over the free axis into a [P, 1] column, often of the last
+               // element-wise result (a chain ending in its reduction natively)
+      bool live = false;
+      for (const Tile& t : tiles_) live = live || t.buf == last_elementwise_.buffer;
+      if (live && chance(0.6))
+        x = last_elementwise_;
+      else
+        elementwise_windows(x, {});
       std::vector<std::string> ops = {"add", "maximum", "minimum", "multiply"};
       emit(Opcode::tensor_reduce, {{"dst", window(dst.buffer, P_, pick(0, F_ - 1), 1)},
                                    {"data", x},

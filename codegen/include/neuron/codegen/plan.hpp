@@ -144,12 +144,16 @@ ForwardedRun forward_loads(const std::vector<ProgNode>& body, size_t i, size_t j
 // temporary that nothing reads after the next step: the fused loop does not write it.
 // `source` is the first step's chain value's view; `other[s]` step s's second tensor operand
 // (tensor_tensor; null otherwise), `other_first[s]` whether it is data1 (the chain value data2).
+// `reduce`, when set, indexes the tensor_reduce right after the steps that reduces the last
+// destination over all its free axes: the loop feeds it each value in the reduction's own lane
+// order (then the chain may be one step).
 struct Chain {
   std::vector<size_t> steps;
   std::vector<bool> store;
   const AccessPattern* source = nullptr;
   std::vector<const AccessPattern*> other;
   std::vector<bool> other_first;
+  std::optional<size_t> reduce;
 };
 std::vector<Chain> plan_chains(const ForwardedRun& run, const std::vector<RunLocal>& ranges,
                                const std::function<bool(const Affine&)>& dynamic);

@@ -906,8 +906,9 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
     column(v[2], static_cast<int>(s[kChC0dt]), imm0, P, cols + 2 * k * P);
     column(v[3], static_cast<int>(s[kChC1dt]), imm1, P, cols + (2 * k + 1) * P);
   }
-  // One element of every step; the last step's value goes to `out`.
-  auto element = [&](char** p, int64_t part, char* out) {
+  // One element of every step; the last step's value goes to `out` and is returned as its
+  // destination holds it.
+  auto element = [&](char** p, int64_t part, char* out) __attribute__((always_inline)) {
     float v = b::load_f32(p[0], dt(static_cast<int>(code[1 + kChXdt])));
 #pragma GCC unroll 6
     for (int k = 0; k < kChainMax; ++k) {
@@ -919,11 +920,51 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
       if (s[kChStore]) b::store_f32(k == n - 1 ? out : p[1 + 2 * k], dt(ddt), v);
       v = chain_rounded(ddt, v);
     }
+    return v;
   };
   const int last = static_cast<int>(n - 1);
   const int64_t* ls = code + 1 + last * kChainFields;
   const int lsize = neuron::dtype_bytes(dt(static_cast<int>(ls[kChDdt])));
-  if (ls[kChStream] && ls[kChStore] && streamable(*views[1 + 4 * last], lsize)) {
+  const int64_t* red = code + kChainReduceAt;
+  if (red[kChRedOn]) {
+    // The reduction: tensor_reduce's lanes (builtins.hpp) over each partition's last values in
+    // row-major order. A row's values go to a stack row first, then into the lanes, as
+    // activation's row sum does, so both loops vectorize.
+    const AluOp rop = static_cast<AluOp>(red[kChRedOp]);
+    const int64_t n4 = views[0]->size[4];
+    Scratch<float> res(P);
+    Scratch<float, 2048> row(n4);
+    float lane[b::kReduceLanes];
+    int64_t cur = -1, pos = 0;
+    each_row(
+        walk, [&](char** r, int64_t i0) __attribute__((always_inline)) {
+          if (i0 != cur) {
+            if (cur >= 0) res.data[cur] = b::reduce_finish(lane, rop);
+            b::reduce_init(lane, rop);
+            cur = i0;
+            pos = 0;
+          }
+          NEURON_INTERLEAVE
+          for (int64_t i4 = 0; i4 < n4; ++i4) {
+            char* ptrs[1 + 2 * kChainMax];
+#pragma GCC unroll 16
+            for (int k = 0; k < 1 + 2 * kChainMax; ++k)
+              ptrs[k] = walk[k] ? r[k] + i4 * walk[k]->stride[4] : nullptr;
+            row.data[i4] = element(ptrs, i0, ptrs[1 + 2 * last]);
+          }
+          b::reduce_run(lane, rop, pos, n4, [&](int64_t k) { return row.data[k]; });
+          pos += n4;
+        });
+    if (cur >= 0) res.data[cur] = b::reduce_finish(lane, rop);
+    const NView* rd = views[kChainViews - 1];
+    const int rddt = static_cast<int>(red[kChRedDdt]);
+    int64_t i = 0;
+    each1(*rd, [&](char* p) {
+      const float v = res.data[i++];
+      b::store_f32(p, dt(rddt), red[kChRedNegate] ? -v : v);
+    });
+    clear_flags(*rd, neuron::dtype_bytes(dt(rddt)));
+  } else if (ls[kChStream] && ls[kChStore] && streamable(*views[1 + 4 * last], lsize)) {
     each_streamed(walk, 1 + 2 * last, lsize, element);  // the worker fences (stream_fence)
   } else {
     each(walk, kSameShape, [&](char** p, int64_t part) { element(p, part, p[1 + 2 * last]); });

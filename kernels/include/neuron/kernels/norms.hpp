@@ -352,10 +352,12 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
       isa::tensor_reduce(part, nl::add, v, 1);
       isa::tensor_tensor(acc, acc, part, nl::add);
     };
+    // g's sum first, right after g's multiply: natively each product's loop feeds its row sum
+    // (a fused chain ending in the reduction).
+    if (mg) sum_into(*mg, gr.g, "part_g");
     auto gx = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "gx");
     isa::tensor_tensor(gx, gr.g, gr.xhat, nl::multiply);
     sum_into(mgx, gx, "part");
-    if (mg) sum_into(*mg, gr.g, "part_g");
   };
   // Adds the column sums of dy * xhat and dy to the dweight / dbias accumulators acc_w, acc_b.
   auto column_sums = [&](const Grads& gr, const nl::tensor& dyt,

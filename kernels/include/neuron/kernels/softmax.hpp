@@ -124,7 +124,9 @@ inline nl::tensor softmax_backward(const nl::tensor& y, const nl::tensor& dy,
     auto rows_of = [&](const nl::tensor& t, const nl::index& c0, int64_t cw) {
       return t(nl::ds(row0 + r0, rr), nl::ds(c0, cw));
     };
-    auto sum = nl::zeros({rr, 1}, nl::float32, nl::sbuf, "sum");
+    // Whole rows write their sum; chunked ones add each chunk's to zeros.
+    auto sum = C <= kSoftmaxChunk ? nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "sum")
+                                  : nl::zeros({rr, 1}, nl::float32, nl::sbuf, "sum");
     auto finish = [&](const nl::tensor& yt, const nl::tensor& dyt, const nl::index& c0,
                       int64_t cw) {
       auto d = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "d");
@@ -133,17 +135,22 @@ inline nl::tensor softmax_backward(const nl::tensor& y, const nl::tensor& dy,
       isa::tensor_tensor(g, d, yt, nl::multiply);
       nl::store(rows_of(dx, c0, cw), g);
     };
-    auto chunk_sum = [&](const nl::tensor& yt, const nl::tensor& dyt, int64_t cw) {
+    // The product and its row sum: one loop natively (a fused chain ending in the reduction).
+    auto row_sum = [&](const nl::tensor& s, const nl::tensor& yt, const nl::tensor& dyt,
+                       int64_t cw) {
       auto prod = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "prod");
       isa::tensor_tensor(prod, dyt, yt, nl::multiply);
-      auto s = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "chunk_sum");
       isa::tensor_reduce(s, nl::add, prod, 1);
+    };
+    auto chunk_sum = [&](const nl::tensor& yt, const nl::tensor& dyt, int64_t cw) {
+      auto s = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "chunk_sum");
+      row_sum(s, yt, dyt, cw);
       isa::tensor_tensor(sum, sum, s, nl::add);
     };
     if (C <= kSoftmaxChunk) {
       auto yt = nl::load(rows_of(y, 0, C), nl::float32);
       auto dyt = nl::load(rows_of(dy, 0, C), nl::float32);
-      chunk_sum(yt, dyt, C);
+      row_sum(sum, yt, dyt, C);
       finish(yt, dyt, 0, C);
       return;
     }

@@ -64,9 +64,10 @@ void set_profile_table(std::vector<InstrTicks>* table);  // per thread; null: no
 // A fused chain (codegen/src/fused_chains.cpp, docs/native.md "Fused chains"): up to
 // kChainMax element-wise instructions, each reading the one before, run as one loop over the
 // elements by neuron_k_chain, computing what each instruction's kernel computes per element.
-// `code` is int64 words: the step count, then kChainFields per step. `views` is kChainViews
-// views: the first step's chain source, then per step its destination (null when its value only
-// feeds the next step), its second tensor operand and its two [P, 1] columns (null if absent).
+// `code` is int64 words: the step count, kChainFields per step, then kChainReduceFields.
+// `views` is kChainViews views: the first step's chain source, then per step its destination
+// (null when its value only feeds the next step), its second tensor operand and its two [P, 1]
+// columns (null if absent), then the reduction's destination (null without one).
 inline constexpr int kChainMax = 6;
 enum ChainField : int {
   kChKind,        // ChainKind
@@ -88,7 +89,12 @@ enum ChainField : int {
   kChainFields
 };
 enum ChainKind : int { kChTensorScalar = 1, kChTensorTensor, kChActivation, kChCopy };
-inline constexpr int kChainViews = 1 + 4 * kChainMax;
+// A chain may end in a tensor_reduce of its last value over all free axes: code words after the
+// steps' (kChRedOn 0: none), its destination the last view.
+enum ChainReduceField : int { kChRedOn, kChRedOp, kChRedDdt, kChRedNegate, kChainReduceFields };
+inline constexpr int kChainReduceAt = 1 + kChainMax * kChainFields;
+inline constexpr int kChainCodeWords = kChainReduceAt + kChainReduceFields;
+inline constexpr int kChainViews = 1 + 4 * kChainMax + 1;
 
 // A streaming chain's non-temporal stores are not ordered by the release that hands a worker's
 // results to the caller: each worker fences once after its programs (native_run.cpp), not each
