@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 
 #include "exec/differential.hpp"
 #include "exec/sim_test_util.hpp"
@@ -194,35 +196,47 @@ TEST_CASE("a chain writing a large kernel output streams it, with the simulator'
   InstrArgs twice;
   twice.op0 = AluOp::multiply;
   twice.imm0 = 2.0;
-  // 128 x 2048 fp32 is 1 MiB: rows of whole 64-byte blocks. 2040 columns: rows of 8160 bytes,
-  // which the kernel writes plainly (each_streamed needs whole aligned blocks; the sizes are
-  // constants, so the specialized code has no streaming path left).
-  for (int64_t cols : {2048, 2040}) {
-    CAPTURE(cols);
-    const int64_t P = 128;
-    auto t = [&](int64_t off) { return sb(f32, off, P, {row(cols)}); };
-    Program p = program({decl("x", {P, cols}, f32, kIn), decl("out", {P, cols}, f32, kOut)},
-                        {dma(t(0), hbm2(0, f32, P, cols, cols)),
-                         instr(Opcode::tensor_scalar, t(cols * 4), {t(0)}, twice),
-                         dma(hbm2(1, f32, P, cols, cols), t(cols * 4))});
-    number(p);
-    native::JitOptions jo;
-    jo.stream_store_bytes = 1 << 20;
-    CHECK((native::program_llvm_ir(p, jo, true).find("!nontemporal") != std::string::npos) ==
-          (cols == 2048));
-    jo.stream_store_bytes = (1 << 20) + 4;  // the output is smaller: plain stores
-    CHECK(native::program_llvm_ir(p, jo, true).find("!nontemporal") == std::string::npos);
-    auto x = random_values(P * cols, 11);
-    for (const char* min_bytes : {"1M", "0"}) {
-      CAPTURE(min_bytes);
-      setenv("NEURON_STREAM_STORES_MIN_BYTES", min_bytes, 1);
-      auto r = run_both(p, {Tensor::from_floats(x, {P, cols}, f32), Tensor::empty({P, cols}, f32)});
-      std::vector<double> ref(x.begin(), x.end());
-      for (double& v : ref) v *= 2;
-      check_reference(r, 0, ref, Tolerance{0, 0});
+  // 128 x 2048 fp32 (1 MiB) or bf16: rows of whole 64-byte blocks. 2040 columns: rows of 8160
+  // (4080) bytes, which the kernel writes plainly (each_streamed needs whole aligned blocks;
+  // the sizes are constants, so the specialized code has no streaming path left). A bf16
+  // result is rounded once into its tile, then stored as it is (chain_store), NaN and inf too.
+  for (DType odt : {f32, bf16})
+    for (int64_t cols : {2048, 2040}) {
+      CAPTURE(cols);
+      CAPTURE(dtype_name(odt));
+      const int64_t P = 128, bytes = P * cols * dtype_bytes(odt);
+      auto t = [&](int64_t off, DType d) { return sb(d, off, P, {row(cols)}); };
+      Program p = program({decl("x", {P, cols}, f32, kIn), decl("out", {P, cols}, odt, kOut)},
+                          {dma(t(0, f32), hbm2(0, f32, P, cols, cols)),
+                           instr(Opcode::tensor_scalar, t(cols * 4, odt), {t(0, f32)}, twice),
+                           dma(hbm2(1, odt, P, cols, cols), t(cols * 4, odt))});
+      number(p);
+      native::JitOptions jo;
+      jo.stream_store_bytes = bytes;
+      CHECK((native::program_llvm_ir(p, jo, true).find("!nontemporal") != std::string::npos) ==
+            (cols == 2048));
+      jo.stream_store_bytes = bytes + 4;  // the output is smaller: plain stores
+      CHECK(native::program_llvm_ir(p, jo, true).find("!nontemporal") == std::string::npos);
+      auto x = random_values(P * cols, 11);
+      x[5] = NAN;
+      x[6] = -INFINITY;
+      x[7] = 3e38f;  // 2x overflows to inf
+      const Tensor want = Tensor::from_floats(
+          [&] {
+            std::vector<float> d(x);
+            for (float& v : d) v *= 2;
+            return d;
+          }(),
+          {P, cols}, odt);
+      for (const std::string min_bytes : {std::to_string(bytes), std::string("0")}) {
+        CAPTURE(min_bytes);
+        setenv("NEURON_STREAM_STORES_MIN_BYTES", min_bytes.c_str(), 1);
+        auto r =
+            run_both(p, {Tensor::from_floats(x, {P, cols}, f32), Tensor::empty({P, cols}, odt)});
+        CHECK(std::memcmp(r.native[0].data(), want.data(), want.bytes()) == 0);
+      }
+      unsetenv("NEURON_STREAM_STORES_MIN_BYTES");
     }
-    unsetenv("NEURON_STREAM_STORES_MIN_BYTES");
-  }
 }
 
 TEST_CASE("a chain ending in a row reduction feeds it the reduction's lane order") {

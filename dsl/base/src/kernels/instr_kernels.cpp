@@ -822,6 +822,17 @@ void neuron_k_activation(const NView* d, const NView* s, const NView* bias, cons
   return b::load_f32(tmp, dt(ddt));
 }
 
+// Stores v into a `ddt` element; `exact`: v is a value of ddt already (a bf16's bits are its
+// top 16, so they are stored without the rounding code, which the compiler cannot drop).
+[[gnu::always_inline]] inline void chain_store(char* p, int ddt, float v, bool exact) {
+  if (exact && dt(ddt) == DType::bfloat16) {
+    const uint16_t h = static_cast<uint16_t>(b::f32_bits(v) >> 16);
+    std::memcpy(p, &h, 2);
+    return;
+  }
+  b::store_f32(p, dt(ddt), v);
+}
+
 }  // extern "C"
 
 namespace {
@@ -843,12 +854,18 @@ inline bool streamable(const NView& d, int esize) {
   return true;
 }
 
+// In two halves of 32 bytes: a block of 16-bit elements is computed as two 32-byte vectors
+// (16 lanes of fp32 each), and one 64-byte load of them would wait for both stores to retire
+// instead of taking their data (store forwarding); the core joins the halves' non-temporal
+// stores into one line write.
 inline void stream_block(char* dst, const char* src) {
 #if defined(__clang__)
-  typedef int Block __attribute__((vector_size(kStreamBlock)));
-  Block v;
-  std::memcpy(&v, src, kStreamBlock);
-  __builtin_nontemporal_store(v, reinterpret_cast<Block*>(dst));
+  typedef int Half __attribute__((vector_size(kStreamBlock / 2)));
+  for (int h = 0; h < 2; ++h) {
+    Half v;
+    std::memcpy(&v, src + h * sizeof(Half), sizeof(Half));
+    __builtin_nontemporal_store(v, reinterpret_cast<Half*>(dst + h * sizeof(Half)));
+  }
 #else
   std::memcpy(dst, src, kStreamBlock);
 #endif
@@ -917,8 +934,11 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
       const float* c = cols + 2 * k * P;
       v = chain_step(s, v, p[2 + 2 * k], c[part], c[P + part]);
       const int ddt = static_cast<int>(s[kChDdt]);
-      if (s[kChStore]) b::store_f32(k == n - 1 ? out : p[1 + 2 * k], dt(ddt), v);
-      v = chain_rounded(ddt, v);
+      // A copy into the dtype the value already holds (a bf16 result's store) keeps it as is:
+      // no second rounding.
+      const bool kept = k > 0 && s[kChKind] == kChCopy && s[kChXdt] == ddt;
+      if (s[kChStore]) chain_store(k == n - 1 ? out : p[1 + 2 * k], ddt, v, kept);
+      if (!kept) v = chain_rounded(ddt, v);
     }
     return v;
   };
