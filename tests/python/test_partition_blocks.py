@@ -174,6 +174,37 @@ def column_sums(x):
     return out
 
 
+def row_dots(x):
+    # p = x * (x + 1) and its row sum, written as a user writes them: natively the sum joins
+    # the loop of u and p (a fused chain ending in its reduction, in the reduction's lane
+    # order); p is read again by its store, so the loop writes it too. The max of u goes
+    # into a bf16 column through a chain of one step.
+    out = nl.ndarray((128, F + 2), nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    u = nl.add(t, 1.0)
+    p = nl.multiply(t, u)
+    s = nl.sum(p, axis=1, keepdims=True)
+    v = nl.multiply(t, -0.5)
+    m = nl.ndarray((128, 1), nl.bfloat16)
+    nisa.tensor_reduce(m, nl.maximum, v, axis=1, negate=True)
+    nl.store(out[:, 0:F], p)
+    nl.store(out[:, F:F + 1], s)
+    nl.store(out[:, F + 1:F + 2], m)
+    return out
+
+
+def test_row_sums_run_in_the_fused_loops(monkeypatch):
+    # row_dots' reductions have no calls of their own with chains on (their time is their
+    # chain's, billed to its first instruction), one per block with chains off.
+    x = RNG.standard_normal((128, F)).astype(np.float32)
+    for chains in ("1", "0"):
+        monkeypatch.setenv("NEURON_FUSED_CHAINS", chains)
+        prof = neuron.native_profile(row_dots)
+        prof(x)
+        reduces = [r for r in prof.profile.rows if r["op"] == "tensor_reduce"]
+        assert len(reduces) == (0 if chains == "1" else 2), prof.profile.rows
+
+
 def test_contracting_matmuls_run_in_the_blocks(monkeypatch):
     # column_sums' matmuls join the blocked run of t's load and u: one call per block (so the
     # tiles stay in cache), or one call each with blocks off; the bits are checked above.
@@ -188,6 +219,12 @@ def test_contracting_matmuls_run_in_the_blocks(monkeypatch):
 
 
 def reference(fn, x):
+    if fn is row_dots:
+        x = x.astype(np.float64)
+        p = x * (x + 1)
+        m = np.max(-0.5 * x, axis=1, keepdims=True)
+        m = (-m).astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+        return np.concatenate([p, p.sum(axis=1, keepdims=True), m], axis=1)
     if fn is column_sums:
         x = x.astype(np.float64)
         u = x * x[:, 0:1] + 0.25
@@ -215,7 +252,7 @@ def reference(fn, x):
 
 
 @pytest.mark.parametrize("fn", [softmax_rows, shifted, carried, weighted, bit_views, widened,
-                                widened_values, column_sums])
+                                widened_values, column_sums, row_dots])
 def test_blocked_runs_give_the_simulator_bits(fn, monkeypatch):
     x = RNG.standard_normal((384 if fn is carried else 128, F)).astype(np.float32)
     if fn in (widened, widened_values):
