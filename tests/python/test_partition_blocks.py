@@ -193,27 +193,29 @@ def row_dots(x):
     return out
 
 
+def profiled_rows(fn, op, knob, value, monkeypatch):
+    # The native profile's rows of instructions `op` of fn on a [128, F] input, with the knob.
+    monkeypatch.setenv(knob, value)
+    prof = neuron.native_profile(fn)
+    prof(RNG.standard_normal((128, F)).astype(np.float32))
+    return [r for r in prof.profile.rows if r["op"] == op]
+
+
 def test_row_sums_run_in_the_fused_loops(monkeypatch):
     # row_dots' reductions have no calls of their own with chains on (their time is their
     # chain's, billed to its first instruction), one per block with chains off.
-    x = RNG.standard_normal((128, F)).astype(np.float32)
     for chains in ("1", "0"):
-        monkeypatch.setenv("NEURON_FUSED_CHAINS", chains)
-        prof = neuron.native_profile(row_dots)
-        prof(x)
-        reduces = [r for r in prof.profile.rows if r["op"] == "tensor_reduce"]
-        assert len(reduces) == (0 if chains == "1" else 2), prof.profile.rows
+        rows = profiled_rows(row_dots, "tensor_reduce", "NEURON_FUSED_CHAINS", chains, monkeypatch)
+        assert len(rows) == (0 if chains == "1" else 2), rows
 
 
 def test_contracting_matmuls_run_in_the_blocks(monkeypatch):
     # column_sums' matmuls join the blocked run of t's load and u: one call per block (so the
     # tiles stay in cache), or one call each with blocks off; the bits are checked above.
-    x = RNG.standard_normal((128, F)).astype(np.float32)
     for blocks in ("1", "0"):
-        monkeypatch.setenv("NEURON_PARTITION_BLOCKS", blocks)
-        prof = neuron.native_profile(column_sums)
-        prof(x)
-        calls = [r["calls"] for r in prof.profile.rows if r["op"] == "nc_matmul"]
+        rows = profiled_rows(column_sums, "nc_matmul", "NEURON_PARTITION_BLOCKS", blocks,
+                             monkeypatch)
+        calls = [r["calls"] for r in rows]
         assert len(calls) == 2 * (F // 512)
         assert all(c > 1 for c in calls) if blocks == "1" else all(c == 1 for c in calls), calls
 
