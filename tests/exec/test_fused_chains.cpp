@@ -244,15 +244,19 @@ TEST_CASE("a chain ending in a row reduction feeds it the reduction's lane order
   // stored: the product's loop feeds the reduction, prod itself is never written. Rows of 37
   // elements in 3 groups: a partition's rows start off the 16-lane boundary, so the lanes must
   // carry from row to row as tensor_reduce's do.
+  // `keep`: prod is stored too (a second output), so the loop writes it and feeds the lanes
+  // from a stack row (the other cases feed them directly).
   struct Case {
     AluOp op;
     bool negate;
     DType out;
     std::vector<Dim> free;
+    bool keep;
   };
-  const std::vector<Case> cases = {{AluOp::add, false, f32, {{37, 3}, row(37)}},
-                                   {AluOp::maximum, true, bf16, {{37, 3}, row(37)}},
-                                   {AluOp::subtract, false, f32, {row(96)}}};
+  const std::vector<Case> cases = {{AluOp::add, false, f32, {{37, 3}, row(37)}, false},
+                                   {AluOp::add, false, f32, {{37, 3}, row(37)}, true},
+                                   {AluOp::maximum, true, bf16, {{37, 3}, row(37)}, false},
+                                   {AluOp::subtract, false, f32, {row(96)}, false}};
   for (const Case& k : cases) {
     CAPTURE(static_cast<int>(k.op));
     int64_t F = 1;
@@ -265,21 +269,26 @@ TEST_CASE("a chain ending in a row reduction feeds it the reduction's lane order
     red.reduce_op = k.op;
     red.negate = k.negate;
     for (size_t a = 1; a <= k.free.size(); ++a) red.axes.push_back(static_cast<int>(a));
-    Program p = program({decl("x", {R, F}, bf16, kIn), decl("w", {R, F}, f32, kIn),
-                         decl("out", {R, 1}, k.out, kOut)},
-                        {dma(sb(bf16, 0, R, k.free), hbm(0, bf16, 0, hdims)),
-                         dma(sb(f32, 1000, R, k.free), hbm(1, f32, 0, hdims)),
-                         instr(Opcode::tensor_tensor, sb(f32, 2000, R, k.free),
-                               {sb(bf16, 0, R, k.free), sb(f32, 1000, R, k.free)}, mul),
-                         instr(Opcode::tensor_reduce, sb(k.out, 3000, R, {row(1)}),
-                               {sb(f32, 2000, R, k.free)}, red),
-                         dma(hbm2(2, k.out, R, 1, 1), sb(k.out, 3000, R, {row(1)}))});
+    std::vector<TensorDecl> decls = {decl("x", {R, F}, bf16, kIn), decl("w", {R, F}, f32, kIn),
+                                     decl("out", {R, 1}, k.out, kOut)};
+    std::vector<ProgNode> body = {
+        dma(sb(bf16, 0, R, k.free), hbm(0, bf16, 0, hdims)),
+        dma(sb(f32, 1000, R, k.free), hbm(1, f32, 0, hdims)),
+        instr(Opcode::tensor_tensor, sb(f32, 2000, R, k.free),
+              {sb(bf16, 0, R, k.free), sb(f32, 1000, R, k.free)}, mul),
+        instr(Opcode::tensor_reduce, sb(k.out, 3000, R, {row(1)}), {sb(f32, 2000, R, k.free)}, red),
+        dma(hbm2(2, k.out, R, 1, 1), sb(k.out, 3000, R, {row(1)}))};
+    if (k.keep) {
+      decls.push_back(decl("prod", {R, F}, f32, kOut));
+      body.push_back(dma(hbm(3, f32, 0, hdims), sb(f32, 2000, R, k.free)));
+    }
+    Program p = program(decls, body);
     number(p);
     const auto chains = chains_of(p);
     REQUIRE(chains.size() == 1);
     CHECK(chains[0].steps == std::vector<size_t>{2});
     CHECK(chains[0].reduce == std::optional<size_t>{3});
-    CHECK(chains[0].store == std::vector<bool>{false});
+    CHECK(chains[0].store == std::vector<bool>{k.keep});
     native::JitOptions jo;
     const std::string ir = native::program_llvm_ir(p, jo, false);
     CHECK(ir.find("@neuron_k_chain(") != std::string::npos);
@@ -298,8 +307,11 @@ TEST_CASE("a chain ending in a row reduction feeds it the reduction's lane order
 
     auto x = random_values(R * F, 21);
     auto w = random_values(R * F, 22);
-    auto r = run_both(p, {Tensor::from_floats(x, {R, F}, bf16), Tensor::from_floats(w, {R, F}, f32),
-                          Tensor::empty({R, 1}, k.out)});
+    std::vector<Tensor> tensors = {Tensor::from_floats(x, {R, F}, bf16),
+                                   Tensor::from_floats(w, {R, F}, f32),
+                                   Tensor::empty({R, 1}, k.out)};
+    if (k.keep) tensors.push_back(Tensor::empty({R, F}, f32));
+    auto r = run_both(p, tensors);
     const Tensor xb = Tensor::from_floats(x, {R, F}, bf16);
     std::vector<double> ref(R);
     for (int64_t q = 0; q < R; ++q) {

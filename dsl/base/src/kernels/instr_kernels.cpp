@@ -948,12 +948,19 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
   const int64_t* red = code + kChainReduceAt;
   if (red[kChRedOn]) {
     // The reduction: tensor_reduce's lanes (builtins.hpp) over each partition's last values in
-    // row-major order. A row's values go to a stack row first, then into the lanes, as
-    // activation's row sum does, so both loops vectorize.
+    // row-major order. A loop that writes nothing feeds the lanes directly (16 elements at a
+    // time, which the optimizer vectorizes, and the lanes' chain of adds overlaps the loads);
+    // one that writes a step's destination stores its row's values to a stack row first, then
+    // feeds them, as activation's row sum does: so both loops vectorize (fed directly, the
+    // stores kept the 16 elements' code scalar).
     const AluOp rop = static_cast<AluOp>(red[kChRedOp]);
     const int64_t n4 = views[0]->size[4];
+    bool stores = false;
+#pragma GCC unroll 6
+    for (int k = 0; k < kChainMax; ++k)
+      stores = stores || (k < n && code[1 + k * kChainFields + kChStore]);
     Scratch<float> res(P);
-    Scratch<float, 2048> row(n4);
+    Scratch<float, 2048> row(stores ? n4 : 0);
     float lane[b::kReduceLanes];
     int64_t cur = -1, pos = 0;
     each_row(
@@ -964,15 +971,20 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
             cur = i0;
             pos = 0;
           }
-          NEURON_INTERLEAVE
-          for (int64_t i4 = 0; i4 < n4; ++i4) {
+          auto at = [&](int64_t i4) __attribute__((always_inline)) {
             char* ptrs[1 + 2 * kChainMax];
 #pragma GCC unroll 16
             for (int k = 0; k < 1 + 2 * kChainMax; ++k)
               ptrs[k] = walk[k] ? r[k] + i4 * walk[k]->stride[4] : nullptr;
-            row.data[i4] = element(ptrs, i0, ptrs[1 + 2 * last]);
+            return element(ptrs, i0, ptrs[1 + 2 * last]);
+          };
+          if (!stores) {
+            b::reduce_run(lane, rop, pos, n4, at);
+          } else {
+            NEURON_INTERLEAVE
+            for (int64_t i4 = 0; i4 < n4; ++i4) row.data[i4] = at(i4);
+            b::reduce_run(lane, rop, pos, n4, [&](int64_t k) { return row.data[k]; });
           }
-          b::reduce_run(lane, rop, pos, n4, [&](int64_t k) { return row.data[k]; });
           pos += n4;
         });
     if (cur >= 0) res.data[cur] = b::reduce_finish(lane, rop);
