@@ -178,6 +178,17 @@ inline void clear_flags(const NView& d, int esize) {
   fill_flags(d, esize, 0);
 }
 
+// A reduction's results r (one per element of d, in its row-major order) into d, negated when
+// asked (tensor_reduce, and a fused chain's reduction).
+inline void store_reduced(const NView& d, int ddt, const float* r, bool negate) {
+  int64_t i = 0;
+  each1(d, [&](char* p) {
+    const float v = r[i++];
+    b::store_f32(p, dt(ddt), negate ? -v : v);
+  });
+  clear_flags(d, neuron::dtype_bytes(dt(ddt)));
+}
+
 // One value per partition of a [P, 1] operand tile, in its row-major order.
 inline void column(const NView* c, int cdt, double imm, int64_t P, float* out) {
   if (!c) {
@@ -988,14 +999,8 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
           pos += n4;
         });
     if (cur >= 0) res.data[cur] = b::reduce_finish(lane, rop);
-    const NView* rd = views[kChainViews - 1];
-    const int rddt = static_cast<int>(red[kChRedDdt]);
-    int64_t i = 0;
-    each1(*rd, [&](char* p) {
-      const float v = res.data[i++];
-      b::store_f32(p, dt(rddt), red[kChRedNegate] ? -v : v);
-    });
-    clear_flags(*rd, neuron::dtype_bytes(dt(rddt)));
+    store_reduced(*views[kChainViews - 1], static_cast<int>(red[kChRedDdt]), res.data,
+                  red[kChRedNegate]);
   } else if (ls[kChStream] && ls[kChStore] && streamable(*views[1 + 4 * last], lsize)) {
     each_streamed(walk, 1 + 2 * last, lsize, element);  // the worker fences (stream_fence)
   } else {
@@ -1076,12 +1081,7 @@ void neuron_k_tensor_reduce(const NView* d, const NView* s, int ddt, int sdt, in
     }
     acc.data[o] = b::reduce_finish(lane, op);
   }
-  int64_t i = 0;
-  each1(*d, [&](char* p) {
-    const float r = acc.data[i++];
-    b::store_f32(p, dt(ddt), negate ? -r : r);
-  });
-  clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+  store_reduced(*d, ddt, acc.data, negate);
 }
 
 void neuron_k_transpose(const NView* d, const NView* s, int ddt, int sdt) {

@@ -255,6 +255,17 @@ inline void add_column_sums(const nl::tensor& acc, const nl::tensor& v, const nl
   });
 }
 
+// Adds ones[rr, 1].T @ v[rr, D] to the PSUM accumulators ps (512 columns each), which carry the
+// sums across tiles.
+inline void accumulate_column_sums(const std::vector<nl::tensor>& ps, const nl::tensor& v,
+                                   const nl::tensor& ones) {
+  const int64_t rr = v.shape()[0];
+  for (size_t c = 0; c < ps.size(); ++c)
+    isa::nc_matmul(ps[c], ones(nl::ds(0, rr), nl::all),
+                   v(nl::all, nl::ds(int64_t(c) * kPsumColumns, ps[c].shape()[1])),
+                   /*accumulate=*/true);
+}
+
 // Returns dx, and with a weight also dweight [programs, D] and (layer_norm) dbias
 // [programs, D], fp32 partial sums per program.
 // The row statistics come from `saved` when given (a *_with_stats forward's), else from x.
@@ -359,17 +370,25 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
     isa::tensor_tensor(gx, gr.g, gr.xhat, nl::multiply);
     sum_into(mgx, gx, "part");
   };
-  // Adds the column sums of dy * xhat and dy to the dweight / dbias accumulators acc_w, acc_b.
+  // Adds the column sums of dy * xhat and dy to the dweight / dbias accumulators: the PSUM
+  // ones (ps_w, ps_b) when there are, else acc_w, acc_b.
   auto column_sums = [&](const Grads& gr, const nl::tensor& dyt,
                          const std::optional<nl::tensor>& acc_w,
                          const std::optional<nl::tensor>& acc_b) {
     const int64_t rr = dyt.shape()[0], cw = dyt.shape()[1];
+    auto add = [&](const std::optional<nl::tensor>& acc, const std::vector<nl::tensor>& ps,
+                   const nl::tensor& v) {
+      if (ps.empty())
+        add_column_sums(*acc, v, *ones);
+      else
+        accumulate_column_sums(ps, v, *ones);
+    };
     if (acc_w) {
       auto dyx = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "dyx");
       isa::tensor_tensor(dyx, dyt, gr.xhat, nl::multiply);
-      add_column_sums(*acc_w, dyx, *ones);
+      add(acc_w, ps_w, dyx);
     }
-    if (acc_b) add_column_sums(*acc_b, dyt, *ones);
+    if (acc_b) add(acc_b, ps_b, dyt);
   };
   // dx = (g - (xhat * mean(g * xhat) + mean(g))) * rstd (no mean(g) for rms_norm) as
   // consecutive element-wise steps, each reading the one before (the native backend runs
@@ -415,23 +434,10 @@ inline std::vector<nl::tensor> norm_backward(NormKind kind, const nl::tensor& x,
           row_sums(gr, mgx, mg, /*add=*/false);
           to_means();
           store_dx(gr, mgx, mg, st.rstd, dx(rows_v, nl::all));
-          if (!ps_w.empty()) {
-            // After dx, so the tile's instructions from its loads to these matmuls are
-            // element-wise or contract over its rows: the native backend runs them a few rows
-            // at a time, the tiles staying in cache (docs/native.md "Partition blocks").
-            auto dyx = nl::ndarray({rr, D}, nl::float32, nl::sbuf, "dyx");
-            isa::tensor_tensor(dyx, dyt, gr.xhat, nl::multiply);
-            for (size_t c = 0; c < ps_w.size(); ++c) {
-              const auto cols = nl::ds(int64_t(c) * kPsumColumns, ps_w[c].shape()[1]);
-              isa::nc_matmul(ps_w[c], (*ones)(nl::ds(0, rr), nl::all), dyx(nl::all, cols),
-                             /*accumulate=*/true);
-              if (db)
-                isa::nc_matmul(ps_b[c], (*ones)(nl::ds(0, rr), nl::all), dyt(nl::all, cols),
-                               /*accumulate=*/true);
-            }
-          } else {
-            column_sums(gr, dyt, dw_acc, db_acc);
-          }
+          // After dx, so with the sums in PSUM the tile's instructions from its loads to these
+          // matmuls are element-wise or contract over its rows: the native backend runs them a
+          // few rows at a time, the tiles staying in cache (docs/native.md "Partition blocks").
+          column_sums(gr, dyt, dw_acc, db_acc);
           return;
         }
         const RowStats st = saved ? load_row_stats(*saved, row0 + r0, rr)
