@@ -226,6 +226,49 @@ void init_runtime(py::module_& m) {
     return std::make_tuple(outs, printed.str());
   });
 
+  // The outputs a run of a loaded kernel over `grid` writes, for a caller that allocates them:
+  // [(shape, dtype, whether it must start zeroed)] in the order run_native_into takes them.
+  m.def("native_outputs", [](const NativeKernel& k, const std::vector<int64_t>& grid) {
+    const std::vector<bool> zero = k.outputs_to_zero(grid);
+    py::list outs;
+    for (size_t i = 0; i < k.program().tensors.size(); ++i) {
+      const TensorDecl& t = k.program().tensors[i];
+      if (t.role == TensorDecl::Role::output)
+        outs.append(py::make_tuple(t.shape, t.dtype, bool(zero[i])));
+    }
+    return outs;
+  });
+
+  // Runs a loaded kernel on memory the caller owns: `data`, the addresses of its inputs then
+  // its outputs (Program::tensors order, scratch excluded), each C-contiguous with the shape
+  // and dtype the program declares (the caller compiled it for those tensors; outputs as
+  // native_outputs describes them). Returns the device_print text.
+  m.def("run_native_at", [](const NativeKernel& k, const std::vector<uintptr_t>& data,
+                            const std::vector<int64_t>& grid) {
+    size_t takes = 0;
+    for (const TensorDecl& t : k.program().tensors) takes += t.role != TensorDecl::Role::scratch;
+    if (takes != data.size())
+      throw py::value_error(
+          fmt::format("run_native_at: {} addresses for kernel '{}', which "
+                      "takes {} tensors",
+                      data.size(), k.program().name, takes));
+    std::vector<Tensor> tensors;
+    for (const TensorDecl& t : k.program().tensors)
+      if (t.role != TensorDecl::Role::scratch)
+        tensors.push_back(
+            Tensor::borrow(reinterpret_cast<void*>(data[tensors.size()]), t.shape, t.dtype));
+    std::ostringstream printed;
+    NativeOptions o;
+    o.print = &printed;
+    try {
+      py::gil_scoped_release release;
+      k.run(tensors, grid, o);
+    } catch (const std::bad_alloc&) {
+      out_of_memory(k.program());  // HBM scratch
+    }
+    return printed.str();
+  });
+
   // The process-wide compile cache (docs/cache.md), shared with C++ callers.
   m.def("cache_info", [] {
     CompileCache& c = CompileCache::global();

@@ -88,7 +88,7 @@ def spec_of(a, name):
 
 
 # Loaded native kernels by compiled kernel: id(compiled) -> (compiled, kernels mode, kernel,
-# the report of a reuse).
+# the report of a reuse, {grid: how run_torch allocates the outputs}).
 # The entry holds `compiled`, so its id is not reused while the entry lives; least recently used
 # entries go first (the C++ caches below keep what is evicted here).
 _loaded = collections.OrderedDict()
@@ -96,23 +96,32 @@ _loaded_lock = threading.Lock()
 _LOADED_MAX = 256
 
 
-def native_kernel(compiled):
-    """The loaded native kernel of `compiled` and its report text: compiled (or found in the
-    compile cache) on the first call, then reused without a cache lookup, which prints and
-    hashes the IR (~100-300 us a call)."""
+def _loaded_entry(compiled):
+    """(compiled, mode, kernel, reuse report, outputs by grid) of the loaded native kernel of
+    `compiled`, and whether it was loaded before: compiled (or found in the compile cache) on
+    the first call, then reused without a cache lookup, which prints and hashes the IR (~100-300
+    us a call)."""
     # The variables that select other machine code for the same compiled kernel.
     mode = _C.native_code_env()
     with _loaded_lock:
         hit = _loaded.get(id(compiled))
         if hit is not None and hit[0] is compiled and hit[1] == mode:
             _loaded.move_to_end(id(compiled))
-            return hit[2], hit[3]
+            return hit, True
     kernel = _C.compile_native(compiled)  # the compile cache serves concurrent callers
+    entry = (compiled, mode, kernel, kernel.reuse_report, {})
     with _loaded_lock:
-        _loaded[id(compiled)] = (compiled, mode, kernel, kernel.reuse_report)
+        _loaded[id(compiled)] = entry
         while len(_loaded) > _LOADED_MAX:
             _loaded.popitem(last=False)
-    return kernel, kernel.report
+    return entry, False
+
+
+def native_kernel(compiled):
+    """The loaded native kernel of `compiled` and its report text (the compile's the first
+    time, then the reuse's)."""
+    entry, reused = _loaded_entry(compiled)
+    return entry[2], (entry[3] if reused else entry[2].report)
 
 
 def clear_loaded():
@@ -148,11 +157,36 @@ def torch_host_tensors(tensors):
     return host
 
 
+def _torch_outputs(entry, grid):
+    """[(shape, torch dtype, zeroed)] of the outputs of a loaded kernel's runs over `grid`."""
+    outs = entry[4].get(grid)
+    if outs is None:
+        torch = _torch()
+        outs = entry[4][grid] = [(tuple(shape), torch_dtype(d, torch), zero)
+                                 for shape, d, zero in _C.native_outputs(entry[2], list(grid))]
+    return outs
+
+
 def run_torch(compiled, tensors, grid):
-    """Runs natively on contiguous CPU torch tensors, borrowing their memory; returns the
-    outputs as torch tensors. The cheap path of the torch operators."""
-    outs, _ = _run_native(compiled, torch_host_tensors(tensors), grid)
-    return [from_numpy(o.to_numpy(numpy_dtype(o.dtype)), True) for o in outs]
+    """Runs natively on CPU torch tensors (a list, each contiguous with the shape and dtype
+    `compiled` was traced for), borrowing their memory; returns the outputs as torch tensors.
+    The cheap path of the torch operators: the outputs are torch's own (torch.empty, or
+    torch.zeros where the kernel may read them before writing), and the kernel takes the
+    tensors' addresses, with no host tensor objects or NumPy arrays on the way (~5 us a call)."""
+    grid = tuple(grid)
+    entry, _ = _loaded_entry(compiled)
+    torch = _torch()
+    outs = [(torch.zeros if zero else torch.empty)(shape, dtype=dtype)
+            for shape, dtype, zero in _torch_outputs(entry, grid)]
+    data = []
+    for t in tensors + outs:
+        if not t.is_cpu:  # (not t.device.type: it builds a device object on every call)
+            raise TypeError(f"neuron kernels take CPU tensors; got a tensor on {t.device}")
+        data.append(t.data_ptr())
+    printed = _C.run_native_at(entry[2], data, list(grid))
+    if printed:
+        sys.stdout.write(printed)
+    return outs
 
 
 def run_native_host(compiled, host, grid):

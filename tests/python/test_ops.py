@@ -582,3 +582,44 @@ def test_calls_that_need_no_operator_skip_the_dispatcher_with_the_same_bits(monk
     assert calls == [] and y.grad_fn is not None
     y.sum().backward()
     assert xg.grad is not None
+
+
+def test_operator_outputs_are_torch_s_own_tensors():
+    # The outputs come from torch's allocator, as a PyTorch operator's do: a caller may resize
+    # them in place (memory NumPy owns cannot grow), and each output has its own storage.
+    x = torch.randn(130, 70)
+    w, b = torch.randn(70), torch.randn(70)
+    y, mean, rstd = torch.ops.neuron.layer_norm(x, w, b, 1e-5)
+    golden = F.layer_norm(x.double(), (70,), w.double(), b.double())
+    assert (y.double() - golden).abs().max().item() < 1e-5
+    storages = {t.untyped_storage().data_ptr() for t in (y, mean, rstd)}
+    assert len(storages) == 3
+    kept = y.clone()
+    y.resize_(2 * 130, 70)  # torch.from_numpy tensors raise "storage that is not resizable"
+    assert torch.equal(y[:130], kept)
+
+
+def test_outputs_a_kernel_writes_in_part_start_zeroed_on_every_call():
+    # runtime.run_torch (the operators' path) zero-fills an output the kernel does not provably
+    # overwrite, as the simulator starts it, also when torch's allocator hands back a block a
+    # freed tensor filled.
+    import neuron.language as nl
+    from neuron import runtime
+
+    @neuron.kernel
+    def top_half(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out[0:64, :], nl.load(x[0:64, :]))
+        return out
+
+    x = torch.randn(128, 32)
+    compiled = top_half.compile(x.numpy())
+    for _ in range(3):
+        junk = torch.full((128, 32), 7.0)
+        del junk
+        (y,) = runtime.run_torch(compiled, [x], (1,))
+        assert torch.equal(y[:64], x[:64])
+        assert torch.count_nonzero(y[64:]).item() == 0
+    kernel = runtime.native_kernel(compiled)[0]
+    with pytest.raises(ValueError, match="1 addresses for kernel 'top_half', which takes 2"):
+        runtime._C.run_native_at(kernel, [x.data_ptr()], [1])

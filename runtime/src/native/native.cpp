@@ -298,22 +298,23 @@ NativeKernel compile_native(const Kernel& k, const NativeCompileOptions& opts) {
   return nk;
 }
 
+std::vector<bool> NativeKernel::outputs_to_zero(const std::vector<int64_t>& grid) const {
+  std::lock_guard lock(impl_->zero_mutex);
+  auto it = impl_->zero_outputs.find(grid);
+  if (it == impl_->zero_outputs.end()) {
+    if (impl_->zero_outputs.size() >= 64) impl_->zero_outputs.clear();
+    it = impl_->zero_outputs.emplace(grid, native::outputs_to_zero(program(), grid)).first;
+  }
+  return it->second;  // a copy: another thread's call may clear the map
+}
+
 std::vector<Tensor> NativeKernel::operator()(const std::vector<Tensor>& inputs,
                                              const std::vector<int64_t>& grid,
                                              const NativeOptions& opts) const {
   std::vector<Tensor> all = inputs, outputs;
   // An output the kernel provably overwrites entirely skips the zero-fill (a memset pass as
   // dear as the kernel's own store for a memory-bound op).
-  std::vector<bool> zero;
-  {
-    std::lock_guard lock(impl_->zero_mutex);
-    auto it = impl_->zero_outputs.find(grid);
-    if (it == impl_->zero_outputs.end()) {
-      if (impl_->zero_outputs.size() >= 64) impl_->zero_outputs.clear();
-      it = impl_->zero_outputs.emplace(grid, native::outputs_to_zero(program(), grid)).first;
-    }
-    zero = it->second;
-  }
+  const std::vector<bool> zero = outputs_to_zero(grid);
   for (size_t i = 0; i < program().tensors.size(); ++i) {
     const TensorDecl& t = program().tensors[i];
     if (t.role != TensorDecl::Role::output) continue;

@@ -79,6 +79,10 @@ class NativeKernel {
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs,
                                  const std::vector<int64_t>& grid = {1},
                                  const NativeOptions& opts = {}) const;
+  // Per tensor of program() (Program::tensors order): whether an output must start zeroed for
+  // a run over `grid` (false for inputs, scratch, and outputs the kernel provably overwrites
+  // entirely before reading). For callers that allocate the outputs they pass to run().
+  std::vector<bool> outputs_to_zero(const std::vector<int64_t>& grid) const;
 
  private:
   friend NativeKernel compile_native(const Compiled&, const NativeCompileOptions&);
