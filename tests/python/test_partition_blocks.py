@@ -174,6 +174,25 @@ def column_sums(x):
     return out
 
 
+def weighted_column_sums(x):
+    # One stationary column (t[:, 2]) over a block's rows: the native backend's column-sum
+    # path (a partition block's rows of K without the matmul kernel); each block after the
+    # first adds its rows to the one before's sums.
+    out = nl.ndarray((1, F), nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, F), nl.float32)
+    nisa.dma_copy(t, x)
+    u = nl.ndarray((128, F), nl.float32)
+    nisa.tensor_scalar(u, t, nl.multiply, t[:, 0:1], op1=nl.add, operand1=0.25)
+    pss = [nl.ndarray((1, 512), nl.float32, buffer=nl.psum) for _ in range(F // 512)]
+    for c, ps in enumerate(pss):
+        nisa.nc_matmul(ps, t[:, 2:3], u[:, c * 512:(c + 1) * 512], accumulate=False)
+    dots = nl.ndarray((1, F), nl.float32)
+    for c, ps in enumerate(pss):
+        nisa.tensor_copy(dots[:, c * 512:(c + 1) * 512], ps)
+    nisa.dma_copy(out, dots)
+    return out
+
+
 def row_dots(x):
     # p = x * (x + 1) and its row sum, written as a user writes them: natively the sum joins
     # the loop of u and p (a fused chain ending in its reduction, in the reduction's lane
@@ -212,12 +231,13 @@ def test_row_sums_run_in_the_fused_loops(monkeypatch):
 def test_contracting_matmuls_run_in_the_blocks(monkeypatch):
     # column_sums' matmuls join the blocked run of t's load and u: one call per block (so the
     # tiles stay in cache), or one call each with blocks off; the bits are checked above.
-    for blocks in ("1", "0"):
-        rows = profiled_rows(column_sums, "nc_matmul", "NEURON_PARTITION_BLOCKS", blocks,
-                             monkeypatch)
-        calls = [r["calls"] for r in rows]
-        assert len(calls) == 2 * (F // 512)
-        assert all(c > 1 for c in calls) if blocks == "1" else all(c == 1 for c in calls), calls
+    for fn, per_chunk in ((column_sums, 2), (weighted_column_sums, 1)):
+        for blocks in ("1", "0"):
+            rows = profiled_rows(fn, "nc_matmul", "NEURON_PARTITION_BLOCKS", blocks, monkeypatch)
+            calls = [r["calls"] for r in rows]
+            assert len(calls) == per_chunk * (F // 512)
+            assert all(c > 1 for c in calls) if blocks == "1" else all(c == 1 for c in calls), \
+                calls
 
 
 def reference(fn, x):
@@ -227,9 +247,11 @@ def reference(fn, x):
         m = np.max(-0.5 * x, axis=1, keepdims=True)
         m = (-m).astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
         return np.concatenate([p, p.sum(axis=1, keepdims=True), m], axis=1)
-    if fn is column_sums:
+    if fn in (column_sums, weighted_column_sums):
         x = x.astype(np.float64)
         u = x * x[:, 0:1] + 0.25
+        if fn is weighted_column_sums:
+            return x[:, 2:3].T @ u
         return np.concatenate([x[:, 0:2].T @ u, 1.0 + x.sum(axis=0, keepdims=True)])
     if fn is widened:
         t = x.astype(np.float32)
@@ -254,7 +276,8 @@ def reference(fn, x):
 
 
 @pytest.mark.parametrize("fn", [softmax_rows, shifted, carried, weighted, bit_views, widened,
-                                widened_values, column_sums, row_dots])
+                                widened_values, column_sums, weighted_column_sums,
+                                row_dots])
 def test_blocked_runs_give_the_simulator_bits(fn, monkeypatch):
     x = RNG.standard_normal((384 if fn is carried else 128, F)).astype(np.float32)
     if fn in (widened, widened_values):

@@ -1203,6 +1203,29 @@ struct MatmulOperand {
 
 }  // extern "C++"
 
+// The most rows of K neuron_k_matmul sums without the matmul kernel when M is 1.
+constexpr int64_t kColumnSumRows = 4;
+
+extern "C++" {
+// c[0, n] (+)= sum over k < K of s[k, 0] * v[k, n], fp32 operands with contiguous rows: row by
+// row of K (vector code over n), each c[n] still taking one fma per k in increasing k, from 0
+// when `from_zero`.
+NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void column_sum_rows(float* c, const NView& s,
+                                                              const NView& v, int64_t K, int64_t N,
+                                                              bool from_zero) {
+  for (int64_t k = 0; k < K; ++k) {
+    const float sk = *reinterpret_cast<const float*>(s.base + k * s.stride[0]);
+    const float* vk = reinterpret_cast<const float*>(v.base + k * v.stride[0]);
+    if (k == 0 && from_zero)
+      for (int64_t n = 0; n < N; ++n) c[n] = std::fma(sk, vk[n], 0.0f);
+    else
+      for (int64_t n = 0; n < N; ++n) c[n] = std::fma(sk, vk[n], c[n]);
+  }
+  if (K == 0 && from_zero)
+    for (int64_t n = 0; n < N; ++n) c[n] = 0.0f;
+}
+}  // extern "C++"
+
 void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, int sdt, int mdt,
                      int accumulate, int layout) {
   const bool fast = layout & kMatmulFast;
@@ -1226,6 +1249,13 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
     // operands' values, exact in fp32 (docs/numerics.md, "Matmul").
     // tf32 holds its values as fp32 bits (docs/numerics.md): read in place as fp32.
     auto f32_bits = [&](int t) { return t == f32 || t == static_cast<int>(DType::tfloat32); };
+    if (in_place_c && M == 1 && K <= kColumnSumRows && f32_bits(sdt) && f32_bits(mdt)) {
+      // One column of a few rows (a partition block's rows of a column sum, ones.T @ v): the
+      // chain written out here, where the JIT inlines it, instead of the matmul kernel's
+      // calls and panels (~4x its work for a row of 512 columns).
+      column_sum_rows(reinterpret_cast<float*>(d->base), *st, *mv, K, N, acc_mode == 0);
+      return fill_flags(*d, esize, 1);
+    }
     const MatmulOperand<float> s(*st, sdt, fast, fast && f32_bits(sdt), K, M),
         v(*mv, mdt, fast, fast && f32_bits(mdt), K, N);
     if (in_place_c)
