@@ -227,7 +227,7 @@ void init_runtime(py::module_& m) {
   });
 
   // The outputs a run of a loaded kernel over `grid` writes, for a caller that allocates them:
-  // [(shape, dtype, whether it must start zeroed)] in the order run_native_into takes them.
+  // [(shape, dtype, whether it must start zeroed)] in the order run_native_at takes them.
   m.def("native_outputs", [](const NativeKernel& k, const std::vector<int64_t>& grid) {
     const std::vector<bool> zero = k.outputs_to_zero(grid);
     py::list outs;

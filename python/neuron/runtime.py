@@ -168,7 +168,7 @@ def _torch_outputs(entry, grid):
 
 
 def run_torch(compiled, tensors, grid):
-    """Runs natively on CPU torch tensors (a list, each contiguous with the shape and dtype
+    """Runs natively on CPU torch tensors (each contiguous, with the shape and dtype
     `compiled` was traced for), borrowing their memory; returns the outputs as torch tensors.
     The cheap path of the torch operators: the outputs are torch's own (torch.empty, or
     torch.zeros where the kernel may read them before writing), and the kernel takes the
@@ -179,7 +179,7 @@ def run_torch(compiled, tensors, grid):
     outs = [(torch.zeros if zero else torch.empty)(shape, dtype=dtype)
             for shape, dtype, zero in _torch_outputs(entry, grid)]
     data = []
-    for t in tensors + outs:
+    for t in (*tensors, *outs):
         if not t.is_cpu:  # (not t.device.type: it builds a device object on every call)
             raise TypeError(f"neuron kernels take CPU tensors; got a tensor on {t.device}")
         data.append(t.data_ptr())
