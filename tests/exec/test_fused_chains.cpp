@@ -244,8 +244,7 @@ TEST_CASE("a chain ending in a row reduction feeds it the reduction's lane order
   // stored: the product's loop feeds the reduction, prod itself is never written. Rows of 37
   // elements in 3 groups: a partition's rows start off the 16-lane boundary, so the lanes must
   // carry from row to row as tensor_reduce's do.
-  // `keep`: prod is stored too (a second output), so the loop writes it and feeds the lanes
-  // from a stack row (the other cases feed them directly).
+  // `keep`: prod is stored too (a second output), so the loop writes it as it feeds the lanes.
   struct Case {
     AluOp op;
     bool negate;

@@ -959,19 +959,11 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
   const int64_t* red = code + kChainReduceAt;
   if (red[kChRedOn]) {
     // The reduction: tensor_reduce's lanes (builtins.hpp) over each partition's last values in
-    // row-major order. A loop that writes nothing feeds the lanes directly (16 elements at a
-    // time, which the optimizer vectorizes, and the lanes' chain of adds overlaps the loads);
-    // one that writes a step's destination stores its row's values to a stack row first, then
-    // feeds them, as activation's row sum does: so both loops vectorize (fed directly, the
-    // stores kept the 16 elements' code scalar).
+    // row-major order, fed 16 at a time from a register group the chain's loop fills (the
+    // lanes' chain of adds overlaps the next group's loads).
     const AluOp rop = static_cast<AluOp>(red[kChRedOp]);
     const int64_t n4 = views[0]->size[4];
-    bool stores = false;
-#pragma GCC unroll 6
-    for (int k = 0; k < kChainMax; ++k)
-      stores = stores || (k < n && code[1 + k * kChainFields + kChStore]);
     Scratch<float> res(P);
-    Scratch<float, 2048> row(stores ? n4 : 0);
     float lane[b::kReduceLanes];
     int64_t cur = -1, pos = 0;
     each_row(
@@ -989,12 +981,14 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
               ptrs[k] = walk[k] ? r[k] + i4 * walk[k]->stride[4] : nullptr;
             return element(ptrs, i0, ptrs[1 + 2 * last]);
           };
-          if (!stores) {
-            b::reduce_run(lane, rop, pos, n4, at);
-          } else {
-            NEURON_INTERLEAVE
-            for (int64_t i4 = 0; i4 < n4; ++i4) row.data[i4] = at(i4);
-            b::reduce_run(lane, rop, pos, n4, [&](int64_t k) { return row.data[k]; });
+          // 16 values at a time into registers, then into the lanes: `at` (the whole chain) is
+          // inlined once; handed to reduce_run itself it was inlined 18 times (its unrolled
+          // group of 16, head and tail), which cost every chain's compile ~30 ms.
+          for (int64_t i4 = 0; i4 < n4; i4 += b::kReduceLanes) {
+            const int64_t m = n4 - i4 < b::kReduceLanes ? n4 - i4 : b::kReduceLanes;
+            float v[b::kReduceLanes];
+            for (int64_t j = 0; j < m; ++j) v[j] = at(i4 + j);
+            b::reduce_run(lane, rop, pos + i4, m, [&](int64_t k) { return v[k]; });
           }
           pos += n4;
         });
