@@ -1197,28 +1197,8 @@ struct MatmulOperand {
 
 }  // extern "C++"
 
-// The most rows of K neuron_k_matmul sums without the matmul kernel when M is 1.
+// The most rows of K neuron_k_matmul sums without the blocked matmul kernels when M is 1.
 constexpr int64_t kColumnSumRows = 4;
-
-extern "C++" {
-// c[0, n] (+)= sum over k < K of s[k, 0] * v[k, n], fp32 operands with contiguous rows: row by
-// row of K (vector code over n), each c[n] still taking one fma per k in increasing k, from 0
-// when `from_zero`.
-NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void column_sum_rows(float* c, const NView& s,
-                                                              const NView& v, int64_t K, int64_t N,
-                                                              bool from_zero) {
-  for (int64_t k = 0; k < K; ++k) {
-    const float sk = *reinterpret_cast<const float*>(s.base + k * s.stride[0]);
-    const float* vk = reinterpret_cast<const float*>(v.base + k * v.stride[0]);
-    if (k == 0 && from_zero)
-      for (int64_t n = 0; n < N; ++n) c[n] = std::fma(sk, vk[n], 0.0f);
-    else
-      for (int64_t n = 0; n < N; ++n) c[n] = std::fma(sk, vk[n], c[n]);
-  }
-  if (K == 0 && from_zero)
-    for (int64_t n = 0; n < N; ++n) c[n] = 0.0f;
-}
-}  // extern "C++"
 
 void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, int sdt, int mdt,
                      int accumulate, int layout) {
@@ -1247,7 +1227,10 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
       // One column of a few rows (a partition block's rows of a column sum, ones.T @ v): the
       // chain as one vector loop per row of K, without the matmul kernel's dispatch, panels
       // and register tiles (~4x the work of a row of 512 columns).
-      column_sum_rows(reinterpret_cast<float*>(d->base), *st, *mv, K, N, acc_mode == 0);
+      neuron_matmul_f32_rows(reinterpret_cast<float*>(d->base), d->stride[0] / 4,
+                             reinterpret_cast<const float*>(st->base), st->stride[0] / 4,
+                             reinterpret_cast<const float*>(mv->base), mv->stride[0] / 4, M, N, K,
+                             acc_mode);
       return fill_flags(*d, esize, 1);
     }
     const MatmulOperand<float> s(*st, sdt, fast, fast && f32_bits(sdt), K, M),

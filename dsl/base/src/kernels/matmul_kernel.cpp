@@ -46,7 +46,13 @@ float* matmul_scratch(size_t floats) {
 }
 
 // The portable variant writes through C row by row; each C(m, n) still sees one fma per k in
-// increasing k, starting from C or 0, exactly like the blocked variants.
+// increasing k, starting from C or 0, exactly like the blocked variants. On x86-64 a clone for
+// AVX2 + FMA CPUs runs its column loop as vector fma (neuron_matmul_f32_rows calls it on every
+// CPU); the same bits, one rounding per fma either way.
+#if defined(__x86_64__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default"),
+               optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#endif
 void matmul_f32_portable(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
                          int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
   for (int64_t m = 0; m < M; ++m) {
@@ -214,6 +220,12 @@ void neuron_matmul_f32(float* c, int64_t ldc, const float* a, int64_t lda, const
                        int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate) {
   if (M <= 0 || N <= 0) return;
   neuron::native::host_variant().f32(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
+}
+
+void neuron_matmul_f32_rows(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                            int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate) {
+  if (M <= 0 || N <= 0) return;
+  neuron::native::matmul_f32_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
 }
 
 void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,

@@ -17,6 +17,11 @@ void neuron_matmul_f32(float* c, int64_t ldc, const float* a, int64_t lda, const
                        int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
 void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                         int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
+// neuron_matmul_f32's product through the portable variant's loop (row by row of K, vector code
+// over the columns) without choosing a variant: for a product of a few rows of K, where the
+// blocked kernels' dispatch, panels and register tiles cost more than the arithmetic.
+void neuron_matmul_f32_rows(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                            int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
 // The same product, the caller promising that b holds the values b held at this thread's
 // previous neuron_matmul_bf16* call, same b, ldb, N and K, and nothing has written them since
 // (consecutive nc_matmuls over one moving tile): a variant that repacks B (avx512bf16) keeps
