@@ -43,11 +43,12 @@ constexpr int64_t NR = 16 * NV;
 
 constexpr uint16_t kPlusZero = 0x0000, kMinusZero = 0x8000;
 
-// dst[n] = (first[n] in the high half, second[n] in the low half) for n < cols, 0 up to padded.
-// A null row (past K) reads as `missing` in every column. 32 columns per step: two word
+// dst[n] = (first[n] in the high half, second[n] in the low half) for n < cols, 0 up to padded,
+// each 32 columns at dst + (n / 32) * stride (32: contiguous; B's panel size: one row of each
+// panel). A null row (past K) reads as `missing` in every column. 32 columns per step: two word
 // interleaves (VPERMT2W) of one load from each row.
-void pack_pair(uint32_t* dst, const uint16_t* first, const uint16_t* second, int64_t cols,
-               int64_t padded, uint16_t missing) {
+void pack_pair(uint32_t* dst, int64_t stride, const uint16_t* first, const uint16_t* second,
+               int64_t cols, int64_t padded, uint16_t missing) {
   alignas(64) static constexpr auto kInterleave = [] {
     struct { uint16_t lo[32], hi[32]; } t{};
     for (int j = 0; j < 16; ++j) {
@@ -62,15 +63,15 @@ void pack_pair(uint32_t* dst, const uint16_t* first, const uint16_t* second, int
   auto mask = [](int64_t n, int width) {
     return n >= width ? ~0ull >> (64 - width) : n <= 0 ? 0ull : (1ull << n) - 1;
   };
-  for (int64_t n = 0; n < padded; n += 32) {
+  for (int64_t n = 0; n < padded; n += 32, dst += stride) {
     const __mmask32 valid = static_cast<__mmask32>(mask(cols - n, 32));
     const __m512i f = first ? _mm512_maskz_loadu_epi16(valid, first + n)
                             : _mm512_maskz_mov_epi16(valid, miss);
     const __m512i s = second ? _mm512_maskz_loadu_epi16(valid, second + n)
                              : _mm512_maskz_mov_epi16(valid, miss);
-    _mm512_mask_storeu_epi32(dst + n, static_cast<__mmask16>(mask(padded - n, 16)),
+    _mm512_mask_storeu_epi32(dst, static_cast<__mmask16>(mask(padded - n, 16)),
                              _mm512_permutex2var_epi16(s, lo_idx, f));
-    _mm512_mask_storeu_epi32(dst + n + 16, static_cast<__mmask16>(mask(padded - n - 16, 16)),
+    _mm512_mask_storeu_epi32(dst + 16, static_cast<__mmask16>(mask(padded - n - 16, 16)),
                              _mm512_permutex2var_epi16(s, hi_idx, f));
   }
 }
@@ -89,22 +90,24 @@ void for_each_pair_row(int64_t K, Emit emit) {
 }
 
 // B's `cols` columns as panels of NR: [panel][pair row][NR], so a micro-tile streams one
-// contiguous panel.
+// contiguous panel. Each source row is read once, front to back (a panel at a time would read
+// every row NR columns at a time, once per panel: B's rows are SBUF partitions, far apart, and
+// fall out of L1 between panels).
+static_assert(NR == 32, "pack_pair's 32-column step fills one panel row");
 void pack_b(uint32_t* dst, const uint16_t* src, int64_t ld, int64_t K, int64_t cols,
             int64_t pair_rows) {
-  for (int64_t n = 0; n < cols; n += NR, dst += pair_rows * NR)
-    for_each_pair_row(K, [&](int64_t r, int64_t k, int64_t k2) {
-      pack_pair(dst + r * NR, k >= 0 ? src + k * ld + n : nullptr,
-                k2 >= 0 ? src + k2 * ld + n : nullptr, cols - n < NR ? cols - n : NR, NR,
-                kMinusZero);
-    });
+  const int64_t padded = (cols + NR - 1) / NR * NR;
+  for_each_pair_row(K, [&](int64_t r, int64_t k, int64_t k2) {
+    pack_pair(dst + r * NR, pair_rows * NR, k >= 0 ? src + k * ld : nullptr,
+              k2 >= 0 ? src + k2 * ld : nullptr, cols, padded, kMinusZero);
+  });
 }
 
 // A's `rows` rows of C as [pair row][rows].
 void pack_a(uint32_t* dst, const uint16_t* src, int64_t ld, int64_t K, int64_t rows) {
   for_each_pair_row(K, [&](int64_t r, int64_t k, int64_t k2) {
-    pack_pair(dst + r * rows, k >= 0 ? src + k * ld : nullptr, k2 >= 0 ? src + k2 * ld : nullptr,
-              rows, rows, kPlusZero);
+    pack_pair(dst + r * rows, 32, k >= 0 ? src + k * ld : nullptr,
+              k2 >= 0 ? src + k2 * ld : nullptr, rows, rows, kPlusZero);
   });
 }
 
