@@ -19,6 +19,7 @@ struct Case {
   std::optional<ActFunc> act = std::nullopt;
   int64_t programs = 1;
   bool stream_a = false;  // no A panel: A tiles load inside the K loop
+  int64_t column_programs = 1;
 };
 
 void run_case(const Case& cs, bool native_only = false) {
@@ -31,11 +32,13 @@ void run_case(const Case& cs, bool native_only = false) {
   CAPTURE(cs.bias);
   CAPTURE(cs.programs);
   CAPTURE(cs.stream_a);
+  CAPTURE(cs.column_programs);
   kn::MatmulConfig cfg;
   cfg.transpose_a = cs.ta;
   cfg.transpose_b = cs.tb;
   cfg.activation = cs.act;
   cfg.programs = cs.programs;
+  cfg.column_programs = cs.column_programs;
   if (cs.stream_a) cfg.panel_bytes = 0;
   std::vector<int64_t> ashape =
       cs.ta ? std::vector<int64_t>{cs.K, cs.M} : std::vector<int64_t>{cs.M, cs.K};
@@ -100,6 +103,22 @@ TEST_CASE("matmul: rows split over SPMD programs") {
     run_case(cs);
 }
 
+TEST_CASE("matmul: columns split over SPMD programs (few rows)") {
+  CHECK(kn::split_columns(4096) == 8);
+  CHECK(kn::split_columns(1400) == 2);  // 700 each: a full 512 and a 188 tail per program
+  CHECK(kn::split_columns(1000) == 1);
+  kn::MatmulConfig cfg;
+  cfg.column_programs = 3;
+  CHECK(kn::matmul_grid(cfg) == std::vector<int64_t>{1, 3});
+  Case decode{1, 300, 1400, DType::float32, false, true, true};  // linear's layout, a bias
+  decode.column_programs = 2;
+  Case bf16{3, 129, 1030, DType::bfloat16, false, false, false, ActFunc::relu};
+  bf16.column_programs = 2;
+  Case both{256, 70, 96, DType::float32, true, false, false, std::nullopt, 2};
+  both.column_programs = 3;  // 32 columns each, with two row programs
+  for (const Case& cs : {decode, bf16, both}) run_case(cs);
+}
+
 TEST_CASE("matmul: A streamed through the K loop when its panel is over budget") {
   for (bool ta : {false, true}) {
     Case cs{130, 300, 70, DType::float32, ta, !ta, true};
@@ -138,4 +157,8 @@ TEST_CASE("matmul: bad arguments are user errors naming the values") {
   three.programs = 3;
   CHECK_THROWS_WITH_AS(bad({{{4, 5}, DType::float32}, {{5, 7}, DType::float32}}, three),
                        doctest::Contains("programs=3 must divide M=4"), UserError);
+  kn::MatmulConfig cols;
+  cols.column_programs = 2;
+  CHECK_THROWS_WITH_AS(bad({{{4, 5}, DType::float32}, {{5, 7}, DType::float32}}, cols),
+                       doctest::Contains("column_programs=2 must divide N=7"), UserError);
 }

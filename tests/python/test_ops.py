@@ -134,6 +134,46 @@ def test_linear_reuses_a_weights_transposed_copy_until_the_weight_changes(monkey
         assert id(ws[0]) not in O._wt_cache and id(ws[2]) in O._wt_cache
 
 
+def test_linear_of_few_rows_splits_the_columns_over_programs():
+    # One row makes one row program: the columns (of the output, and of dx in the backward)
+    # are split instead, in slices of at least 512 (two programs of 550 here, of 515 for dx).
+    from neuron.ops import _operators as O
+    assert O._matmul_grid(1, 1100) == ((1, 2), {"programs": 1, "column_programs": 2})
+    assert O._matmul_grid(1, 1000) == ((1,), {"programs": 1})
+    assert O._matmul_grid(2, 4096, transpose_a=True) == ((2,), {"programs": 2, "transpose_a": True})
+    x, w, b = rand(2, 1030, seed=53), rand(1100, 1030, seed=54, scale=0.03), rand(1100, seed=55)
+    with no_fallbacks():
+        for dtype in (torch.float32, torch.bfloat16):
+            check(F.linear, ops.linear, [x, w, b], dtype)
+
+
+def test_linear_of_few_rows_copies_a_weight_it_meets_again_unchanged(monkeypatch):
+    # Up to 256 rows the linear kernel transposes the weight's tiles itself; a weight met a
+    # second time unchanged gets a transposed copy (then the matmul kernel runs), one changed in
+    # between does not yet, nor one whose copy would evict another.
+    from neuron.ops import _operators as O
+    x, w, b = rand(3, 300, seed=50), rand(1400, 300, seed=51, scale=0.1), rand(1400, seed=52)
+
+    def want(w):
+        return (x.double() @ w.double().t() + b.double()).float()
+    with torch.no_grad(), no_fallbacks():
+        for call in range(3):
+            torch.testing.assert_close(ops.linear(x, w, b), want(w), rtol=1e-5, atol=1e-4)
+            assert (id(w) in O._wt_cache) == (call >= 1), call
+        first = O._wt_cache[id(w)][2]
+        assert torch.equal(first, w.t())
+        w.add_(1.0)  # a new version: the next call runs the linear kernel, the one after copies
+        torch.testing.assert_close(ops.linear(x, w, b), want(w), rtol=1e-5, atol=1e-4)
+        assert O._wt_cache[id(w)][2] is first
+        torch.testing.assert_close(ops.linear(x, w, b), want(w), rtol=1e-5, atol=1e-4)
+        assert torch.equal(O._wt_cache[id(w)][2], w.t())
+        monkeypatch.setattr(O, "LINEAR_WEIGHT_CACHE_BYTES", O._wt_bytes + 4)
+        w2 = rand(1400, 300, seed=56, scale=0.1)
+        for _ in range(3):
+            torch.testing.assert_close(ops.linear(x, w2, b), want(w2), rtol=1e-5, atol=1e-4)
+        assert id(w2) not in O._wt_cache and id(w) in O._wt_cache
+
+
 def test_linear_without_bias_and_a_1d_input():
     x, w = rand(1000, seed=4), rand(5, 1000, seed=5, scale=0.05)
     with no_fallbacks():

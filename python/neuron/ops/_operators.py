@@ -82,12 +82,24 @@ def _row_split(a, dim=0):
     return a, p
 
 
+def _matmul_grid(p, n, **params):
+    """(grid, params) of a matmul kernel launch with p row programs and n output columns. Rows
+    too few to split (a decode step's one row) split the columns instead, in slices of at least
+    one PSUM bank (512): [1, 4096] x [4096, 4096] fp32, 2 threads, ran on one core (4.2 ms,
+    PyTorch 2.6)."""
+    c = _kernels.split_rows(n, min_rows=512) if p == 1 else 1
+    if c == 1:
+        return (p,), dict(params, programs=p)
+    return (p, c), dict(params, programs=p, column_programs=c)
+
+
 @_op("matmul")
 def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
     m = a.shape[1] if transpose_a else a.shape[0]
     ap, p = _row_split(a, 1 if transpose_a else 0)
-    return _run("matmul", "matmul", (p,), (ap, b),
-                {"transpose_a": transpose_a, "transpose_b": transpose_b, "programs": p},
+    grid, params = _matmul_grid(p, b.shape[0] if transpose_b else b.shape[1],
+                                transpose_a=transpose_a, transpose_b=transpose_b)
+    return _run("matmul", "matmul", grid, (ap, b), params,
                 lambda: (a.t() if transpose_a else a) @ (b.t() if transpose_b else b))[:m]
 
 
@@ -105,9 +117,17 @@ def _(a, b, transpose_a=False, transpose_b=False):
 # a new tensor has another identity: either makes a new copy. At most LINEAR_WEIGHT_CACHE_BYTES
 # of copies are kept, least recently used first out; an entry goes with its weight (at the
 # next call).
+#
+# Calls of few rows (a decode step) run the linear kernel, which transposes the weight's tiles
+# itself, unless a copy exists: making one (PyTorch's t().contiguous(), mostly page faults on
+# the new memory: 35-38 ms for 4096 x 4096 fp32) costs as much as ten such calls save (6.6 ->
+# 2.5 ms at one row). So they make one only for a weight they met before unchanged (inference
+# reuses it; a training step changes it) and only while it fits the cache without evicting.
 LINEAR_WEIGHT_CACHE_BYTES = 1 << 30
 _wt_cache = collections.OrderedDict()  # id(weight) -> (weakref, (version, ptr, ...), copy)
 _wt_bytes = 0
+_wt_seen = collections.OrderedDict()  # (id, (version, ptr, ...)) met by calls of few rows
+_WT_SEEN_MAX = 4096
 # (id, weakref) of weights that died: their weakref callbacks only append here (a callback may
 # run anywhere, inside a dict operation too); the next call drops their entries under the lock.
 _wt_dead = []
@@ -123,14 +143,15 @@ def _wt_drop(wid):
     _wt_bytes -= _nbytes(_wt_cache.pop(wid)[2])
 
 
-def _transposed(weight):
-    """weight.t().contiguous(), reused while the weight is unchanged."""
+def _transposed(weight, few_rows=False):
+    """weight.t().contiguous(), reused while the weight is unchanged. For a call of few rows,
+    None where the rule above makes no copy (the caller runs the linear kernel instead)."""
     global _wt_bytes
     try:
         key = (weight._version, weight.data_ptr(), tuple(weight.shape), weight.stride(),
                weight.dtype)
     except RuntimeError:  # an inference tensor has no version counter: nothing to check by
-        return weight.t().contiguous()
+        return None if few_rows else weight.t().contiguous()
     wid = id(weight)
     with _wt_lock:
         while _wt_dead:
@@ -141,6 +162,15 @@ def _transposed(weight):
         if hit is not None and hit[0]() is weight and hit[1] == key:
             _wt_cache.move_to_end(wid)
             return hit[2]
+        if few_rows:
+            met = (wid, key) in _wt_seen
+            if not met or _wt_bytes + _nbytes(weight) > LINEAR_WEIGHT_CACHE_BYTES:
+                _wt_seen[(wid, key)] = None
+                _wt_seen.move_to_end((wid, key))
+                while len(_wt_seen) > _WT_SEEN_MAX:
+                    _wt_seen.popitem(last=False)
+                return None
+            del _wt_seen[(wid, key)]  # met before, unchanged, and it fits: copy it below
     wt = weight.t().contiguous()
     if _nbytes(wt) > LINEAR_WEIGHT_CACHE_BYTES:
         return wt
@@ -158,20 +188,21 @@ def _transposed(weight):
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     m = x.shape[0]
     xp, p = _row_split(x)
-    if m > 256:
-        # The kernel transposes the [N, K] weight's tiles on the Tensor engine once per group of
-        # up to 256 rows; past one group a transposed copy made once is cheaper (2048 x 1024 x
-        # 1024 fp32: 51 -> 43 ms, the plain matmul's time).
-        wt = _transposed(weight)
+    grid, params = _matmul_grid(p, weight.shape[0])
+    # The kernel transposes the [N, K] weight's tiles on the Tensor engine once per group of up
+    # to 256 rows; past one group a transposed copy made once is cheaper (2048 x 1024 x 1024
+    # fp32: 51 -> 43 ms, the plain matmul's time). Fewer rows use a copy on the rule above.
+    wt = _transposed(weight, few_rows=m <= 256)
+    if wt is not None:
         if bias is None:
-            return _run("linear", "matmul", (p,), (xp, wt), {"programs": p},
+            return _run("linear", "matmul", grid, (xp, wt), params,
                         lambda: reference.linear(x, weight))[:m]
-        return _run("linear", "matmul_bias", (p,), (xp, wt, bias), {"programs": p},
+        return _run("linear", "matmul_bias", grid, (xp, wt, bias), params,
                     lambda: reference.linear(x, weight, bias))[:m]
     if bias is None:
-        return _run("linear", "linear", (p,), (x, weight), {"programs": p},
+        return _run("linear", "linear", grid, (x, weight), params,
                     lambda: reference.linear(x, weight))
-    return _run("linear", "linear_bias", (p,), (x, weight, bias), {"programs": p},
+    return _run("linear", "linear_bias", grid, (x, weight, bias), params,
                 lambda: reference.linear(x, weight, bias))
 
 

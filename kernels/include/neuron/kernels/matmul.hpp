@@ -1,9 +1,12 @@
 // matmul and linear: C[M, N] = op(A) @ op(B) (+ bias, then an activation), any M, N, K,
 // float32 / bfloat16 / float16 operands with float32 accumulation.
 //
-// Tiling and engine plan. Each SPMD program owns M / programs consecutive rows of C (launch
-// with grid matmul_grid(cfg); split_rows picks `programs`). Its rows go in groups of up to
-// 4 x 128 (2 x 128 when B is stored [N, K] and needs transposes, to leave PSUM banks free).
+// Tiling and engine plan. Each SPMD program owns M / programs consecutive rows of C and, with
+// column_programs > 1, N / column_programs consecutive columns of them (launch with grid
+// matmul_grid(cfg); split_rows picks `programs`, and split_columns the column programs when
+// there are too few rows to split: a decode step's [1, K] x [K, N] otherwise runs on one core). Its
+// rows go in groups of up to 4 x 128 (2 x 128 when B is stored [N, K] and needs transposes, to
+// leave PSUM banks free).
 //  - The group's A panel [K, rows] comes on chip once with K on partitions (the Tensor
 //    engine's contraction layout): DMA straight from A when A is stored [K, M], else 128 x 128
 //    tiles transposed on the Tensor engine through PSUM. A panel over cfg.panel_bytes (64 KiB
@@ -33,13 +36,23 @@ struct MatmulConfig {
   std::optional<ActFunc> activation;  // applied after the bias: relu, gelu, silu, tanh, ...
   std::optional<DType> out_dtype;     // default: A's dtype
   int64_t programs = 1;               // SPMD programs along M; must divide M
+  int64_t column_programs = 1;        // SPMD programs along N (grid axis 1); must divide N
   // SBUF bytes per partition a row group's A panel may take (it is double-buffered); larger
   // panels are not kept and A tiles load inside the K loop. 0 never keeps one.
   int64_t panel_bytes = 64 * 1024;
 };
 
 inline std::vector<int64_t> matmul_grid(const MatmulConfig& cfg) {
+  if (cfg.column_programs > 1) return {cfg.programs, cfg.column_programs};
   return {cfg.programs};
+}
+
+// Column programs for C's N columns when its rows make one program: the most (up to
+// max_programs) that divide N into slices of at least min_columns (one PSUM bank's 512 fp32
+// columns by default), 1 when none does.
+inline int64_t split_columns(int64_t N, int64_t max_programs = 64,
+                             int64_t min_columns = kPsumColumns) {
+  return split_rows(N, max_programs, min_columns);
 }
 
 namespace detail {
@@ -63,11 +76,16 @@ inline nl::tensor matmul_impl(const nl::tensor& a, const nl::tensor& b,
                shape_str(bias->shape()), N);
   if (cfg.programs < 1 || M % cfg.programs != 0)
     args_error(span, kernel, "programs={} must divide M={} (use split_rows(M))", cfg.programs, M);
+  if (cfg.column_programs < 1 || N % cfg.column_programs != 0)
+    args_error(span, kernel, "column_programs={} must divide N={} (use split_columns(N))",
+               cfg.column_programs, N);
 
   const DType out_dt = cfg.out_dtype.value_or(a.dtype());
   auto out = nl::ndarray({M, N}, out_dt, nl::shared_hbm, "out");
   const int64_t rows = M / cfg.programs;
   const nl::index row0 = nl::program_id(0) * rows;
+  const int64_t columns = N / cfg.column_programs;
+  const nl::index col0 = cfg.column_programs > 1 ? nl::program_id(1) * columns : nl::index(0);
   const int64_t KP = std::min(K, kPartitions), KT = ceil_div(K, kPartitions);
   const int64_t subtiles = cfg.transpose_b ? 2 : 4;
 
@@ -105,7 +123,8 @@ inline nl::tensor matmul_impl(const nl::tensor& a, const nl::tensor& b,
         }
       });
     }
-    for_each_tile(N, kPsumColumns, [&](nl::index, nl::index n0, int64_t nr) {
+    for_each_tile(columns, kPsumColumns, [&](nl::index, nl::index c0, int64_t nr) {
+      const nl::index n0 = col0 + c0;  // this program's columns start at col0
       std::vector<nl::tensor> acc;
       for_each_static_tile(0, gr, kPartitions, [&](int64_t, int64_t cw) {
         acc.push_back(nl::zeros({cw, nr}, nl::float32, nl::psum, "acc"));

@@ -31,16 +31,18 @@ using T = nl::tensor;
 
 // ---- matmul, linear ----
 
-inline MatmulConfig matmul_config(bool transpose_a, bool transpose_b, int64_t programs) {
+inline MatmulConfig matmul_config(bool transpose_a, bool transpose_b, int64_t programs,
+                                  int64_t column_programs) {
   MatmulConfig cfg;
   cfg.transpose_a = transpose_a;
   cfg.transpose_b = transpose_b;
   cfg.programs = programs;
+  cfg.column_programs = column_programs;
   return cfg;
 }
 
 // C[M, N] = op(A) @ op(B), fp32 accumulation; A [M, K] ([K, M] with transpose_a), B [K, N]
-// ([N, K] with transpose_b); grid (programs,)
+// ([N, K] with transpose_b); grid (programs,), or (programs, column_programs)
 NEURON_OP(neuron)
 inline T matmul(const T& a, const T& b,
                 // A is stored [K, M]
@@ -48,12 +50,14 @@ inline T matmul(const T& a, const T& b,
                 // B is stored [N, K]
                 bool transpose_b = false,
                 // SPMD programs along the rows (divides them)
-                int64_t programs = 1) {
-  return kernels::matmul(a, b, matmul_config(transpose_a, transpose_b, programs));
+                int64_t programs = 1,
+                // SPMD programs along the columns (divides them; grid axis 1)
+                int64_t column_programs = 1) {
+  return kernels::matmul(a, b, matmul_config(transpose_a, transpose_b, programs, column_programs));
 }
 
 // C[M, N] = op(A) @ op(B) + bias[N] (bias added to every row), fp32 accumulation; grid
-// (programs,)
+// (programs,), or (programs, column_programs)
 NEURON_OP(neuron)
 inline T matmul_bias(const T& a, const T& b, const T& bias,
                      // A is stored [K, M]
@@ -61,28 +65,33 @@ inline T matmul_bias(const T& a, const T& b, const T& bias,
                      // B is stored [N, K]
                      bool transpose_b = false,
                      // SPMD programs along the rows (divides them)
-                     int64_t programs = 1) {
-  return kernels::matmul(a, b, bias, matmul_config(transpose_a, transpose_b, programs));
+                     int64_t programs = 1,
+                     // SPMD programs along the columns (divides them; grid axis 1)
+                     int64_t column_programs = 1) {
+  return kernels::matmul(a, b, bias,
+                         matmul_config(transpose_a, transpose_b, programs, column_programs));
 }
 
-// torch.nn.functional.linear without a bias: y[M, N] = x[M, K] @ w[N, K].T; grid (programs,)
+// torch.nn.functional.linear without a bias: y[M, N] = x[M, K] @ w[N, K].T; grid (programs,),
+// or (programs, column_programs)
 NEURON_OP(neuron)
 inline T linear(const T& x, const T& w,
                 // SPMD programs along the rows (divides them)
-                int64_t programs = 1) {
-  MatmulConfig cfg;
-  cfg.programs = programs;
-  return kernels::linear(x, w, cfg);
+                int64_t programs = 1,
+                // SPMD programs along the columns (divides them; grid axis 1)
+                int64_t column_programs = 1) {
+  return kernels::linear(x, w, matmul_config(false, true, programs, column_programs));
 }
 
-// torch.nn.functional.linear: y[M, N] = x[M, K] @ w[N, K].T + bias[N]; grid (programs,)
+// torch.nn.functional.linear: y[M, N] = x[M, K] @ w[N, K].T + bias[N]; grid (programs,), or
+// (programs, column_programs)
 NEURON_OP(neuron)
 inline T linear_bias(const T& x, const T& w, const T& bias,
                      // SPMD programs along the rows (divides them)
-                     int64_t programs = 1) {
-  MatmulConfig cfg;
-  cfg.programs = programs;
-  return kernels::linear(x, w, bias, cfg);
+                     int64_t programs = 1,
+                     // SPMD programs along the columns (divides them; grid axis 1)
+                     int64_t column_programs = 1) {
+  return kernels::linear(x, w, bias, matmul_config(false, true, programs, column_programs));
 }
 
 // ---- softmax ----
