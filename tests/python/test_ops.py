@@ -336,6 +336,26 @@ def test_norms_of_rows_longer_than_the_chunks_run_the_kernels(dtype):
               lambda x, w: ops.rms_norm(x, (8200,), w, 1e-5), [x, w], dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_few_long_rows_split_over_programs_by_work(dtype):
+    # Under 256 rows, 128 rows a program leaves one program (one core): rows split by work then,
+    # at least 32K elements a program. Six rows of 20,000 run as three programs of two rows
+    # (the norms' weight and bias gradients summed over the three programs' partial sums).
+    from neuron.ops import _operators as O
+    assert O._row_programs(torch.empty(16, 32000)) == 8
+    assert O._row_programs(torch.empty(16, 768)) == 1
+    assert O._row_programs(torch.empty(512, 64)) == 4  # 128 rows each, as before
+    assert O._row_programs(torch.empty(6, 20000)) == 3
+    x, w, b = rand(6, 20000, seed=60, scale=2), rand(20000, seed=61), rand(20000, seed=62)
+    with no_fallbacks():
+        check(lambda t: F.softmax(t, -1), lambda t: ops.softmax(t, -1), [x], dtype)
+        check(lambda x, w, b: F.layer_norm(x, (20000,), w, b),
+              lambda x, w, b: ops.layer_norm(x, (20000,), w, b), [x + 1, w, b], dtype)
+        check(lambda x, w: F.rms_norm(x, (20000,), w, 1e-5),
+              lambda x, w: ops.rms_norm(x, (20000,), w, 1e-5), [x, w], dtype)
+        check(_swiglu_torch, ops.swiglu, [rand(6, 2 * 20000, seed=63, scale=2)], dtype)
+
+
 def test_a_backward_kernel_refusing_its_shapes_falls_back_with_pytorchs_gradients(monkeypatch):
     # The forward runs its kernel, the backward's kernel refuses (forced here): the gradients
     # come from the reference through torch.func (a custom operator's implementation runs
