@@ -279,6 +279,11 @@ TEST_CASE("matmul kernel: a B promised unchanged is reused only where the packed
   // A different shape over the same pointer is packed again.
   check(a1, narrow, "fewer columns of the same B");
   check(a2, s, "all columns again");
+  // A call of a few rows (a variant may skip packing for it) over new values at the same
+  // address, then one promised the same B: it must see the new values.
+  for (auto& x : b) x = static_cast<uint16_t>(x ^ 0x0001);
+  neuron_matmul_bf16(c.data(), ldc, a1.data(), 128, b.data(), ld, 2, s.N, s.K, 0);
+  check(a2, s, "after a two-row call over changed values");
 }
 
 TEST_CASE("matmul kernel: empty shapes") {
@@ -416,7 +421,7 @@ TEST_CASE("matmul kernel: bf16 bit-exact across the exponent range, specials inc
       const int e = std::clamp(e0 + offset(rng), -126, 127);
       return static_cast<uint16_t>((coin(rng) % 2) << 15 | (e + 127) << 7 | mant(rng));
     };
-    for (Shape sh : {Shape{7, 33, 129}, Shape{16, 64, 128}}) {
+    for (Shape sh : {Shape{7, 33, 129}, Shape{16, 64, 128}, Shape{2, 40, 70}}) {
       const int64_t lda = sh.M + 3, ldb = sh.N + 5, ldc = sh.N + 1;
       std::vector<uint16_t> a(static_cast<size_t>(sh.K * lda)), b(static_cast<size_t>(sh.K * ldb));
       for (auto& x : a) x = one(center);
