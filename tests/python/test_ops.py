@@ -102,8 +102,9 @@ def test_linear_and_matmul_over_an_odd_row_count_split_in_two(bias):
 
 def test_linear_reuses_a_weights_transposed_copy_until_the_weight_changes(monkeypatch):
     # The transposed weight copy (past 256 rows) is made once per weight and version: a second
-    # call reuses it, an in-place change of the weight makes a new one (and the new result), a
-    # dead weight's entry goes, and at most LINEAR_WEIGHT_CACHE_BYTES of copies stay.
+    # call reuses it, an in-place change of the weight refreshes it in place (and gives the new
+    # result), a change of shape makes a new one, a dead weight's entry goes, and at most
+    # LINEAR_WEIGHT_CACHE_BYTES of copies stay.
     from neuron.ops import _operators as O
     x, w = rand(300, 129, seed=30), rand(7, 129, seed=31, scale=0.1)
 
@@ -117,8 +118,13 @@ def test_linear_reuses_a_weights_transposed_copy_until_the_weight_changes(monkey
         first = copy_of(w)
         torch.testing.assert_close(ops.linear(x, w), want(), rtol=1e-5, atol=1e-5)
         assert copy_of(w) is first
-        w.mul_(-2.0)  # a new version: a new copy, the new weight's result
+        w.mul_(-2.0)  # a new version: the copy refreshed in place, the new weight's result
         torch.testing.assert_close(ops.linear(x, w), want(), rtol=1e-5, atol=1e-5)
+        assert copy_of(w) is first and torch.equal(copy_of(w), w.t())
+        w.resize_(7, 128)  # a new shape: a new copy
+        torch.testing.assert_close(ops.linear(x[:, :128], w),
+                                   (x[:, :128].double() @ w.double().t()).float(),
+                                   rtol=1e-5, atol=1e-5)
         assert copy_of(w) is not first and torch.equal(copy_of(w), w.t())
         assert id(w) in O._wt_cache
         wid = id(w)
