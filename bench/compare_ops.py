@@ -43,6 +43,9 @@ def cases(torch, F, ops):
          lambda: [rand(1, 8, L, D) for _ in range(3)]),
         ("linear [2048,1024]x[1024,1024]+b", ops.linear, F.linear,
          lambda: [rand(2048, 1024), rand(1024, 1024) * 0.03, rand(1024)]),
+        # A decode step's projection: one row against a large weight, the same weight each call.
+        ("linear decode [1,4096]x[4096,4096]", ops.linear, F.linear,
+         lambda: [rand(1, 4096), rand(4096, 4096) * 0.015]),
         ("rms_norm [4096,1024]", lambda x, w: ops.rms_norm(x, (1024,), w, 1e-6),
          lambda x, w: F.rms_norm(x, (1024,), w, 1e-6), lambda: [rand(4096, 1024), rand(1024)]),
         ("layer_norm [4096,1024]", lambda x, w, b: ops.layer_norm(x, (1024,), w, b),
@@ -50,6 +53,9 @@ def cases(torch, F, ops):
          lambda: [rand(4096, 1024), rand(1024), rand(1024)]),
         ("softmax [4096,1024]", lambda x: ops.softmax(x, -1), lambda x: F.softmax(x, -1),
          lambda: [rand(4096, 1024) * 3]),
+        # A language model head's softmax over its vocabulary, a few rows.
+        ("softmax [16,32000]", lambda x: ops.softmax(x, -1), lambda x: F.softmax(x, -1),
+         lambda: [rand(16, 32000) * 3]),
         ("swiglu [4096,2x1024]", ops.swiglu, swiglu_torch, lambda: [rand(4096, 2048)]),
         ("rope [1,8,2048,64]", lambda x: ops.rope(x, cos.to(x.dtype), sin.to(x.dtype)),
          lambda x: rope_torch(x, cos.to(x.dtype), sin.to(x.dtype)), lambda: [rand(1, 8, L, D)]),

@@ -36,10 +36,12 @@ struct MatmulConfig {
   std::optional<ActFunc> activation;  // applied after the bias: relu, gelu, silu, tanh, ...
   std::optional<DType> out_dtype;     // default: A's dtype
   int64_t programs = 1;               // SPMD programs along M; must divide M
-  int64_t column_programs = 1;        // SPMD programs along N (grid axis 1); must divide N
   // SBUF bytes per partition a row group's A panel may take (it is double-buffered); larger
   // panels are not kept and A tiles load inside the K loop. 0 never keeps one.
   int64_t panel_bytes = 64 * 1024;
+  // SPMD programs along N (grid axis 1); must divide N. Last, so aggregate initializers written
+  // before it keep their meaning.
+  int64_t column_programs = 1;
 };
 
 inline std::vector<int64_t> matmul_grid(const MatmulConfig& cfg) {
