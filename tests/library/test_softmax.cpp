@@ -1,5 +1,5 @@
-// kernels/softmax.hpp: softmax forward and backward over odd row counts, short rows (one pass)
-// and rows longer than a chunk (two passes), fp32 and bf16, several programs.
+// kernels/softmax.hpp: softmax forward and backward over odd row counts, whole rows (one pass)
+// and rows longer than kSoftmaxWhole (two passes), fp32 and bf16, several programs.
 #include <doctest/doctest.h>
 
 #include "library_check.hpp"
@@ -46,9 +46,14 @@ TEST_CASE("softmax forward and backward: odd sizes, one pass") {
   run_softmax(256, 40, DType::float32, 2);
 }
 
-TEST_CASE("softmax forward and backward: rows longer than one chunk (two passes)") {
+TEST_CASE("softmax forward and backward: whole rows longer than one chunk (one pass)") {
   run_softmax(3, kn::kSoftmaxChunk * 2 + 7, DType::float32);
-  run_softmax(2, kn::kSoftmaxChunk + 1, DType::bfloat16);
+  run_softmax(2, kn::kSoftmaxWhole, DType::bfloat16);
+}
+
+TEST_CASE("softmax forward and backward: rows longer than kSoftmaxWhole (two passes)") {
+  run_softmax(3, kn::kSoftmaxWhole + kn::kSoftmaxChunk + 7, DType::float32);
+  run_softmax(2, kn::kSoftmaxWhole + 1, DType::bfloat16);
 }
 
 TEST_CASE("softmax: larger sizes natively") {
