@@ -202,19 +202,24 @@ inline std::vector<nl::tensor> norm_forward(NormKind kind, const NormInputs& in,
       return nl::broadcast_to(load_row(*v, c0, cw, nl::float32, name), {rr, cw});
     };
     const auto wv = w_at(wb, in.w, "weight"), bv = w_at(bb, in.b, "bias");
-    auto y = nl::ndarray({rr, cw}, in.x.dtype(), nl::sbuf, "y");
     if (!wv && !bv) {
+      auto y = nl::ndarray({rr, cw}, in.x.dtype(), nl::sbuf, "y");
       normalize(y, t, st);
+      nl::store(yr, y);
+      return;
+    }
+    auto xn = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "xn");
+    normalize(xn, t, st);
+    // The affine steps write into xn (and an fp32 result stays there): two [rows, D] tiles
+    // fewer, so at D = 8192 the bias's broadcast row no longer shares bytes with another tile
+    // and is folded natively (one row, read by every partition): [512, 8192] fp32 with a
+    // weight and a bias 1.55 -> 0.95-1.08 ms (PyTorch 0.75).
+    auto y = in.x.dtype() == nl::float32 ? xn : nl::ndarray({rr, cw}, in.x.dtype(), nl::sbuf, "y");
+    if (wv && bv) {
+      isa::tensor_tensor(xn, xn, *wv, nl::multiply);
+      isa::tensor_tensor(y, xn, *bv, nl::add);
     } else {
-      auto xn = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "xn");
-      normalize(xn, t, st);
-      if (wv && bv) {
-        auto scaled = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "scaled");
-        isa::tensor_tensor(scaled, xn, *wv, nl::multiply);
-        isa::tensor_tensor(y, scaled, *bv, nl::add);
-      } else {
-        isa::tensor_tensor(y, xn, wv ? *wv : *bv, wv ? nl::multiply : nl::add);
-      }
+      isa::tensor_tensor(y, xn, wv ? *wv : *bv, wv ? nl::multiply : nl::add);
     }
     nl::store(yr, y);
   };
