@@ -132,6 +132,14 @@ void pack_a(uint32_t* dst, const uint16_t* src, int64_t ld, int64_t K, int64_t r
   });
 }
 
+// The end of a 32-row block for 16 columns of C (the `m` ones that are C): C = (C or 0) +
+// (even + odd), the two chains' partial sums added first, as the rule says.
+[[gnu::always_inline]] inline void end_block(float* out, __mmask16 m, __m512 even, __m512 odd,
+                                             bool load_c) {
+  const __m512 old = load_c ? _mm512_maskz_loadu_ps(m, out) : _mm512_setzero_ps();
+  _mm512_mask_storeu_ps(out, m, _mm512_add_ps(old, _mm512_add_ps(even, odd)));
+}
+
 // C[0:R, 0:V*16] of one micro-tile over all `blocks` of K; `last` valid columns in the last
 // vector. ap: A's packed pair rows at this tile, astride apart; bp: this tile's B panel.
 template <int R, int V>
@@ -168,11 +176,8 @@ __attribute__((noinline)) void tile_kernel(const uint32_t* ap, int64_t astride, 
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) {
         const int n = v == V - 1 ? last : 16;
-        const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
-        float* out = c + i * ldc + 16 * v;
-        const __m512 sum = _mm512_add_ps(even[i][v], odd[i][v]);
-        const __m512 old = load_c ? _mm512_maskz_loadu_ps(m, out) : _mm512_setzero_ps();
-        _mm512_mask_storeu_ps(out, m, _mm512_add_ps(old, sum));
+        end_block(c + i * ldc + 16 * v, static_cast<__mmask16>((1u << n) - 1u), even[i][v],
+                  odd[i][v], load_c);
       }
   }
 }
@@ -219,13 +224,8 @@ __attribute__((noinline)) void skinny(float* c, int64_t ldc, const uint32_t* ap,
       }
       const bool load_c = accumulate || k0 > 0;
       for (int i = 0; i < R; ++i)
-        for (int v = 0; v < 2; ++v) {
-          const __mmask16 m = v == 0 ? m0 : m1;
-          float* out = c + i * ldc + n + 16 * v;
-          const __m512 sum = _mm512_add_ps(even[i][v], odd[i][v]);
-          const __m512 old = load_c ? _mm512_maskz_loadu_ps(m, out) : _mm512_setzero_ps();
-          _mm512_mask_storeu_ps(out, m, _mm512_add_ps(old, sum));
-        }
+        for (int v = 0; v < 2; ++v)
+          end_block(c + i * ldc + n + 16 * v, v == 0 ? m0 : m1, even[i][v], odd[i][v], load_c);
     }
 }
 
