@@ -71,13 +71,32 @@ AccessPattern probe(int64_t partition, int64_t count, int64_t lo, int64_t hi) {
   return p;
 }
 
-void collect(const std::vector<ProgNode>& body, std::set<int>& seen, SbufAccesses& out) {
+// Whether `ap`, written by `in`, writes every byte of every partition of its buffer (of its
+// rotating slot: each iteration's slot is then written before it is read).
+bool writes_whole_buffer(const Instr& in, const AccessPattern& ap) {
+  if (&ap != &in.dst || !overwrites_dst(in) || !ap.alloc.known() || !ap.partition.is_constant() ||
+      ap.partition.constant != 0 || ap.dims.empty() || ap.dims[0].size != ap.alloc.partitions)
+    return false;
+  const auto r = byte_range(ap, true);
+  return r && r->first == ap.alloc.lo && r->second == ap.alloc.hi;
+}
+
+// `may_skip`: inside a loop that may run no iteration (a dynamic one), so a write there need
+// not happen before what follows the loop.
+void collect(const std::vector<ProgNode>& body, std::set<int>& seen, SbufAccesses& out,
+             std::unordered_set<int>& met, bool may_skip) {
   for (const ProgNode& n : body) {
     if (n.kind == ProgNode::Kind::loop) {
-      collect(n.body, seen, out);
+      collect(n.body, seen, out, met,
+              may_skip || n.loop_kind == LoopKind::dynamic || n.extent <= 0);
       continue;
     }
     if (!seen.insert(n.instr.id).second) out.unique_ids = false;
+    for (auto [ap, written] : in_order(n.instr))  // an instruction reads before it writes
+      if (ap->memory == Memory::sbuf && ap->alloc.buffer >= 0 &&
+          met.insert(ap->alloc.buffer).second && written && !may_skip &&
+          writes_whole_buffer(n.instr, *ap))
+        out.self_initialized.insert(ap->alloc.buffer);
     for (auto [ap, written] : operands_of(n.instr)) {
       if (ap->memory != Memory::sbuf) continue;
       auto at = out.span.try_emplace(n.instr.id, out.list.size(), out.list.size()).first;
@@ -119,7 +138,8 @@ void SbufPages::add(size_t index, const AccessPattern& ap) {
 SbufAccesses sbuf_accesses(const Program& p) {
   SbufAccesses all;
   std::set<int> seen;
-  collect(p.body, seen, all);
+  std::unordered_set<int> met;
+  collect(p.body, seen, all, met, false);
   return all;
 }
 
@@ -142,11 +162,19 @@ std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgN
   }
   if (first > last) return {};  // the run touches no SBUF
   // Whether an instruction outside the run touches `whole` (a probe: bytes [lo, lo + n) of
-  // its partitions), among the views near those bytes.
+  // its partitions), among the views near those bytes. A buffer the run does not touch that
+  // writes all of its bytes before it reads any does not count: the allocator gave it these
+  // bytes for a time when the run's buffers there are dead, and it never reads what the run
+  // would have left in them. (Tiles of one loop body or of a kernel's two passes share bytes
+  // so; a chunked norm backward's loads were copied, not forwarded, until this rule.)
+  std::set<int> run_buffers;
+  for (auto [ap, written] : run) run_buffers.insert(ap->alloc.buffer);
   auto touched_outside = [&](const AccessPattern& whole) {
     const int64_t lo = whole.offset.constant, hi = lo + whole.dims[1].size;
     return !all.pages.all_near(lo, hi, [&](size_t at) {
-      return ids.count(all.list[at].first) || !may_overlap(whole, *all.list[at].second);
+      const int other = all.list[at].second->alloc.buffer;
+      return ids.count(all.list[at].first) || !may_overlap(whole, *all.list[at].second) ||
+             (other >= 0 && !run_buffers.count(other) && all.self_initialized.count(other));
     });
   };
 

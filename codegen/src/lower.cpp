@@ -33,6 +33,7 @@ class Lowerer {
   const Target& target_;
   Program prog_;
   std::map<const Buffer*, int> tensor_index_;
+  mutable std::map<const Buffer*, int> buffer_ids_;  // on-chip buffers, numbered as met
   int next_id_ = 0;
 
   // Consecutive matmuls over one moving tile (a row group's subtiles sharing a B tile): nothing
@@ -115,7 +116,8 @@ class Lowerer {
         if (d != 0) p.dims.push_back({a.dims[d].step * rs[d], a.dims[d].size});
       p.offset = off;
       if (b.slots > 1) p.rotation = Rotation{b.slot_var, b.slots, slot_stride(b)};
-      p.alloc = {b.shape.empty() ? 1 : b.shape[0], b.offset, b.offset + b.slot_bytes()};
+      const int id = buffer_ids_.emplace(&b, static_cast<int>(buffer_ids_.size())).first->second;
+      p.alloc = {b.shape.empty() ? 1 : b.shape[0], b.offset, b.offset + b.slot_bytes(), id};
     } else {
       auto it = tensor_index_.find(&b);
       NEURON_ASSERT(it != tensor_index_.end(), "HBM buffer {} is not a program tensor", b.name);

@@ -153,6 +153,53 @@ TEST_CASE("run_local: what may hold values from outside the run is left alone") 
   }
 }
 
+// `ap` as an access of buffer `id` owning bytes [lo, lo + 64) of partitions [0, P) (what lower
+// records in AccessPattern::alloc; hand-built views leave it unknown).
+AccessPattern of(int id, AccessPattern ap, int64_t lo) {
+  ap.alloc = {P, lo, lo + F * 4, id};
+  return ap;
+}
+
+TEST_CASE("run_local: another buffer on the same bytes outside the run") {
+  // The run: t = x, u = 2 t, store u (buffers 0 and 1 at bytes 0 and 64). After it, buffer 2
+  // reuses bytes 0..63 (the allocator's choice once t is dead): v = x, w = 2 v (buffer 3 at
+  // 128), store w.
+  auto t = of(0, tile(0), 0), u = of(1, tile(64), 64), v = of(2, tile(0), 0),
+       w = of(3, tile(128), 128);
+  auto run = [&] { return std::vector<ProgNode>{load(t), scale(u, t), store(u)}; };
+  auto with = [&](std::vector<ProgNode> after) {
+    std::vector<ProgNode> body = run();
+    for (ProgNode& n : after) body.push_back(std::move(n));
+    return numbered(program(kXY, std::move(body)));
+  };
+  const Ranges both{{0, 0, 64}, {0, 64, 128}};
+  SUBCASE("written whole before it is read: it never sees the run's values") {
+    CHECK(ranges_of(with({load(v), scale(w, v), store(w)}), 0, 3) == both);
+  }
+  SUBCASE("read before it is written, it could: left alone") {
+    CHECK(ranges_of(with({scale(w, v), load(v), store(w)}), 0, 3) == Ranges{{0, 64, 128}});
+    CHECK(ranges_of(with({scale(v, v), store(v)}), 0, 3) == Ranges{{0, 64, 128}});
+  }
+  SUBCASE("written on some partitions, or in a loop that may not run, first") {
+    AccessPattern half = v;
+    half.dims[0].size = P / 2;
+    CHECK(ranges_of(with({load(half), scale(w, v), store(w)}), 0, 3) == Ranges{{0, 64, 128}});
+    CHECK(ranges_of(with({loop("i0", 0, {load(v)}), scale(w, v), store(w)}), 0, 3) ==
+          Ranges{{0, 64, 128}});
+  }
+  SUBCASE("the same buffer outside the run, or one the run also touches") {
+    CHECK(ranges_of(with({scale(w, t), store(w)}), 0, 3) == Ranges{{0, 64, 128}});
+    // v is written in the run (after t, on its bytes) and read after it: neither is run-local.
+    Program p = numbered(
+        program(kXY, {load(t), store(t), load(v), scale(u, v), store(u), scale(w, v), store(w)}));
+    CHECK(ranges_of(p, 0, 5) == Ranges{{0, 64, 128}});
+  }
+  SUBCASE("a hand-built program's views (buffers unknown) count as before") {
+    CHECK(ranges_of(with({load(tile(0)), scale(w, tile(0)), store(w)}), 0, 3) ==
+          Ranges{{0, 64, 128}});
+  }
+}
+
 TEST_CASE("run_local: a blocked run with run-local tiles gives the simulator's bits") {
   // [128, 1024] fp32 tiles (512 KiB) are blocked: t = x, e = exp(t) with row sums s,
   // out = e * (1 / s) + t. Every tile but s's reciprocal is run-local, and the load of t is

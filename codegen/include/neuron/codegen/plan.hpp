@@ -4,7 +4,6 @@
 #pragma once
 #include <algorithm>
 #include <array>
-#include <utility>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -12,11 +11,13 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
-#include "neuron/codegen/program.hpp"
 #include "neuron/base/instr_kernels.hpp"
 #include "neuron/base/target.hpp"
+#include "neuron/codegen/program.hpp"
 
 namespace neuron::native {
 
@@ -116,6 +117,9 @@ struct SbufAccesses {
   std::unordered_map<int, std::pair<size_t, size_t>> span;  // id -> first, last entry in list
   SbufPages pages;         // list's entries by the bytes they may touch
   bool unique_ids = true;  // false: two instructions share an id (a hand-built program)
+  // Buffers (AccessPattern::Alloc::buffer) whose first access in program order is a write of
+  // all of their bytes, on every run of the program: they never read bytes another buffer left.
+  std::unordered_set<int> self_initialized;
 };
 SbufAccesses sbuf_accesses(const Program& p);
 

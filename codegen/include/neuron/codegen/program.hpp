@@ -44,8 +44,11 @@ struct AccessPattern {
   // hand-built programs. An access whose place a register or a dynamic loop decides must stay
   // inside it: both executors check that when it runs ("out-of-bounds"), so the native plans
   // may rely on it.
+  // `buffer` tells the program's buffers apart (lower numbers them from 0; -1: unknown): two
+  // different buffers share bytes only when their lifetimes do not overlap (the allocator).
   struct Alloc {
     int64_t partitions = 0, lo = 0, hi = 0;
+    int buffer = -1;
     bool known() const { return hi > lo; }
     bool operator==(const Alloc&) const = default;
   };
