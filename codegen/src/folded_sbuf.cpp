@@ -87,6 +87,10 @@ void collect(const std::vector<ProgNode>& body, std::set<int>& seen, SbufAccesse
              std::unordered_set<int>& met, bool may_skip) {
   for (const ProgNode& n : body) {
     if (n.kind == ProgNode::Kind::loop) {
+      if (n.loop_kind != LoopKind::dynamic && n.extent > 0) {
+        auto [at, fresh] = out.loop_ranges.try_emplace(n.var, 0, n.extent - 1);
+        if (!fresh) at->second.second = std::max(at->second.second, n.extent - 1);
+      }
       collect(n.body, seen, out, met,
               may_skip || n.loop_kind == LoopKind::dynamic || n.extent <= 0);
       continue;
@@ -143,6 +147,32 @@ SbufAccesses sbuf_accesses(const Program& p) {
   return all;
 }
 
+namespace {
+
+// may_overlap, with a view whose offset moves with static loops bounded by their ranges (a
+// matmul's stationary slice of a panel, panel[:, kt, :], reaches no other tile's bytes).
+bool may_touch(const AccessPattern& whole, const AccessPattern& v, const Affine::Ranges& loops) {
+  if (!may_overlap(whole, v)) return false;
+  if (v.offset.is_constant() || !v.partition.is_constant() || !whole.partition.is_constant() ||
+      !whole.offset.is_constant() || v.dims.empty() || whole.dims.empty())
+    return true;
+  for (const Affine::Term& t : v.offset.terms)
+    if (!loops.count(t.var)) return true;  // a register, a program id, a dynamic loop
+  const auto [lo, hi] = v.offset.bounds(loops);
+  Span1 bytes = extent(0, v.dims, 1, dtype_bytes(v.dtype), dtype_bytes(v.dtype));
+  bytes.lo += lo;
+  bytes.hi += hi;
+  if (!v.rotation.var.empty() && v.rotation.count > 1)
+    bytes.hi += (v.rotation.count - 1) * v.rotation.bytes;
+  const Span1 w = partition_bytes(whole);
+  const int64_t vp = v.partition.constant, wp = whole.partition.constant;
+  const int64_t vn = v.dims[0].stride == 0 ? 1 : v.dims[0].size, wn = whole.dims[0].size;
+  const bool parts_apart = vp + vn <= wp || wp + wn <= vp;
+  return !parts_apart && bytes.lo < w.hi && w.lo < bytes.hi;
+}
+
+}  // namespace
+
 std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgNode>& body,
                                        size_t i, size_t j, const SbufAccesses* given) {
   SbufAccesses own;
@@ -173,7 +203,8 @@ std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgN
     const int64_t lo = whole.offset.constant, hi = lo + whole.dims[1].size;
     return !all.pages.all_near(lo, hi, [&](size_t at) {
       const int other = all.list[at].second->alloc.buffer;
-      return ids.count(all.list[at].first) || !may_overlap(whole, *all.list[at].second) ||
+      return ids.count(all.list[at].first) ||
+             !may_touch(whole, *all.list[at].second, all.loop_ranges) ||
              (other >= 0 && !run_buffers.count(other) && all.self_initialized.count(other));
     });
   };
@@ -194,7 +225,7 @@ std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgN
     bool ok = slots >= 0;
     for (size_t b = 0; b < run.size() && ok; ++b) {
       const AccessPattern& other = *run[b].first;
-      if (b == a || !may_overlap(whole, other)) continue;
+      if (b == a || !may_touch(whole, other, all.loop_ranges)) continue;
       const auto o = byte_range(other, false);
       ok = b > a && o && o->first >= r->first && o->second <= r->second &&
            other.partition == ap->partition && other.dims[0].size == ap->dims[0].size &&
@@ -351,7 +382,8 @@ AccessPattern& field(Instr& copy, const Instr& orig, const AccessPattern* ap) {
 
 ForwardedRun forward_loads(const std::vector<ProgNode>& body, size_t i, size_t j,
                            std::vector<RunLocal>& ranges,
-                           const std::function<bool(const Affine&)>& dynamic) {
+                           const std::function<bool(const Affine&)>& dynamic,
+                           const Affine::Ranges& loops) {
   struct Use {
     size_t k;  // instruction index in body
     const AccessPattern* ap;
@@ -395,7 +427,7 @@ ForwardedRun forward_loads(const std::vector<ProgNode>& body, size_t i, size_t j
       bool listed = false;
       for (const Use& m : mine) listed = listed || m.ap == u.ap;
       ok = !(u.written && may_overlap(load->src[0], *u.ap)) &&
-           (listed || !may_overlap(whole, *u.ap));
+           (listed || !may_touch(whole, *u.ap, loops));
     }
     if (!ok) {
       kept.push_back(r);

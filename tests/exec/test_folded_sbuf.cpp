@@ -200,6 +200,22 @@ TEST_CASE("run_local: another buffer on the same bytes outside the run") {
   }
 }
 
+TEST_CASE("run_local: a view moving with a static loop counts only where the loop takes it") {
+  // Before the run, a loop writes 64 bytes at 64 * i0 (a panel's slices); the run's tiles are
+  // at bytes 256 and 320.
+  auto with = [](int64_t extent, LoopKind kind) {
+    AccessPattern moving = tile(0);
+    moving.offset = Affine::var("i0", 64);
+    ProgNode l = loop("i0", extent, {scale(moving, tile(512))});
+    l.loop_kind = kind;
+    return numbered(
+        program(kXY, {l, load(tile(256)), scale(tile(320), tile(256)), store(tile(320))}));
+  };
+  CHECK(ranges_of(with(2, LoopKind::affine), 1, 4) == Ranges{{0, 256, 320}, {0, 320, 384}});
+  CHECK(ranges_of(with(5, LoopKind::affine), 1, 4) == Ranges{{0, 320, 384}});  // reaches 256
+  CHECK(ranges_of(with(2, LoopKind::dynamic), 1, 4).empty());                  // any trip count
+}
+
 TEST_CASE("run_local: a blocked run with run-local tiles gives the simulator's bits") {
   // [128, 1024] fp32 tiles (512 KiB) are blocked: t = x, e = exp(t) with row sums s,
   // out = e * (1 / s) + t. Every tile but s's reciprocal is run-local, and the load of t is

@@ -6,6 +6,9 @@
 # broadcast rows in one row, loads forwarded to their readers) and without
 # (NEURON_SBUF_FOLDING=0), with element-wise chains fused into one loop and without
 # (NEURON_FUSED_CHAINS=0), and match NumPy.
+import inspect
+import itertools
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -319,3 +322,64 @@ def test_a_bad_stream_threshold_names_the_knob(value, monkeypatch):
         neuron.kernel(softmax_rows)(np.zeros((128, F), np.float32))
     assert info.value.rule == "config"
     assert f"NEURON_STREAM_STORES_MIN_BYTES='{value}' is not a byte count" in info.value.message
+
+
+def shared_moving(a_t, b, also_read=False):
+    # A row group's matmuls (kernels/include/neuron/kernels/matmul.hpp): per K tile, B's tile is
+    # loaded and two matmuls read it as their moving operand, their stationaries slices of a
+    # panel at the loop's offset. Natively the matmuls read B's rows in HBM and the load is
+    # dropped (lower_program.cpp emit_forwarded_matmuls), unless something else reads the tile
+    # (also_read: the tile is added into an SBUF sum as well).
+    K, M = a_t.shape
+    N = b.shape[1]
+    out = nl.ndarray((M + 1, N), nl.float32, buffer=nl.shared_hbm)
+    panel = nl.ndarray((128, K // 128, M), a_t.dtype)
+    for kt in nl.affine_range(K // 128):
+        nisa.dma_copy(panel[:, kt, :], a_t[kt * 128:(kt + 1) * 128, :])
+    accs = [nl.zeros((128, N), nl.float32, buffer=nl.psum) for _ in range(M // 128)]
+    seen = nl.zeros((128, N), nl.float32)
+    for kt in nl.affine_range(K // 128):
+        bt = nl.ndarray((128, N), b.dtype)
+        nisa.dma_copy(bt, b[kt * 128:(kt + 1) * 128, :])
+        for j, acc in enumerate(accs):
+            nisa.nc_matmul(acc, panel[:, kt, j * 128:(j + 1) * 128], bt, accumulate=True)
+        if also_read:
+            nisa.tensor_tensor(seen, seen, bt, nl.add)
+    for j, acc in enumerate(accs):
+        y = nl.ndarray((128, N), nl.float32)
+        nisa.tensor_copy(y, acc)
+        nisa.dma_copy(out[j * 128:(j + 1) * 128, :], y)
+    total = nl.ndarray((128, N), nl.float32)
+    nisa.tensor_copy(total, seen)
+    nisa.dma_copy(out[M:M + 1, :], total[0:1, :])
+    return out
+
+
+B_LOAD_LINE = next(n for n, line in zip(itertools.count(inspect.getsourcelines(shared_moving)[1]),
+                                          inspect.getsourcelines(shared_moving)[0])
+                   if "nisa.dma_copy(bt," in line)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("also_read", [False, True])
+def test_matmuls_read_their_moving_tile_from_hbm(dtype, also_read, monkeypatch):
+    K, M, N = 384, 256, 512
+    a_t = RNG.standard_normal((K, M)).astype(np.float32).astype(dtype)
+    b = RNG.standard_normal((K, N)).astype(np.float32).astype(dtype)
+    fn = lambda a_t, b: shared_moving(a_t, b, also_read)  # noqa: E731
+    sim = neuron.kernel(fn, mode="simulate")(a_t, b)
+    want = np.concatenate([a_t.astype(np.float64).T @ b.astype(np.float64),
+                           (b.astype(np.float64)[0::128] * also_read).sum(axis=0)[None]])
+    np.testing.assert_allclose(sim, want, rtol=1e-2 if dtype is not np.float32 else 1e-5,
+                               atol=1e-2 if dtype is not np.float32 else 1e-4)
+    for folding in ("1", "0"):
+        monkeypatch.setenv("NEURON_SBUF_FOLDING", folding)
+        assert neuron.kernel(fn)(a_t, b).tobytes() == sim.tobytes(), folding
+        prof = neuron.native_profile(fn)
+        prof(a_t, b)
+        # B's tile loads go when folding is on. Read by an addition too, a bf16 tile keeps its
+        # load (bf16 matmuls run whole, outside partition-blocked runs); fp32 matmuls join the
+        # addition's blocked run, which forwards the load to all three readers.
+        b_loads = [r for r in prof.profile.rows if r["line"].endswith(f":{B_LOAD_LINE}")]
+        forwarded = folding == "1" and (not also_read or dtype is np.float32)
+        assert len(b_loads) == (0 if forwarded else 1), prof.profile.rows

@@ -120,6 +120,9 @@ struct SbufAccesses {
   // Buffers (AccessPattern::Alloc::buffer) whose first access in program order is a write of
   // all of their bytes, on every run of the program: they never read bytes another buffer left.
   std::unordered_set<int> self_initialized;
+  // The inclusive range of each static loop's variable (the widest where two loops share a
+  // name), to bound views whose offset moves with a loop.
+  Affine::Ranges loop_ranges;
 };
 SbufAccesses sbuf_accesses(const Program& p);
 
@@ -131,7 +134,8 @@ std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgN
 // widened to fp32) is read from those rows instead. `instrs` are the run's instructions with
 // those reads rewritten to the HBM elements, `dropped[k]` marks the elided loads, and `ranges`
 // loses the forwarded ranges. `dynamic` says whether an offset depends on registers or runtime
-// loops (such loads stay).
+// loops (such loads stay); `loops` bounds views that move with static loops
+// (SbufAccesses::loop_ranges).
 struct ForwardedRun {
   std::vector<Instr> instrs;
   std::vector<bool> dropped;
@@ -139,7 +143,8 @@ struct ForwardedRun {
 };
 ForwardedRun forward_loads(const std::vector<ProgNode>& body, size_t i, size_t j,
                            std::vector<RunLocal>& ranges,
-                           const std::function<bool(const Affine&)>& dynamic);
+                           const std::function<bool(const Affine&)>& dynamic,
+                           const Affine::Ranges& loops = {});
 
 // The fused chains of a run (fused_chains.cpp): runs of up to kChainMax consecutive executed
 // instructions of `run` (element-wise, float, outside PSUM), each reading the one before's
