@@ -62,15 +62,27 @@ def median_time(fn, repeats, warmup=1, min_sample_s=0.02):
 
 
 def machine(threads):
-    model = "unknown"
+    # "AMD EPYC" alone names no generation (Zen 4 and Zen 5 differ twofold in AVX-512 width),
+    # so the family and model numbers go beside it.
+    model, family, number = "unknown", "", ""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "model name" and model == "unknown":
+                    model = value
+                elif key == "cpu family" and not family:
+                    family = value
+                elif key == "model" and not number:
+                    number = value
+                if model != "unknown" and family and number:
                     break
     except OSError:
         pass
+    if family and number:
+        model += f" (family {family}, model {number})"
+
     flags = ""
     try:
         with open("/proc/cpuinfo") as f:
