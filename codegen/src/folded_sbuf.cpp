@@ -72,9 +72,12 @@ AccessPattern probe(int64_t partition, int64_t count, int64_t lo, int64_t hi) {
 }
 
 // Whether `ap`, written by `in`, writes every byte of every partition of its buffer (of its
-// rotating slot: each iteration's slot is then written before it is read).
+// rotating slot: each iteration's slot is then written before it is read). An activation's
+// reduce_res column is written whole (a row sum per partition); an MX quantize's scales are not.
 bool writes_whole_buffer(const Instr& in, const AccessPattern& ap) {
-  if (&ap != &in.dst || !overwrites_dst(in) || !ap.alloc.known() || !ap.partition.is_constant() ||
+  const bool whole_write = (&ap == &in.dst && overwrites_dst(in)) ||
+                           (&ap == &in.reduce_res && in.op == Opcode::activation);
+  if (!whole_write || !ap.alloc.known() || !ap.partition.is_constant() ||
       ap.partition.constant != 0 || ap.dims.empty() || ap.dims[0].size != ap.alloc.partitions)
     return false;
   const auto r = byte_range(ap, true);

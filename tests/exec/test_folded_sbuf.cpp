@@ -194,6 +194,15 @@ TEST_CASE("run_local: another buffer on the same bytes outside the run") {
         program(kXY, {load(t), store(t), load(v), scale(u, v), store(u), scale(w, v), store(w)}));
     CHECK(ranges_of(p, 0, 5) == Ranges{{0, 64, 128}});
   }
+  SUBCASE("first written whole as an activation's row sums") {
+    // exp(w) with its row sums into a [4, 1] column (buffer 4 on bytes 0..3), then read
+    AccessPattern sums = of(4, sb(f32, 0, P, {row(1)}), 0);
+    sums.alloc.hi = 4;
+    ProgNode act = instr(Opcode::activation, w, {of(5, tile(512), 512)});
+    act.instr.has_reduce_res = true;
+    act.instr.reduce_res = sums;
+    CHECK(ranges_of(with({act, scale(w, sums), store(w)}), 0, 3) == both);
+  }
   SUBCASE("a hand-built program's views (buffers unknown) count as before") {
     CHECK(ranges_of(with({load(tile(0)), scale(w, tile(0)), store(w)}), 0, 3) ==
           Ranges{{0, 64, 128}});
