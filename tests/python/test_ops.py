@@ -643,11 +643,40 @@ def test_calls_that_need_no_operator_skip_the_dispatcher_with_the_same_bits(monk
     assert calls == ["direct"]
     calls.clear()
 
+    # A call that needs a gradient runs the implementation too, recorded by a plain
+    # autograd.Function with the operator's backward formula: the same bits forward and
+    # backward as through the operator (a dispatch mode forces that path).
     xg = x.clone().requires_grad_()
+    dy = torch.randn_like(x)
     y = ops.softmax(xg, -1)
-    assert calls == [] and y.grad_fn is not None
-    y.sum().backward()
-    assert xg.grad is not None
+    assert calls == ["direct"] and type(y.grad_fn).__name__ == "softmax_eagerBackward"
+    (dx,) = torch.autograd.grad(y, (xg,), dy)
+    calls.clear()
+    with Seen() as seen:
+        y_op = ops.softmax(xg, -1)
+        (dx_op,) = torch.autograd.grad(y_op, (xg,), dy)
+    assert calls == [] and any("neuron.softmax_backward" in o for o in seen.ops)
+    assert torch.equal(y, y_op) and torch.equal(dx, dx_op)
+    golden = torch.softmax(x.double(), -1)
+    want = golden * (dy.double() - (dy.double() * golden).sum(-1, keepdim=True))
+    assert (dx.double() - want).abs().max().item() < 1e-6
+
+    # Every operator with a backward has its eager twin, and the twins' gradients are the
+    # operators' (the same formulas, the same kernels), parameters with defaults included.
+    assert sorted(_operators._EAGER) == ["attention", "layer_norm", "linear", "rms_norm", "rope",
+                                         "softmax", "swiglu"]
+    w = torch.randn(40, requires_grad=True)
+    b = torch.randn(40, requires_grad=True)
+    xs = torch.randn(16, 40, requires_grad=True)
+    lw = torch.randn(24, 40)
+    for fn in (lambda: ops.layer_norm(xs, (40,), w, b), lambda: ops.rms_norm(xs, (40,), w),
+               lambda: ops.linear(xs, lw).tanh()):
+        out = fn()
+        eager = torch.autograd.grad(out.sum(), (xs, w, b), allow_unused=True)
+        with Seen():
+            traced = torch.autograd.grad(fn().sum(), (xs, w, b), allow_unused=True)
+        for e, t in zip(eager, traced):
+            assert (e is None and t is None) or torch.equal(e, t)
 
 
 def test_operator_outputs_are_torch_s_own_tensors():

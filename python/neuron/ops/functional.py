@@ -11,7 +11,6 @@ error is what the caller sees."""
 import math
 
 import torch
-from torch.utils._python_dispatch import _get_current_dispatch_mode as _dispatch_mode
 
 from ..torch import note_fallback
 from . import _kernels, _operators  # _operators registers torch.ops.neuron.*
@@ -24,27 +23,12 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_HEAD_DIM = 512  # attention head dims (kernels/attention.hpp kMaxHeadDim: a PSUM bank of fp32)
 
 
-# Tensor types that behave as plain tensors (nn.Parameter disables __torch_function__).
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
-def _neuron(name, *args):
-    """torch.ops.neuron.<name>(*args); or, when nothing needs the operator, its implementation
-    called directly (the same kernel and bits, without ~11 us of dispatcher and autograd
-    wrapper per call): grad mode off or no argument requiring grad, plain CPU tensors or
-    parameters (meta tensors take the operator's fake), not traced by torch.compile, no
-    dispatch, function or functorch mode active."""
-    if (torch.compiler.is_compiling() or _dispatch_mode() is not None
-            or torch._C._is_torch_function_mode_enabled()
-            or torch._C._functorch.peek_interpreter_stack() is not None):
-        return getattr(torch.ops.neuron, name)(*args)
-    grad = torch.is_grad_enabled()
-    for a in args:
-        if isinstance(a, torch.Tensor) and (type(a) not in _PLAIN or
-                                            a.device.type != "cpu" or
-                                            (grad and a.requires_grad)):
-            return getattr(torch.ops.neuron, name)(*args)
-    return _operators.IMPLS[name](*args)
+def _reshaped(t, shape):
+    """t.reshape(shape), or t itself when it has that shape already: a reshape to the same
+    shape is still a view, and each view is an autograd node (~11 us of a training step)."""
+    same = (len(shape) == t.dim() and t.shape[1:] == shape[1:]
+            and (shape[0] == -1 or shape[0] == t.shape[0]))
+    return t if same else t.reshape(shape)
 
 
 def _problem(tensors):
@@ -129,12 +113,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                           f"{MAX_HEAD_DIM}", torch_sdpa)
     lead = q.shape[:-3]
     L, S = q.shape[-2], k.shape[-2]
-    q4 = q.reshape(-1, hq, L, e).contiguous()
-    k4 = k.reshape(-1, hk, S, e).contiguous()
-    v4 = v.reshape(-1, hk, S, ev).contiguous()
+    q4 = _reshaped(q, (-1, hq, L, e)).contiguous()
+    k4 = _reshaped(k, (-1, hk, S, e)).contiguous()
+    v4 = _reshaped(v, (-1, hk, S, ev)).contiguous()
     s = _operators.default_scale(e) if scale is None else float(scale)
-    out, _ = _neuron("attention", q4, k4, v4, bool(is_causal), s)
-    return out.reshape(*lead, hq, L, ev)
+    out, _ = _operators.call("attention", q4, k4, v4, bool(is_causal), s)
+    return _reshaped(out, (*lead, hq, L, ev))
 
 
 def linear(input, weight, bias=None):
@@ -162,9 +146,9 @@ def linear(input, weight, bias=None):
     n, k = weight.shape
     if bias is not None and tuple(bias.shape) != (n,):
         bias = bias.expand(n)  # a one-element bias broadcasts, as in PyTorch
-    y = _neuron("linear", input.reshape(-1, k).contiguous(), weight.contiguous(),
+    y = _operators.call("linear", _reshaped(input, (-1, k)).contiguous(), weight.contiguous(),
                 None if bias is None else bias.contiguous())
-    return y.reshape(*input.shape[:-1], n)
+    return _reshaped(y, (*input.shape[:-1], n))
 
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
@@ -191,7 +175,7 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):
     dim = dim % x.dim()
     last = dim == x.dim() - 1
     xt = (x if last else x.movedim(dim, -1)).contiguous()
-    y = _neuron("softmax", xt.reshape(-1, xt.shape[-1])).reshape(xt.shape)
+    y = _reshaped(_operators.call("softmax", _reshaped(xt, (-1, xt.shape[-1]))), xt.shape)
     return y if last else y.movedim(-1, dim)
 
 
@@ -230,9 +214,9 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     # PyTorch's default is numeric_limits<opmath_t>::epsilon(): fp32's for 16-bit floats.
     opmath = torch.float32 if input.dtype in (torch.bfloat16, torch.float16) else input.dtype
     e = torch.finfo(opmath).eps if eps is None else float(eps)
-    y, _ = _neuron("rms_norm", input.reshape(rows, d).contiguous(),
-                   None if weight is None else weight.reshape(d).contiguous(), e)
-    return y.reshape(input.shape)
+    y, _ = _operators.call("rms_norm", _reshaped(input, (rows, d)).contiguous(),
+                           None if weight is None else _reshaped(weight, (d,)).contiguous(), e)
+    return _reshaped(y, input.shape)
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -253,12 +237,13 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if problem:
         return _fall_back("layer_norm", *problem, torch_layer_norm)
     rows, d = rd
-    w = None if weight is None else weight.reshape(d).contiguous()
-    b = None if bias is None else bias.reshape(d).contiguous()
+    w = None if weight is None else _reshaped(weight, (d,)).contiguous()
+    b = None if bias is None else _reshaped(bias, (d,)).contiguous()
     if b is not None and w is None:
         w = b.new_ones(d)  # the kernels take a bias with a weight
-    y, _, _ = _neuron("layer_norm", input.reshape(rows, d).contiguous(), w, b, float(eps))
-    return y.reshape(input.shape)
+    y, _, _ = _operators.call("layer_norm", _reshaped(input, (rows, d)).contiguous(), w, b,
+                              float(eps))
+    return _reshaped(y, input.shape)
 
 
 def swiglu(input):
@@ -274,8 +259,8 @@ def swiglu(input):
     if problem:
         return _fall_back("swiglu", *problem, torch_swiglu)
     two_h = input.shape[-1]
-    y = _neuron("swiglu", input.reshape(-1, two_h).contiguous())
-    return y.reshape(*input.shape[:-1], two_h // 2)
+    y = _operators.call("swiglu", _reshaped(input, (-1, two_h)).contiguous())
+    return _reshaped(y, (*input.shape[:-1], two_h // 2))
 
 
 def rope(input, cos, sin):
@@ -303,6 +288,6 @@ def rope(input, cos, sin):
     problem = _problem({"input": input}) or _problem({"cos": cos}) or _problem({"sin": sin})
     if problem:
         return _fall_back(name, *problem, torch_rope)
-    y = _neuron("rope", input.reshape(-1, 1, L, d).contiguous(), cos.contiguous(),
-                sin.contiguous())
-    return y.reshape(input.shape)
+    y = _operators.call("rope", _reshaped(input, (-1, 1, L, d)).contiguous(), cos.contiguous(),
+                           sin.contiguous())
+    return _reshaped(y, input.shape)
