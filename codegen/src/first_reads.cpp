@@ -206,21 +206,34 @@ FirstReads first_reads(const Program& p, const ProgramBounds& b, const Target& t
 
 namespace {
 
-// A write of an output that counts towards covering it: an instruction that overwrites its
-// destination, outside dynamic loops, at an address of program ids and affine loops only.
-struct OutputWrite {
+// An access of an output whose elements can be listed: outside dynamic loops, at an address of
+// program ids and affine loops only, not indirect. A write counts towards covering the output
+// when its instruction overwrites its destination; a read is harmless when writes of earlier
+// top-level nodes of the same program cover it.
+struct OutputAccess {
   const AccessPattern* ap;
   std::vector<std::pair<std::string, int64_t>> loops;  // enclosing loops its offset uses
+  size_t top;  // index of the top-level node it is in
 };
 
 struct OutputWalk {
   std::vector<bool> zero;  // per tensor: must be zeroed whatever the writes
-  std::vector<std::vector<OutputWrite>> writes;
+  std::vector<std::vector<OutputAccess>> writes, reads;
   std::vector<std::pair<std::string, int64_t>> loops;
   int dynamic_depth = 0;
+  size_t top = 0;
+
+  OutputAccess access(const AccessPattern& ap) const {
+    OutputAccess a{&ap, {}, top};
+    for (auto& [var, extent] : loops)
+      if (ap.offset.uses(var)) a.loops.push_back({var, extent});
+    return a;
+  }
 
   void body(const std::vector<ProgNode>& nodes) {
-    for (auto& n : nodes) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const ProgNode& n = nodes[i];
+      if (loops.empty()) top = i;
       if (n.kind == ProgNode::Kind::loop) {
         const bool dyn = n.loop_kind == LoopKind::dynamic;
         if (!dyn && n.extent <= 0) continue;
@@ -233,8 +246,14 @@ struct OutputWalk {
       }
       const Instr& in = n.instr;
       auto hbm = [](const AccessPattern& ap) { return !is_on_chip(ap.memory) && ap.tensor >= 0; };
-      for (auto& src : in.src)
-        if (hbm(src)) zero[static_cast<size_t>(src.tensor)] = true;  // read: keep its zeros
+      const bool listable = dynamic_depth == 0 && in.args.indirect == InstrArgs::Indirect::none;
+      for (auto& src : in.src) {
+        if (!hbm(src)) continue;
+        if (listable && !has_register(src.offset))
+          reads[static_cast<size_t>(src.tensor)].push_back(access(src));
+        else
+          zero[static_cast<size_t>(src.tensor)] = true;  // read anywhere: keep its zeros
+      }
       if (!opcode_has_dst(in.op) || !hbm(in.dst)) continue;
       const size_t t = static_cast<size_t>(in.dst.tensor);
       if (!overwrites_dst(in)) {
@@ -242,19 +261,80 @@ struct OutputWalk {
         continue;
       }
       if (dynamic_depth > 0 || has_register(in.dst.offset)) continue;  // may not run
-      OutputWrite w{&in.dst, {}};
-      for (auto& [var, extent] : loops)
-        if (in.dst.offset.uses(var)) w.loops.push_back({var, extent});
-      writes[t].push_back(std::move(w));
+      writes[t].push_back(access(in.dst));
     }
   }
 };
 
-// Whether the writes cover every one of `elements` elements on `grid`, enumerating each
-// write's rows per program and loop iteration (false past `limit` rows: too dear to prove).
-bool covers(const std::vector<OutputWrite>& writes, int64_t elements,
-            const std::vector<int64_t>& grid, int64_t limit) {
-  std::vector<std::pair<int64_t, int64_t>> rows;  // [first, last + 1)
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;  // [first, last + 1)
+
+// Appends the element ranges `a` touches in the program whose ids `env` holds, over every
+// iteration of its loops; false once more than `budget` ranges were listed in all.
+bool append_ranges(const OutputAccess& a, std::map<std::string, int64_t>& env, Ranges& out,
+                   int64_t& budget) {
+  const AccessPattern& ap = *a.ap;
+  if (ap.dims.empty()) return true;
+  // The innermost dim as one run when its stride is 1, else element by element.
+  const AccessPattern::Dim last = ap.dims.back();
+  const bool run = last.stride == 1;
+  int64_t per = 1, iters = 1, count = 0;
+  bool huge = false;
+  for (size_t d = 0; d + (run ? 1 : 0) < ap.dims.size(); ++d)
+    huge |= __builtin_mul_overflow(per, ap.dims[d].size, &per);
+  for (auto& l : a.loops) huge |= __builtin_mul_overflow(iters, l.second, &iters);
+  if (huge || __builtin_mul_overflow(iters, per, &count) || count > budget) return false;
+  if (per <= 0 || iters <= 0) return true;
+  budget -= count;
+  const size_t nd = ap.dims.size() - (run ? 1 : 0);
+  for (int64_t it = 0; it < iters; ++it) {
+    int64_t r = it;
+    for (size_t l = a.loops.size(); l-- > 0;) {
+      env[a.loops[l].first] = r % a.loops[l].second;
+      r /= a.loops[l].second;
+    }
+    const int64_t base = ap.offset.eval(env);
+    for (int64_t e = 0; e < per; ++e) {
+      int64_t off = base, q = e;
+      for (size_t d = nd; d-- > 0;) {
+        off += (q % ap.dims[d].size) * ap.dims[d].stride;
+        q /= ap.dims[d].size;
+      }
+      out.push_back({off, off + (run ? last.size : 1)});
+    }
+  }
+  return true;
+}
+
+// The sorted ranges merged into disjoint ones.
+Ranges merged_ranges(Ranges r) {
+  std::sort(r.begin(), r.end());
+  Ranges out;
+  for (auto& [lo, hi] : r) {
+    if (lo >= hi) continue;
+    if (!out.empty() && lo <= out.back().second)
+      out.back().second = std::max(out.back().second, hi);
+    else
+      out.push_back({lo, hi});
+  }
+  return out;
+}
+
+// Whether disjoint sorted `cover` contains every range of `r`.
+bool contains(const Ranges& cover, const Ranges& r) {
+  for (auto& [lo, hi] : r) {
+    if (lo >= hi) continue;
+    auto it = std::upper_bound(cover.begin(), cover.end(), std::make_pair(lo, INT64_MAX));
+    if (it == cover.begin() || std::prev(it)->second < hi) return false;
+  }
+  return true;
+}
+
+// Whether, on `grid`, the writes cover every one of `elements` elements and each read of a
+// program lies within what that program's earlier top-level nodes wrote, listing ranges per
+// program and loop iteration (false past `limit` ranges: too dear to prove).
+bool written_before_read(const std::vector<OutputAccess>& writes,
+                         const std::vector<OutputAccess>& reads, int64_t elements,
+                         const std::vector<int64_t>& grid, int64_t limit) {
   std::map<std::string, int64_t> env;
   for (size_t a = 0; a < 4; ++a) {
     env["pid" + std::to_string(a)] = 0;
@@ -263,56 +343,26 @@ bool covers(const std::vector<OutputWrite>& writes, int64_t elements,
   int64_t programs = 1;
   for (int64_t g : grid)
     if (g < 1 || __builtin_mul_overflow(programs, g, &programs) || programs > limit) return false;
-  for (const OutputWrite& w : writes) {
-    const AccessPattern& ap = *w.ap;
-    if (ap.dims.empty()) continue;
-    // The innermost dim as one run when its stride is 1, else element by element.
-    const AccessPattern::Dim last = ap.dims.back();
-    const bool run = last.stride == 1;
-    int64_t per = 1, iters = 1;
-    bool huge = false;
-    for (size_t d = 0; d + (run ? 1 : 0) < ap.dims.size(); ++d)
-      huge |= __builtin_mul_overflow(per, ap.dims[d].size, &per);
-    for (auto& l : w.loops) huge |= __builtin_mul_overflow(iters, l.second, &iters);
-    if (huge) return false;
-    if (per <= 0 || iters <= 0) continue;
-    int64_t count = 0;
-    if (__builtin_mul_overflow(programs, iters, &count) ||
-        __builtin_mul_overflow(count, per, &count) ||
-        count + static_cast<int64_t>(rows.size()) > limit)
-      return false;
-    const size_t nd = ap.dims.size() - (run ? 1 : 0);
-    for (int64_t flat = 0; flat < programs; ++flat) {
-      int64_t rest = flat;
-      for (int a = static_cast<int>(grid.size()) - 1; a >= 0; --a) {
-        env["pid" + std::to_string(a)] = rest % grid[static_cast<size_t>(a)];
-        rest /= grid[static_cast<size_t>(a)];
-      }
-      for (int64_t it = 0; it < iters; ++it) {
-        int64_t r = it;
-        for (size_t l = w.loops.size(); l-- > 0;) {
-          env[w.loops[l].first] = r % w.loops[l].second;
-          r /= w.loops[l].second;
-        }
-        const int64_t base = ap.offset.eval(env);
-        for (int64_t e = 0; e < per; ++e) {
-          int64_t off = base, q = e;
-          for (size_t d = nd; d-- > 0;) {
-            off += (q % ap.dims[d].size) * ap.dims[d].stride;
-            q /= ap.dims[d].size;
-          }
-          rows.push_back({off, off + (run ? last.size : 1)});
-        }
-      }
+  Ranges all;
+  int64_t budget = limit;
+  for (int64_t flat = 0; flat < programs; ++flat) {
+    int64_t rest = flat;
+    for (int a = static_cast<int>(grid.size()) - 1; a >= 0; --a) {
+      env["pid" + std::to_string(a)] = rest % grid[static_cast<size_t>(a)];
+      rest /= grid[static_cast<size_t>(a)];
+    }
+    for (const OutputAccess& w : writes)
+      if (!append_ranges(w, env, all, budget)) return false;
+    for (const OutputAccess& r : reads) {
+      Ranges before, read;
+      for (const OutputAccess& w : writes)
+        if (w.top < r.top && !append_ranges(w, env, before, budget)) return false;
+      if (!append_ranges(r, env, read, budget) || !contains(merged_ranges(std::move(before)), read))
+        return false;
     }
   }
-  std::sort(rows.begin(), rows.end());
-  int64_t reached = 0;
-  for (auto& [lo, hi] : rows) {
-    if (lo > reached) return false;
-    reached = std::max(reached, hi);
-  }
-  return reached >= elements;
+  const Ranges covered = merged_ranges(std::move(all));
+  return covered.size() == 1 && covered[0].first <= 0 && covered[0].second >= elements;
 }
 
 }  // namespace
@@ -322,6 +372,7 @@ std::vector<bool> outputs_to_zero(const Program& p, const std::vector<int64_t>& 
   OutputWalk w;
   w.zero.assign(p.tensors.size(), false);
   w.writes.resize(p.tensors.size());
+  w.reads.resize(p.tensors.size());
   w.body(p.body);
   std::vector<bool> out(p.tensors.size(), false);
   for (size_t t = 0; t < p.tensors.size(); ++t) {
@@ -329,7 +380,7 @@ std::vector<bool> outputs_to_zero(const Program& p, const std::vector<int64_t>& 
     if (d.role != TensorDecl::Role::output) continue;
     int64_t n = 1;
     for (int64_t x : d.shape) n *= x;
-    out[t] = n > 0 && (w.zero[t] || !covers(w.writes[t], n, grid, limit));
+    out[t] = n > 0 && (w.zero[t] || !written_before_read(w.writes[t], w.reads[t], n, grid, limit));
   }
   return out;
 }

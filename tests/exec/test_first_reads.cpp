@@ -192,6 +192,37 @@ TEST_CASE("outputs_to_zero: partial, read, skipped or dynamic writes keep the ze
   dma_copy(dst=out[0:+4, 0:+16], src=t[0:+4, 0:+16])
 })", {1}));
   }
+  SUBCASE("a read back of what an earlier node wrote, in a later node of one program") {
+    // Each program writes its rows whole, then reads them back and rewrites them (a softmax's
+    // second pass): nothing to zero. Reading a column not yet written, reading another
+    // program's rows, or reading inside the node that writes keeps the zeros.
+    auto kernel = [](const std::string& read, const std::string& write_first) {
+      return R"(kernel back(x: float32[8, 16] shared_hbm) -> (out: float32[8, 16] shared_hbm) {
+  alloc t: float32[4, 16] sbuf
+  alloc u: float32[4, 16] sbuf
+  dma_copy(dst=t[0:+4, 0:+16], src=x[pid0*4:+4, 0:+16])
+  )" + write_first + R"(
+  for i0 in affine_range(2) {
+    dma_copy(dst=u[0:+4, 0:+8], src=)" + read + R"()
+    dma_copy(dst=out[pid0*4:+4, i0*8:+8], src=u[0:+4, 0:+8])
+  }
+})";
+    };
+    const std::string whole = "dma_copy(dst=out[pid0*4:+4, 0:+16], src=t[0:+4, 0:+16])";
+    const std::string halves =
+        "for i1 in affine_range(2) {\n    dma_copy(dst=out[pid0*4:+4, i1*8:+8], "
+        "src=t[0:+4, i1*8:+8])\n  }";
+    CHECK_FALSE(out_needs_zero(kernel("out[pid0*4:+4, i0*8:+8]", whole), {2}));
+    CHECK_FALSE(out_needs_zero(kernel("out[pid0*4:+4, i0*8:+8]", halves), {2}));
+    CHECK(out_needs_zero(kernel("out[pid0*4:+4, i0*8:+8]",
+                                "dma_copy(dst=out[pid0*4:+4, 1:+15], src=t[0:+4, 1:+15])"),
+                         {2}));  // column 0 is read before it is written
+    CHECK(out_needs_zero(kernel("out[pid0*4:+4, i0*8:+8]",
+                                "dma_copy(dst=out[pid0*4:+4, 0:+8], src=t[0:+4, 0:+8])"),
+                         {2}));  // the second half is read before it is written
+    CHECK(out_needs_zero(kernel("out[4-pid0*4:+4, i0*8:+8]", whole), {2}));  // the other's rows
+    CHECK(out_needs_zero(kernel("out[pid0*4:+4, i0*8:+8]", ""), {2}));  // read within its writer
+  }
   SUBCASE("the only write is in a loop that may not run") {
     CHECK(out_needs_zero(R"(kernel dyn(x: float32[4, 16] shared_hbm, n: int32[1, 1] shared_hbm) -> (out: float32[4, 16] shared_hbm) {
   alloc t: float32[4, 16] sbuf

@@ -66,7 +66,8 @@ std::vector<std::pair<const AccessPattern*, bool>> operands_of(const Instr& in);
 // predicated copy keeps dst where the predicate is false, so it reads its destination too.
 std::vector<std::pair<const AccessPattern*, bool>> in_order(const Instr& in);
 // Whether a and b address partition p at the same physical partition for every p (so running
-// both a block of partitions at a time keeps each partition's reads and writes in order).
+// both a block of partitions at a time keeps each partition's reads and writes in order); in
+// HBM, whether they are one view whose partition rows are disjoint.
 bool same_partition_map(const AccessPattern& a, const AccessPattern& b);
 
 // The bytes [lo, hi) of each partition an SBUF pattern may touch in one loop iteration (its
@@ -250,10 +251,12 @@ struct FirstReads {
 FirstReads first_reads(const Program& p, const ProgramBounds& b, const Target& t);
 
 // Per tensor of `p` (true only for outputs): whether a launch on `grid` may leave some element
-// unwritten or read it, so the output must start zeroed (the simulator's rule). An output is
-// left unzeroed only when the kernel never reads it and writes that overwrite their destination,
-// outside dynamic loops, provably cover every element, counted row by row over the programs
-// and loop iterations (first_reads.cpp; more than `limit` rows: zeroed, not proven).
+// unwritten or read it before writing it, so the output must start zeroed (the simulator's
+// rule). An output is left unzeroed only when writes that overwrite their destination, outside
+// dynamic loops, provably cover every element, and every read of it (a kernel reading back what
+// it stored: a softmax's second pass) lies within what earlier top-level nodes of the same
+// program wrote; counted row by row over the programs and loop iterations (first_reads.cpp;
+// more than `limit` rows: zeroed, not proven).
 std::vector<bool> outputs_to_zero(const Program& p, const std::vector<int64_t>& grid,
                                   int64_t limit = int64_t{1} << 22);
 

@@ -9,8 +9,11 @@
 //    instruction (activation with a bias column and an add reduction), the Vector engine
 //    scales by 1 / sum into the output dtype, a DMA stores.
 //  - Longer rows: two passes over column chunks. The first keeps an online running max and
-//    rescaled sum (a sequential loop: the statistics carry), the second recomputes exp and
-//    scales; x is read twice, nothing of size C is kept on chip.
+//    rescaled sum (a sequential loop: the statistics carry); nothing of size C is kept on chip.
+//    For an fp32 output it also stores each chunk's exp(x - running max) in the output, and
+//    the second pass reads it back and rescales it by a per-chunk factor: one exp per element
+//    (the Scalar engine's cost; natively 0.27 ns of the ~0.4 an element costs). A narrower
+//    output would round twice that way, so the second pass recomputes exp from x instead.
 //  - Backward: dx = y * (dy - sum(dy * y)). The Vector engine forms dy * y and its row sum,
 //    then (dy - sum) * y; rows over kSoftmaxWhole take the sum in a first pass over chunks.
 #pragma once
@@ -79,13 +82,18 @@ inline nl::tensor softmax(const nl::tensor& x, const SoftmaxConfig& cfg = {},
       nl::store(yr, y);
       return;
     }
-    // Pass 1: online max and sum over column chunks.
+    // Pass 1: online max and sum over column chunks. An fp32 output also keeps each chunk's
+    // exp(x - m_c), m_c the running max after chunk c, in the output and m_c in a column of
+    // `seen`: pass 2 rescales them instead of computing exp again.
+    const bool keep_exp = x.dtype() == nl::float32;
+    auto seen = nl::ndarray({rr, keep_exp ? ceil_div(C, kSoftmaxChunk) : 1}, nl::float32,
+                            nl::sbuf, "seen");
     auto m =
         nl::full({rr, 1}, -std::numeric_limits<double>::infinity(), nl::float32, nl::sbuf, "m");
     isa::memset(sum, 0.0);
     for_each_tile(
         C, kSoftmaxChunk,
-        [&](nl::index, nl::index c0, int64_t cw) {
+        [&](nl::index c, nl::index c0, int64_t cw) {
           auto t = nl::load(xr(nl::all, nl::ds(c0, cw)), nl::float32);
           auto m_new = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "m_new");
           isa::tensor_reduce(m_new, nl::max, t, 1);
@@ -98,9 +106,26 @@ inline nl::tensor softmax(const nl::tensor& x, const SoftmaxConfig& cfg = {},
           detail::exp_shifted(e, t, negmax, chunk_sum);
           isa::tensor_scalar(sum, sum, nl::multiply, alpha, false, nl::add, chunk_sum);
           isa::tensor_copy(m, m_new);
+          if (keep_exp) {
+            nl::store(yr(nl::all, nl::ds(c0, cw)), e);
+            isa::tensor_copy(seen(nl::all, nl::ds(c, 1)), m_new);
+          }
         },
         0, LoopKind::sequential);
     auto inv = nl::reciprocal(sum);
+    if (keep_exp) {
+      // Pass 2: y = exp(x - m_c) * (exp(m_c - max) / sum), read back from the output.
+      for_each_tile(C, kSoftmaxChunk, [&](nl::index c, nl::index c0, int64_t cw) {
+        auto scale = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "scale");
+        isa::activation(scale, nl::exp, seen(nl::all, nl::ds(c, 1)), negmax);
+        isa::tensor_scalar(scale, scale, nl::multiply, inv);
+        auto e = nl::load(yr(nl::all, nl::ds(c0, cw)), nl::float32);
+        auto y = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "y");
+        isa::tensor_scalar(y, e, nl::multiply, scale);
+        nl::store(yr(nl::all, nl::ds(c0, cw)), y);
+      });
+      return;
+    }
     // Pass 2: recompute exp with the final max and scale.
     for_each_tile(C, kSoftmaxChunk, [&](nl::index, nl::index c0, int64_t cw) {
       auto t = nl::load(xr(nl::all, nl::ds(c0, cw)), nl::float32);
