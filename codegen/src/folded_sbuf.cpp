@@ -371,6 +371,7 @@ AccessPattern onto_rows(const AccessPattern& v, const RunLocal& r, const AccessP
   h.offset = rows.offset + Affine((v.offset.constant - r.lo) / dtype_bytes(v.dtype));
   h.dims[0] = {rows.dims[0].stride, v.dims[0].size};
   h.rotation = {};
+  h.alloc = rows.alloc;  // an HBM view: no on-chip allocation (so it compares equal to the rows)
   return h;
 }
 
@@ -423,13 +424,18 @@ ForwardedRun forward_loads(const std::vector<ProgNode>& body, size_t i, size_t j
            (v.offset.constant - r.lo) % dtype_bytes(dtype) == 0 &&
            (load->src[0].dtype == dtype || reads_values(body[mine[m].k].instr));
     }
-    // Nothing else of the run touches the range, and nothing writes the HBM rows.
+    // Nothing else of the run touches the range, and nothing writes the HBM rows, but for a
+    // write of exactly those rows after the range's last read (an in-place update of an output:
+    // the run goes block by block of partitions, so each block's rows are read before they are
+    // written, and a later block's rows are not written yet).
     const AccessPattern whole = probe(r.partition, np, r.lo, r.hi);
+    const size_t last_read = mine.empty() ? 0 : mine.back().k;
     for (const Use& u : uses) {
       if (!ok) break;
       bool listed = false;
       for (const Use& m : mine) listed = listed || m.ap == u.ap;
-      ok = !(u.written && may_overlap(load->src[0], *u.ap)) &&
+      const bool rewrite = u.written && *u.ap == load->src[0] && u.k > last_read;
+      ok = !(u.written && !rewrite && may_overlap(load->src[0], *u.ap)) &&
            (listed || !may_touch(whole, *u.ap, loops));
     }
     if (!ok) {

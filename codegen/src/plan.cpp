@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <optional>
 
@@ -137,9 +138,16 @@ bool contracting_matmul(const Instr& in, int64_t& partitions) {
 }
 
 bool same_partition_map(const AccessPattern& a, const AccessPattern& b) {
-  return a.memory == b.memory && is_on_chip(a.memory) && !a.dims.empty() && !b.dims.empty() &&
-         a.dims[0].stride != 0 && a.dims[0].stride == b.dims[0].stride &&
-         a.partition == b.partition;
+  if (a.memory != b.memory || a.dims.empty() || b.dims.empty() || a.dims[0].stride == 0)
+    return false;
+  if (is_on_chip(a.memory))
+    return a.dims[0].stride == b.dims[0].stride && a.partition == b.partition;
+  // In memory: one view whose rows (dims[0], the partitions it moves) share no element, so
+  // block b of both is the same rows (an output read, then rewritten in place).
+  int64_t span = 1;
+  for (size_t d = 1; d < a.dims.size(); ++d)
+    span += (a.dims[d].size - 1) * std::abs(a.dims[d].stride);
+  return a == b && std::abs(a.dims[0].stride) >= span;
 }
 
 bool matmul_fast_layout(const Instr& in, const NormLayout& dst, const NormLayout& st,

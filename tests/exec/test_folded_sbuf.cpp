@@ -312,6 +312,17 @@ TEST_CASE("forward_loads: a loaded tile's readers read its HBM rows") {
       {dma(tile(0), hbm2(0, DType::bfloat16, P, F, F)), scale(tile(64), tile(0)),
        store(tile(64))}));
   CHECK(forwarded(narrow).instrs[1].src[0] == hbm2(0, DType::bfloat16, P, F, F));
+  // An output's rows read back and rewritten in place after their last read (a softmax's
+  // second pass): each block's rows are read before they are written, so the readers read
+  // them and the load goes; the rewritten view is the very view the readers now read.
+  const AccessPattern y_rows = hbm2(1, f32, P, F, F);
+  Program inplace = numbered(
+      program(kXY, {dma(tile(0), y_rows), scale(tile(64), tile(0)), dma(y_rows, tile(64))}));
+  dropped.clear();
+  native::ForwardedRun rewrite = forwarded(inplace, &dropped);
+  CHECK(dropped == std::vector<size_t>{0});
+  CHECK(rewrite.instrs[1].src[0] == y_rows);
+  CHECK(rewrite.instrs[1].src[0] == rewrite.instrs[2].dst);
 }
 
 TEST_CASE("forward_loads: loads whose tile is more than a copy of the rows stay") {
@@ -330,6 +341,14 @@ TEST_CASE("forward_loads: loads whose tile is more than a copy of the rows stay"
     CHECK(refused(numbered(program(
         kXY, {load(tile(0)), scale(tile(64), tile(0)), dma(hbm2(0, f32, P, F, F), tile(64)),
               store(tile(0))}))));
+  }
+  SUBCASE("the rows rewritten in place while the tile is still read, or through another view") {
+    const AccessPattern y_rows = hbm2(1, f32, P, F, F);
+    CHECK(refused(numbered(program(kXY, {dma(tile(0), y_rows), scale(tile(64), tile(0)),
+                                         dma(y_rows, tile(64)), scale(tile(128), tile(0))}))));
+    CHECK(refused(numbered(
+        program(kXY, {dma(tile(0), y_rows), scale(tile(64), tile(0)),
+                      dma(hbm(1, f32, 0, {{F, P}, {1, F / 2}}), tile(64, {row(F / 2)}))}))));
   }
   SUBCASE("the rows are not laid out like the tile (every other element)") {
     Program p = numbered(program(

@@ -1,7 +1,7 @@
 // Fused chains (plan.hpp plan_chains, neuron_k_chain): consecutive element-wise instructions,
 // each reading the one before, run natively as one loop over the elements. Which instructions
 // form a chain, which destinations the loop need not write, and that the fused code computes
-// the simulator's bits (and vectorizes).
+// the simulator's bits (and vectorizes), also for an output rewritten in place.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -323,4 +323,60 @@ TEST_CASE("a chain ending in a row reduction feeds it the reduction's lane order
     }
     check_reference(r, 0, ref, k.out == bf16 ? tolerance_for(bf16) : Tolerance{1e-5, 2e-4});
   }
+}
+
+TEST_CASE("an output read back and rewritten in place: one chain over its rows, simulator's bits") {
+  InstrArgs twice;
+  twice.op0 = AluOp::multiply;
+  twice.imm0 = 2.0;
+  // out = 2 x, then twice out = 2 out in place (a softmax's second pass: load the output's
+  // rows, scale, store them back). [128, 640] fp32 tiles (320 KiB) run in partition blocks.
+  constexpr int64_t P = 128, W = 640;
+  auto big = [&](int64_t off) {  // with its allocation, as lowered programs have
+    AccessPattern ap = sb(f32, off, P, {row(W)});
+    ap.alloc = {P, off, off + 4 * W, static_cast<int>(off / (4 * W))};
+    return ap;
+  };
+  const AccessPattern out_rows = hbm2(1, f32, P, W, W);
+  const std::vector<TensorDecl> decls = {decl("x", {P, W}, f32, kIn),
+                                         decl("out", {P, W}, f32, kOut)};
+  const std::vector<ProgNode> rewrite = {dma(big(0), out_rows),
+                                         instr(Opcode::tensor_scalar, big(4 * W), {big(0)}, twice),
+                                         dma(out_rows, big(4 * W))};
+  // Planned over the rewrite alone: the load goes, and the scale and the store are one chain
+  // that reads and writes the same view of out.
+  Program alone = program(decls, rewrite);
+  number(alone);
+  std::vector<native::RunLocal> ranges = native::run_local_ranges(alone, alone.body, 0, 3);
+  const auto no = [](const Affine&) { return false; };
+  const native::ForwardedRun run = native::forward_loads(alone.body, 0, 3, ranges, no);
+  CHECK(run.dropped == std::vector<bool>{true, false, false});
+  const auto chains = native::plan_chains(run, ranges, no);
+  REQUIRE(chains.size() == 1);
+  CHECK(chains[0].steps == std::vector<size_t>{1, 2});
+  CHECK(*chains[0].source == out_rows);
+  // The whole kernel, the rewrite in a loop (its own run), on both executors.
+  Program p = program(decls, {dma(big(0), hbm2(0, f32, P, W, W)),
+                              instr(Opcode::tensor_scalar, big(4 * W), {big(0)}, twice),
+                              dma(out_rows, big(4 * W)), loop("i0", 2, rewrite)});
+  std::vector<float> x = random_values(P * W, 11);
+  BothResults r = run_both(p, {Tensor::from_floats(x, {P, W}, f32), Tensor::empty({P, W}, f32)});
+  std::vector<double> ref(x.begin(), x.end());
+  for (double& v : ref) v *= 8;
+  check_reference(r, 0, ref, Tolerance{0, 0});
+}
+
+TEST_CASE("same_partition_map: on chip by partition start and step; in HBM one view, rows apart") {
+  const AccessPattern rows = hbm2(0, f32, 4, 16, 32);
+  CHECK(native::same_partition_map(rows, rows));
+  CHECK_FALSE(native::same_partition_map(rows, hbm2(0, f32, 4, 16, 32, 16)));  // other columns
+  CHECK_FALSE(native::same_partition_map(rows, hbm2(0, f32, 4, 16, 16)));      // other rows
+  // Rows that overlap (stride 8, 16 columns) or one row repeated (stride 0): a block's write
+  // reaches another block's rows.
+  const AccessPattern overlapping = hbm(0, f32, 0, {{8, 4}, {1, 16}});
+  CHECK_FALSE(native::same_partition_map(overlapping, overlapping));
+  const AccessPattern repeated = hbm(0, f32, 0, {{0, 4}, {1, 16}});
+  CHECK_FALSE(native::same_partition_map(repeated, repeated));
+  CHECK(native::same_partition_map(tile(0), tile(64)));  // other bytes, same partitions
+  CHECK_FALSE(native::same_partition_map(tile(0), rows));
 }
