@@ -213,7 +213,7 @@ namespace {
 struct OutputAccess {
   const AccessPattern* ap;
   std::vector<std::pair<std::string, int64_t>> loops;  // enclosing loops its offset uses
-  size_t top;  // index of the top-level node it is in
+  size_t top;                                          // index of the top-level node it is in
 };
 
 struct OutputWalk {

@@ -201,9 +201,11 @@ TEST_CASE("outputs_to_zero: partial, read, skipped or dynamic writes keep the ze
   alloc t: float32[4, 16] sbuf
   alloc u: float32[4, 16] sbuf
   dma_copy(dst=t[0:+4, 0:+16], src=x[pid0*4:+4, 0:+16])
-  )" + write_first + R"(
+  )" + write_first +
+             R"(
   for i0 in affine_range(2) {
-    dma_copy(dst=u[0:+4, 0:+8], src=)" + read + R"()
+    dma_copy(dst=u[0:+4, 0:+8], src=)" +
+             read + R"()
     dma_copy(dst=out[pid0*4:+4, i0*8:+8], src=u[0:+4, 0:+8])
   }
 })";
@@ -217,9 +219,9 @@ TEST_CASE("outputs_to_zero: partial, read, skipped or dynamic writes keep the ze
     CHECK(out_needs_zero(kernel("out[pid0*4:+4, i0*8:+8]",
                                 "dma_copy(dst=out[pid0*4:+4, 1:+15], src=t[0:+4, 1:+15])"),
                          {2}));  // column 0 is read before it is written
-    CHECK(out_needs_zero(kernel("out[pid0*4:+4, i0*8:+8]",
-                                "dma_copy(dst=out[pid0*4:+4, 0:+8], src=t[0:+4, 0:+8])"),
-                         {2}));  // the second half is read before it is written
+    CHECK(out_needs_zero(
+        kernel("out[pid0*4:+4, i0*8:+8]", "dma_copy(dst=out[pid0*4:+4, 0:+8], src=t[0:+4, 0:+8])"),
+        {2}));  // the second half is read before it is written
     CHECK(out_needs_zero(kernel("out[4-pid0*4:+4, i0*8:+8]", whole), {2}));  // the other's rows
     CHECK(out_needs_zero(kernel("out[pid0*4:+4, i0*8:+8]", ""), {2}));  // read within its writer
   }

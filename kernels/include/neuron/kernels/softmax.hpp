@@ -86,8 +86,8 @@ inline nl::tensor softmax(const nl::tensor& x, const SoftmaxConfig& cfg = {},
     // exp(x - m_c), m_c the running max after chunk c, in the output and m_c in a column of
     // `seen`: pass 2 rescales them instead of computing exp again.
     const bool keep_exp = x.dtype() == nl::float32;
-    auto seen = nl::ndarray({rr, keep_exp ? ceil_div(C, kSoftmaxChunk) : 1}, nl::float32,
-                            nl::sbuf, "seen");
+    auto seen =
+        nl::ndarray({rr, keep_exp ? ceil_div(C, kSoftmaxChunk) : 1}, nl::float32, nl::sbuf, "seen");
     auto m =
         nl::full({rr, 1}, -std::numeric_limits<double>::infinity(), nl::float32, nl::sbuf, "m");
     isa::memset(sum, 0.0);
