@@ -18,6 +18,7 @@
 //    then (dy - sum) * y; rows over kSoftmaxWhole take the sum in a first pass over chunks.
 #pragma once
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "neuron/kernels/tiling.hpp"
@@ -86,8 +87,9 @@ inline nl::tensor softmax(const nl::tensor& x, const SoftmaxConfig& cfg = {},
     // exp(x - m_c), m_c the running max after chunk c, in the output and m_c in a column of
     // `seen`: pass 2 rescales them instead of computing exp again.
     const bool keep_exp = x.dtype() == nl::float32;
-    auto seen =
-        nl::ndarray({rr, keep_exp ? ceil_div(C, kSoftmaxChunk) : 1}, nl::float32, nl::sbuf, "seen");
+    std::optional<nl::tensor> seen;
+    if (keep_exp)
+      seen = nl::ndarray({rr, ceil_div(C, kSoftmaxChunk)}, nl::float32, nl::sbuf, "seen");
     auto m =
         nl::full({rr, 1}, -std::numeric_limits<double>::infinity(), nl::float32, nl::sbuf, "m");
     isa::memset(sum, 0.0);
@@ -108,7 +110,7 @@ inline nl::tensor softmax(const nl::tensor& x, const SoftmaxConfig& cfg = {},
           isa::tensor_copy(m, m_new);
           if (keep_exp) {
             nl::store(yr(nl::all, nl::ds(c0, cw)), e);
-            isa::tensor_copy(seen(nl::all, nl::ds(c, 1)), m_new);
+            isa::tensor_copy((*seen)(nl::all, nl::ds(c, 1)), m_new);
           }
         },
         0, LoopKind::sequential);
@@ -117,7 +119,7 @@ inline nl::tensor softmax(const nl::tensor& x, const SoftmaxConfig& cfg = {},
       // Pass 2: y = exp(x - m_c) * (exp(m_c - max) / sum), read back from the output.
       for_each_tile(C, kSoftmaxChunk, [&](nl::index c, nl::index c0, int64_t cw) {
         auto scale = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "scale");
-        isa::activation(scale, nl::exp, seen(nl::all, nl::ds(c, 1)), negmax);
+        isa::activation(scale, nl::exp, (*seen)(nl::all, nl::ds(c, 1)), negmax);
         isa::tensor_scalar(scale, scale, nl::multiply, inv);
         auto e = nl::load(yr(nl::all, nl::ds(c0, cw)), nl::float32);
         auto y = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "y");
