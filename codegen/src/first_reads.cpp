@@ -168,16 +168,24 @@ struct Walk {
   }
 };
 
-std::vector<std::pair<int64_t, int64_t>> merged(std::vector<std::pair<int64_t, int64_t>> r) {
+// Byte ranges [lo, hi) with the partitions [0, parts) each needs: sorted, overlapping ones
+// merged (clearing the union on the most partitions of any clears a superset).
+struct Cleared {
+  int64_t lo, hi, parts;
+  bool operator<(const Cleared& o) const { return lo < o.lo || (lo == o.lo && hi < o.hi); }
+};
+void merged(std::vector<Cleared> r, std::vector<std::pair<int64_t, int64_t>>& ranges,
+            std::vector<int64_t>& parts) {
   std::sort(r.begin(), r.end());
-  std::vector<std::pair<int64_t, int64_t>> out;
   for (auto& x : r) {
-    if (!out.empty() && x.first <= out.back().second)
-      out.back().second = std::max(out.back().second, x.second);
-    else
-      out.push_back(x);
+    if (!ranges.empty() && x.lo <= ranges.back().second) {
+      ranges.back().second = std::max(ranges.back().second, x.hi);
+      parts.back() = std::max(parts.back(), x.parts);
+    } else {
+      ranges.push_back({x.lo, x.hi});
+      parts.push_back(x.parts);
+    }
   }
-  return out;
 }
 
 }  // namespace
@@ -185,23 +193,34 @@ std::vector<std::pair<int64_t, int64_t>> merged(std::vector<std::pair<int64_t, i
 FirstReads first_reads(const Program& p, const ProgramBounds& b, const Target& t) {
   Walk w;
   w.body(p.body);
-  std::vector<std::pair<int64_t, int64_t>> sbuf, psum;
+  std::vector<Cleared> sbuf, psum;
   for (const AccessBound& ab : b.accesses) {
     if (!w.first.count(ab.ap)) continue;
     const Memory m = ab.ap->memory;
     auto& out = m == Memory::sbuf ? sbuf : psum;
-    bool moves = ab.dynamic;
-    for (size_t a = 0; a < 4; ++a) moves |= ab.pid[a] != 0 || ab.npid[a] != 0;
+    bool moves = ab.dynamic, moves_partition = ab.dynamic;
+    for (size_t a = 0; a < 4; ++a) {
+      moves |= ab.pid[a] != 0 || ab.npid[a] != 0;
+      moves_partition |= ab.ppid[a] != 0 || ab.pnpid[a] != 0;
+    }
     const AccessPattern& ap = *ab.ap;
-    if (ab.dynamic && ap.alloc.known()) {
-      out.push_back({ap.alloc.lo, tile_end(ap)});  // kept inside its tile when it runs
+    // A read at fixed partitions needs only those cleared: a [2, 32000] tile of a softmax over
+    // two rows a program is 256 KiB, not 16 MiB on every partition.
+    const int64_t parts =
+        moves_partition ? t.partitions : std::min<int64_t>(t.partitions, ab.phi + 1);
+    if (ab.dynamic && ap.alloc.known()) {  // kept inside its tile when it runs
+      out.push_back(
+          {ap.alloc.lo, tile_end(ap), std::min<int64_t>(t.partitions, ap.alloc.partitions)});
     } else if (moves) {  // anywhere, depending on the launch or on registers
-      out.push_back({0, bytes_per_partition(t, m)});
+      out.push_back({0, bytes_per_partition(t, m), t.partitions});
     } else {
-      out.push_back({std::max<int64_t>(0, ab.lo), ab.hi + 1});
+      out.push_back({std::max<int64_t>(0, ab.lo), ab.hi + 1, parts});
     }
   }
-  return {merged(std::move(sbuf)), merged(std::move(psum))};
+  FirstReads fr;
+  merged(std::move(sbuf), fr.sbuf, fr.sbuf_partitions);
+  merged(std::move(psum), fr.psum, fr.psum_partitions);
+  return fr;
 }
 
 namespace {

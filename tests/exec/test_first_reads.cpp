@@ -44,6 +44,18 @@ TEST_CASE("first_reads: reads not covered by an earlier full write are cleared")
   SUBCASE("never written") {
     Program p = program(kX, {copy(sb(f32, 64, P, {row(F)}), sb(f32, 0, P, {row(F)}))});
     CHECK(first_reads_of(p).sbuf == Ranges{{0, 64}});
+    // Only the partitions read: a worker clears those, not all 128.
+    CHECK(first_reads_of(p).sbuf_partitions == std::vector<int64_t>{P});
+    // Two reads merged into one range take the partitions of both; a read whose partition
+    // moves with the program id needs all of them.
+    Program two = program(kX, {copy(sb(f32, 128, 2, {row(F)}), sb(f32, 0, 2, {row(F)})),
+                               copy(sb(f32, 192, 3, {row(F)}), sb(f32, 32, 3, {row(F)}))});
+    CHECK(first_reads_of(two).sbuf == Ranges{{0, 96}});
+    CHECK(first_reads_of(two).sbuf_partitions == std::vector<int64_t>{3});
+    AccessPattern moving = sb(f32, 0, 1, {row(F)});
+    moving.partition = Affine::var("pid0", 1);
+    Program by_pid = program(kX, {copy(sb(f32, 64, 1, {row(F)}), moving)});
+    CHECK(first_reads_of(by_pid).sbuf_partitions == std::vector<int64_t>{128});
   }
   SUBCASE("half the columns written") {
     Program p = program(kX, {load(sb(f32, 0, P, {row(F / 2)})),

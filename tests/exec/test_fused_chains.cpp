@@ -380,3 +380,27 @@ TEST_CASE("same_partition_map: on chip by partition start and step; in HBM one v
   CHECK(native::same_partition_map(tile(0), tile(64)));  // other bytes, same partitions
   CHECK_FALSE(native::same_partition_map(tile(0), rows));
 }
+
+TEST_CASE("a slice of a wide tile at a loop's column, scaled into another tile: simulator's bits") {
+  // The source's offset moves with the loop, so the lowering cannot prove it apart from the
+  // destination and the kernel checks at run time; the two tiles' byte ranges interleave
+  // (partition rows one pitch apart) but their columns do not, so it takes the plain loop.
+  constexpr int64_t P = 4, W = 64;
+  InstrArgs twice;
+  twice.op0 = AluOp::multiply;
+  twice.imm0 = 2.0;
+  AccessPattern slice = sb(f32, 0, P, {row(16)});
+  slice.offset = Affine::var("i0", 64) + Affine(0);
+  Program p =
+      program({decl("x", {P, W}, f32, kIn), decl("out", {P, W}, f32, kOut)},
+              {dma(sb(f32, 0, P, {row(W)}), hbm2(0, f32, P, W, W)),
+               loop("i0", 4,
+                    {instr(Opcode::tensor_scalar, sb(f32, 512, P, {row(16)}), {slice}, twice),
+                     dma(hbm(1, f32, Affine::var("i0", 16), {{W, P}, {1, 16}}),
+                         sb(f32, 512, P, {row(16)}))})});
+  std::vector<float> x = random_values(P * W, 12);
+  BothResults r = run_both(p, {Tensor::from_floats(x, {P, W}, f32), Tensor::empty({P, W}, f32)});
+  std::vector<double> ref(x.begin(), x.end());
+  for (double& v : ref) v *= 2;
+  check_reference(r, 0, ref, Tolerance{0, 0});
+}

@@ -1,6 +1,6 @@
 // kernels/softmax.hpp: softmax forward and backward over odd row counts, whole rows (one pass)
-// and rows longer than kSoftmaxWhole (two passes; fp32's second reads back the output), fp32
-// and bf16, several programs.
+// and rows longer than kSoftmaxWhole (two passes; the second rescales the exp the first kept,
+// in the output or in SBUF, or computes it again), fp32 and bf16, several programs.
 #include <doctest/doctest.h>
 
 #include "library_check.hpp"
@@ -55,8 +55,11 @@ TEST_CASE("softmax forward and backward: whole rows longer than one chunk (one p
 TEST_CASE("softmax forward and backward: rows longer than kSoftmaxWhole (two passes)") {
   run_softmax(3, kn::kSoftmaxWhole + kn::kSoftmaxChunk + 7, DType::float32);
   run_softmax(2, kn::kSoftmaxWhole + 1, DType::bfloat16);
-  // fp32 reads back the exp it stored (the output is then not zeroed natively), per program.
+  // fp32 reads back the exp it stored (the output is then not zeroed natively), per program;
+  // bf16 keeps it in SBUF up to kSoftmaxKeepOnChip columns and computes it again past that.
   run_softmax(6, 2 * kn::kSoftmaxWhole + 5, DType::float32, 3);
+  run_softmax(4, 2 * kn::kSoftmaxWhole + 5, DType::bfloat16, 2);
+  run_softmax(2, kn::kSoftmaxKeepOnChip + 3, DType::bfloat16);
 }
 
 TEST_CASE("softmax: larger sizes natively") {

@@ -71,16 +71,19 @@ struct Scratch {
   // that does.
   void reset(const native::LaunchExtent& ext, const native::FirstReads& first, bool with_flags) {
     auto clear = [&](char* mem, int64_t pb, int64_t dirty,
-                     const std::vector<std::pair<int64_t, int64_t>>& ranges) {
-      for (auto [lo, hi] : ranges) {
+                     const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                     const std::vector<int64_t>& parts) {
+      for (size_t r = 0; r < ranges.size(); ++r) {
+        auto [lo, hi] = ranges[r];
         hi = std::min(hi, dirty);
         if (lo >= hi) continue;
-        for (int p = 0; p < partitions; ++p)
+        const int64_t np = r < parts.size() ? std::min<int64_t>(parts[r], partitions) : partitions;
+        for (int64_t p = 0; p < np; ++p)
           std::memset(mem + p * pb + lo, 0, static_cast<size_t>(hi - lo));
       }
     };
-    clear(sbuf.get(), sbuf_pb, sbuf_dirty, first.sbuf);
-    clear(psum.get(), psum_pb, psum_dirty, first.psum);
+    clear(sbuf.get(), sbuf_pb, sbuf_dirty, first.sbuf, first.sbuf_partitions);
+    clear(psum.get(), psum_pb, psum_dirty, first.psum, first.psum_partitions);
     if (flags_dirty)
       for (int p = 0; p < partitions; ++p)
         std::memset(flags.get() + p * psum_pb, 0, static_cast<size_t>(psum_dirty));

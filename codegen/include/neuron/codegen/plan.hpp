@@ -247,6 +247,8 @@ bool reads_psum_flags(const Program& p);
 // start from zeroed memories; a worker reusing its memories clears only these ranges.
 struct FirstReads {
   std::vector<std::pair<int64_t, int64_t>> sbuf, psum;
+  // For each range (same order), the partitions [0, n) it needs clearing on.
+  std::vector<int64_t> sbuf_partitions, psum_partitions;
 };
 FirstReads first_reads(const Program& p, const ProgramBounds& b, const Target& t);
 

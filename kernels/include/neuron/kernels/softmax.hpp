@@ -9,11 +9,11 @@
 //    instruction (activation with a bias column and an add reduction), the Vector engine
 //    scales by 1 / sum into the output dtype, a DMA stores.
 //  - Longer rows: two passes over column chunks. The first keeps an online running max and
-//    rescaled sum (a sequential loop: the statistics carry); nothing of size C is kept on chip.
-//    For an fp32 output it also stores each chunk's exp(x - running max) in the output, and
-//    the second pass reads it back and rescales it by a per-chunk factor: one exp per element
-//    (the Scalar engine's cost; natively 0.27 ns of the ~0.4 an element costs). A narrower
-//    output would round twice that way, so the second pass recomputes exp from x instead.
+//    rescaled sum (a sequential loop: the statistics carry) and each chunk's exp(x - running
+//    max): in the output when it is fp32, else in an fp32 SBUF tile of the row (up to
+//    kSoftmaxKeepOnChip columns; a narrow output would round twice). The second pass rescales
+//    it by a per-chunk factor: one exp per element (the Scalar engine's cost; natively 0.27 ns
+//    of the ~0.4 an element costs). Narrow rows longer than that compute exp again from x.
 //  - Backward: dx = y * (dy - sum(dy * y)). The Vector engine forms dy * y and its row sum,
 //    then (dy - sum) * y; rows over kSoftmaxWhole take the sum in a first pass over chunks.
 #pragma once
@@ -40,6 +40,9 @@ inline std::vector<int64_t> softmax_grid(const SoftmaxConfig& cfg) {
 // 2048, 0.8 and 0.85 ms at 8192 (PyTorch 0.9 and 0.8).
 inline constexpr int64_t kSoftmaxWhole = 8192;
 inline constexpr int64_t kSoftmaxChunk = 2048;
+// Longer rows of a bf16 / fp16 softmax keep their exp in an fp32 tile of the whole row (128 KiB
+// of a partition at this limit, beside the chunks' tiles) rather than computing it twice.
+inline constexpr int64_t kSoftmaxKeepOnChip = 32768;
 
 namespace detail {
 
@@ -83,12 +86,15 @@ inline nl::tensor softmax(const nl::tensor& x, const SoftmaxConfig& cfg = {},
       nl::store(yr, y);
       return;
     }
-    // Pass 1: online max and sum over column chunks. An fp32 output also keeps each chunk's
-    // exp(x - m_c), m_c the running max after chunk c, in the output and m_c in a column of
-    // `seen`: pass 2 rescales them instead of computing exp again.
-    const bool keep_exp = x.dtype() == nl::float32;
-    std::optional<nl::tensor> seen;
-    if (keep_exp)
+    // Pass 1: online max and sum over column chunks. Each chunk's exp(x - m_c), m_c the
+    // running max after chunk c, is kept where it can be (an fp32 output: in the output; a
+    // narrower one: in an fp32 SBUF tile of the row, up to kSoftmaxKeepOnChip columns), with
+    // m_c in a column of `seen`: pass 2 rescales them instead of computing exp again.
+    const bool in_output = x.dtype() == nl::float32;
+    std::optional<nl::tensor> kept, seen;
+    if (!in_output && C <= kSoftmaxKeepOnChip)
+      kept = nl::ndarray({rr, C}, nl::float32, nl::sbuf, "kept");
+    if (in_output || kept)
       seen = nl::ndarray({rr, ceil_div(C, kSoftmaxChunk)}, nl::float32, nl::sbuf, "seen");
     auto m =
         nl::full({rr, 1}, -std::numeric_limits<double>::infinity(), nl::float32, nl::sbuf, "m");
@@ -103,26 +109,26 @@ inline nl::tensor softmax(const nl::tensor& x, const SoftmaxConfig& cfg = {},
           isa::tensor_scalar(negmax, m_new, nl::multiply, -1.0);
           auto alpha = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "alpha");
           isa::activation(alpha, nl::exp, m, negmax);
-          auto e = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "e");
+          auto e = kept ? (*kept)(nl::all, nl::ds(c0, cw))
+                        : nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "e");
           auto chunk_sum = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "chunk_sum");
           detail::exp_shifted(e, t, negmax, chunk_sum);
           isa::tensor_scalar(sum, sum, nl::multiply, alpha, false, nl::add, chunk_sum);
           isa::tensor_copy(m, m_new);
-          if (keep_exp) {
-            nl::store(yr(nl::all, nl::ds(c0, cw)), e);
-            isa::tensor_copy((*seen)(nl::all, nl::ds(c, 1)), m_new);
-          }
+          if (in_output) nl::store(yr(nl::all, nl::ds(c0, cw)), e);
+          if (seen) isa::tensor_copy((*seen)(nl::all, nl::ds(c, 1)), m_new);
         },
         0, LoopKind::sequential);
     auto inv = nl::reciprocal(sum);
-    if (keep_exp) {
-      // Pass 2: y = exp(x - m_c) * (exp(m_c - max) / sum), read back from the output.
+    if (seen) {
+      // Pass 2: y = exp(x - m_c) * (exp(m_c - max) / sum), read back from where it was kept.
       for_each_tile(C, kSoftmaxChunk, [&](nl::index c, nl::index c0, int64_t cw) {
         auto scale = nl::ndarray({rr, 1}, nl::float32, nl::sbuf, "scale");
         isa::activation(scale, nl::exp, (*seen)(nl::all, nl::ds(c, 1)), negmax);
         isa::tensor_scalar(scale, scale, nl::multiply, inv);
-        auto e = nl::load(yr(nl::all, nl::ds(c0, cw)), nl::float32);
-        auto y = nl::ndarray({rr, cw}, nl::float32, nl::sbuf, "y");
+        auto e = kept ? (*kept)(nl::all, nl::ds(c0, cw))
+                      : nl::load(yr(nl::all, nl::ds(c0, cw)), nl::float32);
+        auto y = nl::ndarray({rr, cw}, x.dtype(), nl::sbuf, "y");
         isa::tensor_scalar(y, e, nl::multiply, scale);
         nl::store(yr(nl::all, nl::ds(c0, cw)), y);
       });
