@@ -243,12 +243,6 @@ inline bool same_view(const NView& a, const NView& b) {
   return true;
 }
 
-// The simulator reads all of an instruction's sources before it writes the destination; the
-// streaming kernels below read and write element by element. The two agree unless a source
-// *partially* overlaps the destination (exactly in place, source == destination, streams the
-// same). Each streaming entry point sends such a call down a cold, out-of-line path that copies
-// the source first (found by the fuzzer: tensor_tensor(dst=t[:, 8:37], data1=t[:, 6:35], ...)),
-// so the common path is still a plain loop the optimizer vectorizes.
 // A view as a matrix: dim 0 (the partition) with its stride, and the free dims when they walk
 // one arithmetic sequence of `cols` elements with stride `cs` bytes. False when they do not.
 inline bool as_matrix(const NView& v, int64_t& rs, int64_t& cols, int64_t& cs) {
@@ -281,6 +275,12 @@ inline bool rows_apart(const char* a, int64_t a_span, int64_t rs, const char* b,
   return r >= a_span && r + b_span <= rs;
 }
 
+// The simulator reads all of an instruction's sources before it writes the destination; the
+// streaming kernels below read and write element by element. The two agree unless a source
+// *partially* overlaps the destination (exactly in place, source == destination, streams the
+// same). Each streaming entry point sends such a call down a cold, out-of-line path that copies
+// the source first (found by the fuzzer: tensor_tensor(dst=t[:, 8:37], data1=t[:, 6:35], ...)),
+// so the common path is still a plain loop the optimizer vectorizes.
 // (A view's byte range runs from its first partition's row to its last one's, so two tiles'
 // ranges overlap whenever they share partitions: their rows interleave. Rows one pitch apart
 // whose column spans are apart within the pitch share no byte: a slice of a wide tile read at
