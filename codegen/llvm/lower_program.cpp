@@ -928,13 +928,9 @@ class Lowering {
            body[j].instr.op == Opcode::nc_matmul && may_overlap(body[j].instr.src[1], load.dst))
       ++j;
     if (j == i + 1) return i;
-    if (!sbuf_accesses_) sbuf_accesses_ = sbuf_accesses(p_);
-    std::vector<RunLocal> ranges = run_local_ranges(p_, body, i, j, &*sbuf_accesses_);
-    const ForwardedRun fw = forward_loads(
-        body, i, j, ranges, [this](const Affine& a) { return dynamic(a); },
-        sbuf_accesses_->loop_ranges);
-    if (!fw.dropped[0]) return i;
-    for (size_t k = 1; k < fw.instrs.size(); ++k) emit_instr(fw.instrs[k]);
+    const Run run = plan_run(body, i, j);  // a run's folding rules, over the load and matmuls
+    if (!run.fw.dropped[0]) return i;
+    for (size_t k = 1; k < run.fw.instrs.size(); ++k) emit_instr(run.fw.instrs[k]);
     return j;
   }
 
@@ -950,8 +946,6 @@ class Lowering {
           i = j - 1;
           continue;
         }
-      }
-      if (node.kind == ProgNode::Kind::instr) {
         int64_t partitions = 0;
         const size_t j = partition_blocks_ ? run_end(body, i, partitions) : i;
         const int64_t size = j >= i + 2 ? block_size(body, i, j, partitions) : partitions;
