@@ -161,17 +161,12 @@ bool may_touch(const AccessPattern& whole, const AccessPattern& v, const Affine:
     return true;
   for (const Affine::Term& t : v.offset.terms)
     if (!loops.count(t.var)) return true;  // a register, a program id, a dynamic loop
+  // The partitions are shared (may_overlap compared them: both constant here). v's bytes at
+  // its constant offset, moved by the loop terms' least and greatest values.
   const auto [lo, hi] = v.offset.bounds(loops);
-  Span1 bytes = extent(0, v.dims, 1, dtype_bytes(v.dtype), dtype_bytes(v.dtype));
-  bytes.lo += lo;
-  bytes.hi += hi;
-  if (!v.rotation.var.empty() && v.rotation.count > 1)
-    bytes.hi += (v.rotation.count - 1) * v.rotation.bytes;
-  const Span1 w = partition_bytes(whole);
-  const int64_t vp = v.partition.constant, wp = whole.partition.constant;
-  const int64_t vn = v.dims[0].stride == 0 ? 1 : v.dims[0].size, wn = whole.dims[0].size;
-  const bool parts_apart = vp + vn <= wp || wp + wn <= vp;
-  return !parts_apart && bytes.lo < w.hi && w.lo < bytes.hi;
+  const Span1 b = partition_bytes(v), w = partition_bytes(whole);
+  const int64_t c = v.offset.constant;
+  return b.lo - c + lo < w.hi && w.lo < b.hi - c + hi;
 }
 
 }  // namespace
