@@ -9,10 +9,13 @@
 // than the arithmetic. The walk follows program order over the first iteration of each loop
 // and matches views symbolically: a read is covered when an earlier write, of an instruction
 // that writes every element of its destination, spans it at the same symbolic address (same
-// loop and program-id terms, so the same bytes in every iteration). Anything not provably
+// loop and program-id terms, so the same bytes in every iteration), or spans every iteration
+// of the enclosing loops the read moves with and the write does not. After a loop, what all
+// its iterations wrote stays covered (a panel loaded a row an iteration). Anything not provably
 // covered counts as read first, with its full range over all iterations.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -89,18 +92,36 @@ bool dense(const AccessPattern& ap) {
   return true;
 }
 
+// Bytes surely written: `e` past `offset` and `partition`, at `rotation`'s slot.
 struct Cover {
-  const AccessPattern* ap;
+  Memory memory;
+  Rotation rotation;
+  Affine offset, partition;
   Extent e;
 };
+
+// What a loop's writes cover once it has run: the ones that do not move with it as they are,
+// and one that moves its offset by a step no wider than its extent as the span of every
+// iteration (a panel loaded a row at a time: off = i * 1024, 1024 bytes each). None when the
+// write moves otherwise (its partitions or slot with the loop, or leaving gaps between steps).
+std::optional<Cover> after_loop(Cover c, const std::string& var, int64_t extent) {
+  if (c.partition.uses(var) || c.rotation.var == var) return std::nullopt;
+  const int64_t step = c.offset.coeff_of(var);
+  if (step == 0) return c;
+  if (std::abs(step) > c.e.hi - c.e.lo + 1) return std::nullopt;
+  const int64_t reach = step * (extent - 1);
+  (reach < 0 ? c.e.lo : c.e.hi) += reach;
+  c.offset = c.offset.substitute(var, Affine(0));
+  return c;
+}
 
 struct Walk {
   std::vector<Cover> covers;
   std::set<const AccessPattern*> first;  // views read before written
+  std::map<std::string, int64_t> loops;  // the enclosing affine loops' extents
 
   bool covered(const AccessPattern& r) const {
     if (has_register(r.offset) || has_register(r.partition)) return false;
-    const Extent re = extent_of(r);
     // The newest kLookBack writes, newest first: a read is most often of what an instruction
     // just wrote, and an unrolled program has hundreds of thousands of writes (vLLM's paged
     // attention spent 38 s of its compile scanning them all for every read). A read covered
@@ -110,25 +131,42 @@ struct Walk {
     const size_t oldest = covers.size() > kLookBack ? covers.size() - kLookBack : 0;
     for (size_t i = covers.size(); i-- > oldest;) {
       const Cover& c = covers[i];
-      const AccessPattern& w = *c.ap;
-      if (w.memory != r.memory || !(w.rotation == r.rotation) ||
-          !same_terms(w.offset, r.offset) || !same_terms(w.partition, r.partition))
+      if (c.memory != r.memory || !(c.rotation == r.rotation) ||
+          !same_terms(c.partition, r.partition))
         continue;
-      const int64_t db = r.offset.constant - w.offset.constant;
-      const int64_t dp = r.partition.constant - w.partition.constant;
+      Extent re = extent_of(r);
+      if (!same_terms(c.offset, r.offset) && !widened(r.offset, c.offset, re)) continue;
+      const int64_t db = r.offset.constant - c.offset.constant;
+      const int64_t dp = r.partition.constant - c.partition.constant;
       if (db + re.lo >= c.e.lo && db + re.hi <= c.e.hi && dp + re.plo >= c.e.plo &&
           dp + re.phi <= c.e.phi)
         return true;
     }
     return false;
   }
+  // A read whose offset moves with enclosing loops a write's does not, as the span of all
+  // their iterations (`re` widened): a panel written whole before a loop that reads a row of
+  // it an iteration. False when the offsets differ otherwise.
+  bool widened(const Affine& read, const Affine& write, Extent& re) const {
+    for (auto& t : write.terms)
+      if (read.coeff_of(t.var) != t.coeff) return false;
+    for (auto& t : read.terms) {
+      if (write.uses(t.var)) continue;
+      auto loop = loops.find(t.var);
+      if (loop == loops.end()) return false;
+      const int64_t reach = t.coeff * (loop->second - 1);
+      (reach < 0 ? re.lo : re.hi) += reach;
+    }
+    return true;
+  }
+
   void read(const AccessPattern& r) {
     if (is_on_chip(r.memory) && !covered(r)) first.insert(&r);
   }
   void write(const AccessPattern& w) {
     if (is_on_chip(w.memory) && dense(w) && !has_register(w.offset) &&
         !has_register(w.partition))
-      covers.push_back({&w, extent_of(w)});
+      covers.push_back({w.memory, w.rotation, w.offset, w.partition, extent_of(w)});
   }
 
   void body(const std::vector<ProgNode>& nodes) {
@@ -137,19 +175,17 @@ struct Walk {
         const bool dynamic = n.loop_kind == LoopKind::dynamic;
         if (!dynamic && n.extent <= 0) continue;  // never runs (analyze_bounds skips it too)
         const size_t before = covers.size();
+        if (!dynamic) loops[n.var] = n.extent;
         body(n.body);
-        // After the loop, a write made inside counts only when the loop surely ran and its
-        // address does not move with the loop.
-        auto moves = [&](const Cover& c) {
-          return c.ap->offset.uses(n.var) || c.ap->partition.uses(n.var) ||
-                 c.ap->rotation.var == n.var;
-        };
-        if (dynamic)
-          covers.resize(before);
-        else
-          covers.erase(std::remove_if(covers.begin() + static_cast<std::ptrdiff_t>(before),
-                                      covers.end(), moves),
-                       covers.end());
+        loops.erase(n.var);
+        // After the loop, a write made inside counts only when the loop surely ran, for what
+        // all its iterations wrote (after_loop).
+        std::vector<Cover> inside(covers.begin() + static_cast<std::ptrdiff_t>(before),
+                                  covers.end());
+        covers.resize(before);
+        if (!dynamic)
+          for (Cover& c : inside)
+            if (auto all = after_loop(std::move(c), n.var, n.extent)) covers.push_back(*all);
         // Writes from before the loop keep their meaning (their variables are outer ones).
         continue;
       }

@@ -80,13 +80,45 @@ TEST_CASE("first_reads: reads not covered by an earlier full write are cleared")
 }
 
 TEST_CASE("first_reads: loops, moving addresses and destinations that are read") {
-  SUBCASE("a write that moves with its loop covers reads in the same iteration only") {
+  SUBCASE("a write that moves with its loop covers, after it, what all its iterations wrote") {
+    // Four 64-byte rows of a panel, one an iteration, read in the iteration and after the loop.
     AccessPattern slot = sb(f32, 0, P, {row(F)});
     slot.offset = Affine::var("i0", 64);
     AccessPattern all = sb(f32, 0, P, {row(4 * F)});
     Program p = program(kX, {loop("i0", 4, {load(slot), copy(sb(f32, 512, P, {row(F)}), slot)}),
                              copy(sb(f32, 1024, P, {row(4 * F)}), all)});
-    CHECK(first_reads_of(p).sbuf == Ranges{{0, 256}});
+    CHECK(first_reads_of(p).sbuf.empty());
+    // Steps of 128 bytes leave gaps between the rows: the panel's read after the loop needs
+    // clearing (the reads inside the loop still do not).
+    slot.offset = Affine::var("i0", 128);
+    AccessPattern wide = sb(f32, 0, P, {row(7 * F)});  // to the end of the last row
+    Program gaps = program(kX, {loop("i0", 4, {load(slot), copy(sb(f32, 512, P, {row(F)}), slot)}),
+                                copy(sb(f32, 1024, P, {row(7 * F)}), wide)});
+    CHECK(first_reads_of(gaps).sbuf == Ranges{{0, 448}});
+    // A write whose partitions move with the loop covers nothing after it.
+    AccessPattern down = sb(f32, 0, 1, {row(F)});
+    down.partition = Affine::var("i0", 1);
+    Program rows = program(kX, {loop("i0", 4, {load(down)}),
+                                copy(sb(f32, 512, P, {row(F)}), sb(f32, 0, P, {row(F)}))});
+    CHECK(first_reads_of(rows).sbuf == Ranges{{0, 64}});
+    // Nested loops: rows of 16 bytes in i1, 64 a row in i0, cover the panel after both.
+    AccessPattern quarter = sb(f32, 0, P, {row(F / 4)});
+    quarter.offset = Affine::var("i0", 64) + Affine::var("i1", 16);
+    Program nested = program(kX, {loop("i0", 4, {loop("i1", 4, {load(quarter)})}),
+                                  copy(sb(f32, 1024, P, {row(4 * F)}), all)});
+    CHECK(first_reads_of(nested).sbuf.empty());
+  }
+  SUBCASE("a read that moves with its loop is covered by a write spanning all its iterations") {
+    // The panel written whole before the loop, a row read an iteration (a matmul's stationary
+    // tiles): covered. One iteration more reads past the panel: cleared.
+    AccessPattern row_i = sb(f32, 0, P, {row(F)});
+    row_i.offset = Affine::var("i0", 64);
+    auto reads = [&](int64_t trips) {
+      return program(kX, {instr(Opcode::memset, sb(f32, 0, P, {row(4 * F)}), {}),
+                          loop("i0", trips, {copy(sb(f32, 1024, P, {row(F)}), row_i)})});
+    };
+    CHECK(first_reads_of(reads(4)).sbuf.empty());
+    CHECK(first_reads_of(reads(5)).sbuf == Ranges{{0, 320}});
   }
   SUBCASE("a write that stays put covers reads after its loop") {
     Program p = program(kX, {loop("i0", 3, {load(sb(f32, 0, P, {row(F)}))}),
@@ -149,6 +181,37 @@ TEST_CASE("every program reads zeros where it reads before writing, though the l
   for (int64_t row = 0; row < 3 * P; ++row)
     for (int64_t c = 0; c < F; ++c)
       CHECK(r.native[0].get(row * F + c) == (c < 8 ? float((row % P) * F + c + 1) : 0.0f));
+}
+
+TEST_CASE("a tile loaded a column block an iteration is not cleared; gaps between blocks are") {
+  // Each program loads t's column blocks in a loop (all of them, or every other one), stores
+  // its first 12 columns (up to the end of the last block), then loads the rest: natively on
+  // one thread the store must see the simulator's zeros in the gap, which the previous program
+  // filled.
+  auto run = [](const std::string& loop_body, const std::string& after) {
+    const std::string text =
+        "kernel blocks(x: float32[4, 16] shared_hbm) -> (out: float32[12, 12] shared_hbm) {\n"
+        "  alloc t: float32[4, 16] sbuf\n  for i0 in affine_range(2) {\n    " +
+        loop_body + "\n  }\n  dma_copy(dst=out[pid0*4:+4, 0:+12], src=t[0:+4, 0:+12])\n  " + after +
+        "\n}";
+    Tensor x = Tensor::empty({P, F}, f32);
+    for (int i = 0; i < P * F; ++i) x.set(i, float(i + 1));
+    NativeOptions one;
+    one.threads = 1;
+    Compiled c = compile(parse_kernel(text));
+    return std::make_pair(first_reads_of(c.program), run_both(c, {x}, {3}, one).native[0]);
+  };
+  auto [whole, all] = run("dma_copy(dst=t[0:+4, i0*8:+8], src=x[0:+4, i0*8:+8])",
+                          "dma_copy(dst=t[0:+4, 0:+4], src=x[0:+4, 0:+4])");
+  CHECK(whole.sbuf.empty());
+  for (int64_t row = 0; row < 3 * P; ++row)
+    for (int64_t c = 0; c < 12; ++c) CHECK(all.get(row * 12 + c) == float((row % P) * F + c + 1));
+  auto [gappy, halves] = run("dma_copy(dst=t[0:+4, i0*8:+4], src=x[0:+4, i0*8:+4])",
+                             "dma_copy(dst=t[0:+4, 4:+4], src=x[0:+4, 4:+4])");
+  CHECK(gappy.sbuf == Ranges{{0, 48}});
+  for (int64_t row = 0; row < 3 * P; ++row)
+    for (int64_t c = 0; c < 12; ++c)
+      CHECK(halves.get(row * 12 + c) == (c % 8 < 4 ? float((row % P) * F + c + 1) : 0.0f));
 }
 
 namespace {
