@@ -133,11 +133,18 @@ void pack_a(uint32_t* dst, const uint16_t* src, int64_t ld, int64_t K, int64_t r
 }
 
 // The end of a 32-row block for 16 columns of C (the `m` ones that are C): C = (C or 0) +
-// (even + odd), the two chains' partial sums added first, as the rule says.
+// (even + odd), the two chains' partial sums added first, as the rule says. All 16 columns
+// take plain loads and stores: masked ones made a Zen 4's tile kernel ~3% slower.
 [[gnu::always_inline]] inline void end_block(float* out, __mmask16 m, __m512 even, __m512 odd,
                                              bool load_c) {
+  const __m512 sum = _mm512_add_ps(even, odd);
+  if (m == 0xffff) {
+    const __m512 old = load_c ? _mm512_loadu_ps(out) : _mm512_setzero_ps();
+    _mm512_storeu_ps(out, _mm512_add_ps(old, sum));
+    return;
+  }
   const __m512 old = load_c ? _mm512_maskz_loadu_ps(m, out) : _mm512_setzero_ps();
-  _mm512_mask_storeu_ps(out, m, _mm512_add_ps(old, _mm512_add_ps(even, odd)));
+  _mm512_mask_storeu_ps(out, m, _mm512_add_ps(old, sum));
 }
 
 // C[0:R, 0:V*16] of one micro-tile over all `blocks` of K; `last` valid columns in the last
