@@ -1,6 +1,7 @@
 """neuron.language (import as nl): the NKI `nki.language` surface. Every call records Kernel IR
 through the C++ DSL, so a Python kernel traces to the same IR as the same C++ kernel."""
 import builtins
+import collections
 import threading
 import typing
 
@@ -426,10 +427,10 @@ def program_ndim():
 
 class _TraceState(threading.local):
     # Per thread (threads trace concurrently). serial: bumped per trace, so a loop generator of
-    # an aborted trace never closes another trace's loop. last_view / last_inplace: the latest
-    # (tensor, key, view) subscript and in-place update, to recognise `t[k] += x`.
+    # an aborted trace never closes another trace's loop. views / last_inplace: the latest
+    # (tensor, key, view) subscripts and in-place update, to recognise `t[k] += x`.
     serial = 0
-    last_view = None
+    views = None  # a deque of the last kRecentViews subscripts, newest last
     last_inplace = None
     grid_ndim = None  # the launch grid's rank while a Kernel traces (program_ndim)
     grid = None       # the launch grid when the trace reads its size (num_programs as ints)
@@ -615,15 +616,31 @@ def _getitem(self, key):
     shape = self.shape
     subs = [_subscript(k, shape[i] if i < len(shape) else 1, span) for i, k in enumerate(keys)]
     view = _C.index(self, subs)
-    _State.last_view = (self, key, view)
+    if _State.views is None:
+        _State.views = collections.deque(maxlen=kRecentViews)
+    _State.views.append((self, key, view))
     return view
+
+
+# Subscripts remembered to recognise `t[k] += x`: Python evaluates t[k], then x (whose own
+# subscripts come in between: `psum[...] += nisa.nc_matmul(w[i], x)`), then +=, then stores
+# t[k] = the updated view.
+kRecentViews = 64
+
+
+def updated_in_place(t, key, value):
+    """Whether `t[key] = value` ends Python's `t[key] op= x`: value is the view t[key] gave
+    (one of the recent subscripts) and the latest view updated in place. Storing it again would
+    copy the view onto itself, and a copy clears a PSUM tile's "written by a matmul" marks, so
+    the next accumulate=auto matmul would overwrite the sum."""
+    if _State.last_inplace is not value or not _State.views:
+        return False
+    return any(v is value and s is t and k is key for s, k, v in reversed(_State.views))
 
 
 def _setitem(self, key, value):
     # t[key] = value stores (or copies, or fills) into the view, as in NKI.
-    last = _State.last_view
-    if last is not None and last[0] is self and last[1] is key and last[2] is value and \
-            _State.last_inplace is value:
+    if updated_in_place(self, key, value):
         return  # `t[key] += x`: Python's augmented assignment; the view was updated in place
     view = _getitem(self, key)
     span = user_span()

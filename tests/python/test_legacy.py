@@ -171,6 +171,36 @@ def test_tiled_matmul_psum_accumulation():
     np.testing.assert_allclose(out, cur, rtol=1e-5, atol=1e-5)
 
 
+# As nki-samples' flash attention backward writes its dQ: the stationary operands are views of a
+# block tile (subscripted inside the `+=` statement, after the PSUM view), the moving ones
+# nc_transpose results (in PSUM), and lazy_initialization= is passed to nl.full.
+@nki.jit(mode="simulation")
+def accumulate_from_views(a, b):
+    out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    st = nl.full((4, 1, nl.par_dim(128), 128), fill_value=0.0, dtype=nl.float32,
+                 lazy_initialization=False)
+    for j in nl.affine_range(4):
+        st[j, 0, :, :] = nl.load(a[j])
+    bt = nl.load(b)  # [128, 512]
+    ps = nl.zeros((nl.par_dim(128), 128), dtype=nl.float32, buffer=nl.psum)
+    for j in nl.affine_range(4):
+        mv = nisa.nc_transpose(bt[:, nl.ds(j * 128, 128)], mask=True)  # [128, 128] in PSUM
+        ps[:, :] += nisa.nc_matmul(st[j, 0, :, :], mv)
+    nl.store(out, value=nl.copy(ps))
+    return out
+
+
+def test_psum_accumulates_across_subscripted_operands():
+    # Each `ps[:, :] += ...` used to end in a copy of ps onto itself (the stationary's
+    # subscript came between ps's and the store, so the update in place went unrecognised),
+    # which cleared the PSUM matmul marks: each matmul overwrote the last, leaving a quarter.
+    a, b = rand(4, 128, 128), rand(128, 512)
+    want = sum(a[j].astype(f64).T @ b[:, j * 128:(j + 1) * 128].T for j in range(4))
+    np.testing.assert_allclose(accumulate_from_views(a, b), want, rtol=1e-4, atol=1e-4)
+    ir = str(accumulate_from_views.trace(a, b))
+    assert not re.search(r"tensor_copy\(dst=(\w+)\[[^]]*\], src=\1\[", ir)  # no self-copy
+
+
 # ---- rmsnorm as in the published NKI tutorial ---------------------------------------------------
 
 @nki.jit(mode="simulation")

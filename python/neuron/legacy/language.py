@@ -187,17 +187,19 @@ def _memory(buffer):
     return _compiler.memory_of(buffer)
 
 
+# lazy_initialization: neuronx-cc may defer the fill to the tile's first use (vLLM's paged
+# attention passes it to zeros, nki-samples' flash attention to full); the values read are the
+# fill either way, so it changes nothing here.
 def zeros(shape, dtype, *, buffer=None, name="", lazy_initialization=False, **kwargs):
-    # lazy_initialization: neuronx-cc may defer the fill to the tile's first use (vLLM's paged
-    # attention passes it); the values read are zeros either way, so it changes nothing here.
     return _make(shape, dtype, sbuf if buffer is None else buffer, name, 0.0)
 
 
-def ones(shape, dtype, *, buffer=None, name="", **kwargs):
+def ones(shape, dtype, *, buffer=None, name="", lazy_initialization=False, **kwargs):
     return _make(shape, dtype, sbuf if buffer is None else buffer, name, 1.0)
 
 
-def full(shape, fill_value, dtype, *, buffer=None, name="", **kwargs):
+def full(shape, fill_value, dtype, *, buffer=None, name="", lazy_initialization=False,
+         **kwargs):
     return _make(shape, dtype, sbuf if buffer is None else buffer, name, fill_value)
 
 
@@ -364,10 +366,6 @@ def matmul(x, y, *, transpose_x=False, mask=None, **kwargs):
     xt, yt, xr, yr, mn, out = _matmul_parts(x, y, bool(transpose_x), mask)
     if out is None:
         return _mark_partial(_new_like(mn, float32, psum), None)
-    # TensorE reads SBUF: a PSUM operand (say, an nl.transpose result) is copied out first, as
-    # NKI's compiler does for nl.matmul.
-    xt = _nl.copy(xt) if xt.buffer == psum else xt
-    yt = _nl.copy(yt) if yt.buffer == psum else yt
     if _is_full(out, mn) and xr == [(0, n) for n in xt.shape] and \
             yr == [(0, n) for n in yt.shape]:
         return _nl.matmul(xt, yt, bool(transpose_x))

@@ -102,9 +102,7 @@ def assign(view, value):
 
 def legacy_setitem(self, key, value):
     if spill.watched(self):  # the SBUF copy of an HBM-spilled PSUM block: store the write back
-        last = _nl._State.last_view
-        if last is not None and last[0] is self and last[1] is key and last[2] is value and \
-                _nl._State.last_inplace is value and spill.stored(value):
+        if _nl.updated_in_place(self, key, value) and spill.stored(value):
             return _setitem(self, key, value)  # `t[k] += x`: the += stored t[k] back already
         return spill.storing_back(self, lambda: _region(self, key),
                                   lambda: _setitem(self, key, value))

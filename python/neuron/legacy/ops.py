@@ -85,11 +85,23 @@ def unmask(x):
     return (concrete(x) if isinstance(x, (GridView, Reshaped)) else x), None
 
 
+def on_sbuf(t):
+    """A matmul operand tile, copied into a fresh SBUF tile when it is in PSUM: the Tensor
+    engine reads SBUF only, and neuronx-cc places a legacy value there itself (nki-samples'
+    flash attention backward passes an nc_transpose result, in PSUM, as the stationary)."""
+    if t.buffer != _nl.psum:
+        return t
+    c = new_like(t.shape, t.dtype)
+    _isa.tensor_copy(c, t)
+    return c
+
+
 def matmul_parts(x, y, x_km, mask):
     """Rectangles of a matmul: (x tile, y tile, x sub-rect, y sub-rect, (M, N), out rect or
     None for a dropped op). x_km: x is [K, M] (stationary / transpose_x=True), else [M, K]."""
     xt, xr = unmask(x)
     yt, yr = unmask(y)
+    xt, yt = on_sbuf(xt), on_sbuf(yt)
     xs, ys = list(xt.shape), list(yt.shape)
     if len(xs) != 2 or len(ys) != 2:
         error("matmul-rank", f"matmul takes 2-D tiles, got {xs} and {ys}")
