@@ -308,10 +308,21 @@ class _Copy(_Fn):
         return _C.copy(x, to_dtype(dtype), user_span())
 
 
+_INTEGER = {_C.DType.int8, _C.DType.int16, _C.DType.int32, _C.DType.uint8, _C.DType.uint16,
+            _C.DType.uint32}
+
+
 class _Unary(_Fn):
     @_eager.op()
     def __call__(self, x, dtype=None):
-        return _C.unary(self.name, x, to_dtype(dtype), user_span())
+        span = user_span()
+        if isinstance(x, _C.Tensor) and x.dtype in _INTEGER:
+            # An integer tile goes through the engine's fp32 arithmetic (NKI_API.md 3.3) and
+            # back to its own dtype unless dtype= says otherwise: nki-samples' resize takes
+            # nl.floor of an int32 quotient.
+            out = x.dtype if dtype is None else to_dtype(dtype)
+            return _C.unary(self.name, _C.copy(x, _C.DType.float32, span), out, span)
+        return _C.unary(self.name, x, to_dtype(dtype), span)
 
 
 class _Binary(_Fn):
@@ -615,10 +626,14 @@ def _getitem(self, key):
     keys = _expand_ellipsis(key if isinstance(key, tuple) else (key,), self.ndim, span)
     shape = self.shape
     subs = [_subscript(k, shape[i] if i < len(shape) else 1, span) for i, k in enumerate(keys)]
-    view = _C.index(self, subs)
+    return remember_view(self, key, _C.index(self, subs))
+
+
+def remember_view(t, key, view):
+    """view, noted as what t[key] gave (updated_in_place)."""
     if _State.views is None:
         _State.views = collections.deque(maxlen=kRecentViews)
-    _State.views.append((self, key, view))
+    _State.views.append((t, key, view))
     return view
 
 

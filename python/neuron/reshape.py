@@ -76,6 +76,11 @@ def _run(ranges, sizes, name):
     return start, end + 1
 
 
+class NotABox(Exception):
+    """A run of a merged dim that is no box of the base dims (the message says which):
+    storage_view() may still give its view, else the caller reports the message."""
+
+
 def _box(start, end, sizes, name):
     """(start, size) per dim of `sizes` whose box is the linear run [start, end)."""
     m, inner = len(sizes) - 1, 1  # the outermost dim the run varies in, its inner size
@@ -83,9 +88,9 @@ def _box(start, end, sizes, name):
         inner, m = inner * sizes[m], m - 1
     if start % inner or (end - start) % inner or \
             start // (inner * sizes[m]) != (end - 1) // (inner * sizes[m]):
-        error("unsupported", f"this subscript of the reshaped tensor '{name}' selects elements "
-              f"{start}..{end - 1} of a merged dim, which do not form a box of the tensor's dims "
-              f"{list(sizes)}")
+        raise NotABox(f"this subscript of the reshaped tensor '{name}' selects elements "
+                      f"{start}..{end - 1} of a merged dim, which do not form a box of the "
+                      f"tensor's dims {list(sizes)}")
     out, rest = [], start // (inner * sizes[m])
     for d in range(m - 1, -1, -1):
         out.insert(0, (rest % sizes[d], 1))
@@ -157,3 +162,24 @@ def base_subscripts(base_shape, shape, picks, name, sub):
         for d, (start, size) in zip(go, _box(*run, [base_shape[d] for d in go], name)):
             subs[d] = sub("ds", start, size)
     return subs
+
+
+def storage_view(base, shape, picks, name, message):
+    """The view of `picks` ((start, size, step) per dim of the reshaped `shape`) through base's
+    storage, for a subscript whose runs are no box of base's dims (rows 0..127 of a merged
+    [59, 38], as nki-samples' nearest-neighbour resize stores its pixels): possible when base
+    is a whole HBM tensor, whose elements lie back to back in row-major order, so the reshaped
+    tensor is a row-major view of the same storage. Else the error `message`. The view's shape
+    is the picks' sizes."""
+    if isinstance(base, _C.Tensor):
+        whole = base.is_contiguous() and _C.storage_shape(base) == list(base.shape)
+    else:  # an eager tensor: whole when not subscripted
+        whole = not getattr(base, "_chain", True)
+    if not whole or base.buffer in (_C.Memory.sbuf, _C.Memory.psum):
+        error("unsupported", message)
+    stride, pattern, offset = 1, [], 0
+    for n, (start, size, step) in zip(reversed(shape), reversed(picks)):
+        pattern.insert(0, [stride * step, size])
+        offset += _constant(start, name) * stride
+        stride *= n
+    return base.ap(pattern, offset)

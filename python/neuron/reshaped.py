@@ -23,7 +23,7 @@ from . import _C
 from ._span import user_span
 from .dtypes import to_dtype
 from .errors import user_error
-from .reshape import base_subscripts, new_shape, symbolic
+from .reshape import NotABox, base_subscripts, new_shape, storage_view, symbolic
 
 _ON_CHIP = (_C.Memory.sbuf, _C.Memory.psum)
 
@@ -189,9 +189,14 @@ def view_as(base, box, target):
 
 def subscript(r, key, span):
     picks = _picks(r, key, span)
-    box = base_subscripts(list(r.base.shape), list(r.shape), [p[:3] for p in picks], r.name,
-                          _box_key)
-    return view_as(r.base, box, [size for _, size, _, kept in picks if kept])
+    target = [size for _, size, _, kept in picks if kept]
+    try:
+        box = base_subscripts(list(r.base.shape), list(r.shape), [p[:3] for p in picks], r.name,
+                              _box_key)
+    except NotABox as e:  # through the storage, with the kept dims' shape
+        view = storage_view(r.base, list(r.shape), [p[:3] for p in picks], r.name, str(e))
+        return view_as(view, [(0, n, 1) for n in view.shape], target)
+    return view_as(r.base, box, target)
 
 
 def reshape(t, shape, span):

@@ -688,9 +688,11 @@ def permuted(x):
 
 
 def transposed(x):
-    out = nl.ndarray((64, 128), nl.float32, buffer=nl.shared_hbm)
+    # A tile's dims walked out of the grid's order (an HBM tensor's are: a DMA walks any order)
+    out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
     ix, iy = nl.arange(128)[:, None], nl.arange(64)[None, :]
-    nl.store(out, value=nl.load(x[iy, ix]))
+    t = nl.load(x)
+    nl.store(out, value=nl.copy(t[iy, ix]))
     return out
 
 
@@ -757,7 +759,7 @@ def unknown_loop_keyword(x):
 
 ERRORS = [
     (permuted, (128, 64), "shape", "i2 * 8 + i1", "assigning a value of shape [128, 64]"),
-    (transposed, (64, 128), "index", "x[iy, ix]", "transposed placement"),
+    (transposed, (64, 128), "index", "t[iy, ix]", "transposed placement"),
     (strided_partition, (128, 64), "index", "t[2 * ix, iy]", "must be indexed with unit stride"),
     (or_mask, (128, 64), "mask", "(ix < 64) | (iy < 8)", "joined with & only"),
     (diagonal_mask, (128, 64), "mask", "ix + iy < 100", "may involve one grid axis"),

@@ -100,7 +100,15 @@ def a_box(q):
 
 
 def straddles(q):
-    return nl.load(q.reshape((B * H, S, D))[2:4, 0])  # heads (0, 2), (1, 0): not a box
+    # heads (0, 2), (1, 0): no box of q's dims, but a run of q's storage
+    out = nl.ndarray((2, D), q.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(q.reshape((B * H, S, D))[2:4, 0]))
+    return out
+
+
+def straddles_a_view(q):
+    # the same rows of a strided view of q (every other head dim element): refused
+    return nl.load(q[:, :, :, 0:D // 2].reshape((B * H, S, D // 2))[2:4, 0])
 
 
 def merged_program_id(q):
@@ -115,10 +123,12 @@ def merged_program_id(q):
 def test_subscripts_that_are_not_a_box_of_the_base_are_refused(mode):
     np.testing.assert_array_equal(neuron.kernel(a_box, mode=mode)(Q),
                                   Q.reshape(B * H, S, D)[1:3, 0:4])
+    np.testing.assert_array_equal(neuron.kernel(straddles, mode=mode)(Q),
+                                  Q.reshape(B * H, S, D)[2:4, 0])
     with pytest.raises(neuron.NeuronError) as e:
-        neuron.kernel(straddles, mode=mode)[2](Q)
+        neuron.kernel(straddles_a_view, mode=mode)[2](Q)
     assert e.value.rule == "unsupported" and "do not form a box" in e.value.message
-    assert e.value.line == straddles.__code__.co_firstlineno + 1
+    assert e.value.line == straddles_a_view.__code__.co_firstlineno + 2
     np.testing.assert_array_equal(neuron.kernel(merged_program_id, mode=mode)[B * H](Q),
                                   Q.reshape(B * H, S, D))
 

@@ -38,6 +38,10 @@ class Deferred:
             self._emit(self._tile)
         return self._tile
 
+    # A pending result as an operand of the current API's tile operators (`t * nisa.nc_transpose(
+    # s)`, as nki-samples' Stable Diffusion attention scales its output): its tile.
+    _neuron_tile = tile
+
     def _fits(self, view):
         return _Pending.current is self and isinstance(view, _C.Tensor) and \
             view.buffer == self.buffer and view.dtype == self.dtype and \

@@ -108,12 +108,10 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
               **kwargs):
     """stationary[K, M].T @ moving[K, N] -> a new PSUM fp32 [M, N] tile. is_transpose=True
     (moving an identity): stationary.T exactly, in stationary's dtype (nc_transpose here)."""
-    if is_transpose:
-        if mask is not None:
-            _error("unsupported", "nc_matmul(is_transpose=True, mask=...) is not supported")
-        x = _tile(stationary, "nisa.nc_matmul")
-        p, f = x.shape
-        return _Deferred([f, p], x.dtype, _nl.psum, lambda d: _isa.nc_transpose(d, x))
+    if is_transpose:  # mask= over the [F, P] result, as nc_transpose's
+        return nc_transpose(stationary, mask=mask)
+    if perf_mode in ("double_row", "double_row_gen3"):
+        return _double_row(stationary, moving, mask)
     if perf_mode not in (None, "", "none"):
         _error("unsupported", f"nc_matmul(perf_mode={perf_mode!r}) is not supported")
     st, mv, sr, mr, mn, out = _matmul_parts(stationary, moving, True, mask)
@@ -127,6 +125,27 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
         _isa.nc_matmul(_index_rect(dst, out), _index_rect(st, sr), _index_rect(mv, mr),
                        accumulate=False)
     return _done(dst, out)
+
+
+def _double_row(stationary, moving, mask):
+    """perf_mode="double_row": stationary [K, 2, M] and moving [K, 2, N] (two rows of the
+    contraction per partition, as nki-samples' fp8 double-row matmul packs them) contract over
+    both: stationary[:, 0].T @ moving[:, 0] + stationary[:, 1].T @ moving[:, 1], two matmuls
+    into one PSUM tile."""
+    if mask is not None:
+        _error("unsupported", "nc_matmul(perf_mode='double_row', mask=...) is not supported")
+    st, mv = _tile(stationary, "nisa.nc_matmul"), _tile(moving, "nisa.nc_matmul")
+    if len(st.shape) != 3 or len(mv.shape) != 3 or st.shape[1] != 2 or mv.shape[1] != 2 or \
+            st.shape[0] != mv.shape[0]:
+        _error("shape", f"nc_matmul(perf_mode='double_row') takes stationary [K, 2, M] and "
+               f"moving [K, 2, N], got {list(st.shape)} and {list(mv.shape)}")
+    rows = [(st[:, r, :], mv[:, r, :]) for r in (0, 1)]
+
+    def emit(d, first_accumulates):
+        for r, (s, m) in enumerate(rows):
+            _isa.nc_matmul(d, s, m, accumulate=first_accumulates or r > 0)
+    return _Deferred([st.shape[2], mv.shape[2]], _nl.float32, _nl.psum,
+                     lambda d: emit(d, False), lambda d: emit(d, True))
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=None, **kwargs):
@@ -185,6 +204,12 @@ def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, 
 
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwargs):
     a, b = _tile(data1, "nisa.tensor_tensor"), _tile(data2, "nisa.tensor_tensor")
+    if _is_column_of(b, a) or _is_column_of(a, b):
+        # A [P, 1] operand against [P, F] (nki-samples' double-row matmul scales its result
+        # rows so): the per-partition scalar of tensor_scalar, the same single operation.
+        x, col = (a, b) if _is_column_of(b, a) else (b, a)
+        return tensor_scalar(x, op, col, reverse0=col is a, dtype=dtype or
+                             _promote(a.dtype, b.dtype), mask=mask)
     if list(a.shape) == list(b.shape):
         n = _name(op)
         d = _direct(a, mask, dtype or _promote(a.dtype, b.dtype),
@@ -196,6 +221,12 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwa
         _isa.tensor_tensor(_index_rect(dst, rect), _index_rect(a, rect), _index_rect(b, rect),
                            _name(op))
     return _done(dst, rect)
+
+
+def _is_column_of(c, x):
+    """Whether c is a [P, 1] column of the 2-D [P, F] tile x (F > 1)."""
+    return len(c.shape) == 2 and len(x.shape) == 2 and c.shape[1] == 1 and x.shape[1] > 1 and \
+        c.shape[0] == x.shape[0]
 
 
 def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *,

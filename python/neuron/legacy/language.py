@@ -3,6 +3,7 @@ with the legacy keywords (mask=, dtype=), index grids (nl.arange, nl.mgrid), nl.
 tiles, and loops that unroll at trace time (affine_range/sequential_range/static_range yield
 ints, so masks and grids see concrete indices; docs/nki-compat.md)."""
 import builtins
+import math
 
 import ml_dtypes
 import numpy as np
@@ -231,8 +232,7 @@ def load(src, *, mask=None, dtype=None, **kwargs):
     """HBM -> a new SBUF tile; masked elements are not loaded. t[idx_tile[i_p, 0], i_f] loads
     the rows the index tile names (at run time)."""
     if isinstance(src, _IndirectView):
-        _no_mask(mask, "nl.load of rows chosen at run time")
-        return _nl.load(src, None if dtype is None else _nl.to_dtype(dtype))
+        return _load_rows(src, mask, dtype)
     src = _operand(src, "nl.load")
     if len(src.shape) == 1:  # A[a:b, i] on HBM: tiles have 2 dims, so this loads [n, 1]
         src = _GridView(_concrete(src), None, (src.shape[0], 1))
@@ -286,7 +286,15 @@ def store(dst, value, *, mask=None, **kwargs):
         size = [hi - lo for lo, hi in rect]
         value = _nl.full(size if len(size) >= 2 else [1] + size, float(value), dst.dtype)
     else:
-        value = _concrete(_restrict(_operand(value, "nl.store"), rect, shape))
+        value = _operand(value, "nl.store")
+        if len(value.shape) != len(shape) and _is_full(rect, shape) and \
+                math.prod(value.shape) == math.prod(shape):
+            # The same elements in another rank (a [1, 1] partition reduction into one element
+            # of a [B, H] tensor, as nki-samples' flash attention backward stores its sink
+            # gradients): a copy in element order.
+            value = _concrete(value)
+        else:
+            value = _concrete(_restrict(value, rect, shape))
     _store_view(view, value)
 
 
@@ -307,6 +315,28 @@ def atomic_rmw(dst, value, op, *, mask=None, **kwargs):
         _rmw.accumulate(dst, _concrete(_operand(value, "nl.atomic_rmw")))
         return
     store(dst, value=add(load(dst, mask=mask, dtype=float32), value, dtype=float32), mask=mask)
+
+
+def _load_rows(src, mask, dtype):
+    """nl.load of rows chosen at run time (src[idx_tile[i_p, 0], i_f]); mask= restricts the
+    partitions and columns loaded (nki-samples' nearest-neighbour resize masks the partitions
+    past the image's last pixel), the other elements are left unwritten."""
+    dt = src.dtype if dtype is None else _nl.to_dtype(dtype)
+    shape = list(src.shape)
+    rect = _rectangle(mask, shape)
+    if rect is None:
+        return _mark_partial(_new_like(shape, dt), None)
+    if _is_full(rect, shape):
+        return _nl.load(src, dt)
+    rows = _IndirectView(_index_rect(src.view, [(0, src.view.shape[0])] + rect[1:]),
+                         _index_rect(src.rows, [rect[0], (0, 1)]))
+    dst = _new_like(shape, dt)
+    part = _index_rect(dst, rect)
+    if dt == src.dtype:
+        _isa.dma_copy(part, rows)
+    else:
+        _isa.tensor_copy(part, _nl.load(rows))
+    return _mark_partial(dst, rect)
 
 
 def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):

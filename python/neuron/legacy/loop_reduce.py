@@ -3,6 +3,7 @@ accumulates x into dst across the iterations of the listed loops: dst = op(dst, 
 the assignment runs. Legacy loops are unrolled, so each iteration simply applies it in place
 (one tensor_tensor; no extra copy)."""
 from .. import isa as _isa
+from .deferred import resolve
 from .ops import operand
 from .views import concrete
 
@@ -16,5 +17,7 @@ class LoopReduce:
     def apply(self, view):
         """view = op(view, x), in place."""
         from .isa import _name
-        x = concrete(operand(self.x, "nl.loop_reduce"))
+        # x may be a pending result (nisa.tensor_reduce(...) passed straight in, as nki-samples'
+        # flash attention backward does for its sink gradients): emitted into its tile first.
+        x = concrete(operand(resolve(self.x), "nl.loop_reduce"))
         _isa.tensor_tensor(view, view, x, _name(self.op))

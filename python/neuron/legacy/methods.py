@@ -44,7 +44,7 @@ def legacy_getitem(self, key):
         if rect is None:
             error("mask", "this operand mask excludes every element")
         return MaskedOperand(self, rect)
-    return grid_view(self, keys)
+    return _nl.remember_view(self, key, grid_view(self, keys))
 
 
 def store_view(view, value):
@@ -118,6 +118,8 @@ def _region(self, key):
 
 
 def _setitem(self, key, value):
+    if _nl.updated_in_place(self, key, value):
+        return  # `t[i_p, i_f] += x`: the grid's view was updated in place (no copy onto itself)
     keys = key if isinstance(key, tuple) else (key,)
     if isinstance(value, deferred.Deferred):  # `t[k] = nisa.nc_matmul(...)`: write t[k] directly
         view = legacy_getitem(self, key) if _is_legacy(keys) else _prev_getitem(self, key)

@@ -78,9 +78,9 @@ class SplitView(GridView):
         if len(set(walked)) != len(walked):
             error("index", f"two dims of '{name}' walk the same grid axis (a diagonal); only one "
                   "subscript may use each grid axis")
-        if walked != sorted(walked):
-            error("index", f"the grid axes walk the dims of '{name}' in another order (a "
-                  "transposed placement); grid axes must follow the tensor's dims in order")
+        if walked != sorted(walked) and on_chip:
+            error("index", f"the grid axes walk the dims of the tile '{name}' in another order "
+                  "(a transposed placement); grid axes must follow a tile's dims in order")
         for (const, walk), j in zip(self.dims, self.rest):
             if j is not None and walk[j] < 0:  # extra axes are fixed per piece: any sign
                 error("index", f"a subscript of '{name}' walks a grid axis with a negative "
@@ -123,7 +123,14 @@ class SplitView(GridView):
                 first, step = start + walk[j] * lo, walk[j]
                 subs.append(_sub("ds", first, hi - lo) if step == 1 else
                             _sub("slice", first, first + step * (hi - lo - 1) + 1, step))
-            yield fixed, _C.index(self.base, subs)
+            view = _C.index(self.base, subs)
+            # An HBM tensor's dims walked out of the grid's order (`out[b, i_f, i_p]`, a
+            # transposed store, as nki-samples' Stable Diffusion attention writes its output):
+            # the view's dims reordered into the grid's, which a DMA walks like any view.
+            walked = [j for j in self.rest if j is not None]
+            if walked != sorted(walked):
+                view = view.permute(sorted(range(len(walked)), key=lambda d: walked[d]))
+            yield fixed, view
 
     def layout(self):
         """The dims of the tile this view gathers into, as groups of result axes: one each, but

@@ -14,7 +14,7 @@ from .. import _C
 from .._span import user_span
 from .grid import Grid, broadcast_shapes, error, is_scalar_index
 from .mask import rectangle
-from ..reshape import base_subscripts, new_shape
+from ..reshape import NotABox, base_subscripts, new_shape, storage_view
 
 ON_CHIP = (_C.Memory.sbuf, _C.Memory.psum)
 
@@ -378,8 +378,11 @@ class ReshapedView(GridView):
             _, start, step, j = e
             lo, hi = (0, self.shape[j]) if rect is None else rect[j]
             picks.append((start + lo * step, hi - lo, step))
-        return _C.index(self.base, base_subscripts(list(self.base.shape), self.view_shape,
-                                                   picks, self.base.name, _sub))
+        try:
+            return _C.index(self.base, base_subscripts(list(self.base.shape), self.view_shape,
+                                                       picks, self.base.name, _sub))
+        except NotABox as e:
+            return storage_view(self.base, self.view_shape, picks, self.base.name, str(e))
 
 
 class MaskedOperand:
