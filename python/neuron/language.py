@@ -308,8 +308,7 @@ class _Copy(_Fn):
         return _C.copy(x, to_dtype(dtype), user_span())
 
 
-_INTEGER = {_C.DType.int8, _C.DType.int16, _C.DType.int32, _C.DType.uint8, _C.DType.uint16,
-            _C.DType.uint32}
+_INTEGER = {int8, int16, int32, uint8, uint16, uint32}
 
 
 class _Unary(_Fn):
@@ -321,7 +320,7 @@ class _Unary(_Fn):
             # back to its own dtype unless dtype= says otherwise: nki-samples' resize takes
             # nl.floor of an int32 quotient.
             out = x.dtype if dtype is None else to_dtype(dtype)
-            return _C.unary(self.name, _C.copy(x, _C.DType.float32, span), out, span)
+            return _C.unary(self.name, _C.copy(x, float32, span), out, span)
         return _C.unary(self.name, x, to_dtype(dtype), span)
 
 
