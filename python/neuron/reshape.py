@@ -7,8 +7,9 @@ A reshape pairs the dims of both shapes into groups of equal element count (`[2,
 `[128]`). Within a group, the subscripted box of the new dims must be one contiguous run of
 elements, and that run one box of the base dims: then the base view holds exactly the selected
 elements in the same (row-major) order, and a DMA moves them between it and a tile of the new
-shape (the consumer sees a view whose shape differs from the tile's; docs/nki-compat.md). Runs
-that are not a box (rows 32..95 of a merged [2, 64]) are refused with the rule that fails.
+shape (the consumer sees a view whose shape differs from the tile's; docs/nki-compat.md). A run
+that is not a box (rows 32..95 of a merged [2, 64]) is a view of the base's storage when the base
+is a whole HBM tensor (storage_view), else refused with the rule that fails.
 
 A start that has no value at trace time (a loop index, program id or register) works where the
 run stays affine in it: on a dim the reshape leaves alone, and on the outermost dim of a split
