@@ -122,6 +122,7 @@ struct Walk {
 
   bool covered(const AccessPattern& r) const {
     if (has_register(r.offset) || has_register(r.partition)) return false;
+    const Extent extent = extent_of(r);
     // The newest kLookBack writes, newest first: a read is most often of what an instruction
     // just wrote, and an unrolled program has hundreds of thousands of writes (vLLM's paged
     // attention spent 38 s of its compile scanning them all for every read). A read covered
@@ -134,7 +135,7 @@ struct Walk {
       if (c.memory != r.memory || !(c.rotation == r.rotation) ||
           !same_terms(c.partition, r.partition))
         continue;
-      Extent re = extent_of(r);
+      Extent re = extent;
       if (!same_terms(c.offset, r.offset) && !widened(r.offset, c.offset, re)) continue;
       const int64_t db = r.offset.constant - c.offset.constant;
       const int64_t dp = r.partition.constant - c.partition.constant;
