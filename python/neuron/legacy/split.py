@@ -69,6 +69,12 @@ class SplitView(GridView):
             self.extra |= merged
             self.rest = [next((j for j in w if j not in self.extra), None) for _, w in self.dims]
         self._check(on_chip)
+        # An HBM tensor's dims walked out of the grid's order (`out[b, i_f, i_p]`, a transposed
+        # store, as nki-samples' Stable Diffusion attention writes its output): each piece's
+        # view gets its dims reordered into the grid's, which a DMA walks like any view.
+        walked = [j for j in self.rest if j is not None]
+        self.dim_order = None if walked == sorted(walked) else \
+            sorted(range(len(walked)), key=lambda d: walked[d])
         super().__init__(base, None, [self.S[j] for j in self.res_axes], self.res_axes,
                          len(self.S))
 
@@ -124,13 +130,7 @@ class SplitView(GridView):
                 subs.append(_sub("ds", first, hi - lo) if step == 1 else
                             _sub("slice", first, first + step * (hi - lo - 1) + 1, step))
             view = _C.index(self.base, subs)
-            # An HBM tensor's dims walked out of the grid's order (`out[b, i_f, i_p]`, a
-            # transposed store, as nki-samples' Stable Diffusion attention writes its output):
-            # the view's dims reordered into the grid's, which a DMA walks like any view.
-            walked = [j for j in self.rest if j is not None]
-            if walked != sorted(walked):
-                view = view.permute(sorted(range(len(walked)), key=lambda d: walked[d]))
-            yield fixed, view
+            yield fixed, view if self.dim_order is None else view.permute(self.dim_order)
 
     def layout(self):
         """The dims of the tile this view gathers into, as groups of result axes: one each, but
