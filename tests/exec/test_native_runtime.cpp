@@ -291,6 +291,35 @@ TEST_CASE("programs above NEURON_HOST_KERNELS_ABOVE instructions call the host k
   unsetenv("NEURON_CACHE");
 }
 
+TEST_CASE("native scratch: a kernel keeps its worker scratch after many other kernels ran") {
+  // Each worker's SBUF/PSUM scratch is pooled per on-chip extent; the pool holds 64. Kernels of
+  // 66 other extents (a model's operators) evict the oldest, not the one running now: before,
+  // a full pool refused every newcomer, and a kernel run after them mapped (and cleared) a
+  // fresh scratch on every launch.
+  RunReport rr;
+  NativeOptions o;
+  o.report = &rr;
+  o.threads = 1;
+  auto run = [&](int64_t free_elems) {
+    Compiled c = compile(vector_add_kernel(128, free_elems), default_compile_options());
+    Tensor a = Tensor::empty({128, free_elems}, f32), b = Tensor::empty({128, free_elems}, f32);
+    a.set(3, 1.5f), b.set(3, 2.0f);
+    Tensor out = run_native(c, {a, b}, {1}, o)[0];
+    REQUIRE(out.get(3) == 3.5f);
+    return rr.scratch_made;
+  };
+  // Three fp32 tiles of 32j elements a partition: 6j + 1 cache lines of pitch, all distinct
+  // (a few may match earlier test cases' kernels, whose scratch the pool may still hold).
+  for (int64_t j = 1; j <= 66; ++j) run(32 * j);
+  CHECK(run(8) == 1);        // a new extent, after the pool filled
+  CHECK(run(8) == 0);        // kept: the oldest scratch made way
+  CHECK(run(32) == 1);       // that was this one's
+  CHECK(run(32 * 66) == 0);  // the newest stay
+  CHECK(rr.str().find("new scratch") == std::string::npos);
+  run(32 * 67);
+  CHECK(rr.str().find(", 1 new scratch") != std::string::npos);
+}
+
 TEST_CASE("native threads: NEURON_THREADS is the default, the call's option wins") {
   Compiled c = compile(vector_add_kernel(512, 8), default_compile_options());
   Tensor a = Tensor::empty({512, 8}, f32), b = Tensor::empty({512, 8}, f32);

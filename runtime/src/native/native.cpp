@@ -141,8 +141,10 @@ std::string CompileReport::str() const {
 }
 
 std::string RunReport::str() const {
-  return fmt::format("[neuron] run: {} programs on {} threads{}, checks {:.3f} ms, run {:.3f} ms\n",
-                     programs, threads, openmp_team ? " (OpenMP team)" : "", check_ms, run_ms);
+  return fmt::format(
+      "[neuron] run: {} programs on {} threads{}, checks {:.3f} ms, run {:.3f} ms{}\n", programs,
+      threads, openmp_team ? " (OpenMP team)" : "", check_ms, run_ms,
+      scratch_made ? fmt::format(", {} new scratch", scratch_made) : "");
 }
 
 const Program& NativeKernel::program() const {

@@ -1,9 +1,9 @@
 // Running a native kernel: call validation, per-launch bounds checks, and the SPMD grid on
 // worker threads, each with its own SBUF/PSUM scratch (reused across programs and runs).
-#include <fmt/format.h>
-
 #include <dlfcn.h>
+#include <fmt/format.h>
 #include <link.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,12 +21,12 @@
 #include <thread>
 
 #include "native_impl.hpp"
-#include "neuron/base/error.hpp"
 #include "neuron/base/config.hpp"
+#include "neuron/base/error.hpp"
 #include "neuron/base/print.hpp"
+#include "neuron/base/target.hpp"
 #include "neuron/codegen/fault.hpp"
 #include "neuron/runtime/sim.hpp"
-#include "neuron/base/target.hpp"
 
 namespace neuron {
 namespace {
@@ -36,30 +36,38 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-// One worker's on-chip memories. calloc: the OS hands out zero pages lazily, so a 24 MiB SBUF
-// costs only what programs touch. `*_dirty`: bytes per partition possibly nonzero.
+// One worker's on-chip memories, mapped anonymously: the OS hands out zero pages lazily, so a
+// 24 MiB SBUF costs only what programs touch. (Not calloc: once glibc has freed a large block it
+// serves blocks of up to 32 MiB from its heap, and calloc then clears all of them, ~1 ms for an
+// SBUF, on every new scratch.) `*_dirty`: bytes per partition possibly nonzero.
 struct Scratch {
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
+  struct Unmap {
+    size_t bytes = 0;
+    void operator()(void* p) const { munmap(p, bytes); }
   };
-  std::unique_ptr<char, Free> sbuf, psum;
-  std::unique_ptr<uint8_t, Free> flags;
+  template <typename T>
+  using Mapped = std::unique_ptr<T, Unmap>;
+  Mapped<char> sbuf, psum;
+  Mapped<uint8_t> flags;
   int partitions = 0;
   int64_t sbuf_pb = 0, psum_pb = 0;
   int64_t sbuf_dirty = 0, psum_dirty = 0;
   bool flags_dirty = false;  // the last program run on this scratch may have set flags
 
-  static void* zeroed(size_t n) {
-    void* p = std::calloc(n == 0 ? 1 : n, 1);
-    if (!p) throw std::bad_alloc();
-    return p;
+  template <typename T>
+  static Mapped<T> zeroed(int64_t n) {
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1));
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return Mapped<T>(static_cast<T*>(p), Unmap{bytes});
   }
   Scratch(const Target& t, const native::Pitch& pitch)
-      : partitions(t.partitions), sbuf_pb(pitch.sbuf), psum_pb(pitch.psum) {
-    sbuf.reset(static_cast<char*>(zeroed(static_cast<size_t>(partitions * sbuf_pb))));
-    psum.reset(static_cast<char*>(zeroed(static_cast<size_t>(partitions * psum_pb))));
-    flags.reset(static_cast<uint8_t*>(zeroed(static_cast<size_t>(partitions * psum_pb))));
-  }
+      : sbuf(zeroed<char>(t.partitions * pitch.sbuf)),
+        psum(zeroed<char>(t.partitions * pitch.psum)),
+        flags(zeroed<uint8_t>(t.partitions * pitch.psum)),
+        partitions(t.partitions),
+        sbuf_pb(pitch.sbuf),
+        psum_pb(pitch.psum) {}
   bool fits(const Target& t, const native::Pitch& pitch) const {
     return partitions == t.partitions && sbuf_pb == pitch.sbuf && psum_pb == pitch.psum;
   }
@@ -94,26 +102,35 @@ struct Scratch {
   }
 };
 
-// Scratch is kept between runs (a fresh calloc per run would fault in pages every time).
+// Scratch is kept between runs (a fresh one per run would fault in its pages every time).
+// Least recently returned first out: a process that has run more kernels than the pool holds
+// (a model's dozens of operators, forward and backward) keeps the scratch of those it runs now.
 struct ScratchPool {
+  static constexpr size_t kCapacity = 64;
   std::mutex mutex;
-  std::vector<std::unique_ptr<Scratch>> free;
+  std::deque<std::unique_ptr<Scratch>> free;  // most recently returned last
 
-  std::unique_ptr<Scratch> take(const Target& t, const native::Pitch& pitch) {
+  // The scratch and whether it was made now (a launch reports how many it made).
+  std::pair<std::unique_ptr<Scratch>, bool> take(const Target& t, const native::Pitch& pitch) {
     {
       std::lock_guard lock(mutex);
-      for (size_t i = 0; i < free.size(); ++i)
-        if (free[i]->fits(t, pitch)) {
-          auto s = std::move(free[i]);
-          free.erase(free.begin() + static_cast<std::ptrdiff_t>(i));
-          return s;
+      for (auto it = free.rbegin(); it != free.rend(); ++it)
+        if ((*it)->fits(t, pitch)) {
+          auto s = std::move(*it);
+          free.erase(std::next(it).base());
+          return {std::move(s), false};
         }
     }
-    return std::make_unique<Scratch>(t, pitch);
+    return {std::make_unique<Scratch>(t, pitch), true};
   }
   void give(std::unique_ptr<Scratch> s) {
+    std::unique_ptr<Scratch> evicted;  // unmapped outside the lock
     std::lock_guard lock(mutex);
-    if (free.size() < 64) free.push_back(std::move(s));
+    free.push_back(std::move(s));
+    if (free.size() > kCapacity) {
+      evicted = std::move(free.front());
+      free.pop_front();
+    }
   }
 };
 ScratchPool& pool() {
@@ -267,11 +284,13 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
   int64_t npids[4] = {1, 1, 1, 1};
   for (size_t a = 0; a < grid.size(); ++a) npids[a] = grid[a];
   std::atomic<int64_t> counter{0};
+  std::atomic<int> scratch_made{0};
   // A worker that fails (out of memory for its scratch) stops the others; the caller rethrows.
   std::mutex error_mutex;
   std::exception_ptr error;
   auto work = [&] {
-    std::unique_ptr<Scratch> s = pool().take(target, k.pitch);
+    auto [s, made] = pool().take(target, k.pitch);
+    if (made) scratch_made.fetch_add(1, std::memory_order_relaxed);
     native::set_print_stream(opts.print);
     std::vector<native::InstrTicks> ticks;
     native::set_profile_table(opts.profile ? &ticks : nullptr);
@@ -364,6 +383,7 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
     opts.report->threads = threads;
     opts.report->programs = total;
     opts.report->openmp_team = team != nullptr;
+    opts.report->scratch_made = scratch_made.load();
   }
 }
 

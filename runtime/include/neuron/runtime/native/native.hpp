@@ -37,6 +37,9 @@ struct RunReport {
   int threads = 1;
   int64_t programs = 0;
   bool openmp_team = false;  // the grid ran on the process's OpenMP team (docs/native.md)
+  // SBUF/PSUM scratches this launch had to map (0: each worker reused one an earlier launch
+  // of a kernel with the same on-chip extent returned; docs/native.md "Scratch").
+  int scratch_made = 0;
   std::string str() const;
 };
 
