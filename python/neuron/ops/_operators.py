@@ -52,13 +52,19 @@ def _autograd(op, backward, setup_context):
     """op.register_autograd(backward, setup_context), and the same formulas as a plain
     torch.autograd.Function over the operator's implementation for call()'s eager path: the
     custom operator's autograd wrapper costs ~60 us per forward and backward pair
-    (torch.autograd.grad of a softmax over [1, 16]: 148 -> 88 us)."""
+    (torch.autograd.grad of a softmax over [1, 16]: 148 -> 88 us). call() passes every
+    argument (defaults filled in), as the operator's own autograd would see them."""
     op.register_autograd(backward, setup_context=setup_context)
     name = op._name
+
+    # A forward taking ctx, not a separate setup_context: Function.apply then skips binding
+    # the arguments to forward's signature (inspect.signature on every call, ~10 us).
+    def forward(ctx, *args):
+        out = IMPLS[name](*args)
+        setup_context(ctx, args, out)
+        return out
     _EAGER[name] = type(f"{name}_eager", (torch.autograd.Function,), {
-        "forward": staticmethod(lambda *args: IMPLS[name](*args)),
-        "setup_context": staticmethod(setup_context),
-        "backward": staticmethod(backward)})
+        "forward": staticmethod(forward), "backward": staticmethod(backward)})
 
 
 # Tensor types that behave as plain tensors (nn.Parameter disables __torch_function__).
