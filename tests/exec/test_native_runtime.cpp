@@ -292,10 +292,10 @@ TEST_CASE("programs above NEURON_HOST_KERNELS_ABOVE instructions call the host k
 }
 
 TEST_CASE("native scratch: a kernel keeps its worker scratch after many other kernels ran") {
-  // Each worker's SBUF/PSUM scratch is pooled per on-chip extent; the pool holds 64. Kernels of
-  // 66 other extents (a model's operators) evict the oldest, not the one running now: before,
-  // a full pool refused every newcomer, and a kernel run after them mapped (and cleared) a
-  // fresh scratch on every launch.
+  // Each worker's SBUF/PSUM scratch is pooled per on-chip extent. Kernels of more extents than
+  // the pool holds (a model's operators) evict the oldest, not the one running now: before, a
+  // full pool refused every newcomer, and a kernel run after them mapped (and cleared) a fresh
+  // scratch on every launch.
   RunReport rr;
   NativeOptions o;
   o.report = &rr;
@@ -310,14 +310,28 @@ TEST_CASE("native scratch: a kernel keeps its worker scratch after many other ke
   };
   // Three fp32 tiles of 32j elements a partition: 6j + 1 cache lines of pitch, all distinct
   // (a few may match earlier test cases' kernels, whose scratch the pool may still hold).
-  for (int64_t j = 1; j <= 66; ++j) run(32 * j);
-  CHECK(run(8) == 1);        // a new extent, after the pool filled
-  CHECK(run(8) == 0);        // kept: the oldest scratch made way
-  CHECK(run(32) == 1);       // that was this one's
-  CHECK(run(32 * 66) == 0);  // the newest stay
+  const int64_t flood = static_cast<int64_t>(native_scratch_pool_capacity()) + 2;
+  REQUIRE(flood >= 66);  // at least the 64 it always keeps
+  for (int64_t j = 1; j <= flood; ++j) run(32 * j);
+  CHECK(run(8) == 1);           // a new extent, after the pool filled
+  CHECK(run(8) == 0);           // kept: the oldest scratch made way
+  CHECK(run(32) == 1);          // that was this one's
+  CHECK(run(32 * flood) == 0);  // the newest stay
   CHECK(rr.str().find("new scratch") == std::string::npos);
-  run(32 * 67);
+  run(32 * (flood + 1));
   CHECK(rr.str().find(", 1 new scratch") != std::string::npos);
+}
+
+TEST_CASE("native scratch: the pool keeps 16 launches' worth at the widest launch") {
+  // A launch on 8 threads takes up to 8 scratches: the pool grows to hold 16 such launches.
+  const std::size_t before = native_scratch_pool_capacity();
+  CHECK(before >= 64);
+  Compiled c = compile(vector_add_kernel(1024, 8), default_compile_options());
+  Tensor a = Tensor::empty({1024, 8}, f32), b = Tensor::empty({1024, 8}, f32);
+  NativeOptions o;
+  o.threads = 8;
+  run_native(c, {a, b}, {8}, o);
+  CHECK(native_scratch_pool_capacity() == std::max<std::size_t>(before, 16 * 8));
 }
 
 TEST_CASE("native threads: NEURON_THREADS is the default, the call's option wins") {

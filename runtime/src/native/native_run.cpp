@@ -105,8 +105,11 @@ struct Scratch {
 // Scratch is kept between runs (a fresh one per run would fault in its pages every time).
 // Least recently returned first out: a process that has run more kernels than the pool holds
 // (a model's dozens of operators, forward and backward) keeps the scratch of those it runs now.
+// It holds 64, or 16 launches' worth at the most threads a launch has used (a launch on 64
+// threads takes 64 scratches).
 struct ScratchPool {
-  static constexpr size_t kCapacity = 64;
+  static constexpr size_t kMinCapacity = 64, kLaunchesKept = 16;
+  size_t capacity = kMinCapacity;
   std::mutex mutex;
   std::deque<std::unique_ptr<Scratch>> free;  // most recently returned last
 
@@ -123,11 +126,12 @@ struct ScratchPool {
     }
     return {std::make_unique<Scratch>(t, pitch), true};
   }
-  void give(std::unique_ptr<Scratch> s) {
+  void give(std::unique_ptr<Scratch> s, int threads) {
     std::unique_ptr<Scratch> evicted;  // unmapped outside the lock
     std::lock_guard lock(mutex);
+    capacity = std::max(capacity, kLaunchesKept * static_cast<size_t>(threads));
     free.push_back(std::move(s));
-    if (free.size() > kCapacity) {
+    if (free.size() > capacity) {
       evicted = std::move(free.front());
       free.pop_front();
     }
@@ -322,7 +326,7 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
       const native::Fault f = native::take_fault();
       if (f.kind != native::kFaultNone) {
         native::set_profile_table(nullptr);
-        pool().give(std::move(s));
+        pool().give(std::move(s), threads);
         std::string where;
         for (size_t a = 0; a < grid.size(); ++a)
           where += fmt::format("{}pid{}={}", a ? ", " : "", a, pids[a]);
@@ -340,7 +344,7 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
         (*opts.profile)[i].calls += ticks[i].calls;
       }
     }
-    pool().give(std::move(s));
+    pool().give(std::move(s), threads);
   };
   auto worker = [&] {
     try {
@@ -385,6 +389,11 @@ void NativeKernel::run(const std::vector<Tensor>& tensors, const std::vector<int
     opts.report->openmp_team = team != nullptr;
     opts.report->scratch_made = scratch_made.load();
   }
+}
+
+std::size_t native_scratch_pool_capacity() {
+  std::lock_guard lock(pool().mutex);
+  return pool().capacity;
 }
 
 }  // namespace neuron

@@ -123,4 +123,8 @@ void clear_native_kernels();
 // per memory level, plus those evicted but still held by NativeKernel objects.
 std::size_t loaded_native_kernels();
 
+// How many SBUF/PSUM worker scratches the pool keeps between launches (least recently returned
+// out first): 64, or 16 launches' worth at the most threads a launch has used.
+std::size_t native_scratch_pool_capacity();
+
 }  // namespace neuron
