@@ -64,7 +64,8 @@ void init_runtime(py::module_& m) {
       .def_readonly("log_compile", &Config::log_compile)
       .def_readonly("profile_dir", &Config::profile_dir)
       .def_readonly("eager", &Config::eager)
-      .def_readonly("strict", &Config::strict);
+      .def_readonly("strict", &Config::strict)
+      .def_readonly("cache_memory_entries", &Config::cache_memory_entries);
   m.def("config", &config);
   py::class_<Tensor>(m, "HostTensor")
       .def_static("empty", &Tensor::empty)

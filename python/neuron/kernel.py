@@ -21,6 +21,7 @@ import numpy as np
 
 from . import _C
 from . import eager
+from . import lru
 from . import runtime
 from . import shared_constants
 from . import collectives, unroll
@@ -31,7 +32,7 @@ from .language import NKIObject, _Fn, _State
 
 
 MODES = ("native", "simulate", "eager")
-_FAST_MAX = 64  # fast-path signatures kept per kernel (more take the general path)
+_FAST_MAX = 64  # fast-path signatures kept per kernel (the least recently used dropped)
 _GRIDS_MAX = 64  # launch grids kept per kernel (kernel[g] for more is made afresh)
 
 _PARAM_KINDS = ("int, float, bool, str, None, an enum member, a dtype, a buffer (nl.sbuf, ...), "
@@ -282,14 +283,17 @@ class Kernel:
         self.profile = profile
         self._last = threading.local()  # per thread: threads may call one kernel at once
         # signature (tensor specs, parameter keys) -> Compiled; and IR text -> Compiled, so
-        # parameter values that trace to the same IR share one compile.
-        self._cache = {} if _cache is None else _cache
-        self._by_ir = {} if _by_ir is None else _by_ir
-        self._consts = {} if _consts is None else _consts  # signature -> shared_constant arrays
+        # parameter values that trace to the same IR share one compile. Bounded (lru.py): a
+        # process may meet new shapes without end.
+        self._cache = lru.Lru() if _cache is None else _cache
+        self._by_ir = lru.Lru() if _by_ir is None else _by_ir
+        # signature -> shared_constant arrays: only the signatures of kernels that have them,
+        # kept while the kernel lives (a launch of a cached signature needs them).
+        self._consts = {} if _consts is None else _consts
         # _fast_key -> (compiled, constants, tensor positions, tensor dtypes, torch out?): the
         # calls that skip binding and keying (a cached call's cost, docs/performance.md). Per
         # grid (kernel[g] is its own Kernel).
-        self._fast = {}
+        self._fast = lru.Lru(_FAST_MAX)
         self._grids = {}  # grid -> kernel[grid], so a launch written inline keeps its fast path
         functools.update_wrapper(self, fn, updated=())  # never copy fn.__dict__ over ours
         self._signature = inspect.signature(fn)
@@ -534,7 +538,7 @@ class Kernel:
                 arrays += [a.copy() for a in consts]  # a write cannot stick
                 outs, report = runtime.run(compiled, arrays, grid, self.mode, self.profile)
                 write_back()
-                if fast is not None and len(self._fast) < _FAST_MAX:
+                if fast is not None:
                     at = [i for i, n in enumerate(self._params) if n in call.tensors]
                     self._fast[fast] = (compiled, grid, returns, consts, at,
                                         [to_dtype(args[i].dtype) for i in at],

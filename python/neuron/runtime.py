@@ -1,12 +1,11 @@
 """Calling kernels: NumPy / torch arguments to host tensors (zero-copy when contiguous), the
 simulator, and outputs back as the caller's array kind."""
-import collections
 import sys
-import threading
 
 import numpy as np
 
 from . import _C
+from . import lru
 from .dtypes import from_ml_dtypes, numpy_dtype, to_dtype, torch_dtype
 
 
@@ -90,10 +89,8 @@ def spec_of(a, name):
 # Loaded native kernels by compiled kernel: id(compiled) -> (compiled, kernels mode, kernel,
 # the report of a reuse, {grid: how run_torch allocates the outputs}).
 # The entry holds `compiled`, so its id is not reused while the entry lives; least recently used
-# entries go first (the C++ caches below keep what is evicted here).
-_loaded = collections.OrderedDict()
-_loaded_lock = threading.Lock()
-_LOADED_MAX = 256
+# entries go first (lru.py; the C++ caches below keep what is evicted here).
+_loaded = lru.Lru()
 
 
 def _loaded_entry(compiled):
@@ -103,17 +100,12 @@ def _loaded_entry(compiled):
     us a call)."""
     # The variables that select other machine code for the same compiled kernel.
     mode = _C.native_code_env()
-    with _loaded_lock:
-        hit = _loaded.get(id(compiled))
-        if hit is not None and hit[0] is compiled and hit[1] == mode:
-            _loaded.move_to_end(id(compiled))
-            return hit, True
+    hit = _loaded.get(id(compiled))
+    if hit is not None and hit[0] is compiled and hit[1] == mode:
+        return hit, True
     kernel = _C.compile_native(compiled)  # the compile cache serves concurrent callers
     entry = (compiled, mode, kernel, kernel.reuse_report, {})
-    with _loaded_lock:
-        _loaded[id(compiled)] = entry
-        while len(_loaded) > _LOADED_MAX:
-            _loaded.popitem(last=False)
+    _loaded[id(compiled)] = entry
     return entry, False
 
 
@@ -126,8 +118,7 @@ def native_kernel(compiled):
 
 def clear_loaded():
     """Forgets the loaded kernels (neuron.cache.clear)."""
-    with _loaded_lock:
-        _loaded.clear()
+    _loaded.clear()
 
 
 def host_tensors(arrays):

@@ -28,6 +28,7 @@ import math
 
 import torch
 
+from .. import lru
 from . import emit
 
 MAX_CAPTURED = 16384  # fp32 elements per SBUF partition for all captured tensors (64 KiB)
@@ -167,7 +168,7 @@ class Shape:
         return tuple(sorted(vars(self).items()))
 
 
-_KERNELS = {}
+_KERNELS = lru.Lru()  # bounded: a service may try mods without end (neuron/lru.py)
 
 
 def get_kernel(sh, score_graph, mask_graph):

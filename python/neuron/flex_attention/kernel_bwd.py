@@ -32,12 +32,13 @@ import math
 
 import torch
 
+from .. import lru
 from . import emit
 from . import kernel as _fwd
 from .kernel import (TRACES, _captured, block_lists, chunked_T, chunked_matmul, columns,
                      operand_dtype, whole_T)
 
-_KERNELS = {}
+_KERNELS = lru.Lru()  # bounded: a service may try mods without end (neuron/lru.py)
 
 
 def q_lists(block_mask, B, Hq, L, S, QB, KB):

@@ -4,7 +4,7 @@ rejects when it is traced (NeuronError) fall back to the operator's PyTorch refe
 DESIGN.md's rule (neuron.torch.note_fallback), remembered so the trace is not retried."""
 import functools
 
-from .. import registry, runtime
+from .. import lru, registry, runtime
 from ..errors import NeuronError
 from ..torch import note_fallback
 
@@ -28,8 +28,8 @@ strict = None  # neuron.ops.strict() sets it; None: NEURON_STRICT decides
 # far slower; scripts/op_coverage.py runs the ops on both).
 mode = "native"
 profiles = None  # ops.profiled() sets a list: (kernel name, runtime.NativeProfile) per launch
-_compiled = {}  # signature -> the compiled kernel
-_rejected = {}  # signature -> why the kernel refused it
+_compiled = lru.Lru()  # signature -> the compiled kernel (bounded: shapes vary without end)
+_rejected = lru.Lru()  # signature -> why the kernel refused it
 
 
 def launch(op, name, grid, tensors, params, reference):
@@ -43,13 +43,14 @@ def launch(op, name, grid, tensors, params, reference):
     key = (name, tuple((tuple(t.shape), t.dtype) for t in tensors), tuple(params.items()))
     compiled = _compiled.get(key)
     if compiled is None:
-        if key not in _rejected:
+        why = _rejected.get(key)
+        if why is None:
             try:
                 compiled = _compiled[key] = registry.get(name).compile(*tensors, **params)
             except NeuronError as e:
-                _rejected[key] = e.message
+                why = _rejected[key] = e.message
         if compiled is None:
-            note_fallback(op, "shape", f"kernel {name} rejects these shapes: {_rejected[key]}",
+            note_fallback(op, "shape", f"kernel {name} rejects these shapes: {why}",
                           strict=strict, hint=" (strict mode: no fallback to PyTorch)")
             return reference()
     if mode == "native":
