@@ -33,7 +33,7 @@ from .language import NKIObject, _Fn, _State
 
 MODES = ("native", "simulate", "eager")
 _FAST_MAX = 64  # fast-path signatures kept per kernel (the least recently used dropped)
-_GRIDS_MAX = 64  # launch grids kept per kernel (kernel[g] for more is made afresh)
+_GRIDS_MAX = 64  # launch grids kept per kernel (the least recently used dropped)
 
 _PARAM_KINDS = ("int, float, bool, str, None, an enum member, a dtype, a buffer (nl.sbuf, ...), "
                 "an nl function, a function, a tuple, list or dict of those, or an NKIObject or "
@@ -294,7 +294,8 @@ class Kernel:
         # calls that skip binding and keying (a cached call's cost, docs/performance.md). Per
         # grid (kernel[g] is its own Kernel).
         self._fast = lru.Lru(_FAST_MAX)
-        self._grids = {}  # grid -> kernel[grid], so a launch written inline keeps its fast path
+        # grid -> kernel[grid], so a launch written inline keeps its fast path
+        self._grids = lru.Lru(_GRIDS_MAX)
         functools.update_wrapper(self, fn, updated=())  # never copy fn.__dict__ over ours
         self._signature = inspect.signature(fn)
         for p in self._signature.parameters.values():
@@ -326,8 +327,7 @@ class Kernel:
             return launch
         launch = Kernel(self.fn, grid, self.target, self.profile, self._cache, self.mode,
                         self._by_ir, self._consts)
-        if len(self._grids) < _GRIDS_MAX:
-            self._grids[grid] = launch
+        self._grids[grid] = launch
         return launch
 
     def trace(self, *args, **kwargs):

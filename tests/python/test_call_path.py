@@ -53,6 +53,23 @@ def test_a_launch_written_inline_keeps_the_cached_path():
         k[0]
 
 
+def test_the_most_recent_grids_and_signatures_stay_cached():
+    # More grids and signatures than a kernel keeps (64 each): the oldest make way, so a loop
+    # over the latest stays on the cached path (before, the 65th and later were never kept).
+    k = neuron.kernel(two_outputs)
+    launches = [k[g] for g in range(1, 71)]
+    assert k[70] is launches[-1] and k[70] is k[70] and k[1] is not launches[0]
+    a = RNG.standard_normal((16, 70)).astype(np.float32)
+    b = a[::-1].copy()
+    for n in range(1, 71):  # 70 shapes: 70 signatures
+        s, _ = k(a[:, :n].copy(), b[:, :n].copy())
+        np.testing.assert_array_equal(s, a[:, :n] + b[:, :n])
+    assert len(k._fast) == 64
+    # The latest shape is served by the cached path; the first made way.
+    assert k._fast.get(k._fast_key((a, b))) is not None
+    assert k._fast.get(k._fast_key((a[:, :1].copy(), b[:, :1].copy()))) is None
+
+
 def test_each_call_reads_its_own_arrays():
     k = neuron.kernel(two_outputs)
     for i in range(4):
