@@ -114,8 +114,9 @@ void dma_cost(InstrCost& c, const Instr& in, const Target& t) {
   const double per_engine_bytes = static_cast<double>(c.bytes) / static_cast<double>(engines);
   const double per_engine_desc =
       std::ceil(static_cast<double>(c.descriptors) / static_cast<double>(engines));
+  const double move_ns = per_engine_bytes / rate / (runs.strided ? t.dma_strided_efficiency : 1.0);
   c.engine_ns = per_engine_desc * t.dma_descriptor_ns +
-                per_engine_bytes / rate / (runs.strided ? t.dma_strided_efficiency : 1.0);
+                std::max(per_engine_desc * t.dma_descriptor_min_ns, move_ns);
   c.latency_ns = t.dma_latency_ns + t.dma_completion_ns;
   c.ns = c.engine_ns + c.latency_ns;
 }

@@ -172,7 +172,8 @@ TEST_CASE("ScalarE and GpSimd: N at their clock, bf16 2x on trn3, tables, iota s
 
 TEST_CASE("DMA: engines per partition group, a descriptor per contiguous HBM run, rates") {
   auto per_engine = [](const Target& t, double descs, double bytes, double rate, double eff = 1) {
-    return descs * t.dma_descriptor_ns + bytes / rate / eff;
+    return descs * t.dma_descriptor_ns +
+           std::max(descs * t.dma_descriptor_min_ns, bytes / rate / eff);
   };
   // [128, 512] bf16 from a [128, 512] tensor: contiguous, so one descriptor per engine.
   Instr ld = make(Opcode::dma_copy, Engine::dma, sb(bf, 0, 128, {row(512)}),
@@ -191,6 +192,13 @@ TEST_CASE("DMA: engines per partition group, a descriptor per contiguous HBM run
   CHECK(instr_cost(wide, trn2).descriptors == 128);
   CHECK(instr_cost(wide, trn2).engine_ns ==
         doctest::Approx(per_engine(trn2, 8, 8192, trn2.dma_read_bytes_per_ns)));
+  // Rows of 1 KiB move for the descriptor's minimum time, not their bytes' (DMAO's curve: below
+  // ~2 KiB a partition, throughput is proportional to the bytes): half as many bytes a row
+  // cost the engine the same.
+  CHECK(instr_cost(wide, trn2).engine_ns == doctest::Approx(8 * (20 + 60)));
+  Instr narrow = make(Opcode::dma_copy, Engine::dma, sb(bf, 0, 128, {row(256)}),
+                      {hbm2(0, bf, 128, 256, 8192)});
+  CHECK(instr_cost(narrow, trn2).engine_ns == instr_cost(wide, trn2).engine_ns);
   // 4 partitions go to one engine (DMAO example 1: 32 KiB on one engine, 1416 ns; within 15%).
   Instr four = make(Opcode::dma_copy, Engine::dma, sb(bf, 0, 4, {row(4096)}),
                     {hbm2(0, bf, 4, 4096, 4096)});
@@ -367,6 +375,7 @@ TEST_CASE("DMA engines: many transfers share 16 engines; small ones use one engi
       body.push_back(dma(sb(bf, 8192 * i, 128, {row(cols)}), hbm2(0, bf, 128, cols, cols)));
     Profile prof = run_timing(program({decl("x", {128, cols}, bf, kIn)}, std::move(body)));
     const double per_engine = trn2.dma_descriptor_ns + 65536 / trn2.dma_read_bytes_per_ns;
+    REQUIRE(65536 / trn2.dma_read_bytes_per_ns > trn2.dma_descriptor_min_ns);  // bytes-bound
     CHECK(prof.total_ns == doctest::Approx(trn2.dma_latency_ns + 16 * per_engine +
                                            trn2.dma_completion_ns));
     for (double b : prof.dma_engine_busy_ns) CHECK(b == doctest::Approx(16 * per_engine));

@@ -114,16 +114,20 @@ Target make_trn2() {
   t.act_table_load_ns = 1050;      // [DMAO] ~1.05 us bar before the first exp (example 2)
   t.semaphore_ns = 30;             // [assume] NC-v2's
   // DMA: 27.2 B/ns per engine, the DMA overview's "theoretical bandwidth of 27.2 GB/s" per
-  // engine [DMAO], and 29 ns per descriptor [fit: KO v2 and v3, DMA-bound at 39.89 ms and at
-  // 28.12 ms DMA-active with 16 descriptors + 20 KiB and 8 descriptors + 16 KiB per engine per
-  // 128x128x512 fp32 matmul: two equations, two unknowns]. The DMA overview's per-NC table
-  // (23 B/ns) and its one-engine 32 KiB transfer (1416 ns, 23.1 B/ns) are that rate with the
-  // overheads in: the model gives 1.23 us for the latter.
+  // engine [DMAO]. Per descriptor 20 ns, and its bytes move for at least 60 ns: the DMA
+  // overview's throughput curve is proportional to bytes per partition below ~2 KiB (10% of
+  // the 32 KiB throughput at 256 B, 42% at 1 KiB, 81% at 2 KiB, 97% at 4 KiB [DMAO fig]), and a
+  // 2 KiB packet moves in 97 ns [DMAO example 2]. [fit, session 41: the curve, example 2 and
+  // the KO and NA-GEMM steps together; worst figure 1.23x, was 2.56x with 29 ns per descriptor
+  // and no floor, fitted to KO v2 and v3 alone.] The DMA overview's per-NC table (23 B/ns) and
+  // its one-engine 32 KiB transfer (1416 ns, 23.1 B/ns) are that rate with the overheads in:
+  // the model gives 1.22 us for the latter.
   // Latency: ~1.0 us from trigger to the first byte, ~1.25 us trigger to completion for 0.1 us
   // of movement [DMAO examples 1, 2]: 1000 + 150.
   t.dma_read_bytes_per_ns = 27.2;
   t.dma_write_bytes_per_ns = 27.2;
-  t.dma_descriptor_ns = 29;
+  t.dma_descriptor_ns = 20;
+  t.dma_descriptor_min_ns = 60;
   t.dma_latency_ns = 1000;
   t.dma_completion_ns = 150;
   t.hbm_gbps_per_core = 2900.0 / 8;  // [arch] ~2.9 TB/s per chip, 8 cores per chip
@@ -148,7 +152,8 @@ Target make_trn3() {
   t.semaphore_ns = 30;             // [assume]
   t.dma_read_bytes_per_ns = 38.4;  // [DMAO] theoretical 38.4 GB/s per engine (NC-v4)
   t.dma_write_bytes_per_ns = 38.4;
-  t.dma_descriptor_ns = 29;        // [assume] NC-v3's
+  t.dma_descriptor_ns = 29;        // [assume] NC-v3's fit before session 41 (no trn3 DMA figure
+                                   // to check trn2's 60 ns floor against)
   t.dma_latency_ns = 1000;         // [assume] NC-v3's
   t.dma_completion_ns = 150;
   t.hbm_gbps_per_core = 4800.0 / 8;  // [arch] ~4.7-4.9 TB/s per chip, 8 cores per chip

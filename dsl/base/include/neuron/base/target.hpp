@@ -72,13 +72,15 @@ struct Target {
 
   // DMA: a transfer is split into packets, one per engine per group of partitions; each engine
   // moves its packets at its own rate and pays a cost per descriptor (a contiguous run of HBM
-  // bytes). The trigger-to-first-byte latency and the completion semaphores do not occupy the
-  // engines, so many transfers in flight hide them.
+  // bytes); a short descriptor still occupies the engine for dma_descriptor_min_ns (throughput
+  // proportional to bytes below ~2 KiB). The trigger-to-first-byte latency and the completion
+  // semaphores do not occupy the engines, so many transfers in flight hide them.
   int dma_engines = 16;
   int dma_partitions_per_engine = 8;
   double dma_read_bytes_per_ns = 23;   // per engine, HBM -> SBUF (and SBUF -> SBUF)
   double dma_write_bytes_per_ns = 23;  // per engine, SBUF -> HBM
   double dma_descriptor_ns = 20;       // per contiguous run of HBM bytes (or SBUF partition row)
+  double dma_descriptor_min_ns = 0;    // a descriptor's bytes move for at least this long
   double dma_latency_ns = 1000;        // trigger to the first byte moving
   double dma_completion_ns = 150;      // last byte to the semaphore seen by the waiting engine
   int64_t dma_strided_bytes = 16;      // an innermost HBM stride above this many bytes ...
