@@ -414,7 +414,7 @@ def test_auto_backend_takes_the_kernel_for_large_calls_only(monkeypatch):
     monkeypatch.setattr(api, "AUTO_KERNEL_SCORES", 2 * 64 * 64)
     q, k, v = qkv(1, 2, 2, 1, 64, 64, 16, 16)
     bm = create_block_mask(fh.causal, 1, 1, 64, 64, BLOCK_SIZE=32)
-    monkeypatch.setattr(api, "_auto_seen", api.collections.OrderedDict())
+    monkeypatch.setattr(api, "_auto_seen", api.lru.Lru(api._AUTO_SEEN_MAX))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         first = flex_attention(q, k, v, block_mask=bm)

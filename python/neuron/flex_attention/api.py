@@ -1,14 +1,13 @@
 """flex_attention: the public entry point, argument checks with PyTorch's wording, tracing
 of the mods, autograd wiring and the return conventions (out / (out, lse) / (out, AuxOutput))."""
-import collections
 import math
 import os
-import threading
 import warnings
 from typing import NamedTuple, Optional
 
 import torch
 
+from .. import lru
 from . import backward as _bwd
 from . import codegen, kernel as _kernel, kernel_bwd as _kernel_bwd, plan as _plan
 from . import reference, tracing
@@ -135,9 +134,8 @@ _warned_kernel = set()
 # host path, compiles nothing. Smaller calls, and calls the kernel cannot run, take the host
 # path without a warning.
 AUTO_KERNEL_SCORES = 1 << 24
-_auto_seen = collections.OrderedDict()  # signatures "auto" has seen once (least recent first)
-_auto_lock = threading.Lock()  # callers on several threads share it
 _AUTO_SEEN_MAX = 4096
+_auto_seen = lru.Lru(_AUTO_SEEN_MAX)  # signatures "auto" has seen once
 
 
 def _kernel_backend(kernel_options):
@@ -187,12 +185,8 @@ def _auto_kernel(q, k, v, score_graph, mask_graph, block_mask):
            mask_graph.key() if mask_graph is not None else None,
            tuple(block_mask.BLOCK_SIZE) if block_mask is not None else None,
            _needs_grad(q, k, v, score_graph))
-    with _auto_lock:
-        first = sig not in _auto_seen
-        _auto_seen[sig] = True
-        _auto_seen.move_to_end(sig)
-        while len(_auto_seen) > _AUTO_SEEN_MAX:
-            _auto_seen.popitem(last=False)
+    first = sig not in _auto_seen
+    _auto_seen[sig] = True
     if first:  # the first call: the host path, no compile
         return False
     return _kernel_why(q, k, v, score_graph, mask_graph, block_mask) is None
