@@ -207,6 +207,19 @@ def test_fully_masked_rows_are_zero_with_zero_gradients():
     assert not any(torch.isnan(t).any() for t in (dq, dk, dv))
 
 
+def test_empty_inputs_give_empty_results_as_pytorch_does():
+    # An empty batch or query length: PyTorch returns empty outputs; so do we, with gradients.
+    for qs, ks in (((0, 2, 10, 16), (0, 2, 12, 16)), ((2, 2, 0, 16), (2, 2, 12, 16))):
+        q, k = torch.randn(*qs, requires_grad=True), torch.randn(*ks)
+        bm = create_block_mask(fh.causal, None, None, qs[2], ks[2])
+        out = flex_attention(q, k, k, block_mask=bm, score_mod=fh.softcap(2.0))
+        assert out.shape == tfa.flex_attention(q.detach(), k, k).shape == qs
+        out.sum().backward()
+        assert q.grad.shape == qs
+    with pytest.raises(ValueError, match="at least one head"):
+        flex_attention(*(torch.randn(2, 0, 3, 4),) * 3)
+
+
 def test_return_conventions():
     q = torch.randn(1, 2, 50, 16)
     out = flex_attention(q, q, q)

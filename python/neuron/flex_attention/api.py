@@ -58,6 +58,9 @@ def _validate(query, key, value, block_mask, enable_gqa):
         raise ValueError(
             f"Expect query and key/value to have the same number of heads but got "
             f"Hq={query.size(-3)} and Hkv={key.size(-3)}. Try setting enable_gqa=True for GQA.")
+    if query.size(1) == 0 or key.size(1) == 0:
+        raise ValueError(f"flex_attention needs at least one head; got Hq={query.size(1)} and "
+                         f"Hkv={key.size(1)}")
     if enable_gqa and query.size(1) % key.size(1) != 0:
         raise ValueError(
             f"Expect number of query heads to be a multiple of kv heads for GQA but got "
@@ -271,8 +274,10 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
         raise RuntimeError("flex_attention: a tensor captured by mask_mod requires grad; masks "
                            "are not differentiable (detach it or capture it in score_mod)")
 
-    if error is not None:
-        warn_fallback(error)
+    if error is not None or B == 0:
+        if error is not None:
+            warn_fallback(error)
+        # An empty batch has nothing to run: the dense reference returns the empty results.
         dense = None
         blocks = (1, 1)
         if block_mask is not None:
