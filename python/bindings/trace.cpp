@@ -360,10 +360,17 @@ void init_trace(py::module_& m) {
                              const nl::tensor& vals, const Span& span) {
     isa::nc_find_index8(dst, data, vals, span);
   });
-  m.def("nc_match_replace8", [](const nl::tensor& dst, const nl::tensor& data,
-                                const nl::tensor& vals, double imm, const Span& span) {
-    isa::nc_match_replace8(dst, data, vals, imm, span);
-  });
+  m.def(
+      "nc_match_replace8",
+      [](const nl::tensor& dst, const nl::tensor& data, const nl::tensor& vals, double imm,
+         const Span& span, const std::optional<nl::tensor>& dst_idx) {
+        if (dst_idx)
+          isa::nc_match_replace8(dst, data, vals, imm, *dst_idx, span);
+        else
+          isa::nc_match_replace8(dst, data, vals, imm, span);
+      },
+      py::arg("dst"), py::arg("data"), py::arg("vals"), py::arg("imm"), py::arg("span"),
+      py::arg("dst_idx") = py::none());
   m.def("bn_stats", [](const nl::tensor& dst, const nl::tensor& data, const Span& span) {
     isa::bn_stats(dst, data, span);
   });

@@ -70,7 +70,7 @@ class EagerTensor:
         self._base, self._chain = base, tuple(chain)
         self._shape = list(base.array.shape) if shape is None else list(shape)
 
-    shape = property(lambda self: list(self._shape))
+    shape = property(lambda self: tuple(self._shape))  # a tuple, as a traced tensor's
     ndim = property(lambda self: len(self._shape))
     buffer = property(lambda self: self._base.buffer)
 

@@ -210,10 +210,16 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
 @_eager.op(writes=("dst",))
 def tensor_copy(dst, src, engine=None, name=None, dtype=None):
     """dst = src (with a cast to dst's dtype). dtype= (the NKI 0.2 beta form) is accepted: the
-    destination's dtype decides, as in the current API."""
+    destination's dtype decides, as in the current API. engine=nisa.engine.scalar copies
+    through fp32, as that engine does (NKI_API.md 3.2: int32 above 2**24 rounds); otherwise
+    a copy within one dtype is bit-exact."""
     span = user_span()
+    if engine == constants.engine.scalar:  # (the IntEnum of either API generation)
+        copy = lambda d, s: _C.activation(d, "copy", s, None, 1.0, None, None, span)  # noqa: E731
+    else:
+        copy = lambda d, s: _C.tensor_copy(d, s, span)  # noqa: E731
     # A transposing .ap() pattern on one side (access.py SplitView): one copy per part.
-    copy_split(lambda d, s: _C.tensor_copy(d, s, span), dst, src)
+    copy_split(copy, dst, src)
 
 
 @_eager.op(writes=("dst",))
@@ -435,11 +441,9 @@ def nc_find_index8(dst, data, vals, name=None):
 @_eager.op(writes=("dst", "dst_idx"))
 def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
     """dst = data with the elements nc_find_index8 would find replaced by imm; dst_idx, when
-    given, receives those indices."""
-    span = user_span()
-    if dst_idx is not None:  # before dst is written: dst may be data itself
-        _C.nc_find_index8(dst_idx, data, vals, span)
-    _C.nc_match_replace8(dst, data, vals, float(imm), span)
+    given, receives those indices, a value repeated in vals pairing with its occurrences from
+    the last slot down (NKI's order, the opposite of nc_find_index8's)."""
+    _C.nc_match_replace8(dst, data, vals, float(imm), user_span(), dst_idx)
 
 
 @_eager.op(writes=("dst",))

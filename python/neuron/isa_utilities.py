@@ -8,8 +8,8 @@ from . import _C
 from . import eager as _eager
 from ._span import user_span
 from .errors import NeuronError, user_error
-from .isa import dma_copy, iota, max8, memset, nc_match_replace8, nc_n_gather, \
-    tensor_copy, tensor_scalar, tensor_tensor, tensor_tensor_scan
+from .isa import dma_copy, iota, max8, memset, nc_find_index8, nc_match_replace8, \
+    nc_n_gather, tensor_copy, tensor_scalar, tensor_tensor, tensor_tensor_scan
 
 _f32, _u32 = _C.DType.float32, _C.DType.uint32
 
@@ -172,7 +172,10 @@ def topk(val_dst, idx_dst, src, n, name=None):
     for r in range(rounds):  # the next 8 largest, then those replaced by -inf
         v, i = vals[:, 8 * r:8 * r + 8], idx[:, 8 * r:8 * r + 8]
         max8(v, row)
-        nc_match_replace8(row, row, v, float("-inf"), dst_idx=i)
+        # Equal values lower index first: nc_find_index8's order (nc_match_replace8's dst_idx
+        # pairs repeated values from the last slot down).
+        nc_find_index8(i, row, v)
+        nc_match_replace8(row, row, v, float("-inf"))
     for q in range(min(p, 16 * g)):
         j0, count = q % 16, len(range(q % 16, k, 16))
         if count:

@@ -728,8 +728,50 @@ for _name, _op in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
 for _name, _op in (("lt", "less"), ("le", "less_equal"), ("gt", "greater"),
                    ("ge", "greater_equal")):
     setattr(tensor, f"__{_name}__", _binop(_op))
-tensor.__neg__ = lambda self: _C.unary("negative", self, None, user_span())
+tensor.__neg__ = lambda self: negative(self)  # nl.negative: integer tiles keep their dtype
 tensor.__bool__ = _no_bool
+
+
+def _bitop(name, symbol, swap=False):
+    # `a & b`, `a | b`, `a ^ b`, `a << n`, `a >> n`: the bitwise functions, on integer tiles
+    # and integral numbers (a float tile's bits are no integer's; NKI_API.md 5.1).
+    def op(self, other):
+        b = _operand(other)
+        floats = [str(t.dtype) for t in (self, b) if isinstance(t, _C.Tensor) and
+                  t.dtype not in _INTEGER and t.dtype != bool_]
+        if floats or (isinstance(b, float) and not b.is_integer()):
+            what = f"a {floats[0]} tile" if floats else f"the number {other!r}"
+            user_error("unsupported-operator", f"`{symbol}` is bitwise and takes integer tiles "
+                       f"and integers, not {what}; use the logical functions for 1.0/0.0 "
+                       "masks (nl.logical_and, nl.logical_or, nl.logical_xor) or convert with "
+                       "dtype=nl.int32", user_span())
+        if swap and not isinstance(b, _C.Tensor) and name.endswith("shift"):
+            user_error("unsupported-operator", f"`{other!r} {symbol} tile`: a number shifted by "
+                       f"a tile; use nisa.tensor_scalar(dst, tile, nl.{name}, {other!r}, "
+                       "reverse0=True)", user_span())
+        # &, |, ^ commute: a number on the left is the tile's operand
+        a, b = (b, self) if swap and isinstance(b, _C.Tensor) else (self, b)
+        return _C.binary(name, a, b, None, user_span())
+    return op
+
+
+def _invert(self):
+    # `~t`: bitwise NOT of an integer tile, logical NOT of a bool tile (NumPy's meaning).
+    from . import language_composed as composed
+    if self.dtype == bool_:
+        return composed.logical_not(self)
+    if self.dtype not in _INTEGER:
+        user_error("unsupported-operator", f"`~` takes integer or bool tiles, not {self.dtype}; "
+                   "use nl.logical_not for a 1.0/0.0 mask", user_span())
+    return composed.invert(self)
+
+
+for _name, _op, _sym in (("and", "bitwise_and", "&"), ("or", "bitwise_or", "|"),
+                         ("xor", "bitwise_xor", "^"), ("lshift", "left_shift", "<<"),
+                         ("rshift", "right_shift", ">>")):
+    setattr(tensor, f"__{_name}__", _bitop(_op, _sym))
+    setattr(tensor, f"__r{_name}__", _bitop(_op, _sym, swap=True))
+tensor.__invert__ = _invert
 
 
 def _unsupported(what, instead):
@@ -739,14 +781,12 @@ def _unsupported(what, instead):
     return op
 
 
-tensor.__abs__ = lambda self: _C.unary("abs", self, None, user_span())
+tensor.__abs__ = lambda self: abs(self)  # nl.abs (this module's): integer tiles keep their dtype
 tensor.__matmul__ = _unsupported("`@`", "nl.matmul(x, y, transpose_x=...) or nisa.nc_matmul")
 tensor.__rmatmul__ = tensor.__matmul__
-tensor.__mod__ = _unsupported("`%`", "a remainder computed on the host (there is no nl.mod)")
-tensor.__floordiv__ = _unsupported("`//`", "nl.divide and an integer dtype cast")
-tensor.__and__ = _unsupported("`&`", "nl.bitwise_and or nl.logical_and")
-tensor.__or__ = _unsupported("`|`", "nl.bitwise_or or nl.logical_or")
-tensor.__xor__ = _unsupported("`^`", "nl.bitwise_xor or nl.logical_xor")
+tensor.__mod__, tensor.__rmod__ = _binop("mod"), _binop("mod", swap=True)  # floored, as `%`
+tensor.__floordiv__ = _unsupported("`//`", "nl.floor(nl.divide(x, y)) or nl.divide with an "
+                                   "integer dtype= (which rounds to nearest)")
 tensor.__iter__ = _unsupported("iterating over a tensor", "slices in a loop: "
                                "for i in nl.affine_range(n): t[i]")
 

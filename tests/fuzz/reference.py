@@ -30,6 +30,11 @@ DTYPES = {
     "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "bool": np.uint8,
 }
 FLOAT_DTYPES = {"float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2", "float8_e4m3fn"}
+# tensor_tensor of two integer tiles computes these on the integers (numerics.md).
+INT_EXACT = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+             "maximum": np.maximum, "minimum": np.minimum, "equal": np.equal,
+             "not_equal": np.not_equal, "greater": np.greater, "greater_equal": np.greater_equal,
+             "less": np.less, "less_equal": np.less_equal}
 
 
 class RefError(Exception):
@@ -875,6 +880,20 @@ class Machine:
                 bits = np.iinfo(DTYPES[dt]).bits if dt != "bool" else 8
                 r = r & ((1 << bits) - 1)
                 self.write(dst, r.astype(np.uint64).astype(DTYPES[dt]))
+            elif a["op"] in INT_EXACT and all(self.dtype(x) not in FLOAT_DTYPES
+                                              for x in views[1:]):
+                # Two integer tiles: exact integers, add/subtract/multiply wrapped to 32 bits
+                # (unsigned when both are), converted once (numerics.md).
+                x = self.read(a["data1"]).astype(np.int64)
+                y = self.read(a["data2"]).astype(np.int64)
+                with np.errstate(all="ignore"):
+                    r = INT_EXACT[a["op"]](x, y).astype(np.int64)
+                if a["op"] in ("add", "subtract", "multiply"):
+                    r = r & 0xFFFFFFFF
+                    if not all(self.dtype(v) in ("uint8", "uint16", "uint32", "bool")
+                               for v in views[1:]):
+                        r = np.where(r >= 1 << 31, r - (1 << 32), r)
+                self.write(dst, from_int(r, dt))
             else:
                 self.write(dst, from_f32(alu(a["op"], self.f32(a["data1"]), self.f32(a["data2"])),
                                          dt))

@@ -433,7 +433,7 @@ def test_values_are_readable_mid_kernel_like_in_a_debugger():
     np.testing.assert_array_equal(snapshots[0][0], x[:128])
     np.testing.assert_allclose(snapshots[2][0], x[:128] + x[128:256] + x[256:], rtol=1e-6)
     np.testing.assert_array_equal(snapshots[2][0], out)
-    assert snapshots[0][1:] == ([128, 8], nl.float32, nl.sbuf)
+    assert snapshots[0][1:] == ((128, 8), nl.float32, nl.sbuf)
     np.testing.assert_array_equal(out, neuron.kernel(k)(x))
 
 
@@ -451,7 +451,7 @@ def test_a_pdb_session_inside_the_kernel_sees_values():
     x = np.log(np.arange(1, 257, dtype=np.float32)).reshape(128, 2)
     out = neuron.kernel(k, mode="eager")(x)
     text = transcript.getvalue()
-    assert "[128, 2]" in text and "[1, 2] float32 in sbuf" in text
+    assert "(128, 2)" in text and "[1, 2] float32 in sbuf" in text
     assert f"{float(out[3, 1])}" in text and out[3, 1] == pytest.approx(8.0, rel=1e-5)
 
 
@@ -528,3 +528,16 @@ def test_torch_tensors_in_and_out():
     assert torch.equal(e, neuron.kernel(k)(x, y.float()))
     eb = neuron.kernel(k, mode="eager")(y, y)
     assert eb.dtype == torch.bfloat16 and torch.equal(eb, neuron.kernel(k)(y, y))
+
+
+def test_shapes_are_tuples_in_every_mode():
+    # A kernel that builds a shape from a tensor's (`(1,) + x.shape[1:]`) runs in all modes.
+    def first_row(x):
+        assert isinstance(x.shape, tuple) and isinstance(nl.load(x).shape, tuple)
+        out = nl.ndarray((1,) + x.shape[1:], x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(x[0:1, :]))
+        return out
+
+    x = np.arange(21, dtype=np.float32).reshape(3, 7)
+    for mode in ("native", "simulate", "eager"):
+        np.testing.assert_array_equal(neuron.kernel(first_row, mode=mode)(x), x[0:1])

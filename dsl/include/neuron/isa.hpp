@@ -152,6 +152,11 @@ void nc_find_index8(const tensor& dst, const tensor& data, const tensor& vals,
 // dst = data with the elements nc_find_index8 would find replaced by imm.
 void nc_match_replace8(const tensor& dst, const tensor& data, const tensor& vals, double imm,
                        Span span = Span::current());
+// The same, with the indices of the replaced elements in dst_idx; a value repeated in vals
+// pairs with the occurrences from the last slot down (dst_idx [2, 10, 9, ..., 4] for vals
+// [3, 8, 8, ...] in [1, 2, 3, 4, 8, 8, ...]), the opposite of nc_find_index8.
+void nc_match_replace8(const tensor& dst, const tensor& data, const tensor& vals, double imm,
+                       const tensor& dst_idx, Span span = Span::current());
 // dst[p, 0:6] = count, mean, count * variance of the even-indexed elements of data[p, :] (at
 // most 512), then of the odd-indexed ones.
 void bn_stats(const tensor& dst, const tensor& data, Span span = Span::current());

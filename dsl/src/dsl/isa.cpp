@@ -263,6 +263,20 @@ void nc_find_index8(const tensor& dst, const tensor& data, const tensor& vals, S
 }
 
 void nc_match_replace8(const tensor& dst, const tensor& data, const tensor& vals, double imm,
+                       const tensor& dst_idx, Span span) {
+  // The indices first: dst may be data itself. Repeated vals pair with matches from the last
+  // slot down (NKI: the instruction takes vals in reverse order).
+  dsl::require_trace(span);
+  dsl::emit(Opcode::nc_find_index8,
+            {{"dst", view_of(dst_idx, span)},
+             {"data", view_of(data, span)},
+             {"vals", view_of(vals, span)},
+             {"reverse", int64_t{1}}},
+            span);
+  nc_match_replace8(dst, data, vals, imm, span);
+}
+
+void nc_match_replace8(const tensor& dst, const tensor& data, const tensor& vals, double imm,
                        Span span) {
   dsl::require_trace(span);
   dsl::emit(Opcode::nc_match_replace8,

@@ -4,6 +4,7 @@ destination-first neuron.isa instruction on it; mask= shrinks the instruction to
 rectangle (docs/nki-compat.md). engine= and name= are accepted and ignored; other unknown
 keywords are errors (keywords.py)."""
 import enum
+import math
 
 from .. import dma_rmw as _rmw
 from .. import isa as _isa
@@ -149,10 +150,13 @@ def _double_row(stationary, moving, mask):
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=None, **kwargs):
-    """[P, F] -> [F, P] (PSUM); dtype= adds a cast into SBUF."""
+    """[P, F] -> [F, P] (PSUM), the free dims of a tile of more flattened first; dtype= adds a
+    cast into SBUF."""
     x = _tile(data, "nisa.nc_transpose")
-    if len(x.shape) != 2:
-        _error("unsupported", f"nc_transpose takes a 2-D tile here, got {list(x.shape)}")
+    if len(x.shape) < 2:
+        _error("unsupported", f"nc_transpose takes a tile of 2 or more dims, got {list(x.shape)}")
+    if len(x.shape) > 2:  # a view of the same elements when they are one run per partition
+        x = x.reshape((x.shape[0], math.prod(x.shape[1:])))
     if x.buffer == _nl.psum:
         x = _nl.copy(x)
     p, f = x.shape
@@ -306,12 +310,12 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
 
 def tensor_copy(src, *, mask=None, dtype=None, engine=None, **kwargs):
     x = _tile(src, "nisa.tensor_copy")
-    d = _direct(x, mask, dtype, lambda dst: _isa.tensor_copy(dst, x))
+    d = _direct(x, mask, dtype, lambda dst: _isa.tensor_copy(dst, x, engine=engine))
     if d is not None:
         return d
     dst, rect = _begin(x, mask, dtype)
     if rect is not None:
-        _isa.tensor_copy(_index_rect(dst, rect), _index_rect(x, rect))
+        _isa.tensor_copy(_index_rect(dst, rect), _index_rect(x, rect), engine=engine)
     return _done(dst, rect)
 
 
@@ -524,9 +528,8 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, *
     x = _whole(data, mask, "nisa.nc_match_replace8")
     v = _tile(vals, "vals")
     dst = _new_like(list(x.shape), x.dtype if dtype is None else _nl.to_dtype(dtype))
-    if dst_idx is not None:
-        _isa.nc_find_index8(_tile(dst_idx, "dst_idx"), x, v)
-    _isa.nc_match_replace8(dst, x, v, imm)
+    _isa.nc_match_replace8(dst, x, v, imm,
+                           dst_idx=None if dst_idx is None else _tile(dst_idx, "dst_idx"))
     return dst
 
 

@@ -563,8 +563,13 @@ def _reduce_kept(fn, name, x, axis, dtype, mask, keepdims, default_dtype=None):
 
 
 def var(x, axis, *, dtype=None, mask=None, **kwargs):
-    """The variance (divisor N) over the free axes `axis`; reduced dims are kept."""
-    return _reduce_kept(_nl.var, "var", x, axis, dtype, mask, True)
+    """The variance (divisor N) over the free axes `axis`; reduced dims are removed, as NKI's
+    docs say (not below [P, 1], like nl.sum)."""
+    r = _reduce_kept(_nl.var, "var", x, axis, dtype, mask, True)
+    shape = _reduced(list(_operand(x, "nl.var").shape), axis, False)[2]
+    if isinstance(r, _C.Tensor) and list(r.shape) != list(shape):
+        r = r.reshape(tuple(shape))  # a view: only size-1 dims go
+    return r
 
 
 def all(x, axis, *, dtype=None, mask=None, **kwargs):  # noqa: A001 (NKI's name)

@@ -142,10 +142,17 @@ def _setitem(self, key, value):
     # `t[a:b] += x` ends in t.__setitem__(key, view): neuron's own __setitem__ recognises it
     # (legacy_iadd marks the view as updated in place) and records nothing more.
     if not _is_legacy(keys) and not partial_rect(value)[0] and \
-            not isinstance(value, (GridView, Reshaped)):
+            not isinstance(value, (GridView, Reshaped)) and not _broadcasts(self, key, value):
         return _prev_setitem(self, key, value)
     view = legacy_getitem(self, key) if _is_legacy(keys) else _prev_getitem(self, key)
     assign(view, value)
+
+
+def _broadcasts(self, key, value):
+    """Whether `self[key] = value` in a legacy kernel writes an on-chip view from a tile of
+    another shape, which NKI broadcasts (`t[...] = nl.sum(t, axis=1)`; assign() does it)."""
+    return (_State.active and isinstance(value, _C.Tensor) and self.buffer in ON_CHIP
+            and list(value.shape) != list(_prev_getitem(self, key).shape))
 
 
 def legacy_iadd(self, other):

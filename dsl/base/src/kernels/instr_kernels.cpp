@@ -662,9 +662,18 @@ void neuron_k_tensor_tensor(const NView* d, const NView* a, const NView* bv, int
   const NView* vs[3] = {a, bv, d};
   if (arithmetic_rows_f32(vs, same, op, ddt, adt, bdt)) {
   } else if (b::alu_is_bitvec(op) && is_int(ddt) && is_int(adt) && is_int(bdt)) {
+    const bool shift = op == AluOp::right_shift;
     each(vs, same, [&](char** p, int64_t) {
-      b::store_int_bits(p[2], dt(ddt),
-                        b::alu_bits(op, b::load_int(p[0], dt(adt)), b::load_int(p[1], dt(bdt))));
+      int64_t x = b::load_int(p[0], dt(adt));
+      if (shift) x = b::shift_operand(x, dt(adt));
+      b::store_int_bits(p[2], dt(ddt), b::alu_bits(op, x, b::load_int(p[1], dt(bdt))));
+    });
+  } else if (b::alu_is_int_exact(op) && is_int(adt) && is_int(bdt)) {
+    // Two integer tiles: exact integers (NKI_API.md 3.2, GpSimd's integer ALU), stored once.
+    const bool u = !neuron::dtype_is_signed(dt(adt)) && !neuron::dtype_is_signed(dt(bdt));
+    each(vs, same, [&](char** p, int64_t) {
+      b::store_int(p[2], dt(ddt),
+                   b::alu_int(op, b::load_int(p[0], dt(adt)), b::load_int(p[1], dt(bdt)), u));
     });
   } else {
     each(vs, same, [&](char** p, int64_t) {
@@ -697,9 +706,13 @@ void neuron_k_tensor_scalar(const NView* d, const NView* s, const NView* c0, con
     Scratch<int64_t> k0(P), k1(P);
     column_int(c0, c0dt, imm0, P, k0.data);
     column_int(c1, c1dt, imm1, P, k1.data);
+    const bool shift0 = op0 == AluOp::right_shift;  // shifts a narrow element's own bits
     each(vs, same, [&](char** p, int64_t part) {
       int64_t v = b::load_int(p[0], dt(sdt));
-      const int64_t o0 = k0.data[part], o1 = k1.data[part];
+      int64_t o0 = k0.data[part];
+      const int64_t o1 = k1.data[part];
+      if (shift0 && !rev0) v = b::shift_operand(v, dt(sdt));
+      if (shift0 && rev0 && c0) o0 = b::shift_operand(o0, dt(c0dt));
       v = rev0 ? b::alu_bits(op0, o0, v) : b::alu_bits(op0, v, o0);
       if (two) v = rev1 ? b::alu_bits(op1, o1, v) : b::alu_bits(op1, v, o1);
       b::store_int_bits(p[1], dt(ddt), v);
@@ -1053,6 +1066,26 @@ void neuron_k_tensor_reduce(const NView* d, const NView* s, int ddt, int sdt, in
           for (int64_t i4 = 0; i4 < kept[4]; ++i4)
             bases.data[o++] = s->base + i0 * s->stride[0] + i1 * s->stride[1] +
                               i2 * s->stride[2] + i3 * s->stride[3] + i4 * s->stride[4];
+  if (b::alu_is_bitvec(op) && is_int(sdt) && is_int(ddt)) {
+    // Bit patterns of integer elements, exactly (no trip through fp32), in row-major order.
+    int64_t i = 0;
+    each1(*d, [&](char* out) {
+      int64_t acc = op == AluOp::bitwise_and ? -1 : 0, idx[kDims] = {0, 0, 0, 0, 0};
+      for (int64_t t = 0; t < outer_n; ++t) {
+        const char* p = bases.data[i];
+        for (int m = 0; m < nr; ++m) p += idx[m] * s->stride[rd[m]];
+        for (int64_t k = 0; k < run_n; ++k)
+          acc = b::alu_bits(op, acc, b::load_int(p + k * run_stride, dt(sdt)));
+        for (int m = nr - 1; m >= 0; --m) {
+          if (++idx[m] < s->size[rd[m]]) break;
+          idx[m] = 0;
+        }
+      }
+      b::store_int_bits(out, dt(ddt), acc);
+      ++i;
+    });
+    return clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+  }
   Scratch<float> acc(out_n);
   o = 0;
   if (nr == 0) {
@@ -1689,15 +1722,17 @@ void neuron_k_max8(const NView* d, const NView* s, int ddt, int sdt) {
 
 namespace {
 // The positions in data's row of the 8 values of vals' row: value k matches the first
-// occurrence not already matched by an equal value before it (-1: none).
+// occurrence not already matched by an equal value before it (-1: none). Reversed
+// (nc_match_replace8's order), the values are taken from k = 7 down: of equal values the last
+// slot gets the first occurrence.
 void match8(const NView& data, char* row, int sdt, const NView& vals, char* vrow, int vdt,
-            int64_t pos[8]) {
+            int64_t pos[8], bool reverse) {
   const int64_t n = per_partition(data);
   float v[8];
   for (int k = 0; k < 8; ++k) v[k] = b::load_f32(element(vals, vrow, k), dt(vdt));
   for (int k = 0; k < 8; ++k) {
     int skip = 0;
-    for (int j = 0; j < k; ++j) skip += v[j] == v[k];
+    for (int j = 0; j < 8; ++j) skip += (reverse ? j > k : j < k) && v[j] == v[k];
     pos[k] = -1;
     for (int64_t j = 0; j < n; ++j)
       if (b::load_f32(element(data, row, j), dt(sdt)) == v[k] && skip-- == 0) {
@@ -1709,12 +1744,12 @@ void match8(const NView& data, char* row, int sdt, const NView& vals, char* vrow
 }  // namespace
 
 void neuron_k_find_index8(const NView* d, const NView* data, const NView* vals, int ddt, int sdt,
-                          int vdt) {
+                          int vdt, int reverse) {
   const int64_t P = d->size[0];
   for (int64_t p = 0; p < P; ++p) {
     int64_t pos[8];
     match8(*data, data->base + p * data->stride[0], sdt, *vals, vals->base + p * vals->stride[0],
-           vdt, pos);
+           vdt, pos, reverse != 0);
     char* out = d->base + p * d->stride[0];
     for (int k = 0; k < 8; ++k) b::store_int_bits(element(*d, out, k), dt(ddt), pos[k]);  // -1: all ones
   }
@@ -1729,7 +1764,7 @@ void neuron_k_match_replace8(const NView* d, const NView* data, const NView* val
   for (int64_t p = 0; p < P; ++p) {
     char* row = src.base + p * src.stride[0];
     int64_t pos[8];
-    match8(src, row, sdt, *sv.view, sv.view->base + p * sv.view->stride[0], vdt, pos);
+    match8(src, row, sdt, *sv.view, sv.view->base + p * sv.view->stride[0], vdt, pos, true);
     char* out = d->base + p * d->stride[0];
     for (int64_t j = 0; j < n; ++j) move_element(element(*d, out, j), ddt, element(src, row, j), sdt);
     for (int k = 0; k < 8; ++k)

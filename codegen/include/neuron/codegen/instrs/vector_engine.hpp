@@ -184,7 +184,8 @@ struct InstrDef<Opcode::max8> {
 };
 
 // dst[p, k] = the index in data[p, :] of vals[p, k] (fp32 comparison; a value repeated in vals
-// takes the next occurrence); all ones (0xFFFFFFFF for uint32) when it does not occur.
+// takes the next occurrence, or with reverse=1, nc_match_replace8's dst_idx order, the next
+// occurrence from the last slot down); all ones (0xFFFFFFFF for uint32) when it does not occur.
 template <>
 struct InstrDef<Opcode::nc_find_index8> {
   static void check(const Operands& o) {
@@ -202,7 +203,7 @@ struct InstrDef<Opcode::nc_find_index8> {
     auto v = e.view(in.src[1], in, l1);
     auto d = e.view(in.dst, in, ld);
     e.call(NEURON_KERNEL(find_index8), d, s, v, dtype_arg(in.dst), dtype_arg(in.src[0]),
-           dtype_arg(in.src[1]));
+           dtype_arg(in.src[1]), int{in.args.reverse0 != 0});
   }
 };
 

@@ -25,7 +25,10 @@
 //    NaN -> 0; +-inf saturate. bool: 1 for any nonzero non-NaN value, else 0.
 //  - Integer -> fp32 is the nearest fp32 (int32 above 2^24 may round).
 //  - Bitwise ops and shifts act on the two's-complement bit patterns of the integer values
-//    (fp32 operands are first rounded to int64 as above); right_shift is logical on 32 bits.
+//    (fp32 operands are first rounded to int64 as above); right_shift is logical on 32 bits,
+//    and an int8/int16 element is shifted as its own 8/16 bits (shift_operand).
+//  - tensor_tensor of two integer tiles computes add, subtract, multiply, maximum, minimum and
+//    the comparisons on the integers (alu_int): exact, 32-bit wrap (NKI: on GpSimd, exact).
 //  - Matmul: products accumulate into fp32 PSUM with a fused multiply-add per k in
 //    increasing k: acc = fma(stationary[k,m], moving[k,n], acc), acc starting at the old PSUM
 //    value (accumulate) or 0 (overwrite).
@@ -444,6 +447,70 @@ inline int64_t alu_bits(AluOp op, int64_t a, int64_t b) {
                  : static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(a) << b));
     case AluOp::right_shift:
       return (b < 0 || b > 31) ? 0 : static_cast<int64_t>(static_cast<uint32_t>(a) >> b);
+    default:
+      return a;
+  }
+}
+
+// The value right_shift shifts for an element of integer dtype t: its own bit pattern, zero
+// extended (int8 -128 is 0x80, so -128 >> 2 = 32); 32-bit patterns are alu_bits' own.
+inline int64_t shift_operand(int64_t v, DType t) {
+  const int bytes = dtype_bytes(t);
+  return bytes < 4 ? (v & ((int64_t(1) << (8 * bytes)) - 1)) : v;
+}
+
+// The ops tensor_tensor computes exactly on two integer tiles (alu_int).
+inline bool alu_is_int_exact(AluOp op) {
+  switch (op) {
+    case AluOp::add:
+    case AluOp::subtract:
+    case AluOp::multiply:
+    case AluOp::maximum:
+    case AluOp::minimum:
+    case AluOp::equal:
+    case AluOp::not_equal:
+    case AluOp::greater:
+    case AluOp::greater_equal:
+    case AluOp::less:
+    case AluOp::less_equal:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// a op b on integers (values of int8 ... uint32 elements). add, subtract and multiply wrap to
+// 32 bits, unsigned when both operands are unsigned, else signed (two's complement); the
+// others are exact; comparisons give 1 / 0.
+inline int64_t alu_int(AluOp op, int64_t a, int64_t b, bool both_unsigned) {
+  auto wrap = [&](uint64_t v) {
+    return both_unsigned ? static_cast<int64_t>(static_cast<uint32_t>(v))
+                         : static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(v)));
+  };
+  const uint64_t ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
+  switch (op) {
+    case AluOp::add:
+      return wrap(ua + ub);
+    case AluOp::subtract:
+      return wrap(ua - ub);
+    case AluOp::multiply:
+      return wrap(ua * ub);
+    case AluOp::maximum:
+      return a > b ? a : b;
+    case AluOp::minimum:
+      return a < b ? a : b;
+    case AluOp::equal:
+      return a == b;
+    case AluOp::not_equal:
+      return a != b;
+    case AluOp::greater:
+      return a > b;
+    case AluOp::greater_equal:
+      return a >= b;
+    case AluOp::less:
+      return a < b;
+    case AluOp::less_equal:
+      return a <= b;
     default:
       return a;
   }

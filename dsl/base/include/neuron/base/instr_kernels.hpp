@@ -217,9 +217,10 @@ void neuron_k_partition_reduce(const neuron_nview* d, const neuron_nview* s, int
 // max8: d[p, 0..7] = the 8 largest values of s[p, :], descending.
 void neuron_k_max8(const neuron_nview* d, const neuron_nview* s, int ddt, int sdt);
 // nc_find_index8: d[p, k] = the index in data[p, :] of vals[p, k] (a repeated value takes the
-// next occurrence); all ones when absent.
-void neuron_k_find_index8(const neuron_nview* d, const neuron_nview* data,
-                          const neuron_nview* vals, int ddt, int sdt, int vdt);
+// next occurrence; with reverse, slots from the last: nc_match_replace8's dst_idx); all ones
+// when absent.
+void neuron_k_find_index8(const neuron_nview* d, const neuron_nview* data, const neuron_nview* vals,
+                          int ddt, int sdt, int vdt, int reverse);
 // nc_match_replace8: d = data with the occurrences nc_find_index8 finds replaced by imm.
 void neuron_k_match_replace8(const neuron_nview* d, const neuron_nview* data,
                              const neuron_nview* vals, int ddt, int sdt, int vdt, double imm);

@@ -107,7 +107,8 @@ namespace neuron {
   /* selection and statistics (VectorE), see instrs/vector_engine.hpp */                       \
   X(max8, "max8", Isa, vector, 1, (OUT(ON_CHIP), IN(src, ON_CHIP)))                            \
   X(nc_find_index8, "nc_find_index8", Isa, vector, 1,                                          \
-    (OUT(ON_CHIP), IN(data, ON_CHIP), IN(vals, ON_CHIP)))                                      \
+    (OUT(ON_CHIP), IN(data, ON_CHIP), IN(vals, ON_CHIP),                                       \
+     ARG(reverse, integer, opt, reverse0))) /* repeated vals: from the last slot */            \
   X(nc_match_replace8, "nc_match_replace8", Isa, vector, 1,                                    \
     (OUT(ON_CHIP), IN(data, ON_CHIP), IN(vals, ON_CHIP), ARG(imm, number, req, imm0)))         \
   X(bn_stats, "bn_stats", Isa, vector, 1, (OUT(ON_CHIP), IN(data, ON_CHIP)))                   \
