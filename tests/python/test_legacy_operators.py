@@ -130,3 +130,20 @@ def test_nc_transpose_flattens_the_free_dims_first():
         return stored(nl.copy(nisa.nc_transpose(nl.load(a))))
 
     np.testing.assert_array_equal(both(kernel, x), x.reshape(4, 15).T)
+
+
+def test_a_masked_load_into_rows_no_engine_may_start_at():
+    # Rows 100..127 (28 partitions) cannot start an engine instruction (TRAINIUM.md); the
+    # masked load's rows are written by DMA, the other rows keep their values.
+    x = RNG.standard_normal((128, 8)).astype(np.float32)
+    y = RNG.standard_normal((128, 8)).astype(np.float32)
+
+    def kernel(a, b):
+        acc = nl.load(b)
+        i_p, i_f = nl.mgrid[0:128, 0:8]
+        acc[...] = nl.load(a, mask=(i_p >= 100))
+        return stored(acc)
+
+    want = y.copy()
+    want[100:] = x[100:]
+    np.testing.assert_array_equal(both(kernel, x, y), want)

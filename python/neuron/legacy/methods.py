@@ -97,7 +97,22 @@ def assign(view, value):
         return
     if isinstance(value, _C.Tensor) and list(value.shape) != list(view.shape):
         value = _nl.broadcast_to(value, list(view.shape))
+    if rect is not None and view.buffer == _nl.sbuf and getattr(value, "buffer", None) == \
+            _nl.sbuf and not _engine_start_ok(rect[0][0], rect[0][1] - rect[0][0]):
+        # A masked value's rows where no engine may start (`acc[...] = nl.load(x, mask=(i_p >=
+        # 100))`): a DMA writes them, as the compiler's masked load does.
+        from .. import isa
+        isa.dma_copy(view, value)
+        return
     _prev_setitem(view, tuple(slice(None) for _ in view.shape), value)
+
+
+def _engine_start_ok(start, count):
+    """Whether an engine instruction may cover `count` partitions from `start` (TRAINIUM.md:
+    over 64 start at 0; 33 to 64 at 0 or 64; 32 or fewer at 0, 32, 64 or 96)."""
+    if count > 64:
+        return start == 0
+    return start in (0, 64) if count > 32 else start % 32 == 0
 
 
 def legacy_setitem(self, key, value):
