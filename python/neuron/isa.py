@@ -174,9 +174,22 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     _C.activation(dst, _op(op), data, bias, _operand(scale), rop, reduce_res, span)
 
 
+# NeuronCore-v4's magnitude operators (NKI_API.md 5.1: the signed operand with the larger /
+# smaller magnitude, y on ties), composed of a comparison and a select (nl.abs_max / abs_min).
+_BY_MAGNITUDE = ("abs_max", "abs_min")
+
+
+def _by_magnitude(dst, name, x, y, span):
+    from . import language_composed as composed
+    _C.tensor_copy(dst, getattr(composed, name)(x, y, dtype=dst.dtype), span)
+
+
 @_eager.op(writes=("dst",))
 def tensor_tensor(dst, data1, data2, op, engine=None, name=None):
-    _C.tensor_tensor(dst, data1, data2, _op(op), user_span())
+    op = _op(op)
+    if op in _BY_MAGNITUDE:
+        return _by_magnitude(dst, op, data1, data2, user_span())
+    _C.tensor_tensor(dst, data1, data2, op, user_span())
 
 
 @_eager.op(writes=("dst",))
@@ -191,6 +204,22 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
 @_eager.op(writes=("dst",))
 def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
                   reverse1=False, engine=None, name=None):
+    if _op(op0) in _BY_MAGNITUDE or (op1 is not None and _op(op1) in _BY_MAGNITUDE):
+        # One step at a time (an fp32 tile between them, as the engine's fp32 arithmetic).
+        span = user_span()
+        t = data
+        for op, operand, rev in ((op0, operand0, reverse0), (op1, operand1, reverse1)):
+            if op is None or _op(op) == "bypass":
+                continue
+            out = _C.ndarray(list(dst.shape), _C.DType.float32, _C.Memory.sbuf, "", span)
+            c = _operand(operand)
+            if _op(op) in _BY_MAGNITUDE:
+                _by_magnitude(out, _op(op), c if rev else t, t if rev else c, span)
+            else:
+                _C.tensor_scalar(out, t, _op(op), c, bool(rev), None, None, False, span)
+            t = out
+        _C.tensor_copy(dst, t, span)
+        return
     _C.tensor_scalar(dst, data, _op(op0), _operand(operand0), bool(reverse0),
                      None if op1 is None else _op(op1),
                      None if operand1 is None else _operand(operand1), bool(reverse1),

@@ -211,6 +211,42 @@ def test_tensor_scalar_two_stages_reverse_and_tile_operand():
     np.testing.assert_allclose(out2, X.astype(f64) + c, rtol=1e-6, atol=1e-6)
 
 
+def test_magnitude_operators_abs_max_and_abs_min():
+    # NKI_API.md 5.1 (NeuronCore-v4): the signed operand with the larger / smaller magnitude,
+    # the second on ties; as tensor_tensor's op and as tensor_scalar's op0 / op1 (reversed).
+    def k(x, y, c):
+        outs = [nl.ndarray((4, 6), nl.float32, buffer=nl.shared_hbm) for _ in range(4)]
+        a, b = nl.load(x), nl.load(y)
+        for out, op in zip(outs[:2], (nl.abs_max, nl.abs_min)):
+            r = nl.ndarray((4, 6), nl.float32)
+            nisa.tensor_tensor(r, a, b, op)
+            nl.store(out, r)
+        r = nl.ndarray((4, 6), nl.float32)
+        nisa.tensor_scalar(r, a, nl.abs_max, -2.0, op1=nl.multiply, operand1=3.0)
+        nl.store(outs[2], r)
+        r = nl.ndarray((4, 6), nl.float32)
+        nisa.tensor_scalar(r, a, nl.add, 1.0, op1=nl.abs_min, operand1=nl.load(c), reverse1=True)
+        nl.store(outs[3], r)
+        return tuple(outs)
+
+    rows = np.arange(1, 5, dtype=np.float32)[:, None]
+    x = np.array([[2, -3, 1, 0, -2, 5]] * 4, np.float32) * rows
+    y = np.array([[-2, 1, -4, 0, 2, -5]] * 4, np.float32) * rows
+    c = np.array([[-3], [1], [0.5], [-9]], np.float32)
+
+    def by_magnitude(a, b, larger):  # b on ties
+        pick_a = np.abs(a) > np.abs(b) if larger else np.abs(a) < np.abs(b)
+        return np.where(pick_a, a, b)
+
+    for mode in ("native", "simulate", "eager"):
+        amax, amin, ts0, ts1 = neuron.kernel(k, mode=mode)(x, y, c)
+        np.testing.assert_array_equal(amax, by_magnitude(x, y, True))
+        np.testing.assert_array_equal(amin, by_magnitude(x, y, False))
+        np.testing.assert_array_equal(ts0, by_magnitude(x, np.float32(-2), True) * 3)
+        np.testing.assert_array_equal(ts1, by_magnitude(np.broadcast_to(c, x.shape), x + 1,
+                                                        False))
+
+
 @pytest.mark.parametrize("op,ref,negate", [(nl.add, np.sum, False), (nl.maximum, np.max, True),
                                            (nl.minimum, np.min, False)],
                          ids=["add", "max-negated", "min"])
