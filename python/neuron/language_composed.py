@@ -148,7 +148,7 @@ def expand_dims(x, axis):
     return dst
 
 
-@_eager.op()
+@_eager.op(writes=("dst",))
 def shared_identity_matrix(n, dtype=_C.DType.uint8, dst=None):
     """The n x n identity (n <= 128) as an SBUF tile (written into dst when given)."""
     span = user_span()

@@ -98,19 +98,24 @@ def shapes(x, a):
     e = nl.ndarray((8, 6, 1), nl.float32, buffer=nl.shared_hbm)
     i = nl.ndarray((40, 40), nl.float32, buffer=nl.shared_hbm)
     t = nl.ndarray((20, 100), nl.bfloat16, buffer=nl.shared_hbm)
+    i_dst = nl.ndarray((11, 11), nl.bfloat16, buffer=nl.shared_hbm)
     nl.store(e, nl.expand_dims(nl.load(x), 2))
     nl.store(i, nl.shared_identity_matrix(40, dtype=nl.float32))
     nl.store(t, nl.load_transpose2d(a, dtype=nl.bfloat16))
-    return e, i, t
+    into = nl.ndarray((11, 11), nl.bfloat16)
+    nl.shared_identity_matrix(11, dtype=nl.bfloat16, dst=into)  # written in every mode
+    nl.store(i_dst, into)
+    return e, i, t, i_dst
 
 
 def test_expand_dims_identity_load_transpose2d():
     import ml_dtypes
     x = RNG.uniform(-1, 1, (8, 6)).astype(np.float32)
     a = RNG.uniform(-1, 1, (100, 20)).astype(np.float32)
-    e, i, t = three_ways(shapes, x, a)
+    e, i, t, i_dst = three_ways(shapes, x, a)
     np.testing.assert_array_equal(e, x[:, :, None])
     np.testing.assert_array_equal(i, np.eye(40, dtype=np.float32))
+    np.testing.assert_array_equal(i_dst.astype(np.float32), np.eye(11, dtype=np.float32))
     np.testing.assert_array_equal(t, a.T.astype(ml_dtypes.bfloat16))
 
 
