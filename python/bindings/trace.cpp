@@ -112,7 +112,7 @@ isa::act act_named(const std::string& name) {
 nl::subscript make_sub(const std::string& kind, const Affine& start, int64_t a, int64_t b,
                        const Span& span) {
   if (kind == "scalar") return nl::subscript(start, span);
-  if (kind == "ds") return nl::subscript(nl::ds(start, a), span);
+  if (kind == "ds") return nl::subscript(nl::ds(start, a, b > 0 ? b : 1), span);
   if (kind == "slice") {
     if (!start.terms.empty())
       user_error(span, "index", "a strided slice start must be a constant, got '{}'", start.str());

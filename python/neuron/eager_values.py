@@ -98,10 +98,11 @@ def _symbolic_slice_check(key, span):
         if not any(isinstance(v, EagerIndex) and not v._sym.is_constant()
                    for v in (k.start, k.stop)):
             continue
-        if k.start is None or k.stop is None or not (k.step is None or
-                                                     (_is_int(k.step) and int(k.step) == 1)):
-            user_error("index", "a slice with loop indices needs a start and a stop and no step "
-                       "(t[i*128:(i+1)*128]); use nl.ds(start, size)", span)
+        if k.start is None or k.stop is None:
+            user_error("index", "a slice with loop indices needs a start and a stop "
+                       "(t[i*128:(i+1)*128]); or use nl.ds(start, size)", span)
+        if not (k.step is None or (_is_int(k.step) and int(k.step) > 0)):
+            user_error("index", f"slice step must be a positive integer, got {k.step!r}", span)
         if not (_sym_of(k.stop) - _sym_of(k.start)).is_constant():
             user_error("index", f"slice {k.start}:{k.stop} does not have a constant size (stop "
                        "- start must not depend on loop indices)", span)

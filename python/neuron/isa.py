@@ -363,8 +363,7 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, en
     """DMA copy between HBM and SBUF (either way, or SBUF to SBUF) with a cast; one side may
     be t.ap(..., vector_offset=rows) (rows chosen at run time, oob_mode for bad rows)."""
     span = user_span()
-    if isinstance(oob_mode, int) and not isinstance(oob_mode, _C.oob_mode):
-        oob_mode = _C.oob_mode(int(oob_mode))
+    oob_mode = _oob_mode(oob_mode)
 
     def rows_of(x):  # an IndirectView, or a split one (access.py rows_view)
         return isinstance(x, IndirectView) or (
@@ -402,14 +401,25 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, en
 _dma_copy = dma_copy
 
 
+def _oob_mode(v):
+    """nisa.oob_mode.error / skip (or the legacy API's 0 / 1); anything else a TypeError."""
+    if isinstance(v, _C.oob_mode):
+        return v
+    if isinstance(v, int) and not isinstance(v, bool) and int(v) in (0, 1):
+        return _C.oob_mode(int(v))
+    raise TypeError(f"nisa.dma_copy: oob_mode must be nisa.oob_mode.error or "
+                    f"nisa.oob_mode.skip, got {type(v).__name__} {v!r:.40}")
+
+
 def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, engine=None,
              name=None):
     """DMA copy between HBM and SBUF (either way, or SBUF to SBUF) with a cast; one side may
     be t.ap(..., vector_offset=rows) (rows chosen at run time, oob_mode for bad rows), or
     t.ap(..., scalar_offset=r) (a copy r moves out of t is skipped with oob_mode skip)."""
+    oob_mode = _oob_mode(oob_mode)
     for side in (dst, src):
         if isinstance(side, OutOfRange):  # eager mode: the offset's value is known now
-            if int(oob_mode) == int(_C.oob_mode.skip):
+            if oob_mode == _C.oob_mode.skip:
                 return None
             raise side.error
     return _dma_copy(dst, src, oob_mode, dge_mode, priority, engine, name)

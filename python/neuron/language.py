@@ -520,8 +520,12 @@ def fori_loop(lower, upper, body_fun, step=1):
     """body_fun(i) for i in range(lower, upper, step) at run time: the bounds are ints or
     registers (nisa.register_alloc), step a positive int; body_fun is traced once and returns
     nothing. i is an index usable in subscripts and .ap offsets."""
+    span = user_span()
+    step = _int(step, "fori_loop step")
+    if step <= 0:  # (the runtime loop below would name dynamic_range)
+        user_error("range", f"fori_loop step must be a positive integer, got {step}", span)
     _C.fori_loop(_as_index(lower, "fori_loop lower"), _as_index(upper, "fori_loop upper"),
-                 body_fun, _int(step, "fori_loop step"), user_span())
+                 body_fun, step, span)
 
 
 @_eager_dynamic.runtime_loop
@@ -592,14 +596,18 @@ def _subscript(key, size, span):
             return _C.subscript("all", _C.Affine(0), 0, 0, span)
         symbolic = any(isinstance(v, _C.Affine) and not v.is_constant() for v in (start, stop))
         if symbolic:
-            if start is None or stop is None or step not in (None, 1):
-                user_error("index", "a slice with loop indices needs a start and a stop and no "
-                           "step (t[i*128:(i+1)*128]); use nl.ds(start, size)", span)
+            if start is None or stop is None:
+                user_error("index", "a slice with loop indices needs a start and a stop "
+                           "(t[i*128:(i+1)*128]); or use nl.ds(start, size)", span)
             width = _affine(stop) - _affine(start)
             if not width.is_constant():
                 user_error("index", f"slice {start}:{stop} does not have a constant size "
                            "(stop - start must not depend on loop indices)", span)
-            return _C.subscript("ds", _affine(start), width.constant, 0, span)
+            step = 1 if step is None else _int(step, "a slice step")
+            if step <= 0:
+                user_error("index", f"slice step must be positive, got {step}", span)
+            count = builtins.max(-(-width.constant // step), 0)  # elements start, start+step, ...
+            return _C.subscript("ds", _affine(start), count, step, span)
         start = 0 if start is None else _affine(start).constant
         stop = size if stop is None else _affine(stop).constant
         start = start + size if start < 0 else start

@@ -384,3 +384,29 @@ def test_wrong_argument_kinds_are_type_errors_naming_the_argument(body, text):
 
     with pytest.raises(TypeError, match=text.replace("[", r"\[").replace("]", r"\]")):
         neuron.kernel(k).trace(np.zeros((16, 16), np.float32))
+
+
+def test_bad_enum_and_step_arguments_name_the_argument():
+    # An oob_mode that is not nisa.oob_mode (a string here) is a TypeError naming oob_mode in
+    # every mode (it blamed the source view, or leaked a binding's signature dump); a
+    # fori_loop step of 0 names fori_loop.
+    def copy_with(x, oob):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, x.dtype)
+        nisa.dma_copy(t, x, oob_mode=oob)
+        nl.store(out, t)
+        return out
+
+    def loop(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.fori_loop(0, 4, lambda i: None, step=0)
+        return out
+
+    x = np.ones((4, 8), np.float32)
+    for mode in ("native", "simulate", "eager"):
+        with pytest.raises(TypeError, match="oob_mode must be nisa.oob_mode.error or"):
+            neuron.kernel(lambda a: copy_with(a, "skip"), mode=mode)(x)
+        np.testing.assert_array_equal(
+            neuron.kernel(lambda a: copy_with(a, nisa.oob_mode.skip), mode=mode)(x), x)
+    with pytest.raises(neuron.NeuronError, match="fori_loop step must be a positive integer"):
+        neuron.kernel(loop)(x)

@@ -84,9 +84,13 @@ tensor tensor::index_with(const std::vector<subscript>& subs) const {
         dropped.push_back(kept[k]);
         break;
       case subscript::Kind::ds:
-        check_range(s.start(), s.size());
+        if (s.step() <= 0)
+          user_error(s.span(), "index", "dim {} of '{}': slice step must be positive, got {}", k,
+                     buf.name, s.step());
+        check_range(s.start(), s.size() > 0 ? (s.size() - 1) * s.step() + 1 : 0);
         d.start = d.start + s.start() * d.step;
         d.size = s.size();
+        d.step = d.step * s.step();
         break;
       case subscript::Kind::slice: {
         const slice_t& sl = s.slice();

@@ -16,13 +16,15 @@ namespace neuron::nl {
 // affinely (`i * 128 + 5`). It is the IR's Affine, so nothing is lost between the two.
 using index = Affine;
 
-// nl::ds(start, size) is numpy's start:start+size; start may be affine.
+// nl::ds(start, size) is numpy's start:start+size; start may be affine. With a step, the
+// size elements start, start + step, ... (numpy's start:start+(size-1)*step+1:step).
 struct ds_t {
   index start;
   int64_t size = 1;
+  int64_t step = 1;
 };
-inline ds_t ds(index start, int64_t size) {
-  return ds_t{std::move(start), size};
+inline ds_t ds(index start, int64_t size, int64_t step = 1) {
+  return ds_t{std::move(start), size, step};
 }
 
 // nl::slice(start, stop, step) is numpy's start:stop:step with static bounds.
@@ -49,7 +51,11 @@ class subscript {
   subscript(index v, Span span = Span::current())  // NOLINT
       : kind_(Kind::scalar), start_(std::move(v)), span_(std::move(span)) {}
   subscript(ds_t d, Span span = Span::current())  // NOLINT
-      : kind_(Kind::ds), start_(std::move(d.start)), size_(d.size), span_(std::move(span)) {}
+      : kind_(Kind::ds),
+        start_(std::move(d.start)),
+        size_(d.size),
+        step_(d.step),
+        span_(std::move(span)) {}
   subscript(slice_t s, Span span = Span::current())  // NOLINT
       : kind_(Kind::slice), slice_(s), span_(std::move(span)) {}
   subscript(all_t, Span span = Span::current())  // NOLINT
@@ -58,6 +64,7 @@ class subscript {
   Kind kind() const { return kind_; }
   const index& start() const { return start_; }  // scalar and ds
   int64_t size() const { return size_; }         // ds
+  int64_t step() const { return step_; }         // ds
   const slice_t& slice() const { return slice_; }
   const Span& span() const { return span_; }
 
@@ -65,6 +72,7 @@ class subscript {
   Kind kind_;
   index start_;
   int64_t size_ = 1;
+  int64_t step_ = 1;
   slice_t slice_;
   Span span_;
 };
