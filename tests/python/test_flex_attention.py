@@ -220,6 +220,25 @@ def test_empty_inputs_give_empty_results_as_pytorch_does():
         flex_attention(*(torch.randn(2, 0, 3, 4),) * 3)
 
 
+def test_a_nan_score_makes_its_rows_nan_not_empty():
+    # A NaN key: every row that sees it is NaN (out and lse), as PyTorch's; rows the causal
+    # mask keeps from it stay finite. (The host path took NaN rows for fully masked ones:
+    # zeros and -inf, with NaN gradients.)
+    q, k, v = (torch.randn(1, 2, 40, 16, generator=torch.Generator().manual_seed(i))
+               for i in range(3))
+    k[0, 1, 5, 3] = float("nan")
+    for mask in (None, create_block_mask(fh.causal, None, None, 40, 40, BLOCK_SIZE=16)):
+        out, aux = flex_attention(q, k, v, block_mask=mask, return_aux=AuxRequest(lse=True))
+        want = tfa.flex_attention(q, k, v, block_mask=None if mask is None else
+                                  tfa.create_block_mask(fh.causal, None, None, 40, 40,
+                                                        device="cpu", BLOCK_SIZE=16))
+        first = 0 if mask is None else 5  # the first row that sees key 5
+        assert torch.isnan(out[0, 1, first:]).all() and torch.isnan(aux.lse[0, 1, first:]).all()
+        assert torch.isnan(want[0, 1, first:]).all()
+        assert torch.isfinite(out[0, 1, :first]).all() and torch.isfinite(out[0, 0]).all()
+        torch.testing.assert_close(out[0, 0], want[0, 0])
+
+
 def test_return_conventions():
     q = torch.randn(1, 2, 50, 16)
     out = flex_attention(q, q, q)

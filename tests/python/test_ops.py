@@ -140,6 +140,29 @@ def test_linear_reuses_a_weights_transposed_copy_until_the_weight_changes(monkey
         assert id(ws[0]) not in O._wt_cache and id(ws[2]) in O._wt_cache
 
 
+def test_linear_sees_weight_writes_that_bypass_the_version_counter():
+    # `w.data.add_()` (EMA, weight tying), `.data.copy_()` and NumPy writes do not bump
+    # w._version: the sample kept with the transposed copy catches them, for calls of many rows
+    # and of few.
+    from neuron.ops import _operators as O
+    x, x1 = rand(300, 129, seed=60), rand(1, 129, seed=61)
+    w = torch.nn.Parameter(rand(7, 129, seed=62, scale=0.1))
+    writes = [lambda: w.data.add_(0.5), lambda: w.data.copy_(torch.zeros_like(w)),
+              lambda: w.data.mul_(-1.0), lambda: w.detach().numpy().__setitem__(
+                  slice(None), rand(7, 129, seed=63).numpy())]
+    with torch.no_grad(), no_fallbacks():
+        for write in writes:
+            for inp in (x, x1, x1, x):  # few rows copy the weight the second time they meet it
+                ops.linear(inp, w)
+            assert id(w) in O._wt_cache
+            write()
+            for inp in (x, x1):
+                torch.testing.assert_close(ops.linear(inp, w), (inp.double() @ w.double().t())
+                                           .float(), rtol=1e-5, atol=1e-5)
+        O.clear_weight_cache()
+        assert not O._wt_cache and O._wt_bytes == 0
+
+
 def test_linear_of_few_rows_splits_the_columns_over_programs():
     # One row makes one row program: the columns (of the output, and of dx in the backward)
     # are split instead, in slices of at least 512 (two programs of 550 here, of 515 for dx).
@@ -274,6 +297,20 @@ def test_attention_3d_inputs_and_an_explicit_scale():
     with no_fallbacks():
         check(sdpa, lambda q, k, v: sdpa(q, k, v, ops.scaled_dot_product_attention), [q, k, v],
               torch.float32)
+
+
+def test_attention_with_a_scale_of_zero_or_below_falls_back():
+    # scale=0 gave 1 / sqrt(E) (0 meant "the default" to the kernel): now PyTorch's result,
+    # with a fallback note naming the scale; a negative scale likewise.
+    q, k, v = rand(1, 2, 9, 16, seed=12), rand(1, 2, 11, 16, seed=13), rand(1, 2, 11, 16, seed=14)
+    key = ("neuron.ops.scaled_dot_product_attention", "scale")
+    for s in (0.0, -0.5):
+        before = nt.fallback_counts().get(key, 0)
+        got = ops.scaled_dot_product_attention(q, k, v, scale=s)
+        assert nt.fallback_counts()[key] == before + 1
+        torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, scale=s))
+    mean_v = v.mean(-2, keepdim=True).expand(1, 2, 9, 16)
+    torch.testing.assert_close(ops.scaled_dot_product_attention(q, k, v, scale=0.0), mean_v)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -199,7 +199,7 @@ def forward(prob):
                 l = l.mul_(alpha).add_(p.sum(-1))
                 acc = acc.mul_(alpha.unsqueeze(-1)).add_(bmm(p, prob.kv_chunk(ch, "v")))
                 m = m_new
-            seen = l > 0
+            seen = l != 0  # (a NaN score makes l NaN: the row is NaN, as in PyTorch, not empty)
             out[..., q0:q0 + qr, :] = torch.where(seen.unsqueeze(-1),
                                                   acc / torch.where(seen, l, 1.0).unsqueeze(-1),
                                                   0.0)

@@ -22,11 +22,12 @@ import contextlib
 import torch.nn.functional as _F
 
 from . import _kernels, functional
+from ._operators import clear_weight_cache
 from .functional import (layer_norm, linear, rms_norm, rope, scaled_dot_product_attention,
                          softmax, swiglu)
 
 __all__ = ["scaled_dot_product_attention", "linear", "rms_norm", "layer_norm", "softmax",
-           "swiglu", "rope", "patch", "strict", "profiled", "PATCHED"]
+           "swiglu", "rope", "patch", "strict", "profiled", "clear_weight_cache", "PATCHED"]
 
 # The torch.nn.functional names patch() replaces (swiglu and rope have no PyTorch function).
 PATCHED = ("scaled_dot_product_attention", "linear", "rms_norm", "layer_norm", "softmax")

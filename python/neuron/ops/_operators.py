@@ -186,8 +186,14 @@ def _(a, b, transpose_a=False, transpose_b=False):
 # the new memory: 35-38 ms for 4096 x 4096 fp32) costs as much as ten such calls save (6.6 ->
 # 2.5 ms at one row). So they make one only for a weight they met before unchanged (inference
 # reuses it; a training step changes it) and only while it fits the cache without evicting.
+#
+# Writes that bypass the version counter (`w.data.add_(...)` in EMA or weight-tying code,
+# `w.numpy()[:] = ...`) are caught by a sample of the weight's elements kept with the copy and
+# compared on every hit (64 elements, a few us): a write that changes none of them (one element
+# elsewhere through .data) is not seen; bump the version (`with torch.no_grad(): w.add_(...)`)
+# or call neuron.ops.clear_weight_cache() after such writes.
 LINEAR_WEIGHT_CACHE_BYTES = 1 << 30
-_wt_cache = collections.OrderedDict()  # id(weight) -> (weakref, (version, ptr, ...), copy)
+_wt_cache = collections.OrderedDict()  # id(weight) -> (weakref, (version, ptr, ...), copy, sample)
 _wt_bytes = 0
 _wt_seen = collections.OrderedDict()  # (id, (version, ptr, ...)) met by calls of few rows
 _WT_SEEN_MAX = 4096
@@ -199,6 +205,32 @@ _wt_lock = threading.Lock()
 
 def _nbytes(t):
     return t.numel() * t.element_size()
+
+
+_SAMPLE = 64
+_sample_at = {}  # weight shape -> (rows, cols): the sampled positions, spread over the weight
+
+
+def _sample(weight):
+    """64 elements of the 2-D weight at fixed positions (its corners among them)."""
+    where = _sample_at.get(weight.shape)
+    if where is None:
+        n, k = weight.shape
+        i = torch.arange(_SAMPLE, dtype=torch.int64)
+        rows, cols = (i * 2654435761) % n, (i * 40503 + i * i * 97) % k
+        rows[:2], cols[:2] = torch.tensor([0, n - 1]), torch.tensor([0, k - 1])
+        where = _sample_at.setdefault(weight.shape, (rows, cols))
+    with torch.no_grad():
+        return weight[where]
+
+
+def clear_weight_cache():
+    """Forgets every transposed linear weight (after writes the cache cannot see)."""
+    global _wt_bytes
+    with _wt_lock:
+        _wt_cache.clear()
+        _wt_seen.clear()
+        _wt_bytes = 0
 
 
 def _wt_drop(wid):
@@ -216,6 +248,7 @@ def _transposed(weight, few_rows=False):
     except RuntimeError:  # an inference tensor has no version counter: nothing to check by
         return None if few_rows else weight.t().contiguous()
     wid = id(weight)
+    sample = _sample(weight) if weight.dim() == 2 and weight.numel() else None
     with _wt_lock:
         while _wt_dead:
             k, ref = _wt_dead.pop()
@@ -223,7 +256,7 @@ def _transposed(weight, few_rows=False):
                 _wt_drop(k)
         hit = _wt_cache.get(wid)
         mine = hit is not None and hit[0]() is weight
-        if mine and hit[1] == key:
+        if mine and hit[1] == key and (sample is None or torch.equal(hit[3], sample)):
             _wt_cache.move_to_end(wid)
             return hit[2]
         # The copy of an older version of this weight (an optimizer step changed it) is
@@ -252,7 +285,8 @@ def _transposed(weight, few_rows=False):
     with _wt_lock:
         if wid in _wt_cache:
             _wt_drop(wid)
-        _wt_cache[wid] = (weakref.ref(weight, lambda r, k=wid: _wt_dead.append((k, r))), key, wt)
+        _wt_cache[wid] = (weakref.ref(weight, lambda r, k=wid: _wt_dead.append((k, r))), key, wt,
+                          sample)
         _wt_bytes += _nbytes(wt)
         while _wt_bytes > LINEAR_WEIGHT_CACHE_BYTES:
             _wt_drop(next(iter(_wt_cache)))

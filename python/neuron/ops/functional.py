@@ -87,7 +87,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     q, k, v = query, key, value
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)) or \
-            min(q.dim(), k.dim(), v.dim()) < 3 or not (q.dim() == k.dim() == v.dim()):
+            min(q.dim(), k.dim(), v.dim()) < 3 or not (q.dim() == k.dim() == v.dim()) or \
+            not isinstance(is_causal, bool):
         return torch_sdpa()  # PyTorch decides (and names what is wrong)
     hq, hk = q.shape[-3], k.shape[-3]
     if (hq != hk and not (enable_gqa and hq % hk == 0)) or k.shape[-1] != q.shape[-1] or \
@@ -100,6 +101,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if dropout_p > 0:
         return _fall_back(name, "dropout", f"dropout_p={dropout_p}; the kernels have no dropout",
                           torch_sdpa)
+    if scale is not None and not (float(scale) > 0 and math.isfinite(float(scale))):
+        # The kernels' online softmax takes the row maximum of the scaled scores as the maximum
+        # of the scores: a positive scale (0 would also read as "the default" there).
+        return _fall_back(name, "scale", f"scale={scale}; the kernels take a positive, finite "
+                          "scale", torch_sdpa)
     problem = _problem({"query": q, "key": k, "value": v})
     if problem:
         return _fall_back(name, *problem, torch_sdpa)
