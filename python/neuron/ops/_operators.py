@@ -189,7 +189,7 @@ def _(a, b, transpose_a=False, transpose_b=False):
 #
 # Writes that bypass the version counter (`w.data.add_(...)` in EMA or weight-tying code,
 # `w.numpy()[:] = ...`) are caught by a sample of the weight's elements kept with the copy and
-# compared on every hit (64 elements, a few us): a write that changes none of them (one element
+# compared on every hit (64 elements by torch.take, ~2 us): a write that changes none of them (one element
 # elsewhere through .data) is not seen; bump the version (`with torch.no_grad(): w.add_(...)`)
 # or call neuron.ops.clear_weight_cache() after such writes.
 LINEAR_WEIGHT_CACHE_BYTES = 1 << 30
@@ -208,20 +208,24 @@ def _nbytes(t):
 
 
 _SAMPLE = 64
-_sample_at = {}  # weight shape -> (rows, cols): the sampled positions, spread over the weight
+_sample_at = {}  # weight shape -> the sampled positions (row-major), spread over the weight
 
 
 def _sample(weight):
-    """64 elements of the 2-D weight at fixed positions (its corners among them)."""
+    """64 elements of the 2-D weight at fixed positions (its corners among them), or None for
+    an empty weight. torch.take: ~2 us."""
     where = _sample_at.get(weight.shape)
     if where is None:
+        if weight.dim() != 2:
+            return None
         n, k = weight.shape
+        if n * k == 0:
+            return None
         i = torch.arange(_SAMPLE, dtype=torch.int64)
         rows, cols = (i * 2654435761) % n, (i * 40503 + i * i * 97) % k
         rows[:2], cols[:2] = torch.tensor([0, n - 1]), torch.tensor([0, k - 1])
-        where = _sample_at.setdefault(weight.shape, (rows, cols))
-    with torch.no_grad():
-        return weight[where]
+        where = _sample_at.setdefault(weight.shape, rows * k + cols)
+    return torch.take(weight.detach(), where)
 
 
 def clear_weight_cache():
@@ -248,7 +252,7 @@ def _transposed(weight, few_rows=False):
     except RuntimeError:  # an inference tensor has no version counter: nothing to check by
         return None if few_rows else weight.t().contiguous()
     wid = id(weight)
-    sample = _sample(weight) if weight.dim() == 2 and weight.numel() else None
+    sample = None
     with _wt_lock:
         while _wt_dead:
             k, ref = _wt_dead.pop()
@@ -256,7 +260,8 @@ def _transposed(weight, few_rows=False):
                 _wt_drop(k)
         hit = _wt_cache.get(wid)
         mine = hit is not None and hit[0]() is weight
-        if mine and hit[1] == key and (sample is None or torch.equal(hit[3], sample)):
+        if mine and hit[1] == key and ((sample := _sample(weight)) is None or
+                                       torch.equal(hit[3], sample)):
             _wt_cache.move_to_end(wid)
             return hit[2]
         # The copy of an older version of this weight (an optimizer step changed it) is
@@ -282,6 +287,8 @@ def _transposed(weight, few_rows=False):
         wt = weight.t().contiguous()
     if _nbytes(wt) > LINEAR_WEIGHT_CACHE_BYTES:
         return wt
+    if sample is None:
+        sample = _sample(weight)
     with _wt_lock:
         if wid in _wt_cache:
             _wt_drop(wid)
