@@ -189,9 +189,9 @@ def _(a, b, transpose_a=False, transpose_b=False):
 #
 # Writes that bypass the version counter (`w.data.add_(...)` in EMA or weight-tying code,
 # `w.numpy()[:] = ...`) are caught by a sample of the weight's elements kept with the copy and
-# compared on every hit (64 elements by torch.take, ~2 us): a write that changes none of them (one element
-# elsewhere through .data) is not seen; bump the version (`with torch.no_grad(): w.add_(...)`)
-# or call neuron.ops.clear_weight_cache() after such writes.
+# compared on every reuse (64 elements by torch.take, ~2 us): a write that changes none of them
+# (one element elsewhere through .data) is not seen; bump the version (`with torch.no_grad():
+# w.add_(...)`) or call neuron.ops.clear_weight_cache() after such writes.
 LINEAR_WEIGHT_CACHE_BYTES = 1 << 30
 _wt_cache = collections.OrderedDict()  # id(weight) -> (weakref, (version, ptr, ...), copy, sample)
 _wt_bytes = 0
