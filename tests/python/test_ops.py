@@ -319,6 +319,10 @@ def test_softmax_along_any_dim(dtype):
     with no_fallbacks():
         check(lambda t: F.softmax(t, 1), lambda t: ops.softmax(t, 1), [x], dtype)
         check(lambda t: F.softmax(t, -1), lambda t: ops.softmax(t, dim=-1), [x], dtype)
+        # Contiguous, as PyTorch's: a non-last dim's result takes .view() as PyTorch's
+        y, x_cl = ops.softmax(x.to(dtype), 1), x.to(dtype).transpose(1, 2)
+        assert y.stride() == F.softmax(x.to(dtype), 1).stride() and y.view(3, -1).shape[1] == 903
+        assert ops.softmax(x_cl, 1).stride() == F.softmax(x_cl, 1).stride()
 
 
 def test_softmax_dtype_argument_casts_first():

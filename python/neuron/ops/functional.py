@@ -182,7 +182,10 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):
     last = dim == x.dim() - 1
     xt = (x if last else x.movedim(dim, -1)).contiguous()
     y = _reshaped(_operators.call("softmax", _reshaped(xt, (-1, xt.shape[-1]))), xt.shape)
-    return y if last else y.movedim(-1, dim)
+    if last:
+        return y
+    # Contiguous, as PyTorch returns it (a movedim view would refuse .view(...)).
+    return y.movedim(-1, dim).contiguous()
 
 
 def _normalized(input, normalized_shape, params):
