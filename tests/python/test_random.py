@@ -187,3 +187,30 @@ def test_the_first_draw_may_be_inside_a_loop():
     ir = neuron.kernel(first_draw_in_a_loop).trace(np.zeros((1, 1), np.float32))
     text = str(ir)
     assert text.index("rng_state") < text.index("for ")
+
+
+def narrow_draws(x):
+    outs = [nl.ndarray((128, 512), dt, buffer=nl.shared_hbm)
+            for dt in (nl.bfloat16, nl.float16, nl.float8_e4m3)]
+    nl.random_seed(nl.load(x))
+    for out in outs:
+        nl.store(out, nl.rand((128, 512), out.dtype))
+    return tuple(outs)
+
+
+def test_narrow_draws_stay_below_one():
+    # u rounded to bf16 / fp16 / fp8 reached 1.0 (bf16: about 1 draw in 500); such a draw is
+    # the largest value below 1 of that type, every other one is u rounded as documented.
+    import ml_dtypes
+    seed = np.array([[7]], np.int32)
+    outs = all_modes(narrow_draws, seed)
+    bits = reference_bits(7, 128, 3 * 512)
+    for k, (got, dt) in enumerate(zip(outs, (ml_dtypes.bfloat16, np.float16,
+                                              ml_dtypes.float8_e4m3))):
+        u = unit(bits[:, 512 * k:512 * (k + 1)]).astype(np.float32).astype(dt)
+        raw = np.uint8 if dt is ml_dtypes.float8_e4m3 else np.uint16
+        below_one = (np.array([1], dt).view(raw) - 1).view(dt)[0]  # one pattern below 1.0
+        want = np.where(u.astype(np.float32) >= 1, below_one, u)
+        assert (u.astype(np.float32) >= 1).any()  # the case occurs in these draws
+        np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+        assert got.astype(np.float32).max() < 1

@@ -1886,15 +1886,29 @@ void set_rng_state(const NView& st, int64_t p, RngState s) {
 void neuron_k_rng(const NView* d, const NView* st, int ddt, double low, double high) {
   const int64_t P = d->size[0], n = per_partition(*d);
   const bool fl = neuron::dtype_is_float(dt(ddt));
+  // A value that rounds up to a positive `high` in the destination's type (bf16 draws of [0, 1)
+  // above 1 - 2^-9, or a wide rand2 interval) becomes the largest value below it: the bit
+  // pattern of `high` less one, for any float type.
+  unsigned char below_high[4] = {};
+  const int esize = neuron::dtype_bytes(dt(ddt));
+  if (fl && high > 0 && high > low) {
+    b::store_f32(below_high, dt(ddt), static_cast<float>(high));
+    uint32_t v = 0;
+    std::memcpy(&v, below_high, esize);
+    --v;
+    std::memcpy(below_high, &v, esize);
+  }
   for (int64_t p = 0; p < P; ++p) {
     const RngState s = rng_state(*st, p);
     char* row = d->base + p * d->stride[0];
     for (int64_t i = 0; i < n; ++i) {
       const uint64_t bits = b::rng_bits(s.key, s.counter + static_cast<uint64_t>(i));
       char* e = element(*d, row, i);
-      if (fl)
+      if (fl) {
         b::store_f32(e, dt(ddt), static_cast<float>(low + (high - low) * b::rng_unit(bits)));
-      else
+        if (high > 0 && high > low && b::load_f32(e, dt(ddt)) >= static_cast<float>(high))
+          std::memcpy(e, below_high, esize);
+      } else
         b::store_int_bits(e, dt(ddt), static_cast<int64_t>(bits & 0xffffffffu));
     }
   }
