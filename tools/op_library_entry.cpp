@@ -12,14 +12,14 @@
 //                                                             form), str/choice/dtype: the text
 // Reply: the IR text; or "!error\nRULE\nFILE\nLINE\nCOLUMN\nMESSAGE" for a user error (the
 // span is the kernel's C++ source line). Free either with neuron_op_library_free.
-#include <neuron/ir/printer.hpp>
-#include <neuron/registry.hpp>
-
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <neuron/ir/printer.hpp>
+#include <neuron/registry.hpp>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #define NEURON_OPLIB_API extern "C" __attribute__((visibility("default")))
 
@@ -75,7 +75,9 @@ NEURON_OPLIB_API char* neuron_op_library_trace(const char* name, const char* req
         for (int64_t n; words >> n;) spec.shape.push_back(n);
         specs.push_back(std::move(spec));
       } else if (what == "param") {
-        std::string value = line.substr(std::min(line.size(), 7 + a.size() + 1));
+        // "param <name> <value>": the value is the rest of the line (it may hold spaces)
+        const size_t at = std::string_view("param ").size() + a.size() + 1;
+        std::string value = line.substr(std::min(line.size(), at));
         const neuron::ParamInfo* info = nullptr;
         if (k)
           for (const auto& p : k->params)

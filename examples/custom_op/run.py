@@ -36,6 +36,13 @@ def main(path):
             if not err <= tol:
                 print(f"FAIL {dtype} [{rows}, {dim}]: relative error {err:.3g} > {tol}")
                 return 1
+    # A parameter reaches the kernel as given (a large eps changes every value).
+    x, residual, weight = torch.randn(9, 16), torch.randn(9, 16), torch.rand(16) + 0.5
+    out, _ = torch.ops.my_ops.add_rms_norm(x, residual, weight, eps=3.5)
+    err = ((out.double() - reference(x, residual, weight, 3.5)[0]).abs().max()).item()
+    if not err <= 1e-5:
+        print(f"FAIL eps=3.5: max error {err:.3g} (the parameter did not arrive)")
+        return 1
     # The fake implementation (shapes only) is what torch.compile and meta tensors see.
     meta = torch.ops.my_ops.add_rms_norm(torch.empty(5, 8, device="meta"),
                                          torch.empty(5, 8, device="meta"),

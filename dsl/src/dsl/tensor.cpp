@@ -87,7 +87,7 @@ tensor tensor::index_with(const std::vector<subscript>& subs) const {
         if (s.step() <= 0)
           user_error(s.span(), "index", "dim {} of '{}': slice step must be positive, got {}", k,
                      buf.name, s.step());
-        check_range(s.start(), s.size() > 0 ? (s.size() - 1) * s.step() + 1 : 0);
+        check_range(s.start(), s.size() > 0 ? (s.size() - 1) * s.step() + 1 : s.size());
         d.start = d.start + s.start() * d.step;
         d.size = s.size();
         d.step = d.step * s.step();
