@@ -58,7 +58,22 @@ def main():
     with open(os.path.join(a.work, "vector_add.cpp"), "w") as f:
         f.write(m.group(1))
     run(m.group(2), a.work, env, "README.md")
-    print("doc_snippets: README.md and docs/first-kernel.md build and run as written")
+
+    # README: "CMake projects use find_package(neuron) and link neuron::neuron": the same
+    # program as a CMake project that sets no C++ standard of its own.
+    prefix = os.path.dirname(os.path.dirname(env["PKG_CONFIG_PATH"].split(":")[0]))
+    project = os.path.join(a.work, "cmake_project")
+    os.makedirs(project)
+    shutil.copy(os.path.join(a.work, "vector_add.cpp"), project)
+    with open(os.path.join(project, "CMakeLists.txt"), "w") as f:
+        f.write("cmake_minimum_required(VERSION 3.22)\nproject(vector_add LANGUAGES CXX)\n"
+                "find_package(neuron REQUIRED)\nadd_executable(vector_add vector_add.cpp)\n"
+                "target_link_libraries(vector_add PRIVATE neuron::neuron)\n")
+    run(f'cmake -S . -B build -G Ninja -DCMAKE_PREFIX_PATH="{prefix}" -DCMAKE_BUILD_TYPE=Release'
+        " && cmake --build build && ./build/vector_add", project, env,
+        "a CMake project linking neuron::neuron")
+    print("doc_snippets: README.md and docs/first-kernel.md build and run as written, and as a "
+          "CMake project")
 
 
 if __name__ == "__main__":
