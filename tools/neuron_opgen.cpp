@@ -152,10 +152,26 @@ class Visitor : public clang::RecursiveASTVisitor<Visitor> {
   bool set_default(const clang::ParmVarDecl* pv, clang::QualType canon, Param& p) {
     const clang::Expr* e = pv->getDefaultArg();
     if (p.kind == "str") {
-      p.default_cpp = text(pv->getDefaultArgRange());
-      const auto* lit = llvm::dyn_cast<clang::StringLiteral>(e->IgnoreImplicit());
-      p.default_schema = lit ? quoted(lit->getString().str()) : "";
-      return lit != nullptr;
+      // `std::string mode = "sum"`: the literal inside the string's construction
+      const clang::StringLiteral* lit = nullptr;
+      for (const clang::Expr* x = e; x && !lit;) {
+        x = x->IgnoreImplicit();
+        if ((lit = llvm::dyn_cast<clang::StringLiteral>(x))) break;
+        if (const auto* c = llvm::dyn_cast<clang::CXXConstructExpr>(x))
+          x = c->getNumArgs() >= 1 ? c->getArg(0) : nullptr;
+        else if (const auto* m = llvm::dyn_cast<clang::MaterializeTemporaryExpr>(x))
+          x = m->getSubExpr();
+        else if (const auto* b = llvm::dyn_cast<clang::CXXBindTemporaryExpr>(x))
+          x = b->getSubExpr();
+        else if (const auto* f = llvm::dyn_cast<clang::CXXFunctionalCastExpr>(x))
+          x = f->getSubExpr();
+        else
+          x = nullptr;
+      }
+      if (!lit) return false;
+      p.default_cpp = quoted(lit->getString().str());
+      p.default_schema = quoted(lit->getString().str());
+      return true;
     }
     if (p.kind == "bool") {
       bool b = false;
@@ -202,6 +218,17 @@ class Visitor : public clang::RecursiveASTVisitor<Visitor> {
     op.ns = std::move(ns);
     op.name = fn->getNameAsString();
     op.qualified = "::" + fn->getQualifiedNameAsString();
+    if (fn->getDescribedFunctionTemplate() || fn->isTemplateInstantiation())
+      return error(fn->getLocation(), "operator '" + op.name +
+                                          "' is a function template; an "
+                                          "operator is a plain function (write one per type, each "
+                                          "with its own name)");
+    for (const Op& other : ops_)
+      if (other.qualified == op.qualified)
+        return error(fn->getLocation(), "operator '" + op.name + "' is declared again (also at " +
+                                            other.file + ":" + std::to_string(other.line) +
+                                            "); operators cannot be overloaded: give "
+                                            "each its own name");
     auto p = sm_.getPresumedLoc(sm_.getExpansionLoc(fn->getLocation()));
     op.file = p.getFilename();
     op.line = p.getLine();
@@ -323,8 +350,9 @@ std::string param_code(const Param& p) {
   std::string t = p.kind == "dtype" ? "::neuron::DType" : p.cpp_type;
   if (p.default_cpp.empty())
     return "neuron::param<" + t + ">(" + quoted(p.name) + ", " + doc + ")";
-  return "neuron::param<" + t + ">(" + quoted(p.name) + ", " + t + "(" + p.default_cpp + "), " +
-         doc + ")";
+  // static_cast, not t(...): `unsigned int(3)` is no C++ expression
+  return "neuron::param<" + t + ">(" + quoted(p.name) + ", static_cast<" + t + ">(" +
+         p.default_cpp + "), " + doc + ")";
 }
 
 std::string torch_schema(const Op& op) {

@@ -33,6 +33,18 @@ inline std::tuple<nl::tensor, nl::tensor> row_stats(nl::tensor x) {
   return {sum, max};
 }
 
+// Row reductions of x [N <= 128, F] by `mode` ("sum" or "max"), times `times`, plus `shift`: a
+// string default and multi-word integer types.
+NEURON_OP(opgen_test)
+inline nl::tensor row_reduce(nl::tensor x, std::string mode = "max", unsigned times = 2u,
+                             long long shift = -3) {
+  auto out = nl::ndarray({x.shape()[0], 1}, x.dtype(), nl::shared_hbm, "out");
+  auto t = nl::load(x);
+  auto r = mode == "sum" ? nl::sum(t, 1) : nl::max(t, 1);
+  nl::store(out, nl::add(nl::multiply(r, double(times)), double(shift)));
+  return out;
+}
+
 // Not an operator: neuron-opgen leaves it alone.
 inline nl::tensor helper(nl::tensor x) {
   return x;

@@ -32,6 +32,14 @@ TEST_CASE("neuron-opgen registers the marked kernels with their signatures and d
   CHECK(k->span.line == 14);
   CHECK(Registry::global().find("row_stats") != nullptr);
   CHECK(Registry::global().find("helper") == nullptr);  // not marked
+  // A std::string default and multi-word integer types (`unsigned`, `long long`).
+  const RegisteredKernel* r = Registry::global().find("row_reduce");
+  REQUIRE(r != nullptr);
+  REQUIRE(r->params.size() == 3);
+  CHECK(r->params[0].kind == ParamKind::string);
+  CHECK(std::get<std::string>(*r->params[0].default_value) == "max");
+  CHECK(std::get<int64_t>(*r->params[1].default_value) == 2);
+  CHECK(std::get<int64_t>(*r->params[2].default_value) == -3);
 }
 
 TEST_CASE("a generated registration traces and runs like the kernel function") {
@@ -52,6 +60,12 @@ TEST_CASE("a generated registration traces and runs like the kernel function") {
   for (int64_t j = 0; j < f; ++j) s += x.get(j), m = std::fmax(m, x.get(j));
   CHECK(stats[0].get(0) == doctest::Approx(s).epsilon(1e-5));
   CHECK(stats[1].get(0) == m);
+  auto by_default = simulate(trace_registered("row_reduce", {{{n, f}, DType::float32}}), {x}, {1});
+  CHECK(by_default[0].get(0) == doctest::Approx(2 * m - 3).epsilon(1e-5));
+  auto summed = simulate(trace_registered("row_reduce", {{{n, f}, DType::float32}},
+                                          {{"mode", std::string("sum")}, {"times", int64_t{3}}}),
+                         {x}, {1});
+  CHECK(summed[0].get(0) == doctest::Approx(3 * s - 3).epsilon(1e-5));
 }
 
 TEST_CASE("neuron-opgen writes the operators' schemas") {
@@ -62,5 +76,7 @@ TEST_CASE("neuron-opgen writes the operators' schemas") {
   CHECK(js.find("\"schema\": \"scaled_add(Tensor x, Tensor y, float alpha=0.5, str "
                 "act=\\\"relu\\\", bool negate=False) -> Tensor\"") != std::string::npos);
   CHECK(js.find("\"schema\": \"row_stats(Tensor x) -> (Tensor, Tensor)\"") != std::string::npos);
+  CHECK(js.find("\"schema\": \"row_reduce(Tensor x, str mode=\\\"max\\\", int times=2, int "
+                "shift=-3) -> Tensor\"") != std::string::npos);
   CHECK(js.find("\"namespace\": \"opgen_test\"") != std::string::npos);
 }
