@@ -85,7 +85,9 @@ NEURON_OPLIB_API char* neuron_op_library_trace(const char* name, const char* req
         params[a] = param_value(info, value);
       }
     }
-    return copy(neuron::print(neuron::trace_registered(name, std::move(specs), params, {})));
+    // with spans: errors of the later passes point at the header's line, as a C++ trace's do
+    return copy(neuron::print(neuron::trace_registered(name, std::move(specs), params, {}),
+                              neuron::PrintOptions{.spans = true}));
   } catch (const neuron::UserError& e) {
     return error_reply(e.rule(), e.span(), e.message());
   } catch (const std::exception& e) {

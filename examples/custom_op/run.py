@@ -43,6 +43,17 @@ def main(path):
     if not err <= 1e-5:
         print(f"FAIL eps=3.5: max error {err:.3g} (the parameter did not arrive)")
         return 1
+    # An error of the compiler's later passes names a source line (here the tile's allocation
+    # in the kernel library's helper), as a trace error does, not a line of the IR text.
+    try:
+        torch.ops.my_ops.add_rms_norm(torch.randn(4, 60000), torch.randn(4, 60000),
+                                      torch.randn(60000))
+        print("FAIL: rows of 60000 fp32 fit SBUF?")
+        return 1
+    except neuron.NeuronError as e:
+        if "[sbuf-capacity]" not in str(e) or ".hpp:" not in str(e) or ".so:" in str(e):
+            print(f"FAIL: the capacity error does not name its source line: {e}")
+            return 1
     # The fake implementation (shapes only) is what torch.compile and meta tensors see.
     meta = torch.ops.my_ops.add_rms_norm(torch.empty(5, 8, device="meta"),
                                          torch.empty(5, 8, device="meta"),

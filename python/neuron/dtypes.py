@@ -104,8 +104,11 @@ def _convert(d):
             raise TypeError(f"{d!r} is not a dtype") from None
     found = _C.dtype_from_name(name)
     if found is None:
+        near = {"float64": "float32", "int64": "int32", "uint64": "uint32",
+                "complex64": None, "complex128": None}.get(name)
+        hint = f" (cast {name} data to {near} first)" if near else ""
         raise TypeError(f"unsupported dtype {name}: {name} has no neuron type; kernels take "
-                        f"{_supported()} (cast float64 data to float32 first)")
+                        f"{_supported()}{hint}")
     return found
 
 
