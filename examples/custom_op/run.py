@@ -43,6 +43,14 @@ def main(path):
     if not err <= 1e-5:
         print(f"FAIL eps=3.5: max error {err:.3g} (the parameter did not arrive)")
         return 1
+    try:  # a misspelt operator name lists the library's operators
+        lib.kernel("add_rms_nrom")
+        print("FAIL: lib.kernel found a misspelt operator")
+        return 1
+    except KeyError as e:
+        if "add_rms_norm" not in str(e):
+            print(f"FAIL: the KeyError does not list the operators: {e}")
+            return 1
     # An error of the compiler's later passes names a source line (here the tile's allocation
     # in the kernel library's helper), as a trace error does, not a line of the IR text.
     try:

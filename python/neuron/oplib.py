@@ -123,7 +123,11 @@ class OpLibrary:
 
     def kernel(self, name):
         """Operator `name` as a neuron.Kernel: tensors positionally, parameters by keyword."""
-        return self._kernels[name]
+        try:
+            return self._kernels[name]
+        except KeyError:
+            raise KeyError(f"{self.path} has no operator {name!r}; it has "
+                           f"{', '.join(sorted(self._kernels)) or 'none'}") from None
 
     def register_torch(self):
         """Defines each operator as torch.ops.<namespace>.<name> (once)."""
