@@ -149,12 +149,12 @@ def _inplace_method(name):
 
 
 # Every Python operator of a traced tensor (python/neuron/language.py) runs the traced one.
-for _name in ("add sub mul truediv pow".split()):
+for _name in ("add sub mul truediv pow mod and or xor lshift rshift".split()):
     setattr(EagerTensor, f"__{_name}__", _tensor_method(f"__{_name}__"))
     setattr(EagerTensor, f"__r{_name}__", _tensor_method(f"__r{_name}__"))
 for _name in ("add sub mul truediv".split()):
     setattr(EagerTensor, f"__i{_name}__", _inplace_method(f"__i{_name}__"))
-for _name in ("lt le gt ge neg abs bool matmul rmatmul mod floordiv and or xor iter".split()):
+for _name in ("lt le gt ge neg abs invert bool matmul rmatmul floordiv iter".split()):
     setattr(EagerTensor, f"__{_name}__", _tensor_method(f"__{_name}__"))
 _tile_bool = EagerTensor.__bool__
 # An HBM tensor or an nl.ndarray tile is true (`if bias:` tests an optional argument), a

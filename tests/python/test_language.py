@@ -188,6 +188,23 @@ def test_two_dimensional_grid_program_ids():
         k[0]
 
 
+def test_bitwise_remainder_and_integer_operators_in_every_mode():
+    # & | ^ << >> ~ % and integer -x / abs() on tiles (NKI_API.md 4.5: the nl functions),
+    # natively, simulated and eagerly.
+    def k(a, b):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        x, y = nl.load(a), nl.load(b)
+        nl.store(out, (((x & y) | 3) ^ (x >> 1)) + abs(-x) + (6 & x) + (~x) + (y % 5) + (x << 2))
+        return out
+
+    a = np.arange(-8, 8, dtype=np.int32).reshape(2, 8)
+    b = np.arange(16, dtype=np.int32).reshape(2, 8) * 3
+    logical = (a.astype(np.int64) & 0xFFFFFFFF) >> 1  # >> is logical
+    want = (((a & b) | 3) ^ logical) + np.abs(a) + (6 & a) + (~a) + (b % 5) + (a << 2)
+    for mode in ("native", "simulate", "eager"):
+        np.testing.assert_array_equal(neuron.kernel(k, mode=mode)(a, b), want.astype(np.int32))
+
+
 def test_strided_slices_whose_start_is_a_loop_index():
     # t[:, i*3 : i*3+16 : 2] in a rolled loop (8 elements i*3, i*3+2, ...), also as t.slice()
     # and on HBM, in every mode; each a strided view, not a copy.
