@@ -239,6 +239,43 @@ def test_a_nan_score_makes_its_rows_nan_not_empty():
         torch.testing.assert_close(out[0, 0], want[0, 0])
 
 
+def test_pytorchs_looser_rules_mixed_dtypes_and_block_masks_of_other_batches():
+    # PyTorch takes k / v of another dtype than q (allow_lowp_kv: a bf16 KV cache under an fp32
+    # query): the result in q's dtype. A block mask of neither 1 nor the query's batch (or head)
+    # count serves row b % Bm (head h % Hm), as PyTorch's kernels read it.
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(4, 2, 64, 16, generator=g) for _ in range(3))
+    kb, vb = k.bfloat16(), v.bfloat16()
+    got = flex_attention(q, kb, vb)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, tfa.flex_attention(q, kb, vb))
+    torch.testing.assert_close(got, flex_attention(q, kb.float(), vb.float()))
+
+    def per_batch(b, h, q_idx, kv_idx):  # batch 0 and 2 causal, 1 and 3 a window
+        return torch.where(b % 2 == 0, q_idx >= kv_idx, (q_idx - kv_idx).abs() <= 8)
+    two = create_block_mask(per_batch, 2, 1, 64, 64, BLOCK_SIZE=16)
+    four = create_block_mask(per_batch, 4, 1, 64, 64, BLOCK_SIZE=16)
+    torch.testing.assert_close(flex_attention(q, k, v, block_mask=two),
+                               flex_attention(q, k, v, block_mask=four))
+    three_heads = create_block_mask(fh.causal, 1, 3, 64, 64, BLOCK_SIZE=16)
+    one_head = create_block_mask(fh.causal, 1, 1, 64, 64, BLOCK_SIZE=16)
+    torch.testing.assert_close(flex_attention(q, k, v, block_mask=three_heads),
+                               flex_attention(q, k, v, block_mask=one_head))
+
+
+def test_small_api_parity():
+    from torch.nn.attention import flex_attention as torch_flex
+    assert nfa.FlexKernelOptions is torch_flex.FlexKernelOptions
+    assert nfa._mask_mod_signature is torch_flex._mask_mod_signature
+    i = torch.tensor(0)
+    assert nfa.noop_mask(batch=i, head=i, token_q=i, token_kv=i)  # PyTorch's parameter names
+    with pytest.warns(DeprecationWarning, match="_compile"):
+        create_block_mask(fh.causal, 1, 1, 64, 64, _compile=True)
+    empty = create_block_mask(fh.causal, 1, 1, 0, 64)
+    assert empty.to_string(grid_size=-1) == tfa.create_block_mask(
+        fh.causal, 1, 1, 0, 64, device="cpu").to_string(grid_size=-1)
+
+
 def test_return_conventions():
     q = torch.randn(1, 2, 50, 16)
     out = flex_attention(q, q, q)
@@ -259,8 +296,8 @@ def test_return_conventions():
 
 def test_errors_use_pytorchs_wording():
     q = torch.randn(1, 2, 64, 16)
-    with pytest.raises(ValueError, match="same dtype"):
-        flex_attention(q, q.double(), q)
+    with pytest.raises(ValueError, match="floating-point inputs"):
+        flex_attention(q, q.int(), q)
     with pytest.raises(NotImplementedError, match="must be 4D"):
         flex_attention(q[0], q[0], q[0])
     with pytest.raises(ValueError, match="same embedding dimension"):

@@ -10,6 +10,9 @@ mask's block lists read at run time (plan.py, forward.py, backward.py). Mods the
 express fall back to a dense reference with a one-time warning (NEURON_STRICT=1: an error).
 """
 import torch
+# PyTorch's typing names, the same objects (code written for torch imports them from here too)
+from torch.nn.attention.flex_attention import (FlexKernelOptions, _mask_mod_signature,  # noqa
+                                               _score_mod_signature)
 
 from .api import AuxOutput, AuxRequest, flex_attention
 from .block_mask import (BlockMask, and_masks, create_block_mask, create_mask, noop_mask,
@@ -18,8 +21,8 @@ from .fallback import FlexFallbackWarning
 from .tracing import UnsupportedModError
 
 __all__ = ["flex_attention", "create_block_mask", "create_mask", "BlockMask", "and_masks",
-           "or_masks", "noop_mask", "AuxRequest", "AuxOutput", "patch", "FlexFallbackWarning",
-           "UnsupportedModError"]
+           "or_masks", "noop_mask", "AuxRequest", "AuxOutput", "FlexKernelOptions", "patch",
+           "FlexFallbackWarning", "UnsupportedModError"]
 
 _PATCHED = ("flex_attention", "create_block_mask", "create_mask", "BlockMask", "and_masks",
             "or_masks", "noop_mask")

@@ -11,7 +11,7 @@ from .. import lru
 from . import backward as _bwd
 from . import codegen, kernel as _kernel, kernel_bwd as _kernel_bwd, plan as _plan
 from . import reference, tracing
-from .block_mask import _LARGE_BLOCK, _sliced_mask_mod_error, ordered_to_dense
+from .block_mask import _LARGE_BLOCK, BlockMask, _sliced_mask_mod_error, ordered_to_dense
 from .fallback import warn_fallback
 from .forward import Problem, forward as _fwd
 
@@ -32,10 +32,11 @@ _warned_lse = False
 
 
 def _validate(query, key, value, block_mask, enable_gqa):
-    if query.dtype != key.dtype or query.dtype != value.dtype:
-        raise ValueError(
-            f"Expected query, key, and value to have the same dtype, but got query.dtype: "
-            f"{query.dtype}, key.dtype: {key.dtype}, and value.dtype: {value.dtype} instead.")
+    # q, k and v may differ in dtype (PyTorch checks them with allow_lowp_kv=True: a bf16 KV
+    # cache under an fp32 query); k and v are used in the query's dtype (flex_attention below).
+    if not all(t.is_floating_point() for t in (query, key, value)):
+        raise ValueError(f"flex_attention needs floating-point inputs, got query {query.dtype}, "
+                         f"key {key.dtype} and value {value.dtype}")
     if query.device != key.device or query.device != value.device:
         raise ValueError(
             f"Expected query, key, and value to have the same device type, but got "
@@ -43,8 +44,6 @@ def _validate(query, key, value, block_mask, enable_gqa):
             f"{value.device} instead.")
     if query.device.type != "cpu":
         raise ValueError(f"neuron.flex_attention runs on CPU tensors; got {query.device}")
-    if not query.is_floating_point():
-        raise ValueError(f"flex_attention needs floating-point inputs, got {query.dtype}")
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         raise NotImplementedError("NYI: query, key, and value must be 4D tensors")
     if query.size(-1) != key.size(-1):
@@ -103,6 +102,26 @@ def _validate(query, key, value, block_mask, enable_gqa):
                 f"Expect q/k/v and block_mask to be on the same device but got {query.device} "
                 f"and {block_mask.kv_num_blocks.device}.")
     return block_mask
+
+
+def _tiled(block_mask, B, Hq):
+    """A block mask whose batch (or head) count is neither 1 nor the query's: PyTorch's kernels
+    read its row b % Bm (head h % Hm), so a mask made for a batch of 8 serves a last batch of
+    3; its tables tiled so to [B, Hq] (mask_mod still sees the query's own b and h)."""
+    Bm, Hm = block_mask.kv_num_blocks.shape[:2]
+    rows = torch.arange(B) % Bm if Bm not in (1, B) else None
+    heads = torch.arange(Hq) % Hm if Hm not in (1, Hq) else None
+    if rows is None and heads is None:
+        return block_mask
+
+    def tile(t):
+        if t is None:
+            return None
+        t = t if rows is None else t.index_select(0, rows)
+        return t if heads is None else t.index_select(1, heads)
+    return BlockMask(block_mask.seq_lengths,
+                     *(tile(getattr(block_mask, n)) for n in BlockMask._TENSOR_ATTRS),
+                     block_mask.BLOCK_SIZE, block_mask.mask_mod)
 
 
 class _Flex(torch.autograd.Function):
@@ -250,6 +269,10 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     Runs on CPU tensors, forward and backward."""
     global _warned_lse
     block_mask = _validate(query, key, value, block_mask, enable_gqa)
+    if block_mask is not None:
+        block_mask = _tiled(block_mask, query.size(0), query.size(1))
+    if key.dtype != query.dtype or value.dtype != query.dtype:  # a low-precision KV cache
+        key, value = key.to(query.dtype), value.to(query.dtype)
     if return_lse and return_aux is not None:
         raise ValueError(
             "Cannot specify both return_lse and return_aux. return_lse is deprecated, please "

@@ -10,6 +10,7 @@ import functools
 import inspect
 import itertools
 import operator
+import warnings
 
 import torch
 
@@ -21,9 +22,9 @@ _LARGE_BLOCK = 1 << 30
 _CHUNK_ELEMENTS = 1 << 22  # elements evaluated per chunk of undecided blocks
 
 
-def noop_mask(b, h, q_idx, kv_idx):
-    """Attends everywhere."""
-    return b.new_ones(size=(), dtype=torch.bool)
+def noop_mask(batch, head, token_q, token_kv):
+    """Attends everywhere (PyTorch's parameter names)."""
+    return batch.new_ones(size=(), dtype=torch.bool)
 
 
 def _check_callables(mods):
@@ -177,10 +178,8 @@ class BlockMask:
     def to_string(self, grid_size=(20, 20), limit=4):
         dense = self.to_dense()
         *batch, rows, cols = dense.shape
-        if isinstance(grid_size, int) and grid_size != -1:
+        if isinstance(grid_size, int):  # -1 too, as PyTorch: a step of 1, the whole mask
             max_r = max_c = grid_size
-        elif grid_size == -1:
-            max_r, max_c = rows, cols
         else:
             max_r, max_c = grid_size
         rs = max(1, -(-rows // max_r))
@@ -406,6 +405,10 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=None, BLOCK_SIZE=DEF
     attention; B or H None means 1 (broadcast)."""
     if is_score_mod(mask_mod):
         raise AssertionError(f"create-block_mask requires a mask_mod function! Got {mask_mod}")
+    if _compile:  # deprecated in PyTorch, which warns the same way
+        warnings.warn("create_block_mask(_compile=True) is deprecated (as in PyTorch): compile "
+                      "the call instead, torch.compile(create_block_mask); here the flag changes "
+                      "nothing", DeprecationWarning, stacklevel=2)
     B = 1 if B is None else B
     H = 1 if H is None else H
     QB, KB = (BLOCK_SIZE, BLOCK_SIZE) if isinstance(BLOCK_SIZE, int) else tuple(BLOCK_SIZE)
