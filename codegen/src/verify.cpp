@@ -799,7 +799,17 @@ class Verifier {
       case Opcode::tensor_scalar: {
         AluOp a0 = alu(op, opname, "op0");
         integer_operands(op, opname, a0, {"dst", "data"});
-        if (op.has("op1")) integer_operands(op, opname, alu(op, opname, "op1"), {"dst", "data"});
+        if (op.has("op1")) {
+          const AluOp a1 = alu(op, opname, "op1");
+          integer_operands(op, opname, a1, {"dst", "data"});
+          // NKI_API.md 5.1: the two stages are both bitwise or both arithmetic
+          if (a0 != AluOp::bypass && a1 != AluOp::bypass && is_bitwise(a0) != is_bitwise(a1))
+            user_error(op.span, "alu-op",
+                       "{}: op0 '{}' and op1 '{}' mix a bitwise and an arithmetic operator; its "
+                       "two stages are both bitwise or both arithmetic (split them into two "
+                       "instructions)",
+                       opname, alu_op_name(a0), alu_op_name(a1));
+        }
         same_layout(op, opname, "dst", "data");
         column(op, opname, "operand0", "data");
         column(op, opname, "operand1", "data");
