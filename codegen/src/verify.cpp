@@ -438,15 +438,25 @@ class Verifier {
     std::string allowed;
     for (int64_t s = 0; s < P; s += align)
       allowed += (s == 0 ? "" : s + align >= P ? " or " : ", ") + std::to_string(s);
+    // MX scales may sit 4, 8 or 12 partitions into each quadrant (docs/mx.md: four tensors'
+    // scales packed into one tile, the view starting that far in).
+    const bool mx_scale = ((op.code == Opcode::quantize_mx && arg == "dst_scale") ||
+                           (op.code == Opcode::nc_matmul_mx && arg.ends_with("_scale")));
+    int64_t offset = 0;
+    if (mx_scale) {
+      const int64_t in_quadrant = ((p.start.constant % 32) + 32) % 32;
+      if (in_quadrant == 4 || in_quadrant == 8 || in_quadrant == 12) offset = in_quadrant;
+    }
     // An affine start stays aligned for every value of its variables exactly when the
     // constant and every coefficient are multiples of the alignment.
-    bool ok = p.start.constant % align == 0;
+    bool ok = (p.start.constant - offset) % align == 0;
     for (auto& t : p.start.terms) ok = ok && t.coeff % align == 0;
     if (!ok)
       user_error(op.span, "start-partition",
                  "{} argument '{}' covers {} partitions of '{}' starting at partition {}; a "
-                 "view of {} partitions must start at {}",
-                 opname, arg, n, a.buffer->name, p.start.str(), n, allowed);
+                 "view of {} partitions must start at {}{}",
+                 opname, arg, n, a.buffer->name, p.start.str(), n, allowed,
+                 mx_scale ? " (MX scales: or 4, 8 or 12 partitions after that)" : "");
   }
 
   // ---- per-opcode rules ------------------------------------------------------------------

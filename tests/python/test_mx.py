@@ -189,6 +189,42 @@ def test_quantize_then_matmul_matches_float_matmul():
     assert np.abs(out - exact).max() < 0.1 * np.abs(exact).max()
 
 
+def packed_scales(w, x, offset):
+    """quantize_then_matmul with both operands' scales in one tile, the weight's at each
+    quadrant's top and the activation's `offset` partitions below (docs/mx.md: 4, 8 or 12)."""
+    K, F = w.shape
+    N4 = x.shape[1]
+    wt, xt = nl.load(w), nl.load(x)
+    wq = nl.ndarray((K, F // 4), nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+    xq = nl.ndarray((K, N4 // 4), nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+    scales = nl.ndarray((128, max(F, N4) // 4), nl.uint8, buffer=nl.sbuf)
+    ws, xs = scales[0:K, 0:F // 4], scales[offset:offset + K, 0:N4 // 4]
+    nisa.quantize_mx(wq, wt, ws)
+    nisa.quantize_mx(xq, xt, xs)
+    ps = nl.ndarray((F // 4, N4 // 4), nl.float32, buffer=nl.psum)
+    nisa.nc_matmul_mx(ps, wq, xq, ws, xs)
+    return _stored(ps)
+
+
+@pytest.mark.parametrize("offset", [4, 8, 12])
+def test_scales_packed_into_one_tile_at_a_quadrant_offset(offset):
+    rng = np.random.default_rng(offset)
+    w = rng.standard_normal((64, 32)).astype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((64, 48)).astype(ml_dtypes.bfloat16)
+    out = all_modes(lambda w, x: packed_scales(w, x, offset), w, x)
+    qw, sw = quantize_ref(w, nl.float8_e4m3fn_x4)
+    qx, sx = quantize_ref(x, nl.float8_e4m3fn_x4)
+    want = np.einsum("kiq,kjq->ij", dequant(qw, sw), dequant(qx, sx))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_scales_at_another_offset_name_the_rule():
+    w = np.zeros((64, 32), ml_dtypes.bfloat16)
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(lambda w, x: packed_scales(w, x, 6), target="trn3")(w, w)
+    assert e.value.rule == "start-partition" and "or 4, 8 or 12" in e.value.message
+
+
 def mx_operands(st_p, st_s, mv_p, mv_s):
     """The packed float8_e5m2 x4 operands read into SBUF (ap(dtype=)), and their scales."""
     st = nl.ndarray(st_p.shape, nl.float8_e5m2_x4, buffer=nl.sbuf)

@@ -343,8 +343,12 @@ struct Snapshot {
   NView copy{};
   char* heap = nullptr;
   const NView* view;
-  Snapshot(const NView* s, int sdt, const NView* d, int ddt) : view(s) {
-    if (!partially_overlaps(s, sdt, d, ddt)) return;
+  // across_partitions: the instruction moves data between partitions, so even a source that is
+  // exactly the destination must be read whole before any row is written.
+  Snapshot(const NView* s, int sdt, const NView* d, int ddt, bool across_partitions = false)
+      : view(s) {
+    const bool same = across_partitions && s && same_view(*s, *d);
+    if (!same && !partially_overlaps(s, sdt, d, ddt)) return;
     const int se = neuron::dtype_bytes(dt(sdt));
     heap = static_cast<char*>(std::malloc(static_cast<size_t>(count_of(*s) * se)));
     copy.base = heap;
@@ -1841,7 +1845,7 @@ void neuron_k_partition_reduce(const NView* d, const NView* s, int ddt, int sdt,
 
 void neuron_k_stream_shuffle(const NView* d, const NView* s, int ddt, int sdt, int64_t m0,
                              int64_t m1, int64_t m2, int64_t m3) {
-  Snapshot ss(s, sdt, d, ddt);
+  Snapshot ss(s, sdt, d, ddt, /*across_partitions=*/true);
   const NView& src = *ss.view;
   const int64_t P = d->size[0], n = per_partition(*d);
   const int64_t packed[4] = {m0, m1, m2, m3};
