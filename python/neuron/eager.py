@@ -28,9 +28,15 @@ from .reshaped import Reshaped
 
 class _State(threading.local):
     launch = None  # the running _Launch; None outside eager kernels and inside one-op kernels
+    one_op = False  # tracing an eager call's one-op kernel
 
 
 _state = _State()
+
+
+def one_op():
+    """Is an eager call's one-op kernel tracing (so nothing outlives this instruction)?"""
+    return _state.one_op
 
 
 def launching():
@@ -527,13 +533,18 @@ def _run(spec, args, kwargs, fn):
                 return tuple(sub(x, write) for x in v)
             return v
 
-        if positional is not None:
-            new_args = [sub(v, i == 0 and "self" in spec.writes) for i, v in enumerate(values)]
-            result = fn(*new_args)
-        else:
-            for n in list(arguments):
-                arguments[n] = sub(arguments[n], n in spec.writes)
-            result = fn(*bound.args, **bound.kwargs)
+        _state.one_op = True
+        try:
+            if positional is not None:
+                new_args = [sub(v, i == 0 and "self" in spec.writes)
+                            for i, v in enumerate(values)]
+                result = fn(*new_args)
+            else:
+                for n in list(arguments):
+                    arguments[n] = sub(arguments[n], n in spec.writes)
+                result = fn(*bound.args, **bound.kwargs)
+        finally:
+            _state.one_op = False
         outs = []
         for b in written_bases:
             i = next(k for k, x in enumerate(bases) if x is b)

@@ -1,12 +1,13 @@
 """nki.isa instructions (current API, destination first) that neuron composes from the ones it
 has: each is a short sequence of existing instructions with NKI's semantics (NKI_API.md 4.10,
 6.5). They record several instructions where NKI records one, so the timing model sees more
-work; the values are NKI's. The Vector/Scalar accumulator registers are not modelled across
-instructions, so reduce_cmd=reduce (adding onto an earlier instruction's registers) is refused."""
+work; the values are NKI's. The Vector engine's accumulator registers, which reduce_cmd chains
+instructions through, are accumulators.py's."""
 import itertools
 import math
 
 from . import _C
+from . import accumulators as _acc
 from . import eager as _eager
 from ._span import user_span
 from .dma_rmw import dma_compute  # noqa: F401 (nisa.dma_compute)
@@ -94,11 +95,11 @@ _SCAN_IDENTITY = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": float
 def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None,
                              reduce_cmd=reduce_cmd.reset_reduce, reverse0=False, name=None):
     """Per partition along the free dims: reg = op1(src[i] op0 imm0, reg), dst[i] = reg, from
-    reg = op1's identity (reset_reduce, idle) or imm1 (load_reduce); op1 add, subtract,
-    multiply, maximum or minimum."""
+    reg = op1's identity (reset_reduce, reset, idle), imm1 (load_reduce) or the Vector
+    engine's registers (reduce: where the previous instruction left them); op1 add, subtract,
+    multiply, maximum or minimum. The registers then hold each partition's last value."""
     span = user_span()
-    cmd = _cmd(reduce_cmd, "tensor_scalar_cumulative",
-               (_cmd_set.idle, _cmd_set.reset_reduce, _cmd_set.load_reduce), span)
+    cmd = _cmd(reduce_cmd, "tensor_scalar_cumulative", tuple(_cmd_set), span)
     scan = _reduce_op(op1, "tensor_scalar_cumulative", span)
     if scan not in _SCAN_IDENTITY:
         user_error("reduce-op", f"tensor_scalar_cumulative: op1={scan!r} is not one of add, "
@@ -109,8 +110,14 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None,
     y = _fp32_like(src, span)
     tensor_scalar(y, src, op0, imm0, reverse0)
     zeros = _C.zeros(list(src.shape), _C.DType.float32, _C.Memory.sbuf, "", span)
-    start = imm1 if cmd == _cmd_set.load_reduce else _SCAN_IDENTITY[scan]
-    _C.tensor_tensor_scan(dst, y, zeros, _operand(start), scan, "add", False, False, span)
+    start = _acc.start("vector", cmd, _SCAN_IDENTITY[scan], imm1, src.shape[0],
+                       "tensor_scalar_cumulative", span)
+    # the registers keep fp32 values: a narrower dst gets the scan's values converted
+    out = dst if dst.dtype == _C.DType.float32 or cmd == _cmd_set.idle else _fp32_like(src, span)
+    _C.tensor_tensor_scan(out, y, zeros, _operand(start), scan, "add", False, False, span)
+    _acc.finish_scan("vector", cmd, out, span)
+    if out is not dst:
+        tensor_copy(dst, out)
 
 
 @_eager.op(writes=("dst", "reduce_res"))
@@ -118,12 +125,12 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
                          reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None,
                          reduce_res_negate=False, name=None):
     """dst = data op0 operand0; reduce_res ([P, 1]) = reduce_op over the free dims of the fp32
-    result (load_reduce starts from reduce_init; reduce_res_negate negates it)."""
+    result, chained through the Vector engine's registers by reduce_cmd (load_reduce starts
+    from reduce_init; reduce_res_negate negates it)."""
     span = user_span()
-    cmd = _cmd(reduce_cmd, "tensor_scalar_reduce",
-               (_cmd_set.idle, _cmd_set.reset_reduce, _cmd_set.load_reduce), span)
+    cmd = _cmd(reduce_cmd, "tensor_scalar_reduce", tuple(_cmd_set), span)
     op = _reduce_op(reduce_op, "tensor_scalar_reduce", span)
-    if reduce_res is None:
+    if reduce_res is None and cmd == _cmd_set.idle:
         tensor_scalar(dst, data, op0, operand0, reverse0)
         return
     if cmd == _cmd_set.load_reduce and reduce_init is None:
@@ -133,8 +140,10 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
     tensor_scalar(tmp, data, op0, operand0, reverse0)
     partial = _column_fp32(data, span)
     tensor_reduce(partial, op, tmp, _free_axes(tmp))
-    _finish_reduce(reduce_res, partial, op,
-                   reduce_init if cmd == _cmd_set.load_reduce else None, reduce_res_negate, span)
+    value = _acc.chain("vector", cmd, op, "tensor_scalar_reduce", span, own=partial,
+                       init=reduce_init, wanted=reduce_res is not None)
+    if reduce_res is not None:
+        _finish_reduce(reduce_res, value, op, None, reduce_res_negate, span)
     if tmp is not dst:
         tensor_copy(dst, tmp)
 
@@ -217,11 +226,11 @@ def reciprocal(dst, data, name=None):
 @_eager.op(writes=("dst", "reduce_res"))
 def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.idle,
                 reduce_init=0.0, name=None):
-    """dst = exp(src - max_value) (a number or [P, 1] tile); with reduce_cmd reset_reduce or
-    load_reduce, reduce_res ([P, 1]) = its sum over the free dims (+ reduce_init)."""
+    """dst = exp(src - max_value) (a number or [P, 1] tile); with reduce_cmd other than idle,
+    the sum over the free dims goes through the Vector engine's registers (load_reduce starts
+    from reduce_init, reduce adds onto the previous instruction's) into reduce_res ([P, 1])."""
     span = user_span()
-    cmd = _cmd(reduce_cmd, "exponential",
-               (_cmd_set.idle, _cmd_set.reset_reduce, _cmd_set.load_reduce), span)
+    cmd = _cmd(reduce_cmd, "exponential", tuple(_cmd_set), span)
     if cmd == _cmd_set.idle and reduce_res is not None:
         user_error("unsupported", "exponential(reduce_res=...) with reduce_cmd=idle: the sum is "
                    "only kept with reduce_cmd=reduce_cmd.reset_reduce (or load_reduce)", span)
@@ -235,23 +244,34 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.
         m = float(_operand(max_value))
         bias = None if m == 0.0 else _C.full([src.shape[0], 1], -m, _C.DType.float32,
                                              _C.Memory.sbuf, "", span)
-    if reduce_res is None:
+    if cmd == _cmd_set.idle:
         activation(dst, "exp", src, bias=bias)
         return
     partial = _column_fp32(src, span)
     activation(dst, "exp", src, bias=bias, reduce_op="add", reduce_res=partial)
-    _finish_reduce(reduce_res, partial, "add",
-                   reduce_init if cmd == _cmd_set.load_reduce else None, False, span)
+    value = _acc.chain("vector", cmd, "add", "exponential", span, own=partial,
+                       init=reduce_init, wanted=reduce_res is not None)
+    if reduce_res is not None:
+        tensor_copy(reduce_res, value)
 
 
 def _select_reduce_res(reduce_res, selected, reduce_op, cmd, fn, span):
-    if reduce_res is None:
+    """reduce_res and the Vector engine's registers after a selection (`selected`: the fp32
+    tile of ours the instruction wrote)."""
+    if reduce_res is None and cmd == _cmd_set.idle:
         return
-    if cmd not in (_cmd_set.idle, _cmd_set.reset_reduce):
-        user_error("unsupported", f"{fn}: reduce_cmd=reduce_cmd.{cmd.name} is not supported "
-                   "(the accumulator registers are not kept between instructions); use "
-                   "reduce_cmd.reset_reduce", span)
-    tensor_reduce(reduce_res, _reduce_op(reduce_op, fn, span), selected, _free_axes(selected))
+    op = _reduce_op(reduce_op, fn, span)
+    if cmd == _cmd_set.load_reduce:
+        user_error("unsupported", f"{fn}: reduce_cmd=load_reduce needs an initial value, which "
+                   f"{fn} does not take; use reduce_cmd.reset_reduce", span)
+    if reduce_res is not None and cmd in (_cmd_set.idle, _cmd_set.reset_reduce):
+        tensor_reduce(reduce_res, op, selected, _free_axes(selected))  # one instruction
+        if cmd == _cmd_set.idle:
+            return
+    value = _acc.chain("vector", cmd, op, fn, span, src=selected,
+                       wanted=reduce_res is not None and cmd != _cmd_set.reset_reduce)
+    if reduce_res is not None and cmd != _cmd_set.reset_reduce:
+        tensor_copy(reduce_res, value)
 
 
 @_eager.op(writes=("dst", "reduce_res"))

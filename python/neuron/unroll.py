@@ -98,6 +98,12 @@ def tracing():
     return _state.active
 
 
+def loops_seen():
+    """The rolled loops opened and closed so far in the running trace: two places in a trace
+    that see the same are inside the same loop bodies (the same iteration)."""
+    return (_state.opened, _state.closed) if _state.active else None
+
+
 def need_unrolled():
     """The kernel's Python needs to be outside every rolled loop (a core collective): restart
     with the loops traced so far unrolled. Returns when they already are."""

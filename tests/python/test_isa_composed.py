@@ -265,7 +265,8 @@ def bad_cmp(x):
 
 
 @pytest.mark.parametrize("fn,rule,text,line", [
-    (bad_reduce_cmd, "unsupported", "reduce_cmd=reduce_cmd.reduce", "tensor_scalar_reduce("),
+    (bad_reduce_cmd, "reduce-cmd", "reduce_cmd=reduce_cmd.reduce adds onto",
+     "tensor_scalar_reduce("),
     (bad_reduce_op, "reduce-op", "reduce_op='exp'", "select_reduce("),
     (bad_axes, "unsupported", "axes=(0, 1)", "dma_transpose("),
     (bad_cmp, "unknown-arg", "comp_op0='add'", "range_select("),
