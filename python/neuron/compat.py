@@ -36,8 +36,9 @@ def simulate(k):
 
 
 def simulate_kernel(k, *args, **kwargs):
-    """nki.simulate_kernel(kernel, *args): run on the simulator with NumPy arrays."""
-    return simulate(k)(*args)
+    """nki.simulate_kernel(kernel, *args, **kwargs): run on the simulator with NumPy arrays
+    (keyword arguments as the kernel takes them: tensors or compile-time parameters)."""
+    return simulate(k)(*args, **kwargs)
 
 
 def simulate_kernel_lnc(k, args=(), kwargs=None, lnc=1):
@@ -107,6 +108,7 @@ def _install_legacy():
     sys.modules["neuronxcc.nki"] = legacy
     for name in ("language", "isa", "typing", "compiler"):
         sys.modules[f"neuronxcc.nki.{name}"] = getattr(legacy, name)
+    sys.modules["neuronxcc.nki.isa.constants"] = legacy.isa.constants
     return legacy
 
 

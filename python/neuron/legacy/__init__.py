@@ -30,8 +30,8 @@ from . import compiler, constants, isa, language, methods, spill, typing, views
 
 methods.install()
 tensor = _C.Tensor  # nki.tensor
-__all__ = ["jit", "simulate_kernel", "baremetal", "benchmark", "profile", "tensor", "language",
-           "isa", "typing", "compiler"]
+__all__ = ["jit", "trace", "simulate_kernel", "baremetal", "benchmark", "profile", "tensor",
+           "language", "isa", "typing", "compiler"]
 
 
 def _is_array(v):
@@ -103,15 +103,34 @@ class _Traced:
         dummy = not kept and any(i is not None for i in inputs)
         if dummy:  # only mutated parameters are returned; a kernel needs one output
             kept = [language.ndarray((1,), language.float32, buffer=language.shared_hbm)]
+        kept = [self._as_output(o) for o in kept]
         # shared_hbm tensors the kernel wrote but did not return are its scratch (the
         # tracer's rule, as in NKI).
         self._lk_returned[key] = (single and out is not None, inputs, dummy, shapes)
         return kept if len(kept) != 1 else kept[0]
 
 
+    def _as_output(self, t):
+        """A returned nl.hbm (private HBM) tensor or on-chip tile of a one-program kernel is an
+        output, as NKI's simulator takes it (the NKI docs' own examples return both): the
+        program owns it, so its values are copied into a shared_hbm output at the end. With
+        more programs the tracer's [kernel-output] error stands (whose copy would it be?)."""
+        from ..reshaped import _covers_storage
+        if not isinstance(t, _C.Tensor) or t.buffer == _C.Memory.shared_hbm or \
+                np.prod(self._lk_grid) != 1 or not _covers_storage(t):
+            return t
+        out = language.ndarray(tuple(t.shape), t.dtype, buffer=language.shared_hbm)
+        if t.buffer == _C.Memory.hbm:
+            isa.dma_copy(dst=out, src=t)
+        else:
+            language.store(out, value=t)
+        return out
+
+
 class LegacyKernel:
     """@nki.jit: kernel(args) or kernel[g0, g1](args); arrays become HBM tensors, other
     arguments are compile-time values. Returns the kernel's outputs (NumPy or torch)."""
+    __test__ = False  # a kernel named test_* is not a pytest test (NKI's docs name kernels so)
 
     def __init__(self, fn, mode="auto", grid=(1,), target="trn2", _shared=None):
         if isinstance(fn, (Kernel, LegacyKernel)):
@@ -301,6 +320,12 @@ def jit(func=None, mode="auto", **kwargs):
     if mode == "benchmark":
         return _decorator(BenchmarkKernel, func, mode=mode, target=_target(kwargs))
     return _decorator(LegacyKernel, func, mode=mode, target=_target(kwargs))
+
+
+def trace(func=None, **kwargs):
+    """nki.trace: the oldest entry point, for kernels that write into output arguments (NKI's
+    docs still use it with nki.simulate_kernel); as jit(mode="trace")."""
+    return jit(func, mode="trace", **kwargs)
 
 
 def simulate_kernel(kernel, *args, **kwargs):

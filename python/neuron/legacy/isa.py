@@ -5,6 +5,7 @@ rectangle (docs/nki-compat.md). engine= and name= are accepted and ignored; othe
 keywords are errors (keywords.py)."""
 import enum
 import math
+import types
 
 from .. import dma_rmw as _rmw
 from .. import isa as _isa
@@ -36,10 +37,17 @@ class engine(enum.IntEnum):
 
 unknown_engine, tensor_engine, scalar_engine, gpsimd_engine, vector_engine, sync_engine = (
     engine.unknown, engine.tensor, engine.scalar, engine.gpsimd, engine.vector, engine.sync)
-reduce_cmd = enum.IntEnum("reduce_cmd", {"idle": 0, "reset": 1, "reduce": 2, "reset_reduce": 3})
+# load_reduce: the current API's, which recent neuronxcc releases also take (the NKI docs'
+# legacy examples of tensor_scalar_cumulative use it)
+reduce_cmd = enum.IntEnum("reduce_cmd", {"idle": 0, "reset": 1, "reduce": 2, "reset_reduce": 3,
+                                         "load_reduce": 4})
 dge_mode = enum.IntEnum("dge_mode", {"none": 0, "swdge": 1, "hwdge": 2, "unknown": 3})
 oob_mode = enum.IntEnum("oob_mode", {"error": 0, "skip": 1})
 nc_version = enum.IntEnum("nc_version", {"gen2": 2, "gen3": 3})
+# neuronxcc.nki.isa.constants (`from neuronxcc.nki.isa.constants import dge_mode`)
+constants = types.ModuleType(__name__ + ".constants", "nki.isa.constants: the ISA's enums")
+for _enum in (engine, reduce_cmd, dge_mode, oob_mode, nc_version):
+    setattr(constants, _enum.__name__, _enum)
 
 
 def get_nc_version():
@@ -573,6 +581,18 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
                        reverse_pred=bool(reverse_pred))
 
 
+def tensor_scalar_cumulative(*, src, dst, op0, op1, imm0, imm1=None, reduce_cmd=None,
+                             mask=None, dtype=None, **kwargs):
+    """Destination style, as in the current API: per partition along the free dims, reg =
+    op1(src[i] op0 imm0, reg) and dst[i] = reg, from op1's identity (reset_reduce), imm1
+    (load_reduce) or where the previous Vector instruction left the registers (reduce)."""
+    x = _whole(src, mask, "nisa.tensor_scalar_cumulative")
+    imm0, imm1 = (_tile(v, what) if _is_view(v) else v for v, what in ((imm0, "imm0"),
+                                                                       (imm1, "imm1")))
+    _isa.tensor_scalar_cumulative(_tile(dst, "dst"), x, _name(op0), _name(op1), imm0, imm1,
+                                  reduce_cmd=3 if reduce_cmd is None else reduce_cmd)
+
+
 def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=None,
                  reduce_res=None, reduce_op=None, range_start=0, on_false_value=_lnl.fp32.min,
                  mask=None, dtype=None, **kwargs):
@@ -598,9 +618,10 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
     return _done(dst, rect)
 
 
-def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
+def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=None, **kwargs):
     """A new SBUF tile: src (HBM or SBUF) with its dims permuted by axes ((1, 0), (2, 1, 0) or
-    (3, 1, 2, 0), the default for src's rank), cast to dtype."""
+    (3, 1, 2, 0), the default for src's rank), cast to dtype. dge_mode (which DMA descriptor
+    engine) changes no value: accepted, ignored, as dma_copy's."""
     _lnl._no_mask(mask, "nisa.dma_transpose")
     x = _tile(src, "nisa.dma_transpose")
     rank = len(x.shape)

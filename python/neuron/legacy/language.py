@@ -158,6 +158,8 @@ def program_ndim():
 def _make(shape, dtype, buffer, name, fill=None):
     memory = _memory(buffer)
     alloc = buffer if isinstance(buffer, _compiler.Allocation) else None
+    if memory in (hbm, shared_hbm):  # HBM has no partitions: a par_dim there is its size
+        shape = [d.size if isinstance(d, par_dim) else d for d in shape]
     bshape, tshape = _split_shape(shape)
     if bshape and memory == psum:  # too big for PSUM, on a retrace: SBUF (spill.py)
         tiles = int(np.prod([alloc.tiles_along(d, n, len(bshape)) if alloc else n
@@ -340,7 +342,8 @@ def _load_rows(src, mask, dtype):
 
 
 def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
-    """HBM [a, b] -> SBUF [b, a] (a load and a Tensor-engine transpose; a, b <= 128)."""
+    """HBM [a, b] -> SBUF [b, a] by DMA transpose (b <= 128; a is any free size), as the
+    current API's."""
     src = _operand(src, "nl.load_transpose2d")
     a, b = src.shape
     rect = _rectangle(mask, [b, a])
@@ -348,9 +351,9 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
     if rect is None:
         return _mark_partial(_new_like([b, a], dt), None)
     view = _restrict(src, [rect[1], rect[0]], [a, b])
-    t = _nl.transpose(_nl.load(_concrete(view)))
+    t = _nl.load_transpose2d(_concrete(view), dtype=dt)
     if _is_full(rect, [b, a]):
-        return _nl.copy(t, dt)
+        return t
     dst = _new_like([b, a], dt)
     _write_rect(dst, rect, t)
     return _mark_partial(dst, rect)

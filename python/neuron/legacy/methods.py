@@ -6,6 +6,8 @@ behaves as before), plus the legacy tensor methods `reshape` (HBM, in legacy ker
 `assert_shape`, where the tensor class has none of that name."""
 import math
 
+import numpy as np
+
 from .. import _C
 from .._span import user_span
 from .. import language as _nl
@@ -104,7 +106,23 @@ def assign(view, value):
         from .. import isa
         isa.dma_copy(view, value)
         return
-    _prev_setitem(view, tuple(slice(None) for _ in view.shape), value)
+    if not _filled_by_dma(view, value):
+        _prev_setitem(view, tuple(slice(None) for _ in view.shape), value)
+
+
+def _filled_by_dma(view, value):
+    """A number written into SBUF partitions no engine may start at (`idx[i, j] = j * 5` in a
+    static_range over i): a tile of it at partition 0 is copied there by DMA, as NKI's
+    compiler does. False (nothing written) otherwise."""
+    if isinstance(value, (_C.Tensor, GridView, Reshaped)) or not isinstance(view, _C.Tensor) \
+            or view.buffer != _nl.sbuf:
+        return False
+    start, count = _C.view_dims(view)[0][:2]
+    if _engine_start_ok(start, count):
+        return False
+    from .. import isa
+    isa.dma_copy(view, _nl.full(list(view.shape), value, view.dtype))
+    return True
 
 
 def _engine_start_ok(start, count):
@@ -158,6 +176,9 @@ def _setitem(self, key, value):
     # (legacy_iadd marks the view as updated in place) and records nothing more.
     if not _is_legacy(keys) and not partial_rect(value)[0] and \
             not isinstance(value, (GridView, Reshaped)) and not _broadcasts(self, key, value):
+        if isinstance(value, (int, float, np.number)) and self.buffer == _nl.sbuf and \
+                _filled_by_dma(_prev_getitem(self, key), value):
+            return
         return _prev_setitem(self, key, value)
     view = legacy_getitem(self, key) if _is_legacy(keys) else _prev_getitem(self, key)
     assign(view, value)
