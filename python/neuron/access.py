@@ -388,6 +388,12 @@ def indirect_pattern(t, pat, rows, indirect_dim, storage, span):
         user_error("indirect-dma", f"ap: vector_offset selects rows of an HBM tensor; "
                    f"'{t.name}' is in {t.buffer.name}", span)
     if pat[0][1] != rows.shape[0]:
+        columns = math.prod(rows.shape[1:])
+        if columns > 1 and pat[0][1] == rows.shape[0] * columns:  # NKI's 2-D index form
+            user_error("unsupported", f"ap: vector_offset '{rows.name}' of {columns} columns "
+                       f"selecting {pat[0][1]} rows (column-major) is not supported; use one "
+                       f"[{rows.shape[0]}, 1] column of it per {rows.shape[0]} rows "
+                       f"(vector_offset={rows.name}[:, j:j + 1])", span)
         user_error("access-pattern", f"ap: the pattern's first entry counts {pat[0][1]} rows "
                    f"but vector_offset '{rows.name}' has {rows.shape[0]} partitions", span)
     return [(math.prod(storage[1:]), storage[0])] + pat[1:]

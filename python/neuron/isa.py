@@ -201,12 +201,29 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
                           bool(reverse0), bool(reverse1), user_span())
 
 
+# The ALU operators of one operand (ops.hpp NEURON_ALU_OPS, arity 1): their operand is ignored,
+# and NKI lets it be None.
+_UNARY_ALU = ("bypass", "abs", "rsqrt", "reciprocal", "logical_not")
+
+
+def _stage_operand(fn, which, op, operand, span):
+    if operand is not None:
+        return operand
+    if _op(op) in _UNARY_ALU:
+        return 0.0
+    user_error("operand", f"{fn}: {which} is None, but {which.replace('operand', 'op')}="
+               f"{_op(op)} takes an operand (a number or a [P, 1] tile)", span)
+
+
 @_eager.op(writes=("dst",))
 def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
                   reverse1=False, engine=None, name=None):
+    span = user_span()
+    operand0 = _stage_operand("tensor_scalar", "operand0", op0, operand0, span)
+    if op1 is not None:
+        operand1 = _stage_operand("tensor_scalar", "operand1", op1, operand1, span)
     if _op(op0) in _BY_MAGNITUDE or (op1 is not None and _op(op1) in _BY_MAGNITUDE):
         # One step at a time (an fp32 tile between them, as the engine's fp32 arithmetic).
-        span = user_span()
         t = data
         for op, operand, rev in ((op0, operand0, reverse0), (op1, operand1, reverse1)):
             if op is None or _op(op) == "bypass":
@@ -222,8 +239,7 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
         return
     _C.tensor_scalar(dst, data, _op(op0), _operand(operand0), bool(reverse0),
                      None if op1 is None else _op(op1),
-                     None if operand1 is None else _operand(operand1), bool(reverse1),
-                     user_span())
+                     None if operand1 is None else _operand(operand1), bool(reverse1), span)
 
 
 @_eager.op(writes=("dst",))
@@ -254,8 +270,11 @@ def tensor_copy(dst, src, engine=None, name=None, dtype=None):
 @_eager.op(writes=("dst",))
 def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
     """dst = src where predicate != 0 (where it is 0 with reverse_pred); the rest of dst is
-    kept."""
+    kept. src is a tile or a number (copied to the chosen elements)."""
     span = user_span()
+    src = _operand(src)
+    if not isinstance(src, _C.Tensor):  # a number: a tile of it, in dst's dtype
+        src = _C.full(list(dst.shape), float(src), dst.dtype, _C.Memory.sbuf, "", span)
     if reverse_pred:  # the inverted predicate, in the predicate's dtype
         if not isinstance(predicate, _C.Tensor):
             raise TypeError("nisa.tensor_copy_predicated: predicate must be a tile (an SBUF or "

@@ -159,7 +159,7 @@ def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0
 _ACT2_PAIRS = {("multiply", "add"), ("multiply", "subtract"), ("multiply", "bypass"),
                ("add", "bypass"), ("subtract", "bypass"), ("bypass", "bypass")}
 _ACT2_ALIAS = {"mul": "multiply", "sub": "subtract", "copy": "bypass", "None": "bypass"}
-_ACT2_REDUCE = {"add", "sum", "maximum", "max", "minimum", "min"}
+_ACT2_REDUCE = {"add", "sum", "maximum", "max", "minimum", "min", "abs_max", "abs_min"}
 
 
 @_eager.op(writes=("dst", "reduce_res"))
@@ -189,7 +189,7 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
         rop = "add" if reduce_op is None else _op(reduce_op)
         if rop not in _ACT2_REDUCE:
             user_error("reduce-op", f"activate2: reduce_op={rop!r} is not supported (add, "
-                       "maximum or minimum; abs_max / abs_min are not)", span)
+                       "maximum, minimum, abs_max or abs_min)", span)
     stages = [(n, v, r) for n, v, r in zip(names, (imm0, imm1), (reverse0, reverse1))
               if n != "bypass"]
     t = _fp32_like(data, span)
@@ -211,10 +211,34 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
         return
     partial = _column_fp32(data, span)
     out = dst if dst.dtype == _C.DType.float32 else _fp32_like(data, span)
-    activation(out, fn, t, reduce_op=rop, reduce_res=partial)
+    if rop in ("abs_max", "abs_min"):
+        activation(out, fn, t)
+        _magnitude_reduce(partial, rop, out, span)
+    else:
+        activation(out, fn, t, reduce_op=rop, reduce_res=partial)
     tensor_copy(reduce_res, partial)
     if out is not dst:
         tensor_copy(dst, out)
+
+
+def _magnitude_reduce(partial, rop, x, span):
+    """partial ([P, 1] fp32) = the element of x (fp32) of largest (abs_max) or smallest
+    (abs_min) magnitude over the free dims: the larger by magnitude of the max and the min, or
+    the smallest magnitude m, positive when +m occurs."""
+    axes = _free_axes(x)
+    other = _column_fp32(x, span)
+    if rop == "abs_max":
+        tensor_reduce(partial, "maximum", x, axes)
+        tensor_reduce(other, "minimum", x, axes)
+        tensor_tensor(partial, partial, other, "abs_max")
+        return
+    mag = _fp32_like(x, span)
+    tensor_scalar(mag, x, "abs", 0.0)
+    tensor_reduce(partial, "minimum", mag, axes)
+    tensor_scalar(mag, x, "equal", partial)  # 1 where the element is +m
+    tensor_reduce(other, "maximum", mag, axes)
+    tensor_scalar(other, other, "multiply", 2.0, False, "subtract", 1.0)  # +1 or -1
+    tensor_tensor(partial, partial, other, "multiply")
 
 
 @_eager.op(writes=("dst",))

@@ -2,6 +2,7 @@
 through the C++ DSL, so a Python kernel traces to the same IR as the same C++ kernel."""
 import builtins
 import collections
+import math
 import threading
 import typing
 
@@ -158,17 +159,33 @@ def _program_shared(shape, dtype, buffer, name, span):
 
 @_eager.op()
 def zeros(shape, dtype, buffer=sbuf, name=""):
-    return _C.zeros(list(shape), to_dtype(dtype), buffer, name or "", user_span())
+    return full(shape, 0.0, dtype, buffer, name)
 
 
 @_eager.op()
 def ones(shape, dtype, buffer=sbuf, name=""):
-    return _C.ones(list(shape), to_dtype(dtype), buffer, name or "", user_span())
+    return full(shape, 1.0, dtype, buffer, name)
 
 
 @_eager.op()
 def full(shape, fill_value, dtype, buffer=sbuf, name=""):
-    return _C.full(list(shape), float(fill_value), to_dtype(dtype), buffer, name or "", user_span())
+    """A new tensor of fill_value. In HBM (which engines do not write) it is an nl.ndarray with
+    a filled SBUF tile stored into it, 128 rows at a time."""
+    span = user_span()
+    if buffer in (hbm, shared_hbm):
+        t = ndarray(shape, dtype, buffer, name)
+        if len(t.shape) >= 2:
+            _fill_hbm(t, float(fill_value), span)
+            return t
+        from .isa import dma_copy  # 1-D: a [1, n] tile's elements copied in order by DMA
+        n, step = builtins.max(1, math.prod(t.shape)), 16384
+        row = _C.full([1, builtins.min(n, step)], float(fill_value), to_dtype(dtype), sbuf, "",
+                      span)
+        for at in builtins.range(0, n, step):
+            k = builtins.min(step, n - at)
+            dma_copy(t[at:at + k] if k != n else t, row if k == row.shape[1] else row[:, 0:k])
+        return t
+    return _C.full(list(shape), float(fill_value), to_dtype(dtype), buffer, name or "", span)
 
 
 def _tensor_arg(x, fn):
@@ -179,6 +196,9 @@ def _tensor_arg(x, fn):
 @_eager.op()
 def zeros_like(x, dtype=None, buffer=None, name=""):
     _tensor_arg(x, "zeros_like")
+    if (x.buffer if buffer is None else buffer) in (hbm, shared_hbm):
+        return full(x.shape, 0.0, x.dtype if dtype is None else dtype,
+                    x.buffer if buffer is None else buffer, name)
     return _C.zeros_like(x, to_dtype(dtype), buffer, name or "", user_span())
 
 

@@ -42,8 +42,9 @@ def all(x, axis, dtype=None):
 
 
 @_eager.op()
-def var(x, axis, dtype=None):
-    """The (population, divisor N) variance over the free axes `axis`; reduced dims are kept."""
+def var(x, axis, dtype=None, keepdims=False):
+    """The (population, divisor N) variance over the free axes `axis`; reduced dims are kept
+    (keepdims is accepted and ignored, as NKI documents it)."""
     _tensor_arg(x, "var")
     span = user_span()
     axes = _axes(x, axis)
