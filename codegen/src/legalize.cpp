@@ -74,9 +74,10 @@ class Legalizer : public IRMutator {
   }
 
   // A partition broadcast is only possible through DMA: materialise it in an SBUF tile shaped
-  // like dst.
+  // like dst, in the operand's own dtype (in dst's, a comparison into bool compared the
+  // operand's values cast to bool, and a bf16 result rounded an fp32 operand before the op).
   Access materialise(const Access& a, const Access& dst, const std::string& base) {
-    Access t = temp(base, Memory::sbuf, pattern_shape(dst), dst.dtype());
+    Access t = temp(base, Memory::sbuf, pattern_shape(dst), a.dtype());
     emit(Opcode::dma_copy, {{"dst", t}, {"src", a}});
     return t;
   }

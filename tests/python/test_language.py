@@ -121,6 +121,29 @@ def test_operators_with_scalars_and_broadcast_columns():
     np.testing.assert_allclose(k(X, POS), r, rtol=1e-5, atol=1e-5)
 
 
+def test_a_partition_broadcast_operand_keeps_its_dtype():
+    """[1, F] against [P, F] into a narrower result: the broadcast row is compared / added in
+    its own dtype, and only the result rounds (it was cast to the result's dtype first)."""
+    import ml_dtypes
+
+    def k(x, y, a, b):
+        eq = nl.ndarray((8, 16), nl.uint8, buffer=nl.shared_hbm)
+        s = nl.ndarray((8, 16), nl.bfloat16, buffer=nl.shared_hbm)
+        nl.store(eq, nl.copy(nl.equal(nl.load(x), nl.load(y), dtype=nl.bool_), dtype=nl.uint8))
+        nl.store(s, nl.add(nl.load(a), nl.load(b), dtype=nl.bfloat16))
+        return eq, s
+
+    x = RNG.integers(0, 5, (8, 16)).astype(np.int32)
+    y = np.arange(16, dtype=np.int32).reshape(1, 16) % 5
+    a = RNG.standard_normal((8, 16)).astype(np.float32)
+    b = (RNG.standard_normal((1, 16)) * (1 + 2.0 ** -12)).astype(np.float32)
+    for mode in ("native", "simulate"):
+        eq, s = neuron.kernel(k, mode=mode)(x, y, a, b)
+        np.testing.assert_array_equal(eq, (x == y).astype(np.uint8))
+        want = (a.astype(f64) + b.astype(f64)).astype(np.float32).astype(ml_dtypes.bfloat16)
+        np.testing.assert_array_equal(s.view(np.uint16), want.view(np.uint16))
+
+
 @pytest.mark.parametrize("fn,ref", [(nl.sum, np.sum), (nl.max, np.max), (nl.min, np.min),
                                     (nl.mean, np.mean)], ids=["sum", "max", "min", "mean"])
 def test_reductions(fn, ref):

@@ -132,7 +132,9 @@ class LegacyKernel:
     arguments are compile-time values. Returns the kernel's outputs (NumPy or torch)."""
     __test__ = False  # a kernel named test_* is not a pytest test (NKI's docs name kernels so)
 
-    def __init__(self, fn, mode="auto", grid=(1,), target="trn2", _shared=None):
+    def __init__(self, fn, mode="auto", grid=None, target="trn2", _shared=None):
+        if grid is None:  # nki.baremetal(kernel[2]) keeps the launch grid it wraps
+            grid = fn.grid if isinstance(fn, (Kernel, LegacyKernel)) else (1,)
         if isinstance(fn, (Kernel, LegacyKernel)):
             fn = fn.fn
         self.fn, self.mode_name, self.grid, self.target = fn, mode, tuple(grid), target

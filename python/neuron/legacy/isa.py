@@ -7,6 +7,7 @@ import enum
 import math
 import types
 
+from .. import _C
 from .. import dma_rmw as _rmw
 from .. import isa as _isa
 from .. import language as _nl
@@ -216,6 +217,7 @@ def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, 
 
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwargs):
     a, b = _tile(data1, "nisa.tensor_tensor"), _tile(data2, "nisa.tensor_tensor")
+    a, b = _trailing_broadcast(a, b), _trailing_broadcast(b, a)
     if _is_column_of(b, a) or _is_column_of(a, b):
         # A [P, 1] operand against [P, F] (nki-samples' double-row matmul scales its result
         # rows so): the per-partition scalar of tensor_scalar, the same single operation.
@@ -233,6 +235,26 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwa
         _isa.tensor_tensor(_index_rect(dst, rect), _index_rect(a, rect), _index_rect(b, rect),
                            _name(op))
     return _done(dst, rect)
+
+
+def _trailing_broadcast(t, other):
+    """t as a view of other's shape where it broadcasts along free dims (stride 0): a shape
+    that is a prefix of other's is partition aligned ([P, H] against [P, H, T]), then size-1
+    free dims stretch ([P, 1, T] against [P, H, T]), as NxD's router multiplies its RMSNorm
+    weight and scale into a [P, H, T] tile. Anything else is left for the shape check."""
+    n, shape = len(t.shape), list(other.shape)
+    if n > len(shape) or list(t.shape) == shape or t.shape[0] != shape[0]:
+        return t
+    if n < len(shape) and list(t.shape) != shape[:n]:
+        return t
+    for d in range(n, len(shape)):
+        t = _C.Tensor.expand_dim(t, d)
+    if any(a != b and a != 1 for a, b in zip(t.shape[1:], shape[1:])):
+        return t
+    for d in range(1, len(shape)):
+        if t.shape[d] == 1 and shape[d] != 1:
+            t = _C.Tensor.broadcast(t, d, shape[d])
+    return t
 
 
 def _is_column_of(c, x):

@@ -25,7 +25,7 @@ from .blocks import Blocks as _Blocks, allocate as _allocate, split_shape as _sp
 from . import spill as _spill
 from .blocks import par_dim  # noqa: F401 (re-exported)
 from .grid import arange, mgrid  # noqa: F401 (re-exported)
-from .grid import error as _error
+from .grid import Grid as _Grid, error as _error
 from .mask import rectangle as _rectangle
 from .ops import intersect as _intersect, is_full as _is_full, masked as _masked
 from .ops import matmul_parts as _matmul_parts, new_like as _new_like
@@ -119,7 +119,14 @@ def dynamic_range(*args):
     return _nl.dynamic_range(*vals)
 
 
-sequential_range = static_range = affine_range
+sequential_range = affine_range
+
+
+def static_range(*args):
+    """Unrolled at trace time like Python's range, and like it no block: a tile made in an
+    iteration may be used after the loop (NKI scopes tiles to affine_range / sequential_range
+    bodies only; NxD's top-k keeps its last stage's tiles so)."""
+    return _nl.static_range(*args)
 program_id = _nl.program_id
 
 
@@ -426,6 +433,37 @@ def transpose(x, *, dtype=None, mask=None, **kwargs):
 
 # ---- element-wise and reductions ---------------------------------------------------------------
 
+def _grid_values(g):
+    """An index grid used as a value (`nl.equal(t, nl.arange(E)[None, None, :])`): an int32
+    tile of its shape holding its values (nisa.iota)."""
+    if not _is_int(g.const):
+        _error("index", f"an index grid with a runtime or loop term ({g.const}) cannot be used "
+               "as a value; nisa.iota takes a grid of constants")
+    shape = list(g.shape) if len(g.shape) >= 2 else [1] + list(g.shape)
+    coef = list(g.coef) if len(g.shape) >= 2 else [0] + list(g.coef)
+    t = _nl.ndarray(shape, int32)
+    _isa.iota(t, [[c, n] for c, n in zip(coef[1:], shape[1:])], int(g.const), coef[0])
+    return t
+
+
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) or (isinstance(v, _C.Affine) and v.is_constant())
+
+
+def _aligned(x, y):
+    """The operands of a binary nl function: index grids as values, and a tile of lower rank
+    than the other partition aligned (trailing size-1 dims: NKI_API.md 4.8 treats a reduced
+    `(P,)` tile as `[P, 1]`; NxD's router multiplies a [P, H] tile into a [P, H, T] one so)."""
+    x, y = (_grid_values(v) if isinstance(v, _Grid) else v for v in (x, y))
+    if not (_is_view(x) and _is_view(y)) or len(x.shape) == len(y.shape):
+        return x, y
+    low, high = (x, y) if len(x.shape) < len(y.shape) else (y, x)
+    low = _concrete(_operand(low))
+    for d in range(len(low.shape), len(high.shape)):
+        low = _C.Tensor.expand_dim(low, d)
+    return (low, y) if len(x.shape) < len(y.shape) else (x, low)
+
+
 class _Fn:
     """A legacy nl function: the current one with mask= (and legacy dtype defaults). Usable as
     an ISA operator argument like the current nl functions (its __name__ is the op name)."""
@@ -460,6 +498,7 @@ class _Fn:
                            lambda: dt or _operand(x).dtype)
         if self.kind == "binary":
             y = args[0] if args else kwargs.pop("y")
+            x, y = _aligned(x, y)
             dt = self._dtype(dtype)
 
             def guess():

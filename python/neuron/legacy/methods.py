@@ -222,13 +222,23 @@ def legacy_add(self, other):
     # off_tile[0, k] + i_f: an index grid moved by a runtime value (legacy dynamic offsets).
     if isinstance(other, Grid):
         return dynamic.plus_grid(self, other)
+    if _is_index_expr(other):  # start_tile + pid * 32: a runtime offset (NxD's kernels)
+        return dynamic.register_of(self) + other
     return _prev_add(self, other)
 
 
 def legacy_radd(self, other):
     if isinstance(other, Grid):
         return dynamic.plus_grid(self, other)
+    if _is_index_expr(other):
+        return other + dynamic.register_of(self)
     return _prev_radd(self, other)
+
+
+def _is_index_expr(v):
+    """A symbolic index (a program id or rolled loop index expression), which a tile cannot
+    take as an operand: a one-element tile plus one is an offset read at run time."""
+    return isinstance(v, _C.Affine) and not v.is_constant()
 
 
 def _reshape(self, shape, *more):

@@ -29,6 +29,16 @@ class TensorType:
         dt = "" if self.dtype is None else f", {self.dtype.name}"
         return f"{name}[{list(self.shape)}{dt}]"
 
+    def __instancecheck__(self, obj):
+        """isinstance(x, nt.tensor) (NxD's top-k checks its input so): x is a tensor or a view
+        of one (a Reshaped HBM view, a grid-indexed view), matching the annotation's shape and
+        dtype when it has them."""
+        from .. import _C
+        from .views import GridView, Reshaped
+        if not isinstance(obj, (_C.Tensor, GridView, Reshaped)):
+            return False
+        return self.mismatch(obj) is None
+
     def mismatch(self, t):
         """Why tensor t does not match this annotation, or None."""
         if self.shape is not None and tuple(t.shape) != self.shape:

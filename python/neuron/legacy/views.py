@@ -11,6 +11,7 @@ bounds-checked) once the consumer's mask= has shrunk it. Masked value-returning 
 import threading
 
 from .. import _C
+from .. import language as _nl
 from .._span import user_span
 from .grid import Grid, broadcast_shapes, error, is_scalar_index
 from .mask import rectangle
@@ -324,16 +325,21 @@ class Reshaped:
         from . import dynamic  # it imports this module
         if dynamic.is_runtime_key(keys):
             return dynamic.reshaped_rows(self, keys)
-        if not any(isinstance(k, (Grid, slice)) for k in keys):
-            error("index", f"subscript the reshaped tensor '{self.name}' with index grids or "
-                  "slices (its result must keep at least one dim)")
+        if not any(isinstance(k, (Grid, slice, _nl.ds)) for k in keys):
+            if len(keys) < len(self.shape) and all(is_scalar_index(k) for k in keys):
+                return Prefixed(self, keys)  # weight.reshape((N, D, H))[j]: subscripted later
+            error("index", f"subscript the reshaped tensor '{self.name}' with index grids, "
+                  "slices or nl.ds (its result must keep at least one dim)")
         if not any(isinstance(k, Grid) for k in keys):  # basic subscripts: slices as grids
-            rank = sum(isinstance(k, slice) for k in keys)
+            rank = sum(isinstance(k, (slice, _nl.ds)) for k in keys)
             conv, axis = [], 0
             for d, k in enumerate(keys):
-                if isinstance(k, slice):
-                    start, stop, step = k.indices(self.shape[d])
-                    g = Grid([max(0, -(-(stop - start) // step))], [step], start)
+                if isinstance(k, (slice, _nl.ds)):
+                    if isinstance(k, _nl.ds):  # nl.ds(start, size): start may be symbolic
+                        g = Grid([int(k.size)], [1], k.start)
+                    else:
+                        start, stop, step = k.indices(self.shape[d])
+                        g = Grid([max(0, -(-(stop - start) // step))], [step], start)
                     conv.append(g[tuple(slice(None) if i == axis else None
                                         for i in range(rank))])
                     axis += 1
@@ -351,6 +357,30 @@ class Reshaped:
         for n in self.base.shape:
             base_entries.append(next(it) if n != 1 else ("fix", 0))
         return _finish(GridView(self.base, base_entries, S, axes, frame))
+
+
+class Prefixed:
+    """reshaped[j] with ints (or loop indices) for leading dims only (NxD's output projection
+    loads `weight.reshape((N, D, H))[j][i_p, i_h]`): the remaining dims, whose subscripts are
+    those of the reshaped tensor with the leading indices put in front."""
+
+    def __init__(self, reshaped, keys):
+        self.reshaped, self.keys = reshaped, tuple(keys)
+        self.shape = tuple(reshaped.shape[len(self.keys):])
+
+    dtype = property(lambda self: self.reshaped.dtype)
+    buffer = property(lambda self: self.reshaped.buffer)
+    name = property(lambda self: self.reshaped.name)
+    ndim = property(lambda self: len(self.shape))
+
+    def whole(self):
+        return self.reshaped[self.keys + (slice(None),) * len(self.shape)]
+
+    def __getitem__(self, key):
+        keys = key if isinstance(key, tuple) else (key,)
+        if len(keys) == 1 and keys[0] is Ellipsis:
+            return self
+        return self.reshaped[self.keys + keys]
 
 
 class ReshapedView(GridView):
@@ -395,11 +425,11 @@ class MaskedOperand:
 
 
 def is_view(x):
-    return isinstance(x, (_C.Tensor, GridView, Reshaped))
+    return isinstance(x, (_C.Tensor, GridView, Reshaped, Prefixed))
 
 
 def as_gridview(x):
-    return x.whole() if isinstance(x, Reshaped) else x
+    return x.whole() if isinstance(x, (Reshaped, Prefixed)) else x
 
 
 def restrict(x, rect, shape):

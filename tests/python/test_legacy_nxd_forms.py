@@ -1,0 +1,119 @@
+# Legacy-API forms that AWS's published NxD kernels (neuronx-distributed's top-k, router,
+# find-index, indexed-flatten and output-projection kernels) use: tiles made in an
+# nl.static_range loop used after it, isinstance(x, nt.tensor), a one-element tile plus a program
+# id as a runtime offset, nl.ds subscripts of reshaped HBM tensors, reshaped[j][grid], an index
+# grid as a value with a lower-rank tile partition aligned, nisa.tensor_tensor of [P, H] into
+# [P, H, T], and nki.baremetal of a launch grid; simulated and native, each against NumPy.
+import numpy as np
+
+import neuron.compat
+
+neuron.compat.install()
+from neuronxcc import nki  # noqa: E402
+import neuronxcc.nki.isa as nisa  # noqa: E402
+import neuronxcc.nki.language as nl  # noqa: E402
+import neuronxcc.nki.typing as nt  # noqa: E402
+
+RNG = np.random.default_rng(71)
+
+
+def both(kernel, *args):
+    """The kernel's outputs simulated and natively (asserted bit-identical)."""
+    sim = nki.simulate_kernel(kernel, *args)
+    nat = nki.baremetal(kernel)(*args)
+    for s, n in zip(sim if isinstance(sim, tuple) else (sim,),
+                    nat if isinstance(nat, tuple) else (nat,)):
+        np.testing.assert_array_equal(np.asarray(s).view(np.uint8), np.asarray(n).view(np.uint8))
+    return sim
+
+
+def test_static_range_tiles_live_after_the_loop_and_isinstance_of_nt_tensor():
+    def kernel(x):
+        assert isinstance(x, nt.tensor) and isinstance(x, nt.tensor[4, 8])
+        assert not isinstance(x, nt.tensor[4, 9]) and not isinstance(2.0, nt.tensor)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        for i in nl.static_range(3):
+            v = nl.add(t, float(i))
+        nl.store(out, nl.copy(v))  # the last iteration's tile
+        return out
+
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    np.testing.assert_array_equal(both(kernel, x), x + 2)
+
+
+def test_a_one_element_tile_plus_a_program_id_is_a_runtime_offset():
+    def kernel(x, start):
+        out = nl.ndarray((2, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        pid = nl.program_id(0)
+        off = nl.load(start) + pid * 4
+        i0, i1 = nl.arange(1)[:, None], nl.arange(4)[None, :]
+        nl.store(out[i0 + pid, i1], nl.load(x[i0, i1 + off]))
+        return out
+
+    x = np.arange(32, dtype=np.float32).reshape(1, 32)
+    start = np.array([[3]], np.int32)
+    for k in (nki.simulate_kernel, lambda k, *a: nki.baremetal(k)(*a)):
+        got = k(nki.jit(kernel)[2], x, start)
+        np.testing.assert_array_equal(got, x[0, 3:11].reshape(2, 4))
+
+
+def test_subscripts_of_reshaped_hbm_tensors():
+    def kernel(x, w):
+        out = nl.ndarray((16, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+        rows = out.reshape((64, 8))
+        for i in nl.affine_range(2):  # nl.ds of a reshaped tensor, with a loop index
+            nl.store(rows[nl.ds(32 * i, 32), :], nl.load(x[nl.ds(32 * i, 32), :]))
+        picked = nl.ndarray((3, 5), dtype=w.dtype, buffer=nl.shared_hbm)
+        blocks = w.reshape((2, 3, 5))
+        i_p, i_f = nl.mgrid[0:3, 0:5]
+        nl.store(picked, nl.load(blocks[1][i_p, i_f]))  # reshaped[j][grid]
+        return out, picked
+
+    x = RNG.standard_normal((64, 8)).astype(np.float32)
+    w = RNG.standard_normal((6, 5)).astype(np.float32)
+    out, picked = both(kernel, x, w)
+    np.testing.assert_array_equal(out, x.reshape(16, 32))
+    np.testing.assert_array_equal(picked, w[3:6])
+
+
+def test_an_index_grid_as_a_value_against_a_lower_rank_tile():
+    def kernel(idx):
+        P, K = idx.shape
+        out = nl.ndarray((P, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        hits = nl.equal(nl.load(idx), nl.arange(8)[None, None, :])  # [P, K] vs [1, 1, 8]
+        nl.store(out, nisa.tensor_reduce(data=hits.astype(nl.float32), axis=1, op=nl.add))
+        return out
+
+    idx = RNG.integers(0, 8, (16, 3)).astype(np.int32)
+    want = (idx[:, :, None] == np.arange(8)).sum(1).astype(np.float32)
+    np.testing.assert_array_equal(both(kernel, idx), want)
+
+
+def test_tensor_tensor_broadcasts_a_prefix_shaped_operand_along_trailing_dims():
+    def kernel(x, w):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        xt = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        for h in range(x.shape[1]):
+            xt[:, h, :] = nl.load(x[:, h, :])
+        r = nisa.tensor_tensor(xt, nl.load(w), nl.multiply)  # [P, H, T] * [P, H]
+        for h in range(x.shape[1]):
+            nl.store(out[:, h, :], r[:, h, :])
+        return out
+
+    x = RNG.standard_normal((32, 2, 16)).astype(np.float32)
+    w = RNG.standard_normal((32, 2)).astype(np.float32)
+    np.testing.assert_array_equal(both(kernel, x, w), x * w[:, :, None])
+
+
+def test_baremetal_keeps_the_launch_grid():
+    @nki.jit
+    def rows(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        pid = nl.program_id(0)
+        i_p, i_f = nl.mgrid[0:1, 0:4]
+        nl.store(out[pid + i_p, i_f], nl.add(nl.load(x[pid + i_p, i_f]), 1.0))
+        return out
+
+    x = RNG.standard_normal((2, 4)).astype(np.float32)
+    np.testing.assert_array_equal(nki.baremetal(rows[2])(x), x + 1)
