@@ -142,6 +142,14 @@ void init_dynamic(py::module_& m) {
     return out;
   });
   m.def("view_origin", [](const nl::tensor& t) { return t.access().origin; });
+  // Does the view start at a value read at run time (a register: select with an index tile,
+  // .ap(scalar_offset=)), one of NKI's indirect views?
+  m.def("starts_at_register", [](const nl::tensor& t) {
+    for (auto& d : t.access().dims)
+      for (auto& term : d.start.terms)
+        if (is_register_var(term.var)) return true;
+    return false;
+  });
   m.def("view_as_dtype", [](const nl::tensor& t) { return t.access().as_dtype; });
   // (eager mode re-applies a recorded ap(): `dtype` set for a reinterpreting one, ir.hpp)
   m.def("storage_view", [](const nl::tensor& t, const std::vector<int64_t>& shape,

@@ -33,6 +33,21 @@ class IndirectView:
     def is_indirect(self):
         return True
 
+    def __getitem__(self, key):
+        """The chosen rows' other dims subscripted (`A.vector_select(0, idx)[:, 0:100]`); the
+        chosen dim itself is NKI's indirected dim, which cannot be sliced or selected again."""
+        keys = key if isinstance(key, tuple) else (key,)
+        if keys == (Ellipsis,):
+            return self
+        if keys[0] is Ellipsis and len(keys) == len(self.shape):
+            keys = (slice(None),) + keys[1:]
+        if not (isinstance(keys[0], slice) and keys[0] == slice(None)):
+            user_error("index", f"subscript {keys[0]!r} of dim 0 of the rows index tile "
+                       f"'{self.rows.name}' chose: that dim cannot be sliced or selected again "
+                       "(NKI's rule for indirect views); subscript the index tile instead, or "
+                       "write ':' for it", user_span())
+        return IndirectView(self.view[keys], self.rows)
+
 
 class BitcastView:
     """t.ap(pattern, offset, dtype=D): the bytes of t's storage read as D elements, walking

@@ -26,8 +26,27 @@ def jit(fn=None, **kwargs):
                           or kwargs.get("mode") == "simulation") else None
     if fn is None:
         return lambda f: jit(f, **kwargs)
-    target = kwargs.get("platform_target") or os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE")
-    return kernel(fn, mode=mode, target=target if target in ("trn1", "trn2", "trn3") else "trn2")
+    return kernel(fn, mode=mode, target=platform_target(kwargs.get("platform_target")))
+
+
+# NKI's platform names and the NeuronCore generation names NKI's simulator also takes.
+_TARGETS = {"trn1": "trn1", "trn2": "trn2", "trn3": "trn3", "gen2": "trn1", "gen3": "trn2",
+            "gen4": "trn3", "inf2": "trn1"}
+
+
+def platform_target(given=None):
+    """neuron's target for NKI's platform_target= (or, when None, the environment's
+    NEURON_PLATFORM_TARGET_OVERRIDE; neither: trn2). An unknown name is a ValueError, never a
+    silent trn2 (gen4's MX instructions would then fail as if the kernel were wrong)."""
+    name = given if given is not None else os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE")
+    if name is None or name == "":
+        return "trn2"
+    target = _TARGETS.get(str(name).lower())
+    if target is None:
+        where = "platform_target" if given is not None else "NEURON_PLATFORM_TARGET_OVERRIDE"
+        raise ValueError(f"{where}={name!r} is not a NeuronCore target neuron knows; use one of "
+                         f"{', '.join(sorted(_TARGETS))}")
+    return target
 
 
 def simulate(k):

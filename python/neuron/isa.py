@@ -401,6 +401,19 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, en
             def raw(t):
                 return t.view if isinstance(t, BitcastView) else t
             _C.dma_copy_bitcast(raw(d), raw(s), span)
+        elif isinstance(s, IndirectView) and _in_hbm(d):
+            # HBM to HBM (the NKI docs' gather_rows): through an SBUF tile of the rows, which
+            # starts as dst's rows so that rows oob_mode skips keep dst's values
+            t = _C.ndarray(list(s.shape), s.dtype, _C.Memory.sbuf, "", span)
+            d = dma_operand(d, t, "dma_copy", span)
+            if skip:
+                _C.dma_copy(t, d, span)
+            _C.dma_copy_rows(t, s.view, s.rows, True, oob_mode, span)
+            _C.dma_copy(d, t, span)
+        elif isinstance(d, IndirectView) and _in_hbm(s):
+            t = _C.ndarray(list(d.shape), s.dtype, _C.Memory.sbuf, "", span)
+            _C.dma_copy(t, dma_operand(s, t, "dma_copy", span), span)
+            _C.dma_copy_rows(d.view, t, d.rows, False, oob_mode, span)
         elif isinstance(s, IndirectView):
             _C.dma_copy_rows(d, s.view, s.rows, True, oob_mode, span)
         elif isinstance(d, IndirectView):
@@ -418,6 +431,10 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=None, priority=None, en
 
 
 _dma_copy = dma_copy
+
+
+def _in_hbm(x):
+    return getattr(x, "buffer", None) in (_C.Memory.hbm, _C.Memory.shared_hbm)
 
 
 def _oob_mode(v):

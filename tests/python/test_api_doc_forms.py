@@ -106,3 +106,54 @@ def test_two_column_vector_offsets_are_refused_with_the_way_round():
     with pytest.raises(neuron.NeuronError) as e:
         neuron.kernel(two_column_indices, mode="simulate")(src, idx)
     assert e.value.rule == "unsupported" and "vector_offset=t0[:, j:j + 1]" in e.value.message
+
+
+def indirect_forms(a, idx, rows, targets):
+    t = nl.load(idx)
+    assert a.select(0, t).is_indirect() and a.ap([[8, 2], [1, 8]], scalar_offset=t).is_indirect()
+    assert not a[0:2, :].is_indirect()
+    picked = nl.ndarray((4, 3), a.dtype, buffer=nl.shared_hbm)  # HBM to HBM, free dim sliced
+    nisa.dma_copy(dst=picked, src=a.vector_select(0, nl.load(rows))[:, 2:5])
+    scattered = nl.ndarray((16, 8), a.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=scattered, src=a)
+    nisa.dma_copy(dst=scattered.vector_select(0, nl.load(targets)), src=a[8:12, :])
+    return picked, scattered
+
+
+def test_indirect_views_as_the_language_guide_describes_them():
+    a = RNG.standard_normal((16, 8)).astype(np.float32)
+    rows = np.array([[5], [0], [9], [5]], np.int32)
+    targets = np.array([[5], [0], [9], [2]], np.int32)
+    picked, scattered = three_ways(indirect_forms, a, np.array([[3]], np.int32), rows, targets,
+                                   modes=("native", "simulate"))
+    np.testing.assert_array_equal(picked, a[[5, 0, 9, 5], 2:5])
+    want = a.copy()
+    want[[5, 0, 9, 2]] = a[8:12]
+    np.testing.assert_array_equal(scattered, want)
+
+
+def indirect_dim_sliced(a, rows):
+    out = nl.ndarray((2, 8), a.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=a.vector_select(0, nl.load(rows))[0:2, :])
+    return out
+
+
+def test_the_indirected_dim_cannot_be_subscripted_again():
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(indirect_dim_sliced, mode="simulate")(np.zeros((16, 8), np.float32),
+                                                           np.zeros((4, 1), np.int32))
+    assert e.value.rule == "index" and "cannot be sliced or selected again" in e.value.message
+    assert e.value.line == line_of(indirect_dim_sliced, "vector_select")
+
+
+def test_platform_target_names(monkeypatch):
+    from neuron.compat import platform_target
+    assert [platform_target(n) for n in ("trn1", "gen3", "GEN4", "inf2")] == \
+        ["trn1", "trn2", "trn3", "trn1"]
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "gen4")
+    assert platform_target() == "trn3" and platform_target("trn2") == "trn2"
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn9")
+    with pytest.raises(ValueError, match="NEURON_PLATFORM_TARGET_OVERRIDE='trn9'"):
+        platform_target()
+    monkeypatch.delenv("NEURON_PLATFORM_TARGET_OVERRIDE")
+    assert platform_target() == "trn2"

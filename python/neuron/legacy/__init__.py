@@ -311,8 +311,8 @@ def _decorator(cls, fn, **kw):
 
 
 def _target(kwargs):
-    t = kwargs.get("platform_target")
-    return t if t in ("trn1", "trn2", "trn3") else "trn2"
+    from ..compat import platform_target
+    return platform_target(kwargs.get("platform_target"))
 
 
 def jit(func=None, mode="auto", **kwargs):
