@@ -18,7 +18,8 @@ from ..access import IndirectView as _IndirectView
 from .dynamic import register_of as _register_of, _tile as _tile_key
 from .loop_reduce import LoopReduce as _LoopReduce
 from . import constants as _constants
-from .deferred import flush as _flush, resolve as _resolve, wrap_module as _wrap_module
+from .deferred import Deferred as _Deferred, flush as _flush, resolve as _resolve
+from .deferred import wrap_module as _wrap_module
 from . import keywords as _keywords
 from .split import SplitView as _SplitView
 from .blocks import Blocks as _Blocks, allocate as _allocate, split_shape as _split_shape
@@ -237,9 +238,22 @@ def _no_mask(mask, what):
                "instead)")
 
 
-def load(src, *, mask=None, dtype=None, **kwargs):
+def load(src, *, mask=None, dtype=None, mode=None, **kwargs):
     """HBM -> a new SBUF tile; masked elements are not loaded. t[idx_tile[i_p, 0], i_f] loads
-    the rows the index tile names (at run time)."""
+    the rows the index tile names (at run time). mode=nisa.oob_mode.skip skips rows (or a
+    runtime-offset view) outside the tensor, leaving the destination as it was: written as
+    `buf[...] = nl.load(..., mode=oob_mode.skip)` it loads straight into buf, as NxDI's paged
+    cache does."""
+    if mode is not None and int(mode) not in (0, 1):
+        _error("unknown-arg", f"nl.load: mode={mode!r} is not a nisa.oob_mode (error or skip)")
+    if mode is not None and int(mode) == 1:
+        if mask is not None:
+            _error("unsupported", "nl.load(mode=oob_mode.skip) with mask= is not supported; "
+                   "load the whole view and select the part you need")
+        view = src if isinstance(src, _IndirectView) else _concrete(_operand(src, "nl.load"))
+        dt = src.dtype if dtype is None else _nl.to_dtype(dtype)
+        return _Deferred(list(view.shape), dt, _nl.sbuf,
+                         lambda dst: _isa.dma_copy(dst, view, oob_mode=_C.oob_mode.skip))
     if isinstance(src, _IndirectView):
         return _load_rows(src, mask, dtype)
     src = _operand(src, "nl.load")

@@ -323,6 +323,9 @@ class Reshaped:
         if len(keys) == 1 and keys[0] is Ellipsis:
             return self
         from . import dynamic  # it imports this module
+        # a one-element tile is an offset read at run time (a register), as on other tensors
+        keys = tuple(dynamic.register_of(dynamic._tile(k)) if dynamic._tile(k) is not None and
+                     all(n == 1 for n in dynamic._tile(k).shape) else k for k in keys)
         if dynamic.is_runtime_key(keys):
             return dynamic.reshaped_rows(self, keys)
         if not any(isinstance(k, (Grid, slice, _nl.ds)) for k in keys):
@@ -351,7 +354,10 @@ class Reshaped:
             return _finish(ReshapedView(self, entries, S, axes, frame))
         kept = [e for e, n in zip(entries, self.shape) if n != 1]
         for e, n in zip(entries, self.shape):
-            if n == 1 and (e[1] != 0 or e[0] == "axis" and S[e[3]] > 1):
+            # A program id or runtime offset in a size-1 dim (NxDI's query tiles when a
+            # sequence is one tile) can only be 0 in range: the dim is dropped either way.
+            symbolic = isinstance(e[1], _C.Affine) and not e[1].is_constant()
+            if n == 1 and (not symbolic and e[1] != 0 or e[0] == "axis" and S[e[3]] > 1):
                 error("index", f"the subscript of a size-1 dim of '{self.name}' is out of range")
         base_entries, it = [], iter(kept)
         for n in self.base.shape:
