@@ -298,6 +298,16 @@ class Verifier {
       user_error(op.span, "partition-size",
                  "{} argument '{}' spans {} partitions of '{}'; at most {}", opname, arg,
                  a.dims[0].size, b.name, target_.partitions);
+    // On chip an access walks consecutive partitions (.ap's first entry strides by one
+    // partition; step 0 is a one-partition broadcast): t[0:128:2] of a tile has no pattern.
+    const DimSlice& rows = a.dims[0];
+    if (rows.size > 1 && rows.step != 1 && rows.step != 0)
+      user_error(op.span, "access-pattern",
+                 "{} argument '{}' steps through the partitions of '{}' by {} ({} of them "
+                 "from {}); "
+                 "on-chip views walk consecutive partitions: load the rows you need into a tile "
+                 "from HBM, or keep the partition subscript's step 1",
+                 opname, arg, b.name, rows.step, rows.size, rows.start.str());
     if (opcode_level(op.code) == OpLevel::Isa) {
       size_t free = 0;
       for (size_t d = 1; d < a.dims.size(); ++d) free += a.dims[d].keep;

@@ -144,6 +144,22 @@ def test_a_partition_broadcast_operand_keeps_its_dtype():
         np.testing.assert_array_equal(s.view(np.uint16), want.view(np.uint16))
 
 
+def test_a_partition_step_on_chip_is_an_access_pattern_error():
+    """t[0:128:2] of a tile: on chip an access walks consecutive partitions; every executor
+    read partitions 0, 1, 2, ... (a silently wrong result) before this was refused."""
+    def every_other_row(x):
+        out = nl.ndarray((64, 4), nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        nl.store(out, nl.copy(t[0:128:2]))
+        return out
+
+    for mode in ("native", "simulate", "eager"):
+        with pytest.raises(neuron.NeuronError) as e:
+            neuron.kernel(every_other_row, mode=mode)(np.zeros((128, 4), np.float32))
+        assert e.value.rule == "access-pattern" and "by 2 (64 of them from 0)" in \
+            e.value.message
+
+
 @pytest.mark.parametrize("fn,ref", [(nl.sum, np.sum), (nl.max, np.max), (nl.min, np.min),
                                     (nl.mean, np.mean)], ids=["sum", "max", "min", "mean"])
 def test_reductions(fn, ref):

@@ -727,15 +727,6 @@ def unmasked_tail(x):
     return out
 
 
-def reshaped_offset_tile(x):  # a one-element offset tile in a reshaped tensor's subscript
-    out = nl.ndarray((1, 64), nl.float32, buffer=nl.shared_hbm)
-    off = nl.zeros((1, 1), nl.int32)
-    flat = x.reshape((2, 64, 64))
-    t = nl.load(flat[0, off[0, 0], nl.arange(64)[None, :]])
-    nl.store(out, value=t)
-    return out
-
-
 def current_api_dst(x):  # the current API's destination-first form in a legacy kernel
     out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
     act = nl.ndarray(x.shape, nl.float32)
@@ -764,8 +755,6 @@ ERRORS = [
     (or_mask, (128, 64), "mask", "(ix < 64) | (iy < 8)", "joined with & only"),
     (diagonal_mask, (128, 64), "mask", "ix + iy < 100", "may involve one grid axis"),
     (unmasked_tail, (200, 64), "index", "t = nl.load", "only where a mask= excludes"),
-    (reshaped_offset_tile, (128, 64), "indirect-dma", "t = nl.load(flat",
-     "a one-element offset tile is supported on tensors that are not reshaped"),
     (current_api_dst, (128, 64), "unknown-arg", "nisa.activation(dst=",
      "nisa.activation got an unexpected keyword argument 'dst'"),
     (unknown_nl_keyword, (128, 64), "unknown-arg", "out=out",

@@ -77,6 +77,39 @@ def test_subscripts_of_reshaped_hbm_tensors():
     np.testing.assert_array_equal(picked, w[3:6])
 
 
+def test_runtime_offsets_in_reshaped_tensors_and_skipped_row_loads():
+    """NxDI's chunked prefill: a one-element tile (and a program id in a size-1 dim) in the
+    subscript of a reshaped tensor, and nl.load(mode=oob_mode.skip) of rows chosen at run
+    time straight into a buffer whose skipped rows keep their values."""
+    from neuronxcc.nki.isa.constants import oob_mode
+
+    def kernel(q, tile_idx, table, rows):
+        d, s = q.shape
+        tiles = q.reshape((1, d, s // 128, 128))
+        ti = nl.load(tile_idx)
+        picked = nl.ndarray((d, 256), dtype=q.dtype, buffer=nl.shared_hbm)
+        nl.store(picked[:, 0:128], nl.load(tiles[nl.program_id(0), :, ti[0, 1], :]))
+        one_tile = q[:, 0:128].reshape((1, d, 1, 128))  # the runtime offset in a size-1 dim
+        nl.store(picked[:, 128:256], nl.load(one_tile[nl.program_id(0), :, ti[0, 0], :]))
+        gathered = nl.ndarray((32, 8), dtype=table.dtype, buffer=nl.shared_hbm)
+        ids = nl.load(rows)
+        i_p, i_f = nl.arange(32)[:, None], nl.arange(8)[None, :]
+        buf = nl.full((32, 8), -1.0, dtype=table.dtype)
+        buf[i_p, i_f] = nl.load(table[ids[i_p, 0], i_f], mode=oob_mode.skip)
+        nl.store(gathered, buf)
+        return picked, gathered
+
+    q = RNG.standard_normal((16, 512)).astype(np.float32)
+    table = RNG.standard_normal((64, 8)).astype(np.float32)
+    rows = RNG.integers(0, 64, (32, 1)).astype(np.int32)
+    rows[::3] = 1000  # outside the table: skipped
+    picked, gathered = both(kernel, q, np.array([[0, 2]], np.int32), table, rows)
+    np.testing.assert_array_equal(picked, np.concatenate([q[:, 256:384], q[:, 0:128]], 1))
+    want = table[np.minimum(rows[:, 0], 63)]
+    want[::3] = -1.0
+    np.testing.assert_array_equal(gathered, want)
+
+
 def test_an_index_grid_as_a_value_against_a_lower_rank_tile():
     def kernel(idx):
         P, K = idx.shape
