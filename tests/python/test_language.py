@@ -144,6 +144,44 @@ def test_a_partition_broadcast_operand_keeps_its_dtype():
         np.testing.assert_array_equal(s.view(np.uint16), want.view(np.uint16))
 
 
+def test_maximum_and_minimum_of_signed_zeros_and_nans_agree_everywhere():
+    """maximum / minimum: the non-NaN operand, and the second one on a tie (+0 against -0, as
+    NumPy's maximum): the same bits natively, simulated and eagerly (std::fmax chose per
+    compiler, so the native tensor_tensor answered max(-0, +0) = -0 and the simulator +0)."""
+    import neuron.isa as nisa
+
+    def k(a, b):
+        outs = [nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm) for _ in range(4)]
+        x, y = nl.load(a), nl.load(b)
+        for o, op in zip(outs[:2], (nl.maximum, nl.minimum)):
+            d = nl.ndarray(a.shape, nl.float32)
+            nisa.tensor_tensor(d, x, y, op)
+            nl.store(o, d)
+        r = nl.ndarray((a.shape[0], 2), nl.float32)
+        nisa.tensor_reduce(r[:, 0:1], nl.maximum, x, axis=1)
+        nisa.tensor_reduce(r[:, 1:2], nl.minimum, x, axis=1)
+        nl.store(outs[2][:, 0:2], r)
+        nl.store(outs[3], nl.copy(x))
+        return tuple(outs)
+
+    pairs = [(-0.0, 0.0), (0.0, -0.0), (np.nan, 1.0), (1.0, np.nan), (2.0, 3.0), (-3.0, -2.0)]
+    a = np.tile(np.array([p[0] for p in pairs], np.float32), (128, 40))[:, :240]
+    b = np.tile(np.array([p[1] for p in pairs], np.float32), (128, 40))[:, :240]
+    a[0:4, :] = -0.0
+    a[0:2, 7] = 0.0  # a row of zeros of both signs
+    got = [neuron.kernel(k, mode=m)(a, b) for m in ("native", "simulate", "eager")]
+    for g in got[1:]:
+        for x, y in zip(got[0], g):
+            np.testing.assert_array_equal(x.view(np.uint32), y.view(np.uint32))
+    mx, mn, red, _ = got[0]
+    want_max = np.where(np.isnan(b), a, np.where(a > b, a, b))
+    want_min = np.where(np.isnan(b), a, np.where(a < b, a, b))
+    np.testing.assert_array_equal(mx.view(np.uint32), want_max.view(np.uint32))
+    np.testing.assert_array_equal(mn.view(np.uint32), want_min.view(np.uint32))
+    np.testing.assert_array_equal(red[4:, 0], np.nanmax(a[4:], axis=1))  # NaNs ignored
+    np.testing.assert_array_equal(red[4:, 1], np.nanmin(a[4:], axis=1))
+
+
 def test_a_partition_step_on_chip_is_an_access_pattern_error():
     """t[0:128:2] of a tile: on chip an access walks consecutive partitions; every executor
     read partitions 0, 1, 2, ... (a silently wrong result) before this was refused."""

@@ -520,10 +520,24 @@ inline int64_t f32_to_i64_for_bits(float v) {
   return f64_to_int_sat(v, -(int64_t(1) << 62), int64_t(1) << 62);
 }
 
+// maximum / minimum: the non-NaN operand when one is NaN (fmax / fmin), and b when the two
+// compare equal (+0 and -0: as numpy). Written out, not std::fmax, whose choice between +0 and
+// -0 is left to the implementation: the simulator's library and LLVM's vectorised maxps chose
+// differently, so the executors disagreed on max(-0, +0).
+// The NaN test is on b alone and comes first, so in a reduction (alu(op, acc, x)) it is off the
+// accumulator's chain, which is one maxps / minps per step: faster than std::fmax's lowering.
+inline float max_f32(float a, float b) {
+  b = b != b ? a : b;
+  return a > b ? a : b;
+}
+inline float min_f32(float a, float b) {
+  b = b != b ? a : b;
+  return a < b ? a : b;
+}
+
 // a op b in fp32. Unary operators ignore b; bypass returns a. Comparisons and logical ops give
 // 1.0 / 0.0. mod is floored (the result takes the divisor's sign, like numpy), fmod truncated
-// (the dividend's sign, like C). maximum/minimum return the non-NaN operand when one is NaN
-// (fmax/fmin).
+// (the dividend's sign, like C). maximum/minimum: max_f32 / min_f32.
 inline float alu(AluOp op, float a, float b) {
   switch (op) {
     case AluOp::bypass:
@@ -537,9 +551,9 @@ inline float alu(AluOp op, float a, float b) {
     case AluOp::divide:
       return a / b;
     case AluOp::maximum:
-      return std::fmax(a, b);
+      return max_f32(a, b);
     case AluOp::minimum:
-      return std::fmin(a, b);
+      return min_f32(a, b);
     case AluOp::power:
       return std::pow(a, b);
     case AluOp::mod: {
