@@ -334,14 +334,8 @@ _INTEGER = {int8, int16, int32, uint8, uint16, uint32}
 class _Unary(_Fn):
     @_eager.op()
     def __call__(self, x, dtype=None):
-        span = user_span()
-        if isinstance(x, _C.Tensor) and x.dtype in _INTEGER:
-            # An integer tile goes through the engine's fp32 arithmetic (NKI_API.md 3.3) and
-            # back to its own dtype unless dtype= says otherwise: nki-samples' resize takes
-            # nl.floor of an int32 quotient.
-            out = x.dtype if dtype is None else to_dtype(dtype)
-            return _C.unary(self.name, _C.copy(x, float32, span), out, span)
-        return _C.unary(self.name, x, to_dtype(dtype), span)
+        # (an integer tile goes through fp32 and back: the C++ DSL's nl::unary)
+        return _C.unary(self.name, x, to_dtype(dtype), user_span())
 
 
 class _Binary(_Fn):

@@ -268,3 +268,35 @@ TEST_CASE("block-sparse: the list of non-empty blocks is read at run time, one c
     }
   }
 }
+
+TEST_CASE("unary functions of integer tiles go through fp32 and back, as in Python") {
+  // nl::floor / nl::abs / -x of int32 and int8 tiles (an activation function takes floats: the
+  // tile is copied to fp32 first, and the result converted back to the tile's dtype).
+  auto c = build(neuron::trace(
+      "int_unary",
+      [](nl::tensor a, nl::tensor b) {
+        auto o1 = nl::ndarray({8, 16}, nl::int32, nl::shared_hbm);
+        auto o2 = nl::ndarray({8, 16}, nl::int8, nl::shared_hbm);
+        auto o3 = nl::ndarray({8, 16}, nl::float32, nl::shared_hbm);
+        auto ta = nl::load(a), tb = nl::load(b);
+        nl::store(o1, -nl::abs(ta));
+        nl::store(o2, nl::negative(tb));
+        nl::store(o3, nl::exp(ta, nl::float32));
+        return std::vector<nl::tensor>{o1, o2, o3};
+      },
+      {{{8, 16}, DType::int32}, {{8, 16}, DType::int8}}));
+  Tensor a = ints({8, 16}, [] {
+    std::vector<int64_t> v(128);
+    for (int64_t i = 0; i < 128; ++i) v[i] = (i % 11) - 5;
+    return v;
+  }());
+  Tensor b = Tensor::empty({8, 16}, DType::int8);
+  for (int64_t i = 0; i < 128; ++i) b.set(i, static_cast<float>((i % 9) - 4));
+  auto r = run_both(c, {a, b});
+  for (int64_t i = 0; i < 128; ++i) {
+    const int64_t x = (i % 11) - 5;
+    REQUIRE(r.sim[0].get(i) == static_cast<float>(-std::abs(x)));
+    REQUIRE(r.sim[1].get(i) == static_cast<float>(-((i % 9) - 4)));
+    REQUIRE(r.sim[2].get(i) == doctest::Approx(std::exp(static_cast<double>(x))).epsilon(1e-6));
+  }
+}

@@ -47,6 +47,12 @@ tensor copy_fn::operator()(const tensor& x, std::optional<DType> dtype, Span spa
 
 tensor unary_fn::operator()(const tensor& x, std::optional<DType> dtype, Span span) const {
   dsl::require_trace(span);
+  // An integer tile goes through the engine's fp32 arithmetic (NKI_API.md 3.3) and back to its
+  // own dtype unless dtype says otherwise (nki-samples' resize takes nl.floor of an int32
+  // quotient); both front ends come here.
+  const DType xt = x.dtype();
+  if (!dtype_is_float(xt) && xt != DType::bool_)
+    return (*this)(copy(x, DType::float32, span), dtype.value_or(xt), span);
   const Access& v = view_of(x, span);
   tensor dst = dsl::new_tile(v.shape(), dtype.value_or(x.dtype()), Memory::sbuf, span);
   dsl::emit(Opcode::nl_unary,
