@@ -418,3 +418,22 @@ def test_an_unrolled_loop_reuses_the_space_of_dead_tiles():
     got = k(a, b)
     for i in range(9):
         np.testing.assert_allclose(got[i * 128:(i + 1) * 128], ref * i, rtol=1e-4, atol=1e-4)
+
+
+def test_bad_accumulate_flags_and_empty_views_name_their_rules():
+    import neuron.isa as nisa
+
+    def bad_flag(a):
+        ps = nl.ndarray((4, 4), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(ps, nl.load(a), nl.load(a), accumulate=5)
+        return a
+
+    def empty_exp(a):
+        nl.exp(nl.load(a)[:, 5:5])
+        return a
+
+    for fn, rule, text in ((bad_flag, "unknown-arg", "accumulate=5 is not a flag"),
+                           (empty_exp, "shape", "the shape of an empty view")):
+        with pytest.raises(neuron.NeuronError) as e:
+            neuron.kernel(fn, mode="simulate")(np.zeros((4, 8), np.float32)[:, :4].copy())
+        assert e.value.rule == rule and text in e.value.message, e.value.message

@@ -81,8 +81,11 @@ void check_shape(const std::vector<int64_t>& shape, const Span& span) {
   if (shape.empty()) user_error(span, "shape", "a tensor needs at least one dimension");
   for (auto d : shape)
     if (d <= 0)
-      user_error(span, "shape", "tensor dimensions must be positive, got [{}]",
-                 fmt::join(shape, ", "));
+      user_error(span, "shape", "tensor dimensions must be positive, got [{}]{}",
+                 fmt::join(shape, ", "),
+                 d == 0 ? " (the shape of an empty view: a slice that selects nothing can be "
+                          "made, but no instruction takes it)"
+                        : "");
 }
 
 }  // namespace

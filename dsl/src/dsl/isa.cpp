@@ -31,9 +31,22 @@ AluOp alu::get(const Span& span) const {
              reduce_ ? reduce_ : "?");
 }
 
+namespace {
+int64_t accumulate_value(accumulate_flag a, const char* fn, const Span& span) {
+  const int64_t v = a.get();
+  if (v < -1 || v > 1)
+    user_error(span, "unknown-arg",
+               "{}: accumulate={} is not a flag: -1 (None: the first write to a PSUM location "
+               "overwrites, later ones add), 0 (false: overwrite) or 1 (true: add)",
+               fn, v);
+  return v;
+}
+}  // namespace
+
 void nc_matmul(const tensor& dst, const tensor& stationary, const tensor& moving,
                accumulate_flag accumulate, Span span) {
   dsl::require_trace(span);
+  accumulate_value(accumulate, "nc_matmul", span);
   dsl::emit(Opcode::nc_matmul,
             {{"dst", view_of(dst, span)},
              {"stationary", view_of(stationary, span)},
@@ -46,6 +59,7 @@ void nc_matmul_mx(const tensor& dst, const tensor& stationary, const tensor& mov
                   const tensor& stationary_scale, const tensor& moving_scale,
                   accumulate_flag accumulate, Span span) {
   dsl::require_trace(span);
+  accumulate_value(accumulate, "nc_matmul_mx", span);
   dsl::emit(Opcode::nc_matmul_mx,
             {{"dst", view_of(dst, span)},
              {"stationary", view_of(stationary, span)},
