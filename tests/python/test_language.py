@@ -429,7 +429,7 @@ def test_bad_accumulate_flags_and_empty_views_name_their_rules():
         return a
 
     def empty_exp(a):
-        nl.exp(nl.load(a)[:, 5:5])
+        nl.exp(nl.load(a)[:, 3:3])
         return a
 
     for fn, rule, text in ((bad_flag, "unknown-arg", "accumulate=5 is not a flag"),
