@@ -3,6 +3,7 @@
 #include <set>
 
 #include "neuron/codegen/pipeline.hpp"
+#include "neuron/dsl/syntax.hpp"
 #include "neuron/ir/visitor.hpp"
 #include "view_util.hpp"
 
@@ -152,12 +153,11 @@ class Legalizer : public IRMutator {
         const Access& x = *op.access("x");
         std::string func = op.get_string("func");
         if (!act_func_from_name(func))
-          user_error(op.span, "unknown-arg", "nl.unary: func=\"{}\" is not an activation function",
-                     func);
+          user_error(op.span, "unknown-arg", "{}: func=\"{}\" is not an activation function",
+                     dsl::spell("nl::unary", "nl.unary"), func);
         if (!dtype_is_float(x.dtype()))
-          user_error(op.span, "dtype",
-                     "nl.unary: '{}' is {}; activation functions take float tiles", x.buffer->name,
-                     dtype_name(x.dtype()));
+          user_error(op.span, "dtype", "{}: '{}' is {}; activation functions take float tiles",
+                     dsl::spell("nl::unary", "nl.unary"), x.buffer->name, dtype_name(x.dtype()));
         emit(Opcode::activation, {{"dst", *dst}, {"data", x}, {"func", func}, {"scale", 1.0}});
         break;
       }

@@ -4,8 +4,9 @@
 #include <optional>
 #include <set>
 
-#include "neuron/codegen/pipeline.hpp"
 #include "neuron/base/target.hpp"
+#include "neuron/codegen/pipeline.hpp"
+#include "neuron/dsl/syntax.hpp"
 #include "view_util.hpp"
 
 namespace neuron {
@@ -495,8 +496,9 @@ class Verifier {
       if (is_hbm(b.memory) && is_compute(op.code))
         user_error(op.span, "engine-memory",
                    "{} argument '{}' is the {} buffer '{}'; engines compute only on SBUF/PSUM "
-                   "(move it on chip with nl.load or dma_copy)",
-                   opname, spec.name, memory_name(b.memory), b.name);
+                   "(move it on chip with {})",
+                   opname, spec.name, memory_name(b.memory), b.name,
+                   dsl::spell("nl::load or isa::dma_copy", "nl.load or nisa.dma_copy"));
       std::string want = memory_set_text(spec.memories);
       if (b.memory == Memory::psum && opcode_engine(op.code) == Engine::dma)
         want += " (DMA cannot reach PSUM)";
