@@ -504,7 +504,7 @@ def attach(cls, layout_of):
     cls.indirect = indirect
     # NKI's indirect views: rows chosen by an index tile (IndirectView, TensorIndirection), and
     # views that start at a register (select with an index tile, .ap(scalar_offset=))
-    cls.is_indirect = lambda self: _C.starts_at_register(self)
+    cls.is_indirect = lambda self: isinstance(self, _C.Tensor) and _C.starts_at_register(self)
     cls.get_pattern, cls.is_contiguous = get_pattern, is_contiguous
     cls.strides = property(lambda self: tuple(s for s, _ in layout_of(self, user_span())[0]))
     cls.offset = property(lambda self: layout_of(self, user_span())[1])

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import neuron
+import neuron.isa as nisa
 import neuron.language as nl
 from neuron import _C, dtypes
 
@@ -180,8 +181,10 @@ def returns_a_tile(a):
     return nl.load(a)
 
 
-def hbm_full(a):
-    return nl.full((128, 8), 1.0, nl.float32, buffer=nl.hbm)
+def hbm_compute(a):  # a compute instruction writing HBM (verify's engine-memory rule)
+    out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+    nisa.tensor_copy(out, a)
+    return out
 
 
 def matmul_1d(a):
@@ -204,7 +207,7 @@ def exp_as_alu(a):
 
 @pytest.mark.parametrize("fn,expected", [
     (returns_a_tile, "nl.ndarray(..., buffer=nl.shared_hbm)"),
-    (hbm_full, "create it with nl.ndarray and store"),
+    (hbm_compute, "move it on chip with nl.load or nisa.dma_copy"),
     (matmul_1d, "nl.matmul takes 2-D tiles"),
     (transpose_3d, "nl.transpose takes a 2-D tile"),
     (two_scalars, "nl.add needs at least one tile operand"),
