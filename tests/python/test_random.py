@@ -214,3 +214,15 @@ def test_narrow_draws_stay_below_one():
         assert (u.astype(np.float32) >= 1).any()  # the case occurs in these draws
         np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
         assert got.astype(np.float32).max() < 1
+
+
+def test_a_drop_probability_outside_0_1_is_an_error():
+    def k(x):
+        out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.dropout(nl.load(x), 2.0))
+        return out
+
+    with pytest.raises(neuron.NeuronError) as e:
+        neuron.kernel(k, mode="simulate")(np.ones((4, 8), np.float32))
+    assert e.value.rule == "unknown-arg" and "drop probability 2 is not in [0, 1]" in \
+        e.value.message

@@ -98,6 +98,9 @@ void rand2(const tensor& dst, double low, double high, std::optional<tensor> sta
 void dropout(const tensor& dst, const tensor& data, operand prob, std::optional<tensor> state,
              Span span) {
   dsl::require_trace(span);
+  if (!prob.is_tile() && !(prob.scalar() >= 0.0 && prob.scalar() <= 1.0))
+    user_error(span, "unknown-arg", "{}: the drop probability {} is not in [0, 1]",
+               dsl::spell("isa::dropout", "nisa.dropout / nl.dropout"), prob.scalar());
   draw(Opcode::dropout, {{"data", view_of(data, span)}, {"prob", number_or_tile(prob, span)}},
        view_of(dst, span), state, dsl::spell("isa::dropout", "nisa.dropout"), span);
 }
