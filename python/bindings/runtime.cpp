@@ -245,7 +245,7 @@ void init_runtime(py::module_& m) {
   // and dtype the program declares (the caller compiled it for those tensors; outputs as
   // native_outputs describes them). Returns the device_print text.
   m.def("run_native_at", [](const NativeKernel& k, const std::vector<uintptr_t>& data,
-                            const std::vector<int64_t>& grid) {
+                            const std::vector<int64_t>& grid, int threads) {
     size_t takes = 0;
     for (const TensorDecl& t : k.program().tensors) takes += t.role != TensorDecl::Role::scratch;
     if (takes != data.size())
@@ -261,6 +261,7 @@ void init_runtime(py::module_& m) {
     std::ostringstream printed;
     NativeOptions o;
     o.print = &printed;
+    o.threads = threads;  // 0: NEURON_THREADS, else every core
     try {
       py::gil_scoped_release release;
       k.run(tensors, grid, o);
@@ -268,7 +269,7 @@ void init_runtime(py::module_& m) {
       out_of_memory(k.program());  // HBM scratch
     }
     return printed.str();
-  });
+  }, py::arg("kernel"), py::arg("data"), py::arg("grid"), py::arg("threads") = 0);
 
   // The process-wide compile cache (docs/cache.md), shared with C++ callers.
   m.def("cache_info", [] {

@@ -1,5 +1,6 @@
 """Calling kernels: NumPy / torch arguments to host tensors (zero-copy when contiguous), the
 simulator, and outputs back as the caller's array kind."""
+import os
 import sys
 
 import numpy as np
@@ -158,6 +159,13 @@ def _torch_outputs(entry, grid):
     return outs
 
 
+def _torch_threads(torch):
+    """The worker threads of a launch from the torch operators: torch's own count
+    (torch.set_num_threads caps ours too), unless NEURON_THREADS says otherwise (0: it
+    decides)."""
+    return 0 if os.environ.get("NEURON_THREADS") else torch.get_num_threads()
+
+
 def run_torch(compiled, tensors, grid):
     """Runs natively on CPU torch tensors (each contiguous, with the shape and dtype
     `compiled` was traced for), borrowing their memory; returns the outputs as torch tensors.
@@ -174,7 +182,7 @@ def run_torch(compiled, tensors, grid):
         if not t.is_cpu:  # (not t.device.type: it builds a device object on every call)
             raise TypeError(f"neuron kernels take CPU tensors; got a tensor on {t.device}")
         data.append(t.data_ptr())
-    printed = _C.run_native_at(entry[2], data, list(grid))
+    printed = _C.run_native_at(entry[2], data, list(grid), _torch_threads(torch))
     if printed:
         sys.stdout.write(printed)
     return outs

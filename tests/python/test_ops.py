@@ -759,3 +759,70 @@ def test_outputs_a_kernel_writes_in_part_start_zeroed_on_every_call():
     kernel = runtime.native_kernel(compiled)[0]
     with pytest.raises(ValueError, match="1 addresses for kernel 'top_half', which takes 2"):
         runtime._C.run_native_at(kernel, [x.data_ptr()], [1])
+
+
+def test_forward_mode_ad_jit_trace_and_autocast_get_pytorchs_answers():
+    """Forward-mode AD (torch.func.jvp, forward_ad duals) and torch.jit.trace fall back to
+    PyTorch (the kernels have no forward derivative, and a jit trace records no kernel: the
+    tangent was silently zero and the traced function returned uninitialised memory);
+    torch.autocast("cpu") computes linear and attention in the autocast dtype, as PyTorch."""
+    import torch.nn.functional as F
+    from torch.autograd import forward_ad
+
+    g = torch.Generator().manual_seed(3)
+    x, t = torch.randn(3, 5, generator=g), torch.randn(3, 5, generator=g)
+    w = torch.randn(4, 5, generator=g)
+    fns = {"softmax": lambda a: ops.softmax(a, -1), "linear": lambda a: ops.linear(a, w),
+           "rms_norm": lambda a: ops.rms_norm(a, (5,)),
+           "layer_norm": lambda a: ops.layer_norm(a, (5,)),
+           "sdpa": lambda a: ops.scaled_dot_product_attention(a[None], a[None], a[None])}
+    refs = {"softmax": lambda a: F.softmax(a, -1), "linear": lambda a: F.linear(a, w),
+            "rms_norm": lambda a: F.rms_norm(a, (5,)),
+            "layer_norm": lambda a: F.layer_norm(a, (5,)),
+            "sdpa": lambda a: F.scaled_dot_product_attention(a[None], a[None], a[None])}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, fn in fns.items():
+            want = torch.func.jvp(refs[name], (x,), (t,))[1]
+            got = torch.func.jvp(fn, (x,), (t,))[1]
+            torch.testing.assert_close(got, want, msg=name)
+            with forward_ad.dual_level():
+                tangent = forward_ad.unpack_dual(fn(forward_ad.make_dual(x, t))).tangent
+            torch.testing.assert_close(tangent, want, msg=name)
+        model = lambda a: ops.linear(ops.softmax(a, -1), w)  # noqa: E731
+        traced = torch.jit.trace(model, (x,))
+        torch.testing.assert_close(traced(t), F.linear(F.softmax(t, -1), w))
+    before = dict(nt.fallback_counts())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = ops.linear(x, w)
+        a = ops.scaled_dot_product_attention(x[None, None], x[None, None], x[None, None])
+        want_y = F.linear(x, w)
+        want_a = F.scaled_dot_product_attention(x[None, None], x[None, None], x[None, None])
+    assert y.dtype == a.dtype == torch.bfloat16 and dict(nt.fallback_counts()) == before
+    torch.testing.assert_close(y, want_y, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(a, want_a, atol=2e-2, rtol=2e-2)
+
+
+def test_torch_thread_count_caps_the_kernels_threads(monkeypatch):
+    """torch.set_num_threads(n) caps the worker threads of the operators' launches (the native
+    runtime took every core); NEURON_THREADS, when set, decides instead."""
+    from neuron import _C
+    seen = []
+    real = _C.run_native_at
+
+    def spy(kernel, data, grid, threads=0):
+        seen.append(threads)
+        return real(kernel, data, grid, threads)
+
+    monkeypatch.setattr(_C, "run_native_at", spy)
+    monkeypatch.delenv("NEURON_THREADS", raising=False)
+    x = torch.randn(512, 64)
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        ops.softmax(x, -1)
+        monkeypatch.setenv("NEURON_THREADS", "2")
+        ops.softmax(x, -1)
+    finally:
+        torch.set_num_threads(saved)
+    assert seen == [1, 0]

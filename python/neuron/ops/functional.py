@@ -11,6 +11,7 @@ error is what the caller sees."""
 import math
 
 import torch
+from torch.autograd import forward_ad as _forward_ad
 
 from ..torch import note_fallback
 from . import _kernels, _operators  # _operators registers torch.ops.neuron.*
@@ -34,6 +35,15 @@ def _reshaped(t, shape):
 def _problem(tensors):
     """Why these tensors cannot go to a kernel, as (kind, reason), or None. Meta tensors go
     through (the operators' fake implementations give their shapes)."""
+    if torch._C._get_tracing_state() is not None:  # torch.jit.trace
+        return "jit-trace", ("torch.jit.trace records aten operators only, and the kernels run "
+                             "outside them: the trace would hold uninitialised outputs")
+    if _forward_ad._current_level >= 0 and any(  # (one int test when no dual level is open)
+            t is not None and _forward_ad.unpack_dual(t).tangent is not None
+            for t in tensors.values()):
+        return "forward-ad", ("forward-mode AD (torch.func.jvp / jacfwd, forward_ad dual "
+                              "tensors): the kernels have no forward derivative, and the "
+                              "tangent would be dropped")
     first = None
     for name, t in tensors.items():
         if t is None:
@@ -50,6 +60,17 @@ def _problem(tensors):
         return "dtype", "the tensors' dtypes differ: " + ", ".join(
             f"{n} {t.dtype}" for n, t in tensors.items() if t is not None)
     return None
+
+
+def _autocast(*tensors):
+    """The tensors as torch.autocast("cpu") hands them to linear and attention, PyTorch's
+    lower-precision ops there: floating tensors in the autocast dtype (None and others as
+    they are); the tensors themselves when no CPU autocast region is open."""
+    if not torch.is_autocast_enabled("cpu"):
+        return tensors
+    dt = torch.get_autocast_dtype("cpu")
+    return tuple(t.to(dt) if isinstance(t, torch.Tensor) and t.is_cpu and
+                 t.is_floating_point() and t.dtype != dt else t for t in tensors)
 
 
 def _fall_back(fn, kind, reason, call):
@@ -95,6 +116,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             v.shape[-2] != k.shape[-2] or v.shape[-3] != hk:
         return torch_sdpa()
     name = "scaled_dot_product_attention"
+    q, k, v, attn_mask = _autocast(q, k, v, attn_mask)
+    query, key, value = q, k, v  # (torch_sdpa's arguments too)
     if attn_mask is not None:
         return _fall_back(name, "mask", "attn_mask is given; the kernels take is_causal only",
                           torch_sdpa)
@@ -142,6 +165,7 @@ def linear(input, weight, bias=None):
                                    bias.numel() not in (1, weight.shape[0]))):
         return torch_linear()
     name = "linear"
+    input, weight, bias = _autocast(input, weight, bias)
     if weight.dim() == 1:
         if bias is not None:
             return torch_linear()  # PyTorch rejects a bias with a 1-D weight: its own error
