@@ -298,7 +298,7 @@ TEST_CASE("a chain ending in a row reduction feeds it the reduction's lane order
     REQUIRE(at != std::string::npos);
     const std::string entry = opt.substr(at, opt.find("\n}\n", at) - at);
     CHECK(entry.find("fmul <") != std::string::npos);
-    CHECK(entry.find(k.op == AluOp::maximum ? "maxnum.v"
+    CHECK(entry.find(k.op == AluOp::maximum ? "select <"  // builtins.hpp max_f32, vectorized
                      : k.op == AluOp::add   ? "fadd <"
                                             : "fsub <") != std::string::npos);
     CHECK(entry.find("@neuron_k_chain(") == std::string::npos);
