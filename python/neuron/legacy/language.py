@@ -128,6 +128,8 @@ def static_range(*args):
     iteration may be used after the loop (NKI scopes tiles to affine_range / sequential_range
     bodies only; NxD's top-k keeps its last stage's tiles so)."""
     return _nl.static_range(*args)
+
+
 program_id = _nl.program_id
 
 
