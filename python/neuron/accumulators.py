@@ -17,8 +17,9 @@ from . import _C, eager as _eager, unroll as _unroll
 from .errors import user_error
 from .isa_constants import reduce_cmd
 
-# The identity of each reduction: a `reset` sets the registers to it.
-_IDENTITY = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": float("-inf"),
+# The identity of each reduction: a `reset` sets the registers to it, and a scan without
+# registers (isa_composed.tensor_scalar_cumulative) starts from it.
+IDENTITY = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": float("-inf"),
              "minimum": float("inf"), "bitwise_or": 0.0, "logical_or": 0.0}
 
 
@@ -90,7 +91,7 @@ def chain(engine, cmd, op, fn, span, src=None, own=None, init=None, wanted=False
     if cmd == reduce_cmd.idle:
         return (own if own is not None else _reduced(op, src, span)) if wanted else None
     if cmd == reduce_cmd.reset:
-        value = _C.full([p, 1], _IDENTITY.get(op, 0.0), _C.DType.float32, _C.Memory.sbuf, "",
+        value = _C.full([p, 1], IDENTITY.get(op, 0.0), _C.DType.float32, _C.Memory.sbuf, "",
                         span)
     elif cmd == reduce_cmd.reset_reduce and not wanted and own is None:
         _set(engine, (op, src))  # computed only if a later instruction reads it

@@ -87,8 +87,7 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
     tensor_copy(dst, tmp)
 
 
-_SCAN_IDENTITY = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": float("-inf"),
-                  "minimum": float("inf")}
+_SCAN_OPS = ("add", "subtract", "multiply", "maximum", "minimum")
 
 
 @_eager.op(writes=("dst",))
@@ -101,7 +100,7 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None,
     span = user_span()
     cmd = _cmd(reduce_cmd, "tensor_scalar_cumulative", tuple(_cmd_set), span)
     scan = _reduce_op(op1, "tensor_scalar_cumulative", span)
-    if scan not in _SCAN_IDENTITY:
+    if scan not in _SCAN_OPS:
         user_error("reduce-op", f"tensor_scalar_cumulative: op1={scan!r} is not one of add, "
                    "subtract, multiply, maximum, minimum", span)
     if cmd == _cmd_set.load_reduce and imm1 is None:
@@ -110,7 +109,7 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None,
     y = _fp32_like(src, span)
     tensor_scalar(y, src, op0, imm0, reverse0)
     zeros = _C.zeros(list(src.shape), _C.DType.float32, _C.Memory.sbuf, "", span)
-    start = _acc.start("vector", cmd, _SCAN_IDENTITY[scan], imm1, src.shape[0],
+    start = _acc.start("vector", cmd, _acc.IDENTITY[scan], imm1, src.shape[0],
                        "tensor_scalar_cumulative", span)
     # the registers keep fp32 values: a narrower dst gets the scan's values converted
     out = dst if dst.dtype == _C.DType.float32 or cmd == _cmd_set.idle else _fp32_like(src, span)

@@ -19,7 +19,7 @@ from .grid import error as _error, is_scalar_index as _is_scalar_index
 from .mask import rectangle as _rectangle
 from .deferred import Deferred as _Deferred, wrap_module as _wrap_module
 from .keywords import NISA as _NISA
-from .ops import is_full as _is_full
+from .ops import is_full as _is_full, pad_trailing as _pad_trailing
 from .ops import matmul_parts as _matmul_parts, new_like as _new_like
 from .ops import operand as _operand, promote as _promote, reduced as _reduced
 from .views import concrete as _concrete, index_rect as _index_rect, is_view as _is_view
@@ -247,8 +247,7 @@ def _trailing_broadcast(t, other):
         return t
     if n < len(shape) and list(t.shape) != shape[:n]:
         return t
-    for d in range(n, len(shape)):
-        t = _C.Tensor.expand_dim(t, d)
+    t = _pad_trailing(t, len(shape))
     if any(a != b and a != 1 for a, b in zip(t.shape[1:], shape[1:])):
         return t
     for d in range(1, len(shape)):

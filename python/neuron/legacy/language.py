@@ -29,6 +29,7 @@ from .grid import arange, mgrid  # noqa: F401 (re-exported)
 from .grid import Grid as _Grid, error as _error
 from .mask import rectangle as _rectangle
 from .ops import intersect as _intersect, is_full as _is_full, masked as _masked
+from .ops import pad_trailing as _pad_trailing
 from .ops import matmul_parts as _matmul_parts, new_like as _new_like
 from .ops import operand as _operand, promote as _promote, reduced as _reduced
 from .ops import write_rect as _write_rect
@@ -474,9 +475,7 @@ def _aligned(x, y):
     if not (_is_view(x) and _is_view(y)) or len(x.shape) == len(y.shape):
         return x, y
     low, high = (x, y) if len(x.shape) < len(y.shape) else (y, x)
-    low = _concrete(_operand(low))
-    for d in range(len(low.shape), len(high.shape)):
-        low = _C.Tensor.expand_dim(low, d)
+    low = _pad_trailing(_concrete(_operand(low)), len(high.shape))
     return (low, y) if len(x.shape) < len(y.shape) else (x, low)
 
 

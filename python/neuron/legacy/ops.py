@@ -35,6 +35,14 @@ def space(operands):
     return _C.broadcast_shape(shapes, user_span())
 
 
+def pad_trailing(t, rank):
+    """Tile view t with size-1 dims appended up to `rank`: a lower-rank tile partition aligned
+    against a higher-rank one (NKI_API.md 4.8 treats a reduced `(P,)` tile as `[P, 1]`)."""
+    for d in range(len(t.shape), rank):
+        t = _C.Tensor.expand_dim(t, d)
+    return t
+
+
 def is_full(rect, shape):
     return rect is not None and all(lo == 0 and hi == n for (lo, hi), n in zip(rect, shape))
 
