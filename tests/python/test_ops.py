@@ -577,8 +577,9 @@ def _count(op, kind):
     return nt.fallback_counts().get((f"neuron.ops.{op}", kind), 0)
 
 
-def test_a_dense_mask_and_dropout_fall_back_with_one_warning_each():
-    q = rand(1, 2, 5, 8, seed=22)
+def test_a_mask_with_gradients_and_dropout_fall_back_with_one_warning_each():
+    # (A mask without gradients runs on the masked kernel: test_ops_masks.py.)
+    q = rand(1, 2, 5, 8, seed=22).requires_grad_()
     mask = torch.ones(5, 5, dtype=torch.bool).tril()
     n = _count("scaled_dot_product_attention", "mask")
     with warnings.catch_warnings(record=True) as w:
@@ -597,7 +598,7 @@ def test_a_dense_mask_and_dropout_fall_back_with_one_warning_each():
 
 
 def test_under_torch_compile_a_fallback_is_noted_once_when_traced():
-    q = rand(1, 2, 6, 8, seed=25)
+    q = rand(1, 2, 6, 8, seed=25).requires_grad_()
     mask = torch.ones(6, 6, dtype=torch.bool).tril()
     f = torch.compile(lambda q, m: ops.scaled_dot_product_attention(q, q, q, attn_mask=m),
                       fullgraph=True, backend="aot_eager")

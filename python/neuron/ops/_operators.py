@@ -7,6 +7,7 @@ for the forward ones, autograd through the library's backward kernels:
     neuron::linear(x, weight, bias=None)                  backward: neuron::matmul
     neuron::attention(q, k, v, is_causal, scale) -> (out, lse)
                                                           backward: neuron::attention_backward
+    neuron::attention_bias(q, k, v, bias, is_causal, scale) -> (out, lse)      (no backward)
     neuron::softmax(x)                                    backward: neuron::softmax_backward
     neuron::rms_norm(x, weight, eps) -> (y, rstd)         backward: neuron::rms_norm_backward
     neuron::layer_norm(x, weight, bias, eps) -> (y, mean, rstd)
@@ -364,6 +365,24 @@ def attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool,
 
 @attention.register_fake
 def _(q, k, v, is_causal, scale):
+    b, h, n, _ = q.shape
+    return q.new_empty((b, h, n, v.shape[3])), q.new_empty((b, h, n), dtype=torch.float32)
+
+
+@_op("attention_bias")
+def attention_bias(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, is_causal: bool,
+                   scale: float) -> tuple[Tensor, Tensor]:
+    """attention with an additive fp32 bias [B or 1, Hq or 1, L or 1, S] on the scaled scores
+    (functional.py makes it from attn_mask, and from the padding of a key count rounded up).
+    Forward only: functional.py takes it where no gradient is needed."""
+    grid = (q.shape[0], k.shape[1], q.shape[1] // k.shape[1])
+    return _run("attention_bias", "attention_bias", grid, (q, k, v, bias),
+                {"causal": is_causal, "scale": scale},
+                lambda: reference.attention(q, k, v, is_causal, scale, bias))
+
+
+@attention_bias.register_fake
+def _(q, k, v, bias, is_causal, scale):
     b, h, n, _ = q.shape
     return q.new_empty((b, h, n, v.shape[3])), q.new_empty((b, h, n), dtype=torch.float32)
 

@@ -13,14 +13,17 @@ original = types.SimpleNamespace(
     rms_norm=F.rms_norm, layer_norm=F.layer_norm, softmax=F.softmax)
 
 
-def _attention(q, k, v, is_causal, scale):
+def _attention(q, k, v, is_causal, scale, bias=None):
     """(out, lse) of attention over [B, Hq, L, E] / [B, Hkv, S, E|Ev], GQA by repeating kv
-    heads; the math in fp32 (float64 for float64), results in q's dtype."""
+    heads, an additive bias (broadcast to [B, Hq, L, S]) on the scaled scores; the math in
+    fp32 (float64 for float64), results in q's dtype."""
     g = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(g, dim=1)
     v = v.repeat_interleave(g, dim=1)
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     s = (q.to(acc) @ k.to(acc).transpose(-1, -2)) * scale
+    if bias is not None:
+        s = s + bias.to(acc)
     if is_causal:
         L, S = s.shape[-2:]
         keep = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()

@@ -14,7 +14,7 @@ import torch
 from torch.autograd import forward_ad as _forward_ad
 
 from ..torch import note_fallback
-from . import _kernels, _operators  # _operators registers torch.ops.neuron.*
+from . import _kernels, _operators, _shapes  # _operators registers torch.ops.neuron.*
 from ._reference import original, reference
 
 __all__ = ["scaled_dot_product_attention", "linear", "rms_norm", "layer_norm", "softmax",
@@ -99,8 +99,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     (forward, and backward from the saved logsumexp). query (..., Hq, L, E), key (..., Hkv, S,
     E), value (..., Hkv, S, Ev), the same leading dims; E, Ev <= 512; Hq == Hkv, or a multiple
     with enable_gqa=True. is_causal masks top-left aligned as PyTorch does (key j visible to
-    query i when j <= i). Falls back to PyTorch for an attn_mask, dropout_p > 0, head dims
-    over 512, broadcast leading dims, other dtypes and devices."""
+    query i when j <= i). An attn_mask (bool, or float added to the scaled scores) broadcast
+    to (..., Hq, L, S) runs on the masked kernel where no gradient is needed. Where none is,
+    key and query counts that change between calls round up to buckets (_shapes.py), the
+    padding masked, so a decode loop does not compile a kernel per step. Falls back to PyTorch
+    for an attn_mask with a gradient to compute, dropout_p > 0, head dims over 512, broadcast
+    leading dims, other dtypes and devices."""
     def torch_sdpa():
         kw = {"enable_gqa": True} if enable_gqa else {}
         return original.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
@@ -118,9 +122,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     name = "scaled_dot_product_attention"
     q, k, v, attn_mask = _autocast(q, k, v, attn_mask)
     query, key, value = q, k, v  # (torch_sdpa's arguments too)
-    if attn_mask is not None:
-        return _fall_back(name, "mask", "attn_mask is given; the kernels take is_causal only",
-                          torch_sdpa)
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or
+                                              v.requires_grad)
+    if attn_mask is not None and (needs_grad or getattr(attn_mask, "requires_grad", False)):
+        return _fall_back(name, "mask", "attn_mask with a gradient to compute: the masked "
+                          "kernel is forward only (torch.no_grad() runs it)", torch_sdpa)
     if dropout_p > 0:
         return _fall_back(name, "dropout", f"dropout_p={dropout_p}; the kernels have no dropout",
                           torch_sdpa)
@@ -142,12 +148,86 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                           f"{MAX_HEAD_DIM}", torch_sdpa)
     lead = q.shape[:-3]
     L, S = q.shape[-2], k.shape[-2]
+    bias = None
+    if attn_mask is not None:
+        bias = _mask_bias(attn_mask, q, lead, hq, L, S)
+        if bias is None:
+            return torch_sdpa()  # PyTorch decides (its error for a mask that does not fit)
     q4 = _reshaped(q, (-1, hq, L, e)).contiguous()
     k4 = _reshaped(k, (-1, hk, S, e)).contiguous()
     v4 = _reshaped(v, (-1, hk, S, ev)).contiguous()
     s = _operators.default_scale(e) if scale is None else float(scale)
-    out, _ = _operators.call("attention", q4, k4, v4, bool(is_causal), s)
+    g = hq // hk
+    rows = L
+    if g > 1 and g * L <= 128 and not is_causal:
+        # A decode step's few queries: the kv head's group of query heads as the rows of one
+        # query tile, so each program reads and transposes its K and V once, not once per
+        # query head (rows stay independent: the same bits).
+        rows = g * L
+        q4 = q4.reshape(q4.shape[0], hk, rows, e)
+        if bias is not None and bias.shape[1:3] != (1, 1):
+            bias = bias.expand(bias.shape[0], hq, L, S).reshape(bias.shape[0], hk, rows, S)
+    if not needs_grad and not torch.compiler.is_compiling():
+        q4, k4, v4, bias = _bucketed(q4, k4, v4, bias, bool(is_causal))
+    if bias is None:
+        out, _ = _operators.call("attention", q4, k4, v4, bool(is_causal), s)
+    else:
+        out, _ = _operators.call("attention_bias", q4, k4, v4, bias, bool(is_causal), s)
+    if out.shape[2] != rows:
+        out = out[:, :, :rows].contiguous()
     return _reshaped(out, (*lead, hq, L, ev))
+
+
+def _mask_bias(mask, q, lead, hq, L, S):
+    """sdpa's attn_mask as the masked kernel's bias: fp32 [B or 1, Hq or 1, L or 1, S] (a dim
+    the mask broadcasts, by size 1 or stride 0, stays 1), 0 / -inf for a bool mask; None for a
+    mask PyTorch should judge (a dtype other than bool and q's, a shape that does not
+    broadcast)."""
+    if not isinstance(mask, torch.Tensor) or mask.dim() > len(lead) + 3 or \
+            mask.dtype not in (torch.bool, q.dtype) or mask.device != q.device:
+        return None
+    try:
+        m = mask.reshape((1,) * (len(lead) + 3 - mask.dim()) + tuple(mask.shape))
+        m = m.expand(*lead, hq, L, S)
+    except RuntimeError:
+        return None
+    if hq == 1 or m.stride(-3) == 0:
+        m = m[..., :1, :, :]
+    if L == 1 or m.stride(-2) == 0:
+        m = m[..., :1, :]
+    n = len(lead)
+    if all(m.shape[i] == 1 or m.stride(i) == 0 for i in range(n)):
+        m = m[(0,) * n].unsqueeze(0)
+    else:
+        m = m.reshape(-1, *m.shape[n:])
+    if m.dtype == torch.bool:
+        return torch.where(m, 0.0, float("-inf")).to(torch.float32).contiguous()
+    return m.to(torch.float32).contiguous()
+
+
+def _bucketed(q, k, v, bias, causal):
+    """q, k, v, bias with the key count, and the query count, rounded up to _shapes' buckets
+    once it has changed between calls of this signature (a decode loop's growing KV cache, a
+    server's prompt lengths): zero keys hidden by -inf in the bias (which then exists), zero
+    queries whose output rows the caller drops. Visible scores keep their values, and hidden
+    keys add exp(-inf) = 0, so the real rows equal the unpadded call's up to the masked
+    kernel's rounding (its softmax runs on scale * s + bias)."""
+    B, hq, L, e = q.shape
+    hk, S, ev = k.shape[1], k.shape[2], v.shape[3]
+    sig = (B, hq, hk, e, ev, q.dtype, causal, None if bias is None else bias.shape[:2])
+    Sb = _shapes.bucket(S, 128) if _shapes.dynamic(("attention keys",) + sig, S) else S
+    Lb = _shapes.bucket(L, 128) if _shapes.dynamic(("attention queries",) + sig, L) else L
+    if Sb != S:
+        k = torch.nn.functional.pad(k, (0, 0, 0, Sb - S))
+        v = torch.nn.functional.pad(v, (0, 0, 0, Sb - S))
+        if bias is None:
+            bias = torch.zeros(1, 1, 1, S, dtype=torch.float32, device=q.device)
+        bias = torch.nn.functional.pad(bias, (0, Sb - S), value=float("-inf"))
+    if Lb != L:
+        q = torch.nn.functional.pad(q, (0, 0, 0, Lb - L))
+        if bias is not None and bias.shape[2] == L and L > 1:
+            bias = torch.nn.functional.pad(bias, (0, 0, 0, Lb - L))
+    return q, k, v, bias
 
 
 def linear(input, weight, bias=None):

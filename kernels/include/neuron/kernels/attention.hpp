@@ -34,6 +34,12 @@
 // has a runtime trip count, and the IR stays the same size whatever L is; tiles whose keys
 // would need clamping at 0 or S are unrolled. Rows before the first visible key (negative
 // offsets) are written directly as 0 / -inf.
+//
+// With an additive bias (PyTorch's attn_mask, or the padding mask of a key count rounded up,
+// neuron.ops), each score tile becomes scale * s + bias on the Vector engine (the bias block
+// loaded per tile, a row broadcast over the partitions when the bias has one row) and the
+// softmax runs at scale 1 on it; the running max is kept finite so blocks whose keys are all
+// hidden for a row add nothing instead of NaN, and a row with no visible key gets out 0.
 #pragma once
 #include <cmath>
 #include <limits>
@@ -108,6 +114,19 @@ inline AttentionDims check_attention(const nl::tensor& q, const nl::tensor& k, c
     args_error(span, kernel, "scale={} must be a positive number", d.scale);
   d.q_start = cfg.causal ? std::clamp<int64_t>(-cfg.causal_offset, 0, d.L) : 0;
   return d;
+}
+
+inline void check_bias(const nl::tensor& bias, const AttentionDims& d, const char* kernel,
+                       const Span& span) {
+  require_rank(bias, 4, kernel, "bias", span);
+  const auto bs = bias.shape();
+  auto fits = [](int64_t n, int64_t full) { return n == 1 || n == full; };
+  if (bias.dtype() != nl::float32 || !fits(bs[0], d.B) || !fits(bs[1], d.Hq) || !fits(bs[2], d.L) ||
+      bs[3] != d.S)
+    args_error(span, kernel,
+               "bias must be float32 [B or 1, Hq or 1, L or 1, S] = [{} or 1, {} or 1, {} or 1, "
+               "{}], got {} {}",
+               d.B, d.Hq, d.L, d.S, dtype_name(bias.dtype()), shape_str(bs));
 }
 
 inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -242,13 +261,19 @@ inline void store_zero_rows(const nl::tensor& dst, int64_t n, int64_t D) {
 }  // namespace detail
 
 // Returns {out [B, Hq, L, Ev], lse [B, Hq, L] fp32}. Launch with attention_grid(q, k).
+// With a bias (fp32 [Bb, Hb, Lb, S], Bb in {1, B}, Hb in {1, Hq}, Lb in {1, L}: broadcast
+// along its size-1 dims), the softmax is over scale * q.k + bias (PyTorch's float attn_mask;
+// -inf hides a key) and lse is in those units: logsumexp(scale * q.k + bias). A query row
+// whose keys are all hidden gets out 0 and lse -inf, as PyTorch's CPU attention does.
 inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
                                                             const nl::tensor& k,
                                                             const nl::tensor& v,
+                                                            const std::optional<nl::tensor>& bias,
                                                             const AttentionConfig& cfg = {},
                                                             Span span = Span::current()) {
   using namespace detail;
-  const AttentionDims d = check_attention(q, k, v, cfg, "attention_forward", span);
+  AttentionDims d = check_attention(q, k, v, cfg, "attention_forward", span);
+  if (bias) check_bias(*bias, d, "attention_forward", span);
   const DType dt = q.dtype();
   auto out = nl::ndarray({d.B, d.Hq, d.L, d.Ev}, dt, nl::shared_hbm, "out");
   auto lse = nl::ndarray({d.B, d.Hq, d.L}, nl::float32, nl::shared_hbm, "lse");
@@ -296,6 +321,20 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
                     : nl::load(v(b, hk, nl::ds(r0, rr), nl::all));
   };
 
+  // With a bias the scores are scaled and biased before the softmax, which then runs at scale
+  // 1 (sc): bias rows [qr, sw] of the query tile [q0, q0 + qr) over keys [s0, s0 + sw).
+  const double sc = bias ? 1.0 : d.scale;
+  auto bias_tile = [&](const nl::index& q0, int64_t qr, const nl::index& s0, int64_t sw) {
+    const auto bs = bias->shape();
+    auto view =
+        (*bias)(bs[0] == 1 ? nl::index(0) : b, bs[1] == 1 ? nl::index(0) : hq, nl::all, nl::all);
+    if (bs[2] == 1) {
+      auto row = nl::load(view(nl::ds(0, 1), nl::ds(s0, sw)));
+      return qr == 1 ? row : nl::broadcast_to(row, {qr, sw});
+    }
+    return nl::load(view(nl::ds(q0, qr), nl::ds(s0, sw)));
+  };
+
   // Rows that see no key.
   for_each_tile(d.q_start, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
     nl::store(out_h(nl::ds(r0, rr), nl::all), nl::zeros({rr, d.Ev}, dt, nl::sbuf, "zero"));
@@ -333,21 +372,30 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
     for (size_t i = 0; i < tiles.size(); ++i) {
       auto& t = tiles[i];
       nl::tensor s = scores[i];
-      if (mask_rel) {
+      if (bias) {
+        s = nl::ndarray({t.qr, sw}, nl::float32, nl::sbuf, "biased");
+        isa::tensor_scalar(s, scores[i], nl::multiply, d.scale);
+        isa::tensor_tensor(s, s, bias_tile(t.q0, t.qr, s0, sw), nl::add);
+      } else if (mask_rel) {
         s = nl::ndarray({t.qr, sw}, nl::float32, nl::sbuf, "masked");
         isa::tensor_copy(s, scores[i]);
-        mask_causal_rel(s, *mask_rel);
       }
+      if (mask_rel) mask_causal_rel(s, *mask_rel);
       m_new.push_back(nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "m_new"));
       isa::tensor_reduce(m_new[i], nl::max, s, 1);
       isa::tensor_tensor(m_new[i], m_new[i], t.m, nl::maximum);
+      // A bias may hide every key a row has seen so far (left padding): a finite maximum
+      // keeps exp(s - max) at 0 there instead of exp(-inf + inf) = NaN.
+      if (bias)
+        isa::tensor_scalar(m_new[i], m_new[i], nl::maximum,
+                           double(-std::numeric_limits<float>::max()));
       auto neg_sm = nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "neg_sm");
-      isa::tensor_scalar(neg_sm, m_new[i], nl::multiply, -d.scale);
+      isa::tensor_scalar(neg_sm, m_new[i], nl::multiply, -sc);
       p.push_back(nl::ndarray({t.qr, sw}, dt, nl::sbuf, "p"));
       auto rowsum = nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "rowsum");
-      isa::activation(p[i], nl::exp, s, neg_sm, d.scale, nl::add, rowsum);
+      isa::activation(p[i], nl::exp, s, neg_sm, sc, nl::add, rowsum);
       alpha.push_back(nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "alpha"));
-      isa::activation(alpha[i], nl::exp, t.m, neg_sm, d.scale);
+      isa::activation(alpha[i], nl::exp, t.m, neg_sm, sc);
       isa::tensor_scalar(t.l, t.l, nl::multiply, alpha[i], false, nl::add, rowsum);
     }
     std::vector<nl::tensor> pv;
@@ -369,11 +417,16 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
   };
   auto close_tile = [&](const QueryTile& t) {
     auto o = nl::ndarray({t.qr, d.Ev}, dt, nl::sbuf, "o");
-    isa::tensor_scalar(o, t.acc, nl::multiply, nl::reciprocal(t.l));
+    nl::tensor l = t.l;
+    if (bias) {  // a row whose keys are all hidden has l = acc = 0: out 0 (as PyTorch), not NaN
+      l = nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "l_safe");
+      isa::tensor_scalar(l, t.l, nl::maximum, double(std::numeric_limits<float>::min()));
+    }
+    isa::tensor_scalar(o, t.acc, nl::multiply, nl::reciprocal(l));
     nl::store(out_h(nl::ds(t.q0, t.qr), nl::all), o);
     auto logl = nl::log(t.l);
     auto lse_t = nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "lse_t");
-    isa::tensor_scalar(lse_t, t.m, nl::multiply, d.scale, false, nl::add, logl);
+    isa::tensor_scalar(lse_t, t.m, nl::multiply, sc, false, nl::add, logl);
     isa::dma_copy(lse_h(nl::ds(t.q0, t.qr)), lse_t);
   };
 
@@ -402,6 +455,14 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
         });
   }
   return {out, lse};
+}
+
+inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
+                                                            const nl::tensor& k,
+                                                            const nl::tensor& v,
+                                                            const AttentionConfig& cfg = {},
+                                                            Span span = Span::current()) {
+  return attention_forward(q, k, v, std::nullopt, cfg, span);
 }
 
 }  // namespace neuron::kernels

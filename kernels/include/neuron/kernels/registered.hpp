@@ -276,6 +276,19 @@ inline std::tuple<T, T> attention(const T& q, const T& k, const T& v,
   return attention_forward(q, k, v, attention_config(causal, scale, causal_offset));
 }
 
+// flash attention with an additive fp32 bias [B or 1, Hq or 1, L or 1, S] on the scaled scores
+// (PyTorch's float attn_mask; -inf hides a key) -> out, lse; grid (B, Hkv, Hq / Hkv)
+NEURON_OP(neuron)
+inline std::tuple<T, T> attention_bias(const T& q, const T& k, const T& v, const T& bias,
+                                       // key j visible to query i when j <= i + offset
+                                       bool causal = false,
+                                       // softmax scale; 0 takes 1 / sqrt(E)
+                                       double scale = 0.0,
+                                       // 0 is PyTorch's is_causal (top left)
+                                       int64_t causal_offset = 0) {
+  return attention_forward(q, k, v, bias, attention_config(causal, scale, causal_offset));
+}
+
 // flash attention backward from the saved lse: dq, dk, dv (dk, dv summed over the GQA group);
 // grid (B, Hkv)
 NEURON_OP(neuron)

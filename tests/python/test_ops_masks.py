@@ -1,0 +1,189 @@
+# neuron.ops' scaled_dot_product_attention with an attn_mask (the masked kernel, forward only)
+# and with key / query counts that change between calls (rounded up to buckets, the padding
+# masked): against PyTorch's own function in float64 by test_ops' judge, and the number of
+# kernels compiled.
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import neuron  # noqa: E402
+from neuron import ops  # noqa: E402
+from neuron import torch as nt  # noqa: E402
+from neuron.ops import _kernels, _shapes  # noqa: E402
+from neuron.ops._reference import original  # noqa: E402
+from test_ops import judge, rand  # noqa: E402
+
+
+def sdpa_check(q, k, v, dtype=torch.float32, **kw):
+    """ops' sdpa under no_grad and strict mode (no fallback) against PyTorch's in float64."""
+    def run(fn, dt):
+        m = kw.get("attn_mask")
+        args = {**kw}
+        if m is not None and m.dtype != torch.bool:
+            args["attn_mask"] = m.to(dt)
+        return fn(q.to(dt), k.to(dt), v.to(dt), **args)
+    with torch.no_grad(), ops.strict():
+        ours = run(ops.scaled_dot_product_attention, dtype)
+    golden = run(original.scaled_dot_product_attention, torch.float64)
+    peer = run(original.scaled_dot_product_attention, dtype)
+    judge("output", ours, peer, golden)
+    return ours
+
+
+def compiles():
+    c = neuron.cache.info()
+    return c["memory_hits"] + c["disk_hits"] + c["misses"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_masks_of_every_broadcast_form_match_pytorch(dtype):
+    B, H, L, S, E = 2, 4, 70, 600, 32
+    q, k, v = rand(B, H, L, E, seed=1), rand(B, H, S, E, seed=2), rand(B, H, S, E, seed=3)
+    g = torch.Generator().manual_seed(4)
+    dense = torch.rand(B, H, L, S, generator=g) > 0.3
+    dense[..., 0] = True  # every row sees a key here (fully masked rows: their own test)
+    sdpa_check(q, k, v, dtype, attn_mask=dense)                      # bool [B, H, L, S]
+    sdpa_check(q, k, v, dtype, attn_mask=dense[0, 0])                # bool [L, S]
+    sdpa_check(q, k, v, dtype, attn_mask=torch.randn(B, 1, L, S, generator=g))  # float
+    sdpa_check(q, k, v, dtype, attn_mask=torch.randn(1, H, 1, S, generator=g))  # a key bias
+    sdpa_check(q, k, v, dtype, attn_mask=torch.randn(L, 1, generator=g))        # a row bias
+    sdpa_check(q, k, v, dtype, attn_mask=dense[0, 0], is_causal=False, scale=0.3)
+
+
+def test_a_left_padded_batch_as_transformers_passes_it():
+    # Hugging Face's sdpa mask: [B, 1, L, S] expanded (stride 0 along L) from a key padding
+    # mask, finfo.min where hidden. Batch 1 hides its first 700 keys: its whole first key
+    # block of 512, where the running max would be -inf and exp(-inf + inf) NaN.
+    B, H, L, S, E = 2, 2, 3, 1100, 64
+    q, k, v = rand(B, H, L, E, seed=5), rand(B, H, S, E, seed=6), rand(B, H, S, E, seed=7)
+    keep = torch.ones(B, S, dtype=torch.bool)
+    keep[1, :700] = False
+    for hidden in (torch.finfo(torch.float32).min, float("-inf")):
+        mask = torch.zeros(B, S).masked_fill(~keep, hidden)[:, None, None, :].expand(B, 1, L, S)
+        sdpa_check(q, k, v, attn_mask=mask)
+    sdpa_check(q, k, v, attn_mask=keep[:, None, None, :])
+
+
+def test_rows_that_see_no_key_are_zero_as_in_pytorch():
+    q, k, v = rand(1, 2, 5, 16, seed=8), rand(1, 2, 9, 16, seed=9), rand(1, 2, 9, 16, seed=10)
+    mask = torch.ones(5, 9, dtype=torch.bool)
+    mask[2] = False
+    with torch.no_grad(), ops.strict():
+        y = ops.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert torch.equal(y[:, :, 2], torch.zeros(1, 2, 16))
+    torch.testing.assert_close(y, original.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
+def test_masks_with_gqa_causal_leading_dims_and_3d_inputs():
+    q, k, v = rand(2, 3, 8, 40, 16, seed=11), rand(2, 3, 2, 40, 16, seed=12), \
+        rand(2, 3, 2, 40, 24, seed=13)
+    mask = rand(3, 1, 40, 40, seed=14)  # broadcast over the first leading dim and the heads
+    sdpa_check(q, k, v, attn_mask=mask, enable_gqa=True)
+    sdpa_check(q, k, v, attn_mask=mask > 0, is_causal=False, enable_gqa=True)
+    q3, k3 = rand(4, 33, 16, seed=15), rand(4, 50, 16, seed=16)
+    sdpa_check(q3, k3, k3, attn_mask=rand(33, 50, seed=17))
+
+
+def test_a_mask_with_a_gradient_to_compute_falls_back_with_the_reason():
+    q = rand(1, 2, 5, 8, seed=18).requires_grad_()
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    n = nt.fallback_counts().get(("neuron.ops.scaled_dot_product_attention", "mask"), 0)
+    with warnings.catch_warnings():  # (warned once per process: maybe by an earlier test)
+        warnings.simplefilter("ignore")
+        y = ops.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+    assert nt.fallback_counts()[("neuron.ops.scaled_dot_product_attention", "mask")] == n + 1
+    y.sum().backward()
+    assert q.grad is not None
+    with pytest.raises(neuron.NeuronError, match="forward only"), ops.strict():
+        ops.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+
+
+def test_a_mask_under_torch_compile():
+    q = rand(1, 2, 6, 8, seed=19)
+    mask = torch.ones(6, 6, dtype=torch.bool).tril()
+    f = torch.compile(lambda q, m: ops.scaled_dot_product_attention(q, q, q, attn_mask=m),
+                      fullgraph=True, backend="aot_eager")
+    with torch.no_grad(), ops.strict():
+        y = f(q, mask)
+    torch.testing.assert_close(y, original.scaled_dot_product_attention(q, q, q, attn_mask=mask))
+
+
+def test_masks_pytorch_rejects_get_pytorchs_error():
+    q = rand(1, 2, 5, 8, seed=20)
+    with pytest.raises(RuntimeError):
+        with torch.no_grad():
+            ops.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(4, 5))
+
+
+def test_a_decode_loop_compiles_a_kernel_per_bucket_not_per_step():
+    # The KV cache grows by one key a step; the second key count makes the dim dynamic, and
+    # the 39 steps from 601 to 639 keys then share one bucket (640).
+    _shapes.reset()
+    B, Hq, Hkv, E = 1, 4, 2, 32
+    q = rand(B, Hq, 1, E, seed=21)
+    kv = rand(B, Hkv, 640, E, seed=22), rand(B, Hkv, 640, E, seed=23)
+    before = compiles()
+    for n in range(600, 640):
+        sdpa_check(q, kv[0][:, :, :n], kv[1][:, :, :n], enable_gqa=True)
+    assert compiles() - before <= 2  # 600 exactly, then the bucket of 601..639
+
+
+def test_prompt_lengths_that_vary_share_buckets_causal_and_masked():
+    _shapes.reset()
+    before = compiles()
+    for n, seed in ((100, 24), (130, 25), (140, 26), (250, 27)):
+        q, k = rand(1, 2, n, 16, seed=seed), rand(1, 2, n, 16, seed=seed + 10)
+        sdpa_check(q, k, k, is_causal=True)
+        sdpa_check(q, k, k, attn_mask=rand(n, n, seed=seed + 20))
+    # per form: 100 exactly, then queries bucketed to 256 and keys to 512 (130, 140, 250)
+    assert compiles() - before <= 4
+
+
+def test_a_bucketed_call_matches_the_exact_one_and_gradients_stay_exact():
+    _shapes.reset()
+    q, k = rand(1, 2, 3, 16, seed=30), rand(1, 2, 50, 16, seed=31)
+    with torch.no_grad():
+        exact = ops.scaled_dot_product_attention(q, k[:, :, :40], k[:, :, :40])
+        ops.scaled_dot_product_attention(q, k, k)  # a second key count: dynamic from here
+        padded = ops.scaled_dot_product_attention(q, k[:, :, :40], k[:, :, :40])
+    torch.testing.assert_close(padded, exact, rtol=1e-6, atol=1e-6)
+    # With a gradient to compute, the exact kernels run (their backward needs no padding).
+    kg = k[:, :, :45].clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ops.scaled_dot_product_attention(q, kg, kg).sum().backward()
+    assert kg.grad.shape == (1, 2, 45, 16)
+
+
+def test_the_masked_kernel_is_bit_identical_on_the_simulator():
+    q, k, v = rand(1, 2, 3, 16, seed=40), rand(1, 2, 20, 16, seed=41), rand(1, 2, 20, 16, seed=42)
+    mask = rand(1, 2, 3, 20, seed=43)
+    mask[..., 5:9] = float("-inf")
+    with torch.no_grad(), ops.strict():
+        native = ops.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        _kernels.mode = "simulate"
+        try:
+            simulated = ops.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        finally:
+            _kernels.mode = "native"
+    assert torch.equal(native, simulated)
+
+
+def test_decode_steps_of_a_gqa_group_run_as_one_query_tile():
+    # G x L <= 128 query rows of a kv head's group share one query tile: per-head and per-row
+    # masks follow their rows, and gradients flow back through the regrouping.
+    q, k, v = rand(2, 8, 3, 16, seed=50), rand(2, 2, 77, 16, seed=51), rand(2, 2, 77, 24, seed=52)
+    sdpa_check(q, k, v, enable_gqa=True)
+    sdpa_check(q, k, v, attn_mask=rand(2, 8, 3, 77, seed=53), enable_gqa=True)
+    sdpa_check(q, k, v, attn_mask=rand(1, 1, 3, 77, seed=54) > -1, enable_gqa=True)
+    sdpa_check(q, k, v, attn_mask=rand(8, 1, 77, seed=55), enable_gqa=True)
+    ours = [t.clone().requires_grad_() for t in (q, k, v)]
+    peer = [t.clone().requires_grad_() for t in (q, k, v)]
+    with ops.strict():
+        ops.scaled_dot_product_attention(*ours, enable_gqa=True).square().sum().backward()
+    original.scaled_dot_product_attention(*peer, enable_gqa=True).square().sum().backward()
+    for a, b in zip(ours, peer):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
