@@ -577,10 +577,10 @@ def _count(op, kind):
     return nt.fallback_counts().get((f"neuron.ops.{op}", kind), 0)
 
 
-def test_a_mask_with_gradients_and_dropout_fall_back_with_one_warning_each():
-    # (A mask without gradients runs on the masked kernel: test_ops_masks.py.)
-    q = rand(1, 2, 5, 8, seed=22).requires_grad_()
-    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+def test_a_mask_that_requires_grad_and_dropout_fall_back_with_one_warning_each():
+    # (Other masks run on the masked kernels: test_ops_masks.py.)
+    q = rand(1, 2, 5, 8, seed=22)
+    mask = rand(5, 5, seed=21).requires_grad_()
     n = _count("scaled_dot_product_attention", "mask")
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -598,8 +598,8 @@ def test_a_mask_with_gradients_and_dropout_fall_back_with_one_warning_each():
 
 
 def test_under_torch_compile_a_fallback_is_noted_once_when_traced():
-    q = rand(1, 2, 6, 8, seed=25).requires_grad_()
-    mask = torch.ones(6, 6, dtype=torch.bool).tril()
+    q = rand(1, 2, 6, 8, seed=25)
+    mask = rand(6, 6, seed=26).requires_grad_()
     f = torch.compile(lambda q, m: ops.scaled_dot_product_attention(q, q, q, attn_mask=m),
                       fullgraph=True, backend="aot_eager")
     n = _count("scaled_dot_product_attention", "mask")
@@ -705,8 +705,8 @@ def test_calls_that_need_no_operator_skip_the_dispatcher_with_the_same_bits(monk
 
     # Every operator with a backward has its eager twin, and the twins' gradients are the
     # operators' (the same formulas, the same kernels), parameters with defaults included.
-    assert sorted(_operators._EAGER) == ["attention", "layer_norm", "linear", "rms_norm", "rope",
-                                         "softmax", "swiglu"]
+    assert sorted(_operators._EAGER) == ["attention", "attention_bias", "layer_norm", "linear",
+                                         "rms_norm", "rope", "softmax", "swiglu"]
     w = torch.randn(40, requires_grad=True)
     b = torch.randn(40, requires_grad=True)
     xs = torch.randn(16, 40, requires_grad=True)
@@ -719,6 +719,12 @@ def test_calls_that_need_no_operator_skip_the_dispatcher_with_the_same_bits(monk
             traced = torch.autograd.grad(fn().sum(), (xs, w, b), allow_unused=True)
         for e, t in zip(eager, traced):
             assert (e is None and t is None) or torch.equal(e, t)
+    qs, mask = torch.randn(1, 2, 5, 8, requires_grad=True), torch.randn(5, 5)
+    eager = torch.autograd.grad(ops.scaled_dot_product_attention(qs, qs, qs, mask).sum(), qs)
+    with Seen() as seen:
+        traced = torch.autograd.grad(ops.scaled_dot_product_attention(qs, qs, qs, mask).sum(), qs)
+    assert any("neuron.attention_bias_backward" in o for o in seen.ops)
+    assert torch.equal(eager[0], traced[0])
 
 
 def test_operator_outputs_are_torch_s_own_tensors():

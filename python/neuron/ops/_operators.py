@@ -7,7 +7,8 @@ for the forward ones, autograd through the library's backward kernels:
     neuron::linear(x, weight, bias=None)                  backward: neuron::matmul
     neuron::attention(q, k, v, is_causal, scale) -> (out, lse)
                                                           backward: neuron::attention_backward
-    neuron::attention_bias(q, k, v, bias, is_causal, scale) -> (out, lse)      (no backward)
+    neuron::attention_bias(q, k, v, bias, is_causal, scale) -> (out, lse)
+                                                     backward: neuron::attention_bias_backward
     neuron::softmax(x)                                    backward: neuron::softmax_backward
     neuron::rms_norm(x, weight, eps) -> (y, rstd)         backward: neuron::rms_norm_backward
     neuron::layer_norm(x, weight, bias, eps) -> (y, mean, rstd)
@@ -374,7 +375,7 @@ def attention_bias(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, is_causal: boo
                    scale: float) -> tuple[Tensor, Tensor]:
     """attention with an additive fp32 bias [B or 1, Hq or 1, L or 1, S] on the scaled scores
     (functional.py makes it from attn_mask, and from the padding of a key count rounded up).
-    Forward only: functional.py takes it where no gradient is needed."""
+    The bias gets no gradient (functional.py falls back for a mask that requires one)."""
     grid = (q.shape[0], k.shape[1], q.shape[1] // k.shape[1])
     return _run("attention_bias", "attention_bias", grid, (q, k, v, bias),
                 {"causal": is_causal, "scale": scale},
@@ -402,22 +403,44 @@ def _(q, k, v, out, dout, lse, is_causal, scale):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
+@_op("attention_bias_backward")
+def attention_bias_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor,
+                            lse: Tensor, bias: Tensor, is_causal: bool,
+                            scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    def ref():
+        return tuple(_grads(
+            lambda q, k, v: reference.attention(q, k, v, is_causal, scale, bias)[0], (q, k, v),
+            dout))
+    return _run("attention_bias_backward", "attention_bias_backward", (q.shape[0], k.shape[1]),
+                (q, k, v, out, dout, lse, bias), {"causal": is_causal, "scale": scale}, ref)
+
+
+@attention_bias_backward.register_fake
+def _(q, k, v, out, dout, lse, bias, is_causal, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
 def _attention_setup(ctx, inputs, output):
-    q, k, v, is_causal, scale = inputs
+    q, k, v, *bias, is_causal, scale = inputs  # (attention_bias: one bias)
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.save_for_backward(q, k, v, out, lse, *bias)
     ctx.is_causal, ctx.scale = is_causal, scale
     ctx.mark_non_differentiable(lse)
 
 
 def _attention_backward(ctx, dout, _dlse):
-    q, k, v, out, lse = ctx.saved_tensors
+    q, k, v, out, lse, *bias = ctx.saved_tensors
+    if bias:
+        dq, dk, dv = call("attention_bias_backward", q, k, v, out, dout.contiguous(), lse,
+                          bias[0], ctx.is_causal, ctx.scale)
+        return dq, dk, dv, None, None, None
     dq, dk, dv = call("attention_backward", q, k, v, out, dout.contiguous(), lse,
                       ctx.is_causal, ctx.scale)
     return dq, dk, dv, None, None
 
 
 _autograd(attention, _attention_backward, _attention_setup)
+_autograd(attention_bias, _attention_backward, _attention_setup)
 
 
 # ---- softmax -----------------------------------------------------------------------------

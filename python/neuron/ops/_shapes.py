@@ -26,8 +26,11 @@ def dynamic(key, size):
 
 
 def bucket(n, unit):
-    """n rounded up to a multiple of `unit` up to 8 units, beyond that to an eighth of the power
-    of two below it: at most 12.5% padding, 8 buckets per doubling."""
+    """n rounded up to a power of two below `unit` (a decode step's one query stays one), to a
+    multiple of unit up to 8 units, beyond that to an eighth of the power of two below it: at
+    most 12.5% padding there, 8 buckets per doubling."""
+    if n < unit:
+        return 1 << (n - 1).bit_length()
     granule = unit if n <= 8 * unit else 1 << (n.bit_length() - 4)
     return -(-n // granule) * granule
 

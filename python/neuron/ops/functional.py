@@ -100,11 +100,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     E), value (..., Hkv, S, Ev), the same leading dims; E, Ev <= 512; Hq == Hkv, or a multiple
     with enable_gqa=True. is_causal masks top-left aligned as PyTorch does (key j visible to
     query i when j <= i). An attn_mask (bool, or float added to the scaled scores) broadcast
-    to (..., Hq, L, S) runs on the masked kernel where no gradient is needed. Where none is,
-    key and query counts that change between calls round up to buckets (_shapes.py), the
-    padding masked, so a decode loop does not compile a kernel per step. Falls back to PyTorch
-    for an attn_mask with a gradient to compute, dropout_p > 0, head dims over 512, broadcast
-    leading dims, other dtypes and devices."""
+    to (..., Hq, L, S) runs on the masked kernels. Key and query counts that change between
+    calls round up to buckets (_shapes.py), the padding masked, so a decode loop does not
+    compile a kernel per step. Falls back to PyTorch for a float attn_mask that requires grad,
+    dropout_p > 0, head dims over 512, broadcast leading dims, other dtypes and devices."""
     def torch_sdpa():
         kw = {"enable_gqa": True} if enable_gqa else {}
         return original.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
@@ -122,11 +121,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     name = "scaled_dot_product_attention"
     q, k, v, attn_mask = _autocast(q, k, v, attn_mask)
     query, key, value = q, k, v  # (torch_sdpa's arguments too)
-    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or
-                                              v.requires_grad)
-    if attn_mask is not None and (needs_grad or getattr(attn_mask, "requires_grad", False)):
-        return _fall_back(name, "mask", "attn_mask with a gradient to compute: the masked "
-                          "kernel is forward only (torch.no_grad() runs it)", torch_sdpa)
+    if attn_mask is not None and torch.is_grad_enabled() and \
+            getattr(attn_mask, "requires_grad", False):
+        return _fall_back(name, "mask", "attn_mask requires grad: the masked kernel gives "
+                          "no gradient to its mask", torch_sdpa)
     if dropout_p > 0:
         return _fall_back(name, "dropout", f"dropout_p={dropout_p}; the kernels have no dropout",
                           torch_sdpa)
@@ -167,7 +165,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         q4 = q4.reshape(q4.shape[0], hk, rows, e)
         if bias is not None and bias.shape[1:3] != (1, 1):
             bias = bias.expand(bias.shape[0], hq, L, S).reshape(bias.shape[0], hk, rows, S)
-    if not needs_grad and not torch.compiler.is_compiling():
+    if not torch.compiler.is_compiling():
         q4, k4, v4, bias = _bucketed(q4, k4, v4, bias, bool(is_causal))
     if bias is None:
         out, _ = _operators.call("attention", q4, k4, v4, bool(is_causal), s)

@@ -131,6 +131,20 @@ inline void check_bias(const nl::tensor& bias, const AttentionDims& d, const cha
 
 inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
+// dst [qr, sw] = scale * scores + the bias of batch b, query head hq, queries [q0, q0 + qr),
+// keys [s0, s0 + sw) (a bias row broadcast over the partitions when the bias has one row).
+inline void biased_scores(const nl::tensor& dst, const nl::tensor& scores, double scale,
+                          const nl::tensor& bias, const nl::index& b, const nl::index& hq,
+                          const nl::index& q0, const nl::index& s0) {
+  const int64_t qr = dst.shape()[0], sw = dst.shape()[1];
+  const auto bs = bias.shape();
+  auto view = bias(bs[0] == 1 ? nl::index(0) : b, bs[1] == 1 ? nl::index(0) : hq, nl::all, nl::all);
+  nl::tensor tile = nl::load(view(bs[2] == 1 ? nl::ds(0, 1) : nl::ds(q0, qr), nl::ds(s0, sw)));
+  if (bs[2] == 1 && qr > 1) tile = nl::broadcast_to(tile, {qr, sw});
+  isa::tensor_scalar(dst, scores, nl::multiply, scale);
+  isa::tensor_tensor(dst, dst, tile, nl::add);
+}
+
 // Causal mask of a score tile whose rows are queries q0.. and columns keys s0..: keeps s where
 // key <= query + offset, else -inf; rel = q0 + offset - s0 (static, though q0 and s0 may not
 // be). Column f is visible to row p when f <= rel + p, so columns up to rel are visible to
@@ -322,18 +336,8 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
   };
 
   // With a bias the scores are scaled and biased before the softmax, which then runs at scale
-  // 1 (sc): bias rows [qr, sw] of the query tile [q0, q0 + qr) over keys [s0, s0 + sw).
+  // 1 (sc).
   const double sc = bias ? 1.0 : d.scale;
-  auto bias_tile = [&](const nl::index& q0, int64_t qr, const nl::index& s0, int64_t sw) {
-    const auto bs = bias->shape();
-    auto view =
-        (*bias)(bs[0] == 1 ? nl::index(0) : b, bs[1] == 1 ? nl::index(0) : hq, nl::all, nl::all);
-    if (bs[2] == 1) {
-      auto row = nl::load(view(nl::ds(0, 1), nl::ds(s0, sw)));
-      return qr == 1 ? row : nl::broadcast_to(row, {qr, sw});
-    }
-    return nl::load(view(nl::ds(q0, qr), nl::ds(s0, sw)));
-  };
 
   // Rows that see no key.
   for_each_tile(d.q_start, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
@@ -374,8 +378,7 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
       nl::tensor s = scores[i];
       if (bias) {
         s = nl::ndarray({t.qr, sw}, nl::float32, nl::sbuf, "biased");
-        isa::tensor_scalar(s, scores[i], nl::multiply, d.scale);
-        isa::tensor_tensor(s, s, bias_tile(t.q0, t.qr, s0, sw), nl::add);
+        biased_scores(s, scores[i], d.scale, *bias, b, hq, t.q0, s0);
       } else if (mask_rel) {
         s = nl::ndarray({t.qr, sw}, nl::float32, nl::sbuf, "masked");
         isa::tensor_copy(s, scores[i]);

@@ -2,7 +2,8 @@
 // summed over the query heads of each kv head (GQA). Same shapes, masks and limits as
 // attention.hpp; never forms the L x S matrix (memory O(L + S)).
 //
-// Math (per query i and key j, s = scale * q_i . k_j): p = exp(s - lse_i), D_i = dout_i . out_i,
+// Math (per query i and key j, s = scale * q_i . k_j, plus the bias b_ij when the forward had
+// one): p = exp(s - lse_i), D_i = dout_i . out_i,
 // dp = dout_i . v_j, ds = p * (dp - D_i); dv_j = sum_i p dout_i, dk_j = scale sum_i ds q_i,
 // dq_i = scale sum_j ds k_j. Rows that see no key (lse -inf) get dq 0 and add nothing.
 //
@@ -39,13 +40,16 @@ namespace neuron::kernels {
 // Returns {dq [B, Hq, L, E], dk [B, Hkv, S, E], dv [B, Hkv, S, Ev]} in q's dtype, from the
 // forward's inputs, its output `out`, the output gradient `dout` and its `lse` [B, Hq, L].
 // Launch with attention_backward_grid(q, k).
+// With the forward's bias (attention_forward's), p = exp(scale * s + bias - lse); the bias gets
+// no gradient.
 inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
     const nl::tensor& q, const nl::tensor& k, const nl::tensor& v, const nl::tensor& out,
-    const nl::tensor& dout, const nl::tensor& lse, const AttentionConfig& cfg = {},
-    Span span = Span::current()) {
+    const nl::tensor& dout, const nl::tensor& lse, const std::optional<nl::tensor>& bias,
+    const AttentionConfig& cfg = {}, Span span = Span::current()) {
   using namespace detail;
   const char* kernel = "attention_backward";
   const AttentionDims d = check_attention(q, k, v, cfg, kernel, span);
+  if (bias) check_bias(*bias, d, kernel, span);
   const std::vector<int64_t> os{d.B, d.Hq, d.L, d.Ev};
   if (out.shape() != os || dout.shape() != os)
     args_error(span, kernel, "out {} and dout {} must have shape {}", shape_str(out.shape()),
@@ -101,14 +105,20 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
   struct QueryTile {
     std::vector<nl::tensor> qT, doT;
     nl::tensor neg_lse, di;
+    nl::index hq, q0;
   };
   auto load_query_tile = [&](const nl::index& g, const nl::index& q0, int64_t qr) {
     QueryTile t{chunk_loads(qT(g, nl::all, nl::ds(q0, qr)), d.E),
                 chunk_loads(doT(g, nl::all, nl::ds(q0, qr)), d.Ev),
                 nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "neg_lse"),
-                nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "Di")};
+                nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "Di"),
+                hk * d.G + g,
+                q0};
     isa::dma_copy(t.neg_lse, lse(b, hk * d.G + g, nl::ds(q0, qr)));
     isa::tensor_scalar(t.neg_lse, t.neg_lse, nl::multiply, -1.0);
+    if (bias)  // a row whose keys the bias all hides (lse -inf): p = exp(-inf + max) = 0
+      isa::tensor_scalar(t.neg_lse, t.neg_lse, nl::minimum,
+                         double(std::numeric_limits<float>::max()));
     isa::dma_copy(t.di, dsum(g, nl::ds(q0, qr)));
     return t;
   };
@@ -120,13 +130,16 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
     auto s_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "scores");
     matmul_chunks(s_ps, t.qT, chunk_loads(kT(nl::all, nl::ds(s0, sw)), d.E));
     nl::tensor s = s_ps;
-    if (mask_rel) {
+    if (bias) {
+      s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "biased");
+      biased_scores(s, s_ps, d.scale, *bias, b, t.hq, t.q0, s0);
+    } else if (mask_rel) {
       s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "masked");
       isa::tensor_copy(s, s_ps);
-      mask_causal_rel(s, *mask_rel);
     }
+    if (mask_rel) mask_causal_rel(s, *mask_rel);
     auto p = nl::ndarray({qr, sw}, pdt, nl::sbuf, "p");
-    isa::activation(p, nl::exp, s, t.neg_lse, d.scale);
+    isa::activation(p, nl::exp, s, t.neg_lse, bias ? 1.0 : d.scale);
     auto dp_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "dp");
     matmul_chunks(dp_ps, t.doT, chunk_loads(vT(nl::all, nl::ds(s0, sw)), d.Ev));
     auto dpd = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "dp_minus_D");
@@ -246,6 +259,13 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
     }
   }
   return {dq, dk, dv};
+}
+
+inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
+    const nl::tensor& q, const nl::tensor& k, const nl::tensor& v, const nl::tensor& out,
+    const nl::tensor& dout, const nl::tensor& lse, const AttentionConfig& cfg = {},
+    Span span = Span::current()) {
+  return attention_backward(q, k, v, out, dout, lse, std::nullopt, cfg, span);
 }
 
 }  // namespace neuron::kernels

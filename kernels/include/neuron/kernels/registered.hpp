@@ -304,4 +304,19 @@ inline std::tuple<T, T, T> attention_backward(const T& q, const T& k, const T& v
                                      attention_config(causal, scale, causal_offset));
 }
 
+// attention_bias' backward from its saved lse: dq, dk, dv (the bias gets no gradient); grid
+// (B, Hkv)
+NEURON_OP(neuron)
+inline std::tuple<T, T, T> attention_bias_backward(const T& q, const T& k, const T& v, const T& out,
+                                                   const T& dout, const T& lse, const T& bias,
+                                                   // key j visible to query i when j <= i + offset
+                                                   bool causal = false,
+                                                   // softmax scale; 0 takes 1 / sqrt(E)
+                                                   double scale = 0.0,
+                                                   // 0 is PyTorch's is_causal (top left)
+                                                   int64_t causal_offset = 0) {
+  return kernels::attention_backward(q, k, v, out, dout, lse, bias,
+                                     attention_config(causal, scale, causal_offset));
+}
+
 }  // namespace neuron::kernels::registered
