@@ -244,3 +244,39 @@ def test_buckets_follow_the_documented_rule():
     for n in range(128, 40000, 97):
         b = _shapes.bucket(n, 128)
         assert n <= b <= n * 1.125 + 128
+
+
+def test_row_counts_that_vary_compile_per_bucket_with_the_same_bits():
+    # A server's prompt lengths through the row-wise ops: the second row count makes the rows
+    # dynamic; later counts share buckets, and the real rows keep the exact kernels' bits
+    # (rows do not mix), gradients included.
+    _shapes.reset()
+    D, w, lw = 48, rand(48, seed=80), rand(40, 48, seed=81)
+    cos, sin = rand(300, 24, seed=82), rand(300, 24, seed=83)
+    fns = {"linear": lambda x: ops.linear(x, lw),
+           "rms_norm": lambda x: ops.rms_norm(x, (D,), w),
+           "layer_norm": lambda x: ops.layer_norm(x, (D,), w, w),
+           "softmax": lambda x: ops.softmax(x, -1),
+           "swiglu": lambda x: ops.swiglu(x),
+           "rope": lambda x: ops.rope(x, cos[:x.shape[-2]], sin[:x.shape[-2]])}
+    exact = {}
+    for n in (150, 200, 230, 250):
+        x = rand(1, n, D, seed=n).requires_grad_()
+        for name, fn in fns.items():
+            if n == 150:  # before the rows are dynamic: the exact kernels
+                y = fn(x)
+                (g,) = torch.autograd.grad(y.square().sum(), x)
+                exact[name] = (y.detach(), g)
+                continue
+            before = compiles()
+            with ops.strict():
+                y = fn(x)
+                (g,) = torch.autograd.grad(y.square().sum(), x)
+            new = compiles() - before
+            assert new <= (2 if n == 200 else 0), (name, n, new)  # 200..250: one bucket (256)
+            # 150 rows again, now padded to 256: the exact call's bits
+            x150 = rand(1, 150, D, seed=150).requires_grad_()
+            y150 = fn(x150)
+            (g150,) = torch.autograd.grad(y150.square().sum(), x150)
+            assert torch.equal(y150.detach(), exact[name][0]), name
+            assert torch.equal(g150, exact[name][1]), name

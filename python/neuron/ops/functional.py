@@ -176,6 +176,25 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return _reshaped(out, (*lead, hq, L, ev))
 
 
+def _rows(op, x, *sig):
+    """(x, rows): x [R, C] with zero rows appended up to _shapes' bucket of R once the row count
+    of `op` is dynamic for these columns, dtype and `sig` (a server's prompt lengths: each new
+    one would compile the op's kernel); the caller keeps the first `rows` rows of the result.
+    Rows do not mix in these kernels, so the real rows keep their bits, and their gradients
+    flow through the padding."""
+    r = x.shape[0]
+    if torch.compiler.is_compiling() or \
+            not _shapes.dynamic((op, tuple(x.shape[1:]), x.dtype) + sig, r):
+        return x, r
+    rb = _shapes.bucket(r, 128)
+    return (x if rb == r else torch.nn.functional.pad(x, (0, 0, 0, rb - r))), r
+
+
+def _cut(y, rows):
+    """y's first `rows` rows (y itself when it has no more: a slice is an autograd node)."""
+    return y if y.shape[0] == rows else y[:rows]
+
+
 def _mask_bias(mask, q, lead, hq, L, S):
     """sdpa's attn_mask as the masked kernel's bias: fp32 [B or 1, Hq or 1, L or 1, S] (a dim
     the mask broadcasts, by size 1 or stride 0, stays 1), 0 / -inf for a bool mask; None for a
@@ -254,9 +273,11 @@ def linear(input, weight, bias=None):
     n, k = weight.shape
     if bias is not None and tuple(bias.shape) != (n,):
         bias = bias.expand(n)  # a one-element bias broadcasts, as in PyTorch
-    y = _operators.call("linear", _reshaped(input, (-1, k)).contiguous(), weight.contiguous(),
-                None if bias is None else bias.contiguous())
-    return _reshaped(y, (*input.shape[:-1], n))
+    x, rows = _rows("linear", _reshaped(input, (-1, k)).contiguous(), weight.shape,
+                    bias is None)
+    y = _operators.call("linear", x, weight.contiguous(),
+                        None if bias is None else bias.contiguous())
+    return _reshaped(_cut(y, rows), (*input.shape[:-1], n))
 
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
@@ -283,7 +304,8 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):
     dim = dim % x.dim()
     last = dim == x.dim() - 1
     xt = (x if last else x.movedim(dim, -1)).contiguous()
-    y = _reshaped(_operators.call("softmax", _reshaped(xt, (-1, xt.shape[-1]))), xt.shape)
+    x2, rows = _rows("softmax", _reshaped(xt, (-1, xt.shape[-1])))
+    y = _reshaped(_cut(_operators.call("softmax", x2), rows), xt.shape)
     if last:
         return y
     # Contiguous, as PyTorch returns it (a movedim view would refuse .view(...)).
@@ -325,9 +347,10 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     # PyTorch's default is numeric_limits<opmath_t>::epsilon(): fp32's for 16-bit floats.
     opmath = torch.float32 if input.dtype in (torch.bfloat16, torch.float16) else input.dtype
     e = torch.finfo(opmath).eps if eps is None else float(eps)
-    y, _ = _operators.call("rms_norm", _reshaped(input, (rows, d)).contiguous(),
+    x, rows = _rows("rms_norm", _reshaped(input, (rows, d)).contiguous(), weight is None, e)
+    y, _ = _operators.call("rms_norm", x,
                            None if weight is None else _reshaped(weight, (d,)).contiguous(), e)
-    return _reshaped(y, input.shape)
+    return _reshaped(_cut(y, rows), input.shape)
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -352,9 +375,10 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     b = None if bias is None else _reshaped(bias, (d,)).contiguous()
     if b is not None and w is None:
         w = b.new_ones(d)  # the kernels take a bias with a weight
-    y, _, _ = _operators.call("layer_norm", _reshaped(input, (rows, d)).contiguous(), w, b,
-                              float(eps))
-    return _reshaped(y, input.shape)
+    x, rows = _rows("layer_norm", _reshaped(input, (rows, d)).contiguous(), w is None,
+                    b is None, float(eps))
+    y, _, _ = _operators.call("layer_norm", x, w, b, float(eps))
+    return _reshaped(_cut(y, rows), input.shape)
 
 
 def swiglu(input):
@@ -370,8 +394,9 @@ def swiglu(input):
     if problem:
         return _fall_back("swiglu", *problem, torch_swiglu)
     two_h = input.shape[-1]
-    y = _operators.call("swiglu", _reshaped(input, (-1, two_h)).contiguous())
-    return _reshaped(y, (*input.shape[:-1], two_h // 2))
+    x, rows = _rows("swiglu", _reshaped(input, (-1, two_h)).contiguous())
+    y = _operators.call("swiglu", x)
+    return _reshaped(_cut(y, rows), (*input.shape[:-1], two_h // 2))
 
 
 def rope(input, cos, sin):
@@ -399,6 +424,14 @@ def rope(input, cos, sin):
     problem = _problem({"input": input}) or _problem({"cos": cos}) or _problem({"sin": sin})
     if problem:
         return _fall_back(name, *problem, torch_rope)
-    y = _operators.call("rope", _reshaped(input, (-1, 1, L, d)).contiguous(), cos.contiguous(),
-                           sin.contiguous())
+    x = _reshaped(input, (-1, 1, L, d)).contiguous()
+    cos, sin = cos.contiguous(), sin.contiguous()
+    if not torch.compiler.is_compiling() and \
+            _shapes.dynamic(("rope", x.shape[0], d, x.dtype, cos.dtype), L):
+        lb = _shapes.bucket(L, 128)  # positions padded with zero rows, cut from the result
+        x = torch.nn.functional.pad(x, (0, 0, 0, lb - L))
+        cos, sin = (torch.nn.functional.pad(t, (0, 0, 0, lb - L)) for t in (cos, sin))
+    y = _operators.call("rope", x, cos, sin)
+    if y.shape[2] != L:
+        y = y[:, :, :L].contiguous()
     return _reshaped(y, input.shape)
