@@ -77,15 +77,29 @@ def sdpa_cases():
     yield Case("scaled_dot_product_attention", "L=7 S=9 E=192 Ev=64 (head dim > 128)",
                [q, k, v], F.scaled_dot_product_attention, ops.scaled_dot_product_attention,
                fudge={torch.float32: 10.0, torch.bfloat16: 1.5})
+    # Masks (the masked kernels): a boolean [L, S], a float [B, H, L, S], a key padding row
+    # [B, 1, 1, S] that hides the first 600 keys of S = 1000 (a whole key block) in batch 1.
+    mask = rand((7, 9), 7) > 0
+    bias = rand((2, 4, 7, 9), 8)
+    pad = torch.zeros(2, 1, 1, 1000)
+    pad[1, ..., :600] = float("-inf")
+    for what, m, (q_, k_, v_) in (
+            ("boolean attn_mask [7, 9]", mask, (q[..., :64], k[..., :64], v)),
+            ("float attn_mask [2, 4, 7, 9]", bias,
+             (rand((2, 4, 7, 64), 4), rand((2, 4, 9, 64), 5), rand((2, 4, 9, 64), 6))),
+            ("key padding attn_mask [2, 1, 1, 1000]", pad,
+             (rand((2, 4, 7, 64), 4), rand((2, 4, 1000, 64), 5), rand((2, 4, 1000, 64), 6)))):
+        yield Case("scaled_dot_product_attention", f"L=7 S={k_.shape[2]} E=64 {what}",
+                   [q_, k_, v_],
+                   lambda q, k, v, m=m: F.scaled_dot_product_attention(q, k, v, m.to(
+                       q.dtype) if m.dtype != torch.bool else m),
+                   lambda q, k, v, m=m: ops.scaled_dot_product_attention(q, k, v, m.to(
+                       q.dtype) if m.dtype != torch.bool else m),
+                   fudge={torch.float32: 10.0, torch.bfloat16: 1.5})
     # Arguments the kernels do not take: neuron.ops falls back to PyTorch (and says why).
     yield Case("scaled_dot_product_attention", "L=7 S=9 E=520 Ev=64 (head dim > 512)",
                [rand((1, 2, 7, 520), 4), rand((1, 2, 9, 520), 5), v],
                F.scaled_dot_product_attention, ops.scaled_dot_product_attention)
-    mask = rand((7, 9), 7) > 0
-    yield Case("scaled_dot_product_attention", "L=7 S=9 E=64 boolean attn_mask",
-               [q[..., :64], k[..., :64], v],
-               lambda q, k, v: F.scaled_dot_product_attention(q, k, v, mask),
-               lambda q, k, v: ops.scaled_dot_product_attention(q, k, v, mask))
 
 
 ROWS_COLS = [(1, 7), (7, 127), (127, 129), (129, 1000), (1000, 129)]

@@ -186,7 +186,7 @@ def _rows(op, x, *sig):
     if torch.compiler.is_compiling() or \
             not _shapes.dynamic((op, tuple(x.shape[1:]), x.dtype) + sig, r):
         return x, r
-    rb = _shapes.bucket(r, 128)
+    rb = _shapes.bucket(r)
     return (x if rb == r else torch.nn.functional.pad(x, (0, 0, 0, rb - r))), r
 
 
@@ -232,8 +232,8 @@ def _bucketed(q, k, v, bias, causal):
     B, hq, L, e = q.shape
     hk, S, ev = k.shape[1], k.shape[2], v.shape[3]
     sig = (B, hq, hk, e, ev, q.dtype, causal, None if bias is None else bias.shape[:2])
-    Sb = _shapes.bucket(S, 128) if _shapes.dynamic(("attention keys",) + sig, S) else S
-    Lb = _shapes.bucket(L, 128) if _shapes.dynamic(("attention queries",) + sig, L) else L
+    Sb = _shapes.bucket(S) if _shapes.dynamic(("attention keys",) + sig, S) else S
+    Lb = _shapes.bucket(L) if _shapes.dynamic(("attention queries",) + sig, L) else L
     if Sb != S:
         k = torch.nn.functional.pad(k, (0, 0, 0, Sb - S))
         v = torch.nn.functional.pad(v, (0, 0, 0, Sb - S))
@@ -428,7 +428,7 @@ def rope(input, cos, sin):
     cos, sin = cos.contiguous(), sin.contiguous()
     if not torch.compiler.is_compiling() and \
             _shapes.dynamic(("rope", x.shape[0], d, x.dtype, cos.dtype), L):
-        lb = _shapes.bucket(L, 128)  # positions padded with zero rows, cut from the result
+        lb = _shapes.bucket(L)  # positions padded with zero rows, cut from the result
         x = torch.nn.functional.pad(x, (0, 0, 0, lb - L))
         cos, sin = (torch.nn.functional.pad(t, (0, 0, 0, lb - L)) for t in (cos, sin))
     y = _operators.call("rope", x, cos, sin)
