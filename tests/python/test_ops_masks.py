@@ -17,13 +17,14 @@ from neuron.ops._reference import original  # noqa: E402
 from test_ops import judge, rand  # noqa: E402
 
 
-def sdpa_check(q, k, v, dtype=torch.float32, **kw):
-    """ops' sdpa under no_grad and strict mode (no fallback) against PyTorch's in float64."""
+def sdpa_check(q, k, v, dtype=torch.float32, mask_dtype=None, **kw):
+    """ops' sdpa under no_grad and strict mode (no fallback) against PyTorch's in float64; a
+    float mask in the test dtype, or mask_dtype."""
     def run(fn, dt):
         m = kw.get("attn_mask")
         args = {**kw}
         if m is not None and m.dtype != torch.bool:
-            args["attn_mask"] = m.to(dt)
+            args["attn_mask"] = m.to(mask_dtype if mask_dtype and dt != torch.float64 else dt)
         return fn(q.to(dt), k.to(dt), v.to(dt), **args)
     with torch.no_grad(), ops.strict():
         ours = run(ops.scaled_dot_product_attention, dtype)
@@ -51,6 +52,8 @@ def test_masks_of_every_broadcast_form_match_pytorch(dtype):
     sdpa_check(q, k, v, dtype, attn_mask=torch.randn(1, H, 1, S, generator=g))  # a key bias
     sdpa_check(q, k, v, dtype, attn_mask=torch.randn(L, 1, generator=g))        # a row bias
     sdpa_check(q, k, v, dtype, attn_mask=dense[0, 0], is_causal=False, scale=0.3)
+    sdpa_check(q, k, v, dtype, attn_mask=dense, is_causal=True)  # both, as PyTorch applies them
+    sdpa_check(q, k, v, dtype, torch.float32, attn_mask=torch.randn(L, S, generator=g))
 
 
 def test_a_left_padded_batch_as_transformers_passes_it():

@@ -198,10 +198,10 @@ def _cut(y, rows):
 def _mask_bias(mask, q, lead, hq, L, S):
     """sdpa's attn_mask as the masked kernel's bias: fp32 [B or 1, Hq or 1, L or 1, S] (a dim
     the mask broadcasts, by size 1 or stride 0, stays 1), 0 / -inf for a bool mask; None for a
-    mask PyTorch should judge (a dtype other than bool and q's, a shape that does not
+    mask PyTorch should judge (a dtype other than bool, float32 and q's, a shape that does not
     broadcast)."""
     if not isinstance(mask, torch.Tensor) or mask.dim() > len(lead) + 3 or \
-            mask.dtype not in (torch.bool, q.dtype) or mask.device != q.device:
+            mask.dtype not in (torch.bool, torch.float32, q.dtype) or mask.device != q.device:
         return None
     try:
         m = mask.reshape((1,) * (len(lead) + 3 - mask.dim()) + tuple(mask.shape))
