@@ -52,7 +52,6 @@ def test_masks_of_every_broadcast_form_match_pytorch(dtype):
     sdpa_check(q, k, v, dtype, attn_mask=torch.randn(1, H, 1, S, generator=g))  # a key bias
     sdpa_check(q, k, v, dtype, attn_mask=torch.randn(L, 1, generator=g))        # a row bias
     sdpa_check(q, k, v, dtype, attn_mask=dense[0, 0], is_causal=False, scale=0.3)
-    sdpa_check(q, k, v, dtype, attn_mask=dense, is_causal=True)  # both, as PyTorch applies them
     sdpa_check(q, k, v, dtype, torch.float32, attn_mask=torch.randn(L, S, generator=g))
 
 
@@ -102,6 +101,41 @@ def test_a_mask_that_requires_grad_falls_back_with_the_reason():
     assert q.grad is not None and mask.grad is not None
     with pytest.raises(neuron.NeuronError, match="mask requires grad"), ops.strict():
         ops.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+
+
+def test_what_pytorch_decides_goes_to_pytorch():
+    # A mask with is_causal (PyTorch's math path raises, its flash path applies both), and a
+    # float mask hiding whole rows with finfo.min when gradients are needed (the kernels'
+    # backward would lose those rows' sums): PyTorch's own function, counted.
+    q = rand(1, 2, 5, 8, seed=90).requires_grad_()
+    key = ("neuron.ops.scaled_dot_product_attention", "mask")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        n = nt.fallback_counts().get(key, 0)
+        ops.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(5, 5, dtype=torch.bool),
+                                         is_causal=True)
+        padded = torch.zeros(5, 5)
+        padded[1] = torch.finfo(torch.float32).min
+        y = ops.scaled_dot_product_attention(q, q, q, attn_mask=padded)
+        assert nt.fallback_counts()[key] == n + 2
+    qp = q.detach().clone().requires_grad_()
+    want = original.scaled_dot_product_attention(qp, qp, qp, attn_mask=padded)
+    dy = rand(1, 2, 5, 8, seed=91)
+    (y * dy).sum().backward()
+    (want * dy).sum().backward()
+    torch.testing.assert_close(q.grad, qp.grad)
+    with torch.no_grad(), ops.strict():  # without gradients the kernels run it
+        torch.testing.assert_close(ops.scaled_dot_product_attention(q, q, q, attn_mask=padded),
+                                   want.detach())
+    for m in (torch.ones(5), torch.ones(5, dtype=torch.bool)):  # 1-D: PyTorch's verdict
+        try:
+            expect = original.scaled_dot_product_attention(q, q, q, attn_mask=m)
+        except (RuntimeError, IndexError) as e:
+            with pytest.raises(type(e)):
+                ops.scaled_dot_product_attention(q, q, q, attn_mask=m)
+        else:
+            torch.testing.assert_close(ops.scaled_dot_product_attention(q, q, q, attn_mask=m),
+                                       expect)
 
 
 def test_a_mask_under_torch_compile():
@@ -273,3 +307,28 @@ def test_row_counts_that_vary_compile_per_bucket_with_the_same_bits():
             (g150,) = torch.autograd.grad(y150.square().sum(), x150)
             assert torch.equal(y150.detach(), exact[name][0]), name
             assert torch.equal(g150, exact[name][1]), name
+
+
+def test_padded_rows_of_a_norm_with_eps_0_do_not_poison_the_weight_gradient():
+    # Rows appended by bucketing are copies of a real row: a zero row's variance would be 0,
+    # 1 / sqrt(0 + eps=0) inf, and 0 * inf = NaN in the weight's gradient sum.
+    _shapes.reset()
+    w = rand(8, seed=92).requires_grad_()
+    for n in (16, 17):
+        x = rand(n, 8, seed=n).requires_grad_()
+        for fn in (lambda: ops.rms_norm(x, (8,), w, eps=0.0),
+                   lambda: ops.layer_norm(x, (8,), w, None, eps=0.0)):
+            w.grad = None
+            fn().square().sum().backward()
+            assert torch.isfinite(w.grad).all() and torch.isfinite(x.grad).all()
+
+
+def test_layer_norm_mixed_dtypes_as_pytorch():
+    x = rand(3, 8, seed=93)
+    for xd, wd in ((torch.bfloat16, torch.float16), (torch.float32, torch.bfloat16)):
+        with pytest.raises(RuntimeError, match="mixed dtype"):
+            original.layer_norm(x.to(xd), (8,), torch.ones(8, dtype=wd))
+        with pytest.raises(RuntimeError, match="mixed dtype"):
+            ops.layer_norm(x.to(xd), (8,), torch.ones(8, dtype=wd))
+    with ops.strict():  # a float32 weight with a bf16 input is PyTorch's allowed mix
+        ops.layer_norm(x.to(torch.bfloat16), (8,), torch.ones(8))

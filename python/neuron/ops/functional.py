@@ -103,7 +103,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     to (..., Hq, L, S) runs on the masked kernels. Key and query counts that change between
     calls round up to buckets (_shapes.py), the padding masked, so a decode loop does not
     compile a kernel per step. Falls back to PyTorch for a float attn_mask that requires grad,
-    dropout_p > 0, head dims over 512, broadcast leading dims, other dtypes and devices."""
+    a mask with is_causal=True, a float mask hiding whole rows with finite values below -1000
+    when gradients are needed (_huge_rows), dropout_p > 0, head dims over 512, broadcast
+    leading dims, other dtypes and devices."""
     def torch_sdpa():
         kw = {"enable_gqa": True} if enable_gqa else {}
         return original.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
@@ -121,10 +123,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     name = "scaled_dot_product_attention"
     q, k, v, attn_mask = _autocast(q, k, v, attn_mask)
     query, key, value = q, k, v  # (torch_sdpa's arguments too)
-    if attn_mask is not None and torch.is_grad_enabled() and \
-            getattr(attn_mask, "requires_grad", False):
+    grad = torch.is_grad_enabled()
+    if attn_mask is not None and grad and getattr(attn_mask, "requires_grad", False):
         return _fall_back(name, "mask", "attn_mask requires grad: the masked kernel gives "
                           "no gradient to its mask", torch_sdpa)
+    if attn_mask is not None and is_causal:
+        # PyTorch's backends disagree: its math path raises, its flash path applies both.
+        return _fall_back(name, "mask", "attn_mask with is_causal=True: PyTorch decides",
+                          torch_sdpa)
     if dropout_p > 0:
         return _fall_back(name, "dropout", f"dropout_p={dropout_p}; the kernels have no dropout",
                           torch_sdpa)
@@ -151,6 +157,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         bias = _mask_bias(attn_mask, q, lead, hq, L, S)
         if bias is None:
             return torch_sdpa()  # PyTorch decides (its error for a mask that does not fit)
+        if grad and (q.requires_grad or k.requires_grad or v.requires_grad) and \
+                attn_mask.dtype != torch.bool and _huge_rows(bias):
+            return _fall_back(name, "mask", "a row of attn_mask hides every key with a finite "
+                              "value below -1000 (finfo.min padding) and gradients are needed: "
+                              "the kernels' backward recovers the probabilities from the "
+                              "logsumexp, which loses such a row's sum", torch_sdpa)
     q4 = _reshaped(q, (-1, hq, L, e)).contiguous()
     k4 = _reshaped(k, (-1, hk, S, e)).contiguous()
     v4 = _reshaped(v, (-1, hk, S, ev)).contiguous()
@@ -177,7 +189,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 
 def _rows(op, x, *sig):
-    """(x, rows): x [R, C] with zero rows appended up to _shapes' bucket of R once the row count
+    """(x, rows): x [R, C] with rows appended up to _shapes' bucket of R once the row count
     of `op` is dynamic for these columns, dtype and `sig` (a server's prompt lengths: each new
     one would compile the op's kernel); the caller keeps the first `rows` rows of the result.
     Rows do not mix in these kernels, so the real rows keep their bits, and their gradients
@@ -187,7 +199,11 @@ def _rows(op, x, *sig):
             not _shapes.dynamic((op, tuple(x.shape[1:]), x.dtype) + sig, r):
         return x, r
     rb = _shapes.bucket(r)
-    return (x if rb == r else torch.nn.functional.pad(x, (0, 0, 0, rb - r))), r
+    if rb == r:
+        return x, r
+    # Copies of the last row, not zeros: a norm with eps=0 divides by a zero row's variance,
+    # and its NaN would reach the weight's gradient (a sum over rows).
+    return torch.cat([x, x[-1:].expand(rb - r, *x.shape[1:])]), r
 
 
 def _cut(y, rows):
@@ -200,7 +216,7 @@ def _mask_bias(mask, q, lead, hq, L, S):
     the mask broadcasts, by size 1 or stride 0, stays 1), 0 / -inf for a bool mask; None for a
     mask PyTorch should judge (a dtype other than bool, float32 and q's, a shape that does not
     broadcast)."""
-    if not isinstance(mask, torch.Tensor) or mask.dim() > len(lead) + 3 or \
+    if not isinstance(mask, torch.Tensor) or not 2 <= mask.dim() <= len(lead) + 3 or \
             mask.dtype not in (torch.bool, torch.float32, q.dtype) or mask.device != q.device:
         return None
     try:
@@ -220,6 +236,14 @@ def _mask_bias(mask, q, lead, hq, L, S):
     if m.dtype == torch.bool:
         return torch.where(m, 0.0, float("-inf")).to(torch.float32).contiguous()
     return m.to(torch.float32).contiguous()
+
+
+def _huge_rows(bias):
+    """Whether some row of the bias has no key above -1000 but a finite one: its scores are so
+    large in magnitude that logsumexp = max + log(sum) rounds the log away (exp(0) = 1 per key
+    in the backward, gradients S times too large). Rows hidden by -inf are exact (p = 0)."""
+    top = bias.amax(-1)
+    return bool(((top < -1000.0) & torch.isfinite(top)).any())
 
 
 def _bucketed(q, k, v, bias, causal):
@@ -363,7 +387,10 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if not isinstance(input, torch.Tensor):
         return torch_layer_norm()
     rd = _normalized(input, normalized_shape, (weight, bias))
-    if rd is None:
+    if rd is None or any(  # PyTorch's CPU rule: its own "mixed dtype" error
+            p is not None and p.dtype != input.dtype and not (
+                p.dtype == torch.float32 and input.dtype in (torch.bfloat16, torch.float16))
+            for p in (weight, bias)):
         return torch_layer_norm()
     problem = _problem({"input": input}) or \
         (weight is not None and _problem({"weight": weight})) or \
