@@ -177,8 +177,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         q4 = q4.reshape(q4.shape[0], hk, rows, e)
         if bias is not None and bias.shape[1:3] != (1, 1):
             bias = bias.expand(bias.shape[0], hq, L, S).reshape(bias.shape[0], hk, rows, S)
-    if not torch.compiler.is_compiling():
-        q4, k4, v4, bias = _bucketed(q4, k4, v4, bias, bool(is_causal))
+    q4, k4, v4, bias = _bucketed(q4, k4, v4, bias, bool(is_causal))
     if bias is None:
         out, _ = _operators.call("attention", q4, k4, v4, bool(is_causal), s)
     else:
@@ -195,10 +194,7 @@ def _rows(op, x, *sig):
     Rows do not mix in these kernels, so the real rows keep their bits, and their gradients
     flow through the padding."""
     r = x.shape[0]
-    if torch.compiler.is_compiling() or \
-            not _shapes.dynamic((op, tuple(x.shape[1:]), x.dtype) + sig, r):
-        return x, r
-    rb = _shapes.bucket(r)
+    rb = _shapes.size((op, tuple(x.shape[1:]), x.dtype) + sig, r)
     if rb == r:
         return x, r
     # Copies of the last row, not zeros: a norm with eps=0 divides by a zero row's variance,
@@ -256,8 +252,8 @@ def _bucketed(q, k, v, bias, causal):
     B, hq, L, e = q.shape
     hk, S, ev = k.shape[1], k.shape[2], v.shape[3]
     sig = (B, hq, hk, e, ev, q.dtype, causal, None if bias is None else bias.shape[:2])
-    Sb = _shapes.bucket(S) if _shapes.dynamic(("attention keys",) + sig, S) else S
-    Lb = _shapes.bucket(L) if _shapes.dynamic(("attention queries",) + sig, L) else L
+    Sb = _shapes.size(("attention keys",) + sig, S)
+    Lb = _shapes.size(("attention queries",) + sig, L)
     if Sb != S:
         k = torch.nn.functional.pad(k, (0, 0, 0, Sb - S))
         v = torch.nn.functional.pad(v, (0, 0, 0, Sb - S))
@@ -453,9 +449,8 @@ def rope(input, cos, sin):
         return _fall_back(name, *problem, torch_rope)
     x = _reshaped(input, (-1, 1, L, d)).contiguous()
     cos, sin = cos.contiguous(), sin.contiguous()
-    if not torch.compiler.is_compiling() and \
-            _shapes.dynamic(("rope", x.shape[0], d, x.dtype, cos.dtype), L):
-        lb = _shapes.bucket(L)  # positions padded with zero rows, cut from the result
+    lb = _shapes.size(("rope", x.shape[0], d, x.dtype, cos.dtype), L)
+    if lb != L:  # positions padded with zero rows, cut from the result
         x = torch.nn.functional.pad(x, (0, 0, 0, lb - L))
         cos, sin = (torch.nn.functional.pad(t, (0, 0, 0, lb - L)) for t in (cos, sin))
     y = _operators.call("rope", x, cos, sin)
