@@ -150,6 +150,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if e > MAX_HEAD_DIM or ev > MAX_HEAD_DIM:
         return _fall_back(name, "shape", f"head dims {e} and {ev}; the kernels take at most "
                           f"{MAX_HEAD_DIM}", torch_sdpa)
+    dtype = q.dtype
+    if dtype != torch.float32 and _torch_uses_math(q, k, v, attn_mask, is_causal, scale,
+                                                   enable_gqa):
+        # PyTorch's math path computes 16-bit attention in float32 (rounding the inputs'
+        # gradients and the output once); its flash kernel, which ours follows, rounds the
+        # probabilities to 16 bits. Where PyTorch takes the math path, so do the kernels.
+        q, k, v = q.float(), k.float(), v.float()
     lead = q.shape[:-3]
     L, S = q.shape[-2], k.shape[-2]
     bias = None
@@ -184,7 +191,24 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         out, _ = _operators.call("attention_bias", q4, k4, v4, bias, bool(is_causal), s)
     if out.shape[2] != rows:
         out = out[:, :, :rows].contiguous()
-    return _reshaped(out, (*lead, hq, L, ev))
+    return _reshaped(out, (*lead, hq, L, ev)).to(dtype)
+
+
+@torch.compiler.assume_constant_result
+def _torch_uses_math(q, k, v, attn_mask, is_causal, scale, enable_gqa):
+    """Whether PyTorch's CPU attention takes its math path for this call rather than its flash
+    kernel (head dims E != Ev, inputs not 4-D, a 3-D mask over 4-D inputs, ...): its own
+    choice, asked of torch._fused_sdp_choice (a microsecond), or by the head dims and rank if
+    that private function is gone or refuses. A constant while torch.compile traces (Dynamo
+    runs it on the example inputs: a call returning no tensor would break the graph)."""
+    try:
+        return torch._fused_sdp_choice(q, k, v, attn_mask, 0.0, is_causal, scale=scale,
+                                       enable_gqa=enable_gqa) == _SDP_MATH
+    except (AttributeError, RuntimeError, TypeError):
+        return q.dim() != 4 or q.shape[-1] != v.shape[-1]
+
+
+_SDP_MATH = int(torch.nn.attention.SDPBackend.MATH)
 
 
 def _rows(op, x, *sig):

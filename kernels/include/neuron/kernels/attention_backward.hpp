@@ -138,14 +138,20 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
       isa::tensor_copy(s, s_ps);
     }
     if (mask_rel) mask_causal_rel(s, *mask_rel);
-    auto p = nl::ndarray({qr, sw}, pdt, nl::sbuf, "p");
-    isa::activation(p, nl::exp, s, t.neg_lse, bias ? 1.0 : d.scale);
+    // p in fp32 first: ds = p * (dp - D) from the unrounded p, as PyTorch's flash backward
+    // (a ds from the 16-bit p cost dk up to 16% more error than PyTorch's at few keys); the
+    // 16-bit copy of p is only dv's matmul operand.
+    auto p32 = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "p");
+    isa::activation(p32, nl::exp, s, t.neg_lse, bias ? 1.0 : d.scale);
     auto dp_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "dp");
     matmul_chunks(dp_ps, t.doT, chunk_loads(vT(nl::all, nl::ds(s0, sw)), d.Ev));
     auto dpd = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "dp_minus_D");
     isa::tensor_scalar(dpd, dp_ps, nl::subtract, t.di);
     auto ds = nl::ndarray({qr, sw}, pdt, nl::sbuf, "ds");
-    isa::tensor_tensor(ds, dpd, p, nl::multiply);
+    isa::tensor_tensor(ds, dpd, p32, nl::multiply);
+    if (pdt == DType::float32) return std::pair{p32, ds};
+    auto p = nl::ndarray({qr, sw}, pdt, nl::sbuf, "p_low");
+    isa::tensor_copy(p, p32);
     return std::pair{p, ds};
   };
 
