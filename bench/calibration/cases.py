@@ -30,6 +30,7 @@ class Case:
     note: str = ""
     relative_to: Optional[str] = None  # relative figures: ratio against this case's figure
     reference: bool = False  # only the reference of relative figures (not a row of the table)
+    faster_than: Optional[str] = None  # a speedup: that case's time over this one's
 
 
 def _mm(K_, M, N, dt):
@@ -94,7 +95,9 @@ def full_cases():
 
 
 def reduced_cases():
-    """Smaller shapes with the same bottlenecks, for CI: only the rankings are checked."""
+    """Smaller shapes with the same bottlenecks, for CI: only the rankings are checked; and
+    the instruction- and transfer-level figures (tiny kernels at their published shapes, each
+    checked against its figure)."""
     bf16, f32 = nl.bfloat16, nl.float32
     mm = _mm(4096, 2048, 8192, bf16)
     mm32 = _mm(4096, 2048, 8192, f32)
@@ -111,4 +114,4 @@ def reduced_cases():
              "KO-TRN2", kwargs=dict(BM=8, BN=1, BK=8)),
         Case("MAMBA", "v1", "trn1", K.mamba_v1, _mamba(1024, 512), 2.34, "MAMBA"),
         Case("MAMBA", "v2", "trn1", K.mamba_v2, _mamba(1024, 512), 1.61, "MAMBA"),
-    ]
+    ] + U.micro_cases()

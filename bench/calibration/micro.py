@@ -49,6 +49,16 @@ def dma_data(which=0):
     return m
 
 
+def span(*opcodes):
+    """First start to last end of the events of these opcodes (a group of instructions run
+    back to back, their engine's time for them)."""
+    def m(prof):
+        names = [i[0] for i in prof.instrs]
+        ev = [e for e in prof.events if names[e[0]] in opcodes]
+        return max(e[3] for e in ev) - min(e[2] for e in ev)
+    return m
+
+
 def dma_pending(prof):
     """Trigger to completion of the one dma_copy."""
     e = _events(prof, "dma_copy")[0]
@@ -158,6 +168,90 @@ def loads_of_width(x, cols=512):
     return out
 
 
+# ---- the performance guide's ratios (PG, CALIBRATION.md 1.6): two ways to the same result ----
+
+_REPEAT = 8  # independent instructions per variant, each writing its own slice
+
+
+def _rows_out(x):
+    return (nl.ndarray((x.shape[0], _REPEAT, x.shape[1]), x.dtype, buffer=nl.shared_hbm),
+            nl.ndarray((x.shape[0], _REPEAT, x.shape[1]), x.dtype, buffer=nl.sbuf))
+
+
+def act_fused(x, b):
+    """exp(2 x + b) as one activation (scale and bias are part of the instruction)."""
+    out, r = _rows_out(x)
+    a, bb = nl.load(x), nl.load(b)
+    for i in range(_REPEAT):
+        nisa.activation(r[:, i, :], nl.exp, a, bias=bb, scale=2.0)
+    nl.store(out, r)
+    return out
+
+
+def act_unfused(x, b):
+    """exp(2 x + b) as three ScalarE instructions: multiply, add, exp."""
+    out, r = _rows_out(x)
+    _, m = _rows_out(x)
+    _, t = _rows_out(x)
+    a, bb = nl.load(x), nl.load(b)
+    for i in range(_REPEAT):
+        nisa.activation(m[:, i, :], nl.copy, a, scale=2.0)
+        nisa.activation(t[:, i, :], nl.copy, m[:, i, :], bias=bb)
+        nisa.activation(r[:, i, :], nl.exp, t[:, i, :])
+    nl.store(out, r)
+    return out
+
+
+def reduce_128(x):
+    """Row sums of a [128, F] tile as one 128-partition tensor_reduce."""
+    out = nl.ndarray((128, _REPEAT), x.dtype, buffer=nl.shared_hbm)
+    a = nl.load(x)
+    r = nl.ndarray((128, _REPEAT), x.dtype, buffer=nl.sbuf)
+    for i in range(_REPEAT):
+        nisa.tensor_reduce(r[:, i:i + 1], nl.add, a, axis=1)
+    nl.store(out, r)
+    return out
+
+
+def reduce_64x2(x):
+    """The same row sums as two 64-partition tensor_reduces."""
+    out = nl.ndarray((128, _REPEAT), x.dtype, buffer=nl.shared_hbm)
+    a = nl.load(x)
+    r = nl.ndarray((128, _REPEAT), x.dtype, buffer=nl.sbuf)
+    for i in range(_REPEAT):
+        nisa.tensor_reduce(r[0:64, i:i + 1], nl.add, a[0:64], axis=1)
+        nisa.tensor_reduce(r[64:128, i:i + 1], nl.add, a[64:128], axis=1)
+    nl.store(out, r)
+    return out
+
+
+def scan_two_ops(x):
+    """A dependent scan h = 0.5 h + 1 at one element per partition: one tensor_scalar with
+    two ops per step (Mamba's scan)."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    h = nl.load(x)
+    for _ in range(16):
+        nxt = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(nxt, h, nl.multiply, 0.5, op1=nl.add, operand1=1.0)
+        h = nxt
+    nl.store(out, h)
+    return out
+
+
+def scan_one_op_each(x):
+    """The same scan with one instruction per op (two per step)."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    h = nl.load(x)
+    for _ in range(16):
+        m = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nxt = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(m, h, nl.multiply, 0.5)
+        nisa.tensor_scalar(nxt, m, nl.add, 1.0)
+        h = nxt
+    nl.store(out, h)
+    return out
+
+
 def micro_cases():
     from .cases import Case  # noqa: circular at import time only
     bf16, f32 = nl.bfloat16, nl.float32
@@ -199,9 +293,28 @@ def micro_cases():
              one_store, [((4, 2048), f32)], 1810, "PG fig30", measure=dma_data(-1),
              note="direction not stated; as a load the trn1 read rate gives 4.8 us"),
     ]
+    cases.append(Case("", "ScalarE 1-element activation in a dependent chain, duration", "trn1",
+                      act_chain, [((128, 1), f32)], 159, "PG fig16",
+                      measure=duration("activation")))
+    # The performance guide's stated speedups: the slow variant is the reference, the row is
+    # its time over the fast variant's (published "3x faster", "2x faster", "2x speedup").
+    row, col = [((128, 512), f32), ((128, 1), f32)], [((128, 512), f32)]
+    for name, fast, slow, args, ops, factor in [
+            ("activation(exp, x, bias, scale) vs multiply, add, exp [128, 512] fp32, speedup",
+             act_fused, act_unfused, row, ("activation",), 3.0),
+            ("one 128-partition tensor_reduce vs two of 64 [128, 512] fp32, speedup",
+             reduce_128, reduce_64x2, col, ("tensor_reduce",), 2.0),
+            ("scan step as one two-op tensor_scalar vs two, 1 element, speedup",
+             scan_two_ops, scan_one_op_each, [((128, 1), f32)], ("tensor_scalar",), 2.0)]:
+        ref = f"{name} (slow variant)"
+        cases.append(Case("", ref, "trn1", slow, args, 1, "PG", measure=span(*ops),
+                          reference=True))
+        cases.append(Case("", name, "trn1", fast, args, factor, "PG (ratio)",
+                          measure=span(*ops), faster_than=ref))
     # DMA overview: relative throughput vs bytes per partition (32 KiB = 100%), 128 partitions
     total = 128 * 128 * 1024  # bytes moved per point: 128 KiB per partition (SBUF holds it)
-    for bpp, pct in [(256, 10), (1024, 42), (2048, 81), (4096, 97)]:
+    for bpp, pct in [(32, 1.5), (64, 2.5), (128, 5), (256, 10), (512, 21), (1024, 42),
+                     (2048, 81), (4096, 97), (8192, 98), (16384, 99)]:
         cols = bpp // 4
         cases.append(Case("", f"DMA throughput at {bpp} B/partition (% of 32 KiB)", "trn2",
                           loads_of_width, [((128, total // 128 // 4), f32)], pct,
