@@ -10,7 +10,12 @@ for, the reduction not computed yet), and a `reduce` combines its own reduction 
 into a new one. So a kernel that never chains pays nothing. Reading them across a rolled loop's
 boundary (a chain started before `nl.affine_range` and continued inside it) unrolls the loops
 (unroll.need_unrolled), so each iteration reads its predecessor's value. Eager mode runs one
-instruction at a time and keeps no registers: a `reduce` there is an error that says so."""
+instruction at a time and keeps no registers: a `reduce` there is an error that says so.
+
+Engines: "vector" (tensor_scalar_reduce, tensor_scalar_cumulative, exponential, range_select,
+select_reduce) and "scalar" (activation, activation_reduce, activate2). A Scalar-engine
+`activation(..., reduce_res=r)` that starts a chain writes r only (an Alias): continuing from it
+restarts the trace with the registers kept in a tile of their own (unroll.need_registers)."""
 import threading
 
 from . import _C, eager as _eager, unroll as _unroll
@@ -20,7 +25,18 @@ from .isa_constants import reduce_cmd
 # The identity of each reduction: a `reset` sets the registers to it, and a scan without
 # registers (isa_composed.tensor_scalar_cumulative) starts from it.
 IDENTITY = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": float("-inf"),
-             "minimum": float("inf"), "bitwise_or": 0.0, "logical_or": 0.0}
+             "minimum": float("inf"), "bitwise_or": 0.0, "logical_or": 0.0, "abs_max": 0.0,
+             "abs_min": float("inf")}
+
+
+class Alias:
+    """Registers whose value an instruction wrote only to its reduce_res tile (the Scalar
+    engine's common `activation(..., reduce_cmd=reset_reduce, reduce_res=r)`, which should cost
+    no extra instruction): a chain that continues from it restarts the trace keeping a copy
+    of their own (unroll.need_registers), since the kernel may write r in between."""
+
+    def __init__(self, tile):
+        self.tile = tile
 
 
 class _Registers(threading.local):
@@ -68,6 +84,9 @@ def _previous(engine, p, fn, span):
     value, loops = entry
     if loops != _unroll.loops_seen():  # set on the other side of a rolled loop's boundary
         _unroll.need_unrolled()
+    if isinstance(value, Alias):
+        _unroll.need_registers()
+        value = value.tile  # no restart possible: its reduce_res as it is now
     value = _materialized(value, span)
     if value.shape[0] != p:
         user_error("reduce-cmd", f"{fn}: reduce_cmd=reduce_cmd.reduce on {p} partitions, but "
@@ -78,6 +97,12 @@ def _previous(engine, p, fn, span):
 
 def _set(engine, value):
     _values()[engine] = (value, _unroll.loops_seen())
+
+
+def alias(engine, tile):
+    """An instruction set the registers of `engine` and wrote their value to `tile` (its
+    reduce_res) only (see Alias)."""
+    _set(engine, Alias(tile))
 
 
 def chain(engine, cmd, op, fn, span, src=None, own=None, init=None, wanted=False):
@@ -99,7 +124,12 @@ def chain(engine, cmd, op, fn, span, src=None, own=None, init=None, wanted=False
     else:
         value = own if own is not None else _reduced(op, src, span)
         if cmd == reduce_cmd.reduce:
-            _C.tensor_tensor(value, _previous(engine, p, fn, span), value, op, span)
+            previous = _previous(engine, p, fn, span)
+            if op in ("abs_max", "abs_min"):  # activate2's magnitude reductions
+                from .isa import _by_magnitude
+                _by_magnitude(value, op, previous, value, span)
+            else:
+                _C.tensor_tensor(value, previous, value, op, span)
         elif cmd == reduce_cmd.load_reduce:
             from .isa import tensor_scalar
             tensor_scalar(value, value, op, init)

@@ -4,6 +4,7 @@ scheduling label) and `engine=` are accepted and ignored: the compiler picks the
 from . import _C
 from . import eager as _eager
 from . import eager_dynamic as _eager_dynamic
+from . import unroll as _unroll
 from ._span import user_span
 from .collectives import core_barrier, sendrecv  # noqa: F401 (refused when called)
 from .access import BitcastView, IndirectView, OutOfRange, SplitView, as_index as _as_index, \
@@ -151,14 +152,19 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
                reduce_cmd=None, name=None):
     """dst = op(data * scale + bias) (bias a [P, 1] tile or a number); with reduce_res, its
     reduce_op (add in one instruction; max, min, ... by a reduction after it) over the free
-    dims. reduce_cmd: reset_reduce (the default with reduce_res) or idle (reduce_res is left
-    alone); the ones that keep the accumulator between instructions are refused."""
+    dims. reduce_cmd chains the Scalar engine's accumulator registers (NKI_API.md 5.3,
+    accumulators.py): reset_reduce (the default with reduce_res) starts a chain with this
+    instruction's reduction, reduce adds it onto what the previous one left, reset clears them
+    (this data not added), idle leaves them alone (reduce_res is then left alone too);
+    reduce_res receives the registers' value."""
     span = user_span()
+    cmd = None
     if reduce_cmd is not None:
         from .isa_composed import _cmd, _cmd_set
-        if _cmd(reduce_cmd, "activation", (_cmd_set.idle, _cmd_set.reset_reduce),
-                span) == _cmd_set.idle:
-            reduce_res = None
+        cmd = _cmd(reduce_cmd, "activation", (_cmd_set.idle, _cmd_set.reset, _cmd_set.reduce,
+                                              _cmd_set.reset_reduce), span)
+        if cmd == _cmd_set.idle:
+            cmd = reduce_res = None
     if not hasattr(data, "shape"):
         raise TypeError(f"nisa.activation: data must be a tile (an SBUF or PSUM tensor), got "
                         f"{type(data).__name__} {data!r:.40}")
@@ -167,11 +173,47 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
         bias = None if bias == 0.0 else _C.full([data.shape[0], 1], bias, _C.DType.float32,
                                                 _C.Memory.sbuf, "", span)
     rop = None if reduce_op is None else _op(reduce_op)
+    if cmd is not None and (cmd != _cmd_enum.reset_reduce or reduce_res is None or
+                            _unroll.keep_registers()):
+        return _activation_chained(dst, op, data, bias, scale, rop, reduce_res, cmd, span)
+    _activation_op(dst, op, data, bias, _operand(scale), rop, reduce_res, span)
+    if reduce_res is not None:  # a chain may continue from it (the default is reset_reduce)
+        from . import accumulators
+        accumulators.alias("scalar", reduce_res)
+
+
+_cmd_enum = reduce_cmd  # (activation's parameter hides the enum's name)
+
+
+def _activation_op(dst, op, data, bias, scale, rop, reduce_res, span):
+    """The activation instruction, with reduce_res its reduction rop over the free dims (add in
+    the instruction, others by a reduction after it); the registers untouched."""
     if reduce_res is not None and rop not in (None, "add", "sum"):
-        _C.activation(dst, _op(op), data, bias, _operand(scale), None, None, span)
+        _C.activation(dst, _op(op), data, bias, scale, None, None, span)
         _C.tensor_reduce(reduce_res, rop, dst, list(range(1, len(dst.shape))), False, span)
-        return
-    _C.activation(dst, _op(op), data, bias, _operand(scale), rop, reduce_res, span)
+    else:
+        _C.activation(dst, _op(op), data, bias, scale, rop, reduce_res, span)
+
+
+def _activation_chained(dst, op, data, bias, scale, rop, reduce_res, cmd, span):
+    """activation whose reduction goes through the Scalar engine's registers (reset, reduce,
+    or reset_reduce keeping them in a tile of their own): the instruction's own reduction into
+    a [P, 1] fp32 tile, combined with the registers (accumulators.chain), copied to
+    reduce_res."""
+    from . import accumulators
+    rop = "add" if rop in (None, "sum") else rop
+    scale = _operand(scale)
+    if cmd == _cmd_enum.reset:
+        _C.activation(dst, _op(op), data, bias, scale, None, None, span)
+        value = accumulators.chain("scalar", cmd, rop, "activation", span, src=dst,
+                                   wanted=True)
+    else:
+        own = _C.ndarray([data.shape[0], 1], _C.DType.float32, _C.Memory.sbuf, "", span)
+        _activation_op(dst, op, data, bias, scale, rop, own, span)
+        value = accumulators.chain("scalar", cmd, rop, "activation", span, own=own,
+                                   wanted=True)
+    if reduce_res is not None:
+        _C.tensor_copy(reduce_res, value, span)
 
 
 # NeuronCore-v4's magnitude operators (NKI_API.md 5.1: the signed operand with the larger /

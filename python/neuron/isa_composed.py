@@ -12,8 +12,8 @@ from . import eager as _eager
 from ._span import user_span
 from .dma_rmw import dma_compute  # noqa: F401 (nisa.dma_compute)
 from .errors import user_error
-from .isa import _op, activation, reduce_cmd, tensor_copy, tensor_reduce, tensor_scalar, \
-    tensor_tensor
+from .isa import _activation_op, _op, activation, reduce_cmd, tensor_copy, tensor_reduce, \
+    tensor_scalar, tensor_tensor
 from .isa_utilities import nonzero_with_count, sequence_bounds, topk  # noqa: F401 (nisa.*)
 from .language import _operand, fp32
 
@@ -167,10 +167,12 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
               name=None):
     """dst = op((data op0 imm0) op1 imm1) (imm0/imm1 numbers or [P, 1] tiles; the stages in
     fp32; (op0, op1) one of NKI's pairs, nl.bypass skipping a stage); op nl.prelu is
-    max(t, 0) + relu_param * min(t, 0). With reduce_cmd=reset_reduce, reduce_res ([P, 1]) =
-    reduce_op (add, max or min) over the free dims of the result, in fp32."""
+    max(t, 0) + relu_param * min(t, 0). reduce_op (add, max, min, abs_max, abs_min) over the
+    free dims of the result, in fp32, goes through the Scalar engine's registers as
+    activation's (reset_reduce, reduce, reset); reduce_res ([P, 1]) receives them."""
     span = user_span()
-    cmd = _cmd(reduce_cmd, "activate2", (_cmd_set.idle, _cmd_set.reset_reduce), span)
+    cmd = _cmd(reduce_cmd, "activate2", (_cmd_set.idle, _cmd_set.reset, _cmd_set.reduce,
+                                         _cmd_set.reset_reduce), span)
     names = []
     for what, o in (("op0", op0), ("op1", op1)):
         n = "bypass" if o is None else _op(o)
@@ -179,12 +181,12 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
         user_error("unsupported", f"activate2: (op0, op1) = ({names[0]}, {names[1]}) is not one "
                    "of NKI's pairs (multiply, add), (multiply, subtract), (multiply, bypass), "
                    "(add, bypass), (subtract, bypass), (bypass, bypass)", span)
-    if reduce_res is not None and cmd != _cmd_set.reset_reduce:
-        user_error("unsupported", "activate2(reduce_res=...) with reduce_cmd=idle: the "
-                   "accumulator registers are not kept between instructions; use "
-                   "reduce_cmd=reduce_cmd.reset_reduce", span)
+    if reduce_res is not None and cmd == _cmd_set.idle:
+        user_error("unsupported", "activate2(reduce_res=...) with reduce_cmd=idle: idle leaves "
+                   "the accumulator registers alone, so reduce_res would get nothing of this "
+                   "instruction; use reduce_cmd=reduce_cmd.reset_reduce (or reduce)", span)
     rop = None
-    if reduce_res is not None:
+    if cmd != _cmd_set.idle:
         rop = "add" if reduce_op is None else _op(reduce_op)
         if rop not in _ACT2_REDUCE:
             user_error("reduce-op", f"activate2: reduce_op={rop!r} is not supported (add, "
@@ -205,17 +207,21 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
         tensor_scalar(t, t, "maximum", 0.0)
         tensor_tensor(t, t, neg, "add")
         fn = "copy"
-    if reduce_res is None:
+    if cmd == _cmd_set.idle:
         activation(dst, fn, t)
         return
     partial = _column_fp32(data, span)
     out = dst if dst.dtype == _C.DType.float32 else _fp32_like(data, span)
-    if rop in ("abs_max", "abs_min"):
+    if cmd == _cmd_set.reset:  # the registers cleared; this instruction's data not added
+        activation(out, fn, t)
+    elif rop in ("abs_max", "abs_min"):
         activation(out, fn, t)
         _magnitude_reduce(partial, rop, out, span)
-    else:
-        activation(out, fn, t, reduce_op=rop, reduce_res=partial)
-    tensor_copy(reduce_res, partial)
+    else:  # (not the public activation: a reduce_res there sets the registers)
+        _activation_op(out, fn, t, None, 1.0, rop, partial, span)
+    value = _acc.chain("scalar", cmd, rop, "activate2", span, own=partial, wanted=True)
+    if reduce_res is not None:
+        tensor_copy(reduce_res, value)
     if out is not dst:
         tensor_copy(dst, out)
 

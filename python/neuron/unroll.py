@@ -28,6 +28,12 @@ class NeedsGrid(Exception):
     that mode (trace() catches it)."""
 
 
+class NeedsRegisters(Exception):
+    """The running trace continues a Scalar-engine reduce_cmd chain from an instruction that
+    left the registers' value only in its reduce_res tile (which the kernel may have written
+    since): restart keeping the registers' own copy (accumulators.py; trace() catches it)."""
+
+
 _GRID_MODES = (None, "grid", "programs", "cores")  # each one knows more than the one before
 
 
@@ -40,6 +46,7 @@ class _Sites(threading.local):
     partly = False      # the last trace unrolled loops for values and kept others rolled
     rolled = False      # the last trace kept loops rolled
     grid_mode = None    # None (program ids and grid size symbolic), "grid" or "programs"
+    keep_registers = False  # Scalar-engine reduce_res values copied into registers of their own
 
 
 _state = _Sites()
@@ -114,12 +121,26 @@ def need_unrolled():
         raise NeedsValue(sites)
 
 
+def keep_registers():
+    """Does the running trace keep the Scalar engine's registers in a tile of their own even
+    where an instruction also writes them to its reduce_res (a kernel that chains them)?"""
+    return _state.active and _state.keep_registers
+
+
+def need_registers():
+    """A reduce_cmd chain reads registers whose value is only in a reduce_res tile: restart
+    keeping copies of their own. Returns when that cannot help (no restart possible)."""
+    if _state.active and not _state.keep_registers:
+        raise NeedsRegisters()
+
+
 def trace(run, unroll_all=False):
     """run() (one trace), restarted with more loops unrolled while it needs index values
     (unroll_all: every loop unrolled from the start)."""
-    saved = (_state.active, _state.unroll, _state.opened, _state.closed, _state.loops)
+    saved = (_state.active, _state.unroll, _state.opened, _state.closed, _state.loops,
+             _state.keep_registers)
     unroll = frozenset(["*"]) if unroll_all else frozenset()
-    _state.partly, _state.grid_mode = False, None
+    _state.partly, _state.grid_mode, _state.keep_registers = False, None, False
     try:
         while True:
             _state.active, _state.unroll, _state.opened = True, unroll, ()
@@ -138,12 +159,17 @@ def trace(run, unroll_all=False):
                     raise RuntimeError("neuron: a program id needed a value after tracing "
                                        "per program")
                 _state.grid_mode = e.args[0]
+            except NeedsRegisters:
+                if _state.keep_registers:
+                    raise RuntimeError("neuron: registers needed after keeping them")
+                _state.keep_registers = True
             except IndexError:
                 if not _state.opened or "*" in unroll:
                     raise
                 unroll = frozenset(["*"])
     finally:
-        _state.active, _state.unroll, _state.opened, _state.closed, _state.loops = saved
+        (_state.active, _state.unroll, _state.opened, _state.closed, _state.loops,
+         _state.keep_registers) = saved
 
 
 def partly_unrolled():

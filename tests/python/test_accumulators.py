@@ -1,4 +1,4 @@
-# The Vector engine's accumulator registers (python/neuron/accumulators.py, NKI_API.md 5.3):
+# The Vector and Scalar engines' accumulator registers (python/neuron/accumulators.py, NKI_API.md 5.3):
 # instructions chained by reduce_cmd, natively and on the simulator (bit-identical), against
 # NumPy references written from the documented register semantics.
 import numpy as np
@@ -115,6 +115,82 @@ def test_a_chain_across_a_rolled_loop_reads_each_iterations_value():
     np.testing.assert_array_equal(got, want)
 
 
+def scalar_chains(x, y):
+    """The Scalar engine's registers: activation and activate2 chained by reduce_cmd, with
+    instructions between the steps that must not disturb them."""
+    out = nl.ndarray((16, 6), nl.float32, buffer=nl.shared_hbm)
+    a, b = nl.load(x), nl.load(y)
+    e = nl.ndarray((16, 32), nl.float32)
+    v = nl.ndarray((16, 32), nl.float32)
+    res = nl.ndarray((16, 6), nl.float32)
+    # sum exp(a) + sum exp(b): the start keeps no reduce_res; a Vector-engine chain and an
+    # idle activation in between leave the Scalar engine's registers alone
+    nisa.activation(e, nl.exp, a, reduce_op=nl.add, reduce_cmd=cmd.reset_reduce)
+    nisa.tensor_scalar_reduce(v, a, nl.add, 1.0, nl.add, reduce_cmd=cmd.reset_reduce)
+    nisa.activation(e, nl.tanh, b, reduce_res=res[:, 5:6], reduce_cmd=cmd.idle)
+    nisa.activation(e, nl.exp, b, bias=-1.0, scale=2.0, reduce_op=nl.add,
+                    reduce_res=res[:, 0:1], reduce_cmd=cmd.reduce)
+    # the start writes reduce_res, which the kernel then overwrites: the chain goes on from
+    # the registers, not from that tile
+    nisa.activation(e, nl.copy, a, reduce_op=nl.add, reduce_res=res[:, 1:2],
+                    reduce_cmd=cmd.reset_reduce)
+    nisa.memset(res[:, 1:2], 100.0)
+    nisa.activation(e, nl.copy, b, reduce_op=nl.add, reduce_res=res[:, 2:3],
+                    reduce_cmd=cmd.reduce)
+    # reset: this instruction's data not added
+    nisa.activation(e, nl.copy, a, reduce_res=res[:, 3:4], reduce_cmd=cmd.reset)
+    nisa.activation(e, nl.copy, b, reduce_op=nl.add, reduce_cmd=cmd.reduce)
+    # activate2 shares the registers: max of (a * 2 + 1) then of (b * 2 + 1) on top of the sum
+    nisa.activate2(e, nl.copy, a, 2.0, 1.0, nl.multiply, nl.add, reduce_op=nl.maximum,
+                   reduce_cmd=cmd.reduce, reduce_res=res[:, 4:5])
+    nl.store(out, res)
+    return out
+
+
+def test_scalar_engine_chains_through_its_registers():
+    x = RNG.uniform(-1, 1, (16, 32)).astype(np.float32)
+    y = RNG.uniform(-1, 1, (16, 32)).astype(np.float32)
+    got = three_ways(scalar_chains, x, y, modes=TRACED)
+    f64 = np.float64
+    sum_b = y.astype(f64).sum(1)
+    want = [np.exp(x.astype(f64)).sum(1) + np.exp(2 * y.astype(f64) - 1).sum(1),
+            np.full(16, 100.0),                       # overwritten by the kernel
+            x.astype(f64).sum(1) + sum_b,             # the registers, not the tile
+            np.zeros(16),                             # reset
+            np.maximum(sum_b, (2 * x.astype(f64) + 1).max(1))]
+    np.testing.assert_allclose(got[:, :5], np.stack(want, 1), rtol=2e-6, atol=1e-5)
+
+
+def scalar_running_sum(x):
+    out = nl.ndarray((16, 4), nl.float32, buffer=nl.shared_hbm)
+    res = nl.ndarray((16, 4), nl.float32)
+    e = nl.ndarray((16, 8), nl.float32)
+    nisa.activation(e, nl.copy, nl.load(x[:, 0:8]), reduce_op=nl.add, reduce_res=res[:, 0:1],
+                    reduce_cmd=cmd.reset_reduce)
+    for i in nl.affine_range(1, 4):
+        nisa.activation(e, nl.copy, nl.load(x[:, 8 * i:8 * i + 8]), reduce_op=nl.add,
+                        reduce_res=res[:, i:i + 1], reduce_cmd=cmd.reduce)
+    nl.store(out, res)
+    return out
+
+
+def test_a_scalar_chain_across_a_rolled_loop_and_no_cost_without_one():
+    x = RNG.uniform(-1, 1, (16, 32)).astype(np.float32)
+    got = three_ways(scalar_running_sum, x, modes=TRACED)
+    want = np.stack([x[:, :8 + 8 * i].astype(np.float64).sum(1) for i in range(4)], 1)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+    def once(x):  # the common form: a reduce_res and no chain costs no extra instruction
+        out = nl.ndarray((16, 1), nl.float32, buffer=nl.shared_hbm)
+        e, s = nl.ndarray((16, 32), nl.float32), nl.ndarray((16, 1), nl.float32)
+        nisa.activation(e, nl.exp, nl.load(x), reduce_op=nl.add, reduce_res=s,
+                        reduce_cmd=cmd.reset_reduce)
+        nl.store(out, s)
+        return out
+    text = str(neuron.kernel(once, mode="simulate").trace(x))
+    assert text.count("activation(") == 1 and "tensor_copy" not in text
+
+
 def unchained(x):
     t = nl.load(x)
     d = nl.ndarray((4, 6), nl.float32)
@@ -130,8 +206,17 @@ def other_rows(x):
     return x
 
 
+def scalar_unchained(x):
+    t = nl.load(x)
+    d = nl.ndarray((4, 6), nl.float32)
+    nisa.activation(d, nl.exp, t, reduce_op=nl.add, reduce_cmd=cmd.reduce)
+    return x
+
+
 @pytest.mark.parametrize("fn,rule,text", [
     (unchained, "reduce-cmd", "no earlier instruction of this kernel set them"),
+    (scalar_unchained, "reduce-cmd", "adds onto the scalar engine's accumulator registers, and "
+                                     "no earlier instruction"),
     (other_rows, "reduce-cmd", "on 2 partitions, but the vector engine's registers were set "
                                "by an instruction on 4"),
 ])

@@ -463,6 +463,25 @@ def isa_forms(x, y, col):
     return tuple(outs) + (red, red2, keep, neg, sel, dcopy)
 
 
+@nki.jit(mode="simulation")
+def scalar_register_chain(x, y):
+    # The Scalar engine's registers through the legacy API's reduce_cmd ints: reset_reduce (3)
+    # with no reduce_res, then reduce (2) into reduce_res.
+    out = nl.ndarray((128, 1), nl.float32, buffer=nl.shared_hbm)
+    rr = nl.ndarray((128, 1), nl.float32)
+    nisa.activation(op=np.exp, data=nl.load(x), reduce_op=np.add, reduce_cmd=3)
+    nisa.activation(op=nl.copy, data=nl.load(y), reduce_op=np.add, reduce_res=rr,
+                    reduce_cmd=nisa.reduce_cmd.reduce)
+    nl.store(out, value=rr)
+    return out
+
+
+def test_scalar_register_chain_in_the_legacy_api():
+    x, y = rand(128, 64), rand(128, 64)
+    want = np.exp(x.astype(f64)).sum(1) + y.astype(f64).sum(1)
+    np.testing.assert_allclose(scalar_register_chain(x, y)[:, 0], want, rtol=1e-6)
+
+
 def test_value_returning_isa_forms():
     x, y, col = rand(128, 64), rand(128, 64, lo=0.5, hi=2.0), rand(128, 1)
     got = isa_forms(x, y, col)

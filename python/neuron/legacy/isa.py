@@ -186,12 +186,12 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, **kwargs):
 
 def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
                reduce_cmd=None, mask=None, dtype=None, **kwargs):
-    """op(data * scale + bias); with reduce_res, its [P, 1] sum over the free axes."""
-    if reduce_cmd not in (None, 0, 3):
-        _error("unsupported", "activation(reduce_cmd=...) other than idle/reset_reduce is not "
-               "supported (the accumulator registers are not modelled across calls)")
+    """op(data * scale + bias); with reduce_res, its [P, 1] sum over the free axes.
+    reduce_cmd reset (1), reduce (2) and reset_reduce (3) chain the Scalar engine's
+    accumulator registers as the current API's activation does."""
+    chained = reduce_cmd not in (None, 0)
     x = _tile(data, "nisa.activation")
-    if reduce_res is None and (bias is None or _is_view(bias)):
+    if reduce_res is None and not chained and (bias is None or _is_view(bias)):
         full = [(0, n) for n in x.shape]
         f, sc, b = _act(op), _column(scale, full, "scale"), _column(bias, full, "bias")
         d = _direct(x, mask, dtype, lambda dst: _isa.activation(dst, f, x, bias=b, scale=sc))
@@ -205,7 +205,8 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     _isa.activation(_index_rect(dst, rect), _act(op), _index_rect(x, rect),
                     bias=_column(bias, rect, "bias"), scale=_column(scale, rect, "scale"),
                     reduce_op=None if reduce_op is None else _name(reduce_op),
-                    reduce_res=_column(reduce_res, rect, "reduce_res"))
+                    reduce_res=_column(reduce_res, rect, "reduce_res"),
+                    reduce_cmd=reduce_cmd if chained else None)
     return _done(dst, rect)
 
 
