@@ -17,16 +17,28 @@ from . import isa, language, ranks
 from .kernel import Kernel, kernel, simulate as _simulate
 
 
+class JitKernel(Kernel):
+    """What nki.jit makes: a neuron Kernel that also runs on the simulator while the
+    environment has NKI_SIMULATOR=1 (read at each call, as the legacy nki.jit does)."""
+
+    @property
+    def mode(self):
+        return "simulate" if os.environ.get("NKI_SIMULATOR") == "1" else self._mode
+
+    @mode.setter
+    def mode(self, mode):
+        self._mode = mode
+
+
 def jit(fn=None, **kwargs):
-    """nki.jit: a neuron kernel (native run, or eager with NEURON_EAGER=1; NKI_SIMULATOR=1 or
-    mode="simulation" runs on the simulator). The target is platform_target= (trn1, trn2,
-    trn3) or the environment's NEURON_PLATFORM_TARGET_OVERRIDE, else trn2. Other NKI options
-    (mode=baremetal, ...) are accepted and ignored."""
-    mode = "simulate" if (os.environ.get("NKI_SIMULATOR") == "1"
-                          or kwargs.get("mode") == "simulation") else None
+    """nki.jit: a neuron kernel (native run, or eager with NEURON_EAGER=1; mode="simulation",
+    or NKI_SIMULATOR=1 when it is called, runs on the simulator). The target is platform_target=
+    (trn1, trn2, trn3) or the environment's NEURON_PLATFORM_TARGET_OVERRIDE, else trn2. Other
+    NKI options (mode=baremetal, ...) are accepted and ignored."""
     if fn is None:
         return lambda f: jit(f, **kwargs)
-    return kernel(fn, mode=mode, target=platform_target(kwargs.get("platform_target")))
+    mode = "simulate" if kwargs.get("mode") == "simulation" else None
+    return JitKernel(fn, mode=mode, target=platform_target(kwargs.get("platform_target")))
 
 
 # NKI's platform names and the NeuronCore generation names NKI's simulator also takes.

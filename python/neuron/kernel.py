@@ -278,7 +278,7 @@ class Kernel:
         if not callable(fn):
             raise TypeError(f"neuron.kernel takes a function, got {type(fn).__name__}")
         self.fn = fn
-        self.mode = mode
+        self._mode = mode
         self.grid = tuple(grid)
         self.target = target
         self.profile = profile
@@ -309,6 +309,21 @@ class Kernel:
         self._registered = getattr(fn, "_neuron_registered", None)  # a C++ kernel (registry.py)
 
     @property
+    def mode(self):
+        """"native", "simulate" or "eager"."""
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode):
+        self._mode = mode
+
+    @property
+    def func(self):
+        """The function the kernel was made from (NKI's jit objects call it `func`: code that
+        wraps a kernel in another reads it)."""
+        return self.fn
+
+    @property
     def last_report(self):
         """The native compile report of this thread's last call ("" before one)."""
         return getattr(self._last, "report", "")
@@ -326,8 +341,8 @@ class Kernel:
         launch = self._grids.get(grid)
         if launch is not None:  # the same launch object: its cached calls stay fast
             return launch
-        launch = Kernel(self.fn, grid, self.target, self.profile, self._cache, self.mode,
-                        self._by_ir, self._consts)
+        launch = type(self)(self.fn, grid, self.target, self.profile, self._cache, self._mode,
+                            self._by_ir, self._consts)
         self._grids[grid] = launch
         return launch
 

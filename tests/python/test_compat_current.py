@@ -112,6 +112,23 @@ def test_a_jit_kernel_called_from_a_kernel_is_inlined(mode):
     np.testing.assert_array_equal(neuron.kernel(outer_wrapper, mode=mode)(a), 3 * a)
 
 
+def test_a_jit_kernel_exposes_its_function_and_reads_nki_simulator_when_called(monkeypatch):
+    # nki-autotune wraps kernels by their .func; NKI_SIMULATOR set after the decorator ran (a
+    # test harness's fixture) still picks the simulator, for the kernel and its launches.
+    assert inner_scale.func is inner_scale.__wrapped__
+    monkeypatch.delenv("NKI_SIMULATOR", raising=False)
+    assert inner_scale.mode == "native" and inner_scale[2].mode == "native"
+    monkeypatch.setenv("NKI_SIMULATOR", "1")
+    assert inner_scale.mode == "simulate" and inner_scale[2].mode == "simulate"
+    a = RNG.standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_array_equal(inner_scale(a, 2.0), 2 * a)
+
+    @nki.jit
+    def outer(a):  # the wrapping nki-autotune does: a jit kernel calling another's function
+        return inner_scale.func(a, 5.0)
+    np.testing.assert_array_equal(outer(a), 5 * a)
+
+
 # ---- program ids and grid sizes as Python values -----------------------------------------------
 
 def sharded(x, out):
