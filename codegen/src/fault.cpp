@@ -2,6 +2,7 @@
 #include "neuron/codegen/fault.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "neuron/base/error.hpp"
 
@@ -51,15 +52,24 @@ void raise_fault(const Program& p, const Fault& f, const std::string& where) {
                  "{}: index {} read at partition {} is outside the {} elements of a data "
                  "partition{}",
                  name, f.a, f.c, f.b, at);
-    case kFaultAccess:
+    case kFaultAccess: {
+      const AccessPattern& ap = f.c < 0 ? in->dst : in->src.at(static_cast<size_t>(f.c));
+      if (!is_on_chip(ap.memory) && ap.tensor >= 0 &&
+          static_cast<size_t>(ap.tensor) < p.tensors.size()) {
+        const TensorDecl& t = p.tensors[static_cast<size_t>(ap.tensor)];
+        user_error(in->span, "out-of-bounds",
+                   "{}: the {} touches elements {}..{} of tensor '{}' (shape [{}], {} "
+                   "elements); a register or a dynamic loop made the index{}: keep it inside the "
+                   "tensor",
+                   name, operand_name(*in, f.c), f.a, f.b, t.name, fmt::join(t.shape, ", "), f.d,
+                   at);
+      }
       user_error(in->span, "out-of-bounds",
                  "{}: the {} touches {}..{}, outside 0..{} ({} of its memory); a register or a "
                  "dynamic loop made the index{}",
                  name, operand_name(*in, f.c), f.a, f.b, f.d - 1,
-                 is_on_chip((f.c < 0 ? in->dst : in->src.at(static_cast<size_t>(f.c))).memory)
-                     ? "bytes of a partition"
-                     : "elements",
-                 at);
+                 is_on_chip(ap.memory) ? "bytes of a partition" : "elements", at);
+    }
     case kFaultTile: {
       const AccessPattern& ap = f.c < 0 ? in->dst : in->src.at(static_cast<size_t>(f.c));
       user_error(in->span, "out-of-bounds",

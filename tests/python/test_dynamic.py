@@ -212,6 +212,8 @@ def test_an_out_of_range_register_offset_names_the_users_line():
         with pytest.raises(neuron.NeuronError) as e:
             neuron.kernel(register_offsets, mode=mode)(x, ints((1, 1), [4]))
         assert "out-of-bounds" in str(e.value)
+        # both executors name the tensor and its shape, not only element numbers
+        assert "tensor 'x' (shape [512, 32], 16384 elements)" in str(e.value), mode
         assert e.value.line == line_of(register_offsets, "x[nl.ds(r * 128, 128), :]")
 
 
