@@ -8,8 +8,10 @@ A reshape pairs the dims of both shapes into groups of equal element count (`[2,
 elements, and that run one box of the base dims: then the base view holds exactly the selected
 elements in the same (row-major) order, and a DMA moves them between it and a tile of the new
 shape (the consumer sees a view whose shape differs from the tile's; docs/nki-compat.md). A run
-that is not a box (rows 32..95 of a merged [2, 64]) is a view of the base's storage when the base
-is a whole HBM tensor (storage_view), else refused with the rule that fails.
+that is not a box (rows 32..95 of a merged [2, 64]), a box that is no run (column 1 of a [64]
+split into [32, 2]: trnfft's butterflies) and a strided subscript are a view of the base's
+storage when the base is a whole HBM tensor (storage_view), else refused with the rule that
+fails.
 
 A start that has no value at trace time (a loop index, program id or register) works where the
 run stays affine in it: on a dim the reshape leaves alone, and on the outermost dim of a split
@@ -68,9 +70,9 @@ def _run(ranges, sizes, name):
     k = max([d for d, ((lo, hi), n) in enumerate(zip(ranges, sizes)) if hi - lo != n],
             default=-1)  # the innermost dim not taken whole
     if any(hi - lo != 1 for lo, hi in ranges[:max(k, 0)]):
-        error("unsupported", f"this subscript of the reshaped tensor '{name}' selects elements "
-              "that are not contiguous across the merged dims (only the outermost subscripted "
-              "dim of a merged group may take a range)")
+        raise NotABox(f"this subscript of the reshaped tensor '{name}' selects elements that "
+                      "are not contiguous across the merged dims (only the outermost "
+                      "subscripted dim of a merged group may take a range)")
     start = end = 0
     for (lo, hi), n in zip(ranges, sizes):
         start, end = start * n + lo, end * n + hi - 1
@@ -149,8 +151,8 @@ def base_subscripts(base_shape, shape, picks, name, sub):
         for d in gn:
             start, size, step = picks[d]
             if step != 1 and size > 1:
-                error("unsupported", f"a strided subscript of a merged or split dim of the "
-                      f"reshaped tensor '{name}' is not supported")
+                raise NotABox(f"a strided subscript of a merged or split dim of the reshaped "
+                              f"tensor '{name}' is not supported")
         if len(go) == 1:  # a split (or size-1 dims added): one run of the base dim
             subs[go[0]] = sub("ds", *_split_run([picks[d][:2] for d in gn],
                                                 [shape[d] for d in gn], name))

@@ -3,9 +3,13 @@
 # nl.static_range loop used after it, isinstance(x, nt.tensor), a one-element tile plus a program
 # id as a runtime offset, nl.ds subscripts of reshaped HBM tensors, reshaped[j][grid], an index
 # grid as a value with a lower-rank tile partition aligned, nisa.tensor_tensor of [P, H] into
-# [P, H, T], and nki.baremetal of a launch grid; simulated and native, each against NumPy.
+# [P, H, T], and nki.baremetal of a launch grid; and forms of vLLM's paged flash attention and
+# nki-llama's attention (a masked grid past a reshaped size-1 dim, nl.where of index-grid
+# comparisons); simulated and native, each against NumPy.
 import numpy as np
+import pytest
 
+import neuron
 import neuron.compat
 
 neuron.compat.install()
@@ -150,3 +154,51 @@ def test_baremetal_keeps_the_launch_grid():
 
     x = RNG.standard_normal((2, 4)).astype(np.float32)
     np.testing.assert_array_equal(nki.baremetal(rows[2])(x), x + 1)
+
+
+# ---- forms of vLLM's paged flash attention, nki-llama's and trnfft's kernels ---------------------
+
+def test_masked_load_whose_grid_runs_past_a_reshaped_size1_dim():
+    # vLLM's load_block_tables when the context is one tile: tab.reshape((1, n)) loaded by a
+    # 128-row grid whose rows past the first the mask drops (was an [index] error); without
+    # the mask, the same subscript is an error naming the dim.
+    def kernel(tab, rows):
+        t = tab.reshape((rows, tab.shape[0] // rows))
+        out = nl.ndarray(t.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+        sb = nl.zeros((nl.par_dim(128), t.shape[1]), dtype=nl.int32)
+        i_p, i_f = nl.arange(128)[:, None], nl.arange(t.shape[1])[None, :]
+        sb[i_p, i_f] = nl.load(t[i_p, i_f], dtype=nl.int32, mask=(i_p < rows))
+        nl.store(out[i_p, i_f], sb[i_p, i_f], mask=(i_p < rows))
+        return out
+    for rows in (1, 3):
+        tab = np.arange(8 * rows, dtype=np.int32)
+        np.testing.assert_array_equal(both(kernel, tab, rows).ravel(), tab)
+
+    def unmasked(tab):
+        t = tab.reshape((1, 8))
+        out = nl.ndarray((128, 8), dtype=nl.int32, buffer=nl.shared_hbm)
+        i_p, i_f = nl.arange(128)[:, None], nl.arange(8)[None, :]
+        nl.store(out[i_p, i_f], nl.load(t[i_p, i_f]))
+        return out
+    with pytest.raises(neuron.NeuronError, match="dim 0 of the reshaped 'tab' has size 1 but "
+                                                 "the subscript covers 0..127") as e:
+        nki.simulate_kernel(unmasked, np.arange(8, dtype=np.int32))
+    assert e.value.rule == "index"
+
+
+def test_where_with_a_comparison_of_index_grids():
+    # nki-llama's causal flash attention: nl.where(i_q >= i_k, scores, -9984), as NKI's
+    # simulator evaluates index grids as arrays; & joins comparisons.
+    def kernel(x):
+        out = nl.ndarray((2, 128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        i_q, i_k = nl.arange(128)[:, None], nl.arange(64)[None, :]
+        nl.store(out[0], nl.where(i_q >= i_k, t, nl.full((128, 64), -9984.0,
+                                                         dtype=nl.float32)))
+        nl.store(out[1], nl.where((i_q >= i_k) & (i_k + 8 > i_q), t, -1.0))
+        return out
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    q, k = np.arange(128)[:, None], np.arange(64)[None, :]
+    got = both(kernel, x)
+    np.testing.assert_array_equal(got[0], np.where(q >= k, x, -9984.0))
+    np.testing.assert_array_equal(got[1], np.where((q >= k) & (k + 8 > q), x, -1.0))

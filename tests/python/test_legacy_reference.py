@@ -165,6 +165,25 @@ def test_current_api_reshape_rows_that_are_no_box():
     np.testing.assert_array_equal(got[1, 40:70], x)
 
 
+def test_current_api_reshape_a_column_of_a_split_dim():
+    # trnfft's butterflies: x (B, n) reshaped to (rows, m), then column k of the rows, loaded
+    # and stored (elements r * m + k: one stride of the storage, no run); any base shape.
+    import neuron
+    import neuron.language as cnl
+
+    def column(x, rows, m, k):
+        x2 = x.reshape((rows, m))
+        out = cnl.ndarray(x.shape, x.dtype, buffer=cnl.shared_hbm)
+        cnl.store(out.reshape((rows, m))[0:rows, m - 1 - k:m - k], cnl.load(x2[0:rows, k:k + 1]))
+        return out
+
+    for shape in [(64,), (1, 64), (2, 32), (4, 16)]:
+        x = np.arange(64, dtype=np.float32).reshape(shape)
+        for mode in ("simulate", "native"):
+            got = np.asarray(neuron.kernel(column, mode=mode)(x, 32, 2, 1)).reshape(32, 2)
+            np.testing.assert_array_equal(got[:, 0], x.reshape(32, 2)[:, 1])
+
+
 def test_no_box_rows_of_a_strided_view_are_refused():
     import pytest
     import neuron

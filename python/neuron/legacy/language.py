@@ -26,7 +26,7 @@ from .blocks import Blocks as _Blocks, allocate as _allocate, split_shape as _sp
 from . import spill as _spill
 from .blocks import par_dim  # noqa: F401 (re-exported)
 from .grid import arange, mgrid  # noqa: F401 (re-exported)
-from .grid import Grid as _Grid, error as _error
+from .grid import Cmp as _Cmp, Grid as _Grid, Mask as _Mask, error as _error
 from .mask import rectangle as _rectangle
 from .ops import intersect as _intersect, is_full as _is_full, masked as _masked
 from .ops import pad_trailing as _pad_trailing
@@ -587,9 +587,31 @@ def logical_not(x, *, dtype=None, mask=None, **kwargs):
 
 
 def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
+    """x where condition, else y. condition may be a tile or, as NKI's simulator evaluates
+    index grids as arrays, a comparison of index grids (`i_q >= i_k`; `&`-joined too): its
+    0 / 1 tile is made by affine_select (nki-llama's causal flash attention writes it so)."""
     dt = None if dtype is None else _nl.to_dtype(dtype)
+    if isinstance(condition, (_Cmp, _Mask)):
+        condition = _predicate_tile(condition, x, y)
     return _masked(lambda c, a, b: _nl.where(c, a, b, dt), [condition, x, y], mask,
                    lambda: dt or next(o.dtype for o in (x, y, condition) if _is_view(o)))
+
+
+def _predicate_tile(pred, x, y):
+    """A uint8 tile of x's (else y's) shape: 1 where the index-grid comparison pred holds."""
+    from . import isa as _legacy_isa
+    like = next((o for o in (x, y) if _is_view(o)), None)
+    if like is None:
+        _error("operand", "nl.where with a comparison of index grids as its condition needs a "
+               "tile as x or y (the shape the comparison is evaluated over)")
+    t = full(tuple(_operand(like).shape), 1, dtype=uint8)
+    for term in pred.terms if isinstance(pred, _Mask) else [pred]:
+        if isinstance(term, bool):
+            if not term:
+                t = full(tuple(t.shape), 0, dtype=uint8)
+            continue
+        t = _legacy_isa.affine_select(term, t, 0)
+    return t
 
 
 def softmax(x, axis, *, dtype=None, compute_dtype=None, mask=None, **kwargs):

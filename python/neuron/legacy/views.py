@@ -90,6 +90,10 @@ class GridView:
     ("unit", start) keeps it with size 1, ("axis", start, step, k) walks dim k of the result
     shape. entries None: the whole base viewed as that shape (a reshape)."""
 
+    # (name, dim, ("axis", start, step, k)): a size-1 dim of a reshaped tensor the base does not
+    # have, walked by grid axis k: in range only where a mask keeps that axis at index 0.
+    unit_axes = ()
+
     def __init__(self, base, entries, shape, axes=None, frame=None):
         self.base, self.entries, self.shape = base, entries, tuple(shape)
         self.axes, self.frame = axes, frame  # the grid axes of the dims, the grid's rank
@@ -117,6 +121,12 @@ class GridView:
                 continue  # a program id: checked by the compiler
             if lo < 0 or hi >= n:
                 return f"dim {d} of '{self.base.name}' has size {n} but the subscript covers " \
+                       f"{lo}..{hi}"
+        for name, d, e in self.unit_axes:
+            a, b = (0, self.shape[e[3]]) if rect is None else rect[e[3]]
+            lo, hi = e[1] + a * e[2], e[1] + (b - 1) * e[2]
+            if lo < 0 or hi >= 1:
+                return f"dim {d} of the reshaped '{name}' has size 1 but the subscript covers " \
                        f"{lo}..{hi}"
         return None
 
@@ -353,16 +363,23 @@ class Reshaped:
         if self.merges:
             return _finish(ReshapedView(self, entries, S, axes, frame))
         kept = [e for e, n in zip(entries, self.shape) if n != 1]
-        for e, n in zip(entries, self.shape):
+        units = []
+        for d, (e, n) in enumerate(zip(entries, self.shape)):
             # A program id or runtime offset in a size-1 dim (NxDI's query tiles when a
             # sequence is one tile) can only be 0 in range: the dim is dropped either way.
             symbolic = isinstance(e[1], _C.Affine) and not e[1].is_constant()
-            if n == 1 and (not symbolic and e[1] != 0 or e[0] == "axis" and S[e[3]] > 1):
+            if n == 1 and e[0] == "axis" and S[e[3]] > 1:
+                # A grid axis longer than the dim (vLLM's block tables when they are one
+                # tile): only a mask keeping that axis at 0 makes it fit (checked where used).
+                units.append((self.name, d, e))
+            elif n == 1 and not symbolic and e[1] != 0:
                 error("index", f"the subscript of a size-1 dim of '{self.name}' is out of range")
         base_entries, it = [], iter(kept)
         for n in self.base.shape:
             base_entries.append(next(it) if n != 1 else ("fix", 0))
-        return _finish(GridView(self.base, base_entries, S, axes, frame))
+        view = GridView(self.base, base_entries, S, axes, frame)
+        view.unit_axes = tuple(units)
+        return _finish(view)
 
 
 class Prefixed:
