@@ -39,6 +39,18 @@ def dense_reference(q, k, v, score_mod=None, mask_mod=None, scale=None):
     return out, lse
 
 
+def torch_math(q, k, v, score_mod=None, mask_mod=None, scale=None):
+    """out of PyTorch's own eager flex_attention (torch._higher_order_ops.flex_attention's
+    math_attention: scores in fp32, probabilities rounded to q's dtype before the value
+    matmul), differentiable: the reference in q's dtype FLEX.md judges against, which PyTorch's
+    CPU flex_attention computes forward but refuses to differentiate."""
+    from torch._higher_order_ops.flex_attention import math_attention
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    out, _, _ = math_attention(q, k, v, score_mod or (lambda s, b, h, m, n: s),
+                               (mask_mod or tfa.noop_mask,), scale, {})
+    return out
+
+
 def judge(name, ours, golden, ref):
     """FLEX.md: mean|golden - ours| <= fudge * mean|golden - ref| (ref: the reference in the
     same dtype), and no NaN."""

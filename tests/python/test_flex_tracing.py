@@ -5,7 +5,9 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.attention.flex_attention as tfa
 
+import neuron.flex_attention as nfa
 from neuron.flex_attention import UnsupportedModError, flex_attention
 from neuron.flex_attention import codegen, tracing
 from neuron.flex_attention.fallback import FlexFallbackWarning
@@ -142,6 +144,42 @@ def test_untraceable_mod_falls_back_with_one_warning(monkeypatch):
     assert len(msgs) == 1 and "erf" in str(msgs[0].message)
     golden, _ = fh.dense_reference(q, q, q, _erf_score)
     torch.testing.assert_close(out, golden)
+
+
+def test_the_fallback_calls_mods_per_element_as_pytorch_does(monkeypatch):
+    # attention-gym's mods that the tracer cannot express but PyTorch's eager path runs (it
+    # vmaps the mods over kv_idx, q_idx, h, b): torch.dot of captured rows (latent
+    # attention's RoPE), and `interval = intervals[i]; interval[0]` (flamingo's mask) beside an
+    # untraceable op. Called on broadcast index tensors they raised. The warning names the
+    # caller's line, not torch.compiler.disable's wrapper.
+    monkeypatch.delenv("NEURON_STRICT", raising=False)
+    g = torch.Generator().manual_seed(5)
+    qr, kr = torch.rand(1, 2, 3, 8, generator=g), torch.rand(1, 1, 16, 8, generator=g)
+
+    def rope_dot(score, b, h, q_idx, kv_idx):
+        return score + 0.1 * torch.dot(qr[b, h, q_idx], kr[b, 0, kv_idx])
+    boundaries = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2])
+    intervals = torch.tensor([[0, 2], [1, 3], [0, 3]])
+
+    def flamingo(b, h, q_idx, kv_idx):
+        interval = intervals[boundaries[kv_idx]]
+        return (q_idx >= interval[0]) & (q_idx < interval[1]) & (torch.erf(q_idx * 1.0) > -1)
+    q = torch.randn(1, 2, 3, 16, generator=g)
+    k, v = torch.randn(1, 1, 16, 16, generator=g), torch.randn(1, 1, 16, 16, generator=g)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        ours = flex_attention(q, k, v, score_mod=rope_dot, enable_gqa=True)
+        mask = nfa.create_mask(flamingo, 1, 1, 3, 16)
+        bm = nfa.create_block_mask(flamingo, 1, 1, 3, 16)
+        masked = flex_attention(q, k, v, block_mask=bm, enable_gqa=True)
+    torch.testing.assert_close(ours, tfa.flex_attention(q, k, v, score_mod=rope_dot,
+                                                        enable_gqa=True))
+    assert torch.equal(mask, tfa.create_mask(flamingo, 1, 1, 3, 16, device="cpu"))
+    tbm = tfa.create_block_mask(flamingo, 1, 1, 3, 16, device="cpu")
+    torch.testing.assert_close(masked, tfa.flex_attention(q, k, v, block_mask=tbm,
+                                                          enable_gqa=True))
+    fell = [x for x in w if issubclass(x.category, FlexFallbackWarning)]
+    assert fell and all(x.filename == __file__ for x in fell)
 
 
 def test_strict_mode_raises_instead_of_falling_back(monkeypatch):

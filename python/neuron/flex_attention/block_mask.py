@@ -14,7 +14,7 @@ import warnings
 
 import torch
 
-from . import codegen, intervals, tracing
+from . import codegen, intervals, reference, tracing
 from .fallback import warn_fallback
 
 DEFAULT_BLOCK = 128
@@ -369,20 +369,20 @@ def _evaluate_blocks(graph, blocks, full, partial, Q_LEN, KV_LEN, QB, KB):
 
 
 def _dense_blocks(mask_mod, B, H, Q_LEN, KV_LEN, QB, KB):
-    """Fallback for mods the tracer cannot express: call mask_mod on index tensors, one row
-    of query blocks at a time (memory B*H*QB*KV_LEN)."""
+    """Fallback for mods the tracer cannot express: mask_mod's values per element, as
+    PyTorch's eager path computes them (reference.mod_values), one row of query blocks at a
+    time (memory B*H*QB*KV_LEN)."""
     nQ, nK = -(-Q_LEN // QB), -(-KV_LEN // KB)
     full = torch.zeros(B, H, nQ, nK, dtype=torch.bool)
     partial = torch.zeros_like(full)
-    b = torch.arange(B).view(B, 1, 1, 1)
-    h = torch.arange(H).view(1, H, 1, 1)
-    kv = torch.arange(nK * KB).view(1, 1, 1, -1)
+    b, h = torch.arange(B), torch.arange(H)
+    kv = torch.arange(nK * KB)
     for i in range(nQ):
-        q = (i * QB + torch.arange(QB)).view(1, 1, QB, 1)
-        valid = (q < Q_LEN) & (kv < KV_LEN)
-        m = torch.as_tensor(mask_mod(b, h, torch.clamp(q, max=Q_LEN - 1),
-                                     torch.clamp(kv, max=KV_LEN - 1)))
-        m = torch.broadcast_to(m.to(torch.bool), (B, H, QB, nK * KB)) & valid
+        q = i * QB + torch.arange(QB)
+        valid = (q.view(QB, 1) < Q_LEN) & (kv.view(1, -1) < KV_LEN)
+        m = reference.mod_values(mask_mod, False, b, h, torch.clamp(q, max=Q_LEN - 1),
+                                 torch.clamp(kv, max=KV_LEN - 1))
+        m = m.to(torch.bool) & valid
         cnt = m.view(B, H, QB, nK, KB).sum(dim=(2, 4))
         full[:, :, i] = cnt == QB * KB
         partial[:, :, i] = (cnt > 0) & (cnt < QB * KB)
@@ -435,7 +435,8 @@ def create_mask(mod_fn, B, H, Q_LEN, KV_LEN, device=None):
     h = torch.arange(H).view(1, H, 1, 1)
     q = torch.arange(Q_LEN).view(1, 1, Q_LEN, 1)
     kv = torch.arange(KV_LEN).view(1, 1, 1, KV_LEN)
-    if is_score_mod(mod_fn):
+    score = is_score_mod(mod_fn)
+    if score:
         names = tracing.ARGS_SCORE
         call_args = (torch.zeros(B, H, Q_LEN, KV_LEN), b, h, q, kv)
     else:
@@ -446,7 +447,8 @@ def create_mask(mod_fn, B, H, Q_LEN, KV_LEN, device=None):
         out = codegen.compile_graph(g)(*call_args, *[t.detach() for t in g.inputs])
     except tracing.UnsupportedModError as e:
         warn_fallback(e)
-        out = mod_fn(*call_args)
+        out = reference.mod_values(mod_fn, score, *call_args[:-4],
+                                   *(t.flatten() for t in call_args[-4:]))
     out = torch.broadcast_to(torch.as_tensor(out), (B, H, Q_LEN, KV_LEN))
     if names is tracing.ARGS_SCORE:
         out = ~torch.isneginf(out)

@@ -158,8 +158,9 @@ def drop_subnormal_weights(x, lowest):
 
 
 def forward(prob):
-    """Returns (out [B, Hq, L, Ev] in q's dtype, lse [B, Hq, L], max [B, Hq, L]) in the
-    working precision for lse / max."""
+    """Returns (out [B, Hq, L, Ev], lse [B, Hq, L], max [B, Hq, L]) in the working precision
+    (the caller rounds out to q's dtype, and keeps the unrounded one for the backward's
+    rowsum(dout * out))."""
     p_ = prob.plan
     B, Hkv, G, L, Ev = prob.B, prob.Hkv, prob.G, prob.L, prob.Ev
     out = torch.zeros(B, Hkv, G, L, Ev, dtype=prob.wd)
@@ -207,5 +208,4 @@ def forward(prob):
                                                NEG_INF)
             mx[..., q0:q0 + qr] = m
     Hq = prob.Hq
-    return (out.reshape(B, Hq, L, Ev).to(prob.dtype), lse.reshape(B, Hq, L),
-            mx.reshape(B, Hq, L))
+    return out.reshape(B, Hq, L, Ev), lse.reshape(B, Hq, L), mx.reshape(B, Hq, L)

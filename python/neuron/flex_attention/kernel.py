@@ -151,8 +151,9 @@ def block_lists(block_mask, B, Hq, L, S):
 class Shape:
     """Everything static about one kernel: the cache key besides the mods' graphs."""
 
-    def __init__(self, q, v, QB, KB, kn, ki, fi, Bm, Hm, scale, caps_layout):
+    def __init__(self, q, v, QB, KB, kn, ki, fi, Bm, Hm, scale, caps_layout, out_fp32=False):
         self.B, self.Hq, self.L, self.E = q.shape
+        self.out_fp32 = out_fp32  # out stored in fp32 (for a backward) whatever q's dtype
         self.Bk, self.Hkv, self.S, self.Ev = v.shape
         self.G = self.Hq // self.Hkv
         self.QB, self.KB = QB, KB
@@ -211,7 +212,8 @@ def _build(sh, score_graph, mask_graph):
         TRACES[0] += 1
         mm = operand_dtype(nl, q)  # bf16 operands for bf16 inputs; everything else is fp32
         prescale = mm == f32 or exact_scale
-        out = nl.ndarray((sh.B * sh.Hq, sh.L, sh.Ev), q.dtype, buffer=nl.shared_hbm, name="out")
+        out = nl.ndarray((sh.B * sh.Hq, sh.L, sh.Ev), f32 if sh.out_fp32 else q.dtype,
+                         buffer=nl.shared_hbm, name="out")
         lse = nl.ndarray((sh.B * sh.Hq, sh.L, 1), f32, buffer=nl.shared_hbm, name="lse")
         mx = nl.ndarray((sh.B * sh.Hq, sh.L, 1), f32, buffer=nl.shared_hbm, name="max_scores")
         b = nl.program_id(0)
@@ -276,7 +278,7 @@ def _build(sh, score_graph, mask_graph):
                                  blk * sh.KB + sb * TK, sb, q0, qr)
             m_use = nl.where(nl.equal(m, ninf), 0.0, m)
             nl.store(out[hq, nl.ds(q0, qr), :],
-                     nl.multiply(acc, nl.reciprocal(nl.maximum(l, 1e-30)), dtype=q.dtype))
+                     nl.multiply(acc, nl.reciprocal(nl.maximum(l, 1e-30)), dtype=out.dtype))
             nl.store(lse[hq, nl.ds(q0, qr), :], nl.add(m_use, nl.log(l)))
             nl.store(mx[hq, nl.ds(q0, qr), :], m)
 
@@ -367,16 +369,18 @@ def _captured(graphs):
     return torch.cat(parts).reshape(1, -1), tuple(layout)
 
 
-def forward(q, k, v, block_mask, score_graph, mask_graph, scale, simulate=False):
-    """out [B, Hq, L, Ev] (q's dtype), lse and max_scores [B, Hq, L] fp32 through the neuron
-    kernel."""
+def forward(q, k, v, block_mask, score_graph, mask_graph, scale, simulate=False,
+            out_fp32=False):
+    """out [B, Hq, L, Ev] (q's dtype; fp32 with out_fp32), lse and max_scores [B, Hq, L]
+    fp32 through the neuron kernel."""
     import neuron
     q, k, v = q.detach(), k.detach(), v.detach()
     B, Hq, L, E = q.shape
     Bk, Hkv, S, Ev = v.shape
     QB, KB, kn, ki, fn, fi, Bm, Hm = block_lists(block_mask, B, Hq, L, S)
     caps, layout = _captured((score_graph, mask_graph))
-    sh = Shape(q, v, QB, KB, kn, ki, fi, Bm, Hm, scale, layout)
+    sh = Shape(q, v, QB, KB, kn, ki, fi, Bm, Hm, scale, layout,
+               out_fp32 and q.dtype != torch.float32)
     kern = get_kernel(sh, score_graph, mask_graph)
     grid = kern[B, Hkv, sh.G]
     if simulate:
