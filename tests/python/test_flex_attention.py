@@ -297,8 +297,9 @@ def test_small_api_parity():
     assert nfa._mask_mod_signature is torch_flex._mask_mod_signature
     i = torch.tensor(0)
     assert nfa.noop_mask(batch=i, head=i, token_q=i, token_kv=i)  # PyTorch's parameter names
-    with pytest.warns(DeprecationWarning, match="_compile"):
+    with pytest.warns(DeprecationWarning, match="_compile") as rec:
         create_block_mask(fh.causal, 1, 1, 64, 64, _compile=True)
+    assert rec[0].filename == __file__  # the caller's line, not the compile-disable wrapper's
     empty = create_block_mask(fh.causal, 1, 1, 0, 64)
     assert empty.to_string(grid_size=-1) == tfa.create_block_mask(
         fh.causal, 1, 1, 0, 64, device="cpu").to_string(grid_size=-1)
@@ -373,6 +374,26 @@ def test_inside_torch_compile():
         warnings.simplefilter("ignore")
         got = torch.compile(block, backend="eager")(x, w)
     torch.testing.assert_close(got, block(x, w))
+
+
+def test_torch_compile_of_flex_attention_itself_stays_a_graph_break():
+    # attention-gym writes flex_attention = torch.compile(flex_attention) (and so for
+    # create_block_mask): torch.compile unwraps a disabled function it is handed, and traced our
+    # internals (34 graphs, 1-12 s a new shape); now nothing of ours is traced and a new shape
+    # costs what eager does.
+    import torch._dynamo
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(flex_attention, dynamic=False)
+    compiled_bm = torch.compile(create_block_mask)  # (11-17 s a new length when traced)
+    for L in (64, 96):
+        q = torch.randn(1, 2, L, 16)
+        bm = compiled_bm(fh.causal, 1, 1, L, L, BLOCK_SIZE=32)
+        assert torch.equal(bm.to_dense(),
+                           create_block_mask(fh.causal, 1, 1, L, L, BLOCK_SIZE=32).to_dense())
+        torch.testing.assert_close(compiled(q, q, q, score_mod=fh.rel_bias, block_mask=bm),
+                                   flex_attention(q, q, q, score_mod=fh.rel_bias, block_mask=bm))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 0
 
 
 def test_pytorchs_block_mask_and_partial_only_masks_work():

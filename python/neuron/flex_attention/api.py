@@ -12,7 +12,7 @@ from . import backward as _bwd
 from . import codegen, kernel as _kernel, kernel_bwd as _kernel_bwd, plan as _plan
 from . import reference, tracing
 from .block_mask import _LARGE_BLOCK, BlockMask, _sliced_mask_mod_error, ordered_to_dense
-from .fallback import warn_fallback
+from .fallback import user_stacklevel, warn_fallback
 from .forward import Problem, forward as _fwd
 
 
@@ -193,7 +193,7 @@ def _kernel_ok(q, k, v, score_graph, mask_graph, block_mask):
     if why not in _warned_kernel:
         _warned_kernel.add(why)
         warnings.warn(f"neuron.flex_attention: the neuron kernel cannot run this call ({why}); "
-                      "using the host path", RuntimeWarning, stacklevel=3)
+                      "using the host path", RuntimeWarning, stacklevel=user_stacklevel())
     return False
 
 
@@ -265,11 +265,21 @@ def _trace(mod, names):
         return None, e
 
 
-@torch.compiler.disable
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
                    enable_gqa=False, return_lse=False, kernel_options=None, *, return_aux=None):
     """Drop-in for torch.nn.attention.flex_attention.flex_attention (docs/flex_attention.md).
     Runs on CPU tensors, forward and backward."""
+    # A graph break under torch.compile, also for torch.compile(flex_attention) itself (what
+    # attention-gym's examples write): torch.compile unwraps a disabled function it is handed
+    # and traced these internals, 34 graphs and seconds a new shape; a disabled callee stays
+    # opaque.
+    return _flex_attention(query, key, value, score_mod, block_mask, scale, enable_gqa,
+                           return_lse, kernel_options, return_aux)
+
+
+@torch.compiler.disable
+def _flex_attention(query, key, value, score_mod, block_mask, scale, enable_gqa, return_lse,
+                    kernel_options, return_aux):
     global _warned_lse
     block_mask = _validate(query, key, value, block_mask, enable_gqa)
     if block_mask is not None:
@@ -283,7 +293,8 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     if return_lse and not _warned_lse:
         _warned_lse = True
         warnings.warn("return_lse is deprecated and will be removed in v2.10. Please use "
-                      "return_aux=AuxRequest(lse=True) instead.", FutureWarning, stacklevel=2)
+                      "return_aux=AuxRequest(lse=True) instead.", FutureWarning,
+                      stacklevel=user_stacklevel())
     if scale is None:
         scale = 1.0 / math.sqrt(query.size(-1))
     B, Hq, L, _ = query.shape

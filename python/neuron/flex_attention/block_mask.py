@@ -15,7 +15,7 @@ import warnings
 import torch
 
 from . import codegen, intervals, reference, tracing
-from .fallback import warn_fallback
+from .fallback import user_stacklevel, warn_fallback
 
 DEFAULT_BLOCK = 128
 _LARGE_BLOCK = 1 << 30
@@ -403,12 +403,20 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=None, BLOCK_SIZE=DEF
                       _compile=False):
     """Block mask of mask_mod(b, h, q_idx, kv_idx) -> bool for a [B, H, Q_LEN, KV_LEN]
     attention; B or H None means 1 (broadcast)."""
+    # Opaque to torch.compile, also as torch.compile(create_block_mask) (PyTorch's advice for
+    # long sequences, and attention-gym's): traced, these internals took 11-17 s a new length
+    # against 2 ms eager. (flex_attention does the same: api.py.)
+    return _create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device, BLOCK_SIZE, _compile)
+
+
+@torch.compiler.disable
+def _create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device, BLOCK_SIZE, _compile):
     if is_score_mod(mask_mod):
         raise AssertionError(f"create-block_mask requires a mask_mod function! Got {mask_mod}")
     if _compile:  # deprecated in PyTorch, which warns the same way
         warnings.warn("create_block_mask(_compile=True) is deprecated (as in PyTorch): compile "
                       "the call instead, torch.compile(create_block_mask); here the flag changes "
-                      "nothing", DeprecationWarning, stacklevel=2)
+                      "nothing", DeprecationWarning, stacklevel=user_stacklevel())
     B = 1 if B is None else B
     H = 1 if H is None else H
     QB, KB = (BLOCK_SIZE, BLOCK_SIZE) if isinstance(BLOCK_SIZE, int) else tuple(BLOCK_SIZE)

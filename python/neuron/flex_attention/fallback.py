@@ -29,12 +29,13 @@ def warn_fallback(error):
         _warned.add(msg)
         warnings.warn(f"{msg}\nflex_attention falls back to the dense reference for this mod "
                       "(memory B*H*L*S; set NEURON_STRICT=1 to make this an error)",
-                      FlexFallbackWarning, stacklevel=_callers_level())
+                      FlexFallbackWarning, stacklevel=user_stacklevel())
 
 
-def _callers_level():
-    """warn_fallback's stacklevel that names the user's line: the first frame outside neuron
-    and torch (torch.compiler.disable wraps flex_attention in frames of its own)."""
+def user_stacklevel():
+    """The stacklevel that makes a warnings.warn in the calling function name the user's line:
+    the first frame outside neuron and torch (torch.compiler.disable wraps flex_attention and
+    create_block_mask in frames of its own)."""
     import torch
     skip = (_NEURON, os.path.dirname(os.path.abspath(torch.__file__)))
     frame, level = sys._getframe(2), 2  # warn_fallback's caller
