@@ -349,6 +349,16 @@ def test_errors_use_pytorchs_wording():
     bmw = create_block_mask(lambda b, h, qi, kv: w[kv] > 0, 1, 1, 128, 128)
     with pytest.raises(RuntimeError, match="captured by mask_mod requires grad"):
         flex_attention(*(torch.randn(1, 2, 128, 16),) * 3, block_mask=bmw)
+    # A counted block index that names no key block (attention-gym's paged attention maps an
+    # unreserved page to -1): an error, not a read of other memory.
+    num = torch.tensor([[[2, 1]]], dtype=torch.int32)
+    idx = torch.tensor([[[[0, 1], [-1, 0]]]], dtype=torch.int32)
+    bad = nfa.BlockMask.from_kv_blocks(num, idx, BLOCK_SIZE=64, seq_lengths=(128, 128),
+                                       compute_q_blocks=False)
+    q2 = torch.randn(1, 2, 128, 16)
+    with pytest.raises(ValueError, match=r"kv_indices\[0, 0, 1, 0\] is -1, not one of the 2 key "
+                                         r"blocks 0..1 of kv_len=128"):
+        flex_attention(q2, q2, q2, block_mask=bad)
 
 
 def test_patch_makes_torch_names_ours():

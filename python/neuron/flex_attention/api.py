@@ -101,7 +101,31 @@ def _validate(query, key, value, block_mask, enable_gqa):
             raise RuntimeError(
                 f"Expect q/k/v and block_mask to be on the same device but got {query.device} "
                 f"and {block_mask.kv_num_blocks.device}.")
+        _check_block_lists(block_mask, S)
     return block_mask
+
+
+def _check_block_lists(block_mask, S):
+    """The blocks the lists count must be key blocks: a -1 (attention-gym's paged attention
+    maps unreserved pages so) or a block past S would read other memory; PyTorch's eager path
+    ignores the lists, its kernels read them."""
+    nK = -(-S // block_mask.BLOCK_SIZE[1])
+    for num_name, idx_name in (("kv_num_blocks", "kv_indices"),
+                               ("full_kv_num_blocks", "full_kv_indices")):
+        num, idx = getattr(block_mask, num_name), getattr(block_mask, idx_name)
+        if num is None:
+            continue
+        if bool(((num < 0) | (num > idx.shape[-1])).any()):
+            raise ValueError(f"block_mask.{num_name} holds counts outside 0..{idx.shape[-1]} "
+                             f"(the length of {idx_name}'s last dim)")
+        counted = torch.arange(idx.shape[-1]) < num.unsqueeze(-1)
+        bad = counted & ((idx < 0) | (idx >= nK))
+        if bool(bad.any()):
+            at = tuple(bad.nonzero()[0].tolist())
+            raise ValueError(
+                f"block_mask.{idx_name}{list(at)} is {int(idx[at])}, not one of the {nK} key "
+                f"blocks 0..{nK - 1} of kv_len={S} ({num_name} counts it); build the lists so "
+                "that every counted entry names a key block")
 
 
 def _tiled(block_mask, B, Hq):
