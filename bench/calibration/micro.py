@@ -202,54 +202,55 @@ def act_unfused(x, b):
     return out
 
 
-def reduce_128(x):
-    """Row sums of a [128, F] tile as one 128-partition tensor_reduce."""
+def _row_sums(x, parts):
+    """Row sums of a [128, F] tile, _REPEAT times, each as `parts` tensor_reduces of
+    128 / parts partitions."""
     out = nl.ndarray((128, _REPEAT), x.dtype, buffer=nl.shared_hbm)
     a = nl.load(x)
     r = nl.ndarray((128, _REPEAT), x.dtype, buffer=nl.sbuf)
+    rows = 128 // parts
     for i in range(_REPEAT):
-        nisa.tensor_reduce(r[:, i:i + 1], nl.add, a, axis=1)
+        for p in range(parts):
+            nisa.tensor_reduce(r[p * rows:(p + 1) * rows, i:i + 1], nl.add,
+                               a[p * rows:(p + 1) * rows], axis=1)
     nl.store(out, r)
     return out
 
 
+def reduce_128(x):
+    """One 128-partition tensor_reduce a row sum."""
+    return _row_sums(x, 1)
+
+
 def reduce_64x2(x):
-    """The same row sums as two 64-partition tensor_reduces."""
-    out = nl.ndarray((128, _REPEAT), x.dtype, buffer=nl.shared_hbm)
-    a = nl.load(x)
-    r = nl.ndarray((128, _REPEAT), x.dtype, buffer=nl.sbuf)
-    for i in range(_REPEAT):
-        nisa.tensor_reduce(r[0:64, i:i + 1], nl.add, a[0:64], axis=1)
-        nisa.tensor_reduce(r[64:128, i:i + 1], nl.add, a[64:128], axis=1)
-    nl.store(out, r)
+    """Two 64-partition tensor_reduces a row sum."""
+    return _row_sums(x, 2)
+
+
+def _scan(x, fused):
+    """A dependent scan h = 0.5 h + 1 at one element per partition (Mamba's scan): each step
+    one tensor_scalar with two ops (fused), or one instruction per op."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    h = nl.load(x)
+    for _ in range(16):
+        nxt = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        if fused:
+            nisa.tensor_scalar(nxt, h, nl.multiply, 0.5, op1=nl.add, operand1=1.0)
+        else:
+            m = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+            nisa.tensor_scalar(m, h, nl.multiply, 0.5)
+            nisa.tensor_scalar(nxt, m, nl.add, 1.0)
+        h = nxt
+    nl.store(out, h)
     return out
 
 
 def scan_two_ops(x):
-    """A dependent scan h = 0.5 h + 1 at one element per partition: one tensor_scalar with
-    two ops per step (Mamba's scan)."""
-    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
-    h = nl.load(x)
-    for _ in range(16):
-        nxt = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
-        nisa.tensor_scalar(nxt, h, nl.multiply, 0.5, op1=nl.add, operand1=1.0)
-        h = nxt
-    nl.store(out, h)
-    return out
+    return _scan(x, True)
 
 
 def scan_one_op_each(x):
-    """The same scan with one instruction per op (two per step)."""
-    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
-    h = nl.load(x)
-    for _ in range(16):
-        m = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
-        nxt = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
-        nisa.tensor_scalar(m, h, nl.multiply, 0.5)
-        nisa.tensor_scalar(nxt, m, nl.add, 1.0)
-        h = nxt
-    nl.store(out, h)
-    return out
+    return _scan(x, False)
 
 
 def micro_cases():
