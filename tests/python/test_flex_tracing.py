@@ -43,6 +43,9 @@ MASK_MODS = {
     "flag": lambda b, h, q, kv: flag[kv] | (q == kv),
     "headdep": lambda b, h, q, kv: (q - kv).abs() <= h * 3 + b,
     "not": lambda b, h, q, kv: ~(q < kv),
+    # attention-gym's Morton-order neighbourhoods: shifts by constants (negative values too)
+    "shifts": lambda b, h, q, kv: (((q - 20) >> 2) == (kv >> 2)) |
+                                  (torch.bitwise_left_shift(q, 1) - kv > 3),
 }
 
 
@@ -117,6 +120,18 @@ def test_unsupported_op_names_the_op_and_the_line():
     assert "torch.erf" in msg
     assert f"test_flex_tracing.py:{_line_of(mod, 'torch.erf')}:" in msg
     assert "return torch.erf(q_idx) > 0" in msg
+
+
+def test_shifts_trace_as_divisions_and_other_shifts_are_named():
+    shifts = MASK_MODS["shifts"]
+    bm = nfa.create_block_mask(shifts, 1, 1, 300, 260, BLOCK_SIZE=64)
+    tbm = tfa.create_block_mask(shifts, 1, 1, 300, 260, device="cpu", BLOCK_SIZE=64)
+    for f in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
+        assert torch.equal(getattr(bm, f), getattr(tbm, f)), f
+    for mod, what in ((lambda b, h, q, kv: (q >> kv) > 0, "shift >> by"),
+                      (lambda b, h, q, kv: (q * 0.5).float() << 1 > 0, "floating-point")):
+        with pytest.raises(UnsupportedModError, match=what):
+            tracing.trace(mod, tracing.ARGS_MASK)
 
 
 def test_python_control_flow_is_named():

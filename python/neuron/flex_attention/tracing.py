@@ -56,8 +56,8 @@ def unsupported(what):
         f"flex_attention: the score_mod/mask_mod uses {what}, which cannot be traced\n"
         f"    at {_user_line()}\n"
         "Supported: arithmetic, comparisons, torch.where, &, |, ~, exp/log/tanh/sin/cos/abs/"
-        "sigmoid/sqrt, integer // and %, casts, Python scalars and captured tensors indexed by "
-        "the index arguments")
+        "sigmoid/sqrt, integer // and %, shifts by an int constant, casts, Python scalars and "
+        "captured tensors indexed by the index arguments")
 
 
 class Node:
@@ -199,6 +199,18 @@ class Proxy:
             unsupported(f"the bitwise operator {op!r} on floating-point values")
         return self._new(op, (a, b), kind)
 
+    def _shift(self, other, left):
+        """x << c and x >> c of an integer value by a constant c >= 0: x * 2**c and
+        x // 2**c (an arithmetic shift is a floored division; attention-gym's Morton-order
+        neighbourhood masks write them)."""
+        what = "<<" if left else ">>"
+        if self.node.kind == FLOAT:
+            unsupported(f"the shift {what} of a floating-point value")
+        if isinstance(other, bool) or not isinstance(other, int) or other < 0:
+            unsupported(f"the shift {what} by {other!r} (shifts by a non-negative int constant "
+                        "only)")
+        return self._binary("mul" if left else "floordiv", 1 << other)
+
     def _unary(self, op):
         n = self.node
         if op == "not":
@@ -315,6 +327,8 @@ for _name, _op in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "
     setattr(Proxy, f"__r{_name}__", _binop(_op, swap=True))
 for _name in COMPARE:
     setattr(Proxy, f"__{_name}__", _binop(_name))
+Proxy.__lshift__ = lambda self, other: self._shift(other, True)
+Proxy.__rshift__ = lambda self, other: self._shift(other, False)
 Proxy.__neg__ = lambda self: self._unary("neg")
 Proxy.__pos__ = lambda self: self
 Proxy.__abs__ = lambda self: self._unary("abs")
@@ -422,6 +436,9 @@ def _torch_function(func, args, kwargs):
         return _as_proxy(graph, args[0])._unary("abs")
     if name in _TORCH_BINARY and _TORCH_BINARY[name] and len(args) == 2:
         return _as_proxy(graph, args[0])._binary(_TORCH_BINARY[name], args[1])
+    if name in ("__lshift__", "__rshift__", "bitwise_left_shift", "bitwise_right_shift") \
+            and len(args) == 2 and isinstance(args[0], Proxy):
+        return args[0]._shift(args[1], "left" in name or name == "__lshift__")
     if name in _TORCH_RSWAP and len(args) == 2:
         return _as_proxy(graph, args[0])._binary(_TORCH_RSWAP[name], args[1], swap=True)
     unsupported(f"torch.{name}")
