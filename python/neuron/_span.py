@@ -33,6 +33,23 @@ def user_frame():
     return f
 
 
+_TORCH_DIR = []  # torch's package directory, once torch is imported
+
+
+def warning_stacklevel():
+    """The stacklevel that makes a warnings.warn in the calling function name the user's line:
+    the first frame outside neuron and outside torch (torch.compiler.disable wraps entry points
+    such as flex_attention in frames of its own)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and not _TORCH_DIR:
+        _TORCH_DIR.append(os.path.dirname(os.path.realpath(torch.__file__)) + os.sep)
+    f, level = sys._getframe(2), 2  # the warning function's caller is level 2
+    while f is not None and (is_toolkit_file(f.f_code.co_filename) or bool(_TORCH_DIR) and
+                             os.path.realpath(f.f_code.co_filename).startswith(_TORCH_DIR[0])):
+        f, level = f.f_back, level + 1
+    return level if f is not None else 2
+
+
 # code object -> its instructions' positions (co_positions, one entry per 2-byte code unit):
 # built once per function, as a long kernel calls into neuron thousands of times per trace
 # (building the list per call took 80% of a 900-instruction trace).

@@ -359,6 +359,13 @@ def test_errors_use_pytorchs_wording():
     with pytest.raises(ValueError, match=r"kv_indices\[0, 0, 1, 0\] is -1, not one of the 2 key "
                                          r"blocks 0..1 of kv_len=128"):
         flex_attention(q2, q2, q2, block_mask=bad)
+    # Checked once per mask's contents: a good mask runs, then an in-place edit is seen.
+    good = nfa.BlockMask.from_kv_blocks(num, idx.clamp(min=0), BLOCK_SIZE=64,
+                                        seq_lengths=(128, 128), compute_q_blocks=False)
+    flex_attention(q2, q2, q2, block_mask=good)
+    good.kv_indices[0, 0, 1, 0] = 5
+    with pytest.raises(ValueError, match=r"kv_indices\[0, 0, 1, 0\] is 5"):
+        flex_attention(q2, q2, q2, block_mask=good)
 
 
 def test_patch_makes_torch_names_ours():

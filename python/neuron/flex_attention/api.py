@@ -12,7 +12,8 @@ from . import backward as _bwd
 from . import codegen, kernel as _kernel, kernel_bwd as _kernel_bwd, plan as _plan
 from . import reference, tracing
 from .block_mask import _LARGE_BLOCK, BlockMask, _sliced_mask_mod_error, ordered_to_dense
-from .fallback import user_stacklevel, warn_fallback
+from .._span import warning_stacklevel
+from .fallback import warn_fallback
 from .forward import Problem, forward as _fwd
 
 
@@ -108,7 +109,13 @@ def _validate(query, key, value, block_mask, enable_gqa):
 def _check_block_lists(block_mask, S):
     """The blocks the lists count must be key blocks: a -1 (attention-gym's paged attention
     maps unreserved pages so) or a block past S would read other memory; PyTorch's eager path
-    ignores the lists, its kernels read them."""
+    ignores the lists, its kernels read them. Checked once per mask and contents (the tensors'
+    versions: an in-place edit checks again), not on every call of a decode loop."""
+    lists = [getattr(block_mask, n) for n in ("kv_num_blocks", "kv_indices",
+                                              "full_kv_num_blocks", "full_kv_indices")]
+    key = (S,) + tuple(None if t is None else (id(t), t._version) for t in lists)
+    if getattr(block_mask, "_neuron_lists_checked", None) == key:
+        return
     nK = -(-S // block_mask.BLOCK_SIZE[1])
     for num_name, idx_name in (("kv_num_blocks", "kv_indices"),
                                ("full_kv_num_blocks", "full_kv_indices")):
@@ -126,6 +133,10 @@ def _check_block_lists(block_mask, S):
                 f"block_mask.{idx_name}{list(at)} is {int(idx[at])}, not one of the {nK} key "
                 f"blocks 0..{nK - 1} of kv_len={S} ({num_name} counts it); build the lists so "
                 "that every counted entry names a key block")
+    try:
+        block_mask._neuron_lists_checked = key
+    except AttributeError:  # a mask class without a __dict__: checked on every call
+        pass
 
 
 def _tiled(block_mask, B, Hq):
@@ -217,7 +228,7 @@ def _kernel_ok(q, k, v, score_graph, mask_graph, block_mask):
     if why not in _warned_kernel:
         _warned_kernel.add(why)
         warnings.warn(f"neuron.flex_attention: the neuron kernel cannot run this call ({why}); "
-                      "using the host path", RuntimeWarning, stacklevel=user_stacklevel())
+                      "using the host path", RuntimeWarning, stacklevel=warning_stacklevel())
     return False
 
 
@@ -318,7 +329,7 @@ def _flex_attention(query, key, value, score_mod, block_mask, scale, enable_gqa,
         _warned_lse = True
         warnings.warn("return_lse is deprecated and will be removed in v2.10. Please use "
                       "return_aux=AuxRequest(lse=True) instead.", FutureWarning,
-                      stacklevel=user_stacklevel())
+                      stacklevel=warning_stacklevel())
     if scale is None:
         scale = 1.0 / math.sqrt(query.size(-1))
     B, Hq, L, _ = query.shape

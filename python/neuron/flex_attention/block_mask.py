@@ -15,7 +15,8 @@ import warnings
 import torch
 
 from . import codegen, intervals, reference, tracing
-from .fallback import user_stacklevel, warn_fallback
+from .._span import warning_stacklevel
+from .fallback import warn_fallback
 
 DEFAULT_BLOCK = 128
 _LARGE_BLOCK = 1 << 30
@@ -416,7 +417,7 @@ def _create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device, BLOCK_SIZE, _compi
     if _compile:  # deprecated in PyTorch, which warns the same way
         warnings.warn("create_block_mask(_compile=True) is deprecated (as in PyTorch): compile "
                       "the call instead, torch.compile(create_block_mask); here the flag changes "
-                      "nothing", DeprecationWarning, stacklevel=user_stacklevel())
+                      "nothing", DeprecationWarning, stacklevel=warning_stacklevel())
     B = 1 if B is None else B
     H = 1 if H is None else H
     QB, KB = (BLOCK_SIZE, BLOCK_SIZE) if isinstance(BLOCK_SIZE, int) else tuple(BLOCK_SIZE)

@@ -1,9 +1,8 @@
 """The one-time warning (or, in strict mode, the error) when a mod cannot be traced."""
 import os
-import sys
 import warnings
 
-_NEURON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../neuron
+from .._span import warning_stacklevel
 
 
 class FlexFallbackWarning(UserWarning):
@@ -29,16 +28,4 @@ def warn_fallback(error):
         _warned.add(msg)
         warnings.warn(f"{msg}\nflex_attention falls back to the dense reference for this mod "
                       "(memory B*H*L*S; set NEURON_STRICT=1 to make this an error)",
-                      FlexFallbackWarning, stacklevel=user_stacklevel())
-
-
-def user_stacklevel():
-    """The stacklevel that makes a warnings.warn in the calling function name the user's line:
-    the first frame outside neuron and torch (torch.compiler.disable wraps flex_attention and
-    create_block_mask in frames of its own)."""
-    import torch
-    skip = (_NEURON, os.path.dirname(os.path.abspath(torch.__file__)))
-    frame, level = sys._getframe(2), 2  # warn_fallback's caller
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(skip):
-        frame, level = frame.f_back, level + 1
-    return level if frame is not None else 2
+                      FlexFallbackWarning, stacklevel=warning_stacklevel())
