@@ -667,6 +667,68 @@ def test_errors_pytorch_reports_are_pytorch_s():
     q = rand(1, 4, 5, 8)
     with pytest.raises(RuntimeError):
         ops.scaled_dot_product_attention(q, rand(1, 2, 5, 8), rand(1, 2, 5, 8))  # no enable_gqa
+    with pytest.raises(RuntimeError, match="dropout"):
+        ops.scaled_dot_product_attention(q, q, q, dropout_p=-0.1)
+    x = rand(2, 3, 4).bfloat16()
+    w, b = rand(4, seed=1), rand(4, seed=2)
+    with pytest.raises(RuntimeError, match="mixed dtype"):  # a float32 weight, a bf16 bias
+        ops.layer_norm(x, (4,), w, b.bfloat16())
+    with no_fallbacks():  # both float32: PyTorch's mixed-dtype form, on the kernel
+        torch.testing.assert_close(ops.layer_norm(x, (4,), w, b), F.layer_norm(x, (4,), w, b))
+
+
+def test_linear_of_a_frozen_weight_saves_no_input():
+    # As PyTorch's linear: the input is saved for the weight's gradient only, so with a frozen
+    # weight (an adapter's base layer) the caller may write the input in place before backward.
+    x0, w, b = rand(5, 8, seed=3), rand(6, 8, seed=4), rand(6, seed=5)
+
+    def grad_of_input(linear):
+        x = x0.clone().requires_grad_()
+        h = x * 2.0
+        y = linear(h, w, b)
+        h.add_(1.0)
+        y.pow(2).sum().backward()
+        return x.grad
+    with no_fallbacks():
+        ours = grad_of_input(ops.linear)
+        compiled = grad_of_input(torch.compile(ops.linear, fullgraph=True, backend="aot_eager"))
+    for got in (ours, compiled):
+        torch.testing.assert_close(got, grad_of_input(F.linear), rtol=1e-5, atol=1e-5)
+    x = x0.clone().requires_grad_()
+    wg = w.clone().requires_grad_()
+    ops.linear(x, wg).sum().backward()  # both gradients still there
+    torch.testing.assert_close(wg.grad, x0.sum(0).expand(6, 8))
+    torch.testing.assert_close(x.grad, w.sum(0).expand(5, 8))
+
+
+def test_torch_jit_script_under_patch_compiles_pytorchs_own_ops():
+    # TorchScript compiles a call of a patched name as PyTorch's function (it cannot compile
+    # ours), so a module scripted under the patch runs, saves and loads as PyTorch's.
+    class Net(torch.nn.Module):  # a class of its own: TorchScript caches per class
+        def __init__(self):
+            super().__init__()
+            self.lin, self.ln, self.rms = torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), \
+                torch.nn.RMSNorm(8)
+            self.att = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+
+        def forward(self, x):
+            h = self.rms(self.ln(self.lin(x)))
+            return F.softmax(self.att(h), dim=-1)
+    torch.manual_seed(0)
+    net = Net().eval()
+    x = rand(2, 5, 8, seed=6)
+    with torch.no_grad():
+        want = net(x)
+        with ops.patch():
+            scripted = torch.jit.script(net)
+            got = scripted(x)
+        import io
+        buf = io.BytesIO()
+        torch.jit.save(scripted, buf)
+        buf.seek(0)
+        loaded = torch.jit.load(buf)(x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(loaded, want)
 
 
 def test_library_kernels_are_in_the_registry_with_their_parameters():

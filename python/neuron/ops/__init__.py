@@ -42,6 +42,7 @@ class patch:
 
     def __init__(self):
         self._saved = {n: getattr(_F, n) for n in PATCHED}
+        _script_as_pytorch()
         for n in PATCHED:
             setattr(_F, n, getattr(functional, n))
 
@@ -54,6 +55,38 @@ class patch:
 
     def __exit__(self, *exc):
         self.restore()
+
+
+_scripted = False
+
+
+def _script_as_pytorch():
+    """Makes TorchScript compile calls of our functions as PyTorch's own (once per process):
+    torch.jit.script of a module under patch() would otherwise compile functional.py's Python
+    (and fail: nested functions, fallbacks), while a module scripted before the patch keeps
+    PyTorch's ops anyway. Scripted code runs PyTorch's ops, so it can be saved and loaded
+    anywhere. linear and sdpa are aten builtins to TorchScript; softmax and the norms are
+    Python functions in torch.nn.functional, scripted once here (~20 ms) and given to
+    TorchScript's function cache as ours. Private torch.jit APIs: if they are gone, scripting
+    fails as before, nothing else changes."""
+    global _scripted
+    if _scripted:
+        return
+    _scripted = True
+    try:
+        import torch
+        from torch.jit import _builtins, _state
+        for n in PATCHED:
+            theirs, ours = getattr(_F, n), getattr(functional, n)
+            if theirs is ours:
+                continue  # patched already (by an outer patch): its originals are scripted
+            builtin = _builtins._find_builtin(theirs)
+            if builtin is not None:
+                _builtins._register_builtin(ours, builtin)
+            else:
+                _state._set_jit_function_cache(ours, torch.jit.script(theirs))
+    except Exception:  # noqa: BLE001 (a torch without these internals: scripting as before)
+        pass
 
 
 @contextlib.contextmanager

@@ -330,8 +330,12 @@ def _(x, weight, bias=None):
 
 
 def _linear_setup(ctx, inputs, output):
+    # Only what the gradients asked for need (as PyTorch's linear): x for the weight's, the
+    # weight for x's. A frozen weight's layer (an adapter's base, a feature extractor) keeps no
+    # activation, and the caller may then write its input in place before the backward.
     x, weight, bias = inputs
-    ctx.save_for_backward(x, weight)
+    need_x, need_w = ctx.needs_input_grad[:2]
+    ctx.save_for_backward(x if need_w else None, weight if need_x else None)
     ctx.has_bias = bias is not None
 
 

@@ -131,6 +131,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         # PyTorch's backends disagree: its math path raises, its flash path applies both.
         return _fall_back(name, "mask", "attn_mask with is_causal=True: PyTorch decides",
                           torch_sdpa)
+    if not 0 <= dropout_p <= 1:
+        return torch_sdpa()  # PyTorch's error
     if dropout_p > 0:
         return _fall_back(name, "dropout", f"dropout_p={dropout_p}; the kernels have no dropout",
                           torch_sdpa)
@@ -407,10 +409,12 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if not isinstance(input, torch.Tensor):
         return torch_layer_norm()
     rd = _normalized(input, normalized_shape, (weight, bias))
-    if rd is None or any(  # PyTorch's CPU rule: its own "mixed dtype" error
-            p is not None and p.dtype != input.dtype and not (
-                p.dtype == torch.float32 and input.dtype in (torch.bfloat16, torch.float16))
-            for p in (weight, bias)):
+    params = [p for p in (weight, bias) if p is not None]
+    if rd is None or (any(p.dtype != input.dtype for p in params) and not (
+            input.dtype in (torch.bfloat16, torch.float16)
+            and all(p.dtype == torch.float32 for p in params))):
+        # PyTorch's CPU rule: parameters of the input's dtype, or all float32 for a 16-bit
+        # input; anything else is its own "mixed dtype" error.
         return torch_layer_norm()
     problem = _problem({"input": input}) or \
         (weight is not None and _problem({"weight": weight})) or \
