@@ -883,12 +883,14 @@ class Machine:
             elif a["op"] in INT_EXACT and all(self.dtype(x) not in FLOAT_DTYPES
                                               for x in views[1:]):
                 # Two integer tiles: exact integers, add/subtract/multiply wrapped to 32 bits
-                # (unsigned when both are), converted once (numerics.md).
+                # where an operand is 32-bit (unsigned when both are), converted once
+                # (numerics.md).
                 x = self.read(a["data1"]).astype(np.int64)
                 y = self.read(a["data2"]).astype(np.int64)
                 with np.errstate(all="ignore"):
                     r = INT_EXACT[a["op"]](x, y).astype(np.int64)
-                if a["op"] in ("add", "subtract", "multiply"):
+                if a["op"] in ("add", "subtract", "multiply") and any(
+                        self.dtype(v) in ("int32", "uint32") for v in views[1:]):
                     r = r & 0xFFFFFFFF
                     if not all(self.dtype(v) in ("uint8", "uint16", "uint32", "bool")
                                for v in views[1:]):

@@ -1,6 +1,6 @@
 # Integer semantics of the ISA (docs/numerics.md, NKI_API.md 3.2 and 5.1), natively, on the
 # simulator and eagerly, bit for bit, each against NumPy: tensor_tensor of two integer tiles
-# computed on the integers (int32 / uint32 exact, 32-bit wrap), bitwise reductions of integer
+# computed on the integers (exact; 32-bit wrap where an operand is 32-bit), bitwise reductions of integer
 # tiles on their bit patterns, right_shift logical on an element's own width, and
 # nc_match_replace8's dst_idx order for repeated values.
 import numpy as np
@@ -64,6 +64,25 @@ def test_integer_results_convert_once_to_the_destination():
     np.testing.assert_array_equal(got8, np.clip(prod, -128, 127))
     gotf = three_ways(tt(np.int16, nl.float32), a, b)[2]
     np.testing.assert_array_equal(gotf, prod.astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_narrow_unsigned_results_are_exact_before_the_store_saturates(dtype):
+    # NKI's fp32 rule on narrow operands: uint8 1 - 3 = -2, stored as 0 in a uint8 tile and as
+    # -2 in an int16 or int32 one (a 32-bit unsigned wrap gave 255, 32767 and 2**31 - 1).
+    info = np.iinfo(dtype)
+    a = RNG.integers(0, info.max, (4, 20), endpoint=True).astype(dtype)
+    b = RNG.integers(0, info.max, (4, 20), endpoint=True).astype(dtype)
+    a[0, :2], b[0, :2] = [1, info.max], [3, info.max]
+    exact = {"add": a.astype(np.int64) + b, "subtract": a.astype(np.int64) - b,
+             "multiply": a.astype(np.int64) * b}
+    for out, lo, hi in ((dtype, 0, info.max), (np.int16, -2**15, 2**15 - 1),
+                        (np.int32, -2**31, 2**31 - 1)):
+        got = three_ways(tt(dtype, getattr(nl, np.dtype(out).name)), a, b)
+        for i, name in enumerate(exact):
+            np.testing.assert_array_equal(got[i], np.clip(exact[name], lo, hi),
+                                          err_msg=f"{name} into {np.dtype(out).name}")
+    assert three_ways(tt(dtype, nl.int16), a, b)[1][0, 0] == -2
 
 
 def bit_reduce(x):

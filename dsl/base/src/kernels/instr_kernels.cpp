@@ -674,10 +674,10 @@ void neuron_k_tensor_tensor(const NView* d, const NView* a, const NView* bv, int
     });
   } else if (b::alu_is_int_exact(op) && is_int(adt) && is_int(bdt)) {
     // Two integer tiles: exact integers (NKI_API.md 3.2, GpSimd's integer ALU), stored once.
-    const bool u = !neuron::dtype_is_signed(dt(adt)) && !neuron::dtype_is_signed(dt(bdt));
+    const b::IntWrap w = b::int_wrap(dt(adt), dt(bdt));
     each(vs, same, [&](char** p, int64_t) {
       b::store_int(p[2], dt(ddt),
-                   b::alu_int(op, b::load_int(p[0], dt(adt)), b::load_int(p[1], dt(bdt)), u));
+                   b::alu_int(op, b::load_int(p[0], dt(adt)), b::load_int(p[1], dt(bdt)), w));
     });
   } else {
     each(vs, same, [&](char** p, int64_t) {

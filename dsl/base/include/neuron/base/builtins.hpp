@@ -28,7 +28,8 @@
 //    (fp32 operands are first rounded to int64 as above); right_shift is logical on 32 bits,
 //    and an int8/int16 element is shifted as its own 8/16 bits (shift_operand).
 //  - tensor_tensor of two integer tiles computes add, subtract, multiply, maximum, minimum and
-//    the comparisons on the integers (alu_int): exact, 32-bit wrap (NKI: on GpSimd, exact).
+//    the comparisons on the integers (alu_int): exact, 32-bit wrap where an operand is 32-bit
+//    (NKI: on GpSimd, exact).
 //  - Matmul: products accumulate into fp32 PSUM with a fused multiply-add per k in
 //    increasing k: acc = fma(stationary[k,m], moving[k,n], acc), acc starting at the old PSUM
 //    value (accumulate) or 0 (overwrite).
@@ -479,13 +480,30 @@ inline bool alu_is_int_exact(AluOp op) {
   }
 }
 
-// a op b on integers (values of int8 ... uint32 elements). add, subtract and multiply wrap to
-// 32 bits, unsigned when both operands are unsigned, else signed (two's complement); the
-// others are exact; comparisons give 1 / 0.
-inline int64_t alu_int(AluOp op, int64_t a, int64_t b, bool both_unsigned) {
+// How alu_int's add, subtract and multiply wrap: at 32 bits (GpSimd's integer ALU) when an
+// operand is a 32-bit integer, unsigned when both operands are unsigned, else signed (two's
+// complement); exact for narrower operands, whose results (|x| < 2^32) the store then saturates
+// as NKI's fp32 rule would (uint8 1 - 3 is 0 in a uint8 tile and -2 in an int16 one; a 32-bit
+// unsigned wrap gave 255 and 32767).
+enum class IntWrap : uint8_t { exact, u32, i32 };
+
+inline IntWrap int_wrap(DType a, DType b) {
+  if (dtype_bytes(a) < 4 && dtype_bytes(b) < 4) return IntWrap::exact;
+  return !dtype_is_signed(a) && !dtype_is_signed(b) ? IntWrap::u32 : IntWrap::i32;
+}
+
+// a op b on integers (values of int8 ... uint32 elements). add, subtract and multiply wrap as
+// `wrap` says; the others are exact; comparisons give 1 / 0.
+inline int64_t alu_int(AluOp op, int64_t a, int64_t b, IntWrap wrap_kind) {
   auto wrap = [&](uint64_t v) {
-    return both_unsigned ? static_cast<int64_t>(static_cast<uint32_t>(v))
-                         : static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(v)));
+    switch (wrap_kind) {
+      case IntWrap::u32:
+        return static_cast<int64_t>(static_cast<uint32_t>(v));
+      case IntWrap::i32:
+        return static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(v)));
+      default:
+        return static_cast<int64_t>(v);
+    }
   };
   const uint64_t ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
   switch (op) {
