@@ -307,6 +307,8 @@ def _operand(v):
         return v
     if isinstance(v, (bool, int, float, np.number)):
         return float(v)
+    if isinstance(v, _C.Affine):  # a program id or loop index as a number: its value
+        return float(_affine_value(v, "a scalar operand"))
     tile = getattr(type(v), "_neuron_tile", None)  # a value not emitted yet (legacy/lincomb.py)
     if tile is not None:
         return tile(v)
@@ -583,8 +585,8 @@ def _int(v, what):
     truncated."""
     if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
         return int(v)
-    if isinstance(v, _C.Affine) and v.is_constant():
-        return v.constant
+    if isinstance(v, _C.Affine):  # a program id or loop index: its value
+        return _affine_value(v, what)
     raise TypeError(f"{what} must be an int, got {v!r} ({type(v).__name__})")
 
 
@@ -837,10 +839,22 @@ for _op in ("eq", "ne", "lt", "le", "gt", "ge"):
     setattr(_C.Affine, f"__{_op}__", _affine_cmp(_op))
 
 
+def _affine_value(v, op):
+    """The int value of Affine v for Python arithmetic that is not affine (`op`): a constant's
+    own; else unroll.py restarts the trace with the loop unrolled, or per program, where v is
+    an int (NKI: program ids and loop indices are Python ints at trace time)."""
+    if v.is_constant():
+        return v.constant
+    _unroll.need_value(v)
+    user_error("control-flow", f"'{v}' (a program id, register or runtime loop index) has no "
+               f"value at trace time, so `{op}` cannot compute with it; write the index "
+               "arithmetic as a multiple plus an offset, or loop over the quotient and "
+               "remainder", user_span())
+
+
 def _affine_div(op, reflected):
-    # `i // 2`, `i / 2`, `n % i`, `divmod(n, i)`: not affine, so the value is needed (unroll.py
-    # restarts the trace with the loop unrolled, or per program); a constant Affine divides as
-    # its int.
+    # `i // 2`, `i / 2`, `n % i`, `divmod(n, i)`: not affine, so the value is needed; a
+    # constant Affine divides as its int.
     import operator
     fn = divmod if op == "divmod" else getattr(operator, op)
 
@@ -848,21 +862,31 @@ def _affine_div(op, reflected):
         if not isinstance(other, (int, float, _C.Affine)):
             return NotImplemented
         a, b = (other, self) if reflected else (self, other)
-        vals = []
-        for v in (a, b):
-            if isinstance(v, _C.Affine):
-                if not v.is_constant():
-                    _unroll.need_value(v)
-                    user_error("control-flow", f"'{v}' (a program id, register or runtime loop "
-                               f"index) has no value at trace time, so `{op}` cannot compute "
-                               "with it; write the index arithmetic as a multiple plus an "
-                               "offset, or loop over the quotient and remainder", user_span())
-                v = v.constant
-            vals.append(v)
-        return fn(*vals)
+        return fn(*(_affine_value(v, op) if isinstance(v, _C.Affine) else v for v in (a, b)))
     return div
 
 
+def _affine_arith(op, reflected):
+    # `i + 0.5`, `i * 1.0`, `i ** 2`: with a float operand, or a power, the result is no index
+    # expression, so it is computed on the value (as _affine_div); int and Affine operands of
+    # +, -, * keep the C++ affine arithmetic.
+    import operator
+    fn = getattr(operator, op)
+    affine = getattr(_C.Affine, f"__{'r' if reflected else ''}{op}__", None)
+
+    def arith(self, other):
+        if affine is not None and not isinstance(other, (float, np.floating)):
+            return affine(self, other)
+        if not isinstance(other, (int, float, np.number, _C.Affine)):
+            return NotImplemented
+        a, b = (other, self) if reflected else (self, other)
+        return fn(*(_affine_value(v, op) if isinstance(v, _C.Affine) else v for v in (a, b)))
+    return arith
+
+
+for _op in ("add", "sub", "mul", "pow"):
+    setattr(_C.Affine, f"__{_op}__", _affine_arith(_op, False))
+    setattr(_C.Affine, f"__r{_op}__", _affine_arith(_op, True))
 _C.Affine.__floordiv__ = _affine_div("floordiv", False)
 _C.Affine.__rfloordiv__ = _affine_div("floordiv", True)
 _C.Affine.__truediv__ = _affine_div("truediv", False)

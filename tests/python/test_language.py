@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import neuron
+import neuron.isa as nisa
 import neuron.language as nl
 
 RNG = np.random.default_rng(42)
@@ -263,6 +264,34 @@ def test_two_dimensional_grid_program_ids():
     np.testing.assert_array_equal(k[2, 3](x), x + np.float32(1))
     with pytest.raises(ValueError):
         k[0]
+
+
+@pytest.mark.parametrize("mode", ["native", "simulate"])
+def test_program_ids_and_loop_indices_as_numbers(mode):
+    # NKI: program ids and loop indices are Python ints at trace time. Float arithmetic,
+    # powers, a negation as a scalar operand and an iota offset take their values (the trace
+    # restarts per program, or with the loop unrolled); they raised TypeError.
+    @neuron.kernel(mode=mode)
+    def k(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        i = nl.program_id(0)
+        for j in nl.affine_range(2):
+            rows = x[i * 4 + j * 2:i * 4 + j * 2 + 2, :]
+            t = nl.add(nl.load(rows), i * 1.5 + j ** 2 + 0.25)
+            t = nl.add(t, -i)
+            io = nl.ndarray((2, 8), nl.float32)
+            nisa.iota(io, [[0, 8]], offset=i * 100, channel_multiplier=1)
+            nl.store(out[i * 4 + j * 2:i * 4 + j * 2 + 2, :], nl.add(t, io))
+        return out
+
+    x = RNG.standard_normal((8, 8)).astype(np.float32)
+    want = x.copy()
+    for i in range(2):
+        for j in range(2):
+            r = slice(i * 4 + j * 2, i * 4 + j * 2 + 2)
+            want[r] = (x[r] + np.float32(i * 1.5 + j ** 2 + 0.25)) - np.float32(i) + \
+                (i * 100 + np.arange(2)[:, None]).astype(np.float32)
+    np.testing.assert_array_equal(k[2](x), want)
 
 
 def test_bitwise_remainder_and_integer_operators_in_every_mode():
