@@ -44,12 +44,24 @@ private_hbm = hbm  # NKI: `nl.hbm` is an alias of `nl.private_hbm`
 
 
 class tile_size:
-    """NKI's tile limits; the numbers come from the C++ target table (neuron/base/target.hpp)."""
+    """NKI's tile limits (NKI_API.md 2.3) for trn2; the numbers come from the C++ target table
+    (neuron/base/target.hpp)."""
     pmax = _C.tile_limits["pmax"]
-    psum_fmax = _C.tile_limits["psum_fmax"]
+    psum_fmax = psum_bank_fmax = _C.tile_limits["psum_fmax"]  # fp32 elements in a PSUM bank
+    psum_bank_fmax_bytes = psum_fmax * 4
+    psum_num_banks = 8
     gemm_stationary_fmax = _C.tile_limits["gemm_stationary_fmax"]
     gemm_moving_fmax = _C.tile_limits["gemm_moving_fmax"]
-    total_available_sbuf_size = _C.sbuf_bytes_per_partition("trn2")  # usable bytes per partition
+    bn_stats_fmax = _C.tile_limits["bn_stats_fmax"]
+    # Usable SBUF bytes per partition; the total over the partitions; in fp32 elements.
+    total_available_sbuf_size = sbuf_fmax_bytes = _C.sbuf_bytes_per_partition("trn2")
+    sbuf_size_bytes = pmax * sbuf_fmax_bytes
+    sbuf_fmax = sbuf_fmax_bytes // 4
+    # Byte alignment of free offsets in direct allocation, as NKI's KLR gives them (NKI_API.md
+    # 2.3; another public re-implementation says 16 and 16). neuron places tiles itself, at
+    # 64-byte offsets, which honour either.
+    psum_min_align = 4
+    sbuf_min_align = 1
 
 
 class fp32:

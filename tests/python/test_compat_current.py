@@ -20,6 +20,20 @@ RNG = np.random.default_rng(43)
 MODES = ("native", "simulate", "eager")
 
 
+def test_tile_size_has_the_documented_constants_in_both_generations():
+    # NKI_API.md 2.3 (layernorm-style kernels size bn_stats by bn_stats_fmax); the current API
+    # lacked all but five.
+    import neuronxcc.nki.language as legacy
+    for ts in (nl.tile_size, legacy.tile_size):
+        assert (ts.pmax, ts.psum_fmax, ts.psum_bank_fmax, ts.psum_bank_fmax_bytes,
+                ts.psum_num_banks, ts.gemm_stationary_fmax, ts.gemm_moving_fmax,
+                ts.bn_stats_fmax, ts.psum_min_align, ts.sbuf_min_align) == \
+            (128, 512, 512, 2048, 8, 128, 512, 512, 4, 1)
+        # trn2's usable SBUF per partition (NKI_API.md 2.1), in bytes, fp32 elements, in all
+        assert ts.sbuf_fmax_bytes == ts.total_available_sbuf_size == 212984
+        assert ts.sbuf_fmax == 212984 // 4 and ts.sbuf_size_bytes == 128 * 212984
+
+
 def test_the_modules_and_names_production_kernels_import():
     import nki.collectives as ncc
     import nki.isa.constants as constants

@@ -147,3 +147,22 @@ def test_a_masked_load_into_rows_no_engine_may_start_at():
     want = y.copy()
     want[100:] = x[100:]
     np.testing.assert_array_equal(both(kernel, x, y), want)
+
+
+def test_a_matmul_of_tiles_with_different_contraction_sizes_is_refused():
+    # NKI_API.md 7: stationary [K, M] and moving [K, N], the same K (it contracted over the
+    # common 12 rows and returned the partial product).
+    @nki.jit
+    def mm(x, y):
+        return stored(nl.copy(nisa.nc_matmul(nl.load(x), nl.load(y))))
+
+    @nki.jit
+    def mm_t(x, y):
+        return stored(nl.copy(nl.matmul(nl.load(x), nl.load(y), transpose_x=True)))
+
+    x, y = np.ones((16, 8), np.float32), np.ones((12, 8), np.float32)
+    for k in (mm, mm_t):
+        with pytest.raises(neuron.NeuronError, match="contraction sizes differ") as e:
+            nki.simulate_kernel(k, x, y)
+        assert e.value.rule == "matmul-shape" and "test_legacy_operators.py" in str(e.value)
+    np.testing.assert_array_equal(both(mm, x[:12], y), np.full((8, 8), 12, np.float32))

@@ -50,14 +50,7 @@ tensor = _C.Tensor
 ds = _nl.ds
 
 
-class tile_size(_nl.tile_size):
-    bn_stats_fmax = _C.tile_limits["bn_stats_fmax"]
-    total_available_sbuf_size = _C.sbuf_bytes_per_partition("trn2")  # usable bytes per partition
-    # Byte alignment of free offsets in direct allocation, as NKI's KLR gives them (NKI_API.md
-    # §2.2; another public re-implementation says 16 and 16). neuron places tiles itself, at
-    # 64-byte offsets, which honour either.
-    psum_min_align = 4
-    sbuf_min_align = 1
+tile_size = _nl.tile_size
 
 
 class fp32:

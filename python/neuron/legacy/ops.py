@@ -113,6 +113,12 @@ def matmul_parts(x, y, x_km, mask):
     xs, ys = list(xt.shape), list(yt.shape)
     if len(xs) != 2 or len(ys) != 2:
         error("matmul-rank", f"matmul takes 2-D tiles, got {xs} and {ys}")
+    kxs = xs[0] if x_km else xs[1]
+    if xr is None and yr is None and kxs != ys[0]:
+        # (Masked operands contract over the rows both keep: intersected below.)
+        error("matmul-shape", f"contraction sizes differ: x {xs} contracts over {kxs} "
+              f"{'partitions' if x_km else 'columns'} but y {ys} has {ys[0]} rows; slice both "
+              "to the same K")
     xr = xr or [(0, n) for n in xs]
     yr = yr or [(0, n) for n in ys]
     kx, mx = (xr[0], xr[1]) if x_km else (xr[1], xr[0])
