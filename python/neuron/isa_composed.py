@@ -331,6 +331,13 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1,
     reduce_res ([P, 1]) = reduce_op (default max) over the free dims, in fp32."""
     span = user_span()
     cmd = _cmd(reduce_cmd, "range_select", tuple(_cmd_set), span)
+    if float(on_false_value) != fp32.min:
+        # NKI 0.3: "Due to hardware constraints, this must be FP32_MIN" (NKI 0.2 silently
+        # overrode it; the legacy API's range_select passes fp32.min).
+        user_error("operand", f"range_select: on_false_value={on_false_value!r}; the hardware "
+                   f"writes fp32 min ({fp32.min:.8g}) where the range excludes an element, "
+                   "so NKI requires on_false_value=nl.fp32.min (select another value "
+                   "afterwards, e.g. with nisa.affine_select or tensor_scalar)", span)
     for what, op in (("comp_op0", comp_op0), ("comp_op1", comp_op1)):
         if _op(op) not in _RANGE_CMP:
             user_error("unknown-arg", f"range_select: {what}={_op(op)!r} is not a comparison "

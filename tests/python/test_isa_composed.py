@@ -257,6 +257,12 @@ def bad_pair(x):
     return x
 
 
+def bad_false_value(x):
+    o = nl.ndarray((4, 6), nl.float32)
+    nisa.range_select(o, nl.load(x), nl.greater, nl.less, 0.0, 3.0, on_false_value=-5.0)
+    return x
+
+
 def bad_cmp(x):
     t = nl.load(x)
     o = nl.ndarray((4, 6), nl.float32)
@@ -270,6 +276,8 @@ def bad_cmp(x):
     (bad_reduce_op, "reduce-op", "reduce_op='exp'", "select_reduce("),
     (bad_axes, "unsupported", "axes=(0, 1)", "dma_transpose("),
     (bad_cmp, "unknown-arg", "comp_op0='add'", "range_select("),
+    # NKI 0.3: "Due to hardware constraints, this must be FP32_MIN"
+    (bad_false_value, "operand", "on_false_value=-5.0", "range_select("),
     (bad_pair, "unsupported", "(op0, op1) = (add, add)", "activate2("),
 ])
 def test_bad_inputs_name_rule_values_and_line(fn, rule, text, line):
@@ -337,7 +345,7 @@ def range_3d(x):
     out = nl.ndarray((4, 3, 5), nl.float32, buffer=nl.shared_hbm)
     o = nl.ndarray((4, 3, 5), nl.float32)
     nisa.range_select(o, nl.load(x), nl.greater, nl.less_equal, 3.0, 11.0, range_start=0.5,
-                      on_false_value=-1.0)
+                      on_false_value=nl.fp32.min)
     nl.store(out, o)
     return out
 
@@ -346,7 +354,8 @@ def test_range_select_counts_the_flattened_free_index():
     x = RNG.uniform(-1, 1, (4, 3, 5)).astype(np.float32)
     got = three_ways(range_3d, x, modes=TWO)
     idx = 0.5 + np.arange(15).reshape(1, 3, 5)
-    np.testing.assert_array_equal(got, np.where((idx > 3) & (idx <= 11), x, -1.0))
+    np.testing.assert_array_equal(got, np.where((idx > 3) & (idx <= 11), x,
+                                                np.finfo(np.float32).min))
 
 
 def act_bias_number(x):

@@ -41,7 +41,7 @@ def isa_kernel(x, pred, lo, hi):
     i_p, i_f = nl.mgrid[0:16, 0:12]
     o2 = nisa.range_select(on_true_tile=t, comp_op0=nl.greater_equal, comp_op1=nl.less,
                            bound0=b0, bound1=b1, reduce_res=r[:, 1:2], range_start=2,
-                           mask=(i_f < 12))
+                           mask=(i_f < 12), on_false_value=-1.0)  # overridden, as NKI did
     nl.store(rs[i_p, i_f], o2[i_p, i_f])
     nl.store(red, r)
     nl.store(tr, nisa.dma_transpose(t))

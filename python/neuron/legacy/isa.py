@@ -619,8 +619,9 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
                  reduce_res=None, reduce_op=None, range_start=0, on_false_value=_lnl.fp32.min,
                  mask=None, dtype=None, **kwargs):
     """A new tile: on_true_tile where comp_op0(i, bound0) and comp_op1(i, bound1) for i =
-    range_start + the free index, else on_false_value; reduce_res = its max over the free
-    dims."""
+    range_start + the free index, else fp32 min; reduce_res = its max over the free dims.
+    on_false_value is accepted and overridden by fp32 min, as the hardware does and NKI did
+    before 0.3 (the current API refuses another value)."""
     x = _tile(on_true_tile, "nisa.range_select")
     dst, rect = _begin(x, mask, dtype)
     if rect is None:
@@ -636,7 +637,7 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
                       reduce_res=_column(reduce_res, rect, "reduce_res"),
                       reduce_op=None if reduce_op is None else _name(reduce_op),
                       range_start=range_start + (rect[1][0] if len(shape) == 2 else 0),
-                      on_false_value=on_false_value)
+                      on_false_value=_lnl.fp32.min)  # NKI overrides on_false_value: below
     return _done(dst, rect)
 
 
