@@ -670,7 +670,12 @@ class Verifier {
   }
 
   void check_op(const Op& op) {
-    std::string_view opname = opcode_name(op.code);
+    // nl.unary names the function the user called (nl.exp), as Python and C++ spell it.
+    const std::string unary_name =
+        op.code == Opcode::nl_unary && op.has("func")
+            ? std::string(dsl::spell("nl::", "nl.")) + op.get_string("func")
+            : std::string();
+    std::string_view opname = unary_name.empty() ? opcode_name(op.code) : unary_name;
     check_args(op, opname);
     indirect_dim_ = {"", 0};
     if (op.code == Opcode::nl_load || op.code == Opcode::nl_store || op.code == Opcode::dma_copy)
