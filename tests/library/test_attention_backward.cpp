@@ -14,7 +14,9 @@ namespace kn = neuron::kernels;
 
 namespace {
 
-void run_backward(const ref::AttentionShape& a, DType dt, bool native_only = false) {
+// math: attention_math_backward (from the inputs and dout only).
+void run_backward(const ref::AttentionShape& a, DType dt, bool native_only = false,
+                  bool math = false) {
   CAPTURE(a.B);
   CAPTURE(a.Hq);
   CAPTURE(a.Hkv);
@@ -35,16 +37,19 @@ void run_backward(const ref::AttentionShape& a, DType dt, bool native_only = fal
   for (int64_t i = 0; i < lse.elements(); ++i) lse.set(i, static_cast<float>(fwd.lse[i]));
   auto want = ref::attention_backward(a, values(in.q), values(in.k), values(in.v), values(dout));
   const kn::AttentionConfig cfg = config_of(a);
-  Kernel k =
-      trace("attention_backward",
-            [cfg](nl::tensor q, nl::tensor k, nl::tensor v, nl::tensor o, nl::tensor dout,
-                  nl::tensor lse) { return kn::attention_backward(q, k, v, o, dout, lse, cfg); },
-            {{{a.B, a.Hq, a.L, a.E}, dt},
-             {{a.B, a.Hkv, a.S, a.E}, dt},
-             {{a.B, a.Hkv, a.S, a.Ev}, dt},
-             {{a.B, a.Hq, a.L, a.Ev}, dt},
-             {{a.B, a.Hq, a.L, a.Ev}, dt},
-             {{a.B, a.Hq, a.L}, DType::float32}});
+  CAPTURE(math);
+  Kernel k = trace("attention_backward",
+                   [cfg, math](nl::tensor q, nl::tensor k, nl::tensor v, nl::tensor o,
+                               nl::tensor dout, nl::tensor lse) {
+                     return math ? kn::attention_math_backward(q, k, v, dout, std::nullopt, cfg)
+                                 : kn::attention_backward(q, k, v, o, dout, lse, cfg);
+                   },
+                   {{{a.B, a.Hq, a.L, a.E}, dt},
+                    {{a.B, a.Hkv, a.S, a.E}, dt},
+                    {{a.B, a.Hkv, a.S, a.Ev}, dt},
+                    {{a.B, a.Hq, a.L, a.Ev}, dt},
+                    {{a.B, a.Hq, a.L, a.Ev}, dt},
+                    {{a.B, a.Hq, a.L}, DType::float32}});
   auto grid = kn::attention_backward_grid({a.B, a.Hq, a.L, a.E}, {a.B, a.Hkv, a.S, a.E});
   const std::vector<Tensor> ins{in.q, in.k, in.v, out, dout, lse};
   if (native_only)
@@ -82,4 +87,13 @@ TEST_CASE("attention backward: head dims over 128 contract in chunks of 128 part
 
 TEST_CASE("attention backward: larger sizes natively") {
   run_backward({1, 4, 1, 300, 300, 128, 128, true}, DType::bfloat16, /*native_only=*/true);
+}
+
+TEST_CASE("attention math backward: the online statistics over key blocks, masks, GQA, bf16") {
+  run_backward({2, 2, 1, 7, 600, 16, 8}, DType::float32, false, true);  // two key blocks
+  run_backward({1, 4, 2, 130, 70, 16, 40, true}, DType::float32, false, true);
+  run_backward({1, 1, 1, 150, 20, 8, 8, true, -135}, DType::float32, false, true);    // no keys
+  run_backward({1, 2, 1, 700, 1000, 8, 8, true, -135}, DType::float32, false, true);  // rolled
+  run_backward({1, 2, 1, 130, 100, 192, 160}, DType::float32, false, true);           // E over 128
+  run_backward({1, 4, 2, 129, 100, 64, 40, true}, DType::bfloat16, false, true);
 }

@@ -299,6 +299,41 @@ def test_attention_bf16_takes_pytorchs_math_path_where_pytorch_does_eager_and_co
               [q, k, k], torch.bfloat16)
 
 
+@pytest.mark.parametrize("shapes,seeds", [
+    ([(4, 3, 8), (4, 6, 8), (4, 6, 8)], (2, 25)),  # 3-D inputs
+    ([(1, 2, 5, 8), (1, 2, 9, 8), (1, 2, 9, 16)], (12, 21, 24)),  # E != Ev
+])
+def test_attention_gradients_of_a_saturated_softmax_on_pytorchs_math_path(shapes, seeds):
+    # PyTorch's own test inputs (OpInfo: uniform in [-9, 9]) saturate the softmax. Where
+    # PyTorch takes its math path, the backward is its softmax's (p from the row's max and
+    # sum, D = rowsum(p dp), q and k scaled by sqrt(scale)): the flash backward's dq was over
+    # 1.1x PyTorch's error in fp16 for these seeds (up to 23x in fp32 for others).
+    def sdpa(q, k, v, f=F.scaled_dot_product_attention):
+        return f(q, k, v, is_causal=True)
+    for seed in seeds:
+        g = torch.Generator().manual_seed(seed)
+        inputs = [torch.rand(sh, generator=g, dtype=torch.float64) * 18 - 9 for sh in shapes]
+        with no_fallbacks():
+            check(sdpa, lambda q, k, v: sdpa(q, k, v, ops.scaled_dot_product_attention), inputs,
+                  torch.float16, seed=seed)
+
+
+def test_attention_output_on_pytorchs_math_path_may_be_written_in_place():
+    # PyTorch's math path saves no output for its backward, so `out.mul_(gate)` before the
+    # backward is fine there; ours saved it (fp32: the very tensor returned) and raised.
+    for shapes in ([(2, 5, 8)] * 3, [(1, 2, 5, 8), (1, 2, 6, 8), (1, 2, 6, 16)]):
+        def grads(sdpa):
+            q, k, v = (rand(*sh, seed=70 + i).requires_grad_() for i, sh in enumerate(shapes))
+            out = sdpa(q, k, v)
+            out.mul_(2.0)
+            out.sum().backward()
+            return q.grad, k.grad, v.grad
+        with no_fallbacks():
+            ours = grads(ops.scaled_dot_product_attention)
+        for a, b in zip(ours, grads(F.scaled_dot_product_attention)):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_attention_head_dims_over_128(dtype):
     # E = 192 (two contraction chunks, 128 + 64) and Ev = 160, GQA, odd lengths; E = Ev = 256
@@ -526,7 +561,8 @@ def test_rope(dtype):
 
 def test_operators_are_registered_with_schemas_and_fakes():
     for name in ("linear", "matmul", "attention", "attention_backward", "softmax", "rms_norm",
-                 "layer_norm", "swiglu", "rope"):
+                 "layer_norm", "swiglu", "rope", "attention_math_backward",
+                 "attention_bias_math_backward"):
         assert hasattr(torch.ops.neuron, name), name
     assert "float scale" in str(torch.ops.neuron.attention.default._schema)
     q = torch.empty(2, 4, 1000, 64, device="meta")

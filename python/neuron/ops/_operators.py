@@ -5,10 +5,10 @@ for the forward ones, autograd through the library's backward kernels:
 
     neuron::matmul(a, b, transpose_a=False, transpose_b=False)
     neuron::linear(x, weight, bias=None)                  backward: neuron::matmul
-    neuron::attention(q, k, v, is_causal, scale) -> (out, lse)
-                                                          backward: neuron::attention_backward
-    neuron::attention_bias(q, k, v, bias, is_causal, scale) -> (out, lse)
-                                                     backward: neuron::attention_bias_backward
+    neuron::attention(q, k, v, is_causal, scale, math=False) -> (out, lse)
+                     backward: neuron::attention_backward (math: attention_math_backward)
+    neuron::attention_bias(q, k, v, bias, is_causal, scale, math=False) -> (out, lse)
+                backward: neuron::attention_bias_backward (math: attention_bias_math_backward)
     neuron::softmax(x)                                    backward: neuron::softmax_backward
     neuron::rms_norm(x, weight, eps) -> (y, rstd)         backward: neuron::rms_norm_backward
     neuron::layer_norm(x, weight, bias, eps) -> (y, mean, rstd)
@@ -360,8 +360,11 @@ _autograd(linear, _linear_backward, _linear_setup)
 # ---- attention ---------------------------------------------------------------------------
 
 @_op("attention")
-def attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool,
-              scale: float) -> tuple[Tensor, Tensor]:
+def attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: float,
+              math: bool = False) -> tuple[Tensor, Tensor]:
+    """Flash attention. math: the backward is the math path's (attention_math_backward, from
+    the inputs and dout only: PyTorch's softmax backward, for the calls PyTorch runs on its
+    math path), so the output is not saved for it."""
     grid = (q.shape[0], k.shape[1], q.shape[1] // k.shape[1])
     return _run("attention", "attention", grid, (q, k, v),
                 {"causal": is_causal, "scale": scale},
@@ -369,17 +372,18 @@ def attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool,
 
 
 @attention.register_fake
-def _(q, k, v, is_causal, scale):
+def _(q, k, v, is_causal, scale, math=False):
     b, h, n, _ = q.shape
     return q.new_empty((b, h, n, v.shape[3])), q.new_empty((b, h, n), dtype=torch.float32)
 
 
 @_op("attention_bias")
 def attention_bias(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, is_causal: bool,
-                   scale: float) -> tuple[Tensor, Tensor]:
+                   scale: float, math: bool = False) -> tuple[Tensor, Tensor]:
     """attention with an additive fp32 bias [B or 1, Hq or 1, L or 1, S] on the scaled scores
     (functional.py makes it from attn_mask, and from the padding of a key count rounded up).
-    The bias gets no gradient (functional.py falls back for a mask that requires one)."""
+    The bias gets no gradient (functional.py falls back for a mask that requires one). math:
+    as attention's."""
     grid = (q.shape[0], k.shape[1], q.shape[1] // k.shape[1])
     return _run("attention_bias", "attention_bias", grid, (q, k, v, bias),
                 {"causal": is_causal, "scale": scale},
@@ -387,7 +391,7 @@ def attention_bias(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, is_causal: boo
 
 
 @attention_bias.register_fake
-def _(q, k, v, bias, is_causal, scale):
+def _(q, k, v, bias, is_causal, scale, math=False):
     b, h, n, _ = q.shape
     return q.new_empty((b, h, n, v.shape[3])), q.new_empty((b, h, n), dtype=torch.float32)
 
@@ -424,23 +428,64 @@ def _(q, k, v, out, dout, lse, bias, is_causal, scale):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
+@_op("attention_math_backward")
+def attention_math_backward(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, is_causal: bool,
+                            scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    def ref():
+        return tuple(_grads(lambda q, k, v: reference.attention(q, k, v, is_causal, scale)[0],
+                            (q, k, v), dout))
+    return _run("attention_math_backward", "attention_math_backward",
+                (q.shape[0], k.shape[1]), (q, k, v, dout),
+                {"causal": is_causal, "scale": scale}, ref)
+
+
+@attention_math_backward.register_fake
+def _(q, k, v, dout, is_causal, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+@_op("attention_bias_math_backward")
+def attention_bias_math_backward(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, bias: Tensor,
+                                 is_causal: bool,
+                                 scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    def ref():
+        return tuple(_grads(
+            lambda q, k, v: reference.attention(q, k, v, is_causal, scale, bias)[0], (q, k, v),
+            dout))
+    return _run("attention_bias_math_backward", "attention_bias_math_backward",
+                (q.shape[0], k.shape[1]), (q, k, v, dout, bias),
+                {"causal": is_causal, "scale": scale}, ref)
+
+
+@attention_bias_math_backward.register_fake
+def _(q, k, v, dout, bias, is_causal, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
 def _attention_setup(ctx, inputs, output):
-    q, k, v, *bias, is_causal, scale = inputs  # (attention_bias: one bias)
+    q, k, v, *bias, is_causal, scale, math = inputs  # (attention_bias: one bias)
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, *bias)
-    ctx.is_causal, ctx.scale = is_causal, scale
+    # The math backward reads neither out nor lse: the caller may write the output in place,
+    # as it may PyTorch's math path's.
+    ctx.save_for_backward(q, k, v, *((None, None) if math else (out, lse)), *bias)
+    ctx.is_causal, ctx.scale, ctx.math = is_causal, scale, math
     ctx.mark_non_differentiable(lse)
 
 
 def _attention_backward(ctx, dout, _dlse):
     q, k, v, out, lse, *bias = ctx.saved_tensors
-    if bias:
-        dq, dk, dv = call("attention_bias_backward", q, k, v, out, dout.contiguous(), lse,
-                          bias[0], ctx.is_causal, ctx.scale)
-        return dq, dk, dv, None, None, None
-    dq, dk, dv = call("attention_backward", q, k, v, out, dout.contiguous(), lse,
-                      ctx.is_causal, ctx.scale)
-    return dq, dk, dv, None, None
+    dout = dout.contiguous()
+    if ctx.math:
+        args = (q, k, v, dout, *bias, ctx.is_causal, ctx.scale)
+        dq, dk, dv = call("attention_bias_math_backward" if bias else "attention_math_backward",
+                          *args)
+    elif bias:
+        dq, dk, dv = call("attention_bias_backward", q, k, v, out, dout, lse, bias[0],
+                          ctx.is_causal, ctx.scale)
+    else:
+        dq, dk, dv = call("attention_backward", q, k, v, out, dout, lse, ctx.is_causal,
+                          ctx.scale)
+    return (dq, dk, dv) + (None,) * (len(bias) + 3)
 
 
 _autograd(attention, _attention_backward, _attention_setup)

@@ -153,11 +153,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         return _fall_back(name, "shape", f"head dims {e} and {ev}; the kernels take at most "
                           f"{MAX_HEAD_DIM}", torch_sdpa)
     dtype = q.dtype
-    if dtype != torch.float32 and _torch_uses_math(q, k, v, attn_mask, is_causal, scale,
-                                                   enable_gqa):
+    math_path = bool(_torch_uses_math(q, k, v, attn_mask, is_causal, scale, enable_gqa))
+    if math_path and dtype != torch.float32:
         # PyTorch's math path computes 16-bit attention in float32 (rounding the inputs'
         # gradients and the output once); its flash kernel, which ours follows, rounds the
-        # probabilities to 16 bits. Where PyTorch takes the math path, so do the kernels.
+        # probabilities to 16 bits. Where PyTorch takes the math path, so do the kernels,
+        # and the backward is its softmax's (attention_math_backward: where the softmax
+        # saturates the flash backward had up to 23x PyTorch's dq error).
         q, k, v = q.float(), k.float(), v.float()
     lead = q.shape[:-3]
     L, S = q.shape[-2], k.shape[-2]
@@ -188,9 +190,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             bias = bias.expand(bias.shape[0], hq, L, S).reshape(bias.shape[0], hk, rows, S)
     q4, k4, v4, bias = _bucketed(q4, k4, v4, bias, bool(is_causal))
     if bias is None:
-        out, _ = _operators.call("attention", q4, k4, v4, bool(is_causal), s)
+        out, _ = _operators.call("attention", q4, k4, v4, bool(is_causal), s, math_path)
     else:
-        out, _ = _operators.call("attention_bias", q4, k4, v4, bias, bool(is_causal), s)
+        out, _ = _operators.call("attention_bias", q4, k4, v4, bias, bool(is_causal), s,
+                                 math_path)
     if out.shape[2] != rows:
         out = out[:, :, :rows].contiguous()
     return _reshaped(out, (*lead, hq, L, ev)).to(dtype)

@@ -236,10 +236,13 @@ inline void matmul_chunks(const nl::tensor& dst, const std::vector<nl::tensor>& 
 
 // Transposes rows [0, n) of a [n, D] HBM view through the Tensor engine into an HBM scratch
 // [D, n] (`dst` a view of it), 128 rows and 128 columns at a time.
-inline void transpose_into(const nl::tensor& dst, const nl::tensor& src, int64_t n) {
+// With `scale`, the rows are multiplied by it first (in their dtype).
+inline void transpose_into(const nl::tensor& dst, const nl::tensor& src, int64_t n,
+                           double scale = 1.0) {
   const int64_t D = src.shape()[1];
   for_each_tile(n, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
     auto t = nl::load(src(nl::ds(r0, rr), nl::all));
+    if (scale != 1.0) isa::tensor_scalar(t, t, nl::multiply, scale);
     for (const Chunk& c : head_chunks(D))
       nl::store(dst(nl::ds(c.c0, c.cw), nl::ds(r0, rr)),
                 transpose_to_sbuf(t(nl::all, nl::ds(c.c0, c.cw)), "tT"));

@@ -30,6 +30,15 @@
 // Two passes recompute the scores twice instead of accumulating dq across programs, which
 // would need atomics the machine does not have. Head dims over 128 contract in chunks of 128
 // partitions (the scores over E, dp over Ev), adding up in PSUM.
+//
+// attention_math_backward is the backward of PyTorch's math path (its softmax's backward),
+// for the calls where PyTorch takes that path: p = exp(s - m) / l from each row's maximum m
+// and sum l, recomputed, and D_i = sum_j p_ij dp_ij, instead of exp(s - lse) and dout_i .
+// out_i. Where the softmax saturates (one p near 1) ds = p (dp - D) is a small difference of
+// large terms, and the flash forms lose its digits: 3.5x PyTorch's dq error on average, up to
+// 23x, in fp32 for PyTorch's own test inputs (uniform in [-9, 9], E = 8); the math forms
+// keep them (two sweeps before pass 1: the online max and sum, as the forward's, then D; two
+// more scores products and one dp product per tile). It reads neither out nor lse.
 #pragma once
 #include <tuple>
 
@@ -37,26 +46,25 @@
 
 namespace neuron::kernels {
 
-// Returns {dq [B, Hq, L, E], dk [B, Hkv, S, E], dv [B, Hkv, S, Ev]} in q's dtype, from the
-// forward's inputs, its output `out`, the output gradient `dout` and its `lse` [B, Hq, L].
-// Launch with attention_backward_grid(q, k).
-// With the forward's bias (attention_forward's), p = exp(scale * s + bias - lse); the bias gets
-// no gradient.
-inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
-    const nl::tensor& q, const nl::tensor& k, const nl::tensor& v, const nl::tensor& out,
-    const nl::tensor& dout, const nl::tensor& lse, const std::optional<nl::tensor>& bias,
-    const AttentionConfig& cfg = {}, Span span = Span::current()) {
-  using namespace detail;
-  const char* kernel = "attention_backward";
+namespace detail {
+
+// Both backwards: the flash one from `out` and `lse` (both given), the math one (neither).
+inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward_impl(
+    const nl::tensor& q, const nl::tensor& k, const nl::tensor& v,
+    const std::optional<nl::tensor>& out, const nl::tensor& dout,
+    const std::optional<nl::tensor>& lse, const std::optional<nl::tensor>& bias,
+    const AttentionConfig& cfg, const char* kernel, Span span) {
+  const bool math = !out;
   const AttentionDims d = check_attention(q, k, v, cfg, kernel, span);
   if (bias) check_bias(*bias, d, kernel, span);
   const std::vector<int64_t> os{d.B, d.Hq, d.L, d.Ev};
-  if (out.shape() != os || dout.shape() != os)
-    args_error(span, kernel, "out {} and dout {} must have shape {}", shape_str(out.shape()),
-               shape_str(dout.shape()), shape_str(os));
-  if (lse.shape() != std::vector<int64_t>{d.B, d.Hq, d.L} || lse.dtype() != DType::float32)
+  if (dout.shape() != os || (out && out->shape() != os))
+    args_error(span, kernel, "out {} and dout {} must have shape {}",
+               out ? shape_str(out->shape()) : "(none)", shape_str(dout.shape()), shape_str(os));
+  if (lse &&
+      (lse->shape() != std::vector<int64_t>{d.B, d.Hq, d.L} || lse->dtype() != DType::float32))
     args_error(span, kernel, "lse is {} {}; it must be float32 [{}, {}, {}]",
-               dtype_name(lse.dtype()), shape_str(lse.shape()), d.B, d.Hq, d.L);
+               dtype_name(lse->dtype()), shape_str(lse->shape()), d.B, d.Hq, d.L);
   const DType dt = q.dtype();
   auto dq = nl::ndarray({d.B, d.Hq, d.L, d.E}, dt, nl::shared_hbm, "dq");
   auto dk = nl::ndarray({d.B, d.Hkv, d.S, d.E}, dt, nl::shared_hbm, "dk");
@@ -69,20 +77,130 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
   auto vT = nl::ndarray({d.Ev, d.S}, dt, nl::hbm, "vT");
   auto qT = nl::ndarray({d.G, d.E, d.L}, dt, nl::hbm, "qT");
   auto doT = nl::ndarray({d.G, d.Ev, d.L}, dt, nl::hbm, "doT");
-  auto oT = nl::ndarray({d.G, d.Ev, d.L}, dt, nl::hbm, "oT");
   auto dsum = nl::ndarray({d.G, d.L}, nl::float32, nl::hbm, "D");
+  // The math backward's -scale * m (or -m of the biased scores) and l per row.
+  std::optional<nl::tensor> neg_m, lsum;
+  if (math) {
+    neg_m = nl::ndarray({d.G, d.L}, nl::float32, nl::hbm, "neg_m");
+    lsum = nl::ndarray({d.G, d.L}, nl::float32, nl::hbm, "l");
+  }
+  // With a bias the scores are scaled and biased before the softmax, which then runs at
+  // scale 1 (sc).
+  // The math backward scales q and k by sqrt(scale) before their product, and the gradients
+  // by it after, as PyTorch's math path (the scores' rounding: 1.14x its dk error in fp16
+  // without); sf is that factor, 1 in the flash backward, and s_scale what multiplies the raw
+  // products.
+  const double sf = math ? std::sqrt(d.scale) : 1.0, s_scale = math ? 1.0 : d.scale,
+               grad_scale = math ? sf : d.scale;
+  const double sc = bias ? 1.0 : s_scale;
+  auto scaled = [&](nl::tensor t) {  // a q or k tile as the products take it
+    if (sf != 1.0) isa::tensor_scalar(t, t, nl::multiply, sf);
+    return t;
+  };
+  std::optional<nl::tensor> oT;  // the flash backward's out^T per head [G, Ev, L]
+  if (!math) oT = nl::ndarray({d.G, d.Ev, d.L}, dt, nl::hbm, "oT");
   auto chunk_loads = [&](const nl::tensor& src, int64_t e) {  // src [e, n] HBM view
     std::vector<nl::tensor> out;
     for (const Chunk& c : head_chunks(e)) out.push_back(nl::load(src(nl::ds(c.c0, c.cw), nl::all)));
     return out;
   };
-  transpose_into(kT, k(b, hk, nl::all, nl::all), d.S);
+  transpose_into(kT, k(b, hk, nl::all, nl::all), d.S, sf);
   transpose_into(vT, v(b, hk, nl::all, nl::all), d.S);
   for (nl::index g : nl::affine_range(d.G)) {
     const nl::index hq = hk * d.G + g;
-    transpose_into(qT(g, nl::all, nl::all), q(b, hq, nl::all, nl::all), d.L);
+    transpose_into(qT(g, nl::all, nl::all), q(b, hq, nl::all, nl::all), d.L, sf);
     transpose_into(doT(g, nl::all, nl::all), dout(b, hq, nl::all, nl::all), d.L);
-    transpose_into(oT(g, nl::all, nl::all), out(b, hq, nl::all, nl::all), d.L);
+  }
+  // Pass 2's walk, also the math sweep's: every query tile with the key blocks it sees in
+  // increasing order, tile(q0, qr, blocks) (blocks(step): step(s0, sw, mask_rel)); `kind`
+  // says how the unmasked key blocks loop.
+  auto query_tiles = [&](LoopKind kind, const auto& tile) {
+    if (!cfg.causal) {
+      for_each_tile(d.L, kPartitions, [&](nl::index, nl::index q0, int64_t qr) {
+        tile(q0, qr, [&](const auto& step) {
+          for_each_tile(
+              d.S, kKeyBlock,
+              [&](nl::index, nl::index s0, int64_t sw) { step(s0, sw, std::nullopt); }, 0, kind);
+        });
+      });
+    } else {
+      for_each_causal_query_tile(d, off, kind, tile);
+    }
+  };
+  // The scores of queries [q0, q0 + qr) of head hq (Q^T chunks qT) and keys [s0, s0 + sw):
+  // the raw product in PSUM, or in SBUF biased (scale * s + bias) or masked.
+  auto scores = [&](const std::vector<nl::tensor>& qTc, const nl::index& hq, const nl::index& q0,
+                    const nl::index& s0, int64_t sw, std::optional<int64_t> mask_rel) {
+    const int64_t qr = qTc[0].shape()[1];
+    auto s_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "scores");
+    matmul_chunks(s_ps, qTc, chunk_loads(kT(nl::all, nl::ds(s0, sw)), d.E));
+    nl::tensor s = s_ps;
+    if (bias) {
+      s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "biased");
+      biased_scores(s, s_ps, s_scale, *bias, b, hq, q0, s0);
+    } else if (mask_rel) {
+      s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "masked");
+      isa::tensor_copy(s, s_ps);
+    }
+    if (mask_rel) mask_causal_rel(s, *mask_rel);
+    return s;
+  };
+  auto dp_block = [&](const std::vector<nl::tensor>& doTc, const nl::index& s0, int64_t sw) {
+    auto dp_ps = nl::ndarray({doTc[0].shape()[1], sw}, nl::float32, nl::psum, "dp");
+    matmul_chunks(dp_ps, doTc, chunk_loads(vT(nl::all, nl::ds(s0, sw)), d.Ev));
+    return dp_ps;
+  };
+  for (nl::index g : nl::affine_range(d.G)) {
+    const nl::index hq = hk * d.G + g;
+    if (math) {
+      // The math sweeps, per query row: the online maximum m and sum l of e = exp(sc s - sc
+      // m), rescaled as the maximum grows (as the forward's; sequential: they carry across
+      // key blocks), then D = sum_j p_j dp_j of the normalized p = e / l, as PyTorch's
+      // softmax backward sums it (D = sum_j e_j dp_j / l gave up to 1.7x its dq error in
+      // fp16).
+      query_tiles(LoopKind::sequential, [&](const nl::index& q0, int64_t qr, const auto& blocks) {
+        auto qTc = chunk_loads(qT(g, nl::all, nl::ds(q0, qr)), d.E);
+        auto doTc = chunk_loads(doT(g, nl::all, nl::ds(q0, qr)), d.Ev);
+        auto m = nl::full({qr, 1}, kNegInf, nl::float32, nl::sbuf, "m");
+        auto l = nl::zeros({qr, 1}, nl::float32, nl::sbuf, "l");
+        auto neg_sm = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "neg_sm");
+        blocks([&](const nl::index& s0, int64_t sw, std::optional<int64_t> mask_rel) {
+          nl::tensor s = scores(qTc, hq, q0, s0, sw, mask_rel);
+          auto m_new = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "m_new");
+          isa::tensor_reduce(m_new, nl::max, s, 1);
+          isa::tensor_tensor(m_new, m_new, m, nl::maximum);
+          if (bias)  // a row whose keys are all hidden so far: exp(s - max) 0, not NaN
+            isa::tensor_scalar(m_new, m_new, nl::maximum,
+                               double(-std::numeric_limits<float>::max()));
+          isa::tensor_scalar(neg_sm, m_new, nl::multiply, -sc);
+          auto e = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "e");
+          auto e_sum = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "e_sum");
+          isa::activation(e, nl::exp, s, neg_sm, sc, nl::add, e_sum);
+          auto alpha = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "alpha");
+          isa::activation(alpha, nl::exp, m, neg_sm, sc);
+          isa::tensor_scalar(l, l, nl::multiply, alpha, false, nl::add, e_sum);
+          isa::tensor_copy(m, m_new);
+        });
+        // A row whose keys are all hidden (l = 0): p = 0 / l_safe = 0 and D 0, not NaN.
+        isa::tensor_scalar(l, l, nl::maximum, double(std::numeric_limits<float>::min()));
+        auto di = nl::zeros({qr, 1}, nl::float32, nl::sbuf, "Di");
+        blocks([&](const nl::index& s0, int64_t sw, std::optional<int64_t> mask_rel) {
+          auto p = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "p");  // as probs() makes it
+          isa::activation(p, nl::exp, scores(qTc, hq, q0, s0, sw, mask_rel), neg_sm, sc);
+          isa::tensor_scalar(p, p, nl::divide, l);
+          auto pdp = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "p_dp");
+          isa::tensor_tensor(pdp, p, dp_block(doTc, s0, sw), nl::multiply);
+          auto pdp_sum = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "p_dp_sum");
+          isa::tensor_reduce(pdp_sum, nl::add, pdp, 1);
+          isa::tensor_tensor(di, di, pdp_sum, nl::add);
+        });
+        isa::dma_copy(dsum(g, nl::ds(q0, qr)), di);
+        isa::dma_copy((*neg_m)(g, nl::ds(q0, qr)), neg_sm);
+        isa::dma_copy((*lsum)(g, nl::ds(q0, qr)), l);
+      });
+      continue;
+    }
+    transpose_into((*oT)(g, nl::all, nl::all), (*out)(b, hq, nl::all, nl::all), d.L);
     // D_i = dout_i . out_i as the diagonal of dout out^T: the Tensor engine's product of the
     // same operands, in the same order, as dp's dout_i . v_j, so dp - D is exactly 0 where
     // out_i is v_j (a query that sees one key: p = 1 and ds must vanish, which a Vector-engine
@@ -90,7 +208,7 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
     for_each_tile(d.L, kPartitions, [&](nl::index, nl::index r0, int64_t rr) {
       auto gram = nl::ndarray({rr, rr}, nl::float32, nl::psum, "dout_out");
       matmul_chunks(gram, chunk_loads(doT(g, nl::all, nl::ds(r0, rr)), d.Ev),
-                    chunk_loads(oT(g, nl::all, nl::ds(r0, rr)), d.Ev));
+                    chunk_loads((*oT)(g, nl::all, nl::ds(r0, rr)), d.Ev));
       auto diag = nl::ndarray({rr, rr}, nl::float32, nl::sbuf, "diag");
       isa::tensor_copy(diag, gram);
       isa::affine_select(diag, {{-1, rr}}, 1, diag, 0.0, nl::equal);  // keeps column p of row p
@@ -102,10 +220,12 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
 
   // Per query tile of head g: Q^T, dout^T, -lse and D (fp32 columns).
   // Q^T and dout^T [E|Ev, qr] one tile per head-dim chunk.
+  // The math backward's l column rides along (p = exp(...) / l).
   struct QueryTile {
     std::vector<nl::tensor> qT, doT;
     nl::tensor neg_lse, di;
     nl::index hq, q0;
+    std::optional<nl::tensor> l;
   };
   auto load_query_tile = [&](const nl::index& g, const nl::index& q0, int64_t qr) {
     QueryTile t{chunk_loads(qT(g, nl::all, nl::ds(q0, qr)), d.E),
@@ -113,40 +233,37 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
                 nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "neg_lse"),
                 nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "Di"),
                 hk * d.G + g,
-                q0};
-    isa::dma_copy(t.neg_lse, lse(b, hk * d.G + g, nl::ds(q0, qr)));
-    isa::tensor_scalar(t.neg_lse, t.neg_lse, nl::multiply, -1.0);
-    if (bias)  // a row whose keys the bias all hides (lse -inf): p = exp(-inf + max) = 0
-      isa::tensor_scalar(t.neg_lse, t.neg_lse, nl::minimum,
-                         double(std::numeric_limits<float>::max()));
+                q0,
+                std::nullopt};
+    if (math) {  // -sc * m and l from the math sweep
+      isa::dma_copy(t.neg_lse, (*neg_m)(g, nl::ds(q0, qr)));
+      t.l = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "l");
+      isa::dma_copy(*t.l, (*lsum)(g, nl::ds(q0, qr)));
+    } else {
+      isa::dma_copy(t.neg_lse, (*lse)(b, hk * d.G + g, nl::ds(q0, qr)));
+      isa::tensor_scalar(t.neg_lse, t.neg_lse, nl::multiply, -1.0);
+      if (bias)  // a row whose keys the bias all hides (lse -inf): p = exp(-inf + max) = 0
+        isa::tensor_scalar(t.neg_lse, t.neg_lse, nl::minimum,
+                           double(std::numeric_limits<float>::max()));
+    }
     isa::dma_copy(t.di, dsum(g, nl::ds(q0, qr)));
     return t;
   };
-  // p = exp(scale * s - lse) and ds = p * (dp - D) for a [qr, sw] tile, both in pdt. mask_rel:
-  // a causal diagonal tile, rel = q0 + causal_offset - s0 (static; mask_causal_rel).
+  // p = exp(scale * s - lse) (math: exp(scale * s - scale * m) / l) and ds = p * (dp - D) for
+  // a [qr, sw] tile, both in pdt. mask_rel: a causal diagonal tile, rel = q0 + causal_offset -
+  // s0 (static; mask_causal_rel).
   auto probs = [&](const QueryTile& t, const nl::index& s0, int64_t sw,
                    std::optional<int64_t> mask_rel, DType pdt) {
     const int64_t qr = t.qT[0].shape()[1];
-    auto s_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "scores");
-    matmul_chunks(s_ps, t.qT, chunk_loads(kT(nl::all, nl::ds(s0, sw)), d.E));
-    nl::tensor s = s_ps;
-    if (bias) {
-      s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "biased");
-      biased_scores(s, s_ps, d.scale, *bias, b, t.hq, t.q0, s0);
-    } else if (mask_rel) {
-      s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "masked");
-      isa::tensor_copy(s, s_ps);
-    }
-    if (mask_rel) mask_causal_rel(s, *mask_rel);
+    nl::tensor s = scores(t.qT, t.hq, t.q0, s0, sw, mask_rel);
     // p in fp32 first: ds = p * (dp - D) from the unrounded p, as PyTorch's flash backward
     // (a ds from the 16-bit p cost dk up to 16% more error than PyTorch's at few keys); the
     // 16-bit copy of p is only dv's matmul operand.
     auto p32 = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "p");
-    isa::activation(p32, nl::exp, s, t.neg_lse, bias ? 1.0 : d.scale);
-    auto dp_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "dp");
-    matmul_chunks(dp_ps, t.doT, chunk_loads(vT(nl::all, nl::ds(s0, sw)), d.Ev));
+    isa::activation(p32, nl::exp, s, t.neg_lse, sc);
+    if (t.l) isa::tensor_scalar(p32, p32, nl::divide, *t.l);
     auto dpd = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "dp_minus_D");
-    isa::tensor_scalar(dpd, dp_ps, nl::subtract, t.di);
+    isa::tensor_scalar(dpd, dp_block(t.doT, s0, sw), nl::subtract, t.di);
     auto ds = nl::ndarray({qr, sw}, pdt, nl::sbuf, "ds");
     isa::tensor_tensor(ds, dpd, p32, nl::multiply);
     if (pdt == DType::float32) return std::pair{p32, ds};
@@ -168,7 +285,7 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
         QueryTile t = load_query_tile(g, q0, qr);
         auto [p, ds] = probs(t, s0, sr, mask_rel, dt);
         isa::nc_matmul(dv_ps, p, nl::load(dout(b, hq, nl::ds(q0, qr), nl::all)), true);
-        isa::nc_matmul(dk_ps, ds, nl::load(q(b, hq, nl::ds(q0, qr), nl::all)), true);
+        isa::nc_matmul(dk_ps, ds, scaled(nl::load(q(b, hq, nl::ds(q0, qr), nl::all))), true);
       };
       if (kind == KeyKind::plain) {
         for_each_tile(d.L, kPartitions,
@@ -199,7 +316,7 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
       }
     }
     auto dkt = nl::ndarray({sr, d.E}, dt, nl::sbuf, "dk_t");
-    isa::tensor_scalar(dkt, dk_ps, nl::multiply, d.scale);
+    isa::tensor_scalar(dkt, dk_ps, nl::multiply, grad_scale);
     nl::store(dk(b, hk, nl::ds(s0, sr), nl::all), dkt);
     nl::store(dv(b, hk, nl::ds(s0, sr), nl::all), nl::copy(dv_ps, dt));
   };
@@ -241,30 +358,32 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
         auto [p, ds] = probs(t, s0, sw, mask_rel, nl::float32);
         for_each_static_tile(0, sw, kPartitions, [&](int64_t c, int64_t cw) {
           auto dsT = transpose_to_sbuf(ds(nl::all, nl::ds(c, cw)), "dsT");
-          auto kc = nl::load(k(b, hk, nl::ds(s0 + c, cw), nl::all), nl::float32);
+          auto kc = scaled(nl::load(k(b, hk, nl::ds(s0 + c, cw), nl::all), nl::float32));
           isa::nc_matmul(dq_ps, dsT, kc, true);
         });
       });
       auto dqt = nl::ndarray({qr, d.E}, dt, nl::sbuf, "dq_t");
-      isa::tensor_scalar(dqt, dq_ps, nl::multiply, d.scale);
+      isa::tensor_scalar(dqt, dq_ps, nl::multiply, grad_scale);
       nl::store(dq_h(nl::ds(q0, qr), nl::all), dqt);
     };
-    if (!cfg.causal) {
-      for_each_tile(d.L, kPartitions, [&](nl::index, nl::index q0, int64_t qr) {
-        query_tile(q0, qr, [&](const auto& step) {
-          for_each_tile(d.S, kKeyBlock,
-                        [&](nl::index, nl::index s0, int64_t sw) { step(s0, sw, std::nullopt); });
-        });
-      });
-    } else {
-      // As the forward (for_each_causal_query_tile).
-      for_each_causal_query_tile(d, off, LoopKind::affine,
-                                 [&](const nl::index& q0, int64_t qr, const auto& blocks) {
-                                   query_tile(q0, qr, blocks);
-                                 });
-    }
+    query_tiles(LoopKind::affine, query_tile);
   }
   return {dq, dk, dv};
+}
+
+}  // namespace detail
+
+// Returns {dq [B, Hq, L, E], dk [B, Hkv, S, E], dv [B, Hkv, S, Ev]} in q's dtype, from the
+// forward's inputs, its output `out`, the output gradient `dout` and its `lse` [B, Hq, L].
+// Launch with attention_backward_grid(q, k).
+// With the forward's bias (attention_forward's), p = exp(scale * s + bias - lse); the bias gets
+// no gradient.
+inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
+    const nl::tensor& q, const nl::tensor& k, const nl::tensor& v, const nl::tensor& out,
+    const nl::tensor& dout, const nl::tensor& lse, const std::optional<nl::tensor>& bias,
+    const AttentionConfig& cfg = {}, Span span = Span::current()) {
+  return detail::attention_backward_impl(q, k, v, out, dout, lse, bias, cfg, "attention_backward",
+                                         span);
 }
 
 inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
@@ -272,6 +391,18 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward(
     const nl::tensor& dout, const nl::tensor& lse, const AttentionConfig& cfg = {},
     Span span = Span::current()) {
   return attention_backward(q, k, v, out, dout, lse, std::nullopt, cfg, span);
+}
+
+// The backward of PyTorch's math path (above): dq, dk, dv from the forward's inputs and the
+// output gradient only, p = exp(s - m) / l recomputed, D_i = sum_j p_ij dp_ij. For the calls
+// PyTorch's CPU attention runs on its math path (head dims E != Ev, inputs not 4-D), whose
+// gradients it matches where the softmax saturates. Launch with attention_backward_grid(q, k).
+inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_math_backward(
+    const nl::tensor& q, const nl::tensor& k, const nl::tensor& v, const nl::tensor& dout,
+    const std::optional<nl::tensor>& bias = std::nullopt, const AttentionConfig& cfg = {},
+    Span span = Span::current()) {
+  return detail::attention_backward_impl(q, k, v, std::nullopt, dout, std::nullopt, bias, cfg,
+                                         "attention_math_backward", span);
 }
 
 }  // namespace neuron::kernels

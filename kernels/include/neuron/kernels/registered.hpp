@@ -319,4 +319,33 @@ inline std::tuple<T, T, T> attention_bias_backward(const T& q, const T& k, const
                                      attention_config(causal, scale, causal_offset));
 }
 
+// the backward of PyTorch's math path (attention_backward.hpp): dq, dk, dv from the inputs and
+// dout only, p = exp(s - m) / l and D = rowsum(p * dp) recomputed; grid (B, Hkv)
+NEURON_OP(neuron)
+inline std::tuple<T, T, T> attention_math_backward(const T& q, const T& k, const T& v,
+                                                   const T& dout,
+                                                   // key j visible to query i when j <= i + offset
+                                                   bool causal = false,
+                                                   // softmax scale; 0 takes 1 / sqrt(E)
+                                                   double scale = 0.0,
+                                                   // 0 is PyTorch's is_causal (top left)
+                                                   int64_t causal_offset = 0) {
+  return kernels::attention_math_backward(q, k, v, dout, std::nullopt,
+                                          attention_config(causal, scale, causal_offset));
+}
+
+// attention_math_backward with attention_bias' bias (which gets no gradient); grid (B, Hkv)
+NEURON_OP(neuron)
+inline std::tuple<T, T, T> attention_bias_math_backward(
+    const T& q, const T& k, const T& v, const T& dout, const T& bias,
+    // key j visible to query i when j <= i + offset
+    bool causal = false,
+    // softmax scale; 0 takes 1 / sqrt(E)
+    double scale = 0.0,
+    // 0 is PyTorch's is_causal (top left)
+    int64_t causal_offset = 0) {
+  return kernels::attention_math_backward(q, k, v, dout, bias,
+                                          attention_config(causal, scale, causal_offset));
+}
+
 }  // namespace neuron::kernels::registered
