@@ -425,3 +425,69 @@ def test_pytorchs_block_mask_and_partial_only_masks_work():
     bm = nfa.BlockMask.from_kv_blocks(num, idx, BLOCK_SIZE=32, mask_mod=fh.causal,
                                       seq_lengths=(100, 100))
     torch.testing.assert_close(flex_attention(q, k, v, block_mask=bm), golden.float())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_computes_in_the_autocast_dtype_as_pytorch(dtype):
+    # PyTorch's flex_attention under autocast casts q, k and v to the autocast dtype; ours
+    # raised KeyError (its fp32-only tables met 16-bit scores).
+    q, k, v = (torch.randn(1, 2, 64, 16, generator=torch.Generator().manual_seed(i))
+               for i in range(3))
+    with torch.autocast("cpu", dtype=dtype):
+        ours = flex_attention(q, k, v, score_mod=fh.rel_bias)
+        theirs = tfa.flex_attention(q, k, v, score_mod=fh.rel_bias)
+    assert ours.dtype == theirs.dtype == dtype
+    golden = fh.dense_reference(q.double(), k.double(), v.double(), fh.rel_bias, None)[0]
+    fh.judge("autocast", ours, golden, theirs)
+    qg = q.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=dtype):
+        out = flex_attention(qg, k, v)
+    out.float().sum().backward()  # the gradient reaches the fp32 leaf
+    assert qg.grad.dtype == torch.float32 and torch.isfinite(qg.grad).all()
+
+
+def test_the_output_keeps_the_querys_stride_order():
+    # As PyTorch: after q = x.view(B, L, H, E).transpose(1, 2), out.transpose(1, 2).view(B, L,
+    # H * E) works (ours returned a contiguous [B, H, L, E], and the view raised).
+    B, L, H, E = 2, 40, 4, 16
+    x = torch.randn(B, L, 3, H, E, requires_grad=True)
+    q, k, v = (t.transpose(1, 2) for t in x.unbind(2))
+    out = flex_attention(q, k, v, score_mod=fh.rel_bias)
+    assert out.stride() == tfa.flex_attention(q.detach(), k.detach(), v.detach(),
+                                              score_mod=fh.rel_bias).stride()
+    y = out.transpose(1, 2).view(B, L, H * E)
+    (g,) = torch.autograd.grad(y.square().sum(), x)
+    qc, kc, vc = (t.transpose(1, 2).contiguous() for t in x.unbind(2))
+    ref = flex_attention(qc, kc, vc, score_mod=fh.rel_bias)
+    assert ref.is_contiguous() and torch.equal(out, ref)
+    (g_ref,) = torch.autograd.grad(ref.transpose(1, 2).reshape(B, L, H * E).square().sum(), x)
+    assert torch.equal(g, g_ref)
+
+
+def test_a_sliced_pytorch_block_mask_gets_pytorchs_error():
+    q = torch.randn(1, 1, 1, 16)
+    kv = torch.randn(1, 1, 256, 16)
+    sliced = tfa.create_block_mask(fh.causal, 1, 1, 256, 256, device="cpu")[:, :, 0]
+    with pytest.raises(RuntimeError, match="Cannot use mask_mod from a sliced BlockMask"):
+        flex_attention(q, kv, kv, block_mask=sliced)
+
+
+def test_block_mask_pytree_helpers_round_trip():
+    from torch.utils import _pytree as pytree
+
+    def window(width):
+        def mod(b, h, q_idx, kv_idx):
+            return (q_idx - kv_idx).abs() <= width
+        return mod
+    bm = create_block_mask(window(20), 2, 1, 200, 200, BLOCK_SIZE=32)
+    tensors, ctx = bm._flatten()
+    again = nfa.BlockMask._unflatten(tensors, ctx)
+    assert again.shape == bm.shape and torch.equal(again.to_dense(), bm.to_dense())
+    assert again.mask_mod is bm.mask_mod and list(ctx[:2]) == [bm.seq_lengths, bm.BLOCK_SIZE]
+    keyed, kctx = bm._flatten_with_keys()
+    assert [k.name for k, _ in keyed] == nfa.BlockMask._TENSOR_ATTRS
+    assert [k.name for k, _ in kctx] == nfa.BlockMask._CONTEXT_ATTRS
+    # Contexts of the same closure made anew compare equal; another width does not.
+    assert create_block_mask(window(20), 2, 1, 200, 200, BLOCK_SIZE=32)._flatten()[1] == ctx
+    assert create_block_mask(window(21), 2, 1, 200, 200, BLOCK_SIZE=32)._flatten()[1] != ctx
+    assert isinstance(pytree.GetAttrKey("x"), pytree.GetAttrKey)

@@ -2,6 +2,7 @@
 of the mods, autograd wiring and the return conventions (out / (out, lse) / (out, AuxOutput))."""
 import math
 import os
+import sys
 import warnings
 from typing import NamedTuple, Optional
 
@@ -79,7 +80,10 @@ def _validate(query, key, value, block_mask, enable_gqa):
         raise ValueError(f"key/value batch {key.size(0)} must be 1 or the query's "
                          f"{query.size(0)}")
     if block_mask is not None:
-        if getattr(block_mask, "mask_mod", None) is _sliced_mask_mod_error:
+        # (PyTorch's sliced BlockMask too: its module is loaded if its masks exist.)
+        theirs = getattr(sys.modules.get("torch.nn.attention.flex_attention"),
+                         "_sliced_mask_mod_error", None)
+        if getattr(block_mask, "mask_mod", None) in (_sliced_mask_mod_error, theirs):
             raise RuntimeError("Cannot use mask_mod from a sliced BlockMask")
         if tuple(block_mask.BLOCK_SIZE) == (_LARGE_BLOCK, _LARGE_BLOCK):
             return None
@@ -315,6 +319,40 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
 @torch.compiler.disable
 def _flex_attention(query, key, value, score_mod, block_mask, scale, enable_gqa, return_lse,
                     kernel_options, return_aux):
+    if torch.is_autocast_enabled("cpu"):
+        # As PyTorch's flex_attention under autocast: q, k and v in the autocast dtype, the
+        # rest (score_mod included) without autocast.
+        dt = torch.get_autocast_dtype("cpu")
+        query, key, value = (t.to(dt) if t.is_floating_point() and t.is_cpu and
+                             t.dtype != torch.float64 else t for t in (query, key, value))
+        with torch.autocast("cpu", enabled=False):
+            return _flex_attention(query, key, value, score_mod, block_mask, scale, enable_gqa,
+                                   return_lse, kernel_options, return_aux)
+    result = _flex_attention_impl(query, key, value, score_mod, block_mask, scale, enable_gqa,
+                                  return_lse, kernel_options, return_aux)
+    if isinstance(result, tuple):
+        return (_in_query_layout(result[0], query),) + result[1:]
+    return _in_query_layout(result, query)
+
+
+def _in_query_layout(out, query):
+    """out [B, H, L, Ev] with its dims laid out in the order of query's strides, as PyTorch
+    returns it (after `q.view(B, L, H, E).transpose(1, 2)`, `out.transpose(1, 2).view(B, L,
+    H * Ev)` works); out itself when that is the contiguous order."""
+    fill = sorted(range(out.dim()), key=lambda d: query.stride(d))  # innermost first (stable)
+    strides, step = [0] * out.dim(), 1
+    for d in fill:
+        strides[d] = step
+        step *= out.size(d)
+    if tuple(strides) == out.stride() or out.numel() == 0:
+        return out
+    laid = out.new_empty(out.shape).as_strided(out.shape, strides)
+    laid.copy_(out)
+    return laid
+
+
+def _flex_attention_impl(query, key, value, score_mod, block_mask, scale, enable_gqa,
+                         return_lse, kernel_options, return_aux):
     global _warned_lse
     block_mask = _validate(query, key, value, block_mask, enable_gqa)
     if block_mask is not None:

@@ -105,6 +105,7 @@ class BlockMask:
 
     _TENSOR_ATTRS = ["kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices",
                      "q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices"]
+    _CONTEXT_ATTRS = ["seq_lengths", "BLOCK_SIZE", "mask_mod"]
 
     def __init__(self, seq_lengths, kv_num_blocks, kv_indices, full_kv_num_blocks,
                  full_kv_indices, q_num_blocks, q_indices, full_q_num_blocks, full_q_indices,
@@ -250,6 +251,70 @@ class BlockMask:
         vals = [getattr(self, a) for a in self._TENSOR_ATTRS]
         vals = [v.to(device) if v is not None else None for v in vals]
         return BlockMask(self.seq_lengths, *vals, self.BLOCK_SIZE, self.mask_mod)
+
+    # PyTorch's pytree helpers (torch.utils._pytree.register_pytree_node takes them): the
+    # tensors, and a context of seq_lengths, BLOCK_SIZE and the mask_mod (wrapped so that two
+    # contexts of the same function compare equal).
+    def _flatten(self):
+        return (tuple(getattr(self, a) for a in self._TENSOR_ATTRS),
+                tuple(_wrapped(a, getattr(self, a)) for a in self._CONTEXT_ATTRS))
+
+    def _flatten_with_keys(self):
+        from torch.utils._pytree import GetAttrKey
+        return (tuple((GetAttrKey(a), getattr(self, a)) for a in self._TENSOR_ATTRS),
+                tuple((GetAttrKey(a), _wrapped(a, getattr(self, a)))
+                      for a in self._CONTEXT_ATTRS))
+
+    @classmethod
+    def _unflatten(cls, tensors, context):
+        kw = {a: v.fn if isinstance(v, _ModInContext) else v
+              for a, v in zip(cls._CONTEXT_ATTRS, context)}
+        kw.update(zip(cls._TENSOR_ATTRS, tensors))
+        return cls(**kw)
+
+
+class _ModInContext:
+    """A mask_mod in a pytree context: equal to another for the same function, or the same
+    code over equal captured values (a closure made anew on each forward)."""
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    def __eq__(self, other):
+        if not isinstance(other, _ModInContext):
+            return False
+        a, b = self.fn, other.fn
+        if a is b:
+            return True
+        if not (inspect.isfunction(a) and inspect.isfunction(b)) or a.__code__ != b.__code__:
+            return False
+        cells = [tuple(c.cell_contents for c in f.__closure__ or ()) for f in (a, b)]
+        return len(cells[0]) == len(cells[1]) and all(map(_same_value, *cells))
+
+    def __hash__(self):
+        return hash(self.fn.__code__ if inspect.isfunction(self.fn) else self.fn)
+
+    def __repr__(self):
+        return f"_ModInContext({self.fn!r})"
+
+
+def _same_value(x, y):
+    if x is y:
+        return True
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+        return False  # (a captured tensor is the same one or another)
+    try:
+        return bool(x == y)
+    except Exception:  # noqa: BLE001 (an == that gives no truth value: not equal)
+        return False
+
+
+def _wrapped(attr, value):
+    return _ModInContext(value) if attr == "mask_mod" else value
 
 
 # --- building a mask from a mask_mod
