@@ -37,6 +37,7 @@ def jit(fn=None, **kwargs):
     NKI options (mode=baremetal, ...) are accepted and ignored."""
     if fn is None:
         return lambda f: jit(f, **kwargs)
+    fn = getattr(fn, "func", fn) if isinstance(fn, Kernel) else fn  # nki.jit of a jit kernel
     mode = "simulate" if kwargs.get("mode") == "simulation" else None
     return JitKernel(fn, mode=mode, target=platform_target(kwargs.get("platform_target")))
 

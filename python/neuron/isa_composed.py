@@ -370,8 +370,18 @@ def transpose_by_dma(dst, src, axes, fn, span, oob_mode=None):
     transposing view of src (ir.hpp Access::order). An on-chip src goes through HBM scratch
     first (a view on chip keeps its partition dim first, a DMA engine does not need to); rows
     chosen at run time (t.ap(..., vector_offset=rows)) are gathered into SBUF before that."""
-    from .access import IndirectView
+    from .access import BitcastView, IndirectView
     from .views import permute
+    if isinstance(dst, BitcastView):  # t.ap(dtype=...): transposed into a tile, then its bytes
+        tile = _C.ndarray(list(dst.shape), dst.dtype, _C.Memory.sbuf, "", span)
+        transpose_by_dma(tile, src, axes, fn, span, oob_mode)
+        _C.dma_copy_bitcast(dst.view, tile, span)
+        return
+    if isinstance(src, BitcastView):  # its bytes as src.dtype elements first (nki-library's
+        # topk_reduce reads int32 indices packed into bf16 rows)
+        scratch = _C.ndarray(list(src.shape), src.dtype, _C.Memory.hbm, "", span)
+        _C.dma_copy_bitcast(scratch, src.view, span)
+        src = scratch
     shape = list(src.shape)
     rank = len(shape)
     if rank not in _TRANSPOSE_AXES:

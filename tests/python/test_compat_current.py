@@ -143,6 +143,54 @@ def test_a_jit_kernel_exposes_its_function_and_reads_nki_simulator_when_called(m
     np.testing.assert_array_equal(outer(a), 5 * a)
 
 
+def test_nki_jit_of_a_jit_kernel_is_the_same_kernel():
+    # (an internal AttributeError: the second jit traced the first's wrapper object)
+    twice = nki.jit(inner_scale)
+    assert twice.func is inner_scale.func
+    a = RNG.standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_array_equal(twice(a, 3.0), 3 * a)
+
+
+def packed_index_transpose(inp):
+    # nki-library's topk_reduce: the int32 token index packed into each bf16 row's last two
+    # columns, read through .ap(dtype=nl.int32) and transposed by DMA into one row
+    tk, hp = inp.shape
+    out = nl.ndarray((1, tk), dtype=nl.int32, buffer=nl.shared_hbm)
+    idx = nl.ndarray((1, tk), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_transpose(
+        src=inp.ap(pattern=[[hp // 2, tk], [1, 1], [1, 1], [1, 1]], offset=hp // 2 - 1,
+                   dtype=nl.int32),
+        dst=idx.ap(pattern=[[tk, 1], [1, 1], [1, 1], [1, tk]], offset=0))
+    nisa.dma_copy(dst=out, src=idx)
+    return out
+
+
+def into_packed_row(inp):
+    # the other way: int32 indices transposed into a bf16 row read as int32
+    tk, hp = inp.shape
+    out = nl.ndarray((1, 2 * tk), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    row = nl.ndarray((1, 2 * tk), dtype=nl.bfloat16, buffer=nl.sbuf)
+    col = nl.ndarray((tk, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=col, src=inp.ap(pattern=[[hp // 2, tk], [1, 1]], offset=hp // 2 - 1,
+                                      dtype=nl.int32))
+    nisa.dma_transpose(src=col, dst=row.ap(pattern=[[2 * tk, 1], [1, tk]], offset=0,
+                                           dtype=nl.int32))
+    nisa.dma_copy(dst=out, src=row)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["native", "simulate"])
+def test_dma_transpose_of_a_reinterpreting_view(mode):
+    # (a TypeError: the transpose subscripted the view)
+    x = RNG.standard_normal((8, 6)).astype(ml_dtypes.bfloat16)
+    ids = np.arange(8, dtype=np.int32) * 3 + 1
+    x[:, 4:] = ids.reshape(8, 1).view(ml_dtypes.bfloat16)
+    got = neuron.kernel(packed_index_transpose, mode=mode)(x)
+    np.testing.assert_array_equal(got, ids.reshape(1, 8))
+    got = neuron.kernel(into_packed_row, mode=mode)(x)
+    np.testing.assert_array_equal(np.asarray(got).view(np.int32), ids.reshape(1, 8))
+
+
 # ---- program ids and grid sizes as Python values -----------------------------------------------
 
 def sharded(x, out):
