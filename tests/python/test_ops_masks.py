@@ -79,6 +79,30 @@ def test_rows_that_see_no_key_are_zero_as_in_pytorch():
     torch.testing.assert_close(y, original.scaled_dot_product_attention(q, k, v, attn_mask=mask))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_pytorchs_causal_bias_masks(dtype):
+    # torch.nn.attention.bias.causal_upper_left / causal_lower_right stand for masks they do
+    # not store (PyTorch's own sdpa dispatches them): ours read them as tensors (wrong numbers,
+    # or an error) and lost their rule that is_causal=True with one is a ValueError.
+    from torch.nn.attention.bias import causal_lower_right, causal_upper_left
+    q, k, v = rand(1, 2, 23, 16, seed=40), rand(1, 2, 56, 16, seed=41), rand(1, 2, 56, 16, seed=42)
+    for make in (causal_upper_left, causal_lower_right):
+        with torch.no_grad(), ops.strict():
+            ours = ops.scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype),
+                                                    attn_mask=make(23, 56))
+            with ops.patch():  # the same through torch.nn.functional
+                torch.testing.assert_close(torch.nn.functional.scaled_dot_product_attention(
+                    q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=make(23, 56)), ours)
+        assert type(ours) is torch.Tensor
+        golden, peer = (original.scaled_dot_product_attention(
+            q.to(dt), k.to(dt), v.to(dt), attn_mask=make(23, 56)._materialize("cpu"))
+            for dt in (torch.float64, dtype))
+        judge(make.__name__, ours, peer, golden)
+    with pytest.raises(ValueError, match="CausalBias should not be used with causal=True"):
+        ops.scaled_dot_product_attention(q, k, v, attn_mask=causal_upper_left(23, 56),
+                                         is_causal=True)
+
+
 def test_masks_with_gqa_causal_leading_dims_and_3d_inputs():
     q, k, v = rand(2, 3, 8, 40, 16, seed=11), rand(2, 3, 2, 40, 16, seed=12), \
         rand(2, 3, 2, 40, 24, seed=13)

@@ -9,6 +9,7 @@ neuron.torch.fallback_counts() under ("neuron.ops.<name>", kind), or a NeuronErr
 itself rejects (mismatched shapes, a 1-D input to attention) go straight to PyTorch, so its own
 error is what the caller sees."""
 import math
+import sys
 
 import torch
 from torch.autograd import forward_ad as _forward_ad
@@ -111,6 +112,18 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         return original.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
                                                      is_causal, scale=scale, **kw)
 
+    causal_bias = _causal_bias_kind(attn_mask)
+    if causal_bias is not None:
+        # torch.nn.attention.bias.CausalBias (causal_upper_left / causal_lower_right) stands for
+        # a mask it never stores: as its own __torch_function__ dispatches it (ours received it
+        # as a tensor of garbage), upper left (or a square one) is is_causal=True, lower right
+        # its materialized mask, and is_causal=True with it PyTorch's ValueError.
+        if is_causal:
+            raise ValueError("CausalBias should not be used with causal=True")
+        upper = causal_bias == "upper"
+        return scaled_dot_product_attention(
+            query, key, value, None if upper else attn_mask._materialize(query.device),
+            dropout_p, upper, scale=scale, enable_gqa=enable_gqa)
     q, k, v = query, key, value
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)) or \
             min(q.dim(), k.dim(), v.dim()) < 3 or not (q.dim() == k.dim() == v.dim()) or \
@@ -197,6 +210,16 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if out.shape[2] != rows:
         out = out[:, :, :rows].contiguous()
     return _reshaped(out, (*lead, hq, L, ev)).to(dtype)
+
+
+def _causal_bias_kind(mask):
+    """"upper" / "lower" for a torch.nn.attention.bias.CausalBias mask (square ones are
+    "upper", as PyTorch treats them), else None. (Its module is loaded if such a mask exists.)"""
+    bias = sys.modules.get("torch.nn.attention.bias")
+    if bias is None or not isinstance(mask, bias.CausalBias):
+        return None
+    square = mask.seq_len_q == mask.seq_len_kv
+    return "upper" if square or mask.variant == bias.CausalVariant.UPPER_LEFT else "lower"
 
 
 @torch.compiler.assume_constant_result
