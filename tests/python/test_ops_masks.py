@@ -90,9 +90,14 @@ def test_pytorchs_causal_bias_masks(dtype):
         with torch.no_grad(), ops.strict():
             ours = ops.scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype),
                                                     attn_mask=make(23, 56))
-            with ops.patch():  # the same through torch.nn.functional
-                torch.testing.assert_close(torch.nn.functional.scaled_dot_product_attention(
-                    q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=make(23, 56)), ours)
+            with ops.patch():  # the same through torch.nn.functional, and through
+                # PyTorch's own function bound before the patch (it ran with the mask's
+                # uninitialised storage)
+                for sdpa in (torch.nn.functional.scaled_dot_product_attention,
+                             original.scaled_dot_product_attention):
+                    torch.testing.assert_close(
+                        sdpa(q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=make(23, 56)),
+                        ours)
         assert type(ours) is torch.Tensor
         golden, peer = (original.scaled_dot_product_attention(
             q.to(dt), k.to(dt), v.to(dt), attn_mask=make(23, 56)._materialize("cpu"))

@@ -43,6 +43,7 @@ class patch:
     def __init__(self):
         self._saved = {n: getattr(_F, n) for n in PATCHED}
         _script_as_pytorch()
+        _causal_bias_knows_pytorchs_sdpa()
         for n in PATCHED:
             setattr(_F, n, getattr(functional, n))
 
@@ -87,6 +88,32 @@ def _script_as_pytorch():
                 _state._set_jit_function_cache(ours, torch.jit.script(theirs))
     except Exception:  # noqa: BLE001 (a torch without these internals: scripting as before)
         pass
+
+
+_original_sdpa = _F.scaled_dot_product_attention
+
+
+def _causal_bias_knows_pytorchs_sdpa():
+    """A CausalBias mask (torch.nn.attention.bias) handles a call only of the function named
+    torch.nn.functional.scaled_dot_product_attention now, ours under the patch: PyTorch's own,
+    bound before the patch (`from torch.nn.functional import scaled_dot_product_attention`),
+    then ran with the mask's uninitialised storage as the mask (silently wrong). Once per
+    process, CausalBias handles PyTorch's own too (dispatching to the current name, as it
+    does); unpatched, nothing changes."""
+    try:
+        from torch.nn.attention.bias import CausalBias
+        inner = CausalBias.__dict__["__torch_function__"].__func__
+    except (ImportError, KeyError, AttributeError):
+        return
+    if getattr(inner, "_neuron", False):
+        return
+
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is _original_sdpa:
+            return cls._dispatch(*args, **(kwargs or {}))
+        return inner(cls, func, types, args, kwargs)
+    __torch_function__._neuron = True
+    CausalBias.__torch_function__ = classmethod(__torch_function__)
 
 
 @contextlib.contextmanager
