@@ -173,11 +173,11 @@ TEST_CASE("rule engine-memory") {
                    sp)})),
       "engine-memory", "'data1' is the shared_hbm buffer 'a'", sp.line);
   Span spu = Span::current();  // nl.unary is named by its function, as the user called it
-  CHECK_RULE(v(kernel({a}, {},
-                      {alloc(t), op(Opcode::nl_unary,
-                                    {{"dst", whole(t)}, {"x", whole(a)}, {"func", s("exp")}},
-                                    spu)})),
-             "engine-memory", "nl::exp argument 'x' is the shared_hbm buffer 'a'", spu.line);
+  CHECK_RULE(
+      v(kernel({a}, {},
+               {alloc(t), op(Opcode::nl_unary,
+                             {{"dst", whole(t)}, {"x", whole(a)}, {"func", s("exp")}}, spu)})),
+      "engine-memory", "nl::exp argument 'x' is the shared_hbm buffer 'a'", spu.line);
   Span sp2 = Span::current();
   CHECK_RULE(v(kernel({}, {},
                       {alloc(t), alloc(p),

@@ -1,7 +1,7 @@
 # Integer semantics of the ISA (docs/numerics.md, NKI_API.md 3.2 and 5.1), natively, on the
 # simulator and eagerly, bit for bit, each against NumPy: tensor_tensor of two integer tiles
-# computed on the integers (exact; 32-bit wrap where an operand is 32-bit), bitwise reductions of integer
-# tiles on their bit patterns, right_shift logical on an element's own width, and
+# computed on the integers (exact; 32-bit wrap where an operand is 32-bit), bitwise reductions
+# of integer tiles on their bit patterns, right_shift logical on an element's own width, and
 # nc_match_replace8's dst_idx order for repeated values.
 import numpy as np
 import pytest
