@@ -18,6 +18,7 @@ neuron does not import torch). Unsupported arguments fall back to PyTorch with a
 warning, counted in neuron.torch.fallback_counts(); strict mode (NEURON_STRICT=1, or
 `with ops.strict():`) raises instead. docs/kernels.md lists what each op supports."""
 import contextlib
+import warnings
 
 import torch.nn.functional as _F
 
@@ -77,6 +78,11 @@ def _script_as_pytorch():
     try:
         import torch
         from torch.jit import _builtins, _state
+        with warnings.catch_warnings():  # (torch.jit.script's deprecation: not the user's call)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            scripted = {n: torch.jit.script(getattr(_F, n)) for n in PATCHED
+                        if _builtins._find_builtin(getattr(_F, n)) is None
+                        and getattr(_F, n) is not getattr(functional, n)}
         for n in PATCHED:
             theirs, ours = getattr(_F, n), getattr(functional, n)
             if theirs is ours:
@@ -85,7 +91,7 @@ def _script_as_pytorch():
             if builtin is not None:
                 _builtins._register_builtin(ours, builtin)
             else:
-                _state._set_jit_function_cache(ours, torch.jit.script(theirs))
+                _state._set_jit_function_cache(ours, scripted[n])
     except Exception:  # noqa: BLE001 (a torch without these internals: scripting as before)
         pass
 
