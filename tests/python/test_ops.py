@@ -737,6 +737,38 @@ def test_linear_of_a_frozen_weight_saves_no_input():
     torch.testing.assert_close(x.grad, w.sum(0).expand(5, 8))
 
 
+@pytest.mark.parametrize("name", ["softmax", "linear", "rms_norm", "layer_norm",
+                                  "layer_norm_plain", "swiglu"])
+def test_second_derivatives_as_a_gradient_penalty_takes_them(name):
+    # torch.autograd.grad(..., create_graph=True) and a backward of the gradient (a gradient
+    # penalty): the backward operators have no autograd formula, so under create_graph the
+    # backward is PyTorch's differentiable formula (it raised "no autograd formula").
+    x, w, b = rand(6, 16, seed=80), rand(5, 16, seed=81), rand(5, seed=82)
+    g, bb = rand(16, seed=83), rand(16, seed=84)
+    cases = {
+        "softmax": (lambda f: lambda x: f.softmax(x, -1), []),
+        "linear": (lambda f: lambda x, w, b: f.linear(x, w, b), [w, b]),
+        "rms_norm": (lambda f: lambda x, g: f.rms_norm(x, (16,), g), [g]),
+        "layer_norm": (lambda f: lambda x, g, b: f.layer_norm(x, (16,), g, b), [g, bb]),
+        "layer_norm_plain": (lambda f: lambda x: f.layer_norm(x, (16,)), []),
+        "swiglu": (lambda f: lambda x: f.swiglu(x) if f is ops else
+                   F.silu(x[..., :8]) * x[..., 8:], []),
+    }
+    make, params = cases[name]
+
+    def penalized(fn):
+        leaves = [t.clone().requires_grad_() for t in [x] + params]
+        y = fn(*leaves)
+        weights = torch.linspace(-1, 2, y.numel()).reshape(y.shape)
+        grads = torch.autograd.grad((y.square() * weights).sum(), leaves, create_graph=True)
+        sum(gr.square().sum() for gr in grads).backward()
+        return [t.grad for t in leaves]
+    with no_fallbacks():
+        ours = penalized(make(ops))
+    for a, r in zip(ours, penalized(make(F))):
+        torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-5)
+
+
 def test_torch_jit_script_under_patch_compiles_pytorchs_own_ops():
     # TorchScript compiles a call of a patched name as PyTorch's function (it cannot compile
     # ours), so a module scripted under the patch runs, saves and loads as PyTorch's.

@@ -103,6 +103,20 @@ def _run(op, kernel, grid, tensors, params, ref):
     return _kernels.launch(f"neuron::{op}", kernel, grid, tensors, params, ref)
 
 
+def _second_order(fn, inputs, grad_output):
+    """The gradients of fn(*inputs) (None inputs skipped, None returned for them) by PyTorch's
+    own ops, differentiable: for a backward run with create_graph=True (a gradient penalty,
+    Hessian-vector products), since the backward kernels' operators have no autograd formula
+    of their own. Inputs that need no gradient enter as fresh leaves."""
+    with torch.enable_grad():
+        leaves = [None if t is None else t if t.requires_grad else t.detach().requires_grad_()
+                  for t in inputs]
+        used = [t for t in leaves if t is not None]
+        grads = iter(torch.autograd.grad(fn(*leaves), used, grad_output, create_graph=True,
+                                         allow_unused=True))
+    return [None if t is None else next(grads) for t in leaves]
+
+
 def _row_programs(x, min_elements=32768):
     """SPMD programs for a row-wise kernel over x [R, C]: split_rows' 128 rows or more each (a
     partition tile) where that makes two or more; fewer rows split by work instead, at least
@@ -344,6 +358,10 @@ def _linear_backward(ctx, dy):
     x, weight = ctx.saved_tensors
     dy = dy.contiguous()
     dx = dw = db = None
+    if torch.is_grad_enabled():  # a second derivative will follow (_second_order)
+        need = ctx.needs_input_grad
+        return (dy @ weight if need[0] else None, dy.t() @ x if need[1] else None,
+                dy.sum(0) if ctx.has_bias and need[2] else None)
     if ctx.needs_input_grad[0]:
         dx = call("matmul", dy, weight)
     if ctx.needs_input_grad[1]:
@@ -526,6 +544,8 @@ def _softmax_setup(ctx, inputs, output):
 
 def _softmax_grad(ctx, dy):
     (y,) = ctx.saved_tensors
+    if torch.is_grad_enabled():  # a second derivative will follow (_second_order)
+        return y * (dy - (dy * y).sum(-1, keepdim=True))
     return call("softmax_backward", y, dy.contiguous())
 
 
@@ -608,6 +628,9 @@ def _rms_setup(ctx, inputs, output):
 
 def _rms_grad(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
+    if torch.is_grad_enabled():  # a second derivative will follow (_second_order)
+        dx, dw = _second_order(lambda x, w: reference.rms_norm(x, w, ctx.eps), (x, weight), dy)
+        return dx, dw, None
     dx, dw = call("rms_norm_backward", x, weight, rstd, dy.contiguous(), ctx.eps)
     return dx, (dw if weight is not None else None), None
 
@@ -656,6 +679,11 @@ def _ln_setup(ctx, inputs, output):
 
 def _ln_grad(ctx, dy, _dmean, _drstd):
     x, weight, mean, rstd = ctx.saved_tensors
+    if torch.is_grad_enabled():  # a second derivative will follow (_second_order)
+        bias = torch.zeros_like(weight) if ctx.has_bias else None  # (its value is not used)
+        dx, dw, db = _second_order(lambda x, w, b: reference.layer_norm(x, w, b, ctx.eps),
+                                   (x, weight, bias), dy)
+        return dx, dw, db, None
     dx, dw, db = call("layer_norm_backward", x, weight, mean, rstd, dy.contiguous(), ctx.eps)
     return (dx, dw if weight is not None else None, db if ctx.has_bias else None, None)
 
@@ -694,6 +722,8 @@ def _swiglu_setup(ctx, inputs, output):
 
 def _swiglu_grad(ctx, dy):
     (x,) = ctx.saved_tensors
+    if torch.is_grad_enabled():  # a second derivative will follow (_second_order)
+        return _second_order(reference.swiglu, (x,), dy)[0]
     return call("swiglu_backward", x, dy.contiguous())
 
 
