@@ -145,6 +145,37 @@ inline void biased_scores(const nl::tensor& dst, const nl::tensor& scores, doubl
   isa::tensor_tensor(dst, dst, tile, nl::add);
 }
 
+// One key block of the online softmax over the rows of the score tile s (the forward's, and
+// the math backward's first sweep): m_new = max(m, rowmax s), kept finite with a bias (a bias
+// may hide every key a row has seen so far, left padding: exp(s - max) is then 0, not
+// exp(-inf + inf) = NaN); neg_sm = -sc m_new (into `neg_sm_into` when given, a tile that
+// outlives a rolled loop); e = exp(sc s + neg_sm) of e_dtype with its row sum; alpha = exp(sc
+// m + neg_sm); l = l alpha + rowsum. The caller copies m_new into m once done with alpha.
+struct SoftmaxStep {
+  nl::tensor m_new, e, alpha;
+};
+inline SoftmaxStep online_softmax_step(const nl::tensor& s, const nl::tensor& m,
+                                       const nl::tensor& l, DType e_dtype, const char* e_name,
+                                       double sc, bool finite_max,
+                                       const std::optional<nl::tensor>& neg_sm_into = {}) {
+  const int64_t qr = s.shape()[0];
+  auto m_new = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "m_new");
+  isa::tensor_reduce(m_new, nl::max, s, 1);
+  isa::tensor_tensor(m_new, m_new, m, nl::maximum);
+  if (finite_max)
+    isa::tensor_scalar(m_new, m_new, nl::maximum, double(-std::numeric_limits<float>::max()));
+  const nl::tensor neg_sm =
+      neg_sm_into ? *neg_sm_into : nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "neg_sm");
+  isa::tensor_scalar(neg_sm, m_new, nl::multiply, -sc);
+  auto e = nl::ndarray(s.shape(), e_dtype, nl::sbuf, e_name);
+  auto rowsum = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "rowsum");
+  isa::activation(e, nl::exp, s, neg_sm, sc, nl::add, rowsum);
+  auto alpha = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "alpha");
+  isa::activation(alpha, nl::exp, m, neg_sm, sc);
+  isa::tensor_scalar(l, l, nl::multiply, alpha, false, nl::add, rowsum);
+  return {m_new, e, alpha};
+}
+
 // Causal mask of a score tile whose rows are queries q0.. and columns keys s0..: keeps s where
 // key <= query + offset, else -inf; rel = q0 + offset - s0 (static, though q0 and s0 may not
 // be). Column f is visible to row p when f <= rel + p, so columns up to rel are visible to
@@ -387,22 +418,10 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
         isa::tensor_copy(s, scores[i]);
       }
       if (mask_rel) mask_causal_rel(s, *mask_rel);
-      m_new.push_back(nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "m_new"));
-      isa::tensor_reduce(m_new[i], nl::max, s, 1);
-      isa::tensor_tensor(m_new[i], m_new[i], t.m, nl::maximum);
-      // A bias may hide every key a row has seen so far (left padding): a finite maximum
-      // keeps exp(s - max) at 0 there instead of exp(-inf + inf) = NaN.
-      if (bias)
-        isa::tensor_scalar(m_new[i], m_new[i], nl::maximum,
-                           double(-std::numeric_limits<float>::max()));
-      auto neg_sm = nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "neg_sm");
-      isa::tensor_scalar(neg_sm, m_new[i], nl::multiply, -sc);
-      p.push_back(nl::ndarray({t.qr, sw}, dt, nl::sbuf, "p"));
-      auto rowsum = nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "rowsum");
-      isa::activation(p[i], nl::exp, s, neg_sm, sc, nl::add, rowsum);
-      alpha.push_back(nl::ndarray({t.qr, 1}, nl::float32, nl::sbuf, "alpha"));
-      isa::activation(alpha[i], nl::exp, t.m, neg_sm, sc);
-      isa::tensor_scalar(t.l, t.l, nl::multiply, alpha[i], false, nl::add, rowsum);
+      SoftmaxStep st = online_softmax_step(s, t.m, t.l, dt, "p", sc, bias.has_value());
+      m_new.push_back(st.m_new);
+      p.push_back(st.e);
+      alpha.push_back(st.alpha);
     }
     std::vector<nl::tensor> pv;
     for (auto& t : tiles) pv.push_back(nl::ndarray({t.qr, d.Ev}, nl::float32, nl::psum, "pv"));

@@ -165,21 +165,9 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward_impl(
         auto l = nl::zeros({qr, 1}, nl::float32, nl::sbuf, "l");
         auto neg_sm = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "neg_sm");
         blocks([&](const nl::index& s0, int64_t sw, std::optional<int64_t> mask_rel) {
-          nl::tensor s = scores(qTc, hq, q0, s0, sw, mask_rel);
-          auto m_new = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "m_new");
-          isa::tensor_reduce(m_new, nl::max, s, 1);
-          isa::tensor_tensor(m_new, m_new, m, nl::maximum);
-          if (bias)  // a row whose keys are all hidden so far: exp(s - max) 0, not NaN
-            isa::tensor_scalar(m_new, m_new, nl::maximum,
-                               double(-std::numeric_limits<float>::max()));
-          isa::tensor_scalar(neg_sm, m_new, nl::multiply, -sc);
-          auto e = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "e");
-          auto e_sum = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "e_sum");
-          isa::activation(e, nl::exp, s, neg_sm, sc, nl::add, e_sum);
-          auto alpha = nl::ndarray({qr, 1}, nl::float32, nl::sbuf, "alpha");
-          isa::activation(alpha, nl::exp, m, neg_sm, sc);
-          isa::tensor_scalar(l, l, nl::multiply, alpha, false, nl::add, e_sum);
-          isa::tensor_copy(m, m_new);
+          SoftmaxStep st = online_softmax_step(scores(qTc, hq, q0, s0, sw, mask_rel), m, l,
+                                               nl::float32, "e", sc, bias.has_value(), neg_sm);
+          isa::tensor_copy(m, st.m_new);
         });
         // A row whose keys are all hidden (l = 0): p = 0 / l_safe = 0 and D 0, not NaN.
         isa::tensor_scalar(l, l, nl::maximum, double(std::numeric_limits<float>::min()));
