@@ -275,8 +275,9 @@ def table_and_write(args, lib, rows, reps, note_4096):
         f"### Ours vs PyTorch and NumPy, {args.threads} thread(s) (written by bench/compare.py)",
         "",
         textwrap.fill(
-            f"Median of {reps} timed runs after one warm-up (a run shorter than 20 ms is a loop "
-            "of calls lasting about that long, timed per call), all contenders in one process with "
+            f"Median of {reps} timed runs after a warm-up (ours: runs for at least 20 ms; a peer's "
+            "run shorter than 20 ms is a loop of calls lasting about that long, timed per call), "
+            "all contenders in one process with "
             f"{args.threads} thread(s) (`torch.set_num_threads`, our `NativeOptions::threads`). "
             "\"ours / peer\" is peer time / our time: above 1.00x we are faster. GFLOP/s = "
             "2n^3 / time for matmul, 5 flops per element for softmax and 4 for RMSNorm. Ours is "
