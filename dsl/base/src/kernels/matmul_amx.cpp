@@ -4,8 +4,10 @@
 //
 // Operands are repacked per call: A (K x M, rows of K) is transposed into AMX's left tiles
 // (16 rows of M x 32 bf16 of K) and B (K x N) into its right tiles, pairs of K rows interleaved
-// (16 pairs x 16 columns x 2). Rows past K are +0.0 in A and -0.0 in B (products -0.0 change
-// nothing); rows and columns past M and N are computed on zeros and never stored.
+// (16 pairs x 16 columns x 2). Consecutive nc_matmuls over one moving tile (a row group's
+// subtiles, neuron_matmul_bf16_same_b) pack B once, as the avx512bf16 variant does. Rows past K are
+// +0.0 in A and -0.0 in B (products -0.0 change nothing); rows and columns past M and N are
+// computed on zeros and never stored.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -189,6 +191,62 @@ void block_2x2(float* c, int64_t ldc, int64_t rows, int64_t cols, bool load_c, c
       std::memcpy(c + i * ldc, edge + i * 32, static_cast<size_t>(cols) * 4);
 }
 
+// The B operand this thread packed last (one chunk: K <= kChunkK, N <= kChunkN) and the scratch
+// use that holds it: a call told that its B holds the same values skips packing it again when
+// nothing else used the scratch since.
+struct PackedB {
+  const uint16_t* b = nullptr;
+  int64_t ldb = 0, N = 0, K = 0;
+  const void* scratch = nullptr;
+  uint64_t use = 0;
+};
+thread_local PackedB packed_b;
+
+void run(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
+         int64_t M, int64_t N, int64_t K, bool accumulate, bool same_b) {
+  if (K <= 0) {
+    if (!accumulate)
+      for (int64_t m = 0; m < M; ++m) std::memset(c + m * ldc, 0, static_cast<size_t>(N) * 4);
+    return;
+  }
+  // Packed tiles: A chunk (128 / 16) x (128 / 32) tiles, B chunk (128 / 32) x (512 / 16).
+  constexpr size_t kPackedA = (kChunkM / kTile) * (kChunkK / kTileK) * kTileElems;
+  constexpr size_t kPackedB = (kChunkK / kTileK) * (kChunkN / kTile) * kTileElems;
+  uint16_t* ap = reinterpret_cast<uint16_t*>(matmul_scratch((kPackedA + kPackedB) / 2));
+  uint16_t* bp = ap + kPackedA;
+  const uint64_t use = matmul_scratch_uses();
+  const PackedB last = packed_b;
+  const bool one_chunk = K <= kChunkK && N <= kChunkN;
+  const bool reuse = same_b && one_chunk && last.b == b && last.ldb == ldb && last.N == N &&
+                     last.K == K && last.scratch == ap && last.use + 1 == use;
+  packed_b = one_chunk ? PackedB{b, ldb, N, K, ap, use} : PackedB{};
+  configure_tiles();
+  for (int64_t k0 = 0; k0 < K; k0 += kChunkK) {
+    const int64_t kc = K - k0 < kChunkK ? K - k0 : kChunkK;
+    const int64_t kbs = (kc + kTileK - 1) / kTileK;
+    const bool load_c = accumulate || k0 > 0;
+    for (int64_t n0 = 0; n0 < N; n0 += kChunkN) {
+      const int64_t nc = N - n0 < kChunkN ? N - n0 : kChunkN;
+      const int64_t nbs = (nc + 31) / 32 * 2;  // whole pairs of 16-column tiles
+      if (!reuse) pack_b(bp, b + k0 * ldb + n0, ldb, kc, nc, nbs);
+      for (int64_t m0 = 0; m0 < M; m0 += kChunkM) {
+        const int64_t mc = M - m0 < kChunkM ? M - m0 : kChunkM;
+        const int64_t mbs = (mc + 31) / 32 * 2;
+        pack_a(ap, a + k0 * lda + m0, lda, kc, mc, mbs, kbs);
+        for (int64_t mb = 0; mb < mbs; mb += 2)
+          for (int64_t nb = 0; nb < nbs; nb += 2) {
+            const int64_t rows = mc - mb * kTile < 32 ? mc - mb * kTile : 32;
+            const int64_t cols = nc - nb * kTile < 32 ? nc - nb * kTile : 32;
+            block_2x2(c + (m0 + mb * kTile) * ldc + n0 + nb * kTile, ldc, rows, cols, load_c,
+                      ap + mb * kbs * kTileElems, ap + (mb + 1) * kbs * kTileElems,
+                      bp + nb * kTileElems, bp + (nb + 1) * kTileElems, kbs, nbs);
+          }
+      }
+    }
+  }
+  _tile_release();
+}
+
 }  // namespace
 
 bool amx_usable() {
@@ -209,41 +267,13 @@ bool amx_usable() {
 
 void matmul_bf16_amx(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                      int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
-  if (K <= 0) {
-    if (!accumulate)
-      for (int64_t m = 0; m < M; ++m) std::memset(c + m * ldc, 0, static_cast<size_t>(N) * 4);
-    return;
-  }
-  // Packed tiles: A chunk (128 / 16) x (128 / 32) tiles, B chunk (128 / 32) x (512 / 16).
-  constexpr size_t kPackedA = (kChunkM / kTile) * (kChunkK / kTileK) * kTileElems;
-  constexpr size_t kPackedB = (kChunkK / kTileK) * (kChunkN / kTile) * kTileElems;
-  uint16_t* ap = reinterpret_cast<uint16_t*>(matmul_scratch((kPackedA + kPackedB) / 2));
-  uint16_t* bp = ap + kPackedA;
-  configure_tiles();
-  for (int64_t k0 = 0; k0 < K; k0 += kChunkK) {
-    const int64_t kc = K - k0 < kChunkK ? K - k0 : kChunkK;
-    const int64_t kbs = (kc + kTileK - 1) / kTileK;
-    const bool load_c = accumulate || k0 > 0;
-    for (int64_t n0 = 0; n0 < N; n0 += kChunkN) {
-      const int64_t nc = N - n0 < kChunkN ? N - n0 : kChunkN;
-      const int64_t nbs = (nc + 31) / 32 * 2;  // whole pairs of 16-column tiles
-      pack_b(bp, b + k0 * ldb + n0, ldb, kc, nc, nbs);
-      for (int64_t m0 = 0; m0 < M; m0 += kChunkM) {
-        const int64_t mc = M - m0 < kChunkM ? M - m0 : kChunkM;
-        const int64_t mbs = (mc + 31) / 32 * 2;
-        pack_a(ap, a + k0 * lda + m0, lda, kc, mc, mbs, kbs);
-        for (int64_t mb = 0; mb < mbs; mb += 2)
-          for (int64_t nb = 0; nb < nbs; nb += 2) {
-            const int64_t rows = mc - mb * kTile < 32 ? mc - mb * kTile : 32;
-            const int64_t cols = nc - nb * kTile < 32 ? nc - nb * kTile : 32;
-            block_2x2(c + (m0 + mb * kTile) * ldc + n0 + nb * kTile, ldc, rows, cols, load_c,
-                      ap + mb * kbs * kTileElems, ap + (mb + 1) * kbs * kTileElems,
-                      bp + nb * kTileElems, bp + (nb + 1) * kTileElems, kbs, nbs);
-          }
-      }
-    }
-  }
-  _tile_release();
+  run(c, ldc, a, lda, b, ldb, M, N, K, accumulate, false);
+}
+
+void matmul_bf16_amx_same_b(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                            const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                            bool accumulate) {
+  run(c, ldc, a, lda, b, ldb, M, N, K, accumulate, true);
 }
 
 }  // namespace neuron::native
@@ -259,6 +289,11 @@ bool amx_usable() {
 }
 void matmul_bf16_amx(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                      int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  matmul_bf16_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+}
+void matmul_bf16_amx_same_b(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                            const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                            bool accumulate) {
   matmul_bf16_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
 }
 }  // namespace neuron::native

@@ -182,7 +182,8 @@ bool supports(const char* isa) {
 
 // Fastest first; the last (portable) runs anywhere.
 const Variant kVariants[] = {
-    {"amx", matmul_f32_avx512, matmul_bf16_amx, transpose32_avx2, matmul_f32_at_avx512},
+    {"amx", matmul_f32_avx512, matmul_bf16_amx, transpose32_avx2, matmul_f32_at_avx512,
+     matmul_bf16_amx_same_b},
     {"avx512bf16", matmul_f32_avx512, matmul_bf16_avx512bf16, transpose32_avx2,
      matmul_f32_at_avx512, matmul_bf16_avx512bf16_same_b},
     {"avx512", matmul_f32_avx512, matmul_bf16_avx512, transpose32_avx2, matmul_f32_at_avx512},

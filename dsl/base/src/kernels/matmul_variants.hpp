@@ -51,9 +51,12 @@ void matmul_bf16_avx512bf16(float*, int64_t, const uint16_t*, int64_t, const uin
 void matmul_bf16_avx512bf16_same_b(float*, int64_t, const uint16_t*, int64_t, const uint16_t*,
                                    int64_t, int64_t, int64_t, int64_t, bool);
 
-// bf16 through AMX tiles (matmul_amx.cpp), and whether this CPU has AMX and the OS granted it.
+// bf16 through AMX tiles (matmul_amx.cpp), its _same_b form, and whether this CPU has AMX and
+// the OS granted it.
 void matmul_bf16_amx(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t,
                      int64_t, int64_t, bool);
+void matmul_bf16_amx_same_b(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
+                            int64_t, int64_t, int64_t, bool);
 bool amx_usable();
 
 // The 32-bit transpose of neuron_transpose32 (matmul_kernel.hpp): portable and AVX2.
