@@ -139,6 +139,7 @@ Jit& jit() {
     add("neuron_matmul_f32", reinterpret_cast<const void*>(&neuron_matmul_f32));
     add("neuron_matmul_bf16", reinterpret_cast<const void*>(&neuron_matmul_bf16));
     add("neuron_matmul_bf16_same_b", reinterpret_cast<const void*>(&neuron_matmul_bf16_same_b));
+    add("neuron_matmul_f32_same_b", reinterpret_cast<const void*>(&neuron_matmul_f32_same_b));
     add("neuron_transpose32", reinterpret_cast<const void*>(&neuron_transpose32));
     add("neuron_transpose16", reinterpret_cast<const void*>(&neuron_transpose16));
     // Every kernel by its host alias "neuron_host_k_<name>" (called rather than specialized:

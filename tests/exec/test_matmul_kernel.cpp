@@ -253,37 +253,73 @@ TEST_CASE("matmul kernel: full 128x128x512 tile with partition-like strides") {
   check_shape<uint16_t>({128, 512, 128}, 2000 - 128, 3000 - 512, 4096 - 512, 79);
 }
 
-TEST_CASE("matmul kernel: a B promised unchanged is reused only where the packed copy is intact") {
-  // neuron_matmul_bf16_same_b: consecutive nc_matmuls over one moving tile. Every call must
-  // give the contract's bits for its own A, whether the variant reused its packed B or not.
-  std::mt19937 rng(4242);
-  const Shape s{128, 512, 128}, narrow{128, 256, 128};
+// neuron_matmul_{bf16,f32}_same_b: consecutive nc_matmuls over one moving tile. Every call must
+// give the contract's bits for its own A, whether the variant reused its packed B or not.
+template <class T>
+void check_same_b_reuse(uint32_t seed) {
+  constexpr bool kBf16 = sizeof(T) == 2;
+  auto plain = [](float* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb,
+                  int64_t M, int64_t N, int64_t K, int acc) {
+    if constexpr (kBf16)
+      neuron_matmul_bf16(c, ldc, a, lda, b, ldb, M, N, K, acc);
+    else
+      neuron_matmul_f32(c, ldc, a, lda, b, ldb, M, N, K, acc);
+  };
+  auto same_b = [](float* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb,
+                   int64_t M, int64_t N, int64_t K, int acc) {
+    if constexpr (kBf16)
+      neuron_matmul_bf16_same_b(c, ldc, a, lda, b, ldb, M, N, K, acc);
+    else
+      neuron_matmul_f32_same_b(c, ldc, a, lda, b, ldb, M, N, K, acc);
+  };
+  std::mt19937 rng(seed);
+  const Shape s{128, 512, 128}, narrow{128, 256, 128}, tall{200, 512, 128};
   const int64_t ld = 512, ldc = 512;
-  auto a1 = random_buffer<uint16_t>(rng, 128 * 128), a2 = random_buffer<uint16_t>(rng, 128 * 128);
-  auto b = random_buffer<uint16_t>(rng, 128 * ld);
-  auto check = [&](const std::vector<uint16_t>& a, const Shape& sh, const char* when) {
+  auto a1 = random_buffer<T>(rng, 128 * 256), a2 = random_buffer<T>(rng, 128 * 256);
+  auto b = random_buffer<T>(rng, 128 * ld);
+  auto check = [&](const std::vector<T>& a, const Shape& sh, const char* when) {
     std::vector<float> got(static_cast<size_t>(sh.M * ldc), 1.0f), want = got;
-    neuron_matmul_bf16_same_b(got.data(), ldc, a.data(), 128, b.data(), ld, sh.M, sh.N, sh.K, 1);
-    reference(want, ldc, a, 128, b, ld, sh.M, sh.N, sh.K, true);
+    same_b(got.data(), ldc, a.data(), 256, b.data(), ld, sh.M, sh.N, sh.K, 1);
+    reference(want, ldc, a, 256, b, ld, sh.M, sh.N, sh.K, true);
     INFO(when, ": first difference ", first_difference(got, want, ldc));
     CHECK(same_bits(got, want));
   };
-  std::vector<float> c(static_cast<size_t>(128 * ldc));
-  neuron_matmul_bf16(c.data(), ldc, a1.data(), 128, b.data(), ld, s.M, s.N, s.K, 0);
+  std::vector<float> c(static_cast<size_t>(200 * ldc));
+  plain(c.data(), ldc, a1.data(), 256, b.data(), ld, s.M, s.N, s.K, 0);
   check(a2, s, "right after a call over the same B");
   check(a1, s, "a third call over it");
   // Another matmul in between uses the same scratch: the packed B is gone.
   std::vector<float> fa(128 * 128, 0.5f), fb(128 * 512, 0.25f);
-  neuron_matmul_f32(c.data(), ldc, fa.data(), 128, fb.data(), 512, 128, 512, 128, 0);
-  check(a2, s, "after an fp32 matmul");
+  std::vector<uint16_t> ha(128 * 128, 0x3f00), hb(128 * 512, 0x3e80);
+  if constexpr (kBf16)
+    neuron_matmul_f32(c.data(), ldc, fa.data(), 128, fb.data(), 512, 128, 512, 128, 0);
+  else
+    neuron_matmul_bf16(c.data(), ldc, ha.data(), 128, hb.data(), 512, 128, 512, 128, 0);
+  check(a2, tall, "after a matmul of the other dtype, more rows than one chunk");
+  check(a1, tall, "more rows than one chunk again");
+  check(a2, s, "one chunk of rows");
   // A different shape over the same pointer is packed again.
   check(a1, narrow, "fewer columns of the same B");
   check(a2, s, "all columns again");
   // A call of a few rows (a variant may skip packing for it) over new values at the same
   // address, then one promised the same B: it must see the new values.
-  for (auto& x : b) x = static_cast<uint16_t>(x ^ 0x0001);
-  neuron_matmul_bf16(c.data(), ldc, a1.data(), 128, b.data(), ld, 2, s.N, s.K, 0);
+  for (auto& x : b) {
+    if constexpr (kBf16)
+      x = static_cast<uint16_t>(x ^ 0x0001);
+    else
+      x = -x;
+  }
+  plain(c.data(), ldc, a1.data(), 256, b.data(), ld, 2, s.N, s.K, 0);
   check(a2, s, "after a two-row call over changed values");
+}
+
+TEST_CASE("matmul kernel: a B promised unchanged is reused only where the packed copy is intact") {
+  SUBCASE("bf16") {
+    check_same_b_reuse<uint16_t>(4242);
+  }
+  SUBCASE("fp32") {
+    check_same_b_reuse<float>(4243);
+  }
 }
 
 TEST_CASE("matmul kernel: empty shapes") {

@@ -43,26 +43,23 @@ void matmul_flags(const std::vector<ProgNode>& body, std::vector<bool>& flags) {
   }
 }
 
-Tensor random_bf16(std::vector<int64_t> shape, uint32_t seed) {
-  Tensor t = Tensor::empty(shape, DType::bfloat16);
+Tensor random_tensor(std::vector<int64_t> shape, DType dtype, uint32_t seed) {
+  Tensor t = Tensor::empty(shape, dtype);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (int64_t i = 0; i < t.elements(); ++i) t.set(i, u(rng));
   return t;
 }
 
-}  // namespace
-
-TEST_CASE("consecutive matmuls over one moving tile share it; a write in between ends that") {
-  auto k = trace("four_products", four_products,
-                 {{{P, 4 * P}, DType::bfloat16}, {{P, N}, DType::bfloat16},
-                  {{P, N}, DType::bfloat16}});
+void check_four_products(DType dt) {
+  auto k = trace("four_products", four_products, {{{P, 4 * P}, dt}, {{P, N}, dt}, {{P, N}, dt}});
   Compiled c = compile(k, default_compile_options());
   std::vector<bool> flags;
   matmul_flags(c.program.body, flags);
   CHECK(flags == std::vector<bool>{false, true, true, false});
 
-  Tensor a = random_bf16({P, 4 * P}, 1), b = random_bf16({P, N}, 2), b2 = random_bf16({P, N}, 3);
+  Tensor a = random_tensor({P, 4 * P}, dt, 1), b = random_tensor({P, N}, dt, 2),
+         b2 = random_tensor({P, N}, dt, 3);
   std::vector<double> ref(static_cast<size_t>(4 * P * N));
   for (int64_t j = 0; j < 4; ++j) {
     const Tensor& mv = j < 3 ? b : b2;
@@ -75,4 +72,15 @@ TEST_CASE("consecutive matmuls over one moving tile share it; a write in between
       }
   }
   check_reference(run_both(c, {a, b, b2}), 0, ref);
+}
+
+}  // namespace
+
+TEST_CASE("consecutive matmuls over one moving tile share it; a write in between ends that") {
+  SUBCASE("bf16") {
+    check_four_products(DType::bfloat16);
+  }
+  SUBCASE("fp32") {
+    check_four_products(DType::float32);
+  }
 }

@@ -1279,13 +1279,17 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
                              acc_mode);
       return fill_flags(*d, esize, 1);
     }
+    const bool b_in_place = fast && f32_bits(mdt);
     const MatmulOperand<float> s(*st, sdt, fast, fast && f32_bits(sdt), K, M),
-        v(*mv, mdt, fast, fast && f32_bits(mdt), K, N);
+        v(*mv, mdt, fast, b_in_place, K, N);
+    // A converted B is a new copy, never "the same B" as before.
+    auto kernel =
+        b_in_place && (layout & kMatmulSameMoving) ? neuron_matmul_f32_same_b : neuron_matmul_f32;
     if (in_place_c)
-      neuron_matmul_f32(reinterpret_cast<float*>(d->base), d->stride[0] / 4, s.data, s.ld, v.data,
-                        v.ld, M, N, K, acc_mode);
+      kernel(reinterpret_cast<float*>(d->base), d->stride[0] / 4, s.data, s.ld, v.data, v.ld, M, N,
+             K, acc_mode);
     else
-      matmul_into(*d, ddt, s.data, s.ld, v.data, v.ld, K, M, N, acc_mode, neuron_matmul_f32);
+      matmul_into(*d, ddt, s.data, s.ld, v.data, v.ld, K, M, N, acc_mode, kernel);
   }
   fill_flags(*d, esize, 1);
 }

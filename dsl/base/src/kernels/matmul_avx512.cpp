@@ -89,6 +89,12 @@ void matmul_f32_avx512(float* c, int64_t ldc, const float* a, int64_t lda, const
   matmul_blocked<Avx512>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch);
 }
 
+void matmul_f32_avx512_same_b(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                              int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  float* scratch = matmul_scratch(blocked_scratch_floats<Avx512>());
+  matmul_blocked<Avx512>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch, true);
+}
+
 void matmul_f32_at_avx512(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,
                           int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate,
                           float a_zero) {
@@ -117,6 +123,10 @@ void matmul_bf16_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda, c
 namespace neuron::native {
 void matmul_f32_avx512(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
                        int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  matmul_f32_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+}
+void matmul_f32_avx512_same_b(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                              int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
   matmul_f32_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
 }
 void matmul_f32_at_avx512(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,

@@ -300,36 +300,69 @@ void matmul_skinny(float* c, int64_t ldc, const float* a, int64_t lda, const flo
   matmul_skinny_rows<V, 2>(c, ldc, a, lda, b, ldb, N, K, accumulate);
 }
 
+// A B of one K chunk and at most kWholeN columns (an nc_matmul's moving tile) is packed whole,
+// panel after panel, so a next call over the same B (a row group's subtiles, same_b) and the
+// row chunks past the first reuse it. Floats it takes:
+constexpr int64_t kWholeN = 512;
+template <class V>
+constexpr int64_t whole_b_floats() {
+  constexpr int64_t NR = V::W * V::NV;
+  return kKC * ((kWholeN + NR - 1) / NR * NR);
+}
+
+// The whole B this thread's variant packed last and the scratch use that holds it: a call told
+// that its B holds the same values (neuron_matmul_f32_same_b) skips packing it again when no
+// other matmul call has used the scratch since.
+struct PackedB {
+  const void* b = nullptr;
+  int64_t ldb = 0, N = 0, K = 0;
+  const void* scratch = nullptr;
+  uint64_t use = 0;
+};
+thread_local PackedB packed_b;
+
 template <class V, class T>
 void matmul_blocked(float* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb,
-                    int64_t M, int64_t N, int64_t K, bool accumulate, float* scratch) {
+                    int64_t M, int64_t N, int64_t K, bool accumulate, float* scratch,
+                    bool same_b = false) {
   constexpr int64_t NR = V::W * V::NV;
   if (K <= 0) return empty_sum(c, ldc, M, N, accumulate);
-  if (M <= kSkinnyM) return matmul_skinny<V>(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+  if (M <= kSkinnyM) {
+    packed_b = PackedB{};  // B is not packed here: a later call must not take an older packing
+    return matmul_skinny<V>(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+  }
   float* ap = scratch;
   float* bp = scratch + packed_a_floats<V>();
+  const bool whole = K <= kKC && N <= kWholeN;
+  const uint64_t use = neuron::native::matmul_scratch_uses();
+  const PackedB prev = packed_b;
+  const bool reuse = same_b && whole && prev.b == b && prev.ldb == ldb && prev.N == N &&
+                     prev.K == K && prev.scratch == scratch && prev.use + 1 == use;
+  packed_b = whole ? PackedB{b, ldb, N, K, scratch, use} : PackedB{};
   for (int64_t k0 = 0; k0 < K; k0 += kKC) {
     const int64_t kc = K - k0 < kKC ? K - k0 : kKC;
     const bool load_c = accumulate || k0 > 0;
     for (int64_t m0 = 0; m0 < M; m0 += kMC) {
       const int64_t mc = M - m0 < kMC ? M - m0 : kMC;
-      // The first column panel of B packs the A panels; the first A panel packs each B panel.
+      // The first column panel of B packs the A panels; the first A panel packs each B panel
+      // (the first row chunk's, of a whole B not packed by the call before).
       for (int64_t n0 = 0; n0 < N; n0 += NR) {
         const Panel<V> pn(n0, N);
         const int64_t nw = pn.cols;
         const int nv = pn.vectors, last = pn.last;
+        float* const bpn = whole ? bp + n0 / NR * kc * NR : bp;
         for (int64_t p = 0; p < mc; p += V::MR) {
           const int mr = static_cast<int>(mc - p < V::MR ? mc - p : V::MR);
-          bool pack_a_now = n0 == 0, pack_b_now = p == 0;
+          bool pack_a_now = n0 == 0, pack_b_now = p == 0 && !reuse && (m0 == 0 || !whole);
           const T* asrc = a + k0 * lda + m0 + p;
           const T* bsrc = b + k0 * ldb + n0;
           if (mr < V::MR) {
             // A partial panel cannot pack on the fly; it only occurs as the last panel.
             if (pack_a_now) pack_a<V>(ap + p * kc, asrc, lda, kc, mr);
-            if (pack_b_now) pack_b<V>(bp, bsrc, ldb, kc, nw);
+            if (pack_b_now) pack_b<V>(bpn, bsrc, ldb, kc, nw);
             pack_a_now = pack_b_now = false;
           }
-          BlockOperands<T> op{ap + p * kc, asrc, lda, bp, bsrc, ldb};
+          BlockOperands<T> op{ap + p * kc, asrc, lda, bpn, bsrc, ldb};
           dispatch_nv<V, V::NV>(nv, mr, pack_a_now, pack_b_now, false, op, kc,
                                 c + (m0 + p) * ldc + n0, ldc, last, load_c);
         }
@@ -376,7 +409,7 @@ void matmul_at_blocked(float* c, int64_t ldc, const float* at, int64_t ldat, con
 // Scratch floats matmul_blocked and matmul_at_blocked need.
 template <class V>
 constexpr size_t blocked_scratch_floats() {
-  return static_cast<size_t>(packed_a_floats<V>() + kKC * V::W * V::NV);
+  return static_cast<size_t>(packed_a_floats<V>() + whole_b_floats<V>());
 }
 
 }  // namespace

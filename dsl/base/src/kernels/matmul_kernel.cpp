@@ -159,6 +159,7 @@ struct Variant {
   Transpose32Fn transpose32;
   MatmulF32AtFn f32_at;
   MatmulBf16Fn bf16_same_b = nullptr;  // keeps the packed B of the previous call (else bf16)
+  MatmulF32Fn f32_same_b = nullptr;    // the same for f32 (else f32)
 };
 
 bool supports(const char* isa) {
@@ -183,10 +184,11 @@ bool supports(const char* isa) {
 // Fastest first; the last (portable) runs anywhere.
 const Variant kVariants[] = {
     {"amx", matmul_f32_avx512, matmul_bf16_amx, transpose32_avx2, matmul_f32_at_avx512,
-     matmul_bf16_amx_same_b},
+     matmul_bf16_amx_same_b, matmul_f32_avx512_same_b},
     {"avx512bf16", matmul_f32_avx512, matmul_bf16_avx512bf16, transpose32_avx2,
-     matmul_f32_at_avx512, matmul_bf16_avx512bf16_same_b},
-    {"avx512", matmul_f32_avx512, matmul_bf16_avx512, transpose32_avx2, matmul_f32_at_avx512},
+     matmul_f32_at_avx512, matmul_bf16_avx512bf16_same_b, matmul_f32_avx512_same_b},
+    {"avx512", matmul_f32_avx512, matmul_bf16_avx512, transpose32_avx2, matmul_f32_at_avx512,
+     nullptr, matmul_f32_avx512_same_b},
     {"avx2", matmul_f32_avx2, matmul_bf16_avx2, transpose32_avx2, matmul_f32_at_avx2},
     {"portable", matmul_f32_portable, matmul_bf16_portable, transpose32_portable,
      matmul_f32_at_portable},
@@ -221,6 +223,13 @@ void neuron_matmul_f32(float* c, int64_t ldc, const float* a, int64_t lda, const
                        int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate) {
   if (M <= 0 || N <= 0) return;
   neuron::native::host_variant().f32(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
+}
+
+void neuron_matmul_f32_same_b(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                              int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate) {
+  if (M <= 0 || N <= 0) return;
+  const neuron::native::Variant& v = neuron::native::host_variant();
+  (v.f32_same_b ? v.f32_same_b : v.f32)(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
 }
 
 void neuron_matmul_f32_rows(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,

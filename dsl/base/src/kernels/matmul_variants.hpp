@@ -41,6 +41,9 @@ void matmul_bf16_avx2(float*, int64_t, const uint16_t*, int64_t, const uint16_t*
                       int64_t, int64_t, bool);
 void matmul_f32_avx512(float*, int64_t, const float*, int64_t, const float*, int64_t, int64_t,
                        int64_t, int64_t, bool);
+// The _same_b form for a B that holds the previous call's values (neuron_matmul_f32_same_b).
+void matmul_f32_avx512_same_b(float*, int64_t, const float*, int64_t, const float*, int64_t,
+                              int64_t, int64_t, int64_t, bool);
 void matmul_bf16_avx512(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
                         int64_t, int64_t, int64_t, bool);
 

@@ -22,13 +22,16 @@ void neuron_matmul_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, c
 // blocked kernels' dispatch, panels and register tiles cost more than the arithmetic.
 void neuron_matmul_f32_rows(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
                             int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
-// The same product, the caller promising that b holds the values b held at this thread's
-// previous neuron_matmul_bf16* call, same b, ldb, N and K, and nothing has written them since
-// (consecutive nc_matmuls over one moving tile): a variant that repacks B (avx512bf16) keeps
-// its packed copy, unless another matmul call on this thread used its scratch in between.
+// The same products, the caller promising that b holds the values b held at this thread's
+// previous call of the same dtype, same b, ldb, N and K, and nothing has written them since
+// (consecutive nc_matmuls over one moving tile): a variant that repacks B (amx, avx512bf16;
+// avx512's fp32) keeps its packed copy, unless another matmul call on this thread used its
+// scratch in between.
 void neuron_matmul_bf16_same_b(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
                                const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
                                int accumulate);
+void neuron_matmul_f32_same_b(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                              int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
 // The same fp32 product with A given transposed, A(k, m) = at[m * ldat + k]: what the native
 // backend runs for a matmul whose stationary operand is a transpose's evacuated result (no
 // transposed copy is made). Each A value is read as at[...] + (canonical_zero ? +0.0f : -0.0f):
