@@ -191,16 +191,7 @@ void block_2x2(float* c, int64_t ldc, int64_t rows, int64_t cols, bool load_c, c
       std::memcpy(c + i * ldc, edge + i * 32, static_cast<size_t>(cols) * 4);
 }
 
-// The B operand this thread packed last (one chunk: K <= kChunkK, N <= kChunkN) and the scratch
-// use that holds it: a call told that its B holds the same values skips packing it again when
-// nothing else used the scratch since.
-struct PackedB {
-  const uint16_t* b = nullptr;
-  int64_t ldb = 0, N = 0, K = 0;
-  const void* scratch = nullptr;
-  uint64_t use = 0;
-};
-thread_local PackedB packed_b;
+thread_local PackedB packed_b;  // kept when B is one chunk: K <= kChunkK, N <= kChunkN
 
 void run(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
          int64_t M, int64_t N, int64_t K, bool accumulate, bool same_b) {
@@ -214,12 +205,7 @@ void run(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* 
   constexpr size_t kPackedB = (kChunkK / kTileK) * (kChunkN / kTile) * kTileElems;
   uint16_t* ap = reinterpret_cast<uint16_t*>(matmul_scratch((kPackedA + kPackedB) / 2));
   uint16_t* bp = ap + kPackedA;
-  const uint64_t use = matmul_scratch_uses();
-  const PackedB last = packed_b;
-  const bool one_chunk = K <= kChunkK && N <= kChunkN;
-  const bool reuse = same_b && one_chunk && last.b == b && last.ldb == ldb && last.N == N &&
-                     last.K == K && last.scratch == ap && last.use + 1 == use;
-  packed_b = one_chunk ? PackedB{b, ldb, N, K, ap, use} : PackedB{};
+  const bool reuse = packed_b.take(same_b, K <= kChunkK && N <= kChunkN, b, ldb, N, K, ap);
   configure_tiles();
   for (int64_t k0 = 0; k0 < K; k0 += kChunkK) {
     const int64_t kc = K - k0 < kChunkK ? K - k0 : kChunkK;

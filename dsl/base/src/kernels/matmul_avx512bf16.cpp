@@ -252,17 +252,7 @@ void tile_dispatch(int mr, int nv, const uint32_t* ap, int64_t astride, const ui
 
 namespace {
 
-// The B operand this thread packed last (one chunk of at most kChunkN columns) and the scratch
-// use that holds it: a call told that its B holds the same values (matmul_bf16_avx512bf16_same_b:
-// consecutive nc_matmuls over one moving tile) skips packing it again when nothing else used
-// the scratch since.
-struct PackedB {
-  const uint16_t* b = nullptr;
-  int64_t ldb = 0, N = 0, K = 0;
-  const void* scratch = nullptr;
-  uint64_t use = 0;
-};
-thread_local PackedB packed_b;
+thread_local PackedB packed_b;  // kept when B is one chunk of at most kChunkN columns
 
 void run(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
          int64_t M, int64_t N, int64_t K, bool accumulate, bool same_b) {
@@ -285,13 +275,9 @@ void run(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* 
   const int64_t blocks = (K + kBlockRows - 1) / kBlockRows;
   const int64_t steps = blocks * 2 * kSteps;  // packed rows of each operand
   const int64_t npad_max = (kChunkN + NR - 1) / NR * NR;
-  const PackedB last = packed_b;
   uint32_t* scratch = reinterpret_cast<uint32_t*>(
       matmul_scratch(static_cast<size_t>(steps * (npad_max + kChunkM))));
-  const uint64_t use = matmul_scratch_uses();
-  const bool reuse = same_b && last.b == b && last.ldb == ldb && last.N == N && last.K == K &&
-                     last.scratch == scratch && last.use + 1 == use;
-  packed_b = N <= kChunkN ? PackedB{b, ldb, N, K, scratch, use} : PackedB{};
+  const bool reuse = packed_b.take(same_b, N <= kChunkN, b, ldb, N, K, scratch);
   for (int64_t n0 = 0; n0 < N; n0 += kChunkN) {
     const int64_t nc = N - n0 < kChunkN ? N - n0 : kChunkN;
     const int64_t npad = (nc + NR - 1) / NR * NR;

@@ -331,16 +331,7 @@ void pack_whole_b(float* bp, const T* b, int64_t ldb, int64_t kc, int64_t N) {
   }
 }
 
-// The whole B this thread's variant packed last and the scratch use that holds it: a call told
-// that its B holds the same values (neuron_matmul_f32_same_b) skips packing it again when no
-// other matmul call has used the scratch since.
-struct PackedB {
-  const void* b = nullptr;
-  int64_t ldb = 0, N = 0, K = 0;
-  const void* scratch = nullptr;
-  uint64_t use = 0;
-};
-thread_local PackedB packed_b;
+thread_local neuron::native::PackedB packed_b;  // kept when B is packed whole
 
 template <class V, class T>
 void matmul_blocked(float* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb,
@@ -349,17 +340,14 @@ void matmul_blocked(float* c, int64_t ldc, const T* a, int64_t lda, const T* b, 
   constexpr int64_t NR = V::W * V::NV;
   if (K <= 0) return empty_sum(c, ldc, M, N, accumulate);
   if (M <= kSkinnyM) {
-    packed_b = PackedB{};  // B is not packed here: a later call must not take an older packing
+    packed_b = neuron::native::PackedB{};  // B is not packed here: a later call must not take an
+                                           // older packing
     return matmul_skinny<V>(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
   }
   float* ap = scratch;
   float* bp = scratch + packed_a_floats<V>();
   const bool whole = K <= kKC && N <= kWholeN;
-  const uint64_t use = neuron::native::matmul_scratch_uses();
-  const PackedB prev = packed_b;
-  const bool reuse = same_b && whole && prev.b == b && prev.ldb == ldb && prev.N == N &&
-                     prev.K == K && prev.scratch == scratch && prev.use + 1 == use;
-  packed_b = whole ? PackedB{b, ldb, N, K, scratch, use} : PackedB{};
+  const bool reuse = packed_b.take(same_b, whole, b, ldb, N, K, scratch);
   if (whole && !reuse) pack_whole_b<V>(bp, b, ldb, K, N);
   for (int64_t k0 = 0; k0 < K; k0 += kKC) {
     const int64_t kc = K - k0 < kKC ? K - k0 : kKC;

@@ -14,6 +14,27 @@ float* matmul_scratch(size_t floats);
 // in the scratch between calls knows from it that no other call has overwritten it.
 uint64_t matmul_scratch_uses();
 
+// The B operand a variant packed last on this thread and the scratch use that holds it. A call
+// promised that its B holds the same values as the call before (neuron_matmul_*_same_b:
+// consecutive nc_matmuls over one moving tile) reuses that packing when it has the same pointer,
+// stride and shape and no other matmul call used the scratch since. One per variant and dtype.
+struct PackedB {
+  const void* b = nullptr;
+  int64_t ldb = 0, N = 0, K = 0;
+  const void* scratch = nullptr;
+  uint64_t use = 0;
+  // Called right after the call's matmul_scratch: whether its B is packed there already; then
+  // records this call as the latest (`keeps`: it leaves its whole B packed in `scratch`).
+  bool take(bool same_b, bool keeps, const void* b_, int64_t ldb_, int64_t N_, int64_t K_,
+            const void* scratch_) {
+    const uint64_t now = matmul_scratch_uses();
+    const bool hit = same_b && keeps && b == b_ && ldb == ldb_ && N == N_ && K == K_ &&
+                     scratch == scratch_ && use + 1 == now;
+    *this = keeps ? PackedB{b_, ldb_, N_, K_, scratch_, now} : PackedB{};
+    return hit;
+  }
+};
+
 // One implementation of the header's contract (runtime/native/matmul_kernel.hpp), same numerics.
 using MatmulF32Fn = void (*)(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
                              int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate);
