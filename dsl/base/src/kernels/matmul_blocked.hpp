@@ -76,7 +76,8 @@ __attribute__((noinline)) void micro_kernel(const BlockOperands<T>& op, int64_t 
   const R a_zero = V::bcast(&op.a_zero);
   // B's rows may be a forwarded load's HBM rows (lower_program.cpp), a page or more apart, where
   // no hardware prefetcher follows: fetch the first rows now and each row 16 ahead in the loop
-  // (on an Intel Xeon the packing blocks waited on every row: 2048^3 fp32 +3-4%, 2 threads).
+  // (Intel Xeon, 2048^3 fp32 at 2 threads, when nc_matmul's B was still packed here: +3-4%; a
+  // B of one K chunk is now packed whole before the blocks, pack_whole_b).
   if constexpr (kPackB)
     for (int64_t r = 0; r < 16; ++r)
 #pragma GCC unroll 4
@@ -340,8 +341,8 @@ void matmul_blocked(float* c, int64_t ldc, const T* a, int64_t lda, const T* b, 
   constexpr int64_t NR = V::W * V::NV;
   if (K <= 0) return empty_sum(c, ldc, M, N, accumulate);
   if (M <= kSkinnyM) {
-    packed_b = neuron::native::PackedB{};  // B is not packed here: a later call must not take an
-                                           // older packing
+    // B is not packed here: a later call must not take an older packing.
+    packed_b = neuron::native::PackedB{};
     return matmul_skinny<V>(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
   }
   float* ap = scratch;
