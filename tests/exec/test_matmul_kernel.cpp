@@ -258,20 +258,16 @@ TEST_CASE("matmul kernel: full 128x128x512 tile with partition-like strides") {
 template <class T>
 void check_same_b_reuse(uint32_t seed) {
   constexpr bool kBf16 = sizeof(T) == 2;
-  auto plain = [](float* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb,
-                  int64_t M, int64_t N, int64_t K, int acc) {
-    if constexpr (kBf16)
-      neuron_matmul_bf16(c, ldc, a, lda, b, ldb, M, N, K, acc);
-    else
-      neuron_matmul_f32(c, ldc, a, lda, b, ldb, M, N, K, acc);
-  };
-  auto same_b = [](float* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb,
-                   int64_t M, int64_t N, int64_t K, int acc) {
-    if constexpr (kBf16)
-      neuron_matmul_bf16_same_b(c, ldc, a, lda, b, ldb, M, N, K, acc);
-    else
-      neuron_matmul_f32_same_b(c, ldc, a, lda, b, ldb, M, N, K, acc);
-  };
+  using Fn = void (*)(float*, int64_t, const T*, int64_t, const T*, int64_t, int64_t, int64_t,
+                      int64_t, int);
+  Fn plain, same_b;
+  if constexpr (kBf16) {
+    plain = neuron_matmul_bf16;
+    same_b = neuron_matmul_bf16_same_b;
+  } else {
+    plain = neuron_matmul_f32;
+    same_b = neuron_matmul_f32_same_b;
+  }
   std::mt19937 rng(seed);
   const Shape s{128, 512, 128}, narrow{128, 256, 128}, tall{200, 512, 128};
   const int64_t ld = 512, ldc = 512;
