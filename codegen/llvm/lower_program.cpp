@@ -906,7 +906,7 @@ class Lowering {
     llvm::Value* s = resolve(S, t, ls);
     llvm::Value* v = resolve(V, m, lv);
     llvm::Value* d = resolve(D, m, ld);
-    emit_call(NEURON_KERNEL(matmul_at), d, s, v, m.args.accumulate,
+    emit_call(NEURON_KERNEL(matmul_at), d, s, v, dtype_arg(S), m.args.accumulate,
               int{it->second.canonical_zero});
     if (profile_) emit_call(&neuron_k_prof_add_decl, "prof_add", m.id, start);
     return true;

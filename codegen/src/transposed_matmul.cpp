@@ -1,6 +1,7 @@
 // Transposed matmuls: a matmul whose stationary operand is the evacuated result of a Tensor
 // engine transpose, `nc_transpose(X <- S); copy(Y <- X); nc_matmul(D <- Y^T @ V)`, which the
-// native backend runs as one product reading S's rows (neuron_matmul_f32_at) instead of
+// native backend runs as one product reading S's rows (neuron_matmul_f32_at; for bf16,
+// neuron_matmul_bf16_at, whose AMX variant loads its left tiles from S's rows) instead of
 // transposing S into PSUM and copying it to SBUF first. The Tensor engine contracts over
 // partitions, so every kernel that multiplies by a tile's transpose writes this triple: flash
 // attention's p @ v (p is [queries, keys] and the product needs keys on the partitions), its
@@ -9,9 +10,10 @@
 // well as from a transposed copy.
 //
 // The results stay the simulator's bits (docs/native.md "Transposed matmuls"): the transpose
-// moves bits, a tensor_copy within fp32 moves bits, the Scalar engine's identity activation
-// computes x * 1 + 0 (-0 becomes +0; neuron_matmul_f32_at's canonical_zero does the same), and
-// the product's fma chain per element is the matmul's own. What the fused form does not do is
+// moves bits, a tensor_copy within fp32 or bf16 moves bits, the Scalar engine's identity
+// activation computes x * 1 + 0 (-0 becomes +0; neuron_matmul_f32_at's canonical_zero does the
+// same; the bf16 rule's partial sums start at +0, so there a zero's sign never shows), and the
+// product's arithmetic per element is the matmul's own. What the fused form does not do is
 // write X and Y, so it applies only where nothing reads them again before they are overwritten
 // (dead_after), and where the matmul's other operands cannot see the difference (no overlaps).
 #include <algorithm>
@@ -123,10 +125,11 @@ bool row_segment(const AccessPattern& ap) {
 }
 
 // The bytes of `piece` that a write of `w` leaves, as row segments: {piece} when they share
-// none; else, when both are row segments over consecutive partitions of one dtype and the same
-// rotating slots, at offsets that differ by a constant (a write at the same iteration then
-// touches the same slot of both): the partitions w misses and, on the others, the bytes before
-// and after w. nullopt when that cannot be told.
+// none; else, when both are row segments over consecutive partitions and the same rotating
+// slots, at offsets that differ by a constant (a write at the same iteration then touches the
+// same slot of both), and w's edges fall on whole elements of piece (the dtypes may differ: a
+// bf16 transpose and an fp32 product in one PSUM bank): the partitions w misses and, on the
+// others, the bytes before and after w. nullopt when that cannot be told.
 std::optional<std::vector<AccessPattern>> subtract(const AccessPattern& piece_in,
                                                    const AccessPattern& w_in, const Extents& ext) {
   if (!may_share(piece_in, w_in, ext)) return std::vector<AccessPattern>{piece_in};
@@ -136,17 +139,18 @@ std::optional<std::vector<AccessPattern>> subtract(const AccessPattern& piece_in
     return ap;
   };
   const AccessPattern piece = one_partition(piece_in), w = one_partition(w_in);
-  if (!row_segment(piece) || !row_segment(w) || piece.dtype != w.dtype ||
-      piece.dims[0].stride != 1 || w.dims[0].stride != 1 || !(piece.rotation == w.rotation))
+  if (!row_segment(piece) || !row_segment(w) || piece.dims[0].stride != 1 ||
+      w.dims[0].stride != 1 || !(piece.rotation == w.rotation))
     return std::nullopt;
   const Affine dp = w.partition - piece.partition, db = w.offset - piece.offset;
-  const int64_t es = dtype_bytes(piece.dtype);
-  if (!dp.is_constant() || !db.is_constant() || db.constant % es != 0) return std::nullopt;
+  const int64_t es = dtype_bytes(piece.dtype), wbytes = w.dims[1].size * dtype_bytes(w.dtype);
+  if (!dp.is_constant() || !db.is_constant() || db.constant % es != 0 || wbytes % es != 0)
+    return std::nullopt;
   const int64_t np = piece.dims[0].size, n = piece.dims[1].size * es;
   const int64_t p0 = std::clamp<int64_t>(dp.constant, 0, np);
   const int64_t p1 = std::clamp<int64_t>(dp.constant + w.dims[0].size, 0, np);
   const int64_t w0 = std::clamp<int64_t>(db.constant, 0, n);
-  const int64_t w1 = std::clamp<int64_t>(db.constant + w.dims[1].size * es, 0, n);
+  const int64_t w1 = std::clamp<int64_t>(db.constant + wbytes, 0, n);
   std::vector<AccessPattern> parts;
   auto part = [&](int64_t plo, int64_t phi, int64_t lo, int64_t hi) {
     if (phi <= plo || hi <= lo) return;
@@ -258,7 +262,7 @@ bool static_on_chip(const AccessPattern& ap, const Extents& ext) {
          boxes_of(ap, ext).has_value();
 }
 
-// The triple at body[i] if it has the shape and operands the fused form needs (fp32, SBUF
+// The triple at body[i] if it has the shape and operands the fused form needs (fp32 or bf16, SBUF
 // operands, a bit-exact evacuation, a matmul that overwrites or adds, no overlaps), with the
 // views the fused form leaves unwritten: Y and X's bytes outside D (`dead`).
 struct Candidate {
@@ -284,8 +288,13 @@ std::optional<Candidate> triple_at(const std::vector<ProgNode>& body, size_t i,
   }
   const AccessPattern &S = t.src[0], &X = t.dst, &Y = c.dst, &V = m.src[1], &D = m.dst;
   if (!(c.src[0] == X) || !(m.src[0] == Y)) return std::nullopt;
-  for (const AccessPattern* ap : {&S, &X, &Y, &V, &D})
-    if (ap->dtype != DType::float32) return std::nullopt;
+  // fp32 throughout, or bf16 operands (S, X, Y, V) into fp32 PSUM: the products whose fused
+  // forms exist (neuron_matmul_f32_at, neuron_matmul_bf16_at).
+  const DType dt = S.dtype;
+  if (dt != DType::float32 && dt != DType::bfloat16) return std::nullopt;
+  for (const AccessPattern* ap : {&X, &Y, &V})
+    if (ap->dtype != dt) return std::nullopt;
+  if (D.dtype != DType::float32) return std::nullopt;
   if (S.memory != Memory::sbuf || Y.memory != Memory::sbuf || V.memory != Memory::sbuf ||
       D.memory != Memory::psum || S.dims.size() < 2 || S.dims.back().size < 1)
     return std::nullopt;

@@ -565,3 +565,52 @@ TEST_CASE("matmul kernel: transposed A reads -0 as +0 only when asked") {
     }
   }
 }
+
+namespace {
+
+// The bf16 transposed-A form against the rule written here (reference), A(k, m) read from
+// at[m * ldat + k]: signed zeros, subnormals, infinities and NaN among the values.
+void check_transposed_bf16(const Shape& s, int64_t pad, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t ldat = s.K + pad, ldb = s.N + pad + 1, ldc = s.N + 2 * pad;
+  auto at = random_buffer<uint16_t>(rng, static_cast<size_t>(s.M) * static_cast<size_t>(ldat));
+  const uint16_t specials[] = {0x8000, 0x0000, 0x0001, 0x807f, 0x7f80, 0xff80, 0x7fc1};
+  for (size_t i = 0; i < at.size(); i += 11) at[i] = specials[i / 11 % std::size(specials)];
+  const size_t Kr = static_cast<size_t>(s.K > 0 ? s.K : 1);
+  auto b = random_buffer<uint16_t>(rng, Kr * static_cast<size_t>(ldb));
+  auto c0 = random_buffer<float>(rng, static_cast<size_t>(s.M) * static_cast<size_t>(ldc));
+  for (size_t i = 0; i < c0.size(); i += 5) c0[i] = -0.0f;
+  std::vector<uint16_t> a(Kr * static_cast<size_t>(s.M));  // A(k, m) at a[k * M + m]
+  for (int64_t m = 0; m < s.M; ++m)
+    for (int64_t k = 0; k < s.K; ++k) a[k * s.M + m] = at[m * ldat + k];
+  for (bool acc : {false, true}) {
+    std::vector<float> want = c0;
+    reference(want, ldc, a, s.M, b, ldb, s.M, s.N, s.K, acc);
+    for (const char* isa : kVariants) {
+      std::vector<float> got = c0;
+      if (std::string(isa) == "host")
+        neuron_matmul_bf16_at(got.data(), ldc, at.data(), ldat, b.data(), ldb, s.M, s.N, s.K, acc);
+      else if (!neuron_matmul_bf16_at_variant(isa, got.data(), ldc, at.data(), ldat, b.data(), ldb,
+                                              s.M, s.N, s.K, acc))
+        continue;
+      INFO("isa=", std::string(isa), " M=", s.M, " N=", s.N, " K=", s.K, " ldat=", ldat,
+           " accumulate=", acc, " first difference: ", first_difference(got, want, ldc));
+      int differ = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        differ += std::isnan(want[i]) ? !std::isnan(got[i]) : bits_of(got[i]) != bits_of(want[i]);
+      CHECK(differ == 0);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("matmul kernel: transposed A (bf16) bit-exact against the rule") {
+  uint32_t seed = 7000;
+  for (const Shape& s : kShapes)
+    for (int64_t pad : {0, 9}) check_transposed_bf16(s, pad, seed++);
+  // Flash attention's p @ v: a [128, 128] tile of SBUF rows (partitions 64 KiB apart) times
+  // V rows [128, 64]; and a full moving tile.
+  check_transposed_bf16({128, 64, 128}, 32768 - 128, 8000);
+  check_transposed_bf16({128, 512, 128}, 0, 8001);
+}

@@ -23,11 +23,22 @@ namespace {
 constexpr DType f32 = DType::float32;
 constexpr int64_t M = 64, K = 96, N = 80;  // S [M, K], V [K, N], out [M, N]
 
+constexpr DType bf16 = DType::bfloat16;
+
 // SBUF: S at 0, V at 1024, Y at 2048, the result at 3072. PSUM: X at 0, D at 2048 (or `d_at`).
-AccessPattern S() { return sb(f32, 0, M, {row(K)}); }
-AccessPattern V() { return sb(f32, 1024, K, {row(N)}); }
-AccessPattern X() { return ps(f32, 0, K, {row(M)}); }
-AccessPattern Y() { return sb(f32, 2048, K, {row(M)}); }
+// The operands in fp32 or bf16 (`dt`); D and the result are fp32.
+AccessPattern S(DType dt = f32) {
+  return sb(dt, 0, M, {row(K)});
+}
+AccessPattern V(DType dt = f32) {
+  return sb(dt, 1024, K, {row(N)});
+}
+AccessPattern X(DType dt = f32) {
+  return ps(dt, 0, K, {row(M)});
+}
+AccessPattern Y(DType dt = f32) {
+  return sb(dt, 2048, K, {row(M)});
+}
 AccessPattern D(int64_t at = 2048) { return ps(f32, at, M, {row(N)}); }
 AccessPattern O() { return sb(f32, 3072, M, {row(N)}); }
 
@@ -41,27 +52,28 @@ void number(std::vector<ProgNode>& body, int& next) {
 }
 
 // The triple with an identity-activation (Scalar engine) or tensor_copy (Vector) evacuation.
-std::vector<ProgNode> triple(bool activation, int accumulate = 0, int64_t d_at = 2048) {
+std::vector<ProgNode> triple(bool activation, int accumulate = 0, int64_t d_at = 2048,
+                             DType dt = f32) {
   InstrArgs copy;
   copy.func = ActFunc::copy;
   InstrArgs mm;
   mm.accumulate = accumulate;
-  return {instr(Opcode::nc_transpose, X(), {S()}),
-          activation ? instr(Opcode::activation, Y(), {X()}, copy)
-                     : instr(Opcode::tensor_copy, Y(), {X()}),
-          instr(Opcode::nc_matmul, D(d_at), {Y(), V()}, mm)};
+  return {instr(Opcode::nc_transpose, X(dt), {S(dt)}),
+          activation ? instr(Opcode::activation, Y(dt), {X(dt)}, copy)
+                     : instr(Opcode::tensor_copy, Y(dt), {X(dt)}),
+          instr(Opcode::nc_matmul, D(d_at), {Y(dt), V(dt)}, mm)};
 }
 
 // Loads x and v, runs `middle`, stores D (through SBUF) to out and `extra` after it.
 Program make(std::vector<ProgNode> middle, std::vector<ProgNode> extra = {}, int64_t d_at = 2048,
-             std::vector<ProgNode> before = {}) {
-  std::vector<ProgNode> body{dma(S(), hbm2(0, f32, M, K, K)), dma(V(), hbm2(1, f32, K, N, N))};
+             std::vector<ProgNode> before = {}, DType dt = f32) {
+  std::vector<ProgNode> body{dma(S(dt), hbm2(0, dt, M, K, K)), dma(V(dt), hbm2(1, dt, K, N, N))};
   for (ProgNode& n : before) body.push_back(std::move(n));
   for (ProgNode& n : middle) body.push_back(std::move(n));
   body.push_back(instr(Opcode::tensor_copy, O(), {D(d_at)}));
   body.push_back(dma(hbm2(2, f32, M, N, N), O()));
   for (ProgNode& n : extra) body.push_back(std::move(n));
-  Program p = program({decl("x", {M, K}, f32, kIn), decl("v", {K, N}, f32, kIn),
+  Program p = program({decl("x", {M, K}, dt, kIn), decl("v", {K, N}, dt, kIn),
                        decl("out", {M, N}, f32, kOut), decl("out2", {K, M}, f32, kOut)},
                       std::move(body));
   int next = 0;
@@ -69,14 +81,14 @@ Program make(std::vector<ProgNode> middle, std::vector<ProgNode> extra = {}, int
   return p;
 }
 
-// x with signed zeros in it (row 0 all -0, some +0), v positive in column 0.
-std::vector<Tensor> inputs() {
+// x with signed zeros in it (row 0 all -0, some +0), v positive in column 0; in `dt`.
+std::vector<Tensor> inputs(DType dt = f32) {
   auto x = random_values(M * K, 21);
   auto v = random_values(K * N, 22);
   for (int64_t k = 0; k < K; ++k) x[k] = -0.0f;
   for (size_t i = K; i < x.size(); i += 13) x[i] = i % 2 ? 0.0f : -0.0f;
   for (int64_t k = 0; k < K; ++k) v[k * N] = 1.0f + static_cast<float>(k);
-  return {Tensor::from_floats(x, {M, K}, f32), Tensor::from_floats(v, {K, N}, f32),
+  return {Tensor::from_floats(x, {M, K}, dt), Tensor::from_floats(v, {K, N}, dt),
           Tensor::empty({M, N}, f32), Tensor::empty({K, M}, f32)};
 }
 
@@ -118,6 +130,39 @@ TEST_CASE("transposed matmul: the triple runs as one product with the simulator'
     }
     unsetenv("NEURON_TRANSPOSED_MATMUL");
   }
+}
+
+TEST_CASE("transposed matmul: bf16 operands run as one product with the simulator's bits") {
+  // bf16 S, X, Y, V into fp32 PSUM (flash attention's p @ v in bf16): neuron_matmul_bf16_at.
+  // The identity activation's -0 -> +0 shows nowhere under the bf16 rule, so both copies fuse.
+  for (bool activation : {true, false}) {
+    CAPTURE(activation);
+    const Program p = make(triple(activation, 0, 2048, bf16), {}, 2048, {}, bf16);
+    REQUIRE(native::transposed_matmuls(p).size() == 1);
+    CHECK(fused_in_ir(p));
+    auto in = inputs(bf16);
+    for (const char* on : {"1", "0"}) {
+      CAPTURE(on);
+      setenv("NEURON_TRANSPOSED_MATMUL", on, 1);
+      check_product(run_both(p, in), in);
+    }
+    unsetenv("NEURON_TRANSPOSED_MATMUL");
+  }
+  // An fp32 V with bf16 S: no fused form (the bf16 rule takes two bf16 operands).
+  std::vector<ProgNode> mixed = triple(true, 0, 2048, bf16);
+  mixed[2].instr.src[1] = V(f32);
+  CHECK(native::transposed_matmuls(make(mixed, {}, 2048, {}, bf16)).empty());
+}
+
+TEST_CASE("transposed matmul: a bf16 transpose under an fp32 product in one PSUM bank") {
+  // D (fp32 [M, N]) at X's place (bf16 [K, M]), as the allocator lays out attention's p^T and
+  // its product in bf16: the bytes of X outside D are found across the two dtypes; fused when
+  // the matmul overwrites, not when it adds.
+  const Program over = make(triple(true, 0, 0, bf16), {}, 0, {}, bf16);
+  CHECK(native::transposed_matmuls(over).size() == 1);
+  auto in = inputs(bf16);
+  check_product(run_both(over, in), in);
+  CHECK(native::transposed_matmuls(make(triple(true, 1, 0, bf16), {}, 0, {}, bf16)).empty());
 }
 
 TEST_CASE("transposed matmul: -0 read as +0 exactly where the Scalar engine's copy makes it") {

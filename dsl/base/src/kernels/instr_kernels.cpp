@@ -1294,13 +1294,19 @@ void neuron_k_matmul(const NView* d, const NView* st, const NView* mv, int ddt, 
   fill_flags(*d, esize, 1);
 }
 
-void neuron_k_matmul_at(const NView* d, const NView* s, const NView* mv, int accumulate,
+void neuron_k_matmul_at(const NView* d, const NView* s, const NView* mv, int sdt, int accumulate,
                         int canonical_zero) {
   const int64_t M = s->size[0], K = count_of(*s) / (M ? M : 1), N = count_of(*mv) / (K ? K : 1);
-  neuron_matmul_f32_at(reinterpret_cast<float*>(d->base), d->stride[0] / 4,
-                       reinterpret_cast<const float*>(s->base), s->stride[0] / 4,
-                       reinterpret_cast<const float*>(mv->base), mv->stride[0] / 4, M, N, K,
-                       accumulate, canonical_zero);
+  if (dt(sdt) == DType::bfloat16)
+    neuron_matmul_bf16_at(reinterpret_cast<float*>(d->base), d->stride[0] / 4,
+                          reinterpret_cast<const uint16_t*>(s->base), s->stride[0] / 2,
+                          reinterpret_cast<const uint16_t*>(mv->base), mv->stride[0] / 2, M, N, K,
+                          accumulate);
+  else
+    neuron_matmul_f32_at(reinterpret_cast<float*>(d->base), d->stride[0] / 4,
+                         reinterpret_cast<const float*>(s->base), s->stride[0] / 4,
+                         reinterpret_cast<const float*>(mv->base), mv->stride[0] / 4, M, N, K,
+                         accumulate, canonical_zero);
   fill_flags(*d, 4, 1);
 }
 

@@ -143,6 +143,25 @@ void pack_a(uint16_t* ap, const uint16_t* a, int64_t lda, int64_t kc, int64_t mc
     }
 }
 
+// The same tiles from A given transposed (neuron_matmul_bf16_at): A(k, m) = at[m * ldat + k], so
+// a left tile's row i is 32 bf16 of at's row m0 + 16 mb + i as they lie: copied, not transposed.
+// Past K and M the tiles hold +0.0, as pack_a leaves them.
+void pack_a_transposed(uint16_t* ap, const uint16_t* at, int64_t ldat, int64_t kc, int64_t mc,
+                       int64_t mbs, int64_t kbs) {
+  for (int64_t mb = 0; mb < mbs; ++mb)
+    for (int64_t kb = 0; kb < kbs; ++kb) {
+      const int64_t k = kc - kb * kTileK;
+      const __mmask32 km = k >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << k) - 1u);
+      uint16_t* tile = ap + (mb * kbs + kb) * kTileElems;
+      for (int64_t i = 0; i < kTile; ++i) {
+        const int64_t m = mb * kTile + i;
+        const __m512i r = m < mc ? _mm512_maskz_loadu_epi16(km, at + m * ldat + kb * kTileK)
+                                 : _mm512_setzero_si512();
+        _mm512_storeu_si512(tile + i * kTileK, r);
+      }
+    }
+}
+
 // C rows [0, 32) x columns [0, 32) of the chunk (+)= A tiles (mb, mb + 1) x B tiles (nb, nb + 1)
 // over kbs K tiles. Full blocks use C in place; edge blocks go through a zero-padded copy.
 void block_2x2(float* c, int64_t ldc, int64_t rows, int64_t cols, bool load_c, const uint16_t* a0,
@@ -193,8 +212,9 @@ void block_2x2(float* c, int64_t ldc, int64_t rows, int64_t cols, bool load_c, c
 
 thread_local PackedB packed_b;  // kept when B is one chunk: K <= kChunkK, N <= kChunkN
 
+// `a_transposed`: A is given as at [M, K] (pack_a_transposed), else as [K, M].
 void run(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
-         int64_t M, int64_t N, int64_t K, bool accumulate, bool same_b) {
+         int64_t M, int64_t N, int64_t K, bool accumulate, bool same_b, bool a_transposed = false) {
   if (K <= 0) {
     if (!accumulate)
       for (int64_t m = 0; m < M; ++m) std::memset(c + m * ldc, 0, static_cast<size_t>(N) * 4);
@@ -218,7 +238,10 @@ void run(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* 
       for (int64_t m0 = 0; m0 < M; m0 += kChunkM) {
         const int64_t mc = M - m0 < kChunkM ? M - m0 : kChunkM;
         const int64_t mbs = (mc + 31) / 32 * 2;
-        pack_a(ap, a + k0 * lda + m0, lda, kc, mc, mbs, kbs);
+        if (a_transposed)
+          pack_a_transposed(ap, a + m0 * lda + k0, lda, kc, mc, mbs, kbs);
+        else
+          pack_a(ap, a + k0 * lda + m0, lda, kc, mc, mbs, kbs);
         for (int64_t mb = 0; mb < mbs; mb += 2)
           for (int64_t nb = 0; nb < nbs; nb += 2) {
             const int64_t rows = mc - mb * kTile < 32 ? mc - mb * kTile : 32;
@@ -262,6 +285,11 @@ void matmul_bf16_amx_same_b(float* c, int64_t ldc, const uint16_t* a, int64_t ld
   run(c, ldc, a, lda, b, ldb, M, N, K, accumulate, true);
 }
 
+void matmul_bf16_at_amx(float* c, int64_t ldc, const uint16_t* at, int64_t ldat, const uint16_t* b,
+                        int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  run(c, ldc, at, ldat, b, ldb, M, N, K, accumulate, false, true);
+}
+
 }  // namespace neuron::native
 
 #pragma GCC pop_options
@@ -281,6 +309,10 @@ void matmul_bf16_amx_same_b(float* c, int64_t ldc, const uint16_t* a, int64_t ld
                             const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
                             bool accumulate) {
   matmul_bf16_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+}
+void matmul_bf16_at_amx(float* c, int64_t ldc, const uint16_t* at, int64_t ldat, const uint16_t* b,
+                        int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  matmul_bf16_at_portable(c, ldc, at, ldat, b, ldb, M, N, K, accumulate);
 }
 }  // namespace neuron::native
 

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <vector>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -104,6 +105,19 @@ void matmul_bf16_portable(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
     }
 }
 
+// The bf16 transposed-A form, the rule read from at's rows: A(k, m) = at[m * ldat + k].
+void matmul_bf16_at_portable(float* c, int64_t ldc, const uint16_t* at, int64_t ldat,
+                             const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                             bool accumulate) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      float& out = c[m * ldc + n];
+      out = bf16dot::dot(
+          accumulate ? out : 0.0f, K, [&](int64_t k) { return widen_bf16(at[m * ldat + k]); },
+          [&](int64_t k) { return widen_bf16(b[k * ldb + n]); });
+    }
+}
+
 void transpose32_portable(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F) {
   // 8 x 8 blocks, so both sides stay within a few cache lines per block.
   for (int64_t p0 = 0; p0 < P; p0 += 8)
@@ -160,7 +174,21 @@ struct Variant {
   MatmulF32AtFn f32_at;
   MatmulBf16Fn bf16_same_b = nullptr;  // keeps the packed B of the previous call (else bf16)
   MatmulF32Fn f32_same_b = nullptr;    // the same for f32 (else f32)
+  MatmulBf16Fn bf16_at = nullptr;      // bf16 with A transposed (else bf16_at_by_copy)
 };
+
+// The bf16 transposed-A form of a variant without one: A transposed back into a [K, M] copy
+// (bits moved, so the variant's rule gives the same bits), then the variant's product. The copy
+// is one pass over A; the triple it replaces made two (transpose, evacuation) and a PSUM tile.
+void bf16_at_by_copy(MatmulBf16Fn bf16, float* c, int64_t ldc, const uint16_t* at, int64_t ldat,
+                     const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                     bool accumulate) {
+  thread_local std::vector<uint16_t> a;
+  a.resize(static_cast<size_t>(K * M));
+  transpose16(reinterpret_cast<char*>(a.data()), M * 2, reinterpret_cast<const char*>(at), ldat * 2,
+              M, K);
+  bf16(c, ldc, a.data(), M, b, ldb, M, N, K, accumulate);
+}
 
 bool supports(const char* isa) {
 #if defined(__x86_64__)
@@ -184,14 +212,14 @@ bool supports(const char* isa) {
 // Fastest first; the last (portable) runs anywhere.
 const Variant kVariants[] = {
     {"amx", matmul_f32_avx512, matmul_bf16_amx, transpose32_avx2, matmul_f32_at_avx512,
-     matmul_bf16_amx_same_b, matmul_f32_avx512_same_b},
+     matmul_bf16_amx_same_b, matmul_f32_avx512_same_b, matmul_bf16_at_amx},
     {"avx512bf16", matmul_f32_avx512, matmul_bf16_avx512bf16, transpose32_avx2,
      matmul_f32_at_avx512, matmul_bf16_avx512bf16_same_b, matmul_f32_avx512_same_b},
     {"avx512", matmul_f32_avx512, matmul_bf16_avx512, transpose32_avx2, matmul_f32_at_avx512,
      nullptr, matmul_f32_avx512_same_b},
     {"avx2", matmul_f32_avx2, matmul_bf16_avx2, transpose32_avx2, matmul_f32_at_avx2},
     {"portable", matmul_f32_portable, matmul_bf16_portable, transpose32_portable,
-     matmul_f32_at_portable},
+     matmul_f32_at_portable, nullptr, nullptr, matmul_bf16_at_portable},
 };
 
 const Variant* find_variant(const char* isa) {
@@ -199,6 +227,12 @@ const Variant* find_variant(const char* isa) {
   for (const Variant& v : kVariants)
     if (std::strcmp(v.name, isa) == 0) return &v;
   return nullptr;
+}
+
+void run_bf16_at(const Variant& v, float* c, int64_t ldc, const uint16_t* at, int64_t ldat,
+                 const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  if (v.bf16_at) return v.bf16_at(c, ldc, at, ldat, b, ldb, M, N, K, accumulate);
+  bf16_at_by_copy(v.bf16, c, ldc, at, ldat, b, ldb, M, N, K, accumulate);
 }
 
 // Chosen once, at first use (a function-local static is initialized thread-safely):
@@ -260,6 +294,14 @@ void neuron_matmul_f32_at(float* c, int64_t ldc, const float* at, int64_t ldat, 
                                         canonical_zero ? 0.0f : -0.0f);
 }
 
+void neuron_matmul_bf16_at(float* c, int64_t ldc, const uint16_t* at, int64_t ldat,
+                           const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                           int accumulate) {
+  if (M <= 0 || N <= 0) return;
+  neuron::native::run_bf16_at(neuron::native::host_variant(), c, ldc, at, ldat, b, ldb, M, N, K,
+                              accumulate != 0);
+}
+
 void neuron_transpose32(char* d, int64_t drs, const char* s, int64_t srs, int64_t P, int64_t F) {
   if (P <= 0 || F <= 0) return;
   neuron::native::host_variant().transpose32(d, drs, s, srs, P, F);
@@ -299,6 +341,16 @@ int neuron_matmul_bf16_variant(const char* isa, float* c, int64_t ldc, const uin
   const neuron::native::Variant* v = neuron::native::find_variant(isa);
   if (!v) return 0;
   if (M > 0 && N > 0) v->bf16(c, ldc, a, lda, b, ldb, M, N, K, accumulate != 0);
+  return 1;
+}
+
+int neuron_matmul_bf16_at_variant(const char* isa, float* c, int64_t ldc, const uint16_t* at,
+                                  int64_t ldat, const uint16_t* b, int64_t ldb, int64_t M,
+                                  int64_t N, int64_t K, int accumulate) {
+  const neuron::native::Variant* v = neuron::native::find_variant(isa);
+  if (!v) return 0;
+  if (M > 0 && N > 0)
+    neuron::native::run_bf16_at(*v, c, ldc, at, ldat, b, ldb, M, N, K, accumulate != 0);
   return 1;
 }
 

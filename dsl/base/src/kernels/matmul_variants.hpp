@@ -56,6 +56,13 @@ void matmul_f32_at_avx512(float*, int64_t, const float*, int64_t, const float*, 
                           int64_t, int64_t, bool, float);
 void matmul_bf16_portable(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
                           int64_t, int64_t, int64_t, bool);
+// The bf16 transposed-A form (neuron_matmul_bf16_at): A(k, m) = at[m * ldat + k]; same
+// arguments as MatmulBf16Fn with at, ldat in place of a, lda. AMX reads its left tiles straight
+// from at's rows; the other variants transpose A back and run their own product.
+void matmul_bf16_at_portable(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
+                             int64_t, int64_t, int64_t, bool);
+void matmul_bf16_at_amx(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
+                        int64_t, int64_t, int64_t, bool);
 void matmul_f32_avx2(float*, int64_t, const float*, int64_t, const float*, int64_t, int64_t,
                      int64_t, int64_t, bool);
 void matmul_bf16_avx2(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t,
@@ -111,6 +118,9 @@ int neuron_matmul_f32_variant(const char* isa, float* c, int64_t ldc, const floa
 int neuron_matmul_bf16_variant(const char* isa, float* c, int64_t ldc, const uint16_t* a,
                                int64_t lda, const uint16_t* b, int64_t ldb, int64_t M, int64_t N,
                                int64_t K, int accumulate);
+int neuron_matmul_bf16_at_variant(const char* isa, float* c, int64_t ldc, const uint16_t* at,
+                                  int64_t ldat, const uint16_t* b, int64_t ldb, int64_t M,
+                                  int64_t N, int64_t K, int accumulate);
 int neuron_matmul_f32_at_variant(const char* isa, float* c, int64_t ldc, const float* at,
                                  int64_t ldat, const float* b, int64_t ldb, int64_t M, int64_t N,
                                  int64_t K, int accumulate, int canonical_zero);

@@ -149,10 +149,11 @@ void neuron_k_transpose(const neuron_nview* d, const neuron_nview* s, int ddt, i
 enum { kMatmulFast = 1, kMatmulSameMoving = 2 };
 void neuron_k_matmul(const neuron_nview* d, const neuron_nview* st, const neuron_nview* mv, int ddt,
                      int sdt, int mdt, int accumulate, int layout);
-// A transposed matmul (plan.hpp TransposedMatmul): d (+)= s @ mv in fp32, s [M, K] and mv
-// [K, N] in the fast layout (checked by the lowering); neuron_matmul_f32_at.
+// A transposed matmul (plan.hpp TransposedMatmul): d (+)= s @ mv, s [M, K] and mv [K, N] both
+// fp32 or both bf16 (sdt), in the fast layout (checked by the lowering); neuron_matmul_f32_at or
+// neuron_matmul_bf16_at (which has no canonical_zero: the bf16 rule never shows a zero's sign).
 void neuron_k_matmul_at(const neuron_nview* d, const neuron_nview* s, const neuron_nview* mv,
-                        int accumulate, int canonical_zero);
+                        int sdt, int accumulate, int canonical_zero);
 void neuron_k_copy_predicated(const neuron_nview* d, const neuron_nview* s, const neuron_nview* pred,
                               int ddt, int sdt, int pdt, int same);
 void neuron_k_memset(const neuron_nview* d, int ddt, double value);

@@ -40,6 +40,12 @@ void neuron_matmul_f32_same_b(float* c, int64_t ldc, const float* a, int64_t lda
 void neuron_matmul_f32_at(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,
                           int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate,
                           int canonical_zero);
+// The bf16 product with A given transposed, A(k, m) = at[m * ldat + k], by the bf16 rule above,
+// bit for bit. No canonical_zero: the rule's partial sums start at +0, so the sign of a zero in
+// A never shows (the Scalar engine's identity activation turning -0 into +0 changes nothing).
+void neuron_matmul_bf16_at(float* c, int64_t ldc, const uint16_t* at, int64_t ldat,
+                           const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                           int accumulate);
 // nc_transpose of 32-bit elements between row-major matrices with contiguous rows: row f of d
 // (P elements, rows drs bytes apart) is column f of s (P rows of F elements, srs bytes apart).
 // Moves bits only. d and s must not overlap.
