@@ -345,8 +345,10 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward_impl(
         // ds stays fp32 for dq (a bf16 ds cost dq about 10% more error than PyTorch's).
         auto [p, ds] = probs(t, s0, sw, mask_rel, nl::float32);
         for_each_static_tile(0, sw, kPartitions, [&](int64_t c, int64_t cw) {
-          auto dsT = transpose_to_sbuf(ds(nl::all, nl::ds(c, cw)), "dsT");
+          // k first, so the transpose, its copy and the matmul are consecutive: the native
+          // backend runs that triple as one product reading ds's rows (transposed matmuls).
           auto kc = scaled(nl::load(k(b, hk, nl::ds(s0 + c, cw), nl::all), nl::float32));
+          auto dsT = transpose_to_sbuf(ds(nl::all, nl::ds(c, cw)), "dsT");
           isa::nc_matmul(dq_ps, dsT, kc, true);
         });
       });
