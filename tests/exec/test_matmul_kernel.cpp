@@ -503,14 +503,18 @@ TEST_CASE("matmul kernel: a single NaN input propagates its payload") {
 namespace {
 
 // The transposed-A form against the contract written here: A(k, m) = at[m * ldat + k] + zero
-// (zero = +0.0f reads -0 as +0), then the fp32 fma loop.
-void check_transposed(const Shape& s, int64_t pad, bool canonical, uint32_t seed) {
+// (zero = +0.0f reads -0 as +0), then the fp32 fma loop. `zeros`: signed zeros among A's values,
+// where the zero rule shows (without, a kernel may skip the rule; with, it must apply it).
+void check_transposed(const Shape& s, int64_t pad, bool canonical, uint32_t seed,
+                      bool zeros = true) {
   std::mt19937 rng(seed);
   const int64_t ldat = s.K + pad, ldb = s.N + pad + 1, ldc = s.N + 2 * pad;
   auto at = random_buffer<float>(rng, static_cast<size_t>(s.M) * static_cast<size_t>(ldat));
-  // Signed zeros and a NaN among the values, where the zero rule shows.
-  for (size_t i = 0; i < at.size(); i += 7) at[i] = i % 14 == 0 ? -0.0f : 0.0f;
+  if (zeros)
+    for (size_t i = 0; i < at.size(); i += 7) at[i] = i % 14 == 0 ? -0.0f : 0.0f;
+  // A quiet and a signaling NaN: the sum with `zero` quiets the second, as the fma does.
   if (at.size() > 5) at[5] = std::numeric_limits<float>::quiet_NaN();
+  if (at.size() > 40) at[40] = f_of_bits(0x7fa00042u);
   const size_t Kr = static_cast<size_t>(s.K > 0 ? s.K : 1);
   auto b = random_buffer<float>(rng, Kr * static_cast<size_t>(ldb));
   auto c0 = random_buffer<float>(rng, static_cast<size_t>(s.M) * static_cast<size_t>(ldc));
@@ -548,6 +552,11 @@ TEST_CASE("matmul kernel: transposed A (fp32) bit-exact against the fma loop") {
   // A [128, 128] tile of SBUF rows times V rows [128, 64]: flash attention's p @ v.
   check_transposed({128, 64, 128}, 1000 - 128, true, 6000);
   check_transposed({128, 512, 128}, 0, false, 6001);
+  // No -0 in A: read as it lies, whatever the zero rule.
+  for (bool canonical : {false, true}) {
+    check_transposed({128, 64, 128}, 1000 - 128, canonical, 6002, false);
+    check_transposed({37, 70, 129}, 3, canonical, 6003, false);
+  }
 }
 
 TEST_CASE("matmul kernel: transposed A reads -0 as +0 only when asked") {

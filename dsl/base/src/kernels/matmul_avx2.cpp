@@ -117,7 +117,7 @@ void matmul_f32_avx2(float* c, int64_t ldc, const float* a, int64_t lda, const f
 void matmul_f32_at_avx2(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,
                         int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate,
                         float a_zero) {
-  float* scratch = matmul_scratch(blocked_scratch_floats<Avx2>());
+  float* scratch = matmul_scratch(at_scratch_floats<Avx2>(M, K, a_zero));
   matmul_at_blocked<Avx2>(c, ldc, at, ldat, b, ldb, M, N, K, accumulate, a_zero, scratch);
 }
 

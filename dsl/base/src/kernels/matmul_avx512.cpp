@@ -99,11 +99,11 @@ void matmul_f32_at_avx512(float* c, int64_t ldc, const float* at, int64_t ldat, 
                           int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate,
                           float a_zero) {
   if (N % 64 == 0) {
-    float* scratch = matmul_scratch(blocked_scratch_floats<Avx512Wide>());
+    float* scratch = matmul_scratch(at_scratch_floats<Avx512Wide>(M, K, a_zero));
     return matmul_at_blocked<Avx512Wide>(c, ldc, at, ldat, b, ldb, M, N, K, accumulate, a_zero,
                                          scratch);
   }
-  float* scratch = matmul_scratch(blocked_scratch_floats<Avx512>());
+  float* scratch = matmul_scratch(at_scratch_floats<Avx512>(M, K, a_zero));
   matmul_at_blocked<Avx512>(c, ldc, at, ldat, b, ldb, M, N, K, accumulate, a_zero, scratch);
 }
 

@@ -46,7 +46,7 @@ constexpr int64_t packed_a_floats() {
 // (a, lda / b, ldb) and writes the packed copy as it goes: the copy rides along in the load and
 // store slots the FMAs leave idle, instead of being a separate pass that waits on memory.
 // In the transposed-A form (kAT, matmul_at_blocked) the kernel reads A(k, m) unpacked from
-// a[m * lda + k], each value plus `a_zero` (-0.0f: unchanged; +0.0f: -0 read as +0).
+// a[m * lda + k] (with -0 already read as +0 where the caller asked: matmul_at_blocked).
 template <class T>
 struct BlockOperands {
   float* ap;
@@ -55,7 +55,6 @@ struct BlockOperands {
   float* bp;
   const T* b;
   int64_t ldb;
-  float a_zero = -0.0f;
 };
 
 // C[0:MR, 0:NV*W] (+)= A^T B over kc rows; only `last` lanes of the last vector are C.
@@ -73,7 +72,6 @@ __attribute__((noinline)) void micro_kernel(const BlockOperands<T>& op, int64_t 
   const T* const asrc = op.a;
   const T* const bsrc = op.b;
   const int64_t lda = op.lda, ldb = op.ldb;
-  const R a_zero = V::bcast(&op.a_zero);
   // B's rows may be a forwarded load's HBM rows (lower_program.cpp), a page or more apart, where
   // no hardware prefetcher follows: fetch the first rows now and each row 16 ahead in the loop
   // (Intel Xeon, 2048^3 fp32 at 2 threads, when nc_matmul's B was still packed here: +3-4%; a
@@ -121,7 +119,7 @@ __attribute__((noinline)) void micro_kernel(const BlockOperands<T>& op, int64_t 
     for (int i = 0; i < MR; ++i) {
       R av;
       if constexpr (kAT)
-        av = V::add(V::bcast(asrc + i * lda + k), a_zero);
+        av = V::bcast(asrc + i * lda + k);
       else
         av = V::bcast(ap + k * V::MR + i);
 #pragma GCC unroll 4
@@ -382,10 +380,32 @@ void matmul_blocked(float* c, int64_t ldc, const T* a, int64_t lda, const T* b, 
   }
 }
 
-// C[0:M, 0:N] (+)= A^T B with A given transposed: A(k, m) = at[m * ldat + k] (+ a_zero), the
+// Whether at [M, K] (rows ldat apart) holds a -0. Vector code: it runs before every product
+// whose A must read -0 as +0.
+__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic"))) inline bool
+has_negative_zero(const float* at, int64_t ldat, int64_t M, int64_t K) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* row = at + m * ldat;
+    unsigned found = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      unsigned u;
+      __builtin_memcpy(&u, row + k, 4);
+      found |= u == 0x80000000u;
+    }
+    if (found) return true;
+  }
+  return false;
+}
+
+// C[0:M, 0:N] (+)= A^T B with A given transposed: A(k, m) = at[m * ldat + k] + a_zero, the
 // layout of a [M, K] tile whose transpose the Tensor engine would feed as the stationary operand
 // (plan.hpp "transposed matmuls"). No A panel is packed: the kernel broadcasts A's values from
 // at's rows, MR rows at a time. Each C(m, n) gets the same fma chain as matmul_blocked.
+// Adding a_zero changes a value only where a_zero is +0 and the value -0: -0 + -0 is -0, and a
+// signaling NaN it would quiet comes out of the fma quieted anyway (x86 picks the NaN by operand
+// position, whichever kind). So A is read as it lies, unless a_zero is +0 and A holds a -0: then
+// from a copy (in `scratch`, at_scratch_floats) with its -0 made +0. (Adding a_zero to each
+// broadcast value cost the product 16%: attention's p @ v, [128, 128] x [128, 64], 19 -> 16 us.)
 template <class V>
 void matmul_at_blocked(float* c, int64_t ldc, const float* at, int64_t ldat, const float* b,
                        int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate, float a_zero,
@@ -393,6 +413,13 @@ void matmul_at_blocked(float* c, int64_t ldc, const float* at, int64_t ldat, con
   constexpr int64_t NR = V::W * V::NV;
   if (K <= 0) return empty_sum(c, ldc, M, N, accumulate);
   float* bp = scratch + packed_a_floats<V>();
+  if (!__builtin_signbit(a_zero) && has_negative_zero(at, ldat, M, K)) {
+    float* copy = bp + whole_b_floats<V>();
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) copy[m * K + k] = at[m * ldat + k] + a_zero;
+    at = copy;
+    ldat = K;
+  }
   for (int64_t k0 = 0; k0 < K; k0 += kKC) {
     const int64_t kc = K - k0 < kKC ? K - k0 : kKC;
     const bool load_c = accumulate || k0 > 0;
@@ -409,7 +436,7 @@ void matmul_at_blocked(float* c, int64_t ldc, const float* at, int64_t ldat, con
           pack_b<V>(bp, bsrc, ldb, kc, nw);  // a partial panel cannot pack on the fly
           pack_b_now = false;
         }
-        BlockOperands<float> op{nullptr, at + p * ldat + k0, ldat, bp, bsrc, ldb, a_zero};
+        BlockOperands<float> op{nullptr, at + p * ldat + k0, ldat, bp, bsrc, ldb};
         dispatch_nv<V, V::NV>(nv, mr, false, pack_b_now, true, op, kc, c + p * ldc + n0, ldc, last,
                               load_c);
       }
@@ -421,6 +448,12 @@ void matmul_at_blocked(float* c, int64_t ldc, const float* at, int64_t ldat, con
 template <class V>
 constexpr size_t blocked_scratch_floats() {
   return static_cast<size_t>(packed_a_floats<V>() + whole_b_floats<V>());
+}
+// matmul_at_blocked's: room for a copy of A where -0 must read as +0.
+template <class V>
+size_t at_scratch_floats(int64_t M, int64_t K, float a_zero) {
+  const int64_t copy = __builtin_signbit(a_zero) || K <= 0 ? 0 : M * K;
+  return blocked_scratch_floats<V>() + static_cast<size_t>(copy);
 }
 
 }  // namespace
