@@ -327,15 +327,18 @@ def _build(sh, score_graph, mask_graph):
                 s = nl.where(nl.less(kv, float(sh.S)), s, ninf)
             m_new = nl.maximum(m, nl.max(s, axis=1, keepdims=True))
             m_use = nl.where(nl.equal(m_new, ninf), 0.0, m_new)
-            # exp(s - m) and its row sum in one pass
-            p = nl.ndarray((qr, TK), f32, buffer=nl.sbuf)
+            # exp(s - m) and its row sum (of the fp32 values) in one pass, p in the matmul
+            # operand dtype: its transpose and the product then run natively as one product
+            # reading p's rows (docs/native.md "Transposed matmuls"), bf16 included; a p in
+            # fp32 converted on the transpose's copy was three passes.
+            p = nl.ndarray((qr, TK), mm, buffer=nl.sbuf)
             rowsum = nl.ndarray((qr, 1), f32, buffer=nl.sbuf)
             nisa.activation(p, nl.exp, s, bias=nl.negative(m_use), reduce_op=nl.add,
                             reduce_res=rowsum)
             alpha = nl.exp(nl.subtract(m, m_use))
             l[...] = nl.add(nl.multiply(l, alpha), rowsum)
             vt = nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=mm)
-            pv = nl.matmul(T(p, mm), vt, transpose_x=True)
+            pv = nl.matmul(T(p), vt, transpose_x=True)
             acc[...] = nl.add(nl.multiply(acc, alpha), pv)
             m[...] = m_new
 
