@@ -154,7 +154,16 @@ NEURON_MATH_INLINE float exp(float x) {
   const float k = t - kRoundMagic;
   const float r = fma(k, -kLn2Lo, fma(k, -kLn2Hi, c));
   const int32_t n = static_cast<int32_t>(bits(t) - bits(kRoundMagic));
-  return scale(exp_poly(r), n);
+  // scale() written out, its last product taken only from x >= -104 on (and for NaN). Below,
+  // c = -104 gives p * 2^-150 with p < 1, which rounds to +0: the result is +0 either way. But
+  // computing that underflow costs an Intel core a microcode assist per vector (~1.6 ns an
+  // element against 0.23, Xeon with AMX): a softmax row half -inf (masked logits, a causal
+  // diagonal, a sliding window) ran 2.8x slower. As a select, AVX-512 zero-masks the product
+  // and never computes those lanes. The same bits for every input (tests/exec/test_builtins.cpp).
+  const float p = exp_poly(r);
+  const int32_t n1 = n >> 1;
+  const float part = p * pow2(n1);
+  return x < -104.0f ? 0.0f : part * pow2(n - n1);
 }
 
 // e^x - 1, accurate near 0. For |x| <= 40 (callers clamp); NaN propagates.
