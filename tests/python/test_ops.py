@@ -203,6 +203,21 @@ def test_linear_of_few_rows_copies_a_weight_it_meets_again_unchanged(monkeypatch
         assert id(w2) not in O._wt_cache and id(w) in O._wt_cache
 
 
+def test_linear_of_few_rows_and_a_small_weight_keeps_no_copy():
+    # A weight of at most 128 x 128 elements is transposed by the linear kernel itself on every
+    # call of few rows: no copy is made however often it is met, and the results are right
+    # after it changes.
+    from neuron.ops import _operators as O
+    x, w = rand(5, 96, seed=57), rand(128, 96, seed=58, scale=0.1)
+    with torch.no_grad(), no_fallbacks():
+        for call in range(4):
+            if call == 2:
+                w.add_(1.0)
+            torch.testing.assert_close(ops.linear(x, w), (x.double() @ w.double().t()).float(),
+                                       rtol=1e-5, atol=1e-4)
+        assert id(w) not in O._wt_cache and not any(k[0] == id(w) for k in O._wt_seen)
+
+
 def test_linear_without_bias_and_a_1d_input():
     x, w = rand(1000, seed=4), rand(5, 1000, seed=5, scale=0.05)
     with no_fallbacks():
