@@ -171,10 +171,9 @@ std::vector<Chain> plan_chains(const ForwardedRun& run, const std::vector<RunLoc
 // Transposed matmuls (transposed_matmul.cpp): consecutive instructions `nc_transpose(X <- S);
 // copy(Y <- X); nc_matmul(D <- Y^T @ V)` in fp32, or bf16 into fp32 PSUM, that the native
 // backend runs as one product reading S's rows (neuron_matmul_f32_at, neuron_matmul_bf16_at),
-// without writing X and Y: chosen only where nothing
-// reads X or Y again before overwriting them and no operand shares bytes with them. Keyed by
-// the transpose's id. `canonical_zero`: the copy is the Scalar engine's identity activation
-// (x * 1 + 0, so -0 becomes +0), not a tensor_copy.
+// without writing X and Y: chosen only where nothing reads X or Y again before overwriting them
+// and no operand shares bytes with them. Keyed by the transpose's id. `canonical_zero`: the copy
+// is the Scalar engine's identity activation (x * 1 + 0, so -0 becomes +0), not a tensor_copy.
 struct TransposedMatmul {
   int transpose_id = 0, copy_id = 0, matmul_id = 0;
   bool canonical_zero = false;
