@@ -502,6 +502,45 @@ TEST_CASE("matmul kernel: a single NaN input propagates its payload") {
 
 namespace {
 
+// A as the plain kernels take it, [K, M] (A(k, m) at a[k * M + m]), from at [M, K] (rows ldat
+// apart), each value through `value`.
+template <class T, class F>
+std::vector<T> untransposed(const std::vector<T>& at, int64_t ldat, const Shape& s, F value) {
+  std::vector<T> a(static_cast<size_t>(s.K > 0 ? s.K : 1) * static_cast<size_t>(s.M));
+  for (int64_t m = 0; m < s.M; ++m)
+    for (int64_t k = 0; k < s.K; ++k) a[k * s.M + m] = value(at[m * ldat + k]);
+  return a;
+}
+
+// A transposed-A kernel (run(isa, got, accumulate): false where this CPU lacks the variant)
+// against the reference on the untransposed A, from C = c0, both accumulate modes, every
+// variant; `what` joins the failure message. `nan_as_class`: a NaN matches any NaN (the bf16
+// rule does not fix which comes out when two meet); else every bit must match.
+template <class T, class Run>
+void check_transposed_form(const Shape& s, int64_t ldat, int64_t ldb, int64_t ldc,
+                           const std::vector<T>& a, const std::vector<T>& b,
+                           const std::vector<float>& c0, const std::string& what,
+                           bool nan_as_class, Run run) {
+  for (bool acc : {false, true}) {
+    std::vector<float> want = c0;
+    reference(want, ldc, a, s.M, b, ldb, s.M, s.N, s.K, acc);
+    for (const char* isa : kVariants) {
+      std::vector<float> got = c0;
+      if (!run(isa, got, acc)) continue;
+      INFO("isa=", std::string(isa), " M=", s.M, " N=", s.N, " K=", s.K, " ldat=", ldat,
+           " accumulate=", acc, what, " first difference: ", first_difference(got, want, ldc));
+      if (!nan_as_class) {
+        CHECK(same_bits(got, want));
+        continue;
+      }
+      int differ = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        differ += std::isnan(want[i]) ? !std::isnan(got[i]) : bits_of(got[i]) != bits_of(want[i]);
+      CHECK(differ == 0);
+    }
+  }
+}
+
 // The transposed-A form against the contract written here: A(k, m) = at[m * ldat + k] + zero
 // (zero = +0.0f reads -0 as +0), then the fp32 fma loop. `zeros`: signed zeros among A's values,
 // where the zero rule shows (without, a kernel may skip the rule; with, it must apply it).
@@ -520,26 +559,18 @@ void check_transposed(const Shape& s, int64_t pad, bool canonical, uint32_t seed
   auto c0 = random_buffer<float>(rng, static_cast<size_t>(s.M) * static_cast<size_t>(ldc));
   for (size_t i = 0; i < c0.size(); i += 5) c0[i] = -0.0f;  // -0 + -0 keeps its sign
   const float zero = canonical ? 0.0f : -0.0f;
-  std::vector<float> a(Kr * static_cast<size_t>(s.M));  // A(k, m) at a[k * M + m]
-  for (int64_t m = 0; m < s.M; ++m)
-    for (int64_t k = 0; k < s.K; ++k) a[k * s.M + m] = at[m * ldat + k] + zero;
-  for (bool acc : {false, true}) {
-    std::vector<float> want = c0;
-    reference(want, ldc, a, s.M, b, ldb, s.M, s.N, s.K, acc);
-    for (const char* isa : kVariants) {
-      std::vector<float> got = c0;
-      if (std::string(isa) == "host")
-        neuron_matmul_f32_at(got.data(), ldc, at.data(), ldat, b.data(), ldb, s.M, s.N, s.K, acc,
-                             canonical);
-      else if (!neuron_matmul_f32_at_variant(isa, got.data(), ldc, at.data(), ldat, b.data(), ldb,
-                                             s.M, s.N, s.K, acc, canonical))
-        continue;
-      INFO("isa=", std::string(isa), " M=", s.M, " N=", s.N, " K=", s.K, " ldat=", ldat,
-           " accumulate=", acc, " canonical_zero=", canonical,
-           " first difference: ", first_difference(got, want, ldc));
-      CHECK(same_bits(got, want));
-    }
-  }
+  const auto a = untransposed(at, ldat, s, [&](float v) { return v + zero; });
+  check_transposed_form(s, ldat, ldb, ldc, a, b, c0,
+                        " canonical_zero=" + std::to_string(canonical), false,
+                        [&](const char* isa, std::vector<float>& got, bool acc) {
+                          if (std::string(isa) != "host")
+                            return neuron_matmul_f32_at_variant(isa, got.data(), ldc, at.data(),
+                                                                ldat, b.data(), ldb, s.M, s.N, s.K,
+                                                                acc, canonical) == 1;
+                          neuron_matmul_f32_at(got.data(), ldc, at.data(), ldat, b.data(), ldb,
+                                               s.M, s.N, s.K, acc, canonical);
+                          return true;
+                        });
 }
 
 }  // namespace
@@ -589,27 +620,17 @@ void check_transposed_bf16(const Shape& s, int64_t pad, uint32_t seed) {
   auto b = random_buffer<uint16_t>(rng, Kr * static_cast<size_t>(ldb));
   auto c0 = random_buffer<float>(rng, static_cast<size_t>(s.M) * static_cast<size_t>(ldc));
   for (size_t i = 0; i < c0.size(); i += 5) c0[i] = -0.0f;
-  std::vector<uint16_t> a(Kr * static_cast<size_t>(s.M));  // A(k, m) at a[k * M + m]
-  for (int64_t m = 0; m < s.M; ++m)
-    for (int64_t k = 0; k < s.K; ++k) a[k * s.M + m] = at[m * ldat + k];
-  for (bool acc : {false, true}) {
-    std::vector<float> want = c0;
-    reference(want, ldc, a, s.M, b, ldb, s.M, s.N, s.K, acc);
-    for (const char* isa : kVariants) {
-      std::vector<float> got = c0;
-      if (std::string(isa) == "host")
-        neuron_matmul_bf16_at(got.data(), ldc, at.data(), ldat, b.data(), ldb, s.M, s.N, s.K, acc);
-      else if (!neuron_matmul_bf16_at_variant(isa, got.data(), ldc, at.data(), ldat, b.data(), ldb,
-                                              s.M, s.N, s.K, acc))
-        continue;
-      INFO("isa=", std::string(isa), " M=", s.M, " N=", s.N, " K=", s.K, " ldat=", ldat,
-           " accumulate=", acc, " first difference: ", first_difference(got, want, ldc));
-      int differ = 0;
-      for (size_t i = 0; i < got.size(); ++i)
-        differ += std::isnan(want[i]) ? !std::isnan(got[i]) : bits_of(got[i]) != bits_of(want[i]);
-      CHECK(differ == 0);
-    }
-  }
+  const auto a = untransposed(at, ldat, s, [](uint16_t v) { return v; });
+  check_transposed_form(s, ldat, ldb, ldc, a, b, c0, "", true,
+                        [&](const char* isa, std::vector<float>& got, bool acc) {
+                          if (std::string(isa) != "host")
+                            return neuron_matmul_bf16_at_variant(isa, got.data(), ldc, at.data(),
+                                                                 ldat, b.data(), ldb, s.M, s.N,
+                                                                 s.K, acc) == 1;
+                          neuron_matmul_bf16_at(got.data(), ldc, at.data(), ldat, b.data(), ldb,
+                                                s.M, s.N, s.K, acc);
+                          return true;
+                        });
 }
 
 }  // namespace
