@@ -461,9 +461,10 @@ TEST_CASE("fmod truncates, mod floors") {
 }
 
 // exp skips its last product below x = -104 (an underflow that costs Intel cores a microcode
-// assist) and returns +0 there: the bits must be those of the product it skips, scale(p, n)
-// from exp_parts, for every input. All floats from -110 to -80 (the band where results go
-// subnormal and then to 0) and a stride through every other bit pattern, specials included.
+// assist) and returns +0 there, and forms scale's two powers of two from n + 254: the bits must
+// be those of scale(p, n) from exp_parts, for every input. All floats from -110 to -80 (the
+// band where results go subnormal and then to 0) and a stride through every other bit pattern,
+// specials included.
 TEST_CASE("exp's skipped underflow gives the bits of the full computation") {
   namespace m = neuron::builtins::math;
   auto full = [](float x) {

@@ -153,7 +153,11 @@ NEURON_MATH_INLINE float exp(float x) {
   const float t = fma(c, kLog2e, kRoundMagic);  // as in exp_parts
   const float k = t - kRoundMagic;
   const float r = fma(k, -kLn2Lo, fma(k, -kLn2Hi, c));
-  const int32_t n = static_cast<int32_t>(bits(t) - bits(kRoundMagic));
+  // n + 254, so that its halves carry pow2's exponent bias: (n + 254) >> 1 = (n >> 1) + 127 and
+  // (n + 254) - that = n - (n >> 1) + 127, each 2^m's bits after one shift. The same bits as
+  // scale()'s pow2(n1) and pow2(n - n1) for every t (no int32 overflow, NaN's included), in 5
+  // vector operations instead of 7: softmax -3% (Intel Xeon, [4096, 1024] fp32).
+  const int32_t biased = static_cast<int32_t>(bits(t) - bits(kRoundMagic)) + 254;
   // scale() written out, its last product taken only from x >= -104 on (and for NaN). Below,
   // c = -104 gives p * 2^-150 with p < 1, which rounds to +0: the result is +0 either way. But
   // computing that underflow costs an Intel core a microcode assist per vector (~1.6 ns an
@@ -161,9 +165,9 @@ NEURON_MATH_INLINE float exp(float x) {
   // diagonal, a sliding window) ran 2.8x slower. As a select, AVX-512 zero-masks the product
   // and never computes those lanes. The same bits for every input (tests/exec/test_builtins.cpp).
   const float p = exp_poly(r);
-  const int32_t n1 = n >> 1;
-  const float part = p * pow2(n1);
-  return x < -104.0f ? 0.0f : part * pow2(n - n1);
+  const int32_t half = biased >> 1;
+  const float part = p * from_bits(static_cast<uint32_t>(half) << 23);
+  return x < -104.0f ? 0.0f : part * from_bits(static_cast<uint32_t>(biased - half) << 23);
 }
 
 // e^x - 1, accurate near 0. For |x| <= 40 (callers clamp); NaN propagates.
