@@ -609,13 +609,20 @@ TEST_CASE("matmul kernel: transposed A reads -0 as +0 only when asked") {
 namespace {
 
 // The bf16 transposed-A form against the rule written here (reference), A(k, m) read from
-// at[m * ldat + k]: signed zeros, subnormals, infinities and NaN among the values.
+// at[m * ldat + k]: signed zeros, subnormals, infinities and NaN among the values. Infinities and
+// NaN sit in every fifth row of A only (such a row of C is all NaN, which matches any NaN), signed
+// zeros and subnormals in another fifth, so the rows of C that must match bit for bit show a
+// misplaced row or column of A.
 void check_transposed_bf16(const Shape& s, int64_t pad, uint32_t seed) {
   std::mt19937 rng(seed);
   const int64_t ldat = s.K + pad, ldb = s.N + pad + 1, ldc = s.N + 2 * pad;
   auto at = random_buffer<uint16_t>(rng, static_cast<size_t>(s.M) * static_cast<size_t>(ldat));
   const uint16_t specials[] = {0x8000, 0x0000, 0x0001, 0x807f, 0x7f80, 0xff80, 0x7fc1};
-  for (size_t i = 0; i < at.size(); i += 11) at[i] = specials[i / 11 % std::size(specials)];
+  for (size_t i = 0; i < at.size(); i += 11) {
+    const size_t row = i / static_cast<size_t>(ldat);
+    if (row % 5 == 2) at[i] = specials[i / 11 % 4];  // the finite ones
+    if (row % 5 == 4) at[i] = specials[i / 11 % std::size(specials)];
+  }
   const size_t Kr = static_cast<size_t>(s.K > 0 ? s.K : 1);
   auto b = random_buffer<uint16_t>(rng, Kr * static_cast<size_t>(ldb));
   auto c0 = random_buffer<float>(rng, static_cast<size_t>(s.M) * static_cast<size_t>(ldc));
@@ -643,4 +650,8 @@ TEST_CASE("matmul kernel: transposed A (bf16) bit-exact against the rule") {
   // V rows [128, 64]; and a full moving tile.
   check_transposed_bf16({128, 64, 128}, 32768 - 128, 8000);
   check_transposed_bf16({128, 512, 128}, 0, 8001);
+  // Whole 32-row blocks of M and 32-column blocks of K, which AMX loads straight from at's rows:
+  // over two K chunks, and over a second M chunk of 32 rows.
+  check_transposed_bf16({64, 96, 256}, 5, 8002);
+  check_transposed_bf16({160, 40, 96}, 0, 8003);
 }
