@@ -445,11 +445,13 @@ TEST_CASE("matmul kernel: inf, NaN, signed zero and overflow follow fma") {
 // differently fails here rather than in a user's kernel.
 TEST_CASE("matmul kernel: bf16 bit-exact across the exponent range, specials included") {
   std::mt19937 rng(11);
-  std::uniform_int_distribution<int> offset(-8, 8), mant(0, 127), coin(0, 99);
+  std::uniform_int_distribution<int> offset(-8, 8), mant(0, 127), coin(0, 99), rare(0, 999);
   const uint16_t specials[] = {0x7f80, 0xff80, 0x7fc1, 0x0001, 0x807f, 0x0000, 0x8000};
   for (int center : {-120, -66, -63, -10, 0, 60, 63, 120}) {
+    // Specials in 0.3% of the values: most dot products over K ~ 128 then meet no infinity or
+    // NaN, so their C values are compared bit for bit (at 3%, 97% of C was inf or NaN).
     auto one = [&](int e0) -> uint16_t {
-      if (coin(rng) < 3) return specials[static_cast<size_t>(coin(rng)) % std::size(specials)];
+      if (rare(rng) < 3) return specials[static_cast<size_t>(coin(rng)) % std::size(specials)];
       const int e = std::clamp(e0 + offset(rng), -126, 127);
       return static_cast<uint16_t>((coin(rng) % 2) << 15 | (e + 127) << 7 | mant(rng));
     };
