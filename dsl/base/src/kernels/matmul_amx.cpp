@@ -5,10 +5,10 @@
 // Operands are repacked per call: A (K x M, rows of K) is transposed into AMX's left tiles
 // (16 rows of M x 32 bf16 of K) and B (K x N) into its right tiles, pairs of K rows interleaved
 // (16 pairs x 16 columns x 2); A given transposed (at [M, K]) is read in place where its blocks
-// are whole. Consecutive nc_matmuls over one moving tile (a row group's
-// subtiles, neuron_matmul_bf16_same_b) pack B once, as the avx512bf16 variant does. Rows past
-// K are +0.0 in A and -0.0 in B (products -0.0 change nothing); rows and columns past M and N
-// are computed on zeros and never stored.
+// are whole. Consecutive nc_matmuls over one moving tile (a row group's subtiles,
+// neuron_matmul_bf16_same_b) pack B once, as the avx512bf16 variant does. Rows past K are +0.0
+// in A and -0.0 in B (products -0.0 change nothing); rows and columns past M and N are computed
+// on zeros and never stored.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
