@@ -207,6 +207,13 @@ inline void column_int(const NView* c, int cdt, double imm, int64_t P, int64_t* 
   each1(*c, [&](char* p) { out[i++] = b::load_int(p, dt(cdt)); });
 }
 
+// Results a [P, F] -> [P, 1] reduction computes at once (builtins.hpp reduce_runs).
+constexpr int kRowsAtOnce = 8;
+// A fused chain's reduction buffers kRowsAtOnce rows of up to this many values (8 KiB) and
+// reduces them at once; longer rows feed their lanes as they go (a buffer of 8 rows of 1024
+// crowded the L1 cache: softmax backward bf16 [4096, 1024] +5%).
+constexpr int64_t kGroupedRunMax = 256;
+
 // Scratch of n elements: on the stack when small (the common [128, 1] column), else malloc.
 template <class T, int kStack = 256>
 struct Scratch {
@@ -985,39 +992,63 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
   const int64_t* red = code + kChainReduceAt;
   if (red[kChRedOn]) {
     // The reduction: tensor_reduce's lanes (builtins.hpp) over each partition's last values in
-    // row-major order, fed 16 at a time from a register group the chain's loop fills (the
-    // lanes' chain of adds overlaps the next group's loads).
+    // row-major order. `grouped` (every partition one run of at most kGroupedRunMax values, the
+    // usual [P, F] -> [P, 1]): the chain's loop writes kRowsAtOnce partitions' values into a
+    // buffer, which then reduces them at once as tensor_reduce does: 8 chains of 16-lane max or
+    // add operations in flight instead of one that waits on itself (a [128, 128] multiply then
+    // max, Intel Xeon: 14 -> 2.4 us; the two instructions unfused took 3). Else 16 values at a
+    // time go from the loop into a register group, then into the partition's lanes. The chain
+    // is inlined once: handed to reduce_run itself it was inlined 18 times (its unrolled group
+    // of 16, head and tail), which cost every chain's compile ~30 ms.
     const AluOp rop = static_cast<AluOp>(red[kChRedOp]);
-    const int64_t n4 = views[0]->size[4];
-    Scratch<float> res(P);
+    const NView& shape = *views[0];
+    const int64_t n4 = shape.size[4];
+    const bool grouped = shape.size[1] * shape.size[2] * shape.size[3] == 1 && n4 <= kGroupedRunMax;
+    Scratch<float> res(P), runs(grouped ? kRowsAtOnce * n4 : 0);
     float lane[b::kReduceLanes];
     int64_t cur = -1, pos = 0;
+    int filled = 0;  // partitions buffered (grouped)
     each_row(
         walk, [&](char** r, int64_t i0) __attribute__((always_inline)) {
-          if (i0 != cur) {
+          if (!grouped && i0 != cur) {  // a partition's runs, each into its lanes as it comes
             if (cur >= 0) res.data[cur] = b::reduce_finish(lane, rop);
             b::reduce_init(lane, rop);
             cur = i0;
             pos = 0;
           }
-          auto at = [&](int64_t i4) __attribute__((always_inline)) {
-            char* ptrs[1 + 2 * kChainMax];
-#pragma GCC unroll 16
-            for (int k = 0; k < 1 + 2 * kChainMax; ++k)
-              ptrs[k] = walk[k] ? r[k] + i4 * walk[k]->stride[4] : nullptr;
-            return element(ptrs, i0, ptrs[1 + 2 * last]);
-          };
-          // 16 values at a time into registers, then into the lanes: `at` (the whole chain) is
-          // inlined once; handed to reduce_run itself it was inlined 18 times (its unrolled
-          // group of 16, head and tail), which cost every chain's compile ~30 ms.
+          float* vals = runs.data + filled * n4;
           for (int64_t i4 = 0; i4 < n4; i4 += b::kReduceLanes) {
             const int64_t m = n4 - i4 < b::kReduceLanes ? n4 - i4 : b::kReduceLanes;
-            float v[b::kReduceLanes];
-            for (int64_t j = 0; j < m; ++j) v[j] = at(i4 + j);
-            b::reduce_run(lane, rop, pos + i4, m, [&](int64_t k) { return v[k]; });
+            float group[b::kReduceLanes];
+            float* dst = grouped ? vals + i4 : group;
+            for (int64_t j = 0; j < m; ++j) {
+              char* ptrs[1 + 2 * kChainMax];
+#pragma GCC unroll 16
+              for (int k = 0; k < 1 + 2 * kChainMax; ++k)
+                ptrs[k] = walk[k] ? r[k] + (i4 + j) * walk[k]->stride[4] : nullptr;
+              dst[j] = element(ptrs, i0, ptrs[1 + 2 * last]);
+            }
+            if (!grouped)
+              b::reduce_run(lane, rop, pos + i4, m, [&](int64_t k) { return group[k]; });
+          }
+          if (grouped) {  // partition i0's whole row: reduced with the next ones
+            if (++filled < kRowsAtOnce) return;
+            float lanes[kRowsAtOnce][b::kReduceLanes];
+            for (auto& l : lanes) b::reduce_init(l, rop);
+            b::reduce_runs<kRowsAtOnce>(
+                lanes, rop, n4, [&](int row, int64_t k) { return runs.data[row * n4 + k]; });
+            for (int row = 0; row < kRowsAtOnce; ++row)
+              res.data[i0 - (kRowsAtOnce - 1) + row] = b::reduce_finish(lanes[row], rop);
+            filled = 0;
+            return;
           }
           pos += n4;
         });
+    for (int row = 0; row < filled; ++row) {  // the last partitions, fewer than kRowsAtOnce
+      b::reduce_init(lane, rop);
+      b::reduce_run(lane, rop, 0, n4, [&](int64_t k) { return runs.data[row * n4 + k]; });
+      res.data[P - filled + row] = b::reduce_finish(lane, rop);
+    }
     if (cur >= 0) res.data[cur] = b::reduce_finish(lane, rop);
     store_reduced(*views[kChainViews - 1], static_cast<int>(red[kChRedDdt]), res.data,
                   red[kChRedNegate]);
@@ -1035,9 +1066,6 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
       clear_flags(*views[1 + 4 * k], neuron::dtype_bytes(dt(ddt)));
   }
 }
-
-// Results a [P, F] -> [P, 1] reduction computes at once (builtins.hpp reduce_runs).
-constexpr int kRowsAtOnce = 8;
 
 void neuron_k_tensor_reduce(const NView* d, const NView* s, int ddt, int sdt, int op_, int reduced,
                             int negate) {
