@@ -513,3 +513,36 @@ def test_a_profile_of_the_kernel_names_its_own_lines(monkeypatch):
     assert profiles and profiles[0].rows
     files = {r["line"].rsplit(":", 1)[0] for r in profiles[0].rows}
     assert files == {K.__file__}, files
+
+
+def test_a_per_head_constant_keeps_p_at_v_one_fused_product(monkeypatch):
+    # An ALiBi slope slopes[h] is one value per program. Read from a column of the caps tile
+    # whose place depends on the program id, it kept the native backend from fusing the
+    # transpose of p, its copy and p @ v into one product (docs/native.md "Transposed
+    # matmuls"): the kernel with the slope must transpose no more than the kernel without a
+    # score_mod, and still give ALiBi's values (per head, two programs a batch).
+    real = K.get_kernel
+    monkeypatch.setattr(K, "get_kernel", lambda *a: neuron.native_profile(real(*a)))
+    monkeypatch.setattr(K, "KT_BYTES", K.KT_BYTES + 2)  # kernels of their own (not cached)
+    profiled_cls = type(neuron.native_profile(lambda: None))
+    profiles = []
+    call = profiled_cls.__call__
+
+    def recording(self, *args, **kwargs):
+        out = call(self, *args, **kwargs)
+        profiles.append(self.profile)
+        return out
+    monkeypatch.setattr(profiled_cls, "__call__", recording)
+    slopes = torch.exp2(-8.0 * (torch.arange(4) + 1) / 4)
+
+    def alibi(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
+    q, k, v = qkv(2, 4, 4, 2, 256, 256, 32, 32)
+    bm = create_block_mask(fh.causal, 2, 4, 256, 256)
+    transposes = []
+    for mod in (None, alibi):
+        profiles.clear()
+        got = run("native", q, k, v, mod, bm)
+        check("alibi" if mod else "no score_mod", got, q, k, v, mod, fh.causal)
+        transposes.append(sum(r["calls"] for r in profiles[-1].rows if r["op"] == "nc_transpose"))
+    assert transposes[0] > 0 and transposes[1] == transposes[0], transposes

@@ -209,11 +209,17 @@ def _node(n, a, ops, data, layout, nl):
     raise AssertionError(op)  # pragma: no cover - lowerable() refused it
 
 
-def _gather(n, a, ops, data, layout, nl):
-    offset, shape = layout[n.args[0].args[0]]
+def _strides(shape):
+    """Row-major element strides of a captured tensor of `shape`."""
     strides = [1] * len(shape)
     for d in range(len(shape) - 2, -1, -1):
         strides[d] = strides[d + 1] * shape[d + 1]
+    return strides
+
+
+def _gather(n, a, ops, data, layout, nl):
+    offset, shape = layout[n.args[0].args[0]]
+    strides = _strides(shape)
     t = _direct_gather(n, offset, shape, strides, getattr(ops, "direct", None))
     if t is None:
         t = _program_constant(n, offset, shape, strides, data, ops)
@@ -230,14 +236,15 @@ def _gather(n, a, ops, data, layout, nl):
     return nl.gather_flattened(data, idx)
 
 
-def direct_loads(b, h, lengths, q_load, kv_load):
+def direct_loads(b, h, lengths, q_load, kv_load, consts=None):
     """emit's `direct` table: the program's batch and head indices b and h, lengths (B, Hq, L,
-    S), and the loads of reads indexed by q_idx / kv_idx: f(offset) -> the values at the tile's
+    S), the loads of reads indexed by q_idx / kv_idx: f(offset) -> the values at the tile's
     rows (a column) or keys (a row over the partitions); None where the kernel has no such
-    load (the read is then a gather)."""
+    load (the read is then a gather); and consts, the per-program constants the kernel loaded
+    (program_constants; without them such reads take a column of the caps tile)."""
     B, Hq, L, S = lengths
     return {"b": b, "h": h, "q_idx": q_load, "kv_idx": kv_load, "q_idx_len": L,
-            "kv_idx_len": S, "b_len": B, "h_len": Hq}
+            "kv_idx_len": S, "b_len": B, "h_len": Hq, "consts": consts or {}}
 
 
 def reads_caps_row(score_graph, mask_graph, layout, lengths, q_direct, kv_direct):
@@ -249,18 +256,40 @@ def reads_caps_row(score_graph, mask_graph, layout, lengths, q_direct, kv_direct
         return True
     direct = direct_loads(0, 0, lengths, found if q_direct else None,
                           found if kv_direct else None)
+    for n, offset, shape in _gathers(score_graph, mask_graph, layout):
+        strides = _strides(shape)
+        if _direct_gather(n, offset, shape, strides, direct) is None and \
+                _program_offset_of(n, offset, shape, strides, direct) is None:
+            return True
+    return False
+
+
+def _gathers(score_graph, mask_graph, layout):
+    """(node, caps offset, shape) of every captured-tensor read of the two graphs (layout: both
+    graphs' inputs, score_mod's first)."""
     n_score = len(score_graph.inputs) if score_graph is not None else 0
     for graph, lay in ((score_graph, layout[:n_score]), (mask_graph, layout[n_score:])):
         for n in graph.nodes if graph is not None else ():
-            if n.op != "gather":
-                continue
-            offset, shape = lay[n.args[0].args[0]]
-            strides = [1] * len(shape)
-            for d in range(len(shape) - 2, -1, -1):
-                strides[d] = strides[d + 1] * shape[d + 1]
-            if _direct_gather(n, offset, shape, strides, direct) is None:
-                return True
-    return False
+            if n.op == "gather":
+                offset, shape = lay[n.args[0].args[0]]
+                yield n, offset, shape
+
+
+def program_constants(score_graph, mask_graph, layout, b, h, lengths, load):
+    """{id(node): load(offset)} for every per-program constant the graphs read (t[c.., b, h],
+    an ALiBi slope t[h]; _program_constant): each loaded once per program into a column of
+    its own. Read instead as a column of the caps tile at an offset that depends on the program
+    id, its place was unknown when compiling, and the native backend then could not tell that
+    it was not the transposed p it fuses away (docs/native.md "Transposed matmuls"): ALiBi's
+    p @ v ran as a transpose, a copy and a product. b, h: the program's indices; lengths: (B,
+    Hq, L, S); load(offset) -> the column [rows, 1] holding caps[offset] on every partition."""
+    direct = direct_loads(b, h, lengths, None, None)
+    out = {}
+    for n, offset, shape in _gathers(score_graph, mask_graph, layout):
+        off = _program_offset_of(n, offset, shape, _strides(shape), direct)
+        if off is not None:
+            out[id(n)] = load(off)
+    return out
 
 
 def _nonneg(node):
@@ -391,12 +420,20 @@ def _program_constant(n, offset, shape, strides, data, ops):
     against the tensor's dims here (a constant) or by the kernel's shape (b < B, h < Hq);
     anything else takes the gather path, which reports a bad index."""
     direct = getattr(ops, "direct", None)
-    if direct is None or len(n.args) - 1 != len(shape):
-        return None
-    off = _program_offset(n.args[1:], offset, shape, strides, direct)
+    off = _program_offset_of(n, offset, shape, strides, direct)
     if off is None:
         return None
+    column = direct.get("consts", {}).get(id(n))  # loaded per program (program_constants)
+    if column is not None:
+        return column[0:ops.like.shape[0], :]
     return data[:, ops.nl.ds(off, 1)]  # a column: the operations broadcast it
+
+
+def _program_offset_of(n, offset, shape, strides, direct):
+    """The caps offset of gather n when it reads a per-program constant, else None."""
+    if direct is None or len(n.args) - 1 != len(shape):
+        return None
+    return _program_offset(n.args[1:], offset, shape, strides, direct)
 
 
 def _program_offset(idx, offset, shape, strides, direct):

@@ -239,6 +239,11 @@ def _build(sh, score_graph, mask_graph):
         # none (1 MB of broadcast per program at L = 2048).
         caps_t = nl.broadcast_to(nl.load(caps[0:1, :]), (TQ, caps.shape[1])) \
             if need_caps_tile else None
+        consts = emit.program_constants(
+            score_graph, mask_graph, sh.caps_layout, b, hk * sh.G + g,
+            (sh.B, sh.Hq, sh.L, sh.S),
+            lambda off: nl.broadcast_to(nl.load(caps[0:1, nl.ds(off, 1)]), (TQ, 1))) \
+            if need_caps else {}
         # K^T for all keys, transposed once per program (the library's attention does the
         # same) when it fits; else per visited key tile.
         kT_all = whole_T(nl, k, kvrow, sh.nK * sh.KB, TK, sh.E, mm)
@@ -290,7 +295,7 @@ def _build(sh, score_graph, mask_graph):
                     b, hk * sh.G + g, (sh.B, sh.Hq, sh.L, sh.S),
                     lambda off: nl.load(capsT[nl.ds(q0 + off, qr), :]),
                     None if sh.S % sh.KB else lambda off: nl.broadcast_to(
-                        nl.load(caps[0:1, nl.ds(k0 + off, TK)]), (qr, TK)))
+                        nl.load(caps[0:1, nl.ds(k0 + off, TK)]), (qr, TK)), consts)
             if kT_all is not None:
                 kT = columns(nl, kT_all, k0, TK)
             else:

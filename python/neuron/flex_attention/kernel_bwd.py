@@ -142,7 +142,7 @@ def _build(sh, score_graph, mask_graph, which):
     need_caps_tile = need_caps and emit.reads_caps_row(
         score_graph, mask_graph, sh.caps_layout, (sh.B, sh.Hq, sh.L, sh.S), direct_q, direct_kv)
 
-    def direct_loads(ids, caps, capsT, q0, k0):
+    def direct_loads(ids, caps, capsT, q0, k0, consts):
         """emit's `direct` for the tile of TQ queries from q0 and TK keys from k0."""
         if not need_caps:
             return None
@@ -151,7 +151,7 @@ def _build(sh, score_graph, mask_graph, which):
             b, hk * sh.G + g, (sh.B, sh.Hq, sh.L, sh.S),
             (lambda off: nl.load(capsT[nl.ds(q0 + off, TQ), :])) if direct_q else None,
             (lambda off: nl.broadcast_to(nl.load(caps[0:1, nl.ds(k0 + off, TK)]), (TQ, TK)))
-            if direct_kv else None)
+            if direct_kv else None, consts)
 
     def T(x, dtype=None):  # Tensor-engine transpose (PSUM) back to SBUF, as an operand
         return nl.copy(nl.transpose(x), dtype=dtype)
@@ -204,7 +204,12 @@ def _build(sh, score_graph, mask_graph, which):
                     fixed[name] = bh_t[:, j:j + 1]  # a column: the operations broadcast it
         data = nl.broadcast_to(nl.load(caps[0:1, :]), (TQ, caps.shape[1])) \
             if need_caps_tile else None
-        return hq, kvrow, mrow, zeros, fixed, data
+        consts = emit.program_constants(
+            score_graph, mask_graph, sh.caps_layout, b, hk * sh.G + g,
+            (sh.B, sh.Hq, sh.L, sh.S),
+            lambda off: nl.broadcast_to(nl.load(caps[0:1, nl.ds(off, 1)]), (TQ, 1))) \
+            if need_caps else {}
+        return hq, kvrow, mrow, zeros, fixed, data, consts
 
     def read_outputs(sides, rows, cols):
         """{read j: its gradient output [B * Hq, rows, cols]} for the reads of these sides."""
@@ -230,7 +235,7 @@ def _build(sh, score_graph, mask_graph, which):
             # Learnable reads of q-side indices: summed along the keys; of both: whole tiles.
             gout = read_outputs(("q", "qkv"), sh.Lp, lambda side: 1 if side == "q" else sh.Sp)
             ids = (nl.program_id(0), nl.program_id(1), nl.program_id(2))
-            hq, kvrow, mrow, zeros, fixed, data = program(*ids, bh, caps)
+            hq, kvrow, mrow, zeros, fixed, data, consts = program(*ids, bh, caps)
             kv_base = nl.ndarray((TQ, TK), f32, buffer=nl.sbuf)
             nisa.iota(kv_base, [[1, TK]], offset=0, channel_multiplier=0)
             counts = {"partial": nl.load(kn[mrow, :, :])}
@@ -283,7 +288,7 @@ def _build(sh, score_graph, mask_graph, which):
                                     kv = nl.add(kv, float(sb * TK))
                                 env = index_env(fixed, zeros, qpos_t, kv)
                                 _, ds, gs = probs(kind, s_raw, dp, lse_t, delta_t, env, data,
-                                                  direct_loads(ids, caps, capsT, q0, k0), zeros)
+                                                  direct_loads(ids, caps, capsT, q0, k0, consts), zeros)
                                 for j, out in gout.items():
                                     if gs[j] is None:
                                         continue
@@ -311,7 +316,7 @@ def _build(sh, score_graph, mask_graph, which):
         gout = read_outputs(("kv",), sh.Sp, lambda side: 1)
         ones = nl.ones((TQ, 1), f32, buffer=nl.sbuf) if gout else None
         ids = (nl.program_id(0), nl.program_id(1), nl.program_id(2))
-        hq, kvrow, mrow, zeros, fixed, data = program(*ids, bh, caps)
+        hq, kvrow, mrow, zeros, fixed, data, consts = program(*ids, bh, caps)
         counts = {"partial": nl.load(qn[mrow, :, :])}
         if sh.Wqf is not None:
             counts["full"] = nl.load(qfn[mrow, :, :])
@@ -353,7 +358,7 @@ def _build(sh, score_graph, mask_graph, which):
                             dp = chunked_matmul(nl, nisa, doT, vT)
                             env = index_env(fixed, zeros, qpos_t, kv)
                             p, ds, gs = probs(kind, s_raw, dp, lse_t, delta_t, env, data,
-                                              direct_loads(ids, caps, capsT, q0, k0), zeros)
+                                              direct_loads(ids, caps, capsT, q0, k0, consts), zeros)
                             for j, k_acc in kacc.items():
                                 if gs[j] is not None:
                                     k_acc[...] = nl.add(k_acc, nl.matmul(gs[j], ones,
