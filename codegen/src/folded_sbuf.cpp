@@ -26,6 +26,7 @@
 #include <optional>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "neuron/codegen/plan.hpp"
 
@@ -84,26 +85,49 @@ bool writes_whole_buffer(const Instr& in, const AccessPattern& ap) {
   return r && r->first == ap.alloc.lo && r->second == ap.alloc.hi;
 }
 
-// `may_skip`: inside a loop that may run no iteration (a dynamic one), so a write there need
-// not happen before what follows the loop.
-void collect(const std::vector<ProgNode>& body, std::set<int>& seen, SbufAccesses& out,
-             std::unordered_set<int>& met, bool may_skip) {
+// The walk's state: instruction ids seen, buffers met, and the loops around the walk that may
+// run no iteration (dynamic ones, or of extent 0), innermost last.
+struct Walk {
+  std::set<int> seen;
+  std::unordered_set<int> met;
+  std::vector<const ProgNode*> skippable;
+  // Buffers first written whole inside a loop that may be skipped: self-initialized when every
+  // later access lies inside that loop too, so each of its iterations writes them before they
+  // are read, and a run that skips the loop never touches them (a FlexAttention key tile's
+  // temporaries in its loop over the listed blocks).
+  std::unordered_map<int, const ProgNode*> in_loop;
+};
+
+void collect(const std::vector<ProgNode>& body, Walk& w, SbufAccesses& out) {
   for (const ProgNode& n : body) {
     if (n.kind == ProgNode::Kind::loop) {
       if (n.loop_kind != LoopKind::dynamic && n.extent > 0) {
         auto [at, fresh] = out.loop_ranges.try_emplace(n.var, 0, n.extent - 1);
         if (!fresh) at->second.second = std::max(at->second.second, n.extent - 1);
       }
-      collect(n.body, seen, out, met,
-              may_skip || n.loop_kind == LoopKind::dynamic || n.extent <= 0);
+      if (n.loop_kind == LoopKind::dynamic) out.dynamic_loops.insert(n.var);
+      const bool skippable = n.loop_kind == LoopKind::dynamic || n.extent <= 0;
+      if (skippable) w.skippable.push_back(&n);
+      collect(n.body, w, out);
+      if (skippable) w.skippable.pop_back();
       continue;
     }
-    if (!seen.insert(n.instr.id).second) out.unique_ids = false;
-    for (auto [ap, written] : in_order(n.instr))  // an instruction reads before it writes
-      if (ap->memory == Memory::sbuf && ap->alloc.buffer >= 0 &&
-          met.insert(ap->alloc.buffer).second && written && !may_skip &&
-          writes_whole_buffer(n.instr, *ap))
-        out.self_initialized.insert(ap->alloc.buffer);
+    if (!w.seen.insert(n.instr.id).second) out.unique_ids = false;
+    for (auto [ap, written] : in_order(n.instr)) {  // an instruction reads before it writes
+      if (ap->memory != Memory::sbuf || ap->alloc.buffer < 0) continue;
+      const int buf = ap->alloc.buffer;
+      if (w.met.insert(buf).second) {
+        if (!written || !writes_whole_buffer(n.instr, *ap)) continue;
+        if (w.skippable.empty())
+          out.self_initialized.insert(buf);
+        else
+          w.in_loop[buf] = w.skippable.back();
+      } else if (auto it = w.in_loop.find(buf);
+                 it != w.in_loop.end() && std::find(w.skippable.begin(), w.skippable.end(),
+                                                    it->second) == w.skippable.end()) {
+        w.in_loop.erase(it);  // also touched where its loop may not have run
+      }
+    }
     for (auto [ap, written] : operands_of(n.instr)) {
       if (ap->memory != Memory::sbuf) continue;
       auto at = out.span.try_emplace(n.instr.id, out.list.size(), out.list.size()).first;
@@ -144,21 +168,30 @@ void SbufPages::add(size_t index, const AccessPattern& ap) {
 
 SbufAccesses sbuf_accesses(const Program& p) {
   SbufAccesses all;
-  std::set<int> seen;
-  std::unordered_set<int> met;
-  collect(p.body, seen, all, met, false);
+  Walk w;
+  collect(p.body, w, all);
+  for (const auto& [buf, loop] : w.in_loop) all.self_initialized.insert(buf);
   return all;
 }
 
 namespace {
 
 // may_overlap, with a view whose offset moves with static loops bounded by their ranges (a
-// matmul's stationary slice of a panel, panel[:, kt, :], reaches no other tile's bytes).
-bool may_touch(const AccessPattern& whole, const AccessPattern& v, const Affine::Ranges& loops) {
+// matmul's stationary slice of a panel, panel[:, kt, :], reaches no other tile's bytes), and a
+// view a register or a dynamic loop places bounded by its tile: the generated code checks it
+// against the tile when it runs (docs/native.md "Bounds"). So FlexAttention's read of a block's
+// first key, kcol[:, jj] in a loop over the listed blocks, no longer keeps every temporary of
+// the loop body from being run-local (its fused chains then wrote each step's tile).
+bool may_touch(const AccessPattern& whole, const AccessPattern& v, const SbufAccesses& all) {
   if (!may_overlap(whole, v)) return false;
-  if (v.offset.is_constant() || !v.partition.is_constant() || !whole.partition.is_constant() ||
-      !whole.offset.is_constant() || v.dims.empty() || whole.dims.empty())
+  if (!whole.partition.is_constant() || !whole.offset.is_constant() || whole.dims.empty())
     return true;
+  if (v.alloc.known() && placed_at_run_time(v, all.dynamic_loops)) {
+    const Span1 w = partition_bytes(whole);
+    return whole.partition.constant < v.alloc.partitions && w.lo < tile_end(v) && v.alloc.lo < w.hi;
+  }
+  const Affine::Ranges& loops = all.loop_ranges;
+  if (v.offset.is_constant() || !v.partition.is_constant() || v.dims.empty()) return true;
   for (const Affine::Term& t : v.offset.terms)
     if (!loops.count(t.var)) return true;  // a register, a program id, a dynamic loop
   // The partitions are shared (may_overlap compared them: both constant here). v's bytes at
@@ -201,8 +234,7 @@ std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgN
     const int64_t lo = whole.offset.constant, hi = lo + whole.dims[1].size;
     return !all.pages.all_near(lo, hi, [&](size_t at) {
       const int other = all.list[at].second->alloc.buffer;
-      return ids.count(all.list[at].first) ||
-             !may_touch(whole, *all.list[at].second, all.loop_ranges) ||
+      return ids.count(all.list[at].first) || !may_touch(whole, *all.list[at].second, all) ||
              (other >= 0 && !run_buffers.count(other) && all.self_initialized.count(other));
     });
   };
@@ -223,7 +255,7 @@ std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgN
     bool ok = slots >= 0;
     for (size_t b = 0; b < run.size() && ok; ++b) {
       const AccessPattern& other = *run[b].first;
-      if (b == a || !may_touch(whole, other, all.loop_ranges)) continue;
+      if (b == a || !may_touch(whole, other, all)) continue;
       const auto o = byte_range(other, false);
       ok = b > a && o && o->first >= r->first && o->second <= r->second &&
            other.partition == ap->partition && other.dims[0].size == ap->dims[0].size &&
@@ -382,7 +414,8 @@ AccessPattern& field(Instr& copy, const Instr& orig, const AccessPattern* ap) {
 ForwardedRun forward_loads(const std::vector<ProgNode>& body, size_t i, size_t j,
                            std::vector<RunLocal>& ranges,
                            const std::function<bool(const Affine&)>& dynamic,
-                           const Affine::Ranges& loops) {
+                           const SbufAccesses* all) {
+  static const SbufAccesses none;
   struct Use {
     size_t k;  // instruction index in body
     const AccessPattern* ap;
@@ -431,7 +464,7 @@ ForwardedRun forward_loads(const std::vector<ProgNode>& body, size_t i, size_t j
       for (const Use& m : mine) listed = listed || m.ap == u.ap;
       const bool rewrite = u.written && *u.ap == load->src[0] && u.k > last_read;
       ok = !(u.written && !rewrite && may_overlap(load->src[0], *u.ap)) &&
-           (listed || !may_touch(whole, *u.ap, loops));
+           (listed || !may_touch(whole, *u.ap, all ? *all : none));
     }
     if (!ok) {
       kept.push_back(r);

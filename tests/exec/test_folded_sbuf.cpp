@@ -187,6 +187,23 @@ TEST_CASE("run_local: another buffer on the same bytes outside the run") {
     CHECK(ranges_of(with({loop("i0", 0, {load(v)}), scale(w, v), store(w)}), 0, 3) ==
           Ranges{{0, 64, 128}});
   }
+  SUBCASE("first written whole in a loop that may not run, and touched only inside it") {
+    // Each trip writes v before reading it, and a run that skips the loop never touches it
+    // (FlexAttention's temporaries in its loop over the listed blocks, which share bytes with
+    // the same temporaries of its other loop).
+    auto in_loop = [](std::vector<ProgNode> body) {
+      ProgNode l = loop("j", 3, std::move(body));
+      l.loop_kind = LoopKind::dynamic;
+      return l;
+    };
+    CHECK(ranges_of(with({in_loop({load(v), scale(w, v), store(w)})}), 0, 3) == both);
+    // Read again after the loop (it may have run no trip): left alone.
+    CHECK(ranges_of(with({in_loop({load(v), scale(w, v)}), store(v)}), 0, 3) ==
+          Ranges{{0, 64, 128}});
+    // Written in a nested loop that may not run, read in the outer one: left alone.
+    CHECK(ranges_of(with({in_loop({in_loop({load(v)}), scale(w, v), store(w)})}), 0, 3) ==
+          Ranges{{0, 64, 128}});
+  }
   SUBCASE("the same buffer outside the run, or one the run also touches") {
     CHECK(ranges_of(with({scale(w, t), store(w)}), 0, 3) == Ranges{{0, 64, 128}});
     // v is written in the run (after t, on its bytes) and read after it: neither is run-local.
@@ -223,6 +240,24 @@ TEST_CASE("run_local: a view moving with a static loop counts only where the loo
   CHECK(ranges_of(with(2, LoopKind::affine), 1, 4) == Ranges{{0, 256, 320}, {0, 320, 384}});
   CHECK(ranges_of(with(5, LoopKind::affine), 1, 4) == Ranges{{0, 320, 384}});  // reaches 256
   CHECK(ranges_of(with(2, LoopKind::dynamic), 1, 4).empty());                  // any trip count
+}
+
+TEST_CASE("run_local: a view a register or a dynamic loop places counts only inside its tile") {
+  // Before the run, a dynamic loop reads 4 bytes at 4 * j (a FlexAttention block's first key,
+  // kcol[:, j]) of a tile at bytes `at`; the run's tiles are at bytes 256 and 320. The code
+  // checks such a view against its tile when it runs (docs/native.md "Bounds").
+  auto with = [](int64_t at, bool known) {
+    AccessPattern moving = sb(f32, at, P, {row(1)});
+    moving.offset = Affine::var("j", 4) + Affine(at);
+    if (known) moving.alloc = {P, at, at + 64, 7};
+    ProgNode l = loop("j", 16, {scale(sb(f32, 512, P, {row(1)}), moving)});
+    l.loop_kind = LoopKind::dynamic;
+    return numbered(
+        program(kXY, {l, load(tile(256)), scale(tile(320), tile(256)), store(tile(320))}));
+  };
+  CHECK(ranges_of(with(640, true), 1, 4) == Ranges{{0, 256, 320}, {0, 320, 384}});
+  CHECK(ranges_of(with(256, true), 1, 4) == Ranges{{0, 320, 384}});  // its tile is t's bytes
+  CHECK(ranges_of(with(640, false), 1, 4).empty());                  // no tile known: anywhere
 }
 
 TEST_CASE("run_local: a blocked run with run-local tiles gives the simulator's bits") {

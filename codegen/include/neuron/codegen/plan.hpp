@@ -119,11 +119,14 @@ struct SbufAccesses {
   SbufPages pages;         // list's entries by the bytes they may touch
   bool unique_ids = true;  // false: two instructions share an id (a hand-built program)
   // Buffers (AccessPattern::Alloc::buffer) whose first access in program order is a write of
-  // all of their bytes, on every run of the program: they never read bytes another buffer left.
+  // all of their bytes, on every run of the program, or inside a loop that may run no
+  // iteration when every access lies inside it: they never read bytes another buffer left.
   std::unordered_set<int> self_initialized;
   // The inclusive range of each static loop's variable (the widest where two loops share a
   // name), to bound views whose offset moves with a loop.
   Affine::Ranges loop_ranges;
+  // The dynamic loops' variables: a view they or a register place lies inside its tile.
+  std::set<std::string> dynamic_loops;
 };
 SbufAccesses sbuf_accesses(const Program& p);
 
@@ -135,8 +138,8 @@ std::vector<RunLocal> run_local_ranges(const Program& p, const std::vector<ProgN
 // widened to fp32) is read from those rows instead. `instrs` are the run's instructions with
 // those reads rewritten to the HBM elements, `dropped[k]` marks the elided loads, and `ranges`
 // loses the forwarded ranges. `dynamic` says whether an offset depends on registers or runtime
-// loops (such loads stay); `loops` bounds views that move with static loops
-// (SbufAccesses::loop_ranges).
+// loops (such loads stay); `all` (the program's sbuf_accesses) bounds views that move with
+// static loops and views placed at run time (may_touch).
 struct ForwardedRun {
   std::vector<Instr> instrs;
   std::vector<bool> dropped;
@@ -145,7 +148,7 @@ struct ForwardedRun {
 ForwardedRun forward_loads(const std::vector<ProgNode>& body, size_t i, size_t j,
                            std::vector<RunLocal>& ranges,
                            const std::function<bool(const Affine&)>& dynamic,
-                           const Affine::Ranges& loops = {});
+                           const SbufAccesses* all = nullptr);
 
 // The fused chains of a run (fused_chains.cpp): runs of up to kChainMax consecutive executed
 // instructions of `run` (element-wise, float, outside PSUM), each reading the one before's

@@ -1008,6 +1008,11 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
     float lane[b::kReduceLanes];
     int64_t cur = -1, pos = 0;
     int filled = 0;  // partitions buffered (grouped)
+    // Values computed per inner loop: a grouped row's whole run in one loop (vectorized with
+    // one overlap check per row; in groups of 16 it was a loop of one vector per group, with
+    // the checks each time: a [128, 128] subtract, multiply, add, max 6.0 -> 5.2 us, Intel
+    // Xeon), else a register group.
+    const int64_t step = grouped ? n4 : b::kReduceLanes;
     each_row(
         walk, [&](char** r, int64_t i0) __attribute__((always_inline)) {
           if (!grouped && i0 != cur) {  // a partition's runs, each into its lanes as it comes
@@ -1017,8 +1022,8 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
             pos = 0;
           }
           float* vals = runs.data + filled * n4;
-          for (int64_t i4 = 0; i4 < n4; i4 += b::kReduceLanes) {
-            const int64_t m = n4 - i4 < b::kReduceLanes ? n4 - i4 : b::kReduceLanes;
+          for (int64_t i4 = 0; i4 < n4; i4 += step) {
+            const int64_t m = n4 - i4 < step ? n4 - i4 : step;
             float group[b::kReduceLanes];
             float* dst = grouped ? vals + i4 : group;
             for (int64_t j = 0; j < m; ++j) {
