@@ -81,6 +81,24 @@ def test_linear_over_many_rows_uses_a_transposed_weight_copy(dtype, bias):
         check(F.linear, ops.linear, [x, w, b] if bias else [x, w], dtype)
 
 
+def test_matmul_rows_split_in_programs_of_512_where_the_threads_allow(monkeypatch):
+    # Fewer, larger programs pack each moving tile less often (_matmul_programs), as long as
+    # every thread gets the same number; else split_rows' programs of 128 rows or more. The
+    # products over those splits match float64.
+    from neuron.ops import _operators as O
+    monkeypatch.setenv("NEURON_THREADS", "2")
+    for m, programs in ((2048, 4), (1024, 2), (512, 2), (768, 6), (384, 3), (128, 1)):
+        assert O._matmul_programs(m) == programs, m
+    monkeypatch.setenv("NEURON_THREADS", "3")
+    assert O._matmul_programs(1536) == 3 and O._matmul_programs(2048) == 16
+    monkeypatch.setenv("NEURON_THREADS", "2")
+    with no_fallbacks():
+        for m in (1024, 768):
+            a, c = rand(m, 160, seed=38), rand(160, 72, seed=39)
+            torch.testing.assert_close(torch.ops.neuron.matmul(a, c, False, False),
+                                       (a.double() @ c.double()).float(), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("bias", [False, True])
 def test_linear_and_matmul_over_an_odd_row_count_split_in_two(bias):
     # 257 rows have no divisor leaving 128 rows a program: one zero row more splits them in two
