@@ -1038,12 +1038,9 @@ void neuron_k_chain(const char* code_bytes, const char* view_bytes) {
           }
           if (grouped) {  // partition i0's whole row: reduced with the next ones
             if (++filled < kRowsAtOnce) return;
-            float lanes[kRowsAtOnce][b::kReduceLanes];
-            for (auto& l : lanes) b::reduce_init(l, rop);
-            b::reduce_runs<kRowsAtOnce>(
-                lanes, rop, n4, [&](int row, int64_t k) { return runs.data[row * n4 + k]; });
-            for (int row = 0; row < kRowsAtOnce; ++row)
-              res.data[i0 - (kRowsAtOnce - 1) + row] = b::reduce_finish(lanes[row], rop);
+            b::reduce_rows<kRowsAtOnce>(
+                res.data + i0 - (kRowsAtOnce - 1), rop, n4,
+                [&](int row, int64_t k) { return runs.data[row * n4 + k]; });
             filled = 0;
             return;
           }
@@ -1128,13 +1125,10 @@ void neuron_k_tensor_reduce(const NView* d, const NView* s, int ddt, int sdt, in
   if (nr == 0) {
     // One run per result: kRowsAtOnce results at a time, each in its own lanes.
     for (; o + kRowsAtOnce <= out_n; o += kRowsAtOnce) {
-      float lane[kRowsAtOnce][b::kReduceLanes];
       const char* const* row = bases.data + o;
-      for (auto& l : lane) b::reduce_init(l, op);
-      b::reduce_runs<kRowsAtOnce>(lane, op, run_n, [&](int r, int64_t k) {
+      b::reduce_rows<kRowsAtOnce>(acc.data + o, op, run_n, [&](int r, int64_t k) {
         return b::load_f32(row[r] + k * run_stride, dt(sdt));
       });
-      for (int r = 0; r < kRowsAtOnce; ++r) acc.data[o + r] = b::reduce_finish(lane[r], op);
     }
   }
   for (; o < out_n; ++o) {

@@ -733,6 +733,16 @@ template <int R, class Load>
   return lane[0];
 }
 
+// R whole reductions at once: out[r] = the reduction of load(r, 0), ..., load(r, n - 1), each
+// with reduce_run's lanes and tree (tensor_reduce's rows, a fused chain's buffered rows).
+template <int R, class Load>
+[[gnu::always_inline]] inline void reduce_rows(float* out, AluOp op, int64_t n, Load&& load) {
+  float lane[R][kReduceLanes];
+  for (auto& l : lane) reduce_init(l, op);
+  reduce_runs<R>(lane, op, n, load);
+  for (int r = 0; r < R; ++r) out[r] = reduce_finish(lane[r], op);
+}
+
 // ---- random numbers --------------------------------------------------------------------------
 
 // A counter-based generator, the same in both executors and independent of execution order:
