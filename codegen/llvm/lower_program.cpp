@@ -527,8 +527,10 @@ class Lowering {
   // caches instead of every instruction streaming whole [128, F] tiles through memory. The
   // results are the simulator's bits: no partition reads what another block writes.
   static constexpr int64_t kTileBytes = 256 * 1024;  // an operand this large leaves the caches
-  // ... and one in (kL1TileBytes, 2 * kL1TileBytes] leaves L1 (block_size).
+  // ... and one in (kL1TileBytes, 2 * kL1TileBytes] leaves L1, which matters in runs of at
+  // least kL1RunInstrs instructions (block_size).
   static constexpr int64_t kL1TileBytes = 32 * 1024;
+  static constexpr size_t kL1RunInstrs = 16;
   static constexpr int64_t kBlockBytes = 64 * 1024;  // all operands' rows of one block
   static constexpr size_t kMaxRun = 64;              // instructions (bounds the overlap checks)
 
@@ -657,13 +659,14 @@ class Lowering {
   // Partitions per block: `partitions` (no blocking) unless some operand of the run is larger
   // than kTileBytes (then it leaves the caches between instructions; smaller ones stay, and
   // blocking them only adds calls: attention's [128, 512] fp32 score tiles ran ~6% slower
-  // blocked), or the run has no matmul and its widest operand is just over L1
-  // (kL1TileBytes, 2 * kL1TileBytes]: a FlexAttention key tile's [128, 128] fp32 score-mod
-  // steps each streamed 64 KiB through L2 (bf16 ALiBi 15.2 -> 12.9 ms; blocking every run
-  // over 32 KiB made attention's bf16 forward 12% slower, and with its matmuls split by
-  // blocks its fp32 forward 31 -> 50 ms); else the largest divisor of `partitions` whose rows
-  // of all the run's operands together fit kBlockBytes (at least one partition). Sizes from
-  // docs/performance.md's A/B.
+  // blocked), or the run is long (kL1RunInstrs), has no matmul, and its widest operand is
+  // just over L1, (kL1TileBytes, 2 * kL1TileBytes]: a FlexAttention key tile's 18-21
+  // instructions on [128, 128] fp32 tiles each streamed 64 KiB through L2 (bf16 ALiBi 15.4 ->
+  // 13.2 ms). Shorter runs lost more to the blocks' calls than they gained (softmax [8192,
+  // 128] fp32, 6 instructions, 20% slower), blocking every run over 32 KiB made attention's
+  // bf16 forward 12% slower, and with its matmuls split by blocks its fp32 forward 31 -> 50
+  // ms. Else the largest divisor of `partitions` whose rows of all the run's operands together
+  // fit kBlockBytes (at least one partition). Sizes from docs/performance.md's A/B.
   int64_t block_size(const std::vector<ProgNode>& body, size_t i, size_t j,
                      int64_t partitions) const {
     int64_t rows = 0, widest = 0;
@@ -679,7 +682,8 @@ class Lowering {
       }
     }
     const int64_t tile = widest * partitions;
-    const bool past_l1 = !matmul && tile > kL1TileBytes && tile <= 2 * kL1TileBytes;
+    const bool past_l1 =
+        !matmul && j - i >= kL1RunInstrs && tile > kL1TileBytes && tile <= 2 * kL1TileBytes;
     if (tile <= kTileBytes && !past_l1) return partitions;
     int64_t best = 1;
     for (int64_t b = 1; b <= partitions; ++b)
