@@ -492,9 +492,9 @@ def test_whole_transposes_and_per_tile_transposes_give_the_same_bits(monkeypatch
         assert torch.equal(a, b)
 
 
-def test_a_profile_of_the_kernel_names_its_own_lines(monkeypatch):
-    # The flex kernels live inside the package; their instructions are still attributed to
-    # their own source lines (kernel.py), not to the first frame outside the package.
+def recorded_profiles(monkeypatch, key):
+    # Every flex kernel launched from here on runs under neuron.native_profile; returns the
+    # list its profiles go to. `key` (a new KT_BYTES) keeps the kernels out of the caches.
     import sys
     profiled_cls = sys.modules["neuron.kernel"]._Profiled
     profiles = []
@@ -507,7 +507,14 @@ def test_a_profile_of_the_kernel_names_its_own_lines(monkeypatch):
     monkeypatch.setattr(profiled_cls, "__call__", recording)
     real = K.get_kernel
     monkeypatch.setattr(K, "get_kernel", lambda *a: neuron.native_profile(real(*a)))
-    monkeypatch.setattr(K, "KT_BYTES", K.KT_BYTES + 1)  # a kernel of its own (not cached)
+    monkeypatch.setattr(K, "KT_BYTES", key)
+    return profiles
+
+
+def test_a_profile_of_the_kernel_names_its_own_lines(monkeypatch):
+    # The flex kernels live inside the package; their instructions are still attributed to
+    # their own source lines (kernel.py), not to the first frame outside the package.
+    profiles = recorded_profiles(monkeypatch, K.KT_BYTES + 1)
     q, k, v = qkv(1, 2, 2, 1, 64, 64, 16, 16)
     run("native", q, k, v, block_mask=create_block_mask(fh.causal, 1, 1, 64, 64))
     assert profiles and profiles[0].rows
@@ -521,18 +528,7 @@ def test_a_per_head_constant_keeps_p_at_v_one_fused_product(monkeypatch):
     # transpose of p, its copy and p @ v into one product (docs/native.md "Transposed
     # matmuls"): the kernel with the slope must transpose no more than the kernel without a
     # score_mod, and still give ALiBi's values (per head, two programs a batch).
-    real = K.get_kernel
-    monkeypatch.setattr(K, "get_kernel", lambda *a: neuron.native_profile(real(*a)))
-    monkeypatch.setattr(K, "KT_BYTES", K.KT_BYTES + 2)  # kernels of their own (not cached)
-    profiled_cls = type(neuron.native_profile(lambda: None))
-    profiles = []
-    call = profiled_cls.__call__
-
-    def recording(self, *args, **kwargs):
-        out = call(self, *args, **kwargs)
-        profiles.append(self.profile)
-        return out
-    monkeypatch.setattr(profiled_cls, "__call__", recording)
+    profiles = recorded_profiles(monkeypatch, K.KT_BYTES + 2)
     slopes = torch.exp2(-8.0 * (torch.arange(4) + 1) / 4)
 
     def alibi(score, b, h, q_idx, kv_idx):

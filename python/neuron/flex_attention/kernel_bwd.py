@@ -287,8 +287,9 @@ def _build(sh, score_graph, mask_graph, which):
                                 if sb:
                                     kv = nl.add(kv, float(sb * TK))
                                 env = index_env(fixed, zeros, qpos_t, kv)
+                                direct = direct_loads(ids, caps, capsT, q0, k0, consts)
                                 _, ds, gs = probs(kind, s_raw, dp, lse_t, delta_t, env, data,
-                                                  direct_loads(ids, caps, capsT, q0, k0, consts), zeros)
+                                                  direct, zeros)
                                 for j, out in gout.items():
                                     if gs[j] is None:
                                         continue
