@@ -166,6 +166,16 @@ def _torch_threads(torch):
     return 0 if os.environ.get("NEURON_THREADS") else torch.get_num_threads()
 
 
+def torch_launch_threads(torch):
+    """How many worker threads a launch from the torch operators runs on (_torch_threads, with
+    NEURON_THREADS read as the native runtime reads it: 0 is every core)."""
+    n = _torch_threads(torch)
+    if n:
+        return n
+    env = os.environ["NEURON_THREADS"]
+    return int(env) if env.isdigit() and int(env) > 0 else os.cpu_count() or 1
+
+
 def run_torch(compiled, tensors, grid):
     """Runs natively on CPU torch tensors (each contiguous, with the shape and dtype
     `compiled` was traced for), borrowing their memory; returns the outputs as torch tensors.

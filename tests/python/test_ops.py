@@ -91,6 +91,9 @@ def test_matmul_rows_split_in_programs_of_512_where_the_threads_allow(monkeypatc
         assert O._matmul_programs(m) == programs, m
     monkeypatch.setenv("NEURON_THREADS", "3")
     assert O._matmul_programs(1536) == 3 and O._matmul_programs(2048) == 16
+    monkeypatch.delenv("NEURON_THREADS")  # torch's count then, as the launch uses
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert O._matmul_programs(2048) == 4
     monkeypatch.setenv("NEURON_THREADS", "2")
     with no_fallbacks():
         for m in (1024, 768):

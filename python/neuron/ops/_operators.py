@@ -21,7 +21,6 @@ when it is traced falls back to the PyTorch reference here (_kernels.launch)."""
 import collections
 import inspect
 import math
-import os
 import threading
 import weakref
 from typing import Optional
@@ -29,6 +28,7 @@ from typing import Optional
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _dispatch_mode
 
+from .. import runtime
 from . import _kernels
 from ._reference import reference
 
@@ -169,8 +169,7 @@ def _matmul_programs(m):
     512 rows of a program, so 128-row programs packed it four times as often: [2048]^3 at 2
     threads, 16 programs -> 4, fp32 66.2 -> 61.2 ms, bf16 13.3 -> 12.3 ms (Intel Xeon, session
     50; [1024]^3 bf16, 8 programs -> 2, 1.74 -> 1.81 ms)."""
-    env = os.environ.get("NEURON_THREADS", "")
-    threads = int(env) if env.isdigit() and int(env) > 0 else torch.get_num_threads()
+    threads = runtime.torch_launch_threads(torch)
     for rows in (512, 256):
         p = _kernels.split_rows(m, min_rows=rows)
         if p > 1 and p % threads == 0:
