@@ -13,23 +13,27 @@
 //    dout and out into HBM scratch (K^T [E, S], V^T [Ev, S], Q^T, dout^T, out^T [G, E|Ev, L]);
 //    D = rowsum(dout * out) [G, L] (fp32) is the diagonal of dout out^T, a Tensor-engine
 //    product in dp's arithmetic (so dp - D cancels exactly where out_i = v_j).
-//  - Pass 1 (dk, dv): per block of 128 keys, dk and dv accumulate in two PSUM tiles [128, E|Ev]
-//    over every query head of the group and every tile of 128 queries: scores and dp
-//    ([queries, keys], queries on partitions) are nc_matmuls of the transposed operands; the
-//    Scalar engine recomputes p = exp(scale * s - lse) (bias column -lse), the Vector engine
-//    forms ds = p * (dp - D); p and ds, queries on partitions, are directly the stationary
-//    operands of dv += p^T dout and dk += ds^T q. The Vector engine scales dk on the way out.
-//  - Pass 2 (dq): per query tile, blocks of 512 keys recompute p and ds the same way, in fp32
-//    (dq is the gradient most sensitive to ds's rounding); ds is transposed 128 keys at a time
-//    on the Tensor engine so dq += ds k accumulates in PSUM.
+//  - One pass over blocks of 128 keys: dk and dv accumulate in two PSUM tiles [128, E|Ev] over
+//    every query head of the group and every tile of 128 queries: scores and dp ([queries,
+//    keys], queries on partitions) are nc_matmuls of the transposed operands; the Scalar engine
+//    recomputes p = exp(scale * s - lse) (bias column -lse), the Vector engine forms ds = p *
+//    (dp - D) in fp32; p and ds (in q's dtype), queries on partitions, are directly the
+//    stationary operands of dv += p^T dout and dk += ds^T q. The same pair adds ds k to its
+//    query rows of dq: the fp32 ds transposed on the Tensor engine, the product into PSUM, then
+//    added to dq's fp32 sum in HBM scratch (read, add, write). The Vector engine scales dk on
+//    the way out.
+//  - Epilogue: dq = scale * its sum, rounded to q's dtype, per query tile.
 // Causal masks work as in the forward: diagonal tiles are masked by affine_select, tiles that
 // no query sees are skipped. The regular tiles (no clamping at 0, L or S) are rolled loops with
-// runtime trip counts, so the IR does not grow with L and S (pass 1: key tile s0 = 128 i sees
-// 127 partly-seeing queries, then floor((L - 127 + off) / 128) - i full query tiles); the
-// rest are unrolled.
-// Two passes recompute the scores twice instead of accumulating dq across programs, which
-// would need atomics the machine does not have. Head dims over 128 contract in chunks of 128
-// partitions (the scores over E, dp over Ev), adding up in PSUM.
+// runtime trip counts, so the IR does not grow with L and S (key tile s0 = 128 i sees 127
+// partly-seeing queries, then floor((L - 127 + off) / 128) - i full query tiles); the rest are
+// unrolled.
+// dq needs no second pass: the program owns every key of its kv head, so the dq rows of its
+// query heads get all their terms from it, and their sum lives in scratch private to the
+// program. (Until session 51 a second pass per query tile recomputed the scores, p and ds to
+// sum dq in PSUM: fp32 [1, 8, 2048, 64] backward 243 -> 161 ms at 1 thread, Intel Xeon.) Head
+// dims over 128 contract in chunks of 128 partitions (the scores over E, dp over Ev), adding up
+// in PSUM.
 //
 // attention_math_backward is the backward of PyTorch's math path (its softmax's backward),
 // for the calls where PyTorch takes that path: p = exp(s - m) / l from each row's maximum m
@@ -37,8 +41,8 @@
 // out_i. Where the softmax saturates (one p near 1) ds = p (dp - D) is a small difference of
 // large terms, and the flash forms lose its digits: 3.5x PyTorch's dq error on average, up to
 // 23x, in fp32 for PyTorch's own test inputs (uniform in [-9, 9], E = 8); the math forms
-// keep them (two sweeps before pass 1: the online max and sum, as the forward's, then D; two
-// more scores products and one dp product per tile). It reads neither out nor lse.
+// keep them (two sweeps before the pass: the online max and sum, as the forward's, then D;
+// two more scores products and one dp product per tile). It reads neither out nor lse.
 #pragma once
 #include <tuple>
 
@@ -111,7 +115,7 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward_impl(
     transpose_into(qT(g, nl::all, nl::all), q(b, hq, nl::all, nl::all), d.L, sf);
     transpose_into(doT(g, nl::all, nl::all), dout(b, hq, nl::all, nl::all), d.L);
   }
-  // Pass 2's walk, also the math sweep's: every query tile with the key blocks it sees in
+  // The math sweeps' walk: every query tile with the key blocks it sees in
   // increasing order, tile(q0, qr, blocks) (blocks(step): step(s0, sw, mask_rel)); `kind`
   // says how the unmasked key blocks loop.
   auto query_tiles = [&](LoopKind kind, const auto& tile) {
@@ -238,8 +242,11 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward_impl(
     return t;
   };
   // p = exp(scale * s - lse) (math: exp(scale * s - scale * m) / l) and ds = p * (dp - D) for
-  // a [qr, sw] tile, both in pdt. mask_rel: a causal diagonal tile, rel = q0 + causal_offset -
-  // s0 (static; mask_causal_rel).
+  // a [qr, sw] tile: p and ds in pdt (the dv and dk products' operands), ds32 in fp32 (dq's).
+  // mask_rel: a causal diagonal tile, rel = q0 + causal_offset - s0 (static; mask_causal_rel).
+  struct Probs {
+    nl::tensor p, ds, ds32;
+  };
   auto probs = [&](const QueryTile& t, const nl::index& s0, int64_t sw,
                    std::optional<int64_t> mask_rel, DType pdt) {
     const int64_t qr = t.qT[0].shape()[1];
@@ -250,30 +257,48 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward_impl(
     auto p32 = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "p");
     isa::activation(p32, nl::exp, s, t.neg_lse, sc);
     if (t.l) isa::tensor_scalar(p32, p32, nl::divide, *t.l);
-    auto dpd = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "dp_minus_D");
-    isa::tensor_scalar(dpd, dp_block(t.doT, s0, sw), nl::subtract, t.di);
-    auto ds = nl::ndarray({qr, sw}, pdt, nl::sbuf, "ds");
-    isa::tensor_tensor(ds, dpd, p32, nl::multiply);
-    if (pdt == DType::float32) return std::pair{p32, ds};
+    auto ds32 = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "ds");
+    isa::tensor_scalar(ds32, dp_block(t.doT, s0, sw), nl::subtract, t.di);
+    isa::tensor_tensor(ds32, ds32, p32, nl::multiply);
+    if (pdt == DType::float32) return Probs{p32, ds32, ds32};
     auto p = nl::ndarray({qr, sw}, pdt, nl::sbuf, "p_low");
     isa::tensor_copy(p, p32);
-    return std::pair{p, ds};
+    auto ds = nl::ndarray({qr, sw}, pdt, nl::sbuf, "ds_low");
+    isa::tensor_copy(ds, ds32);
+    return Probs{p, ds, ds32};
   };
 
-  // ---- pass 1: dk, dv per block of 128 keys ----
+  // dq accumulates per query head in fp32 HBM scratch, private to the program (it owns every
+  // key of its kv head, so no other program adds to these rows): zero first, then each
+  // (query tile, key tile) pair adds its product, and the epilogue scales and rounds it.
+  auto dq_acc = nl::ndarray({d.G, d.L, d.E}, nl::float32, nl::hbm, "dq_acc");
+  for (nl::index g : nl::affine_range(d.G)) store_zero_rows(dq_acc(g, nl::all, nl::all), d.L, d.E);
+
+  // ---- one pass: dk, dv per block of 128 keys, dq added per pair ----
   // kind: non-causal; causal with a static s0 (unrolled); or causal regular, s0 = 128 i for a
   // loop index i of the rolled key tiles (see below).
   enum class KeyKind { plain, causal_static, causal_rolled };
   auto key_tile = [&](const nl::index& s0, int64_t sr, KeyKind kind) {
     auto dv_ps = nl::zeros({sr, d.Ev}, nl::float32, nl::psum, "dv_acc");
     auto dk_ps = nl::zeros({sr, d.E}, nl::float32, nl::psum, "dk_acc");
+    // dq's moving operand, the block's keys in fp32 (a bf16 k is widened exactly).
+    auto kc = scaled(nl::load(k(b, hk, nl::ds(s0, sr), nl::all), nl::float32));
     for (nl::index g : nl::affine_range(d.G)) {
       const nl::index hq = hk * d.G + g;
       auto pair = [&](const nl::index& q0, int64_t qr, std::optional<int64_t> mask_rel) {
         QueryTile t = load_query_tile(g, q0, qr);
-        auto [p, ds] = probs(t, s0, sr, mask_rel, dt);
-        isa::nc_matmul(dv_ps, p, nl::load(dout(b, hq, nl::ds(q0, qr), nl::all)), true);
-        isa::nc_matmul(dk_ps, ds, scaled(nl::load(q(b, hq, nl::ds(q0, qr), nl::all))), true);
+        const Probs pr = probs(t, s0, sr, mask_rel, dt);
+        isa::nc_matmul(dv_ps, pr.p, nl::load(dout(b, hq, nl::ds(q0, qr), nl::all)), true);
+        isa::nc_matmul(dk_ps, pr.ds, scaled(nl::load(q(b, hq, nl::ds(q0, qr), nl::all))), true);
+        // dq's rows += ds k, from the fp32 ds (a bf16 ds cost dq about 10% more error than
+        // PyTorch's). The transpose, its copy and the matmul are consecutive: the native
+        // backend runs the triple as one product reading ds's rows (transposed matmuls).
+        auto dq_ps = nl::ndarray({qr, d.E}, nl::float32, nl::psum, "dq_part");
+        isa::nc_matmul(dq_ps, transpose_to_sbuf(pr.ds32, "dsT"), kc, false);
+        auto rows = dq_acc(g, nl::ds(q0, qr), nl::all);
+        auto sum = nl::load(rows);
+        isa::tensor_tensor(sum, sum, dq_ps, nl::add);
+        nl::store(rows, sum);
       };
       if (kind == KeyKind::plain) {
         for_each_tile(d.L, kPartitions,
@@ -333,30 +358,15 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward_impl(
     }
   }
 
-  // ---- pass 2: dq per tile of 128 queries ----
+  // ---- epilogue: dq = grad_scale * its sum, in q's dtype (rows that saw no key: 0) ----
   for (nl::index g : nl::affine_range(d.G)) {
     const nl::index hq = hk * d.G + g;
-    auto dq_h = dq(b, hq, nl::all, nl::all);
-    store_zero_rows(dq_h, d.q_start, d.E);
-    auto query_tile = [&](const nl::index& q0, int64_t qr, const auto& blocks) {
-      QueryTile t = load_query_tile(g, q0, qr);
-      auto dq_ps = nl::zeros({qr, d.E}, nl::float32, nl::psum, "dq_acc");
-      blocks([&](const nl::index& s0, int64_t sw, std::optional<int64_t> mask_rel) {
-        // ds stays fp32 for dq (a bf16 ds cost dq about 10% more error than PyTorch's).
-        auto [p, ds] = probs(t, s0, sw, mask_rel, nl::float32);
-        for_each_static_tile(0, sw, kPartitions, [&](int64_t c, int64_t cw) {
-          // k first, so the transpose, its copy and the matmul are consecutive: the native
-          // backend runs that triple as one product reading ds's rows (transposed matmuls).
-          auto kc = scaled(nl::load(k(b, hk, nl::ds(s0 + c, cw), nl::all), nl::float32));
-          auto dsT = transpose_to_sbuf(ds(nl::all, nl::ds(c, cw)), "dsT");
-          isa::nc_matmul(dq_ps, dsT, kc, true);
-        });
-      });
+    for_each_tile(d.L, kPartitions, [&](nl::index, nl::index q0, int64_t qr) {
       auto dqt = nl::ndarray({qr, d.E}, dt, nl::sbuf, "dq_t");
-      isa::tensor_scalar(dqt, dq_ps, nl::multiply, grad_scale);
-      nl::store(dq_h(nl::ds(q0, qr), nl::all), dqt);
-    };
-    query_tiles(LoopKind::affine, query_tile);
+      isa::tensor_scalar(dqt, nl::load(dq_acc(g, nl::ds(q0, qr), nl::all)), nl::multiply,
+                         grad_scale);
+      nl::store(dq(b, hq, nl::ds(q0, qr), nl::all), dqt);
+    });
   }
   return {dq, dk, dv};
 }
