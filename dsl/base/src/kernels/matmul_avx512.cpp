@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "matmul_variants.hpp"
+#include "neuron/base/bf16_dot.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -81,7 +82,99 @@ struct Avx512Pairs {
 #include "matmul_blocked.hpp"
 #include "matmul_bf16_pairs.hpp"
 
+namespace {
+
+// 16 bf16 of a row (lanes >= n read 0) widened to fp32.
+inline __m512 widen16(const uint16_t* p, __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// C[0:R, 0:N] (+)= A^T B by bf16_dot's rule for R <= 2 rows of C, B read where it lies. Blocks
+// of 32 rows of K outside, NV vectors of columns inside: a block's rows of B (SBUF partitions,
+// or a weight's rows in HBM) are read front to back while they stay in L1, and C's few rows too.
+// Even and odd rows of the block go to two sets of accumulators from +0, one fma per row in
+// increasing k; at the block's end C = (C or +0) + (even + odd); MXCSR's flush-to-zero and
+// denormals-are-zero (the caller's FlushDenormals) give the rule's flushes, as in the pairs
+// kernel. Rows past K add nothing.
+template <int R, int NV>
+__attribute__((noinline)) void bf16_skinny(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                                           const uint16_t* b, int64_t ldb, int64_t N, int64_t K,
+                                           bool accumulate) {
+  for (int64_t k0 = 0; k0 < K; k0 += neuron::bf16dot::kBlock) {
+    const int64_t k1 = K < k0 + neuron::bf16dot::kBlock ? K : k0 + neuron::bf16dot::kBlock;
+    const bool load_c = accumulate || k0 > 0;
+    for (int64_t n = 0; n < N; n += 16 * NV) {
+      __mmask16 m[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        const int64_t left = N - n - 16 * v;
+        m[v] = left >= 16 ? __mmask16(0xffff) : left <= 0 ? __mmask16(0) : Avx512::mask(int(left));
+      }
+      __m512 even[R][NV], odd[R][NV];
+#pragma GCC unroll 2
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) even[i][v] = odd[i][v] = _mm512_setzero_ps();
+      int64_t k = k0;
+      for (; k + 1 < k1; k += 2) {
+        const uint16_t* r0 = b + k * ldb + n;
+        const uint16_t* r1 = r0 + ldb;
+        __m512 a0[R], a1[R];
+#pragma GCC unroll 2
+        for (int i = 0; i < R; ++i) {
+          a0[i] = _mm512_set1_ps(widen1(a[k * lda + i]));
+          a1[i] = _mm512_set1_ps(widen1(a[(k + 1) * lda + i]));
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+          const __m512 b0 = widen16(r0 + 16 * v, m[v]), b1 = widen16(r1 + 16 * v, m[v]);
+#pragma GCC unroll 2
+          for (int i = 0; i < R; ++i) {
+            even[i][v] = _mm512_fmadd_ps(a0[i], b0, even[i][v]);
+            odd[i][v] = _mm512_fmadd_ps(a1[i], b1, odd[i][v]);
+          }
+        }
+      }
+      if (k < k1) {  // an even row with no odd row after it
+        const uint16_t* r0 = b + k * ldb + n;
+#pragma GCC unroll 2
+        for (int i = 0; i < R; ++i) {
+          const __m512 a0 = _mm512_set1_ps(widen1(a[k * lda + i]));
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v)
+            even[i][v] = _mm512_fmadd_ps(a0, widen16(r0 + 16 * v, m[v]), even[i][v]);
+        }
+      }
+#pragma GCC unroll 2
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+          float* cp = c + i * ldc + n + 16 * v;
+          const __m512 old = load_c ? _mm512_maskz_loadu_ps(m[v], cp) : _mm512_setzero_ps();
+          _mm512_mask_storeu_ps(cp, m[v], _mm512_add_ps(old, _mm512_add_ps(even[i][v], odd[i][v])));
+        }
+    }
+  }
+}
+
+}  // namespace
+
 namespace neuron::native {
+
+void matmul_bf16_skinny_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                               const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                               bool accumulate) {
+  FlushDenormals flush;
+  if (K <= 0) {
+    if (!accumulate)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) c[m * ldc + n] = 0.0f;
+    return;
+  }
+  if (M == 1) return bf16_skinny<1, 4>(c, ldc, a, lda, b, ldb, N, K, accumulate);
+  bf16_skinny<2, 2>(c, ldc, a, lda, b, ldb, N, K, accumulate);
+}
 
 void matmul_f32_avx512(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
                        int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
@@ -109,6 +202,8 @@ void matmul_f32_at_avx512(float* c, int64_t ldc, const float* at, int64_t ldat, 
 
 void matmul_bf16_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                         int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  if (M <= kBf16SkinnyRows)
+    return matmul_bf16_skinny_avx512(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
   float* scratch = matmul_scratch(pairs_scratch_floats<Avx512Pairs>());
   matmul_bf16_pairs<Avx512Pairs>(c, ldc, a, lda, b, ldb, M, N, K, accumulate, scratch);
 }
@@ -136,6 +231,8 @@ void matmul_f32_at_avx512(float* c, int64_t ldc, const float* at, int64_t ldat, 
 }
 void matmul_bf16_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                         int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  if (M <= kBf16SkinnyRows)
+    return matmul_bf16_skinny_avx512(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
   matmul_bf16_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
 }
 }  // namespace neuron::native

@@ -74,6 +74,11 @@ void matmul_f32_avx512_same_b(float*, int64_t, const float*, int64_t, const floa
                               int64_t, int64_t, int64_t, bool);
 void matmul_bf16_avx512(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
                         int64_t, int64_t, int64_t, bool);
+// bf16 with M <= kBf16SkinnyRows (a decode step's one row) on AVX-512 FMA, B read where it lies
+// (matmul_avx512.cpp): what the AMX and AVX-512 variants run for such calls.
+constexpr int64_t kBf16SkinnyRows = 2;
+void matmul_bf16_skinny_avx512(float*, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
+                               int64_t, int64_t, int64_t, bool);
 
 // bf16 through AVX512-BF16's VDPBF16PS (matmul_avx512bf16.cpp); the _same_b form for a B that
 // holds the previous call's values (neuron_matmul_bf16_same_b).
