@@ -102,6 +102,21 @@ def test_matmul_rows_split_in_programs_of_512_where_the_threads_allow(monkeypatc
                                        (a.double() @ c.double()).float(), rtol=1e-5, atol=1e-5)
 
 
+def test_matmul_accumulators_start_with_the_first_k_chunk():
+    # The first K chunk's matmuls overwrite the PSUM accumulators: the kernel runs no memset
+    # of them. An outer product (K = 1: a decode step's weight gradient), one chunk (K = 100)
+    # and several with a tail (K = 300) match float64.
+    with no_fallbacks():
+        for k in (1, 100, 300):
+            a, c = rand(256, k, seed=40 + k), rand(k, 600, seed=41 + k)
+            with ops.profiled() as runs:
+                got = torch.ops.neuron.matmul(a, c, False, False)
+            torch.testing.assert_close(got, (a.double() @ c.double()).float(), rtol=1e-4,
+                                       atol=1e-4)
+            (name, profile), = runs
+            assert [r["op"] for r in profile.rows if r["op"] == "memset"] == [], profile
+
+
 @pytest.mark.parametrize("bias", [False, True])
 def test_linear_and_matmul_over_an_odd_row_count_split_in_two(bias):
     # 257 rows have no divisor leaving 128 rows a program: one zero row more splits them in two

@@ -15,7 +15,8 @@
 //  - For each 512-column block of C (one PSUM bank of fp32 per 128-row subtile), each 128-row
 //    slice of K loads one B tile [k, 512] by DMA (transposed by the Tensor engine, 128 columns
 //    at a time, when B is [N, K]) and feeds one nc_matmul per subtile: the moving tile is
-//    reused by the whole group. The K loop accumulates in PSUM (fp32).
+//    reused by the whole group. The K loop accumulates in PSUM (fp32), the first chunk
+//    overwriting it (no memset).
 //  - Epilogue: the bias joins the PSUM accumulation as a last rank-1 product on the Tensor
 //    engine (ones[1, rows].T @ bias[1, 512]: exact products, so the same fp32 sum as adding a
 //    broadcast bias tile, without writing and reading one); PSUM is evacuated into the output
@@ -127,21 +128,31 @@ inline nl::tensor matmul_impl(const nl::tensor& a, const nl::tensor& b,
     }
     for_each_tile(columns, kPsumColumns, [&](nl::index, nl::index c0, int64_t nr) {
       const nl::index n0 = col0 + c0;  // this program's columns start at col0
+      // The first K chunk's matmuls overwrite the accumulators, the others add to them: no
+      // memset of them first (a [128, 512] fp32 tile per subtile; an outer product, K = 1,
+      // spent a fifth of its time there). K = 0 leaves zeros.
       std::vector<nl::tensor> acc;
       for_each_static_tile(0, gr, kPartitions, [&](int64_t, int64_t cw) {
-        acc.push_back(nl::zeros({cw, nr}, nl::float32, nl::psum, "acc"));
+        acc.push_back(K == 0 ? nl::zeros({cw, nr}, nl::float32, nl::psum, "acc")
+                             : nl::ndarray({cw, nr}, nl::float32, nl::psum, "acc"));
       });
-      // Accumulating into PSUM is an associative reduction, so the K loop may be an
-      // affine_range: the loads of step k + 1 overlap the matmuls of step k.
-      for_each_tile(K, kPartitions, [&](nl::index kt, nl::index k0, int64_t kr) {
+      auto k_chunk = [&](const nl::index& kt, const nl::index& k0, int64_t kr, bool first) {
         auto bt = load_b(k0, kr, n0, nr);
         size_t j = 0;
         for_each_static_tile(0, gr, kPartitions, [&](int64_t c, int64_t cw) {
           auto at =
               panel ? (*panel)(nl::ds(0, kr), kt, nl::ds(c, cw)) : load_a(grow + c, cw, k0, kr);
-          isa::nc_matmul(acc[j++], at, bt, /*accumulate=*/true);
+          isa::nc_matmul(acc[j++], at, bt, /*accumulate=*/!first);
         });
-      });
+      };
+      if (K > 0) k_chunk(nl::index(0), nl::index(0), std::min(K, kPartitions), true);
+      // Accumulating into PSUM is an associative reduction, so the rest of the K loop may be an
+      // affine_range: the loads of step k + 1 overlap the matmuls of step k.
+      if (K > kPartitions)
+        for_each_tile(
+            K - kPartitions, kPartitions,
+            [&](nl::index kt, nl::index k0, int64_t kr) { k_chunk(kt + 1, k0, kr, false); },
+            nl::index(kPartitions));
       if (bias) {
         // The bias joins the accumulation as one more rank-1 product, ones[1, rows].T @
         // bias[1, nr]: every row gets bias added in fp32 (the product is exact), with no
