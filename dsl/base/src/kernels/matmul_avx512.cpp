@@ -231,8 +231,11 @@ void matmul_f32_at_avx512(float* c, int64_t ldc, const float* at, int64_t ldat, 
 }
 void matmul_bf16_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* b,
                         int64_t ldb, int64_t M, int64_t N, int64_t K, bool accumulate) {
-  if (M <= kBf16SkinnyRows)
-    return matmul_bf16_skinny_avx512(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+  matmul_bf16_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+}
+void matmul_bf16_skinny_avx512(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                               const uint16_t* b, int64_t ldb, int64_t M, int64_t N, int64_t K,
+                               bool accumulate) {
   matmul_bf16_portable(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
 }
 }  // namespace neuron::native
