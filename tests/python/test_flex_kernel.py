@@ -249,7 +249,7 @@ BACKWARD = [(n, "simulator") for n in CASES if "columns" not in n] + [
 
 @pytest.mark.parametrize("name,backend", BACKWARD)
 def test_kernel_backward(name, backend):
-    # dq, dk, dv (through out and lse) from the two backward kernels, against torch autograd
+    # dq, dk, dv (through out and lse) from the backward kernel, against torch autograd
     # of the dense reference.
     score_mod, mask_mod, B, Hq, Hkv, Bk, L, S, E, Ev, bs, dtype, _ = CASES[name]
     q, k, v = (t.requires_grad_() for t in qkv(B, Hq, Hkv, Bk, L, S, E, Ev, dtype))
@@ -298,8 +298,8 @@ def test_backward_of_a_score_of_q_idx_b_h_alone(backend):
 
 
 # Learnable captured tensors of score_mod, one per way the kernels reduce a read's gradient
-# (kernel_bwd.grad_reads): indices of q_idx / b / h (summed along the keys in the dq kernel), of
-# kv_idx (summed along the queries in the dk/dv kernel), of both (whole tiles), through another
+# (kernel_bwd.grad_reads): indices of q_idx / b / h (summed along the keys), of kv_idx (summed
+# along the queries), of both (whole tiles), through another
 # captured tensor, with torch's negative-index wrap. (name: score_mod of the params, shapes of
 # the params, dtype of q / k / v.) A bias added per query row alone would have a zero gradient
 # (softmax ignores it), so the q-side ones scale the score.
@@ -470,10 +470,9 @@ def test_pytorchs_block_mask_through_the_kernels():
 
 
 def test_whole_transposes_and_per_tile_transposes_give_the_same_bits(monkeypatch):
-    # K^T (forward), K^T / V^T (dq kernel) and Q^T / dout^T (dk / dv kernel) once per program
-    # when they fit KT_BYTES, or per visited tile when they do not: the same values reach the
-    # same matmuls, so the same bits, forward and backward; GQA, E > 128 (chunked), partial
-    # tails.
+    # K^T (forward) and Q^T / dout^T (backward) once per program when they fit KT_BYTES, or
+    # per visited tile when they do not: the same values reach the same matmuls, so the same
+    # bits, forward and backward; GQA, E > 128 (chunked), partial tails.
     def grads():
         q, k, v = (t.requires_grad_() for t in qkv(1, 4, 2, 1, 200, 300, 160, 64, seed=5))
         bm = create_block_mask(fh.causal, 1, 4, 200, 300)
@@ -487,7 +486,7 @@ def test_whole_transposes_and_per_tile_transposes_give_the_same_bits(monkeypatch
     traces = K.TRACES[0]
     monkeypatch.setattr(K, "KT_BYTES", 0)
     per_tile = grads()
-    assert K.TRACES[0] == traces + 3  # kernels of their own: forward, dq, dk / dv
+    assert K.TRACES[0] == traces + 2  # kernels of their own: forward, backward
     for a, b in zip(whole[:5], per_tile[:5]):
         assert torch.equal(a, b)
 

@@ -1,32 +1,36 @@
-"""The FlexAttention backward as two neuron kernels (the forward is kernel.py): dq, and dk / dv,
+"""The FlexAttention backward as one neuron kernel (the forward is kernel.py): dq, dk and dv,
 recomputing p from the saved lse (flash-attention style) with the block lists read at run time.
 
-Both recompute, per (query tile, key tile): s = score_mod(q k^T * scale) with its derivative
-with respect to the score (emit.emit_with_grad: forward mode over the traced graph), mask_mod on
+Per key block, over the q block lists (the BlockMask's q_num_blocks / q_indices and full_q_*),
+each (query tile, key tile) recomputes s = score_mod(q k^T * scale) with its derivative with
+respect to the score (emit.emit_with_grad: forward mode over the traced graph), mask_mod on
 partial blocks, p = exp(s - lse), dp = dout v^T, ds = p * (dp - delta) * d score_mod / d score
-with delta = rowsum(dout * out) - dlse (host). Then
-- dq kernel: per query tile, over the kv block lists (as the forward): dq += ds @ k;
-- dk/dv kernel: per key block, over the q block lists (the BlockMask's q_num_blocks /
-  q_indices and full_q_*): dv += p^T @ dout, dk += ds^T @ q. One program per (batch, query
-  head), each writing its own partial dk / dv; the host sums the G query heads of a kv head
-  (and the batch when K/V broadcast over it), so no two programs write one row.
+with delta = rowsum(dout * out) - dlse (host). Then dv += p^T @ dout and dk += ds^T @ q for the
+key block, and the query tile's rows of dq += ds @ k (read, add, write: its terms come from
+every key block that sees it). One program per (batch, query head): dq's rows are that head's
+alone, and each program writes its own partial dk / dv; the host sums the G query heads of a
+kv head (and the batch when K/V broadcast over it), so no two programs write one row. The host
+scales dq once. (Until session 51 a second kernel per query tile, over the kv block lists,
+recomputed s, p and ds to sum dq: bf16 causal [1, 8, 2048, 64] backward 53 -> 37-39 ms, fp32
+85 -> 64-66 ms, 2 threads, Intel Xeon.)
 Rows that see no key have lse -inf: they get lse +inf here, so p = 0 and every gradient is 0.
 Padding query rows (L not a multiple of the q block) are zero with lse +inf; the mods see
 q_idx clamped to L - 1 there (and kv_idx to S - 1 on padding keys), as on the host path.
-K^T and V^T (dq kernel), Q^T and dout^T (dk / dv kernel) are transposed once per program when
-both fit KT_BYTES / 2 per partition (kernel.whole_T), else per visited tile.
+Q^T and dout^T are transposed once per program when both fit KT_BYTES / 2 per partition
+(kernel.whole_T), else per visited tile.
 Captured tensors of score_mod that require grad (learnable biases) get their gradients here
-too: each read t[idx] of such a tensor is a forward-mode seed of emit_with_grad, so the kernels
-form g = ds * d score_mod / d read per tile, and reduce it by what the read's indices depend on
-(grad_reads): along the keys in the dq kernel when they depend on b, h and q_idx only (bias[h,
-q_idx], slopes[h]), along the queries in the dk/dv kernel (a ones-vector matmul) when on b, h and
-kv_idx only, and when on both (a relative-position table t[q_idx - kv_idx], a full [h, q, kv]
-bias) the dq kernel writes the tile itself (a dense [B * Hq, L, S] fp32 output, up to
-DENSE_GRAD_BYTES). The host then scatters each reduced gradient onto t through torch autograd of
-the read alone (codegen.compile_node), so indices wrap and repeat exactly as torch's indexing
-does. A read indexed by an expression of the score takes the host path. bf16 inputs give
-the Tensor engine bf16 operands (q, k, v, dout, and p / ds rounded to bf16), with fp32
-accumulation, as the forward does; everything else is fp32.
+too: each read t[idx] of such a tensor is a forward-mode seed of emit_with_grad, so the kernel
+forms g = ds * d score_mod / d read per tile, and reduces it by what the read's indices depend
+on (grad_reads): along the keys when they depend on b, h and q_idx only (bias[h, q_idx],
+slopes[h]: each tile's row sums added to a [L] column per (batch, head)), along the queries (a
+ones-vector matmul) when on b, h and kv_idx only, and when on both (a relative-position table
+t[q_idx - kv_idx], a full [h, q, kv] bias) the kernel writes the tile itself (a dense
+[B * Hq, L, S] fp32 output, up to DENSE_GRAD_BYTES; tiles no block visits stay 0). The host then
+scatters each reduced gradient onto t through torch autograd of the read alone
+(codegen.compile_node), so indices wrap and repeat exactly as torch's indexing does. A read
+indexed by an expression of the score takes the host path. bf16 inputs give the Tensor engine
+bf16 operands (q, k, v, dout, and p / ds rounded to bf16), with fp32 accumulation, as the
+forward does; everything else is fp32.
 """
 import math
 
@@ -66,7 +70,7 @@ def q_lists(block_mask, B, Hq, L, S, QB, KB):
     return kn, ki, fn, fi
 
 
-# The gradient of a learnable read of both q_idx and kv_idx is written whole by the dq kernel
+# The gradient of a learnable read of both q_idx and kv_idx is written whole by the kernel
 # ([B * Hq, L, S] fp32): past this many bytes such a call takes the host path (chunked).
 DENSE_GRAD_BYTES = 1 << 30
 
@@ -119,7 +123,7 @@ def why_not(block_mask, score_graph, B, Hq, L, S):
     return None
 
 
-def _build(sh, score_graph, mask_graph, which):
+def _build(sh, score_graph, mask_graph):
     import neuron
     import neuron.isa as nisa
     import neuron.language as nl
@@ -226,98 +230,33 @@ def _build(sh, score_graph, mask_graph, which):
         env["kv_idx"] = kv if sh.S % sh.KB == 0 else nl.minimum(kv, float(sh.S - 1))
         return env
 
-    if which == "dq":
-        @neuron.kernel
-        def flex_backward_dq(q, k, v, dout, lse, delta, kn, ki, fn, fi, bh, caps, capsT, qpos):
-            TRACES[0] += 1
-            mm = operand_dtype(nl, q)
-            dq = nl.ndarray((sh.B * sh.Hq, sh.Lp, sh.E), f32, buffer=nl.shared_hbm, name="dq")
-            # Learnable reads of q-side indices: summed along the keys; of both: whole tiles.
-            gout = read_outputs(("q", "qkv"), sh.Lp, lambda side: 1 if side == "q" else sh.Sp)
-            ids = (nl.program_id(0), nl.program_id(1), nl.program_id(2))
-            hq, kvrow, mrow, zeros, fixed, data, consts = program(*ids, bh, caps)
-            kv_base = nl.ndarray((TQ, TK), f32, buffer=nl.sbuf)
-            nisa.iota(kv_base, [[1, TK]], offset=0, channel_multiplier=0)
-            counts = {"partial": nl.load(kn[mrow, :, :])}
-            if sh.Wf is not None:
-                counts["full"] = nl.load(fn[mrow, :, :])
-            # K^T and V^T for all keys once per program when both fit (else per visit).
-            half = _fwd.KT_BYTES // 2
-            kT_all = whole_T(nl, k, kvrow, sh.Sp, TK, sh.E, mm, half)
-            vT_all = whole_T(nl, v, kvrow, sh.Sp, TK, sh.Ev, mm, half)
-            for r in nl.affine_range(sh.nQ):
-                for t in range(sh.QB // TQ):
-                    q0 = r * sh.QB + t * TQ
-                    qT = chunked_T(nl, nl.load(q[hq, nl.ds(q0, TQ), :], dtype=mm))
-                    doT = chunked_T(nl, nl.load(dout[hq, nl.ds(q0, TQ), :], dtype=mm))
-                    lse_t = nl.load(lse[hq, nl.ds(q0, TQ), :])
-                    delta_t = nl.load(delta[hq, nl.ds(q0, TQ), :])
-                    qpos_t = nl.load(qpos[nl.ds(q0, TQ), :])
-                    acc = nl.zeros((TQ, sh.E), f32, buffer=nl.sbuf)
-                    racc = {}
-                    for j, out in gout.items():
-                        if reads[j][2] == "q":
-                            racc[j] = nl.zeros((TQ, 1), f32, buffer=nl.sbuf)
-                        else:  # zeros where no block is visited; visited tiles overwrite them
-                            for c in nl.affine_range(sh.Sp // TK):
-                                nl.store(out[hq, nl.ds(q0, TQ), nl.ds(c * TK, TK)], zeros)
-                    for kind in ("full", "partial"):
-                        if kind not in counts:
-                            continue
-                        n = nisa.register_alloc()
-                        nisa.register_load(n, counts[kind][0:1, nl.ds(r, 1)])
-                        lists = ki if kind == "partial" else fi
-                        row = nl.load(lists[mrow, nl.ds(r, 1), :])
-                        kcol = nl.broadcast_to(
-                            nl.multiply(nl.copy(row, dtype=f32), float(sh.KB)),
-                            (TQ, lists.shape[2]))
-                        for jj in nl.dynamic_range(n):
-                            blk = nisa.register_alloc()
-                            nisa.register_load(blk, row[0:1, nl.ds(jj, 1)])
-                            for sb in range(sh.KB // TK):
-                                k0 = blk * sh.KB + sb * TK
-                                krows = nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=mm)
-                                vT = columns(nl, vT_all, k0, TK) if vT_all else chunked_T(
-                                    nl, nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=mm))
-                                kT = columns(nl, kT_all, k0, TK) if kT_all else \
-                                    chunked_T(nl, krows)
-                                s_raw = nl.multiply(chunked_matmul(nl, nisa, qT, kT), sh.scale)
-                                dp = chunked_matmul(nl, nisa, doT, vT)
-                                kv = nl.add(kv_base, kcol[:, nl.ds(jj, 1)])
-                                if sb:
-                                    kv = nl.add(kv, float(sb * TK))
-                                env = index_env(fixed, zeros, qpos_t, kv)
-                                direct = direct_loads(ids, caps, capsT, q0, k0, consts)
-                                _, ds, gs = probs(kind, s_raw, dp, lse_t, delta_t, env, data,
-                                                  direct, zeros)
-                                for j, out in gout.items():
-                                    if gs[j] is None:
-                                        continue
-                                    if j in racc:
-                                        racc[j][...] = nl.add(racc[j], nl.sum(gs[j], axis=1,
-                                                                              keepdims=True))
-                                    else:
-                                        nl.store(out[hq, nl.ds(q0, TQ), nl.ds(k0, TK)], gs[j])
-                                acc[...] = nl.add(acc, nl.matmul(T(ds, mm), krows,
-                                                                 transpose_x=True))
-                    nl.store(dq[hq, nl.ds(q0, TQ), :], nl.multiply(acc, sh.scale))
-                    for j, r_acc in racc.items():
-                        nl.store(gout[j][hq, nl.ds(q0, TQ), :], r_acc)
-            return (dq, *gout.values())
-        return flex_backward_dq
-
     @neuron.kernel
-    def flex_backward_dkdv(q, k, v, dout, lse, delta, qn, qi, qfn, qfi, bh, caps, capsT, qpos,
-                           kpos):
+    def flex_backward(q, k, v, dout, lse, delta, qn, qi, qfn, qfi, bh, caps, capsT, qpos, kpos):
         TRACES[0] += 1
         mm = operand_dtype(nl, q)
+        dq = nl.ndarray((sh.B * sh.Hq, sh.Lp, sh.E), f32, buffer=nl.shared_hbm, name="dq")
         dk = nl.ndarray((sh.B * sh.Hq, sh.Sp, sh.E), f32, buffer=nl.shared_hbm, name="dk")
         dv = nl.ndarray((sh.B * sh.Hq, sh.Sp, sh.Ev), f32, buffer=nl.shared_hbm, name="dv")
-        # Learnable reads of kv-side indices: summed along the queries (a ones-vector matmul).
-        gout = read_outputs(("kv",), sh.Sp, lambda side: 1)
-        ones = nl.ones((TQ, 1), f32, buffer=nl.sbuf) if gout else None
+        # Learnable reads: of kv-side indices summed along the queries (a ones-vector matmul),
+        # of q-side ones along the keys, of both whole tiles.
+        gk = read_outputs(("kv",), sh.Sp, lambda side: 1)
+        gq = read_outputs(("q", "qkv"), sh.Lp, lambda side: 1 if side == "q" else sh.Sp)
+        ones = nl.ones((TQ, 1), f32, buffer=nl.sbuf) if gk else None
         ids = (nl.program_id(0), nl.program_id(1), nl.program_id(2))
         hq, kvrow, mrow, zeros, fixed, data, consts = program(*ids, bh, caps)
+        # dq and the q-side read gradients are sums over the key tiles that see a query: zero
+        # first. Only this program writes rows hq (it is the query head's only program).
+        zero_rows = nl.zeros((TQ, sh.E), f32, buffer=nl.sbuf)
+        for r in nl.affine_range(sh.nQ):
+            for t in range(sh.QB // TQ):
+                q0 = r * sh.QB + t * TQ
+                nl.store(dq[hq, nl.ds(q0, TQ), :], zero_rows)
+                for j, out in gq.items():
+                    if reads[j][2] == "q":
+                        nl.store(out[hq, nl.ds(q0, TQ), :], zeros[:, 0:1])
+                    else:  # visited tiles overwrite theirs
+                        for c in nl.affine_range(sh.Sp // TK):
+                            nl.store(out[hq, nl.ds(q0, TQ), nl.ds(c * TK, TK)], zeros)
         counts = {"partial": nl.load(qn[mrow, :, :])}
         if sh.Wqf is not None:
             counts["full"] = nl.load(qfn[mrow, :, :])
@@ -328,12 +267,13 @@ def _build(sh, score_graph, mask_graph, which):
         for c in nl.affine_range(sh.nK):
             for sb in range(sh.KB // TK):
                 k0 = c * sh.KB + sb * TK
-                kT = chunked_T(nl, nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=mm))
+                krows = nl.load(k[kvrow, nl.ds(k0, TK), :], dtype=mm)  # dq's moving operand
+                kT = chunked_T(nl, krows)
                 vT = chunked_T(nl, nl.load(v[kvrow, nl.ds(k0, TK), :], dtype=mm))
                 kv = nl.add(zeros, nl.broadcast_to(nl.load(kpos[0:1, nl.ds(k0, TK)]), (TQ, TK)))
                 dk_acc = nl.zeros((TK, sh.E), f32, buffer=nl.sbuf)
                 dv_acc = nl.zeros((TK, sh.Ev), f32, buffer=nl.sbuf)
-                kacc = {j: nl.zeros((TK, 1), f32, buffer=nl.sbuf) for j in gout}
+                kacc = {j: nl.zeros((TK, 1), f32, buffer=nl.sbuf) for j in gk}
                 for kind in ("full", "partial"):
                     if kind not in counts:
                         continue
@@ -364,16 +304,30 @@ def _build(sh, score_graph, mask_graph, which):
                                 if gs[j] is not None:
                                     k_acc[...] = nl.add(k_acc, nl.matmul(gs[j], ones,
                                                                          transpose_x=True))
+                            for j, out in gq.items():
+                                if gs[j] is None:
+                                    continue
+                                if reads[j][2] == "q":
+                                    cur = out[hq, nl.ds(q0, TQ), :]
+                                    nl.store(cur, nl.add(nl.load(cur),
+                                                         nl.sum(gs[j], axis=1, keepdims=True)))
+                                else:
+                                    nl.store(out[hq, nl.ds(q0, TQ), nl.ds(k0, TK)], gs[j])
                             if mm != f32:  # the probabilities and ds as bf16 operands
                                 p, ds = nl.copy(p, dtype=mm), nl.copy(ds, dtype=mm)
                             dv_acc[...] = nl.add(dv_acc, nl.matmul(p, dorows, transpose_x=True))
                             dk_acc[...] = nl.add(dk_acc, nl.matmul(ds, qrows, transpose_x=True))
+                            # dq's rows += ds k (read, add, write: the pairs of one query tile
+                            # come from different key tiles of this loop).
+                            rows = dq[hq, nl.ds(q0, TQ), :]
+                            nl.store(rows, nl.add(nl.load(rows),
+                                                  nl.matmul(T(ds, mm), krows, transpose_x=True)))
                 nl.store(dk[hq, nl.ds(k0, TK), :], nl.multiply(dk_acc, sh.scale))
                 nl.store(dv[hq, nl.ds(k0, TK), :], dv_acc)
                 for j, k_acc in kacc.items():
-                    nl.store(gout[j][hq, nl.ds(k0, TK), :], k_acc)
-        return (dk, dv, *gout.values())
-    return flex_backward_dkdv
+                    nl.store(gk[j][hq, nl.ds(k0, TK), :], k_acc)
+        return (dq, dk, dv, *gk.values(), *gq.values())
+    return flex_backward
 
 
 class _Shape:
@@ -399,12 +353,12 @@ class _Shape:
 def backward(q, k, v, out, lse, dout, dlse, block_mask, score_graph, mask_graph, scale,
              simulate=False):
     """(dq, dk, dv, [gradient of each learnable captured tensor of score_mod, in input order])
-    in fp32 through the two kernels."""
+    in fp32 through the kernel."""
     import neuron
     q, k, v, out, lse = (t.detach() for t in (q, k, v, out, lse))
     B, Hq, L, E = q.shape
     Bk, Hkv, S, Ev = v.shape
-    QB, KB, kn, ki, fn, fi, Bm, Hm = block_lists(block_mask, B, Hq, L, S)
+    QB, KB, kn, ki, _, fi, Bm, Hm = block_lists(block_mask, B, Hq, L, S)
     qn, qi, qfn, qfi = q_lists(block_mask, B, Hq, L, S, QB, KB)
     caps, layout = _captured((score_graph, mask_graph))
     sh = _Shape(q, v, QB, KB, kn, ki, fi, qfi, Bm, Hm, scale, layout, L, S)
@@ -412,14 +366,13 @@ def backward(q, k, v, out, lse, dout, dlse, block_mask, score_graph, mask_graph,
     key = (sh.key(), score_graph.key() if score_graph else None,
            mask_graph.key() if mask_graph else None, _fwd.KT_BYTES,
            tuple((n.id, side) for n, _, side in reads))
-    kernels = _KERNELS.get(key)
-    if kernels is None:
-        kernels = _KERNELS[key] = (_build(sh, score_graph, mask_graph, "dq"),
-                                   _build(sh, score_graph, mask_graph, "dkdv"))
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        kernel = _KERNELS[key] = _build(sh, score_graph, mask_graph)
     G = Hq // Hkv
-    grids = [kern[B, Hkv, G] for kern in kernels]
+    grid = kernel[B, Hkv, G]
     if simulate:
-        grids = [neuron.simulate(g_) for g_ in grids]
+        grid = neuron.simulate(grid)
 
     def rows(t, n, pad_value=0.0):  # [B, H, N, D] -> [B*H, n, D], padded with pad_value
         t = t.contiguous().reshape(-1, t.shape[2], t.shape[3])
@@ -438,14 +391,13 @@ def backward(q, k, v, out, lse, dout, dlse, block_mask, score_graph, mask_graph,
     qpos = torch.arange(sh.Lp, dtype=f32).clamp(max=L - 1).reshape(sh.Lp, 1)
     kpos = torch.arange(sh.Sp, dtype=f32).reshape(1, sh.Sp)
     dummy = torch.zeros(1, 1, 1, dtype=torch.int32)
-    fn, fi = (fn, fi) if fn is not None else (dummy, dummy)
     qfn, qfi = (qfn, qfi) if qfn is not None else (dummy, dummy)
     capsT = caps.reshape(-1, 1)  # the captured values as a column (q_idx-indexed loads)
-    dq, *gq = (torch.as_tensor(t) for t in _outputs(grids[0](*args, kn, ki, fn, fi, bh, caps,
-                                                              capsT, qpos)))
-    dk, dv, *gk = (torch.as_tensor(t) for t in grids[1](*args, qn, qi, qfn, qfi, bh, caps,
-                                                         capsT, qpos, kpos))
-    dq = dq[:, :L].reshape(B, Hq, L, E)
+    dq, dk, dv, *grads = (torch.as_tensor(t) for t in grid(*args, qn, qi, qfn, qfi, bh, caps,
+                                                            capsT, qpos, kpos))
+    n_kv = sum(side == "kv" for _, _, side in reads)
+    gk, gq = grads[:n_kv], grads[n_kv:]
+    dq = dq[:, :L].reshape(B, Hq, L, E) * scale  # the kernel sums ds k; scaled once here
     dk = dk[:, :S].reshape(B, Hkv, G, S, E).sum(2)
     dv = dv[:, :S].reshape(B, Hkv, G, S, Ev).sum(2)
     if Bk != B:
