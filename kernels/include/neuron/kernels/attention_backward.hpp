@@ -257,15 +257,20 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward_impl(
     auto p32 = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "p");
     isa::activation(p32, nl::exp, s, t.neg_lse, sc);
     if (t.l) isa::tensor_scalar(p32, p32, nl::divide, *t.l);
+    // Each narrow copy right after the value it copies: the native backend runs the pair as
+    // one loop over the tile (fused chains) instead of reading the tile back.
+    std::optional<nl::tensor> p;
+    if (pdt != DType::float32) {
+      p = nl::ndarray({qr, sw}, pdt, nl::sbuf, "p_low");
+      isa::tensor_copy(*p, p32);
+    }
     auto ds32 = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "ds");
     isa::tensor_scalar(ds32, dp_block(t.doT, s0, sw), nl::subtract, t.di);
     isa::tensor_tensor(ds32, ds32, p32, nl::multiply);
     if (pdt == DType::float32) return Probs{p32, ds32, ds32};
-    auto p = nl::ndarray({qr, sw}, pdt, nl::sbuf, "p_low");
-    isa::tensor_copy(p, p32);
     auto ds = nl::ndarray({qr, sw}, pdt, nl::sbuf, "ds_low");
     isa::tensor_copy(ds, ds32);
-    return Probs{p, ds, ds32};
+    return Probs{*p, ds, ds32};
   };
 
   // dq accumulates per query head in fp32 HBM scratch, private to the program (it owns every
