@@ -300,6 +300,10 @@ def _build(sh, score_graph, mask_graph):
                             env = index_env(fixed, zeros, qpos_t, kv)
                             p, ds, gs = probs(kind, s_raw, dp, lse_t, delta_t, env, data,
                                               direct_loads(ids, caps, capsT, q0, k0, consts), zeros)
+                            if mm != f32:  # the probabilities and ds as bf16 operands; ds's
+                                # copy right after ds, so the native backend fuses the two
+                                ds = nl.copy(ds, dtype=mm)
+                                p = nl.copy(p, dtype=mm)
                             for j, k_acc in kacc.items():
                                 if gs[j] is not None:
                                     k_acc[...] = nl.add(k_acc, nl.matmul(gs[j], ones,
@@ -313,8 +317,6 @@ def _build(sh, score_graph, mask_graph):
                                                          nl.sum(gs[j], axis=1, keepdims=True)))
                                 else:
                                     nl.store(out[hq, nl.ds(q0, TQ), nl.ds(k0, TK)], gs[j])
-                            if mm != f32:  # the probabilities and ds as bf16 operands
-                                p, ds = nl.copy(p, dtype=mm), nl.copy(ds, dtype=mm)
                             dv_acc[...] = nl.add(dv_acc, nl.matmul(p, dorows, transpose_x=True))
                             dk_acc[...] = nl.add(dk_acc, nl.matmul(ds, qrows, transpose_x=True))
                             # dq's rows += ds k (read, add, write: the pairs of one query tile
