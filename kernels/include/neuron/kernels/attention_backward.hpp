@@ -257,8 +257,9 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward_impl(
     auto p32 = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "p");
     isa::activation(p32, nl::exp, s, t.neg_lse, sc);
     if (t.l) isa::tensor_scalar(p32, p32, nl::divide, *t.l);
-    // Each narrow copy right after the value it copies: the native backend runs the pair as
-    // one loop over the tile (fused chains) instead of reading the tile back.
+    // Each narrow copy right after the value it copies: the native backend then runs ds's
+    // subtract, multiply and copy as one loop over the tile (fused chains) instead of reading
+    // ds back (an exp is no chain step, so p's copy stays a pass of its own).
     std::optional<nl::tensor> p;
     if (pdt != DType::float32) {
       p = nl::ndarray({qr, sw}, pdt, nl::sbuf, "p_low");
