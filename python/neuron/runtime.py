@@ -167,13 +167,9 @@ def _torch_threads(torch):
 
 
 def torch_launch_threads(torch):
-    """How many worker threads a launch from the torch operators runs on (_torch_threads, with
-    NEURON_THREADS read as the native runtime reads it: 0 is every core)."""
-    n = _torch_threads(torch)
-    if n:
-        return n
-    env = os.environ["NEURON_THREADS"]
-    return int(env) if env.isdigit() and int(env) > 0 else os.cpu_count() or 1
+    """How many worker threads a launch from the torch operators runs on (_torch_threads, or
+    NEURON_THREADS as the native runtime parses it, config().threads: 0 is every core)."""
+    return _torch_threads(torch) or _C.config().threads or os.cpu_count() or 1
 
 
 def run_torch(compiled, tensors, grid):

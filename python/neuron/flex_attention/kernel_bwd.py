@@ -333,7 +333,7 @@ def _build(sh, score_graph, mask_graph):
 
 
 class _Shape:
-    def __init__(self, q, v, QB, KB, kn, ki, fi, qfi, Bm, Hm, scale, layout, L, S):
+    def __init__(self, q, v, QB, KB, qfi, Bm, Hm, scale, layout, L, S):
         self.B, self.Hq, _, self.E = q.shape
         self.Bk, self.Hkv, _, self.Ev = v.shape
         self.G = self.Hq // self.Hkv
@@ -341,9 +341,7 @@ class _Shape:
         self.TQ, self.TK = min(QB, 128), min(KB, 128)
         self.nQ, self.nK = -(-L // QB), -(-S // KB)
         self.Lp, self.Sp = self.nQ * QB, self.nK * KB
-        self.Wf = None if fi is None else fi.shape[2]
         self.Wqf = None if qfi is None else qfi.shape[2]
-        self.Wp = ki.shape[2]
         self.Bm, self.Hm = Bm, Hm
         self.scale = float(scale)
         self.caps_layout = layout
@@ -360,10 +358,10 @@ def backward(q, k, v, out, lse, dout, dlse, block_mask, score_graph, mask_graph,
     q, k, v, out, lse = (t.detach() for t in (q, k, v, out, lse))
     B, Hq, L, E = q.shape
     Bk, Hkv, S, Ev = v.shape
-    QB, KB, kn, ki, _, fi, Bm, Hm = block_lists(block_mask, B, Hq, L, S)
+    QB, KB, *_, Bm, Hm = block_lists(block_mask, B, Hq, L, S)
     qn, qi, qfn, qfi = q_lists(block_mask, B, Hq, L, S, QB, KB)
     caps, layout = _captured((score_graph, mask_graph))
-    sh = _Shape(q, v, QB, KB, kn, ki, fi, qfi, Bm, Hm, scale, layout, L, S)
+    sh = _Shape(q, v, QB, KB, qfi, Bm, Hm, scale, layout, L, S)
     reads = grad_reads(score_graph)
     key = (sh.key(), score_graph.key() if score_graph else None,
            mask_graph.key() if mask_graph else None, _fwd.KT_BYTES,
