@@ -228,12 +228,12 @@ void optimize(llvm::Module& m, llvm::TargetMachine& tm, int level) {
 }  // namespace
 
 std::string JitOptions::str() const {
-  return fmt::format("kernels={} O{}{}{}{}{} stream={}{}", bitcode_kernels ? "bitcode" : "host",
-                     opt_level, partition_blocks ? "" : " partition_blocks=off",
-                     sbuf_folding ? "" : " sbuf_folding=off",
-                     fused_chains ? "" : " fused_chains=off",
-                     transposed_matmul ? "" : " transposed_matmul=off", stream_store_bytes,
-                     profile ? " profile" : "");
+  return fmt::format(
+      "kernels={} O{}{}{}{}{} stream={}{}{}", bitcode_kernels ? "bitcode" : "host", opt_level,
+      partition_blocks ? "" : " partition_blocks=off", sbuf_folding ? "" : " sbuf_folding=off",
+      fused_chains ? "" : " fused_chains=off", transposed_matmul ? "" : " transposed_matmul=off",
+      stream_store_bytes, profile ? " profile" : "",
+      cpu_features.empty() ? "" : " cpu_features=" + cpu_features);
 }
 
 const std::string& host_target_id() {
@@ -241,7 +241,8 @@ const std::string& host_target_id() {
   return id;
 }
 
-std::unique_ptr<llvm::TargetMachine> host_target_machine(int opt_level) {
+std::unique_ptr<llvm::TargetMachine> host_target_machine(int opt_level,
+                                                         const std::string& cpu_features) {
   const HostTarget& h = host();
   std::string err;
   const llvm::Target* t = llvm::TargetRegistry::lookupTarget(h.triple, err);
@@ -251,8 +252,10 @@ std::unique_ptr<llvm::TargetMachine> host_target_machine(int opt_level) {
                : opt_level == 1 ? llvm::CodeGenOpt::Less
                : opt_level == 2 ? llvm::CodeGenOpt::Default
                                 : llvm::CodeGenOpt::Aggressive;
+  // Later features override earlier ones (with everything they imply).
+  const std::string features = cpu_features.empty() ? h.features : h.features + "," + cpu_features;
   std::unique_ptr<llvm::TargetMachine> tm(t->createTargetMachine(
-      h.triple, h.cpu, h.features, to, llvm::Reloc::PIC_, llvm::CodeModel::Small, level));
+      h.triple, h.cpu, features, to, llvm::Reloc::PIC_, llvm::CodeModel::Small, level));
   NEURON_ASSERT(tm, "could not create a target machine for {}", h.triple);
   return tm;
 }
@@ -269,7 +272,7 @@ std::unique_ptr<llvm::Module> load_kernel_bitcode(llvm::LLVMContext& ctx) {
 
 ObjectCode compile_object(const Program& p, const JitOptions& opts) {
   ObjectCode out;
-  auto tm = host_target_machine(opts.opt_level);
+  auto tm = host_target_machine(opts.opt_level, opts.cpu_features);
   llvm::LLVMContext ctx;
   auto t0 = Clock::now();
   std::unique_ptr<llvm::Module> m = lower_program(p, opts, ctx, *tm);
@@ -292,7 +295,7 @@ ObjectCode compile_object(const Program& p, const JitOptions& opts) {
 }
 
 std::string program_llvm_ir(const Program& p, const JitOptions& opts, bool opt) {
-  auto tm = host_target_machine(opts.opt_level);
+  auto tm = host_target_machine(opts.opt_level, opts.cpu_features);
   llvm::LLVMContext ctx;
   std::unique_ptr<llvm::Module> m = lower_program(p, opts, ctx, *tm);
   if (opt) optimize(*m, *tm, opts.opt_level);

@@ -15,8 +15,10 @@
 namespace neuron::native {
 
 // A target machine for the host CPU with the host's features (LLVM 14 names Zen 5 "generic",
-// so features, not the CPU name, decide AVX-512 and AVX512-BF16).
-std::unique_ptr<llvm::TargetMachine> host_target_machine(int opt_level);
+// so features, not the CPU name, decide AVX-512 and AVX512-BF16), then `cpu_features`
+// (JitOptions::cpu_features).
+std::unique_ptr<llvm::TargetMachine> host_target_machine(int opt_level,
+                                                         const std::string& cpu_features = "");
 
 // The instruction kernels as a lazily loaded module in `ctx` (dsl/base/src/kernels/
 // instr_kernels.cpp compiled to bitcode at build time and embedded in the library).

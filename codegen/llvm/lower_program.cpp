@@ -2,7 +2,6 @@
 // become integer arithmetic on loop variables and program ids, and every instruction becomes a
 // call to its instruction kernel with resolved views and constant dtypes/ops (which kernel and
 // which arguments: codegen/instr_calls.hpp, shared with the simulator).
-#include <cstring>
 #include <fmt/format.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/DerivedTypes.h>
@@ -11,17 +10,19 @@
 #include <llvm/IR/Metadata.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Linker/Linker.h>
+#include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <cstring>
 #include <map>
 #include <set>
 #include <type_traits>
 
 #include "llvm_util.hpp"
 #include "neuron/base/error.hpp"
+#include "neuron/base/target.hpp"
 #include "neuron/codegen/instr_calls.hpp"
 #include "neuron/codegen/plan.hpp"
-#include "neuron/base/target.hpp"
 
 namespace neuron::native {
 namespace {
@@ -1084,6 +1085,44 @@ void set_host_attributes(llvm::Function& f, llvm::TargetMachine& tm) {
     f.addFnAttr("prefer-vector-width", "512");
 }
 
+// Whether the target machine has every feature in `features` ("+avx512f" tokens of a
+// function's target-features; only the AVX and FMA families are checked, the ISAs the kernels'
+// fast paths add to the bitcode's baseline). Asked of its subtarget, so a feature turned off by
+// JitOptions::cpu_features counts as off, with all that imply it.
+bool target_has(const llvm::TargetMachine& tm, llvm::StringRef features) {
+  llvm::SmallVector<llvm::StringRef, 16> want;
+  features.split(want, ',');
+  std::string checked;
+  for (llvm::StringRef f : want)
+    if (f.startswith("+avx") || f.startswith("+fma"))
+      checked += (checked.empty() ? "" : ",") + f.str();
+  return checked.empty() || tm.getMCSubtargetInfo()->checkFeatures(checked);
+}
+
+// The instruction kernels' AVX-512 paths (instr_kernels.cpp, builtins_avx512.hpp). Their flags
+// become constants from the host's features, so the optimizer keeps only the path this host
+// takes; and a function compiled for an ISA the host lacks ("neuron_x86_*", checked against
+// its own target-features before set_host_attributes replaces them) gets an unreachable body,
+// so no instruction of that ISA reaches the code generator, even unoptimized.
+void bind_host_isa(llvm::Module& m, const llvm::TargetMachine& tm) {
+  const bool avx512 = target_has(tm, "+avx512f,+avx512bw,+avx512dq,+avx512vl,+fma");
+  const bool bf16 = avx512 && target_has(tm, "+avx512bf16");
+  for (auto [name, value] :
+       {std::pair{"neuron_k_host_avx512", avx512}, std::pair{"neuron_k_host_avx512bf16", bf16}}) {
+    llvm::GlobalVariable* g = m.getGlobalVariable(name);
+    if (!g) continue;
+    g->setInitializer(llvm::ConstantInt::get(g->getValueType(), value ? 1 : 0));
+    g->setConstant(true);
+    g->setLinkage(llvm::GlobalValue::InternalLinkage);
+  }
+  for (llvm::Function& f : m) {
+    if (f.isDeclaration() || !f.getName().startswith("neuron_x86_")) continue;
+    if (target_has(tm, f.getFnAttribute("target-features").getValueAsString())) continue;
+    f.deleteBody();
+    new llvm::UnreachableInst(m.getContext(), llvm::BasicBlock::Create(m.getContext(), "", &f));
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<llvm::Module> lower_program(const Program& p, const JitOptions& opts,
@@ -1102,6 +1141,7 @@ std::unique_ptr<llvm::Module> lower_program(const Program& p, const JitOptions& 
     kernels->setDataLayout(m->getDataLayout());
     if (llvm::Linker::linkModules(*m, std::move(kernels), llvm::Linker::LinkOnlyNeeded))
       internal_error("linking the instruction-kernel bitcode into '{}' failed", p.name);
+    bind_host_isa(*m, tm);
     // Linked kernels become private to the module and inline into the entry, where the
     // constant dtypes/ops/shapes specialize them.
     for (llvm::Function& f : *m) {

@@ -558,6 +558,93 @@ TEST_CASE("native activation gives the simulator's bits for every function, eith
   unsetenv("NEURON_NATIVE_KERNELS");
 }
 
+TEST_CASE("native exp activation gives the simulator's bits on CPUs with and without AVX-512") {
+  // exp of fp32 rows into bf16 with their sums (flash attention's p) and into fp32 without,
+  // compiled for this host (its AVX-512 rows where it has them: instr_kernels.cpp) and as for
+  // a CPU without AVX512-BF16 or without AVX-512 (NativeCompileOptions::cpu_features: those
+  // paths must compile, and the functions for an ISA a CPU lacks must never reach its code
+  // generator). Each gives the simulator's bits; the simulator takes the library's path for
+  // this CPU, which tests/exec/test_builtins_avx512.cpp checks against the scalar rule.
+  const DType bf16 = DType::bfloat16;
+  const int64_t P = 16;
+  for (int64_t F : {512, 77}) {
+    CAPTURE(F);
+    auto x = random_values(P * F, 31, -40.0f, 10.0f), bias = random_values(P, 32, -1.0f, 1.0f);
+    // Special values in every third row; the other rows' sums stay finite.
+    const float specials[] = {NAN, -INFINITY, INFINITY, -1e30f, 95.0f, 1e-40f};
+    for (size_t i = 0; i < x.size(); i += 41)
+      if (i / F % 3 == 2) x[i] = specials[(i / 41) % 6];
+    for (DType out : {bf16, f32}) {
+      const bool reduce = out == bf16;
+      InstrArgs a;
+      a.func = ActFunc::exp;
+      a.scale = 0.125;
+      a.reduce_op = AluOp::add;
+      a.bias_tile = true;
+      ProgNode act = instr(Opcode::activation, sb(out, 8192, P, {row(F)}),
+                           {sb(f32, 0, P, {row(F)}), sb(f32, 4096, P, {row(1)})}, a);
+      std::vector<TensorDecl> decls = {decl("x", {P, F}, f32, kIn), decl("b", {P, 1}, f32, kIn),
+                                       decl("out", {P, F}, out, kOut)};
+      if (reduce) {
+        act.instr.has_reduce_res = true;
+        act.instr.reduce_res = sb(f32, 12288, P, {row(1)});
+        decls.push_back(decl("sum", {P, 1}, f32, kOut));
+      }
+      std::vector<ProgNode> body = {dma(sb(f32, 0, P, {row(F)}), hbm2(0, f32, P, F, F)),
+                                    dma(sb(f32, 4096, P, {row(1)}), hbm2(1, f32, P, 1, 1)), act,
+                                    dma(hbm2(2, out, P, F, F), sb(out, 8192, P, {row(F)}))};
+      if (reduce) body.push_back(dma(hbm2(3, f32, P, 1, 1), sb(f32, 12288, P, {row(1)})));
+      const Program p = program(decls, body);
+      auto tensors = [&] {
+        std::vector<Tensor> t = {vals(x, {P, F}), vals(bias, {P, 1}), Tensor::empty({P, F}, out)};
+        if (reduce) t.push_back(Tensor::empty({P, 1}, f32));
+        return t;
+      };
+      std::vector<Tensor> sim = tensors();
+      simulate(p, sim);
+      const std::vector<Tensor> sim_out(sim.begin() + 2, sim.end());
+      // Unoptimized too: nothing folds the untaken path away there.
+      for (int opt_level : {2, 0})
+        for (const char* features : {"", "-avx512bf16", "-avx512f"}) {
+          CAPTURE(std::string(features));
+          CAPTURE(opt_level);
+          NativeCompileOptions o;
+          o.cpu_features = features;
+          o.opt_level = opt_level;
+          std::vector<Tensor> nat = tensors();
+          compile_native(p, o).run(nat);
+          check_bit_identical(sim_out, std::vector<Tensor>(nat.begin() + 2, nat.end()));
+        }
+    }
+  }
+}
+
+TEST_CASE("native fp32 -> bf16 copy gives the simulator's bits on CPUs with and without it") {
+  // tensor_copy's AVX512-BF16 rows (instr_kernels.cpp), and the paths of CPUs without them.
+  const DType bf16 = DType::bfloat16;
+  const int64_t P = 8;
+  for (int64_t F : {512, 77}) {
+    CAPTURE(F);
+    auto x = random_values(P * F, 41, -300.0f, 300.0f);
+    const float specials[] = {NAN, -INFINITY, INFINITY, 1e-40f, -1e-45f, 3.4e38f};
+    for (size_t i = 0; i < x.size(); i += 23)
+      if (i / F % 2 == 1) x[i] = specials[(i / 23) % 6];
+    const Program p = unary_program(P, F, f32, bf16,
+                                    instr(Opcode::tensor_copy, sb(bf16, 8192, P, {row(F)}),
+                                          {sb(f32, 0, P, {row(F)})}, InstrArgs{}));
+    std::vector<Tensor> sim = {vals(x, {P, F}), Tensor::empty({P, F}, bf16)};
+    simulate(p, sim);
+    for (const char* features : {"", "-avx512bf16"}) {
+      CAPTURE(std::string(features));
+      NativeCompileOptions o;
+      o.cpu_features = features;
+      std::vector<Tensor> nat = {vals(x, {P, F}), Tensor::empty({P, F}, bf16)};
+      compile_native(p, o).run(nat);
+      check_bit_identical({sim[1]}, {nat[1]});
+    }
+  }
+}
+
 TEST_CASE("native tensor_tensor in fp32 and bitwise int32") {
   const int P = 8, F = 20;
   auto x = random_values(P * F, 10), y = random_values(P * F, 11);

@@ -98,6 +98,7 @@ native::JitOptions jit_options(const NativeCompileOptions& o, const Program& p) 
   j.stream_store_bytes = static_cast<int64_t>(
       std::min<std::uint64_t>(config().stream_store_bytes, INT64_MAX));
   j.profile = o.profile;
+  j.cpu_features = o.cpu_features;
   return j;
 }
 

@@ -39,6 +39,10 @@ struct JitOptions {
   // Every instruction call timed into the running thread's profile table (instr_kernels.hpp
   // set_profile_table); NativeCompileOptions::profile.
   bool profile = false;
+  // Features applied after the host's, e.g. "-avx512f" or "-avx512bf16": code for a CPU with
+  // less, which this host can still run (the paths such CPUs take, tested here; docs/native.md).
+  // Empty: the host's. NativeCompileOptions::cpu_features.
+  std::string cpu_features;
   // Text of everything above, for cache keys.
   std::string str() const;
 };

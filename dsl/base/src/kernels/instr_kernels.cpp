@@ -8,13 +8,15 @@
 #ifndef NEURON_KERNELS_BITCODE
 #define NEURON_ELEMENT_FN [[gnu::always_inline]] inline  // builtins.hpp
 #endif
+#include "neuron/base/instr_kernels.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
 
 #include "neuron/base/builtins.hpp"
-#include "neuron/base/instr_kernels.hpp"
+#include "neuron/base/builtins_avx512.hpp"
 #include "neuron/base/matmul_kernel.hpp"
 
 namespace {
@@ -478,6 +480,135 @@ inline bool is_int(int t) {
 #define NEURON_HOST_VECTORIZE
 #endif
 
+// The activation `exp` of fp32 rows on AVX-512 (builtins_avx512.hpp: the same bits as the
+// scalar definitions, 16 lanes at a time). Used where the CPU has the ISA: the library's copy
+// asks the CPU; in the JIT's bitcode the flags below are set from the host's features before
+// optimization, and the bodies a host lacks the ISA for are removed (lower_program.cpp).
+#if defined(__x86_64__)
+#ifdef NEURON_KERNELS_BITCODE
+extern "C" {
+int neuron_k_host_avx512 = 0;      // AVX-512 F, BW, DQ, VL and FMA
+int neuron_k_host_avx512bf16 = 0;  // and AVX512-BF16
+}
+inline bool host_avx512() {
+  return neuron_k_host_avx512 != 0;
+}
+inline bool host_avx512bf16() {
+  return neuron_k_host_avx512bf16 != 0;
+}
+#else
+inline bool host_avx512() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("fma");
+}
+inline bool host_avx512bf16() {
+  return host_avx512() && __builtin_cpu_supports("avx512bf16");
+}
+#endif
+
+namespace x86 = neuron::builtins::avx512;
+
+// exp(s[i] * sc + bias) for the first n - n % 32 of n contiguous fp32 values into d, as the
+// activation kernel's value() and store. With `lane` (a reduction at a multiple of 16), value i
+// is also added into lane[i mod 16] in increasing i: reduce_run's order. They return how many
+// values they did; the caller does the rest. (Two loops, not a template: a function may inline
+// only code compiled for a subset of its own ISA, and the bf16 store needs AVX512-BF16.)
+// lower_program.cpp finds them by their prefix.
+extern "C" NEURON_AVX512 int64_t neuron_x86_exp_rows_f32(const float* s, float* d, float sc,
+                                                         float bias, int64_t n, float* lane) {
+  const __m512 vsc = _mm512_set1_ps(sc), vb = _mm512_set1_ps(bias);
+  __m512 acc = lane ? _mm512_loadu_ps(lane) : _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 a = x86::exp_affine16(s + i, vsc, vb), c = x86::exp_affine16(s + i + 16, vsc, vb);
+    if (lane) acc = _mm512_add_ps(_mm512_add_ps(acc, a), c);
+    _mm512_storeu_ps(d + i, a);
+    _mm512_storeu_ps(d + i + 16, c);
+  }
+  if (lane) _mm512_storeu_ps(lane, acc);
+  return i;
+}
+extern "C" NEURON_AVX512BF16 int64_t neuron_x86_exp_rows_bf16(const float* s, uint16_t* d, float sc,
+                                                              float bias, int64_t n, float* lane) {
+  const __m512 vsc = _mm512_set1_ps(sc), vb = _mm512_set1_ps(bias);
+  __m512 acc = lane ? _mm512_loadu_ps(lane) : _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 a = x86::exp_affine16(s + i, vsc, vb), c = x86::exp_affine16(s + i + 16, vsc, vb);
+    if (lane) acc = _mm512_add_ps(_mm512_add_ps(acc, a), c);
+    x86::store_bf16x32(d + i, a, c);
+  }
+  if (lane) _mm512_storeu_ps(lane, acc);
+  return i;
+}
+// f32_to_bf16 of the first n - n % 32 of n contiguous values (tensor_copy's rows: PSUM
+// evacuations into bf16, attention's p); how many.
+extern "C" NEURON_AVX512BF16 int64_t neuron_x86_bf16_rows(const float* s, uint16_t* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    x86::store_bf16x32(d + i, _mm512_loadu_ps(s + i), _mm512_loadu_ps(s + i + 16));
+  return i;
+}
+#endif
+
+namespace {
+
+// Whether activation(d <- func(s * scale + bias)) may take the AVX-512 exp rows: fp32 source
+// rows and fp32 or bf16 destination rows, contiguous, the reduction (if any) a sum.
+[[gnu::always_inline]] inline bool exp_rows_apply(neuron::ActFunc func, const NView& d,
+                                                  const NView& s, int ddt, int sdt, bool reduces,
+                                                  AluOp rop, int same) {
+#if defined(__x86_64__)
+  if (func != neuron::ActFunc::exp || dt(sdt) != DType::float32 ||
+      !(same & neuron::native::kSameShape) || s.stride[4] != 4 || (reduces && rop != AluOp::add))
+    return false;
+  if (dt(ddt) == DType::float32) return d.stride[4] == 4 && host_avx512();
+  if (dt(ddt) == DType::bfloat16) return d.stride[4] == 2 && host_avx512bf16();
+#else
+  (void)func, (void)d, (void)s, (void)ddt, (void)sdt, (void)reduces, (void)rop, (void)same;
+#endif
+  return false;
+}
+
+// Whether tensor_copy(d <- s) may take neuron_x86_bf16_rows: fp32 into bf16, contiguous rows.
+[[gnu::always_inline]] inline bool bf16_rows_apply(const NView& d, const NView& s, int ddt, int sdt,
+                                                   int same) {
+#if defined(__x86_64__)
+  return dt(sdt) == DType::float32 && dt(ddt) == DType::bfloat16 &&
+         (same & neuron::native::kSameShape) && s.stride[4] == 4 && d.stride[4] == 2 &&
+         host_avx512bf16();
+#else
+  (void)d, (void)s, (void)ddt, (void)sdt, (void)same;
+  return false;
+#endif
+}
+
+[[gnu::always_inline]] inline int64_t bf16_rows(const char* s, char* d, int64_t n) {
+#if defined(__x86_64__)
+  return neuron_x86_bf16_rows(reinterpret_cast<const float*>(s), reinterpret_cast<uint16_t*>(d), n);
+#else
+  (void)s, (void)d, (void)n;
+  return 0;
+#endif
+}
+
+// The rows' first values (a multiple of 32) by the AVX-512 exp; how many.
+[[gnu::always_inline]] inline int64_t exp_rows(const char* s, char* d, int ddt, float sc,
+                                               float bias, int64_t n, float* lane) {
+#if defined(__x86_64__)
+  const float* sf = reinterpret_cast<const float*>(s);
+  if (dt(ddt) == DType::bfloat16)
+    return neuron_x86_exp_rows_bf16(sf, reinterpret_cast<uint16_t*>(d), sc, bias, n, lane);
+  return neuron_x86_exp_rows_f32(sf, reinterpret_cast<float*>(d), sc, bias, n, lane);
+#else
+  (void)s, (void)d, (void)ddt, (void)sc, (void)bias, (void)n, (void)lane;
+  return 0;
+#endif
+}
+
+}  // namespace
+
 // The cold path of the streaming entry points below: copy the sources that partially overlap
 // the destination, then call the entry point again (now without overlap). It is out of line so
 // the entry points stay small enough to be inlined and specialized, and not self-recursive
@@ -549,6 +680,14 @@ void neuron_k_copy(const NView* d, const NView* s, int ddt, int sdt, int same) {
   const NView* vs[2] = {s, d};
   if (ddt == sdt) {
     copy_elements(vs, same, neuron::dtype_bytes(dt(ddt)));
+  } else if (bf16_rows_apply(*d, *s, ddt, sdt, same)) {
+    const int64_t n = s->size[kDims - 1];
+    each_row(
+        vs, [&](char** row, int64_t) __attribute__((always_inline)) {
+          for (int64_t i = bf16_rows(row[0], row[1], n); i < n; ++i)
+            b::store_f32(row[1] + 2 * i, DType::bfloat16,
+                         b::load_f32(row[0] + 4 * i, DType::float32));
+        });
   } else if (convert_rows(vs, same, sdt, ddt)) {
   } else {
     each(vs, same,
@@ -768,6 +907,19 @@ void neuron_k_activation(const NView* d, const NView* s, const NView* bias, cons
     return b::activate(func, t);
   };
   const NView* vs[2] = {s, d};
+  const bool fast = exp_rows_apply(func, *d, *s, ddt, sdt, rr != nullptr, rop, same);
+  if (!rr && fast) {
+    const int64_t n = s->size[4];
+    const int64_t de = neuron::dtype_bytes(dt(ddt));
+    each_row(
+        vs, [&](char** row, int64_t i0) __attribute__((always_inline)) {
+          for (int64_t i4 = exp_rows(row[0], row[1], ddt, sc.data[i0], bi.data[i0], n, nullptr);
+               i4 < n; ++i4)
+            b::store_f32(row[1] + i4 * de, dt(ddt), value(row[0] + i4 * 4, i0));
+        });
+    clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
+    return;
+  }
   if (!rr) {
     // (always_inline: a lambda is not cloned with NEURON_HOST_CLONES, so it must be inlined)
     each(vs, same, [&](char** p, int64_t part) __attribute__((always_inline)) {
@@ -794,13 +946,19 @@ void neuron_k_activation(const NView* d, const NView* s, const NView* bias, cons
                              i2 * s->stride[2] + i3 * s->stride[3];
             char* pd = d->base + i0 * d->stride[0] + i1 * d->stride[1] + i2 * d->stride[2] +
                        i3 * d->stride[3];
+            // The AVX-512 rows feed the lanes themselves, from a position a multiple of 16.
+            const int64_t done =
+                fast && pos % b::kReduceLanes == 0
+                    ? exp_rows(ps, pd, ddt, sc.data[i0], bi.data[i0], r.size[4], lane)
+                    : 0;
             NEURON_INTERLEAVE
-            for (int64_t i4 = 0; i4 < r.size[4]; ++i4) {
+            for (int64_t i4 = done; i4 < r.size[4]; ++i4) {
               const float v = value(ps + i4 * s->stride[4], i0);
               b::store_f32(pd + i4 * d->stride[4], dt(ddt), v);
               row.data[i4] = v;
             }
-            b::reduce_run(lane, rop, pos, r.size[4], [&](int64_t k) { return row.data[k]; });
+            b::reduce_run(lane, rop, pos + done, r.size[4] - done,
+                          [&](int64_t k) { return row.data[done + k]; });
             pos += r.size[4];
           }
       red.data[i0] = b::reduce_finish(lane, rop);

@@ -61,6 +61,9 @@ struct NativeCompileOptions {
   // Time every instruction call (NativeOptions::profile collects it): a separately cached
   // variant with two clock reads per instruction call; the arithmetic is unchanged.
   bool profile = false;
+  // Features applied after the host's ("-avx512f", "-avx512bf16"): code for a CPU with less,
+  // which this host can run (native::JitOptions::cpu_features; part of the cache key).
+  std::string cpu_features;
 };
 
 // A compiled, loaded kernel. Cheap to copy; safe to run from several threads at once.
