@@ -25,17 +25,6 @@ namespace m = neuron::builtins::math;
 namespace x86 = neuron::builtins::avx512;
 using neuron::native::NView;
 
-float f_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 bool has_avx512() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
@@ -57,7 +46,7 @@ void for_patterns(uint64_t stride, F&& f) {
   for (uint64_t u = 0; u <= 0xffffffffu; u += step) f(static_cast<uint32_t>(u));
   if (exhaustive()) return;
   auto range = [&](float lo, float hi) {  // same sign, |lo| <= |hi|
-    for (uint32_t u = bits_of(lo); u <= bits_of(hi); ++u) f(u);
+    for (uint32_t u = m::bits(lo); u <= m::bits(hi); ++u) f(u);
   };
   range(-80.0f, -110.0f);  // subnormal results, the -104 select
   range(88.0f, 90.0f);     // overflow to inf, the 89 clamp
@@ -96,7 +85,7 @@ int64_t compare_lanes(uint64_t stride, Vec&& vec, Ref&& ref) {
       std::memcpy(&expected, &want, sizeof(T));
       if (got != expected && bad++ < 5) {
         char msg[80];
-        std::snprintf(msg, sizeof msg, "input 0x%08x: vector 0x%x, scalar 0x%x", bits_of(in[j]),
+        std::snprintf(msg, sizeof msg, "input 0x%08x: vector 0x%x, scalar 0x%x", m::bits(in[j]),
                       got, expected);
         FAIL_CHECK(msg);
       }
@@ -104,7 +93,7 @@ int64_t compare_lanes(uint64_t stride, Vec&& vec, Ref&& ref) {
     n = 0;
   };
   for_patterns(stride, [&](uint32_t u) {
-    in[n++] = f_of(u);
+    in[n++] = m::from_bits(u);
     if (n == L) flush();
   });
   if (n) flush();
@@ -140,8 +129,9 @@ TEST_CASE("vcvtne2ps2bf16 with its special-value fallback gives f32_to_bf16's co
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);
   int64_t bad = 0;
-  for (float special : {f_of(0x00000001u), f_of(0x807fffffu), f_of(0x7f800001u), f_of(0xffc12345u),
-                        INFINITY, -INFINITY, 0.0f, -0.0f})
+  for (float special :
+       {m::from_bits(0x00000001u), m::from_bits(0x807fffffu), m::from_bits(0x7f800001u),
+        m::from_bits(0xffc12345u), INFINITY, -INFINITY, 0.0f, -0.0f})
     for (int pos = 0; pos < 32; ++pos) {
       float in[32];
       uint16_t out[32];
@@ -178,8 +168,8 @@ void check_exp_activation(neuron::DType ddt, int64_t P, int64_t R, int64_t N, bo
   for (float& x : src) x = normal(rng);
   // Special values (NaN, +-inf, huge and subnormal) at many positions of the rows of every
   // third partition; the other rows' sums stay finite, so their order shows.
-  const float specials[] = {f_of(0x7fc00001u), -INFINITY, INFINITY, -1e30f,
-                            f_of(0x00000005u), -200.0f,   95.0f};
+  const float specials[] = {m::from_bits(0x7fc00001u), -INFINITY, INFINITY, -1e30f,
+                            m::from_bits(0x00000005u), -200.0f,   95.0f};
   for (size_t i = 0; i < src.size(); i += 37)
     if (i / (R * N) % 3 == 2) src[i] = specials[(i / 37) % 7];
   for (int64_t p = 0; p < P; ++p) {
@@ -214,10 +204,10 @@ void check_exp_activation(neuron::DType ddt, int64_t P, int64_t R, int64_t N, bo
       } else {
         uint32_t g;
         std::memcpy(&g, got, 4);
-        bad += g != bits_of(v);
+        bad += g != m::bits(v);
       }
     }
-    if (reduce) bad += bits_of(red[p]) != bits_of(b::reduce_finish(lane, neuron::AluOp::add));
+    if (reduce) bad += m::bits(red[p]) != m::bits(b::reduce_finish(lane, neuron::AluOp::add));
   }
   CHECK_MESSAGE(bad == 0, "dtype " << int(ddt) << " P=" << P << " R=" << R << " N=" << N
                                    << " reduce=" << reduce << " strided=" << strided_dst);
@@ -249,8 +239,9 @@ TEST_CASE("the copy kernel's AVX512-BF16 rows give f32_to_bf16's codes") {
     std::normal_distribution<float> normal(0.0f, 100.0f);
     std::vector<float> src(P * N);
     for (float& x : src) x = normal(rng);
-    const float specials[] = {f_of(0x7fc00001u), f_of(0xff812345u), -INFINITY, INFINITY,
-                              f_of(0x00000005u), f_of(0x807fffffu), 3e38f,     -0.0f};
+    const float specials[] = {
+        m::from_bits(0x7fc00001u), m::from_bits(0xff812345u), -INFINITY, INFINITY,
+        m::from_bits(0x00000005u), m::from_bits(0x807fffffu), 3e38f,     -0.0f};
     for (size_t i = 0; i < src.size(); i += 29)
       if (i / N % 2 == 1) src[i] = specials[(i / 29) % 8];
     std::vector<uint16_t> dst(P * N * dstep, 0);

@@ -642,6 +642,14 @@ TEST_CASE("native fp32 -> bf16 copy gives the simulator's bits on CPUs with and 
       compile_native(p, o).run(nat);
       check_bit_identical({sim[1]}, {nat[1]});
     }
+    // Only removals: an added feature, or an entry without a sign, is refused.
+    for (const char* bad : {"+avx512fp16", "avx512f", "-avx512bf16,,-avx512f"}) {
+      CAPTURE(std::string(bad));
+      NativeCompileOptions o;
+      o.cpu_features = bad;
+      CHECK_THROWS_WITH_AS(compile_native(p, o), doctest::Contains("does not remove a feature"),
+                           UserError);
+    }
   }
 }
 

@@ -98,6 +98,17 @@ native::JitOptions jit_options(const NativeCompileOptions& o, const Program& p) 
   j.stream_store_bytes = static_cast<int64_t>(
       std::min<std::uint64_t>(config().stream_store_bytes, INT64_MAX));
   j.profile = o.profile;
+  // Only removals: code using a feature this CPU lacks would stop on an illegal instruction.
+  for (size_t at = 0; at < o.cpu_features.size();) {
+    const size_t end = std::min(o.cpu_features.find(',', at), o.cpu_features.size());
+    const std::string f = o.cpu_features.substr(at, end - at);
+    if (f.size() < 2 || f[0] != '-')
+      user_error(Span{}, "config",
+                 "cpu_features '{}': '{}' does not remove a feature; write each entry as "
+                 "'-name' (e.g. '-avx512f'), since code for features this CPU lacks could not run",
+                 o.cpu_features, f);
+    at = end + 1;
+  }
   j.cpu_features = o.cpu_features;
   return j;
 }

@@ -480,10 +480,11 @@ inline bool is_int(int t) {
 #define NEURON_HOST_VECTORIZE
 #endif
 
-// The activation `exp` of fp32 rows on AVX-512 (builtins_avx512.hpp: the same bits as the
-// scalar definitions, 16 lanes at a time). Used where the CPU has the ISA: the library's copy
-// asks the CPU; in the JIT's bitcode the flags below are set from the host's features before
-// optimization, and the bodies a host lacks the ISA for are removed (lower_program.cpp).
+// The activation `exp` of fp32 rows and fp32 -> bf16 copies on AVX-512 (builtins_avx512.hpp:
+// the same bits as the scalar definitions, 16 lanes at a time). Used where the CPU has the ISA:
+// the library's copy asks the CPU; in the JIT's bitcode the flags below are set from the host's
+// features before optimization, and the bodies a host lacks the ISA for are removed
+// (lower_program.cpp).
 #if defined(__x86_64__)
 #ifdef NEURON_KERNELS_BITCODE
 extern "C" {

@@ -72,8 +72,8 @@ namespace neuron::builtins::avx512 {
   return exp16(_mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(s), scale), bias));
 }
 
-// f32_to_bf16 of 16 lanes, the scalar rule's integer steps (for CPUs without AVX512-BF16 and
-// the vectors vcvtne2ps2bf16 would get wrong).
+// f32_to_bf16 of 16 lanes, the scalar rule's integer steps: for the groups vcvtne2ps2bf16
+// would get wrong (store_bf16x32).
 [[gnu::always_inline]] NEURON_AVX512 inline __m256i bf16_rule16(__m512 v) {
   __m512i u = _mm512_castps_si512(v);
   const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
