@@ -498,13 +498,15 @@ inline bool host_avx512bf16() {
   return neuron_k_host_avx512bf16 != 0;
 }
 #else
+// The matmul dispatch's own check of the avx512 variant's ISA (matmul_kernel.cpp `supports`),
+// asked once (static state in the library's copy only; the bitcode's flags are above).
 inline bool host_avx512() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("fma");
+  static const bool yes = neuron_matmul_variant_supported("avx512") != 0;
+  return yes;
 }
 inline bool host_avx512bf16() {
-  return host_avx512() && __builtin_cpu_supports("avx512bf16");
+  static const bool yes = host_avx512() && __builtin_cpu_supports("avx512bf16");
+  return yes;
 }
 #endif
 
