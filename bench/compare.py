@@ -42,11 +42,22 @@ def checked(lib, seconds):
     return seconds
 
 
+def settle(seconds=0.25):
+    """Sleep before a contender is timed, so that the other contenders' worker threads have gone
+    to sleep. NumPy's OpenBLAS threads busy-wait for tens of milliseconds after each call and
+    take the cores from whatever runs next: on the 2-core Xeon of docs/performance.md, our 1024
+    fp32 matmul ran at 136-202 GFLOP/s right after `a @ b` and at 314-358 once 0.1 s had passed
+    (PyTorch's OpenMP team needs no wait: ours runs its programs on that team, native_run.cpp).
+    """
+    time.sleep(seconds)
+
+
 def median_time(fn, repeats, warmup=1, min_sample_s=0.02):
     """Median seconds per call over `repeats` samples. A sample of a call shorter than
     min_sample_s times a loop of enough calls to last that long (the warm-up measures one),
     so a 1 ms op is not judged on single calls, which a shared machine's scheduling swings by
-    2x."""
+    2x. Settles first (settle())."""
+    settle()
     t0 = time.perf_counter()
     for _ in range(warmup):
         fn()
@@ -161,6 +172,7 @@ def main():
         if not torch.allclose(out.double(), ref, rtol=tol, atol=tol * n ** 0.5):
             raise SystemExit(f"matmul {dtype} {n}: ours disagrees with the reference "
                              f"(max abs err {(out.double() - ref).abs().max().item():.3g})")
+        settle()
         t_ours = ours(reps)
         flops = 2.0 * n ** 3
         if "torch" in peers:
@@ -210,6 +222,7 @@ def softmax_case():
     checked(lib, lib.neuron_bench_softmax(r, c, args.threads, 0, x.data_ptr(), y.data_ptr()))
     if not torch.allclose(y, torch.softmax(x, dim=1), rtol=1e-5, atol=1e-6):
         raise SystemExit("softmax: ours disagrees with torch.softmax")
+    settle()
     t_ours = checked(lib, lib.neuron_bench_softmax(r, c, args.threads, reps, x.data_ptr(), y.data_ptr()))
     t = median_time(lambda: torch.softmax(x, dim=1), reps)
     # Bytes moved (read x, write out) are the natural unit; GFLOP/s uses ~5 flops per element.
@@ -240,6 +253,7 @@ def rmsnorm_case(dtype):
         raise SystemExit(f"rmsnorm {dtype}: ours disagrees with the reference "
                          f"(max abs err {(y.double() - ref).abs().max().item():.3g})")
     assert torch.allclose(peer().double(), ref, rtol=tol, atol=tol)
+    settle()
     t_ours = ours(reps)
     t = median_time(peer, reps)
     # ~4 flops per element (square, add, two multiplies).
