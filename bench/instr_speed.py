@@ -78,6 +78,15 @@ def cases(nl, nisa):
         nisa.tensor_scalar(ix, t, nl.add, 1.0, op1=nl.multiply, operand1=255.0)
         nisa.nc_n_gather(r, t, ix)
 
+    def top8_positions(t, r):
+        nisa.max8(r[:, 0:8], t)
+        ix = nl.ndarray((P, 8), nl.uint32)
+        nisa.nc_find_index8(ix, t, r[:, 0:8])
+
+    def top8_removed(t, r):
+        nisa.max8(r[:, 0:8], t)
+        nisa.nc_match_replace8(r, t, r[:, 0:8], -1e30)
+
     return [
         ("tensor_copy SBUF -> SBUF", lambda t, r: nisa.tensor_copy(r, t)),
         ("tensor_copy via PSUM (2 instructions)", psum_copy),
@@ -100,6 +109,8 @@ def cases(nl, nisa):
          lambda t, r: nisa.tensor_tensor_scan(r, t, t, 0.0, nl.multiply, nl.add)),
         ("bn_stats (per 512 elements)", lambda t, r: nisa.bn_stats(r[:, 0:6], t)),
         ("max8", lambda t, r: nisa.max8(r[:, 0:8], t)),
+        ("max8 + nc_find_index8 (top-8 positions)", top8_positions),
+        ("max8 + nc_match_replace8 (top-8 removed)", top8_removed),
         ("tensor_partition_reduce add", lambda t, r: nisa.tensor_partition_reduce(r[0:1, :], nl.add, t)),
         ("affine_select (causal mask)", lambda t, r: nisa.affine_select(r, [[-1, F]], 1, t, -9984.0)),
         ("rand2", lambda t, r: nisa.rand2(r, 0.0, 1.0)),

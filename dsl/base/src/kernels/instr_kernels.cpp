@@ -14,6 +14,9 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "neuron/base/builtins.hpp"
 #include "neuron/base/builtins_avx512.hpp"
@@ -1897,25 +1900,207 @@ void neuron_k_local_gather(const NView* d, const NView* s, const NView* idx, int
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
+}  // extern "C"
+
 // ---- vector selection and statistics (max8, nc_find_index8, nc_match_replace8, bn_stats,
-// bn_aggr), partition reduction and shuffles. Values compare and accumulate in fp32.
+// bn_aggr) and partition reduction. Values compare and accumulate in fp32. Each works on a
+// partition's values as one contiguous fp32 row (the row itself, or a converted copy), so that
+// its loops vectorize in the library's copy (these are host calls, docs/native.md): element by
+// element, with a dtype switch per value, max8 took 3.0 ns a value and bn_stats 2.6.
+namespace {
+
+// Whether v's partition rows are dense runs of esize-byte elements (the usual [P, n] tile).
+inline bool dense_rows(const NView& v, int esize) {
+  return v.size[1] == 1 && v.size[2] == 1 && v.size[3] == 1 && v.stride[kDims - 1] == esize;
+}
+
+// Partition row `row` of v (n values) as contiguous fp32: the row itself when v is a dense fp32
+// [P, n] view, else its values converted into buf (n floats).
+const float* f32_row(const NView& v, char* row, int vdt, int64_t n, float* buf) {
+  if (vdt == static_cast<int>(DType::float32) && dense_rows(v, 4))
+    return reinterpret_cast<const float*>(row);
+  for (int64_t j = 0; j < n; ++j) buf[j] = b::load_f32(element(v, row, j), dt(vdt));
+  return buf;
+}
+
+// max8's rule: the values of x[0..n) (n >= 8) inserted in order into a list of 8 sorted in
+// descending order, a value entering after the equal ones already there (earlier elements
+// rank first) and, once the list is full, only when it is above the last.
+struct Top8 {
+  float top[8];
+  int have = 0;
+  void insert(float v) {
+    if (have == 8 && !(v > top[7])) return;
+    int k = have < 8 ? have++ : 7;
+    while (k > 0 && v > top[k - 1]) {
+      top[k] = top[k - 1];
+      --k;
+    }
+    top[k] = v;
+  }
+};
+
+// Three steps on 16 floats at a time, in SSE (every x86-64 CPU has it; a scalar loop elsewhere):
+// g++ 12 left their plain loops scalar, with a branch or a dependent step per value.
+// The 16 lane maxima of x[0..n) (lane l: the largest of x[l], x[16 + l], ... over its whole
+// groups of 16), or false when x[0..n) holds a NaN.
+inline bool lane_maxima(const float* x, int64_t n, float out[16]) {
+  int64_t j = 0;
+  bool nan = false;
+#if defined(__SSE2__)
+  __m128 m[4], bad = _mm_setzero_ps();
+  for (int q = 0; q < 4; ++q) m[q] = _mm_loadu_ps(x + 4 * q);
+  for (; j + 16 <= n; j += 16)
+    for (int q = 0; q < 4; ++q) {
+      const __m128 v = _mm_loadu_ps(x + j + 4 * q);
+      bad = _mm_or_ps(bad, _mm_cmpunord_ps(v, v));
+      m[q] = _mm_max_ps(v, m[q]);  // v > m ? v : m
+    }
+  for (int q = 0; q < 4; ++q) _mm_storeu_ps(out + 4 * q, m[q]);
+  nan = _mm_movemask_ps(bad) != 0;
+#else
+  for (int l = 0; l < 16; ++l) out[l] = x[l];
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l) {
+      nan |= x[j + l] != x[j + l];
+      out[l] = x[j + l] > out[l] ? x[j + l] : out[l];
+    }
+#endif
+  for (; j < n; ++j) nan |= x[j] != x[j];
+  return !nan;
+}
+
+// Whether any of x[0..16) is at least t.
+inline bool any16_at_least(const float* x, float t) {
+#if defined(__SSE2__)
+  const __m128 tt = _mm_set1_ps(t);
+  __m128 any = _mm_setzero_ps();
+  for (int q = 0; q < 4; ++q) any = _mm_or_ps(any, _mm_cmpge_ps(_mm_loadu_ps(x + 4 * q), tt));
+  return _mm_movemask_ps(any) != 0;
+#else
+  bool any = false;
+  for (int l = 0; l < 16; ++l) any |= x[l] >= t;
+  return any;
+#endif
+}
+
+// How many of x[0..16) equal v.
+inline int count16_equal(const float* x, float v) {
+#if defined(__SSE2__)
+  const __m128 vv = _mm_set1_ps(v);
+  int c = 0;
+  for (int q = 0; q < 4; ++q)
+    c += __builtin_popcount(
+        static_cast<unsigned>(_mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + 4 * q), vv))));
+  return c;
+#else
+  int c = 0;
+  for (int l = 0; l < 16; ++l) c += x[l] == v;
+  return c;
+#endif
+}
+
+// Without NaNs the rule keeps the first 8 of the row stably sorted by descending value, so
+// leaving out values below the 8th of the result changes nothing. The 8th largest of the 16
+// lane maxima is at most that (8 distinct elements reach it): only the values that reach it
+// are inserted, found 16 at a time (on uniform values about 11 of 512 reach it), instead of a
+// branch per value that mispredicts at every insertion. Rows with a NaN (their
+// comparisons fail) or under 16 values take the rule value by value.
+NEURON_HOST_CLONES void top8(const float* x, int64_t n, float top[8]) {
+  Top8 t;
+  float lanes[16];
+  if (n >= 16 && lane_maxima(x, n, lanes)) {
+    Top8 g;
+    for (float v : lanes) g.insert(v);
+    const float floor = g.top[7];
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+      if (any16_at_least(x + j, floor))
+        for (int l = 0; l < 16; ++l)
+          if (x[j + l] >= floor) t.insert(x[j + l]);
+    for (; j < n; ++j)
+      if (x[j] >= floor) t.insert(x[j]);
+  } else {
+    for (int64_t j = 0; j < n; ++j) t.insert(x[j]);
+  }
+  for (int k = 0; k < 8; ++k) top[k] = t.top[k];
+}
+
+// The position of the (skip + 1)-th value equal to v in x[0..n), or -1. Groups of 16 with no
+// more than `skip` equal values are counted whole.
+NEURON_HOST_CLONES int64_t nth_equal(const float* x, int64_t n, float v, int skip) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const int c = count16_equal(x + j, v);
+    if (c > skip) break;
+    skip -= c;
+  }
+  for (; j < n; ++j)
+    if (x[j] == v && skip-- == 0) return j;
+  return -1;
+}
+
+// The positions in the row x (n values) of the 8 values v: value k matches the first
+// occurrence not already matched by an equal value before it (-1: none). Reversed
+// (nc_match_replace8's order), the values are taken from k = 7 down: of equal values the last
+// slot gets the first occurrence.
+void match8(const float* x, int64_t n, const float v[8], int64_t pos[8], bool reverse) {
+  for (int k = 0; k < 8; ++k) {
+    int skip = 0;
+    for (int j = 0; j < 8; ++j) skip += (reverse ? j > k : j < k) && v[j] == v[k];
+    pos[k] = nth_equal(x, n, v[k], skip);
+  }
+}
+
+// bn_stats of one parity of a row: the count, the mean and M2 (the sum of squared deviations)
+// of x[parity], x[parity + 2], ... (n values in all in the row), both sums in the lane-blocked
+// order of every free-axis reduction (builtins.hpp reduce_run; docs/numerics.md "Reductions").
+NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void bn_moments(const float* x, int64_t n, int parity,
+                                                         float out[3]) {
+  const int64_t c = (n - parity + 1) / 2;
+  float lane[b::kReduceLanes];
+  b::reduce_init(lane, AluOp::add);
+  b::reduce_run(lane, AluOp::add, 0, c, [&](int64_t i) { return x[parity + 2 * i]; });
+  const float count = static_cast<float>(c);
+  const float mean = c > 0 ? b::reduce_finish(lane, AluOp::add) / count : 0.0f;
+  b::reduce_init(lane, AluOp::add);
+  b::reduce_run(lane, AluOp::add, 0, c, [&](int64_t i) {
+    const float e = x[parity + 2 * i] - mean;
+    return e * e;
+  });
+  out[0] = count;
+  out[1] = mean;
+  out[2] = b::reduce_finish(lane, AluOp::add);
+}
+
+// acc[j] = op(acc[j], r[j]): one step of tensor_partition_reduce's chain for every column.
+template <AluOp Op>
+NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void combine_row(float* acc, const float* r, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] = b::alu(Op, acc[j], r[j]);
+}
+void combine_row(AluOp op, float* acc, const float* r, int64_t n) {
+  switch (op) {
+    case AluOp::add:
+      return combine_row<AluOp::add>(acc, r, n);
+    case AluOp::maximum:
+      return combine_row<AluOp::maximum>(acc, r, n);
+    case AluOp::minimum:
+      return combine_row<AluOp::minimum>(acc, r, n);
+    default:
+      for (int64_t j = 0; j < n; ++j) acc[j] = b::alu(op, acc[j], r[j]);
+  }
+}
+
+}  // namespace
+
+extern "C" {
 
 void neuron_k_max8(const NView* d, const NView* s, int ddt, int sdt) {
   const int64_t P = d->size[0], n = per_partition(*s);
+  Scratch<float> buf(n);
   for (int64_t p = 0; p < P; ++p) {
     float top[8];
-    int have = 0;
-    char* row = s->base + p * s->stride[0];
-    for (int64_t j = 0; j < n; ++j) {
-      const float v = b::load_f32(element(*s, row, j), dt(sdt));
-      if (have == 8 && !(v > top[7])) continue;
-      int k = have < 8 ? have++ : 7;  // insert after equal values: earlier elements rank first
-      while (k > 0 && v > top[k - 1]) {
-        top[k] = top[k - 1];
-        --k;
-      }
-      top[k] = v;
-    }
+    top8(f32_row(*s, s->base + p * s->stride[0], sdt, n, buf.data), n, top);
     char* out = d->base + p * d->stride[0];
     for (int k = 0; k < 8; ++k) b::store_f32(element(*d, out, k), dt(ddt), top[k]);
   }
@@ -1923,37 +2108,26 @@ void neuron_k_max8(const NView* d, const NView* s, int ddt, int sdt) {
 }
 
 namespace {
-// The positions in data's row of the 8 values of vals' row: value k matches the first
-// occurrence not already matched by an equal value before it (-1: none). Reversed
-// (nc_match_replace8's order), the values are taken from k = 7 down: of equal values the last
-// slot gets the first occurrence.
-void match8(const NView& data, char* row, int sdt, const NView& vals, char* vrow, int vdt,
-            int64_t pos[8], bool reverse) {
-  const int64_t n = per_partition(data);
-  float v[8];
-  for (int k = 0; k < 8; ++k) v[k] = b::load_f32(element(vals, vrow, k), dt(vdt));
-  for (int k = 0; k < 8; ++k) {
-    int skip = 0;
-    for (int j = 0; j < 8; ++j) skip += (reverse ? j > k : j < k) && v[j] == v[k];
-    pos[k] = -1;
-    for (int64_t j = 0; j < n; ++j)
-      if (b::load_f32(element(data, row, j), dt(sdt)) == v[k] && skip-- == 0) {
-        pos[k] = j;
-        break;
-      }
-  }
+// The 8 values of vals' partition p, as fp32.
+void vals8(const NView& vals, int vdt, int64_t p, float v[8]) {
+  char* row = vals.base + p * vals.stride[0];
+  for (int k = 0; k < 8; ++k) v[k] = b::load_f32(element(vals, row, k), dt(vdt));
 }
 }  // namespace
 
 void neuron_k_find_index8(const NView* d, const NView* data, const NView* vals, int ddt, int sdt,
                           int vdt, int reverse) {
-  const int64_t P = d->size[0];
+  const int64_t P = d->size[0], n = per_partition(*data);
+  Scratch<float> buf(n);
   for (int64_t p = 0; p < P; ++p) {
+    float v[8];
+    vals8(*vals, vdt, p, v);
     int64_t pos[8];
-    match8(*data, data->base + p * data->stride[0], sdt, *vals, vals->base + p * vals->stride[0],
-           vdt, pos, reverse != 0);
+    match8(f32_row(*data, data->base + p * data->stride[0], sdt, n, buf.data), n, v, pos,
+           reverse != 0);
     char* out = d->base + p * d->stride[0];
-    for (int k = 0; k < 8; ++k) b::store_int_bits(element(*d, out, k), dt(ddt), pos[k]);  // -1: all ones
+    for (int k = 0; k < 8; ++k)  // -1: all ones
+      b::store_int_bits(element(*d, out, k), dt(ddt), pos[k]);
   }
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
@@ -1963,12 +2137,21 @@ void neuron_k_match_replace8(const NView* d, const NView* data, const NView* val
   Snapshot sd(data, sdt, d, ddt), sv(vals, vdt, d, ddt);
   const NView& src = *sd.view;
   const int64_t P = d->size[0], n = per_partition(*d);
+  const int esize = neuron::dtype_bytes(dt(ddt));
+  Scratch<float> buf(n);
   for (int64_t p = 0; p < P; ++p) {
     char* row = src.base + p * src.stride[0];
+    float v[8];
+    vals8(*sv.view, vdt, p, v);
     int64_t pos[8];
-    match8(src, row, sdt, *sv.view, sv.view->base + p * sv.view->stride[0], vdt, pos, true);
+    match8(f32_row(src, row, sdt, n, buf.data), n, v, pos, true);
     char* out = d->base + p * d->stride[0];
-    for (int64_t j = 0; j < n; ++j) move_element(element(*d, out, j), ddt, element(src, row, j), sdt);
+    if (ddt == sdt && dense_rows(*d, esize) && dense_rows(src, esize)) {
+      if (out != row) std::memcpy(out, row, static_cast<size_t>(n * esize));  // exactly d, or apart
+    } else {
+      for (int64_t j = 0; j < n; ++j)
+        move_element(element(*d, out, j), ddt, element(src, row, j), sdt);
+    }
     for (int k = 0; k < 8; ++k)
       if (pos[k] >= 0) b::store_f32(element(*d, out, pos[k]), dt(ddt), static_cast<float>(imm));
   }
@@ -1977,21 +2160,14 @@ void neuron_k_match_replace8(const NView* d, const NView* data, const NView* val
 
 void neuron_k_bn_stats(const NView* d, const NView* s, int ddt, int sdt) {
   const int64_t P = d->size[0], n = per_partition(*s);
+  Scratch<float> buf(n);
   for (int64_t p = 0; p < P; ++p) {
-    char* row = s->base + p * s->stride[0];
+    const float* x = f32_row(*s, s->base + p * s->stride[0], sdt, n, buf.data);
     char* out = d->base + p * d->stride[0];
-    for (int64_t parity = 0; parity < 2; ++parity) {  // even-indexed, then odd-indexed elements
-      float sum = 0, m2 = 0, count = 0;
-      for (int64_t j = parity; j < n; j += 2) sum += b::load_f32(element(*s, row, j), dt(sdt));
-      for (int64_t j = parity; j < n; j += 2) count += 1;
-      const float mean = count > 0 ? sum / count : 0.0f;
-      for (int64_t j = parity; j < n; j += 2) {
-        const float e = b::load_f32(element(*s, row, j), dt(sdt)) - mean;
-        m2 += e * e;
-      }
-      b::store_f32(element(*d, out, 3 * parity), dt(ddt), count);
-      b::store_f32(element(*d, out, 3 * parity + 1), dt(ddt), mean);
-      b::store_f32(element(*d, out, 3 * parity + 2), dt(ddt), m2);
+    for (int parity = 0; parity < 2; ++parity) {  // even-indexed, then odd-indexed elements
+      float m[3];
+      bn_moments(x, n, parity, m);
+      for (int i = 0; i < 3; ++i) b::store_f32(element(*d, out, 3 * parity + i), dt(ddt), m[i]);
     }
   }
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
@@ -2020,23 +2196,27 @@ void neuron_k_bn_aggr(const NView* d, const NView* s, int ddt, int sdt) {
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
 
+// Column j of the result is op(... op(op(x[0][j], x[1][j]), x[2][j]) ..., x[P-1][j]); the
+// partitions are walked outside, so each step runs along the row (combine_row).
 void neuron_k_partition_reduce(const NView* d, const NView* s, int ddt, int sdt, int op_) {
   const AluOp op = static_cast<AluOp>(op_);
   const int64_t P = s->size[0], n = per_partition(*s);
   char* out = d->base;
-  const bool bits = b::alu_is_bitvec(op) && is_int(ddt) && is_int(sdt);
-  for (int64_t j = 0; j < n; ++j) {
-    if (bits) {
+  if (b::alu_is_bitvec(op) && is_int(ddt) && is_int(sdt)) {
+    for (int64_t j = 0; j < n; ++j) {
       int64_t acc = b::load_int(element(*s, s->base, j), dt(sdt));
       for (int64_t p = 1; p < P; ++p)
-        acc = b::alu_bits(op, acc, b::load_int(element(*s, s->base + p * s->stride[0], j), dt(sdt)));
+        acc = b::alu_bits(op, acc,
+                          b::load_int(element(*s, s->base + p * s->stride[0], j), dt(sdt)));
       b::store_int_bits(element(*d, out, j), dt(ddt), acc);
-    } else {
-      float acc = b::load_f32(element(*s, s->base, j), dt(sdt));
-      for (int64_t p = 1; p < P; ++p)
-        acc = b::alu(op, acc, b::load_f32(element(*s, s->base + p * s->stride[0], j), dt(sdt)));
-      b::store_f32(element(*d, out, j), dt(ddt), acc);
     }
+  } else {
+    Scratch<float> acc(n), buf(n);
+    const float* first = f32_row(*s, s->base, sdt, n, buf.data);
+    std::memcpy(acc.data, first, sizeof(float) * static_cast<size_t>(n));
+    for (int64_t p = 1; p < P; ++p)
+      combine_row(op, acc.data, f32_row(*s, s->base + p * s->stride[0], sdt, n, buf.data), n);
+    for (int64_t j = 0; j < n; ++j) b::store_f32(element(*d, out, j), dt(ddt), acc.data[j]);
   }
   clear_flags(*d, neuron::dtype_bytes(dt(ddt)));
 }
@@ -2077,6 +2257,30 @@ RngState rng_state(const NView& st, int64_t p) {
   return {word(st, p, 0) | static_cast<uint64_t>(word(st, p, 1)) << 32,
           word(st, p, 2) | static_cast<uint64_t>(word(st, p, 3)) << 32};
 }
+// rng's values for one dense fp32 row (the same expression as the general loop in
+// neuron_k_rng, without a dtype switch per value): value i from counter + i, a value that
+// reaches a positive `high` (clamp) replaced by `below`, the float under it.
+NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void rng_row_f32(float* out, int64_t n, RngState s,
+                                                          double low, double high, bool clamp,
+                                                          float below) {
+  const float hi = static_cast<float>(high);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t bits = b::rng_bits(s.key, s.counter + static_cast<uint64_t>(i));
+    const float v = static_cast<float>(low + (high - low) * b::rng_unit(bits));
+    out[i] = clamp && v >= hi ? below : v;
+  }
+}
+
+// dropout of one row of 4-byte elements (dense rows): an element whose draw is under prob
+// becomes 0 (all zero bits in every 4-byte dtype), the others keep their bits.
+NEURON_HOST_CLONES NEURON_HOST_VECTORIZE void dropout_row32(uint32_t* out, const uint32_t* in,
+                                                            int64_t n, RngState s, float prob) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float u = b::rng_unit(b::rng_bits(s.key, s.counter + static_cast<uint64_t>(i)));
+    out[i] = in[i] & (0u - static_cast<uint32_t>(!(u < prob)));  // a mask, not a branch
+  }
+}
+
 void set_rng_state(const NView& st, int64_t p, RngState s) {
   set_word(st, p, 0, static_cast<uint32_t>(s.key));
   set_word(st, p, 1, static_cast<uint32_t>(s.key >> 32));
@@ -2100,6 +2304,15 @@ void neuron_k_rng(const NView* d, const NView* st, int ddt, double low, double h
     --v;
     std::memcpy(below_high, &v, esize);
   }
+  const bool clamp = fl && high > 0 && high > low;
+  if (ddt == static_cast<int>(DType::float32) && dense_rows(*d, 4)) {
+    float below;
+    std::memcpy(&below, below_high, 4);
+    for (int64_t p = 0; p < P; ++p)
+      rng_row_f32(reinterpret_cast<float*>(d->base + p * d->stride[0]), n, rng_state(*st, p), low,
+                  high, clamp, below);
+    return clear_flags(*d, 4);
+  }
   for (int64_t p = 0; p < P; ++p) {
     const RngState s = rng_state(*st, p);
     char* row = d->base + p * d->stride[0];
@@ -2108,7 +2321,7 @@ void neuron_k_rng(const NView* d, const NView* st, int ddt, double low, double h
       char* e = element(*d, row, i);
       if (fl) {
         b::store_f32(e, dt(ddt), static_cast<float>(low + (high - low) * b::rng_unit(bits)));
-        if (high > 0 && high > low && b::load_f32(e, dt(ddt)) >= static_cast<float>(high))
+        if (clamp && b::load_f32(e, dt(ddt)) >= static_cast<float>(high))
           std::memcpy(e, below_high, esize);
       } else
         b::store_int_bits(e, dt(ddt), static_cast<int64_t>(bits & 0xffffffffu));
@@ -2123,6 +2336,13 @@ void neuron_k_dropout(const NView* d, const NView* s, const NView* st, const NVi
   const int esize = neuron::dtype_bytes(dt(ddt));
   Scratch<float> pr(P);
   column(prob, pdt, prob_imm, P, pr.data);
+  if (ddt == sdt && esize == 4 && dense_rows(*d, 4) && dense_rows(*s, 4)) {
+    for (int64_t p = 0; p < P; ++p)
+      dropout_row32(reinterpret_cast<uint32_t*>(d->base + p * d->stride[0]),
+                    reinterpret_cast<const uint32_t*>(s->base + p * s->stride[0]), n,
+                    rng_state(*st, p), pr.data[p]);
+    return clear_flags(*d, 4);
+  }
   for (int64_t p = 0; p < P; ++p) {
     const RngState rs = rng_state(*st, p);
     char* row = d->base + p * d->stride[0];

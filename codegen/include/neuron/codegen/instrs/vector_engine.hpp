@@ -227,7 +227,7 @@ struct InstrDef<Opcode::nc_match_replace8> {
 };
 
 // dst[p, :] = [count, mean, count * variance] of the even-indexed elements of data[p, :], then
-// of the odd-indexed ones (fp32, two passes).
+// of the odd-indexed ones (fp32; the sums in the lane-blocked order, docs/numerics.md).
 template <>
 struct InstrDef<Opcode::bn_stats> {
   static void check(const Operands& o) {
