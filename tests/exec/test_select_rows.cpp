@@ -36,6 +36,17 @@ uint32_t bits(float f) {
   return u;
 }
 
+// f rounded to bf16 (to nearest, ties to even; NaN kept as it is): a tile's value, written
+// from the rule (docs/numerics.md) rather than taken from the builtins under test.
+float bf16_value(float f) {
+  if (std::isnan(f)) return f;
+  uint32_t u = bits(f);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float g;
+  std::memcpy(&g, &u, 4);
+  return g;
+}
+
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -166,15 +177,7 @@ TEST_CASE("nc_find_index8 and nc_match_replace8 on long rows, bf16 data included
                            },
                            {{{16, F}, DType::float32}, {{16, 8}, DType::float32}});
     // The row's values as the kernel compares them (rounded to bf16 where the tile is bf16).
-    auto as_dt = [&](float f) {
-      if (dt == DType::float32) return f;
-      uint32_t u = bits(f);
-      if (std::isnan(f)) return f;
-      u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-      float g;
-      std::memcpy(&g, &u, 4);
-      return g;
-    };
+    auto as_dt = [&](float f) { return dt == DType::float32 ? f : bf16_value(f); };
     std::vector<std::vector<float>> seen = rows;
     for (auto& x : seen)
       for (auto& f : x) f = as_dt(f);
@@ -242,13 +245,8 @@ TEST_CASE("bn_stats sums each parity in the lane-blocked order, bit for bit") {
         for (int parity = 0; parity < 2; ++parity) {
           std::vector<float> v;
           for (int64_t j = parity; j < F; j += 2) {
-            float f = rows[static_cast<size_t>(p)][static_cast<size_t>(j)];
-            if (dt == DType::bfloat16) {  // the tile's value (finite inputs)
-              uint32_t u = bits(f);
-              u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-              std::memcpy(&f, &u, 4);
-            }
-            v.push_back(f);
+            const float f = rows[static_cast<size_t>(p)][static_cast<size_t>(j)];
+            v.push_back(dt == DType::bfloat16 ? bf16_value(f) : f);  // the tile's value
           }
           const float count = static_cast<float>(v.size());
           const float mean = v.empty() ? 0.0f : lane_sum(v) / count;
@@ -298,18 +296,10 @@ TEST_CASE("tensor_partition_reduce of bf16 partitions: each column's chain in pa
                          },
                          {{{P, F}, DType::float32}});
   auto r = run_both(build(k), {tensor_of(rows)});
-  auto bf = [](float f) {
-    uint32_t u = bits(f);
-    if (std::isnan(f) || std::isinf(f)) return f;
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    float g;
-    std::memcpy(&g, &u, 4);
-    return g;
-  };
   for (int64_t j = 0; j < F; ++j) {
-    float s = bf(rows[0][static_cast<size_t>(j)]), lo = s, hi = s;
+    float s = bf16_value(rows[0][static_cast<size_t>(j)]), lo = s, hi = s;
     for (int64_t p = 1; p < P; ++p) {
-      const float v = bf(rows[static_cast<size_t>(p)][static_cast<size_t>(j)]);
+      const float v = bf16_value(rows[static_cast<size_t>(p)][static_cast<size_t>(j)]);
       s = s + v;
       const float wl = v != v ? lo : v, wh = v != v ? hi : v;  // min_f32 / max_f32 (builtins.hpp)
       lo = lo < wl ? lo : wl;
