@@ -117,6 +117,27 @@ def test_matmul_accumulators_start_with_the_first_k_chunk():
             assert [r["op"] for r in profile.rows if r["op"] == "memset"] == [], profile
 
 
+def test_linear_bias_gradient_is_the_column_sums_in_row_order():
+    # The bias gradient is a matmul, 1^T @ dy: nc_matmul's fp32 rule makes each column's sum
+    # one fma per row of dy in increasing row order (products by 1 are exact), across K chunks
+    # (300 rows: two whole chunks and a tail) and PSUM banks (600 columns: two). Written from
+    # that rule: a float32 running sum. dy's values span 2^-12 to 2^12, so another order of
+    # the additions (pairwise, or dy's rows summed in blocks) gives other bits.
+    m, n = 300, 600
+    gen = torch.Generator().manual_seed(54)
+    dy = torch.randn(m, n, generator=gen) * torch.exp2(torch.randint(-12, 13, (m, n),
+                                                                     generator=gen).float())
+    expected = torch.zeros(n)
+    for row in dy:
+        expected = expected + row  # float32 adds, one rounding each, rows in order
+    x = rand(m, 40, seed=55).requires_grad_()
+    w, b = rand(n, 40, seed=56).requires_grad_(), rand(n, seed=57).requires_grad_()
+    with no_fallbacks():
+        ops.linear(x, w, b).backward(dy)
+    assert torch.equal(b.grad, expected)
+    assert not torch.equal(dy.sum(0), expected)  # the data tells the orders apart
+
+
 @pytest.mark.parametrize("bias", [False, True])
 def test_linear_and_matmul_over_an_odd_row_count_split_in_two(bias):
     # 257 rows have no divisor leaving 128 rows a program: one zero row more splits them in two

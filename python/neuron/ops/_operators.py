@@ -380,7 +380,7 @@ def _linear_setup(ctx, inputs, output):
 
 
 def _linear_backward(ctx, dy):
-    # y = x w^T + b: dx = dy w, dw = dy^T x, db = dy^T 1 (all on the matmul kernel)
+    # y = x w^T + b: dx = dy w, dw = dy^T x, db = 1^T dy (all on the matmul kernel)
     x, weight = ctx.saved_tensors
     dy = dy.contiguous()
     dx = dw = db = None
@@ -393,8 +393,14 @@ def _linear_backward(ctx, dy):
     if ctx.needs_input_grad[1]:
         dw = call("matmul", dy, x, True)
     if ctx.has_bias and ctx.needs_input_grad[2]:
+        # One row of output, ones[M, 1]^T @ dy, not dy^T @ ones: dy is then the moving operand,
+        # read once where it lies, instead of the stationary one, copied on chip as a row
+        # group's panel and read again for a one-column product. The same sums in the same
+        # order (each column's fma chain over the rows of dy), 3-4x faster: [2048, 1024] fp32,
+        # 2 threads, 0.84 -> 0.24 ms; [8192, 4096] 18.0 -> 4.9 ms (torch's dy.sum(0): 9.6 ms;
+        # Intel Xeon, session 54).
         ones = dy.new_ones((dy.shape[0], 1))
-        db = call("matmul", dy, ones, True).reshape(dy.shape[1])
+        db = call("matmul", ones, dy, True).reshape(dy.shape[1])
     return dx, dw, db
 
 
