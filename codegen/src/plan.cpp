@@ -68,7 +68,20 @@ bool apart(Span1 a, Span1 b) {
 
 bool may_overlap(const AccessPattern& a, const AccessPattern& b) {
   if (a.memory != b.memory) return false;
-  if (!is_on_chip(a.memory)) return a.tensor == b.tensor;
+  if (!is_on_chip(a.memory)) {
+    if (a.tensor != b.tensor) return false;
+    // One tensor: apart when the offsets differ by a constant and the element ranges, shifted
+    // by it, do not meet. The operands of one instruction (or of one straight run) see the
+    // same loop variables and program ids, so equal terms are equal values; not registers,
+    // which an instruction between two others may set. A matmul's row group stores
+    // out[pid * rows + c, n0 + ...] for c = 0, 128, ...: one run (lower_program.cpp) now takes
+    // them all, and each PSUM copy fuses with its store.
+    const Affine diff = a.offset - b.offset;
+    if (!diff.is_constant() || a.dims.empty() || b.dims.empty()) return true;
+    for (const Affine::Term& t : a.offset.terms)
+      if (is_register_var(t.var)) return true;
+    return !apart(extent(diff.constant, a.dims, 0, 1, 1), extent(0, b.dims, 0, 1, 1));
+  }
   if (a.dims.empty() || b.dims.empty()) return true;
   // Partitions: dim 0 is {step (0 or 1), count} from `partition`.
   if (a.partition.is_constant() && b.partition.is_constant()) {

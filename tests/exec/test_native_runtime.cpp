@@ -172,6 +172,32 @@ TEST_CASE("may_overlap: the partial-overlap check is compiled in only where byte
   CHECK_FALSE(may_overlap(hbm2(0, f32, 16, 16, 16), hbm2(1, f32, 16, 16, 16)));
 }
 
+TEST_CASE("may_overlap: two views of one HBM tensor whose offsets differ by a constant") {
+  using native::may_overlap;
+  // A matmul's output row blocks: out[pid0 * 256 + {0, 128}, i1 * 512 : +512] of a [*, 1024]
+  // tensor. The same loop variable and program id in both, so they are 128 rows apart.
+  const Affine at = Affine::var("pid0", 256 * 1024) + Affine::var("i1", 512);
+  CHECK_FALSE(
+      may_overlap(hbm2(0, f32, 128, 512, 1024, at), hbm2(0, f32, 128, 512, 1024, at + 128 * 1024)));
+  // One element short of that: the last row of the first block reaches the second's first.
+  CHECK(may_overlap(hbm2(0, f32, 128, 512, 1024, at),
+                    hbm2(0, f32, 128, 512, 1024, at + 127 * 1024 + 511)));
+  CHECK_FALSE(may_overlap(hbm2(0, f32, 128, 512, 1024, at),
+                          hbm2(0, f32, 128, 512, 1024, at + 127 * 1024 + 512)));
+  // Offsets that differ by more than a constant (another loop variable, another coefficient)
+  // are not compared: assumed to overlap.
+  CHECK(may_overlap(hbm2(0, f32, 128, 512, 1024, at),
+                    hbm2(0, f32, 128, 512, 1024, Affine::var("i2", 512) + 128 * 1024)));
+  CHECK(may_overlap(hbm2(0, f32, 128, 512, 1024, Affine::var("i1", 512)),
+                    hbm2(0, f32, 128, 512, 1024, Affine::var("i1", 1024) + 128 * 1024)));
+  // A register may change between two instructions: equal terms are not equal values.
+  const Affine reg = Affine::var("r0", 1024);
+  CHECK(may_overlap(hbm2(0, f32, 128, 512, 1024, reg),
+                    hbm2(0, f32, 128, 512, 1024, reg + 128 * 1024)));
+  // Interleaved rows (even and odd) share no element but their ranges meet: assumed to overlap.
+  CHECK(may_overlap(hbm2(0, f32, 64, 512, 2048), hbm2(0, f32, 64, 512, 2048, 1024)));
+}
+
 TEST_CASE("native shape errors are found at compile time with the simulator's rule") {
   InstrArgs a;
   a.op0 = AluOp::add;

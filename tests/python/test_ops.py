@@ -138,6 +138,23 @@ def test_linear_bias_gradient_is_the_column_sums_in_row_order():
     assert not torch.equal(dy.sum(0), expected)  # the data tells the orders apart
 
 
+def test_matmul_output_stores_fuse_with_their_psum_copies():
+    # A row group's subtiles store out[row0 + 0:128, ...], out[row0 + 128:256, ...], ...: views
+    # of one tensor at offsets a constant apart, so the native backend keeps them in one run
+    # and runs each PSUM copy and its store as one pass (a fused chain: no separate store, and
+    # no SBUF tile written and read back). A is given transposed with one K chunk, so its panel
+    # load is read in place too: no DMA is left in the profile. The result still matches.
+    with no_fallbacks():
+        a, c = rand(128, 512, seed=58), rand(128, 512, seed=59)
+        with ops.profiled() as runs:
+            got = torch.ops.neuron.matmul(a, c, True, False)
+        torch.testing.assert_close(got, (a.double().t() @ c.double()).float(), rtol=1e-5,
+                                   atol=1e-5)
+        (name, profile), = runs
+        assert sum(r["op"] == "tensor_copy" for r in profile.rows) >= 2, profile
+        assert [r for r in profile.rows if r["op"] == "dma_copy"] == [], profile
+
+
 @pytest.mark.parametrize("bias", [False, True])
 def test_linear_and_matmul_over_an_odd_row_count_split_in_two(bias):
     # 257 rows have no divisor leaving 128 rows a program: one zero row more splits them in two

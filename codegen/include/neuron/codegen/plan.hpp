@@ -41,7 +41,10 @@ struct Span1 {
 Span1 extent(int64_t start, const std::vector<AccessPattern::Dim>& dims, size_t first, int64_t unit,
              int64_t last_unit);
 // Whether two operands of one instruction can share bytes (conservative: true unless their
-// memories, tensors, partitions or byte ranges are provably apart).
+// memories, tensors, partitions or byte ranges are provably apart). For the operands of one
+// instruction or one straight run of them: offsets are compared for the same values of the
+// loop variables and program ids (two views of one HBM tensor whose offsets differ by a
+// constant are apart when their ranges are), never across iterations.
 bool may_overlap(const AccessPattern& a, const AccessPattern& b);
 // The bytes of each partition an on-chip view at a constant offset may touch, every rotating
 // slot included (what may_overlap compares).
