@@ -26,6 +26,11 @@ struct BothResults {
   std::vector<Tensor> sim, native;
 };
 
+// A traced kernel through the pipeline with the default options (what a user's call does).
+inline Compiled compile_default(const Kernel& k) {
+  return compile(k, default_compile_options());
+}
+
 // Index of the first element whose bytes differ, or -1.
 inline int64_t first_bit_difference(const Tensor& a, const Tensor& b) {
   const size_t e = static_cast<size_t>(dtype_bytes(a.dtype()));

@@ -16,6 +16,7 @@ namespace nl = neuron::nl;
 namespace isa = neuron::isa;
 using neuron::DType;
 using neuron::Tensor;
+using neuron::testing::compile_default;
 using neuron::testing::run_both;
 
 namespace {
@@ -30,10 +31,6 @@ Tensor ints(std::vector<int64_t> shape, const std::vector<int64_t>& v) {
   Tensor t = Tensor::empty(std::move(shape), DType::int32);
   for (int64_t i = 0; i < t.elements(); ++i) t.set(i, static_cast<float>(v[static_cast<size_t>(i)]));
   return t;
-}
-
-neuron::Compiled build(const neuron::Kernel& k) {
-  return neuron::compile(k, neuron::default_compile_options());
 }
 
 // Both executors must fail with a UserError whose message contains every piece of `needles`.
@@ -69,7 +66,7 @@ TEST_CASE("indirect load gathers rows; a bad row index names itself, or is skipp
   Tensor table = ramp({100, 64});
   std::vector<int64_t> iv(32);
   for (int64_t p = 0; p < 32; ++p) iv[p] = (p * 37 + 5) % 100;
-  auto c = build(kernel(nl::oob_mode::error));
+  auto c = compile_default(kernel(nl::oob_mode::error));
   auto r = run_both(c, {table, ints({32, 1}, iv)});
   for (int64_t p = 0; p < 32; ++p)
     for (int64_t f = 0; f < 64; ++f)
@@ -82,7 +79,7 @@ TEST_CASE("indirect load gathers rows; a bad row index names itself, or is skipp
   both_fail(sim, nat, {"row index 100", "element 7", "100 rows", "'in0'", "oob_mode=skip",
                        "test_dynamic.cpp"});
 
-  auto skip = build(kernel(nl::oob_mode::skip));
+  auto skip = compile_default(kernel(nl::oob_mode::skip));
   auto s = run_both(skip, {table, bad});
   for (int64_t f = 0; f < 64; ++f) CHECK(s.sim[0].get(7 * 64 + f) == 0.0f);  // left alone
   CHECK(s.sim[0].get(8 * 64) == table.get(iv[8] * 64));
@@ -99,7 +96,7 @@ TEST_CASE("indirect store scatters rows") {
   std::vector<int64_t> iv(16);
   for (int64_t p = 0; p < 16; ++p) iv[p] = 49 - 3 * p;
   Tensor src = ramp({16, 16}, 0.5f);
-  auto r = run_both(build(k), {src, ints({16, 1}, iv)});
+  auto r = run_both(compile_default(k), {src, ints({16, 1}, iv)});
   for (int64_t row = 0; row < 50; ++row) {
     auto it = std::find(iv.begin(), iv.end(), row);
     for (int64_t f = 0; f < 16; ++f) {
@@ -132,7 +129,7 @@ TEST_CASE("nc_n_gather and local_gather pick elements by index") {
   for (size_t i = 0; i < li.size(); ++i) li[i] = static_cast<int64_t>((i * 7) % 38);
   Tensor lidx = Tensor::empty({32, 1}, DType::uint16);
   for (int64_t i = 0; i < 32; ++i) lidx.set(i, static_cast<float>(li[static_cast<size_t>(i)]));
-  auto r = run_both(build(k), {data, ints({32, 8}, gi), lidx});
+  auto r = run_both(compile_default(k), {data, ints({32, 8}, gi), lidx});
   for (int64_t p = 0; p < 32; ++p)
     for (int64_t j = 0; j < 8; ++j)
       REQUIRE(r.sim[0].get(p * 8 + j) == data.get(p * 40 + gi[static_cast<size_t>(p * 8 + j)]));
@@ -158,7 +155,7 @@ TEST_CASE("nl::gather_flattened reads each partition's flattened row; a bad inde
   Tensor data = ramp({16, 4, 6}, 0.5f);
   std::vector<int64_t> gi(16 * 10);
   for (size_t i = 0; i < gi.size(); ++i) gi[i] = static_cast<int64_t>((i * 7 + 3) % 24);
-  auto c = build(k);
+  auto c = compile_default(k);
   auto r = run_both(c, {data, ints({16, 2, 5}, gi)});
   for (int64_t p = 0; p < 16; ++p)
     for (int64_t j = 0; j < 10; ++j)
@@ -181,7 +178,7 @@ TEST_CASE("a register read from data offsets a load (dynamic scalar offset)") {
                          },
                          {{{512, 32}, DType::float32}, {{1, 1}, DType::int32}});
   Tensor x = ramp({512, 32});
-  auto c = build(k);
+  auto c = compile_default(k);
   for (int64_t block : {0, 3}) {
     auto r = run_both(c, {x, ints({1, 1}, {block})});
     for (int64_t i = 0; i < 128 * 32; ++i) REQUIRE(r.sim[0].get(i) == x.get(block * 128 * 32 + i));
@@ -221,7 +218,7 @@ TEST_CASE("runtime loops: trip counts read from data, while loops, one compile f
       },
       {{{640, 16}, DType::float32}, {{1, 1}, DType::int32}});
   Tensor x = ramp({640, 16}, 0.25f);
-  auto c = build(k);
+  auto c = compile_default(k);
   for (int64_t n : {0, 1, 5}) {
     auto r = run_both(c, {x, ints({1, 1}, {n})});
     for (int64_t e = 0; e < 128 * 16; ++e) {
@@ -254,7 +251,7 @@ TEST_CASE("block-sparse: the list of non-empty blocks is read at run time, one c
         return y;
       },
       {{{B * R, F}, DType::float32}, {{1, 1 + B}, DType::int32}});
-  auto c = build(k);  // one compile serves every mask below
+  auto c = compile_default(k);  // one compile serves every mask below
   Tensor x = ramp({B * R, F}, 0.125f);
   for (const std::vector<int64_t>& ids : {std::vector<int64_t>{1, 4, 6}, {0, 2, 3, 5, 7}}) {
     std::vector<int64_t> lst(1 + B, 0);
@@ -272,19 +269,19 @@ TEST_CASE("block-sparse: the list of non-empty blocks is read at run time, one c
 TEST_CASE("unary functions of integer tiles go through fp32 and back, as in Python") {
   // nl::floor / nl::abs / -x of int32 and int8 tiles (an activation function takes floats: the
   // tile is copied to fp32 first, and the result converted back to the tile's dtype).
-  auto c = build(neuron::trace(
-      "int_unary",
-      [](nl::tensor a, nl::tensor b) {
-        auto o1 = nl::ndarray({8, 16}, nl::int32, nl::shared_hbm);
-        auto o2 = nl::ndarray({8, 16}, nl::int8, nl::shared_hbm);
-        auto o3 = nl::ndarray({8, 16}, nl::float32, nl::shared_hbm);
-        auto ta = nl::load(a), tb = nl::load(b);
-        nl::store(o1, -nl::abs(ta));
-        nl::store(o2, nl::negative(tb));
-        nl::store(o3, nl::exp(ta, nl::float32));
-        return std::vector<nl::tensor>{o1, o2, o3};
-      },
-      {{{8, 16}, DType::int32}, {{8, 16}, DType::int8}}));
+  auto c =
+      compile_default(neuron::trace("int_unary",
+                                    [](nl::tensor a, nl::tensor b) {
+                                      auto o1 = nl::ndarray({8, 16}, nl::int32, nl::shared_hbm);
+                                      auto o2 = nl::ndarray({8, 16}, nl::int8, nl::shared_hbm);
+                                      auto o3 = nl::ndarray({8, 16}, nl::float32, nl::shared_hbm);
+                                      auto ta = nl::load(a), tb = nl::load(b);
+                                      nl::store(o1, -nl::abs(ta));
+                                      nl::store(o2, nl::negative(tb));
+                                      nl::store(o3, nl::exp(ta, nl::float32));
+                                      return std::vector<nl::tensor>{o1, o2, o3};
+                                    },
+                                    {{{8, 16}, DType::int32}, {{8, 16}, DType::int8}}));
   Tensor a = ints({8, 16}, [] {
     std::vector<int64_t> v(128);
     for (int64_t i = 0; i < 128; ++i) v[i] = (i % 11) - 5;

@@ -18,13 +18,10 @@ namespace nl = neuron::nl;
 namespace isa = neuron::isa;
 using neuron::DType;
 using neuron::Tensor;
+using neuron::testing::compile_default;
 using neuron::testing::run_both;
 
 namespace {
-
-neuron::Compiled build(const neuron::Kernel& k) {
-  return neuron::compile(k, neuron::default_compile_options());
-}
 
 Tensor values(int64_t P, int64_t F, const std::function<float(int64_t, int64_t)>& f) {
   Tensor t = Tensor::empty({P, F}, DType::float32);
@@ -55,7 +52,7 @@ TEST_CASE("max8, nc_find_index8 and nc_match_replace8 (top-k steps)") {
                          {{{16, 40}, DType::float32}});
   // Values repeat (j % 13), so equal maxima take successive occurrences.
   Tensor x = values(16, 40, [](int64_t p, int64_t j) { return static_cast<float>((j * 7 + p) % 13); });
-  auto r = run_both(build(k), {x});
+  auto r = run_both(compile_default(k), {x});
   for (int64_t p = 0; p < 16; ++p) {
     std::vector<std::pair<float, int64_t>> row;
     for (int64_t j = 0; j < 40; ++j) row.push_back({x.get(p * 40 + j), j});
@@ -100,7 +97,7 @@ TEST_CASE("bn_stats + bn_aggr, tensor_partition_reduce, nc_stream_shuffle") {
   Tensor x = values(32, 300, [](int64_t p, int64_t j) {
     return std::sin(0.37f * static_cast<float>(p * 300 + j)) * 4.0f + static_cast<float>(p);
   });
-  auto r = run_both(build(k), {x});
+  auto r = run_both(compile_default(k), {x});
   for (int64_t p = 0; p < 32; ++p) {
     double sum = 0, sq = 0;
     for (int64_t j = 0; j < 300; ++j) sum += x.get(p * 300 + j);

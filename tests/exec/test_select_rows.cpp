@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,18 +23,13 @@ namespace nl = neuron::nl;
 namespace isa = neuron::isa;
 using neuron::DType;
 using neuron::Tensor;
+using neuron::testing::compile_default;
 using neuron::testing::run_both;
 
 namespace {
 
-neuron::Compiled build(const neuron::Kernel& k) {
-  return neuron::compile(k, neuron::default_compile_options());
-}
-
 uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
+  return std::bit_cast<uint32_t>(f);
 }
 
 // f rounded to bf16 (to nearest, ties to even; NaN kept as it is): a tile's value, written
@@ -140,7 +136,7 @@ TEST_CASE("max8 on long rows keeps the rule's top 8: ties, NaN, signed zeros, in
                              return out;
                            },
                            {{{16, F}, DType::float32}});
-    auto r = run_both(build(k), {tensor_of(rows)});
+    auto r = run_both(compile_default(k), {tensor_of(rows)});
     for (int64_t p = 0; p < 16; ++p) {
       const auto want = max8_rule(rows[static_cast<size_t>(p)]);
       for (int64_t k8 = 0; k8 < 8; ++k8) {
@@ -190,7 +186,7 @@ TEST_CASE("nc_find_index8 and nc_match_replace8 on long rows, bf16 data included
       want_vals[static_cast<size_t>(p)] = v;
       for (int64_t k8 = 0; k8 < 8; ++k8) vals.set(p * 8 + k8, v[static_cast<size_t>(k8)]);
     }
-    auto r = run_both(build(k), {tensor_of(rows), vals});
+    auto r = run_both(compile_default(k), {tensor_of(rows), vals});
     for (int64_t p = 0; p < 16; ++p) {
       const auto& x = seen[static_cast<size_t>(p)];
       const auto& v = want_vals[static_cast<size_t>(p)];
@@ -240,7 +236,7 @@ TEST_CASE("bn_stats sums each parity in the lane-blocked order, bit for bit") {
                                return out;
                              },
                              {{{8, F}, DType::float32}});
-      auto r = run_both(build(k), {tensor_of(rows)});
+      auto r = run_both(compile_default(k), {tensor_of(rows)});
       for (int64_t p = 0; p < 8; ++p)
         for (int parity = 0; parity < 2; ++parity) {
           std::vector<float> v;
@@ -295,7 +291,7 @@ TEST_CASE("tensor_partition_reduce of bf16 partitions: each column's chain in pa
                            return std::vector<nl::tensor>{sum, mn, mx};
                          },
                          {{{P, F}, DType::float32}});
-  auto r = run_both(build(k), {tensor_of(rows)});
+  auto r = run_both(compile_default(k), {tensor_of(rows)});
   for (int64_t j = 0; j < F; ++j) {
     float s = bf16_value(rows[0][static_cast<size_t>(j)]), lo = s, hi = s;
     for (int64_t p = 1; p < P; ++p) {
