@@ -18,20 +18,20 @@
 // transposed once):
 //  - for each block of 512 keys, sequential because the statistics carry:
 //    scores [128, 512] = nc_matmul(Q^T, K^T block) in one PSUM bank (Tensor engine);
-//    on diagonal blocks of a causal mask, affine_select (GpSimd) writes -inf where j > i +
-//    offset; the Vector engine takes the row max and the new running max m; the Scalar
-//    engine computes p = exp(scale * s - scale * m) with its row sum in one activation, and
-//    the rescale factor alpha = exp(scale * (m_old - m)); p goes to the input dtype, is
-//    transposed 128 columns at a time on the Tensor engine and multiplied with the V rows
-//    (accumulating [128, Ev] in PSUM); the Vector engine does l = l * alpha + rowsum and
-//    acc = acc * alpha + p @ v.
+//    on diagonal blocks of a causal mask, a predicated copy (Vector engine) writes -inf into
+//    that PSUM tile where j > i + offset (mask_causal_in_place); the Vector engine takes the
+//    row max and the new running max m; the Scalar engine computes p = exp(scale * s - scale *
+//    m) with its row sum in one activation, and the rescale factor alpha = exp(scale * (m_old
+//    - m)); p goes to the input dtype, is transposed 128 columns at a time on the Tensor engine
+//    and multiplied with the V rows (accumulating [128, Ev] in PSUM); the Vector engine does
+//    l = l * alpha + rowsum and acc = acc * alpha + p @ v.
 //  - the Vector engine writes out = acc / l, the Scalar engine lse = scale * m + log(l).
 // Non-causal query tiles go two at a time through one rolled loop, phase by phase, so one
 // tile's softmax overlaps the other's matmuls. Causal ones go one at a time: blocks left of the
-// diagonal run unmasked, the keys on it are masked (only the columns some row cannot see go
-// through affine_select), blocks right of it are skipped. Tile t of each group of four sees
-// 512 (j + u_t) unmasked keys in group j, so the groups are one rolled loop whose inner loop
-// has a runtime trip count, and the IR stays the same size whatever L is; tiles whose keys
+// diagonal run unmasked, the keys on it are masked (only the last 128 columns, which hold
+// every one some row cannot see), blocks right of it are skipped. Tile t of each group of four
+// sees 512 (j + u_t) unmasked keys in group j, so the groups are one rolled loop whose inner
+// loop has a runtime trip count, and the IR stays the same size whatever L is; tiles whose keys
 // would need clamping at 0 or S are unrolled. Rows before the first visible key (negative
 // offsets) are written directly as 0 / -inf.
 //
@@ -187,6 +187,38 @@ inline void mask_causal_rel(const nl::tensor& s, int64_t rel) {
   // value(p, f') = rel - m0 + p - f' >= 0 for column f = m0 + f'
   isa::affine_select(s(nl::all, nl::ds(m0, cols - m0)), {{-1, cols - m0}}, 1,
                      s(nl::all, nl::ds(m0, cols - m0)), kNegInf, nl::greater_equal, rel - m0);
+}
+
+// The causal mask applied to a score tile where it lies, PSUM included: the columns some row
+// cannot see (mask_causal_rel's) take -inf through a predicated copy on the Vector engine, which
+// may write PSUM where affine_select (GpSimd) cannot, so the tile is not first copied to SBUF
+// (the copy and the select were 10% of the causal bf16 forward's instructions). Program
+// constants (causal_mask_tiles): `hidden` [128, 256] holds 1 where its column c >= its
+// partition p + 128, `ninf` [128, 128] -inf.
+struct CausalMaskTiles {
+  nl::tensor hidden, ninf;
+};
+inline CausalMaskTiles causal_mask_tiles() {
+  auto hidden = nl::ndarray({kPartitions, 2 * kPartitions}, nl::float32, nl::sbuf, "hidden");
+  isa::iota(hidden, {{1, 2 * kPartitions}}, -kPartitions, -1);  // c - p - 128
+  isa::tensor_scalar(hidden, hidden, nl::greater_equal, 0.0);
+  return {hidden, nl::full({kPartitions, kPartitions}, kNegInf, nl::float32, nl::sbuf, "ninf")};
+}
+// The tile s [qr, cols] (rel as mask_causal_rel's: column f is hidden from row p when f > rel +
+// p) masked in place. The copy covers the last min(cols, 128) columns, in whole vectors: column
+// f reads hidden[p, f - rel + 127], 1 exactly when f > rel + p. Every hidden column is among
+// them when cols <= rel + 129, as for every tile the attention kernels visit (each holds a key
+// some row of the tile sees).
+inline void mask_causal_in_place(const nl::tensor& s, int64_t rel, const CausalMaskTiles& t) {
+  const int64_t qr = s.shape()[0], cols = s.shape()[1];
+  if (cols - 1 <= rel) return;  // every column visible to row 0, so to all
+  NEURON_ASSERT(cols <= rel + kPartitions + 1,
+                "a causal score tile of {} columns at rel {}: those past rel + 128 are hidden "
+                "from every row (visit fewer keys)",
+                cols, rel);
+  const int64_t a = std::max<int64_t>(0, cols - kPartitions), n = cols - a;
+  isa::tensor_copy_predicated(s(nl::all, nl::ds(a, n)), t.ninf(nl::ds(0, qr), nl::ds(0, n)),
+                              t.hidden(nl::ds(0, qr), nl::ds(a - rel + kPartitions - 1, n)));
 }
 
 // The key range a causal query tile [q0, q0 + qr) visits: keys [0, masked_from) are visible to
@@ -379,6 +411,9 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
     isa::dma_copy(lse_h(nl::ds(r0, rr)), nl::full({rr, 1}, kNegInf, nl::float32, nl::sbuf, "ninf"));
   });
 
+  std::optional<CausalMaskTiles> mask_tiles;
+  if (cfg.causal && !bias) mask_tiles = causal_mask_tiles();
+
   // The online-softmax state of one tile of queries [q0, q0 + qr).
   struct QueryTile {
     nl::index q0;
@@ -413,11 +448,13 @@ inline std::tuple<nl::tensor, nl::tensor> attention_forward(const nl::tensor& q,
       if (bias) {
         s = nl::ndarray({t.qr, sw}, nl::float32, nl::sbuf, "biased");
         biased_scores(s, scores[i], d.scale, *bias, b, hq, t.q0, s0);
-      } else if (mask_rel) {
-        s = nl::ndarray({t.qr, sw}, nl::float32, nl::sbuf, "masked");
-        isa::tensor_copy(s, scores[i]);
       }
-      if (mask_rel) mask_causal_rel(s, *mask_rel);
+      if (mask_rel) {
+        if (bias)
+          mask_causal_rel(s, *mask_rel);
+        else
+          mask_causal_in_place(s, *mask_rel, *mask_tiles);
+      }
       SoftmaxStep st = online_softmax_step(s, t.m, t.l, dt, "p", sc, bias.has_value());
       m_new.push_back(st.m_new);
       p.push_back(st.e);

@@ -23,7 +23,7 @@
 //    added to dq's fp32 sum in HBM scratch (read, add, write). The Vector engine scales dk on
 //    the way out.
 //  - Epilogue: dq = scale * its sum, rounded to q's dtype, per query tile.
-// Causal masks work as in the forward: diagonal tiles are masked by affine_select, tiles that
+// Causal masks work as in the forward: diagonal tiles are masked in PSUM, tiles that
 // no query sees are skipped. The regular tiles (no clamping at 0, L or S) are rolled loops with
 // runtime trip counts, so the IR does not grow with L and S (key tile s0 = 128 i sees 127
 // partly-seeing queries, then floor((L - 127 + off) / 128) - i full query tiles); the rest are
@@ -132,20 +132,21 @@ inline std::tuple<nl::tensor, nl::tensor, nl::tensor> attention_backward_impl(
     }
   };
   // The scores of queries [q0, q0 + qr) of head hq (Q^T chunks qT) and keys [s0, s0 + sw):
-  // the raw product in PSUM, or in SBUF biased (scale * s + bias) or masked.
+  // the raw product in PSUM (masked there on a causal diagonal), or in SBUF biased (scale * s
+  // + bias, then masked).
+  std::optional<CausalMaskTiles> mask_tiles;
+  if (cfg.causal && !bias) mask_tiles = causal_mask_tiles();
   auto scores = [&](const std::vector<nl::tensor>& qTc, const nl::index& hq, const nl::index& q0,
                     const nl::index& s0, int64_t sw, std::optional<int64_t> mask_rel) {
     const int64_t qr = qTc[0].shape()[1];
     auto s_ps = nl::ndarray({qr, sw}, nl::float32, nl::psum, "scores");
     matmul_chunks(s_ps, qTc, chunk_loads(kT(nl::all, nl::ds(s0, sw)), d.E));
-    nl::tensor s = s_ps;
-    if (bias) {
-      s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "biased");
-      biased_scores(s, s_ps, s_scale, *bias, b, hq, q0, s0);
-    } else if (mask_rel) {
-      s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "masked");
-      isa::tensor_copy(s, s_ps);
+    if (!bias) {
+      if (mask_rel) mask_causal_in_place(s_ps, *mask_rel, *mask_tiles);
+      return s_ps;
     }
+    auto s = nl::ndarray({qr, sw}, nl::float32, nl::sbuf, "biased");
+    biased_scores(s, s_ps, s_scale, *bias, b, hq, q0, s0);
     if (mask_rel) mask_causal_rel(s, *mask_rel);
     return s;
   };
