@@ -352,6 +352,30 @@ def test_attention_bf16_gqa_at_a_model_head_dim():
               torch.bfloat16)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_causal_attention_masks_its_scores_where_the_matmul_left_them(dtype):
+    # The causal diagonal tiles are masked in PSUM by a predicated copy (attention.hpp,
+    # mask_causal_in_place): no kernel copies a score tile to SBUF for affine_select. L != S
+    # (the diagonal inside the key blocks), a tail of 44 queries; forward and backward still
+    # match float64 within PyTorch's own error.
+    q, k, v = rand(1, 2, 300, 64, seed=60), rand(1, 2, 430, 64, seed=61), rand(1, 2, 430, 64,
+                                                                              seed=62)
+
+    def sdpa(q, k, v, f=F.scaled_dot_product_attention):
+        return f(q, k, v, is_causal=True)
+    with no_fallbacks():
+        check(sdpa, lambda q, k, v: sdpa(q, k, v, ops.scaled_dot_product_attention), [q, k, v],
+              dtype)
+        qd, kd, vd = (t.to(dtype).requires_grad_() for t in (q, k, v))
+        with ops.profiled() as runs:
+            ops.scaled_dot_product_attention(qd, kd, vd, is_causal=True).sum().backward()
+    assert [name for name, _ in runs] == ["attention", "attention_backward"], runs
+    seen = [{r["op"] for r in profile.rows} for _, profile in runs]
+    assert all("tensor_copy_predicated" in ops_seen for ops_seen in seen), runs
+    # (The backward's one affine_select builds an identity tile, once per program.)
+    assert "affine_select" not in seen[0], runs
+
+
 def test_attention_bf16_gradients_at_few_keys():
     # PyTorch's flash backward forms ds = p (dp - D) from the fp32 p and rounds only ds; ours
     # formed it from p's bf16 copy (the value matmul's operand) and was at 1.16x PyTorch's dk
