@@ -6,6 +6,8 @@ instructions through, are accumulators.py's."""
 import itertools
 import math
 
+import numpy as np
+
 from . import _C
 from . import accumulators as _acc
 from . import eager as _eager
@@ -331,9 +333,10 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1,
     reduce_res ([P, 1]) = reduce_op (default max) over the free dims, in fp32."""
     span = user_span()
     cmd = _cmd(reduce_cmd, "range_select", tuple(_cmd_set), span)
-    if float(on_false_value) != fp32.min:
+    if np.float32(on_false_value) != np.float32(fp32.min):
         # NKI 0.3: "Due to hardware constraints, this must be FP32_MIN" (NKI 0.2 silently
-        # overrode it; the legacy API's range_select passes fp32.min).
+        # overrode it; the legacy API's range_select passes fp32.min). Compared as float32: a
+        # kernel writes the constant as the decimal -3.4028235e38, which rounds to it.
         user_error("operand", f"range_select: on_false_value={on_false_value!r}; the hardware "
                    f"writes fp32 min ({fp32.min:.8g}) where the range excludes an element, "
                    "so NKI requires on_false_value=nl.fp32.min (select another value "
